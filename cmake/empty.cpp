@@ -1,0 +1,1 @@
+// Keeps a library valid while it has no sources of its own yet.

@@ -1,0 +1,85 @@
+// Comm: one rank's view of a group of ranks. Point-to-point (send/recv, blocking and async) and
+// the collectives training needs (all-reduce, reduce-scatter, all-gather, broadcast, barrier),
+// plus split() to carve the world into process groups (DP/TP/PP/CP groups of a mesh).
+// Backends: local (ranks are threads), mpi (processes), nccl (one GPU per rank).
+//
+// Lengths need not divide by the group size: chunk r of n elements over N ranks is
+// chunk_range(n, N, r) (the first n % N ranks get one extra element).
+#pragma once
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "core/tensor/tensor.h"
+
+namespace mgpu::comm {
+
+enum class ReduceOp : uint8_t { sum, avg };
+const char* reduce_op_name(ReduceOp op);
+
+// [begin, end) of chunk `index` when n elements are split over `parts` ranks.
+std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
+
+// A pending async operation. wait() blocks until it completes (and, on the modeled clock, makes
+// the compute lane wait for it too). Waiting twice is harmless; destroying an unwaited Work waits.
+class Work {
+ public:
+  struct Impl {
+    virtual ~Impl() = default;
+    virtual void wait() = 0;
+  };
+  Work() = default;
+  explicit Work(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  Work(Work&&) noexcept = default;
+  Work& operator=(Work&&) noexcept;
+  ~Work();
+  void wait();
+  bool pending() const { return impl_ != nullptr; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Raised on every rank of a world when a student's communication cannot work: mismatched
+// collectives, or waits that can never complete (deadlock) / exceed the timeout. what() holds a
+// per-rank "who waits for whom" table.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;              // my rank within this group
+  virtual int size() const = 0;              // ranks in this group
+  virtual int world_rank(int group_rank) const = 0;  // a member's rank in the world
+  virtual std::string name() const = 0;      // "world", or the name given to split()
+  virtual std::string backend() const = 0;   // "local", "mpi", "nccl"
+
+  // Point-to-point. Messages between a pair with the same tag arrive in order.
+  virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+  virtual Work isend(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual Work irecv(Tensor& t, int src, int tag = 0) = 0;
+
+  // Collectives; every member must call them in the same order with matching arguments.
+  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
+  // Issues the all-reduce on the comm lane and returns at once (DDP overlap); wait() before use.
+  virtual Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
+  // in: the full tensor (n elements) on every rank; out: my chunk_range(n, size, rank) of the
+  // reduction.
+  virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::sum) = 0;
+  // in: my chunk (chunk_range(n, size, rank) elements); out: all n elements on every rank.
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  virtual void broadcast(Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Ranks with the same color form a group, ordered by (key, world rank). Collective over this
+  // comm. `name` labels the group in traces and errors (e.g. "dp0", "pp1").
+  virtual std::unique_ptr<Comm> split(int color, int key, const std::string& name = "") = 0;
+};
+
+}  // namespace mgpu::comm

@@ -1,0 +1,124 @@
+#include "core/runtime/context.h"
+
+namespace mgpu {
+
+namespace {
+thread_local RankContext* t_current = nullptr;
+
+// Code with no rank installed (tests, tools) gets a private CPU rank 0 per thread, with free
+// kernels and no trace recording.
+struct DefaultRank : RankContext {
+  DefaultRank()
+      : RankContext(0, 1, Device::cpu(), HardwareProfile::ideal(0), ClockKind::modeled) {
+    tracer.enabled = false;
+  }
+};
+
+RankContext& default_context() {
+  thread_local DefaultRank ctx;
+  return ctx;
+}
+}  // namespace
+
+void Tracer::record(trace::Event e) {
+  if (!enabled) return;
+  e.rank = rank_;
+  events_.push_back(std::move(e));
+}
+
+void Tracer::record_memory(double time, const MemoryStats& stats) {
+  if (!enabled) return;
+  trace::CounterSample s;
+  s.rank = rank_;
+  s.time = time;
+  s.bytes = stats.current;
+  // Several changes at one instant (common on the modeled clock) keep only the last value.
+  if (!counters_.empty() && counters_.back().time == time)
+    counters_.back() = s;
+  else
+    counters_.push_back(s);
+}
+
+void Tracer::clear() {
+  events_.clear();
+  counters_.clear();
+}
+
+RankContext::RankContext(int rank_, int world_size_, Device device_, HardwareProfile profile_,
+                         ClockKind clock_kind, RankClock::Epoch epoch)
+    : rank(rank_),
+      world_size(world_size_),
+      device(device_),
+      profile(std::move(profile_)),
+      allocator(device_, profile.memory_capacity),
+      clock(clock_kind, epoch),
+      tracer(rank_) {
+  allocator.set_listener(
+      [this](const MemoryStats& s) { tracer.record_memory(clock.compute_now(), s); });
+}
+
+RankContext& current_rank() { return t_current ? *t_current : default_context(); }
+
+ScopedRank::ScopedRank(RankContext& ctx) : previous_(t_current) { t_current = &ctx; }
+ScopedRank::~ScopedRank() { t_current = previous_; }
+
+KernelScope::KernelScope(const char* op, double flops, double bytes)
+    : ctx_(current_rank()), op_(op), flops_(flops), bytes_(bytes) {
+  start_ = ctx_.clock.compute_now();
+}
+
+KernelScope::~KernelScope() {
+  ctx_.clock.advance_compute(ctx_.profile.kernel_time(flops_, bytes_));
+  double end = ctx_.clock.compute_now();
+  if (!ctx_.scopes.empty()) {
+    ctx_.scopes.back().flops += flops_;
+    ctx_.scopes.back().bytes += bytes_;
+  }
+  if (ctx_.scopes.empty() || ctx_.tracer.record_kernels) {
+    trace::Event e;
+    e.name = op_;
+    e.cat = trace::cat::compute;
+    e.lane = trace::Lane::compute;
+    e.start = start_;
+    e.dur = end - start_;
+    e.flops = flops_;
+    e.bytes = static_cast<int64_t>(bytes_);
+    ctx_.tracer.record(std::move(e));
+  }
+}
+
+ComputeScope::ComputeScope(trace::Event proto) : ctx_(current_rank()) {
+  proto.lane = trace::Lane::compute;
+  proto.start = ctx_.clock.compute_now();
+  ctx_.scopes.push_back({std::move(proto), 0, 0});
+}
+
+ComputeScope::~ComputeScope() {
+  RankContext::OpenScope open = std::move(ctx_.scopes.back());
+  ctx_.scopes.pop_back();
+  open.event.dur = ctx_.clock.compute_now() - open.event.start;
+  open.event.flops = open.flops;
+  open.event.bytes = static_cast<int64_t>(open.bytes);
+  if (!ctx_.scopes.empty()) {  // nested: the outer scope also did this work
+    ctx_.scopes.back().flops += open.flops;
+    ctx_.scopes.back().bytes += open.bytes;
+  }
+  ctx_.tracer.record(std::move(open.event));
+}
+
+StepScope::StepScope(int step) : ctx_(current_rank()), step_(step) {
+  start_ = ctx_.clock.compute_now();
+}
+
+StepScope::~StepScope() {
+  trace::Event e;
+  e.name = "step " + std::to_string(step_);
+  e.cat = trace::cat::step;
+  e.lane = trace::Lane::step;
+  e.step = step_;
+  e.start = start_;
+  e.dur = std::max(ctx_.clock.compute_now(), ctx_.clock.comm_now()) - start_;
+  ctx_.tracer.record(std::move(e));
+}
+
+}  // namespace mgpu

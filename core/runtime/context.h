@@ -1,0 +1,124 @@
+// The per-rank context: who I am (rank, world size), where my tensors live (device, allocator),
+// how time passes (profile, clock) and what I record (tracer). Each rank thread installs its
+// context; kernels and scopes find it through current_rank(). Code that never installs one (unit
+// tests, single-device tools) gets a default single-rank CPU context with a modeled clock.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/runtime/clock.h"
+#include "core/runtime/profile.h"
+#include "core/tensor/allocator.h"
+#include "core/trace/event.h"
+
+namespace mgpu {
+
+namespace comm {
+class Comm;
+}
+
+// Records one rank's events and memory counters.
+class Tracer {
+ public:
+  explicit Tracer(int rank = 0) : rank_(rank) {}
+  bool enabled = true;
+  bool record_kernels = false;  // also record every kernel that runs inside a scope
+
+  void record(trace::Event e);
+  void record_memory(double time, const MemoryStats& stats);
+  const std::vector<trace::Event>& events() const { return events_; }
+  const std::vector<trace::CounterSample>& counters() const { return counters_; }
+  std::vector<trace::Event> take_events() { return std::move(events_); }
+  std::vector<trace::CounterSample> take_counters() { return std::move(counters_); }
+  void clear();
+
+ private:
+  int rank_;
+  std::vector<trace::Event> events_;
+  std::vector<trace::CounterSample> counters_;
+};
+
+struct RankContext {
+  RankContext(int rank, int world_size, Device device, HardwareProfile profile,
+              ClockKind clock_kind, RankClock::Epoch epoch = std::chrono::steady_clock::now());
+  RankContext(const RankContext&) = delete;
+  RankContext& operator=(const RankContext&) = delete;
+
+  int rank;
+  int world_size;
+  Device device;
+  HardwareProfile profile;
+  Allocator allocator;
+  RankClock clock;
+  Tracer tracer;
+  comm::Comm* comm = nullptr;  // the world communicator, owned by World
+
+  // Open compute scopes (innermost last); kernels add their FLOPs and bytes to the innermost.
+  struct OpenScope {
+    trace::Event event;
+    double flops = 0;
+    double bytes = 0;
+  };
+  std::vector<OpenScope> scopes;
+};
+
+RankContext& current_rank();
+
+// Installs `ctx` as the calling thread's rank context for the lifetime of the guard.
+class ScopedRank {
+ public:
+  explicit ScopedRank(RankContext& ctx);
+  ~ScopedRank();
+  ScopedRank(const ScopedRank&) = delete;
+  ScopedRank& operator=(const ScopedRank&) = delete;
+
+ private:
+  RankContext* previous_;
+};
+
+// Every kernel opens one of these (one line at the top of the op): on the modeled clock it
+// advances the compute lane by the roofline cost of (flops, bytes); it adds both to the
+// enclosing ComputeScope; with no scope open it records an event of its own.
+class KernelScope {
+ public:
+  KernelScope(const char* op, double flops, double bytes);
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  RankContext& ctx_;
+  const char* op_;
+  double flops_, bytes_, start_;
+};
+
+// A named region of compute on this rank's compute lane, e.g. forward of micro-batch 3 on
+// layer 2. Becomes one trace event spanning all the kernels inside it.
+//   ComputeScope s({.name = "fwd", .cat = trace::cat::forward, .microbatch = mb});
+class ComputeScope {
+ public:
+  explicit ComputeScope(trace::Event proto);
+  ~ComputeScope();
+  ComputeScope(const ComputeScope&) = delete;
+  ComputeScope& operator=(const ComputeScope&) = delete;
+
+ private:
+  RankContext& ctx_;
+};
+
+// Marks one training step on the step lane (analysis measures bubbles per step).
+class StepScope {
+ public:
+  explicit StepScope(int step);
+  ~StepScope();
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  RankContext& ctx_;
+  int step_;
+  double start_;
+};
+
+}  // namespace mgpu

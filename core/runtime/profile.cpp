@@ -1,0 +1,145 @@
+#include "core/runtime/profile.h"
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace mgpu {
+
+namespace {
+constexpr int64_t GiB = int64_t{1} << 30;
+
+// Figures are public datasheet numbers (dense tensor-core math at the fp32/TF32 training rate,
+// HBM bandwidth, per-direction link bandwidth); latencies are typical small-message values.
+std::vector<HardwareProfile> presets() {
+  LinkSpec nvlink4{"NVLink 4 (NVSwitch)", 450e9, 2e-6};
+  LinkSpec ib400{"InfiniBand NDR 400G", 50e9, 5e-6};
+  LinkSpec pcie4{"PCIe 4.0 x16", 25e9, 5e-6};
+  LinkSpec pcie4_host{"PCIe 4.0 x16 via host (no P2P)", 12e9, 10e-6};
+  LinkSpec shm{"shared memory", 20e9, 1e-6};
+  LinkSpec ether{"10G Ethernet", 1.25e9, 30e-6};
+  return {
+      {"8xH100-NVLink", "8x H100 SXM 80GB in one node, NVSwitch", 495e12, 3.35e12, 3e-6, 80 * GiB,
+       8, nvlink4, ib400},
+      {"2x8xH100-IB", "2 nodes x 8 H100 SXM, NVLink inside, 400G InfiniBand between", 495e12,
+       3.35e12, 3e-6, 80 * GiB, 8, nvlink4, ib400},
+      {"4xA100-PCIe", "4x A100 80GB PCIe in one node", 156e12, 1.94e12, 4e-6, 80 * GiB, 4, pcie4,
+       ib400},
+      {"2xRTX4090-PCIe", "2x RTX 4090 24GB, PCIe without peer-to-peer", 82.6e12, 1.0e12, 4e-6,
+       24 * GiB, 2, pcie4_host, ether},
+      {"laptop-cpu", "a laptop CPU running the virtual GPUs", 0.2e12, 50e9, 1e-6, 16 * GiB, 64,
+       shm, ether},
+  };
+}
+
+void check_non_negative(const std::string& what, double v) {
+  if (!(v >= 0)) throw std::invalid_argument(fmt::format("profile: {} must be >= 0, got {}", what, v));
+}
+
+nlohmann::json link_json(const LinkSpec& l) {
+  return {{"name", l.name}, {"bandwidth_GBps", l.bandwidth / 1e9}, {"latency_us", l.latency * 1e6}};
+}
+
+LinkSpec link_from(const nlohmann::json& j, const char* what) {
+  LinkSpec l;
+  l.name = j.value("name", std::string(what));
+  l.bandwidth = j.at("bandwidth_GBps").get<double>() * 1e9;
+  l.latency = j.at("latency_us").get<double>() * 1e-6;
+  check_non_negative(std::string(what) + ".bandwidth_GBps", l.bandwidth);
+  check_non_negative(std::string(what) + ".latency_us", l.latency);
+  return l;
+}
+}  // namespace
+
+const LinkSpec& HardwareProfile::link(int a, int b) const {
+  int per_node = ranks_per_node > 0 ? ranks_per_node : 1;
+  return a / per_node == b / per_node ? intra_node : inter_node;
+}
+
+double HardwareProfile::kernel_time(double flops, double bytes) const {
+  double math = peak_flops > 0 ? flops / peak_flops : 0;
+  double memory = mem_bandwidth > 0 ? bytes / mem_bandwidth : 0;
+  return launch_overhead + std::max(math, memory);
+}
+
+double HardwareProfile::transfer_time(int a, int b, double bytes) const {
+  const LinkSpec& l = link(a, b);
+  return l.latency + (l.bandwidth > 0 ? bytes / l.bandwidth : 0);
+}
+
+nlohmann::json HardwareProfile::to_json() const {
+  return {{"name", name},
+          {"description", description},
+          {"peak_TFLOPs", peak_flops / 1e12},
+          {"mem_bandwidth_GBps", mem_bandwidth / 1e9},
+          {"launch_overhead_us", launch_overhead * 1e6},
+          {"memory_capacity_GiB", static_cast<double>(memory_capacity) / GiB},
+          {"ranks_per_node", ranks_per_node},
+          {"intra_node", link_json(intra_node)},
+          {"inter_node", link_json(inter_node)}};
+}
+
+HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
+  try {
+    HardwareProfile p;
+    p.name = j.value("name", std::string("custom"));
+    p.description = j.value("description", std::string());
+    p.peak_flops = j.at("peak_TFLOPs").get<double>() * 1e12;
+    p.mem_bandwidth = j.at("mem_bandwidth_GBps").get<double>() * 1e9;
+    p.launch_overhead = j.value("launch_overhead_us", 0.0) * 1e-6;
+    p.memory_capacity = static_cast<int64_t>(j.value("memory_capacity_GiB", 0.0) * GiB);
+    p.ranks_per_node = j.value("ranks_per_node", 8);
+    p.intra_node = link_from(j.at("intra_node"), "intra_node");
+    p.inter_node = j.contains("inter_node") ? link_from(j.at("inter_node"), "inter_node") : p.intra_node;
+    check_non_negative("peak_TFLOPs", p.peak_flops);
+    check_non_negative("mem_bandwidth_GBps", p.mem_bandwidth);
+    check_non_negative("launch_overhead_us", p.launch_overhead);
+    check_non_negative("memory_capacity_GiB", static_cast<double>(p.memory_capacity));
+    if (p.ranks_per_node < 1) throw std::invalid_argument("profile: ranks_per_node must be >= 1");
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(
+        fmt::format("profile: {} (needs peak_TFLOPs, mem_bandwidth_GBps, intra_node{{bandwidth_GBps, "
+                    "latency_us}}; see `mgpu profiles`)", e.what()));
+  }
+}
+
+HardwareProfile HardwareProfile::load(const std::string& name_or_path) {
+  for (auto& p : presets())
+    if (p.name == name_or_path) return p;
+  if (std::filesystem::exists(name_or_path)) {
+    std::ifstream in(name_or_path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(fmt::format("profile file {}: not valid JSON ({})", name_or_path, e.what()));
+    }
+    return from_json(j);
+  }
+  std::vector<std::string> names = preset_names();
+  throw std::invalid_argument(fmt::format("unknown profile '{}' (presets: {}; or a JSON file path)",
+                                          name_or_path, fmt::join(names, ", ")));
+}
+
+std::vector<std::string> HardwareProfile::preset_names() {
+  std::vector<std::string> names;
+  for (auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+HardwareProfile HardwareProfile::ideal(double kernel_seconds) {
+  HardwareProfile p;
+  p.name = "ideal";
+  p.description = "every kernel costs the same fixed time; links are free";
+  p.launch_overhead = kernel_seconds;
+  p.ranks_per_node = 1 << 20;
+  p.intra_node = {"free", 0, 0};
+  p.inter_node = p.intra_node;
+  return p;
+}
+
+}  // namespace mgpu

@@ -1,0 +1,66 @@
+// World: N ranks, each with its device, allocator, clock, tracer and communicator. By default
+// the ranks are threads of this process (N up to 64); under mpirun each process is one rank.
+// World::run executes a function on every rank; if any rank throws, every rank is stopped
+// promptly and the first error is rethrown with its rank id.
+#pragma once
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "core/runtime/context.h"
+#include "core/trace/event.h"
+
+namespace mgpu {
+
+struct WorldOptions {
+  int ranks = 1;
+  DeviceKind device = DeviceKind::cpu;
+  ClockKind clock = ClockKind::modeled;
+  HardwareProfile profile = HardwareProfile::load("8xH100-NVLink");
+  std::string backend = "auto";   // auto | local | mpi | nccl
+  double comm_timeout = 30.0;     // seconds before a stuck wait is reported
+  bool trace = true;
+  int64_t capacity_override = -1; // bytes per rank; -1 = the profile's capacity
+};
+
+// An exception raised on one rank, re-thrown by World::run on the calling thread.
+class RankError : public std::runtime_error {
+ public:
+  RankError(int rank, const std::string& what)
+      : std::runtime_error("rank " + std::to_string(rank) + ": " + what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+class World {
+ public:
+  explicit World(WorldOptions options);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int size() const;
+  const WorldOptions& options() const;
+  bool is_mpi() const;       // ranks are processes (this process holds one of them)
+  bool is_root() const;      // the process that prints (always true for threads)
+
+  // Runs fn(ctx) on every rank with ctx installed as current_rank(). May be called repeatedly;
+  // clocks keep running across calls.
+  void run(const std::function<void(RankContext&)>& fn);
+
+  // The rank contexts this process holds (all of them for threads, one under MPI).
+  RankContext& rank(int r);
+
+  // All ranks' events and memory counters merged (gathered to the root under MPI), ordered by
+  // (rank, start); metadata gets num_ranks, clock and profile filled in.
+  trace::Trace collect_trace(nlohmann::json metadata = nlohmann::json::object()) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mgpu

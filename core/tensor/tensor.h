@@ -1,0 +1,70 @@
+// Tensor: a shape over a shared Storage. Always contiguous (row-major strides are derived from
+// the shape); views share storage (reshape, a range of rows). Tensors are created through the
+// current rank's allocator so every byte is tagged with a MemCategory.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor/allocator.h"
+#include "core/tensor/dtype.h"
+
+namespace mgpu {
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[4, 64, 128]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // New tensors come from `alloc`, or from the calling rank's allocator when null.
+  static Tensor empty(const Shape& shape, MemCategory category, DType dtype = DType::f32,
+                      Allocator* alloc = nullptr);
+  static Tensor zeros(const Shape& shape, MemCategory category, DType dtype = DType::f32,
+                      Allocator* alloc = nullptr);  // same as empty: memory is zero-filled
+  // A host f32 tensor holding `values` (for tests and small setups).
+  static Tensor from(const Shape& shape, const std::vector<float>& values,
+                     MemCategory category = MemCategory::workspace, Allocator* alloc = nullptr);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the back
+  int64_t numel() const { return numel_; }
+  Shape strides() const;  // row-major, in elements
+  DType dtype() const { return dtype_; }
+  const Device& device() const;
+  MemCategory category() const;
+  int64_t bytes() const { return numel_ * static_cast<int64_t>(dtype_size(dtype_)); }
+  bool has_data() const;  // false on the phantom device
+
+  // Typed access. Throws if the tensor has no data (phantom) or is not f32.
+  float* f32();
+  const float* f32() const;
+  void* raw();
+  const void* raw() const;
+
+  // Views sharing storage.
+  Tensor reshape(const Shape& shape) const;               // same numel
+  Tensor rows(int64_t begin, int64_t end) const;          // [begin, end) along dim 0
+  Tensor flat_range(int64_t begin, int64_t end) const;    // 1-D elements [begin, end)
+
+  // Host-side helpers (tests, checkpoints, lessons).
+  std::vector<float> to_vector() const;
+  void copy_from(const Tensor& src);  // same numel; host or device copy
+  void fill(float value);
+  bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t offset_ = 0;  // in elements
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace mgpu
