@@ -3,6 +3,7 @@
 // World::run executes a function on every rank; if any rank throws, every rank is stopped
 // promptly and the first error is rethrown with its rank id.
 #pragma once
+#include <exception>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -24,15 +25,20 @@ struct WorldOptions {
   int64_t capacity_override = -1; // bytes per rank; -1 = the profile's capacity
 };
 
-// An exception raised on one rank, re-thrown by World::run on the calling thread.
+// An exception raised on one rank, re-thrown by World::run on the calling thread. cause() is
+// the original exception, so callers can still tell e.g. an OutOfMemory from a bug.
 class RankError : public std::runtime_error {
  public:
-  RankError(int rank, const std::string& what)
-      : std::runtime_error("rank " + std::to_string(rank) + ": " + what), rank_(rank) {}
+  RankError(int rank, const std::string& what, std::exception_ptr cause = nullptr)
+      : std::runtime_error("rank " + std::to_string(rank) + ": " + what),
+        rank_(rank),
+        cause_(std::move(cause)) {}
   int rank() const { return rank_; }
+  const std::exception_ptr& cause() const { return cause_; }
 
  private:
   int rank_;
+  std::exception_ptr cause_;
 };
 
 class World {
