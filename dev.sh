@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# mgpu-lab entry point. On a fresh Debian 12 machine this installs what is missing, builds, and
+#   ./dev.sh demo    runs the main demo (pipeline bubbles on 4 CPU virtual GPUs: ASCII timeline,
+#                    trace JSON and a dashboard PNG under out/)
+#   ./dev.sh test    runs the whole test suite (under a virtual X server for the dashboard tests)
+#   ./dev.sh build   just installs and builds
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(cmake g++ pkg-config catch2 libimgui-dev libglfw3-dev libgl-dev libopenmpi-dev
+  openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev xvfb xauth
+  libgl1-mesa-dri)
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+install_missing() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "==> installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+build() {
+  install_missing
+  echo "==> configuring and building (build/)"
+  cmake --preset default
+  cmake --build --preset default -j"$JOBS"
+}
+
+case "${1:-}" in
+  demo)
+    build
+    mkdir -p out
+    ./build/mgpu run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
+      --trace out/pipeline-1f1b.json
+    if [ -x build/mgpu ] && ./build/mgpu viz --help >/dev/null 2>&1; then
+      xvfb-run -a ./build/mgpu viz out/pipeline-1f1b.json --screenshot out/pipeline-1f1b.png
+      echo "==> wrote out/pipeline-1f1b.json (open in Perfetto or \`./build/mgpu viz\`) and out/pipeline-1f1b.png"
+    fi
+    ;;
+  test)
+    build
+    echo "==> running the test suite"
+    cd build
+    xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600
+    ;;
+  build) build ;;
+  *)
+    echo "usage: ./dev.sh demo|test|build" >&2
+    exit 2
+    ;;
+esac

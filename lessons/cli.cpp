@@ -1,0 +1,146 @@
+#include "lessons/cli.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/comm/comm.h"
+#include "core/runtime/profile.h"
+#include "core/tensor/allocator.h"
+#include "lessons/impl.h"
+#include "lessons/lesson.h"
+#include "lessons/viz_command.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+int usage_error(std::ostream& err, const std::string& where, const std::string& what) {
+  fmt::print(err, "mgpu{}: error: {}\n", where.empty() ? "" : " " + where, what);
+  return kExitUsage;
+}
+
+// CLI11 reports problems as exceptions; turn them into one line + exit 2 (help is exit 0).
+int parse_or_report(CLI::App& app, std::vector<std::string> args, std::ostream& out,
+                    std::ostream& err, const std::string& where, bool& done) {
+  done = false;
+  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
+  try {
+    app.parse(args);
+    return 0;
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    done = true;
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    done = true;
+    return usage_error(err, where, fmt::format("{} (see `mgpu {} --help`)", e.what(), where));
+  }
+}
+
+int cmd_list(std::ostream& out) {
+  fmt::print(out, "Lessons (run one with `mgpu run NAME`, options with `mgpu run NAME --help`):\n");
+  for (auto& lesson : all_lessons()) fmt::print(out, "  {:<18} {}\n", lesson->name(), lesson->summary());
+  return 0;
+}
+
+int cmd_profiles(std::ostream& out) {
+  fmt::print(out, "Hardware profiles for the modeled clock (`--profile NAME` or a JSON file):\n");
+  for (auto& name : HardwareProfile::preset_names()) {
+    HardwareProfile p = HardwareProfile::load(name);
+    fmt::print(out, "  {:<16} {:7.1f} TFLOP/s  {:7.0f} GB/s HBM  {:>9}  {} ({:.0f} GB/s)\n", p.name,
+               p.peak_flops / 1e12, p.mem_bandwidth / 1e9, format_bytes(p.memory_capacity),
+               p.intra_node.name, p.intra_node.bandwidth / 1e9);
+  }
+  fmt::print(out, "\nA profile file looks like:\n{}\n", HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
+  return 0;
+}
+
+int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto lessons = all_lessons();
+  auto names = [&] {
+    std::vector<std::string> n;
+    for (auto& l : lessons) n.push_back(l->name());
+    return fmt::format("{}", fmt::join(n, ", "));
+  };
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    fmt::print(out, "usage: mgpu run LESSON [options]   (lessons: {})\n", names());
+    return args.empty() ? kExitUsage : 0;
+  }
+  auto it = std::find_if(lessons.begin(), lessons.end(),
+                         [&](auto& l) { return l->name() == args[0]; });
+  if (it == lessons.end())
+    return usage_error(err, "run", fmt::format("unknown lesson '{}' (available: {})", args[0], names()));
+  Lesson& lesson = **it;
+
+  CLI::App app(lesson.summary(), "mgpu run " + lesson.name());
+  app.option_defaults()->always_capture_default();
+  CommonOptions common;
+  add_common_options(app, common, lesson.defaults());
+  lesson.add_options(app);
+  bool done = false;
+  int rc = parse_or_report(app, {args.begin() + 1, args.end()}, out, err, "run " + lesson.name(), done);
+  if (done) return rc;
+
+  try {
+    select_impl(common.impl);
+    return lesson.run(common, out);
+  } catch (const UsageError& e) {
+    return usage_error(err, "run " + lesson.name(), e.what());
+  } catch (const std::invalid_argument& e) {  // bad configs found by core (model, data, profile)
+    return usage_error(err, "run " + lesson.name(), e.what());
+  } catch (const OutOfMemory& e) {
+    fmt::print(err, "mgpu run {}: error: {}\n", lesson.name(), e.what());
+    fmt::print(err, "  (raise --capacity, pick a larger --profile, or shrink --batch/--dim/--layers)\n");
+    return kExitUsage;
+  } catch (const RankError& e) {
+    // Re-classify by the original exception: a config problem found on a rank is still bad input.
+    try {
+      if (e.cause()) std::rethrow_exception(e.cause());
+    } catch (const OutOfMemory& oom) {
+      fmt::print(err, "mgpu run {}: error on rank {}: {}\n", lesson.name(), e.rank(), oom.what());
+      fmt::print(err, "  (raise --capacity, pick a larger --profile, or shrink --batch/--dim/--layers)\n");
+      return kExitUsage;
+    } catch (const std::invalid_argument& bad) {
+      return usage_error(err, "run " + lesson.name(), fmt::format("rank {}: {}", e.rank(), bad.what()));
+    } catch (...) {
+    }
+    fmt::print(err, "mgpu run {}: failed: {}\n", lesson.name(), e.what());
+    return 1;
+  } catch (const comm::CommError& e) {
+    fmt::print(err, "mgpu run {}: communication error:\n{}\n", lesson.name(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(err, "mgpu run {}: failed: {}\n", lesson.name(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const char* usage =
+      "mgpu — multi-GPU training lessons, run on real GPUs or CPU virtual GPUs\n\n"
+      "usage:\n"
+      "  mgpu list                      the lessons\n"
+      "  mgpu run LESSON [options]      run one (see `mgpu run LESSON --help`)\n"
+      "  mgpu viz [trace.json ...]      open traces in the dashboard (--screenshot out.png)\n"
+      "  mgpu profiles                  the hardware profiles of the modeled clock\n";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    out << usage;
+    return args.empty() ? kExitUsage : 0;
+  }
+  const std::string& cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (cmd == "list") return cmd_list(out);
+  if (cmd == "profiles") return cmd_profiles(out);
+  if (cmd == "run") return cmd_run(rest, out, err);
+  if (cmd == "viz") return cmd_viz(rest, out, err);
+  return usage_error(err, "", fmt::format("unknown command '{}' (use list, run, viz or profiles)", cmd));
+}
+
+}  // namespace mgpu::lessons

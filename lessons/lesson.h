@@ -1,0 +1,90 @@
+// A lesson: a name, a one-line summary, its own options (with defaults) and a run() that
+// narrates what it does. The `mgpu` program lists them, parses `mgpu run NAME [options]` and
+// calls run(). Lessons print to `out` so tests can run them in-process and read what they say.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/world.h"
+
+namespace mgpu::lessons {
+
+// Bad options or an impossible configuration: the program prints the message on one line and
+// exits with code 2.
+class UsageError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Options every lesson shares: where it runs, the model, the training loop and the output.
+struct CommonOptions {
+  // world
+  int ranks = 1;
+  std::string device = "cpu";
+  std::string clock = "";  // "" = modeled on cpu/phantom, cuda on cuda
+  std::string profile = "8xH100-NVLink";
+  std::string capacity = "";  // per-rank memory capacity override, e.g. "2GiB"
+  double comm_timeout = 30;
+  std::string impl = "reference";
+  // model
+  int layers = 2;
+  int dim = 64;
+  int heads = 4;
+  int seq = 32;
+  // training
+  int steps = 150;
+  int batch = 16;
+  std::string task = "markov";
+  std::string data_file = "";
+  std::string optimizer = "adamw";
+  double lr = 3e-3;
+  uint64_t seed = 1234;
+  std::string checkpoint = "";
+  std::string resume = "";
+  // output
+  std::string trace_path = "";
+  bool viz = false;
+  bool quiet = false;
+  int log_every = 0;  // 0 = about 10 lines per run
+
+  WorldOptions world_options() const;  // validated; throws UsageError
+  nlohmann::json to_json() const;
+};
+
+struct LessonDefaults {
+  int ranks = 1;
+  int steps = 150;
+  int batch = 16;
+  int layers = 2;
+  bool model_options = true;  // lessons that train the GPT
+};
+
+class Lesson {
+ public:
+  virtual ~Lesson() = default;
+  virtual std::string name() const = 0;
+  virtual std::string summary() const = 0;
+  virtual LessonDefaults defaults() const { return {}; }
+  // Adds the lesson's own options to its command (the common ones are added for it).
+  virtual void add_options(CLI::App& app) { (void)app; }
+  // Runs the lesson; returns the process exit code. Throws UsageError for impossible configs.
+  virtual int run(const CommonOptions& common, std::ostream& out) = 0;
+};
+
+// Every lesson, in teaching order.
+std::vector<std::unique_ptr<Lesson>> all_lessons();
+
+// Adds the shared options to a lesson's command, with the lesson's defaults.
+void add_common_options(CLI::App& app, CommonOptions& common, const LessonDefaults& defaults);
+
+// "2GiB", "512MiB", "1e9" -> bytes; throws UsageError.
+int64_t parse_bytes(const std::string& text);
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,87 @@
+// The rank context: kernels advance the modeled clock by their roofline cost; compute scopes
+// become one trace event; profiles load from presets and JSON with clear errors.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/context.h"
+
+using namespace mgpu;
+
+TEST_CASE("kernels cost launch + max(flops/peak, bytes/bandwidth) on the modeled clock", "[runtime]") {
+  HardwareProfile p = HardwareProfile::ideal(0);
+  p.peak_flops = 1e12;
+  p.mem_bandwidth = 1e11;
+  p.launch_overhead = 1e-6;
+  RankContext ctx(0, 1, Device::cpu(), p, ClockKind::modeled);
+  ScopedRank g(ctx);
+  { KernelScope k("math_bound", 2e9, 1e3); }       // 2 ms of math
+  CHECK(ctx.clock.compute_now() == Approx(1e-6 + 2e-3).epsilon(1e-12));
+  { KernelScope k("memory_bound", 1e3, 1e9); }     // 10 ms of memory traffic
+  CHECK(ctx.clock.compute_now() == Approx(2e-6 + 12e-3).epsilon(1e-12));
+  REQUIRE(ctx.tracer.events().size() == 2);  // no scope open: each kernel is its own event
+  CHECK(ctx.tracer.events()[1].name == "memory_bound");
+  CHECK(ctx.tracer.events()[1].start == ctx.tracer.events()[0].end());
+}
+
+TEST_CASE("a compute scope becomes one event holding its kernels' work", "[runtime]") {
+  RankContext ctx(0, 1, Device::cpu(), HardwareProfile::ideal(1e-3), ClockKind::modeled);
+  ScopedRank g(ctx);
+  {
+    ComputeScope s({.name = "fwd", .cat = trace::cat::forward, .microbatch = 3, .layer = 1});
+    KernelScope a("a", 10, 100);
+    KernelScope b("b", 20, 200);
+  }
+  REQUIRE(ctx.tracer.events().size() == 1);
+  const trace::Event& e = ctx.tracer.events()[0];
+  CHECK(e.name == "fwd");
+  CHECK(e.microbatch == 3);
+  CHECK(e.layer == 1);
+  CHECK(e.dur == Approx(2e-3));
+  CHECK(e.flops == 30);
+  CHECK(e.bytes == 300);
+  {
+    StepScope step(0);
+    KernelScope k("c", 0, 0);
+  }
+  CHECK(ctx.tracer.events().back().lane == trace::Lane::step);
+  CHECK(ctx.tracer.events().back().dur == Approx(1e-3));
+}
+
+TEST_CASE("wall clock scopes measure real time and never go backwards", "[runtime]") {
+  RankContext ctx(0, 1, Device::cpu(), HardwareProfile::ideal(1.0), ClockKind::wall);
+  ScopedRank g(ctx);
+  { KernelScope k("k", 0, 0); }  // a 1 s modeled kernel must not cost 1 s of wall time
+  CHECK(ctx.clock.compute_now() < 0.5);
+  CHECK(ctx.tracer.events().at(0).dur >= 0);
+}
+
+TEST_CASE("profiles: presets, JSON round trip, links, clear errors", "[runtime][profile]") {
+  for (auto& name : HardwareProfile::preset_names()) {
+    HardwareProfile p = HardwareProfile::load(name);
+    CHECK(p.name == name);
+    HardwareProfile q = HardwareProfile::from_json(p.to_json());
+    CHECK(q.peak_flops == Approx(p.peak_flops));
+    CHECK(q.intra_node.bandwidth == Approx(p.intra_node.bandwidth));
+    CHECK(q.memory_capacity == p.memory_capacity);
+  }
+  HardwareProfile two_nodes = HardwareProfile::load("2x8xH100-IB");
+  CHECK(two_nodes.link(0, 7).name == two_nodes.intra_node.name);
+  CHECK(two_nodes.link(7, 8).name == two_nodes.inter_node.name);
+  CHECK(two_nodes.transfer_time(0, 8, 50e9) == Approx(1.0 + 5e-6));
+
+  CHECK_THROWS_WITH(HardwareProfile::load("9xH100"), Catch::Contains("unknown profile '9xH100'") &&
+                                                          Catch::Contains("8xH100-NVLink"));
+  auto dir = std::filesystem::temp_directory_path();
+  auto bad = dir / "mgpu_bad_profile.json";
+  std::ofstream(bad) << "{ \"peak_TFLOPs\": 1 ";
+  CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("not valid JSON"));
+  std::ofstream(bad) << R"({"peak_TFLOPs": 1, "mem_bandwidth_GBps": -5, "intra_node": {"bandwidth_GBps": 1, "latency_us": 1}})";
+  CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("mem_bandwidth_GBps must be >= 0"));
+  std::ofstream(bad) << R"({"peak_TFLOPs": 1})";
+  CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("needs peak_TFLOPs"));
+  std::filesystem::remove(bad);
+}
