@@ -1,0 +1,14 @@
+// Every lesson, in teaching order. Adding a lesson: write lessons/NAME.cpp with a Lesson
+// subclass and a make_NAME_lesson() factory, then list it here.
+#include "lessons/lesson.h"
+#include "lessons/single_device.h"
+
+namespace mgpu::lessons {
+
+std::vector<std::unique_ptr<Lesson>> all_lessons() {
+  std::vector<std::unique_ptr<Lesson>> lessons;
+  lessons.push_back(make_single_device_lesson());
+  return lessons;
+}
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,123 @@
+#include "lessons/training.h"
+
+#include <cmath>
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/trace/chrome_trace.h"
+#include "lessons/viz_command.h"
+
+namespace mgpu::lessons {
+
+std::unique_ptr<data::Task> make_task(const CommonOptions& c) {
+  data::TaskOptions opt;
+  opt.seq_len = c.seq;
+  std::string name = c.task;
+  if (!c.data_file.empty()) {
+    name = "text";
+    opt.path = c.data_file;
+  } else if (name == "text") {
+    throw UsageError("--task text needs a file: add --data path/to/file.txt");
+  }
+  return data::make_task(name, c.seed, opt);
+}
+
+GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
+  GPTConfig cfg;
+  cfg.vocab = task.vocab_size();
+  cfg.seq_len = c.seq;
+  cfg.layers = c.layers;
+  cfg.dim = c.dim;
+  cfg.heads = c.heads;
+  cfg.seed = c.seed;
+  cfg.validate();  // std::invalid_argument -> exit 2 with its one line
+  return cfg;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params) {
+  if (c.optimizer == "sgd") {
+    SGDOptions o;
+    o.lr = static_cast<float>(c.lr);
+    return std::make_unique<SGD>(whole_params(params), o);
+  }
+  AdamWOptions o;
+  o.lr = static_cast<float>(c.lr);
+  o.weight_decay = 0.0f;  // keeps the equivalence tests exact and the lessons simple
+  return std::make_unique<AdamW>(whole_params(params), o);
+}
+
+LossLog::LossLog(const CommonOptions& c, std::ostream& out)
+    : out_(out), steps_(c.steps), quiet_(c.quiet) {
+  every_ = c.log_every > 0 ? c.log_every : std::max(1, c.steps / 10);
+}
+
+void LossLog::record(int step, float loss) {
+  losses_.push_back(loss);
+  bool last = step + 1 == steps_;
+  if (quiet_ || !(step % every_ == 0 || last)) return;
+  int width = static_cast<int>(std::to_string(steps_).size());
+  fmt::print(out_, "  step {:>{}}/{}  loss {:.4f}\n", step + 1, width, steps_, loss);
+  out_.flush();
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n < 0 ? -n : n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return (n < 0 ? "-" : "") + s;
+}
+
+std::string format_seconds(double s) {
+  double a = std::abs(s);
+  if (a >= 1) return fmt::format("{:.3f} s", s);
+  if (a >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  if (a >= 1e-6) return fmt::format("{:.3f} us", s * 1e6);
+  return fmt::format("{:.1f} ns", s * 1e9);
+}
+
+std::string describe_model(const GPTConfig& cfg, int64_t params) {
+  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters", cfg.layers,
+                     cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params));
+}
+
+std::string describe_world(const WorldOptions& w) {
+  std::string dev = w.device == DeviceKind::cpu       ? "CPU virtual GPU"
+                    : w.device == DeviceKind::phantom ? "phantom GPU (shapes only)"
+                                                      : "CUDA GPU";
+  std::string s = fmt::format("{} x{}, clock {}", dev, w.ranks, clock_name(w.clock));
+  if (w.clock == ClockKind::modeled)
+    s += fmt::format(" on {} ({:.0f} TFLOP/s, {:.0f} GB/s, {} link)", w.profile.name,
+                     w.profile.peak_flops / 1e12, w.profile.mem_bandwidth / 1e9,
+                     w.profile.intra_node.name);
+  return s;
+}
+
+void print_memory(std::ostream& out, World& world) {
+  fmt::print(out, "memory per rank (current / peak):\n");
+  fmt::print(out, "  {:<6}", "rank");
+  for (int c = 0; c < kNumMemCategories; ++c)
+    fmt::print(out, " {:>21}", category_name(static_cast<MemCategory>(c)));
+  fmt::print(out, " {:>12}\n", "peak total");
+  for (int r = 0; r < world.size(); ++r) {
+    if (world.is_mpi() && r != world.rank(r).rank) continue;
+    MemoryStats s = world.rank(r).allocator.stats();
+    fmt::print(out, "  {:<6}", r);
+    for (int c = 0; c < kNumMemCategories; ++c)
+      fmt::print(out, " {:>21}", fmt::format("{} / {}", format_bytes(s.current[c]), format_bytes(s.peak[c])));
+    fmt::print(out, " {:>12}\n", format_bytes(s.peak_total));
+  }
+}
+
+int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
+                 std::ostream& out) {
+  if (!c.trace_path.empty()) {
+    trace::write_chrome_trace(trace, c.trace_path);
+    fmt::print(out, "trace: {} ({} events; open with `mgpu viz {}` or in Perfetto)\n", c.trace_path,
+               trace.events.size(), c.trace_path);
+  }
+  if (c.viz) return show_trace(trace, lesson, std::cerr);
+  return 0;
+}
+
+}  // namespace mgpu::lessons

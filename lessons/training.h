@@ -1,0 +1,53 @@
+// What the training lessons share: building the model, data and optimizer from the common
+// options, printing progress, and the end-of-run summary (loss, throughput, memory, timeline).
+#pragma once
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/data/task.h"
+#include "core/model/gpt.h"
+#include "core/optim/optimizer.h"
+#include "core/trace/event.h"
+#include "lessons/lesson.h"
+
+namespace mgpu::lessons {
+
+// The task named by --task/--data, and the model config that fits it.
+std::unique_ptr<data::Task> make_task(const CommonOptions& c);
+GPTConfig model_config(const CommonOptions& c, const data::Task& task);
+std::unique_ptr<Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
+
+// Prints "step  k/N  loss x.xxxx" about ten times per run (or every --log-every steps).
+class LossLog {
+ public:
+  LossLog(const CommonOptions& c, std::ostream& out);
+  void record(int step, float loss);  // step counts from 0
+  const std::vector<float>& losses() const { return losses_; }
+
+ private:
+  std::ostream& out_;
+  int steps_, every_;
+  bool quiet_;
+  std::vector<float> losses_;
+};
+
+// "model: 2 layers, dim 64, 4 heads, seq 32, vocab 64 -> 101,248 parameters"
+std::string describe_model(const GPTConfig& cfg, int64_t params);
+// "device: cpu virtual GPU x4, clock modeled on 8xH100-NVLink (495 TFLOP/s, ...)"
+std::string describe_world(const WorldOptions& w);
+
+// Per-rank memory table from the allocators: current and peak by category.
+void print_memory(std::ostream& out, World& world);
+
+// Writes the trace (if --trace), prints where it went, and opens the dashboard (if --viz).
+int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
+                 std::ostream& out);
+
+// 12345678 -> "12,345,678"
+std::string with_commas(int64_t n);
+// seconds -> "1.23 ms" / "4.56 us" / "2.10 s"
+std::string format_seconds(double s);
+
+}  // namespace mgpu::lessons
