@@ -49,6 +49,13 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Raised in a rank's pending communication when another rank of the world has already failed;
+// World::run reports that other rank's error, not this one.
+class Aborted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;

@@ -1,0 +1,67 @@
+// The backend-independent parts of comm: chunking, Work, reduce-op names and the exercise seams.
+#include "core/comm/comm.h"
+
+#include <optional>
+#include <stdexcept>
+
+#include "core/comm/seams.h"
+
+namespace mgpu::comm {
+
+const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "avg"; }
+
+std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index) {
+  if (parts <= 0 || index < 0 || index >= parts)
+    throw std::out_of_range("chunk_range: index " + std::to_string(index) + " of " +
+                            std::to_string(parts) + " parts");
+  // The first n % parts chunks get one extra element, so chunks differ by at most one.
+  int64_t base = n / parts, extra = n % parts;
+  int64_t begin = index * base + std::min<int64_t>(index, extra);
+  int64_t size = base + (index < extra ? 1 : 0);
+  return {begin, begin + size};
+}
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    try {
+      wait();
+    } catch (...) {  // a move-assignment cannot throw; the error was reported on another path
+    }
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+Work::~Work() {
+  try {
+    wait();
+  } catch (...) {  // destructors must not throw; an unwaited failed op is reported elsewhere
+  }
+}
+
+void Work::wait() {
+  if (!impl_) return;
+  // Release first so a throwing wait() is not retried by the destructor.
+  std::unique_ptr<Impl> impl = std::move(impl_);
+  impl->wait();
+}
+
+namespace {
+std::optional<CommSeams>& installed_seams() {
+  static std::optional<CommSeams> seams;
+  return seams;
+}
+}  // namespace
+
+void install_comm_seams(CommSeams seams) { installed_seams() = std::move(seams); }
+
+const CommSeams& comm_seams() {
+  const auto& seams = installed_seams();
+  if (!seams || !seams->all_reduce)
+    throw std::logic_error(
+        "comm seam 'all_reduce' is not installed: call mgpu::reference::install_seams() or "
+        "mgpu::mine::install_seams() before running collectives");
+  return *seams;
+}
+
+}  // namespace mgpu::comm

@@ -1,0 +1,23 @@
+// Collective algorithms written on top of Comm::send/recv, one small file each. They work on any
+// backend's Comm (the local backend uses them; the ring all-reduce itself is an exercise and
+// lives in solutions/ring_all_reduce.cpp, reached through comm_seams()).
+#pragma once
+#include "core/comm/comm.h"
+
+namespace mgpu::comm::local {
+
+// Ring reduce-scatter, in place: afterwards chunk_range(n, N, r) of `buffer` on rank r holds the
+// sum of that chunk over all ranks (other chunks hold partial sums). N-1 steps.
+void ring_reduce_scatter(Comm& comm, Tensor& buffer);
+// Ring all-gather, in place: rank r's chunk r is valid on entry; all chunks are on exit. N-1 steps.
+void ring_all_gather(Comm& comm, Tensor& buffer);
+// Binomial-tree broadcast from `root`: ceil(log2 N) rounds.
+void tree_broadcast(Comm& comm, Tensor& t, int root);
+// Dissemination barrier: ceil(log2 N) rounds of empty messages.
+void dissemination_barrier(Comm& comm);
+
+// Elementwise helpers (no-ops on phantom tensors, which have shapes but no data).
+void add_into(Tensor& acc, const Tensor& x);
+void scale(Tensor& t, float factor);
+
+}  // namespace mgpu::comm::local

@@ -1,0 +1,330 @@
+// The local backend: ranks are threads of one process. Messages are copied into per-(src, dst,
+// tag) FIFO mailboxes; every collective is an algorithm on top of send/recv (algorithms.h, and
+// the all-reduce seam), so its modeled time emerges from its messages.
+//
+// Modeled clock: a message carries its sender's issue time; the sender's comm lane is busy for
+// the transfer; a receive ends at max(posted, sent + transfer). Blocking ops then make the
+// compute lane wait; async ones do so in Work::wait().
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/comm/local/algorithms.h"
+#include "core/comm/local/local_world.h"
+#include "core/comm/seams.h"
+
+namespace mgpu::comm::local {
+
+namespace {
+
+void copy_bytes(void* dst, const void* src, int64_t bytes, DeviceKind kind) {
+  if (bytes == 0) return;
+  if (kind == DeviceKind::cuda)
+    device_memory_hooks(DeviceKind::cuda).copy(dst, src, bytes);
+  else
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+Message pack(const Tensor& t, double sent) {
+  Message m;
+  m.bytes = t.bytes();
+  m.sent = sent;
+  if (t.has_data() && m.bytes > 0) {
+    m.payload.resize(static_cast<size_t>(m.bytes));
+    copy_bytes(m.payload.data(), t.raw(), m.bytes, t.device().kind);
+  }
+  return m;
+}
+
+// What a member called, as compared across members and printed in mismatch errors.
+std::string describe_call(const char* kind, const Tensor* t, const ReduceOp* op, int root = -1) {
+  std::string s = fmt::format("{}(", kind);
+  if (t) s += fmt::format("count={}, {}", t->numel(), dtype_name(t->dtype()));
+  if (op) s += fmt::format(", {}", reduce_op_name(*op));
+  if (root >= 0) s += fmt::format(", root={}", root);
+  return s + ")";
+}
+
+}  // namespace
+
+class LocalComm final : public Comm {
+ public:
+  LocalComm(std::shared_ptr<LocalWorld> world, RankContext* ctx, std::string group_key,
+            std::string name, std::vector<int> members, int rank)
+      : world_(std::move(world)),
+        ctx_(ctx),
+        group_key_(std::move(group_key)),
+        name_(std::move(name)),
+        members_(std::move(members)),
+        rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  int world_rank(int group_rank) const override { return members_.at(group_rank); }
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "local"; }
+
+  // ---- point-to-point ----
+  void send(const Tensor& t, int dst, int tag) override {
+    double end = post(t, dst, tag);
+    ctx_->clock.wait_compute_until(end);
+  }
+
+  void recv(Tensor& t, int src, int tag) override {
+    check_peer(src, "recv from");
+    MailboxKey key = mailbox(src, rank_, tag);
+    double posted = ctx_->clock.comm_issue_time();
+    double end = receive(t, key, world_->reserve(key), posted, src, tag);
+    ctx_->clock.wait_compute_until(end);
+  }
+
+  Work isend(const Tensor& t, int dst, int tag) override {
+    double end = post(t, dst, tag);
+    return wait_until(end);
+  }
+
+  Work irecv(Tensor& t, int src, int tag) override {
+    check_peer(src, "irecv from");
+    struct PendingRecv : Work::Impl {
+      LocalComm* comm;
+      Tensor target;  // shares storage with the caller's tensor
+      MailboxKey key;
+      int64_t ticket;
+      double posted;
+      int src, tag;
+      void wait() override {
+        double end = comm->receive(target, key, ticket, posted, src, tag);
+        comm->ctx_->clock.wait_compute_until(end);
+      }
+    };
+    auto pending = std::make_unique<PendingRecv>();
+    pending->comm = this;
+    pending->target = t;
+    pending->key = mailbox(src, rank_, tag);
+    pending->ticket = world_->reserve(pending->key);
+    pending->posted = ctx_->clock.comm_issue_time();
+    pending->src = src;
+    pending->tag = tag;
+    return Work(std::move(pending));
+  }
+
+  // ---- collectives ----
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    ctx_->clock.wait_compute_until(all_reduce_on_comm_lane(t, op));
+  }
+
+  Work all_reduce_async(Tensor& t, ReduceOp op) override {
+    // Runs now, in this thread, but on the modeled clock only the comm lane is busy until the
+    // caller waits: that is what lets DDP overlap gradient buckets with backward compute.
+    return wait_until(all_reduce_on_comm_lane(t, op));
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    auto [begin, end] = chunk_range(in.numel(), size(), rank_);
+    if (out.numel() != end - begin)
+      throw CommError(fmt::format("reduce_scatter on rank {} of group {}: out has {} elements, "
+                                  "expected chunk_range({}, {}, {}) = {}",
+                                  rank_, name_, out.numel(), in.numel(), size(), rank_,
+                                  end - begin));
+    double finish = collective("reduce_scatter", describe_call("reduce_scatter", &in, &op),
+                               in.bytes(), [&] {
+                                 Tensor work = Tensor::empty(in.shape(), MemCategory::comm_buffers,
+                                                             in.dtype(), &ctx_->allocator);
+                                 work.copy_from(in);
+                                 ring_reduce_scatter(*this, work);
+                                 out.copy_from(work.flat_range(begin, end));
+                                 if (op == ReduceOp::avg) scale(out, 1.0f / size());
+                               });
+    ctx_->clock.wait_compute_until(finish);
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    auto [begin, end] = chunk_range(out.numel(), size(), rank_);
+    if (in.numel() != end - begin)
+      throw CommError(fmt::format("all_gather on rank {} of group {}: in has {} elements, "
+                                  "expected chunk_range({}, {}, {}) = {}",
+                                  rank_, name_, in.numel(), out.numel(), size(), rank_,
+                                  end - begin));
+    double finish =
+        collective("all_gather", describe_call("all_gather", &out, nullptr), out.bytes(), [&] {
+          Tensor mine = out.flat_range(begin, end);
+          mine.copy_from(in);
+          ring_all_gather(*this, out);
+        });
+    ctx_->clock.wait_compute_until(finish);
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    check_peer(root, "broadcast from root");
+    double finish = collective("broadcast", describe_call("broadcast", &t, nullptr, root),
+                               t.bytes(), [&] { tree_broadcast(*this, t, root); });
+    ctx_->clock.wait_compute_until(finish);
+  }
+
+  void barrier() override {
+    double finish = collective("barrier", describe_call("barrier", nullptr, nullptr), 0,
+                               [&] { dissemination_barrier(*this); });
+    ctx_->clock.wait_compute_until(finish);
+  }
+
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
+    int64_t seq = seq_++;
+    world_->check_collective(group_key_, name_, seq, size(), my_world_rank(), "split()");
+    auto values = world_->exchange(
+        group_key_, seq, members_, rank_, {color, key},
+        fmt::format("waits in split #{} of group {}", seq, name_));
+    if (color < 0) return nullptr;  // like MPI_UNDEFINED: this rank joins no group
+    std::vector<std::pair<int, int>> chosen;  // (key, world rank)
+    for (int i = 0; i < size(); ++i)
+      if (values[i].first == color) chosen.emplace_back(values[i].second, members_[i]);
+    std::sort(chosen.begin(), chosen.end());
+    std::vector<int> members;
+    int my_rank = 0;
+    for (auto [k, w] : chosen) {
+      if (w == my_world_rank()) my_rank = static_cast<int>(members.size());
+      members.push_back(w);
+    }
+    return std::make_unique<LocalComm>(
+        world_, ctx_, fmt::format("{}/{}:{}", group_key_, seq, color),
+        name.empty() ? fmt::format("{}.{}", name_, color) : name, std::move(members), my_rank);
+  }
+
+ private:
+  int my_world_rank() const { return members_[rank_]; }
+
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size())
+      throw CommError(fmt::format("rank {} of group {} ({} ranks): {} rank {} is out of range",
+                                  rank_, name_, size(), what, peer));
+  }
+
+  MailboxKey mailbox(int src, int dst, int tag) const {
+    return {group_key_, world_rank(src), world_rank(dst), tag, depth_ > 0};
+  }
+
+  // Copies t into dst's mailbox; returns when the transfer ends on the modeled clock.
+  double post(const Tensor& t, int dst, int tag) {
+    check_peer(dst, "send to");
+    RankClock& clock = ctx_->clock;
+    double sent = clock.comm_issue_time();
+    double transfer = ctx_->profile.transfer_time(my_world_rank(), world_rank(dst), t.bytes());
+    world_->post(mailbox(rank_, dst, tag), pack(t, sent));
+    double end = clock.modeled() ? sent + transfer : clock.wall_now();
+    clock.wait_comm_until(end);
+    record_p2p("send", dst, t.bytes(), sent, end);
+    return end;
+  }
+
+  double receive(Tensor& t, const MailboxKey& key, int64_t ticket, double posted, int src,
+                 int tag) {
+    std::string what =
+        depth_ > 0 ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
+                   : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src,
+                                 tag, name_);
+    Message m = world_->take(key, ticket, my_world_rank(), what);
+    if (m.bytes != t.bytes())
+      throw CommError(fmt::format(
+          "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",
+          my_world_rank(), m.bytes, key.src, tag, name_, t.bytes()));
+    if (t.has_data() && !m.payload.empty())
+      copy_bytes(t.raw(), m.payload.data(), m.bytes, t.device().kind);
+    RankClock& clock = ctx_->clock;
+    double transfer = ctx_->profile.transfer_time(key.src, key.dst, m.bytes);
+    double end = clock.modeled() ? std::max(posted, m.sent + transfer) : clock.wall_now();
+    clock.wait_comm_until(end);
+    record_p2p("recv", src, m.bytes, posted, end);
+    return end;
+  }
+
+  void record_p2p(const char* op, int peer, int64_t bytes, double start, double end) {
+    if (depth_ > 0) return;  // part of a collective, which records one event for all of it
+    trace::Event e;
+    e.name = op;
+    e.op = op;
+    e.cat = trace::cat::comm;
+    e.lane = trace::Lane::comm;
+    e.start = start;
+    e.dur = end - start;
+    e.peer = world_rank(peer);
+    e.bytes = bytes;
+    e.group = name_;
+    ctx_->tracer.record(std::move(e));
+  }
+
+  double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
+    return collective("all_reduce", describe_call("all_reduce", &t, &op), t.bytes(),
+                      [&] { comm_seams().all_reduce(*this, t, op); });
+  }
+
+  // Checks the call against the other members, runs `body` (sends/recvs on the comm lane),
+  // records one trace event, and returns the collective's end time on this rank.
+  template <class Body>
+  double collective(const char* kind, const std::string& call, int64_t bytes, Body&& body) {
+    RankClock& clock = ctx_->clock;
+    if (depth_ > 0) {  // a collective used inside another one is part of it
+      body();
+      return clock.comm_now();
+    }
+    int64_t seq = seq_++;
+    world_->check_collective(group_key_, name_, seq, size(), my_world_rank(), call);
+    double start = clock.comm_issue_time();
+    collective_label_ = fmt::format("{} #{} of group {}", kind, seq, name_);
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
+    body();
+    double end = clock.modeled() ? std::max(start, clock.comm_now()) : clock.wall_now();
+    clock.wait_comm_until(end);
+    trace::Event e;
+    e.name = kind;
+    e.op = kind;
+    e.cat = trace::cat::comm;
+    e.lane = trace::Lane::comm;
+    e.start = start;
+    e.dur = end - start;
+    e.bytes = bytes;
+    e.group = name_;
+    e.seq = seq;
+    ctx_->tracer.record(std::move(e));
+    return end;
+  }
+
+  // A Work whose wait() makes the compute lane wait for `end`.
+  Work wait_until(double end) {
+    struct Done : Work::Impl {
+      RankClock* clock;
+      double end;
+      void wait() override { clock->wait_compute_until(end); }
+    };
+    auto done = std::make_unique<Done>();
+    done->clock = &ctx_->clock;
+    done->end = end;
+    return Work(std::move(done));
+  }
+
+  std::shared_ptr<LocalWorld> world_;
+  RankContext* ctx_;
+  std::string group_key_;     // unique id shared by the members (mailboxes and checks use it)
+  std::string name_;          // for people: "world", "dp0"
+  std::vector<int> members_;  // world ranks, in group-rank order
+  int rank_;
+  int64_t seq_ = 0;  // this group's collective counter (same on every member)
+  int depth_ = 0;    // > 0 while inside a collective
+  std::string collective_label_;
+};
+
+std::vector<std::unique_ptr<Comm>> make_local_world_comms(std::shared_ptr<LocalWorld> world,
+                                                          const std::vector<RankContext*>& ranks) {
+  std::vector<int> members(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) members[r] = static_cast<int>(r);
+  std::vector<std::unique_ptr<Comm>> comms;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    comms.push_back(std::make_unique<LocalComm>(world, ranks[r], "world", "world", members,
+                                                static_cast<int>(r)));
+  return comms;
+}
+
+}  // namespace mgpu::comm::local

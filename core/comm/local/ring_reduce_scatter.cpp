@@ -1,0 +1,26 @@
+// Ring reduce-scatter. Each step every rank sends one chunk to its right neighbour and adds the
+// chunk arriving from its left neighbour; after N-1 steps each chunk has visited every rank.
+// The chunk indices are shifted so that rank r ends up owning chunk r.
+#include "core/comm/local/algorithms.h"
+
+namespace mgpu::comm::local {
+
+void ring_reduce_scatter(Comm& comm, Tensor& buffer) {
+  const int n = comm.size(), r = comm.rank();
+  const int right = (r + 1) % n, left = (r - 1 + n) % n;
+  auto chunk = [&](int index) {
+    auto [begin, end] = chunk_range(buffer.numel(), n, ((index % n) + n) % n);
+    return buffer.flat_range(begin, end);
+  };
+  for (int step = 0; step < n - 1; ++step) {
+    Tensor outgoing = chunk(r - step - 1);
+    Tensor accumulate = chunk(r - step - 2);
+    Tensor incoming =
+        Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, buffer.dtype());
+    comm.send(outgoing, right);
+    comm.recv(incoming, left);
+    add_into(accumulate, incoming);
+  }
+}
+
+}  // namespace mgpu::comm::local

@@ -1,0 +1,372 @@
+// The MPI backend: each process is one rank. Data moves with MPI (non-blocking calls polled
+// with MPI_Test, so a stuck wait becomes a clear timeout instead of a hang). On the modeled
+// clock, p2p messages carry their send time in a small header; collectives agree on their start
+// (MPI_Allreduce max of the members' issue times) and charge the alpha-beta time of the ring
+// (or tree) algorithm the local backend would run.
+#include "core/comm/mpi/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace mgpu::comm::mpi {
+
+namespace {
+
+void check(int code, const char* what) {
+  if (code != MPI_SUCCESS) throw CommError(fmt::format("{} failed (MPI error {})", what, code));
+}
+
+float* host_floats(Tensor& t) { return t.has_data() && t.numel() > 0 ? t.f32() : nullptr; }
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm comm, RankContext* ctx, std::string name, double timeout)
+      : comm_(comm), ctx_(ctx), name_(std::move(name)), timeout_(timeout) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Comm_group(comm_, &group);
+    std::vector<int> mine(size_);
+    for (int i = 0; i < size_; ++i) mine[i] = i;
+    world_ranks_.resize(size_);
+    MPI_Group_translate_ranks(group, size_, mine.data(), world_group, world_ranks_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+  }
+  ~MpiComm() override {
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int world_rank(int group_rank) const override { return world_ranks_.at(group_rank); }
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "mpi"; }
+
+  void send(const Tensor& t, int dst, int tag) override {
+    ctx_->clock.wait_compute_until(post(t, dst, tag));
+  }
+  void recv(Tensor& t, int src, int tag) override {
+    ctx_->clock.wait_compute_until(receive(t, src, tag));
+  }
+  // Eager: the message is handed to MPI now (a copy with its header), so wait() has no data
+  // left to move; it only advances the modeled compute lane.
+  Work isend(const Tensor& t, int dst, int tag) override { return wait_until(post(t, dst, tag)); }
+  Work irecv(Tensor& t, int src, int tag) override {
+    struct Pending : Work::Impl {
+      MpiComm* comm;
+      Tensor target;
+      int src, tag;
+      void wait() override {
+        comm->ctx_->clock.wait_compute_until(comm->receive(target, src, tag));
+      }
+    };
+    auto p = std::make_unique<Pending>();
+    p->comm = this;
+    p->target = t;
+    p->src = src;
+    p->tag = tag;
+    return Work(std::move(p));
+  }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    ctx_->clock.wait_compute_until(all_reduce_comm_lane(t, op));
+  }
+  Work all_reduce_async(Tensor& t, ReduceOp op) override {
+    return wait_until(all_reduce_comm_lane(t, op));
+  }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    std::vector<int> counts(size_);
+    for (int r = 0; r < size_; ++r) {
+      auto [b, e] = chunk_range(in.numel(), size_, r);
+      counts[r] = static_cast<int>(e - b);
+    }
+    double end = collective("reduce_scatter", in.bytes(), (size_ - 1.0) / size_, size_ - 1, [&] {
+      Tensor src = in;
+      MPI_Request req;
+      check(MPI_Ireduce_scatter(host_floats(src), host_floats(out), counts.data(), MPI_FLOAT,
+                                MPI_SUM, comm_, &req),
+            "MPI_Ireduce_scatter");
+      wait(req, "reduce_scatter");
+      if (op == ReduceOp::avg) divide(out);
+    });
+    ctx_->clock.wait_compute_until(end);
+  }
+  void all_gather(const Tensor& in, Tensor& out) override {
+    std::vector<int> counts(size_), displs(size_);
+    for (int r = 0; r < size_; ++r) {
+      auto [b, e] = chunk_range(out.numel(), size_, r);
+      counts[r] = static_cast<int>(e - b);
+      displs[r] = static_cast<int>(b);
+    }
+    double end = collective("all_gather", out.bytes(), (size_ - 1.0) / size_, size_ - 1, [&] {
+      Tensor src = in;
+      MPI_Request req;
+      check(MPI_Iallgatherv(host_floats(src), counts[rank_], MPI_FLOAT, host_floats(out),
+                            counts.data(), displs.data(), MPI_FLOAT, comm_, &req),
+            "MPI_Iallgatherv");
+      wait(req, "all_gather");
+    });
+    ctx_->clock.wait_compute_until(end);
+  }
+  void broadcast(Tensor& t, int root) override {
+    int rounds = static_cast<int>(std::ceil(std::log2(std::max(size_, 1))));
+    double end = collective("broadcast", t.bytes(), rounds, rounds, [&] {
+      MPI_Request req;
+      check(MPI_Ibcast(host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT, root, comm_, &req),
+            "MPI_Ibcast");
+      wait(req, "broadcast");
+    });
+    ctx_->clock.wait_compute_until(end);
+  }
+  void barrier() override {
+    int rounds = static_cast<int>(std::ceil(std::log2(std::max(size_, 1))));
+    double end = collective("barrier", 0, 0, rounds, [&] {
+      MPI_Request req;
+      check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+      wait(req, "barrier");
+    });
+    ctx_->clock.wait_compute_until(end);
+  }
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
+    MPI_Comm sub;
+    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
+    if (sub == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiComm>(sub, ctx_,
+                                     name.empty() ? fmt::format("{}.{}", name_, color) : name,
+                                     timeout_);
+  }
+
+ private:
+  // Polls until `req` completes; past the timeout, names this rank and what it waited for.
+  void wait(MPI_Request& req, const std::string& what) {
+    auto start = std::chrono::steady_clock::now();
+    int done = 0;
+    while (true) {
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_) {
+        MPI_Cancel(&req);
+        throw CommError(fmt::format(
+            "timeout: rank {} waited more than {} s (comm_timeout) in {} of group {}; check that "
+            "every rank of the group makes the matching call",
+            world_rank(rank_), timeout_, what, name_));
+      }
+      std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
+    }
+  }
+
+  // Header: the sender's modeled issue time, then the payload.
+  double post(const Tensor& t, int dst, int tag) {
+    RankClock& clock = ctx_->clock;
+    double sent = clock.comm_issue_time();
+    std::vector<char> buffer(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
+    std::memcpy(buffer.data(), &sent, sizeof(double));
+    if (t.has_data() && t.bytes() > 0)
+      std::memcpy(buffer.data() + sizeof(double), t.raw(), static_cast<size_t>(t.bytes()));
+    MPI_Request req;
+    check(MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, dst, tag, comm_,
+                    &req),
+          "MPI_Isend");
+    wait(req, fmt::format("send to rank {} (tag {})", world_rank(dst), tag));
+    double transfer = ctx_->profile.transfer_time(world_rank(rank_), world_rank(dst), t.bytes());
+    double end = clock.modeled() ? sent + transfer : clock.wall_now();
+    clock.wait_comm_until(end);
+    record("send", world_rank(dst), t.bytes(), sent, end, -1);
+    return end;
+  }
+
+  double receive(Tensor& t, int src, int tag) {
+    RankClock& clock = ctx_->clock;
+    double posted = clock.comm_issue_time();
+    std::vector<char> buffer(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
+    MPI_Request req;
+    check(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, tag, comm_,
+                    &req),
+          "MPI_Irecv");
+    wait(req, fmt::format("recv from rank {} (tag {})", world_rank(src), tag));
+    double sent;
+    std::memcpy(&sent, buffer.data(), sizeof(double));
+    if (t.has_data() && t.bytes() > 0)
+      std::memcpy(t.raw(), buffer.data() + sizeof(double), static_cast<size_t>(t.bytes()));
+    double transfer = ctx_->profile.transfer_time(world_rank(src), world_rank(rank_), t.bytes());
+    double end = clock.modeled() ? std::max(posted, sent + transfer) : clock.wall_now();
+    clock.wait_comm_until(end);
+    record("recv", world_rank(src), t.bytes(), posted, end, -1);
+    return end;
+  }
+
+  double all_reduce_comm_lane(Tensor& t, ReduceOp op) {
+    return collective("all_reduce", t.bytes(), 2.0 * (size_ - 1) / size_, 2 * (size_ - 1), [&] {
+      MPI_Request req;
+      check(MPI_Iallreduce(MPI_IN_PLACE, host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT,
+                           MPI_SUM, comm_, &req),
+            "MPI_Iallreduce");
+      wait(req, "all_reduce");
+      if (op == ReduceOp::avg) divide(t);
+    });
+  }
+
+  void divide(Tensor& t) {
+    if (float* v = host_floats(t))
+      for (int64_t i = 0; i < t.numel(); ++i) v[i] /= static_cast<float>(size_);
+  }
+
+  // Runs `body`; modeled time: starts when the last member issues it, and costs
+  // `messages` latencies plus `bytes * volume` over the slowest link of the ring.
+  template <class Body>
+  double collective(const char* kind, int64_t bytes, double volume, int messages, Body&& body) {
+    RankClock& clock = ctx_->clock;
+    double issue = clock.comm_issue_time(), start = issue;
+    int64_t seq = seq_++;
+    if (clock.modeled())
+      check(MPI_Allreduce(&issue, &start, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
+    body();
+    double end = clock.wall_now();
+    if (clock.modeled()) {
+      double alpha = 0, inv_bw = 0;
+      for (int r = 0; r < size_ && size_ > 1; ++r) {
+        const LinkSpec& l = ctx_->profile.link(world_rank(r), world_rank((r + 1) % size_));
+        alpha = std::max(alpha, l.latency);
+        inv_bw = std::max(inv_bw, l.bandwidth > 0 ? 1.0 / l.bandwidth : 0.0);
+      }
+      end = start + messages * alpha + static_cast<double>(bytes) * volume * inv_bw;
+      start = issue;  // the event spans from this rank's entry (waiting included)
+    }
+    clock.wait_comm_until(end);
+    record(kind, -1, bytes, start, end, seq);
+    return end;
+  }
+
+  void record(const char* op, int peer, int64_t bytes, double start, double end, int64_t seq) {
+    trace::Event e;
+    e.name = op;
+    e.op = op;
+    e.cat = trace::cat::comm;
+    e.lane = trace::Lane::comm;
+    e.start = start;
+    e.dur = end - start;
+    e.peer = peer;
+    e.bytes = bytes;
+    e.group = name_;
+    e.seq = seq;
+    ctx_->tracer.record(std::move(e));
+  }
+
+  Work wait_until(double end) {
+    struct Done : Work::Impl {
+      RankClock* clock;
+      double end;
+      void wait() override { clock->wait_compute_until(end); }
+    };
+    auto d = std::make_unique<Done>();
+    d->clock = &ctx_->clock;
+    d->end = end;
+    return Work(std::move(d));
+  }
+
+  MPI_Comm comm_;
+  RankContext* ctx_;
+  std::string name_;
+  double timeout_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  int64_t seq_ = 0;
+};
+
+nlohmann::json event_to_json(const trace::Event& e) {
+  return {{"name", e.name},   {"cat", e.cat},     {"rank", e.rank},  {"lane", int(e.lane)},
+          {"start", e.start}, {"dur", e.dur},     {"mb", e.microbatch}, {"layer", e.layer},
+          {"chunk", e.chunk}, {"step", e.step},   {"peer", e.peer},  {"bytes", e.bytes},
+          {"flops", e.flops}, {"group", e.group}, {"op", e.op},      {"seq", e.seq}};
+}
+
+trace::Event event_from_json(const nlohmann::json& j) {
+  trace::Event e;
+  e.name = j["name"];
+  e.cat = j["cat"];
+  e.rank = j["rank"];
+  e.lane = static_cast<trace::Lane>(j["lane"].get<int>());
+  e.start = j["start"];
+  e.dur = j["dur"];
+  e.microbatch = j["mb"];
+  e.layer = j["layer"];
+  e.chunk = j["chunk"];
+  e.step = j["step"];
+  e.peer = j["peer"];
+  e.bytes = j["bytes"];
+  e.flops = j["flops"];
+  e.group = j["group"];
+  e.op = j["op"];
+  e.seq = j["seq"];
+  return e;
+}
+
+}  // namespace
+
+Process init_process() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  Process p;
+  MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p.size);
+  return p;
+}
+
+std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds) {
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, &ctx, "world", timeout_seconds);
+}
+
+void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out) {
+  nlohmann::json j = {{"events", nlohmann::json::array()}, {"counters", nlohmann::json::array()}};
+  for (const auto& e : mine.events) j["events"].push_back(event_to_json(e));
+  for (const auto& c : mine.counters) j["counters"].push_back({{"rank", c.rank}, {"time", c.time}, {"bytes", c.bytes}});
+  std::string text = j.dump();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(size), displs(size);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lengths[r];
+  }
+  std::string all(rank == 0 ? total : 0, '\0');
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR,
+              0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  for (int r = 0; r < size; ++r) {
+    auto part = nlohmann::json::parse(all.substr(displs[r], lengths[r]));
+    for (const auto& e : part["events"]) root_out.events.push_back(event_from_json(e));
+    for (const auto& c : part["counters"]) {
+      trace::CounterSample s;
+      s.rank = c["rank"];
+      s.time = c["time"];
+      s.bytes = c["bytes"].get<std::array<int64_t, 6>>();
+      root_out.counters.push_back(s);
+    }
+  }
+}
+
+}  // namespace mgpu::comm::mpi

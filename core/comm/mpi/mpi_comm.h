@@ -1,0 +1,25 @@
+// The MPI backend: one rank per process, CPU tensors, MPI point-to-point and collectives behind
+// the Comm interface. Built only when MPI is found (MGPU_HAVE_MPI); MPI_Init happens only when a
+// World with backend mpi is made (i.e. under mpirun), so normal binaries never start MPI.
+#pragma once
+#include <memory>
+
+#include "core/comm/comm.h"
+#include "core/runtime/context.h"
+#include "core/trace/event.h"
+
+namespace mgpu::comm::mpi {
+
+struct Process {
+  int rank = 0;
+  int size = 1;
+};
+// MPI_Init_thread once per process (MPI_Finalize at exit); returns this process's rank and size.
+Process init_process();
+
+std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds);
+
+// Gathers every process's events and counters into `root_out` on rank 0 (as JSON strings).
+void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out);
+
+}  // namespace mgpu::comm::mpi

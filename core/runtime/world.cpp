@@ -1,0 +1,202 @@
+// World: starts one thread per rank (or, under mpirun, is one rank of a process world), installs
+// each rank's context, runs the user's function everywhere and turns the first failure into a
+// RankError after every rank has stopped (no orphan threads, no hang).
+#include "core/runtime/world.h"
+
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/comm/local/local_world.h"
+#ifdef MGPU_HAVE_MPI
+#include "core/comm/mpi/mpi_comm.h"
+#endif
+
+namespace mgpu {
+
+namespace {
+
+// mpirun / srun set these in every process they start.
+bool launched_by_mpi_launcher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+Device device_for_rank(DeviceKind kind, int rank) {
+  switch (kind) {
+    case DeviceKind::cpu: return Device::cpu(rank);
+    case DeviceKind::phantom: return Device::phantom(rank);
+    case DeviceKind::cuda: return Device::cuda(rank);  // shared-GPU mapping is the CUDA module's
+  }
+  return Device::cpu(rank);
+}
+
+}  // namespace
+
+struct World::Impl {
+  WorldOptions options;
+  bool mpi = false;
+  int world_size = 1;
+  int first_rank = 0;  // world rank of ranks[0] (non-zero under MPI)
+  std::vector<std::unique_ptr<RankContext>> ranks;
+  std::shared_ptr<comm::local::LocalWorld> local;
+  std::vector<std::unique_ptr<comm::Comm>> comms;
+
+  std::unique_ptr<RankContext> make_rank(int r, RankClock::Epoch epoch) const {
+    HardwareProfile profile = options.profile;
+    if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
+    auto ctx = std::make_unique<RankContext>(r, world_size, device_for_rank(options.device, r),
+                                             profile, options.clock, epoch);
+    ctx->profile = options.profile;  // the allocator keeps the overridden capacity
+    ctx->tracer.enabled = options.trace;
+    return ctx;
+  }
+};
+
+World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& w = *impl_;
+  w.options = std::move(options);
+  std::string backend = w.options.backend;
+  if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";
+  auto epoch = std::chrono::steady_clock::now();
+
+  if (backend == "mpi") {
+#ifdef MGPU_HAVE_MPI
+    auto process = comm::mpi::init_process();
+    w.mpi = true;
+    w.world_size = process.size;
+    w.first_rank = process.rank;
+    w.options.ranks = process.size;
+    w.ranks.push_back(w.make_rank(process.rank, epoch));
+    w.comms.push_back(comm::mpi::make_world_comm(*w.ranks[0], w.options.comm_timeout));
+    w.ranks[0]->comm = w.comms[0].get();
+    return;
+#else
+    throw std::invalid_argument("backend 'mpi' requested but this build has no MPI "
+                                "(install libopenmpi-dev openmpi-bin and reconfigure)");
+#endif
+  }
+  if (backend != "local")
+    throw std::invalid_argument(fmt::format(
+        "backend '{}' is not available for a thread world; use auto, local or mpi", backend));
+  if (w.options.ranks < 1 || w.options.ranks > 64)
+    throw std::invalid_argument(
+        fmt::format("a thread world has 1 to 64 ranks, not {}", w.options.ranks));
+  w.world_size = w.options.ranks;
+  std::vector<RankContext*> contexts;
+  for (int r = 0; r < w.world_size; ++r) {
+    w.ranks.push_back(w.make_rank(r, epoch));
+    contexts.push_back(w.ranks.back().get());
+  }
+  w.local = std::make_shared<comm::local::LocalWorld>(w.world_size, w.options.comm_timeout);
+  w.comms = comm::local::make_local_world_comms(w.local, contexts);
+  for (int r = 0; r < w.world_size; ++r) w.ranks[r]->comm = w.comms[r].get();
+}
+
+World::~World() = default;
+
+int World::size() const { return impl_->world_size; }
+const WorldOptions& World::options() const { return impl_->options; }
+bool World::is_mpi() const { return impl_->mpi; }
+bool World::is_root() const { return impl_->first_rank == 0; }
+
+RankContext& World::rank(int r) {
+  int local = r - impl_->first_rank;
+  if (local < 0 || local >= static_cast<int>(impl_->ranks.size()))
+    throw std::out_of_range(fmt::format("rank {} is not held by this process", r));
+  return *impl_->ranks[local];
+}
+
+void World::run(const std::function<void(RankContext&)>& fn) {
+  Impl& w = *impl_;
+  if (w.mpi) {  // this process is one rank
+    RankContext& ctx = *w.ranks[0];
+    ScopedRank scoped(ctx);
+    try {
+      fn(ctx);
+    } catch (const std::exception& e) {
+      throw RankError(ctx.rank, e.what());
+    }
+    return;
+  }
+
+  // The first real failure wins; "aborted because rank K failed" errors are its echoes.
+  std::mutex failure_mutex;
+  std::optional<RankError> failure;
+  std::optional<RankError> echo;
+  auto record = [&](int rank, const std::string& what, bool is_echo) {
+    std::lock_guard lock(failure_mutex);
+    auto& slot = is_echo ? echo : failure;
+    if (!slot) slot.emplace(rank, what);
+  };
+
+  w.local->begin_run();
+  auto body = [&](int r) {
+    RankContext& ctx = *w.ranks[r];
+    ScopedRank scoped(ctx);
+    try {
+      fn(ctx);
+      w.local->rank_finished(r);
+      return;
+    } catch (const comm::Aborted& e) {
+      record(r, e.what(), true);
+    } catch (const std::exception& e) {
+      record(r, e.what(), false);
+    } catch (...) {
+      record(r, "unknown exception", false);
+    }
+    w.local->rank_failed(r);  // wakes every rank blocked in a wait
+  };
+
+  if (w.world_size == 1) {
+    body(0);
+  } else {
+    std::vector<std::jthread> threads;
+    threads.reserve(w.world_size);
+    for (int r = 0; r < w.world_size; ++r) threads.emplace_back(body, r);
+  }  // jthreads join here
+  if (failure) throw *failure;
+  if (echo) throw *echo;
+}
+
+trace::Trace World::collect_trace(nlohmann::json metadata) const {
+  const Impl& w = *impl_;
+  trace::Trace out;
+  out.num_ranks = w.world_size;
+  metadata["num_ranks"] = w.world_size;
+  metadata["clock"] = clock_name(w.options.clock);
+  metadata["profile"] = w.options.profile.to_json();
+  out.metadata = std::move(metadata);
+
+  auto sorted = [](std::vector<trace::Event> events) {
+    std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.rank, a.start) < std::tie(b.rank, b.start);
+    });
+    return events;
+  };
+#ifdef MGPU_HAVE_MPI
+  if (w.mpi) {
+    trace::Trace mine;
+    mine.events = w.ranks[0]->tracer.events();
+    mine.counters = w.ranks[0]->tracer.counters();
+    comm::mpi::gather_trace_to_root(mine, out);
+    out.events = sorted(std::move(out.events));
+    return out;
+  }
+#endif
+  for (const auto& ctx : w.ranks) {
+    const auto& events = ctx->tracer.events();
+    out.events.insert(out.events.end(), events.begin(), events.end());
+    const auto& counters = ctx->tracer.counters();
+    out.counters.insert(out.counters.end(), counters.begin(), counters.end());
+  }
+  out.events = sorted(std::move(out.events));
+  return out;
+}
+
+}  // namespace mgpu

@@ -1,0 +1,9 @@
+// Installs the student's implementations into core's seams (`--impl mine`).
+#include "core/comm/seams.h"
+#include "exercises/exercises.h"
+
+namespace mgpu::mine {
+
+void install_seams() { comm::install_comm_seams({"mine", &mine::ring_all_reduce}); }
+
+}  // namespace mgpu::mine

@@ -1,0 +1,62 @@
+// Reference ring all-reduce, written only with send/recv.
+//
+// The N ranks form a ring; rank r sends to r+1 and receives from r-1. The tensor is cut into N
+// chunks (chunk_range: lengths need not divide by N). Two phases of N-1 steps each:
+//  1. reduce-scatter: each step, send one chunk right and add the chunk arriving from the left.
+//     After N-1 steps rank r holds the complete sum of chunk r.
+//  2. all-gather: each step, forward the complete chunk received last step. After N-1 steps
+//     every rank holds every complete chunk.
+// Every rank sends 2(N-1) messages of n/N elements: the bytes each link carries do not grow with
+// N, which is why the ring is bandwidth-optimal. For avg we sum, then divide once at the end.
+#include "exercises/exercises.h"
+
+namespace mgpu::reference {
+
+namespace {
+
+// Chunk `index` (taken modulo N, so r - step may go negative) as a view into t.
+Tensor chunk_of(Tensor& t, int parts, int index) {
+  auto [begin, end] = comm::chunk_range(t.numel(), parts, ((index % parts) + parts) % parts);
+  return t.flat_range(begin, end);
+}
+
+void add_into(Tensor& acc, const Tensor& x) {
+  if (!acc.has_data()) return;  // phantom tensors: shapes and timing only
+  float* a = acc.f32();
+  const float* b = x.f32();
+  for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+}
+
+}  // namespace
+
+void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
+  const int n = comm.size(), r = comm.rank();
+  const int right = (r + 1) % n, left = (r - 1 + n) % n;
+
+  // Phase 1, reduce-scatter: at step s send chunk r-s-1, accumulate into chunk r-s-2, so that
+  // after N-1 steps chunk r on rank r has collected all N contributions.
+  for (int step = 0; step < n - 1; ++step) {
+    Tensor outgoing = chunk_of(t, n, r - step - 1);
+    Tensor accumulate = chunk_of(t, n, r - step - 2);
+    Tensor incoming = Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, t.dtype());
+    comm.send(outgoing, right);
+    comm.recv(incoming, left);
+    add_into(accumulate, incoming);
+  }
+
+  // Phase 2, all-gather: at step s send the complete chunk r-s, receive complete chunk r-s-1
+  // straight into place.
+  for (int step = 0; step < n - 1; ++step) {
+    Tensor outgoing = chunk_of(t, n, r - step);
+    Tensor incoming = chunk_of(t, n, r - step - 1);
+    comm.send(outgoing, right);
+    comm.recv(incoming, left);
+  }
+
+  if (op == comm::ReduceOp::avg && t.has_data()) {
+    float* v = t.f32();
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] /= static_cast<float>(n);
+  }
+}
+
+}  // namespace mgpu::reference

@@ -1,0 +1,176 @@
+// Every collective on the local backend, for N = 1..8 ranks and awkward lengths, against a
+// serial reference; point-to-point ordering; split groups.
+#include <catch2/catch.hpp>
+
+#include <mutex>
+
+#include "core/comm/comm.h"
+#include "core/runtime/world.h"
+
+using namespace mgpu;
+using comm::ReduceOp;
+
+namespace {
+
+WorldOptions options_for(int ranks) {
+  WorldOptions o;
+  o.ranks = ranks;
+  o.backend = "local";
+  o.comm_timeout = 10;
+  return o;
+}
+
+// Rank r's input: small integers, so float sums are exact.
+std::vector<float> input(int rank, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((rank + 1) * 3 + i % 11);
+  return v;
+}
+
+std::vector<float> serial_reduce(int ranks, int64_t n, ReduceOp op) {
+  std::vector<float> out(static_cast<size_t>(n), 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    auto v = input(r, n);
+    for (int64_t i = 0; i < n; ++i) out[i] += v[i];
+  }
+  if (op == ReduceOp::avg)
+    for (auto& x : out) x /= static_cast<float>(ranks);
+  return out;
+}
+
+void require_equal(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]));
+}
+
+const int64_t kSizes[] = {0, 1, 2, 7, 1000, 1025};
+
+}  // namespace
+
+TEST_CASE("chunk_range splits any length, first n % N chunks one longer", "[comm]") {
+  CHECK(comm::chunk_range(7, 3, 0) == std::pair<int64_t, int64_t>{0, 3});
+  CHECK(comm::chunk_range(7, 3, 1) == std::pair<int64_t, int64_t>{3, 5});
+  CHECK(comm::chunk_range(7, 3, 2) == std::pair<int64_t, int64_t>{5, 7});
+  CHECK(comm::chunk_range(1, 4, 3) == std::pair<int64_t, int64_t>{1, 1});
+}
+
+TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match a serial reference",
+          "[comm][local]") {
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    World world(options_for(ranks));
+    for (int64_t n : kSizes) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        INFO("ranks=" << ranks << " n=" << n << " op=" << comm::reduce_op_name(op));
+        auto want = serial_reduce(ranks, n, op);
+        std::vector<std::vector<float>> reduced(ranks), async(ranks), scattered(ranks),
+            gathered(ranks), broadcasted(ranks);
+        world.run([&](RankContext& ctx) {
+          int r = ctx.rank;
+          Tensor t = Tensor::from({n}, input(r, n));
+          ctx.comm->all_reduce(t, op);
+          reduced[r] = t.to_vector();
+
+          Tensor u = Tensor::from({n}, input(r, n));
+          comm::Work w = ctx.comm->all_reduce_async(u, op);
+          w.wait();
+          async[r] = u.to_vector();
+
+          auto [b, e] = comm::chunk_range(n, ranks, r);
+          Tensor in = Tensor::from({n}, input(r, n));
+          Tensor out = Tensor::empty({e - b}, MemCategory::workspace);
+          ctx.comm->reduce_scatter(in, out, op);
+          scattered[r] = out.to_vector();
+
+          Tensor mine = Tensor::from({e - b}, std::vector<float>(want.begin() + b, want.begin() + e));
+          Tensor all = Tensor::empty({n}, MemCategory::workspace);
+          ctx.comm->all_gather(mine, all);
+          gathered[r] = all.to_vector();
+
+          int root = (ranks - 1) / 2;
+          Tensor bc = Tensor::from({n}, input(r, n));
+          ctx.comm->broadcast(bc, root);
+          broadcasted[r] = bc.to_vector();
+          ctx.comm->barrier();
+        });
+        for (int r = 0; r < ranks; ++r) {
+          require_equal(reduced[r], want);
+          require_equal(async[r], want);
+          auto [b, e] = comm::chunk_range(n, ranks, r);
+          require_equal(scattered[r], std::vector<float>(want.begin() + b, want.begin() + e));
+          require_equal(gathered[r], want);
+          require_equal(broadcasted[r], input((ranks - 1) / 2, n));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("messages between a pair with one tag arrive in order; irecvs match in post order",
+          "[comm][local]") {
+  World world(options_for(2));
+  std::vector<float> got, got_async;
+  world.run([&](RankContext& ctx) {
+    if (ctx.rank == 0) {
+      for (int i = 0; i < 5; ++i) ctx.comm->send(Tensor::from({1}, {float(i)}), 1, 3);
+      ctx.comm->send(Tensor::from({1}, {100.0f}), 1, 4);  // another tag: its own queue
+      for (int i = 0; i < 3; ++i) ctx.comm->send(Tensor::from({1}, {float(10 + i)}), 1, 5);
+    } else {
+      Tensor other = Tensor::empty({1}, MemCategory::workspace);
+      ctx.comm->recv(other, 0, 4);
+      CHECK(other.to_vector()[0] == 100.0f);
+      for (int i = 0; i < 5; ++i) {
+        Tensor t = Tensor::empty({1}, MemCategory::workspace);
+        ctx.comm->recv(t, 0, 3);
+        got.push_back(t.to_vector()[0]);
+      }
+      std::vector<Tensor> bufs;
+      std::vector<comm::Work> works;
+      for (int i = 0; i < 3; ++i) bufs.push_back(Tensor::empty({1}, MemCategory::workspace));
+      for (int i = 0; i < 3; ++i) works.push_back(ctx.comm->irecv(bufs[i], 0, 5));
+      for (int i = 2; i >= 0; --i) works[i].wait();  // waited in reverse order
+      for (auto& b : bufs) got_async.push_back(b.to_vector()[0]);
+    }
+  });
+  CHECK(got == std::vector<float>{0, 1, 2, 3, 4});
+  CHECK(got_async == std::vector<float>{10, 11, 12});
+}
+
+TEST_CASE("split: 8 ranks into 2 groups of 4 doing independent all-reduces", "[comm][local]") {
+  World world(options_for(8));
+  std::vector<float> result(8);
+  std::vector<std::string> names(8);
+  std::vector<int> group_rank(8);
+  world.run([&](RankContext& ctx) {
+    int color = ctx.rank % 2;
+    // key reverses the order inside each group
+    auto group = ctx.comm->split(color, -ctx.rank, color ? "odd" : "even");
+    REQUIRE(group->size() == 4);
+    Tensor t = Tensor::from({3}, {float(ctx.rank), 1.0f, 2.0f});
+    group->all_reduce(t);
+    result[ctx.rank] = t.to_vector()[0];
+    names[ctx.rank] = group->name();
+    group_rank[ctx.rank] = group->rank();
+    ctx.comm->all_reduce(t);  // the world group still works after the split
+  });
+  for (int r = 0; r < 8; ++r) {
+    CHECK(result[r] == (r % 2 ? 1 + 3 + 5 + 7 : 0 + 2 + 4 + 6));
+    CHECK(names[r] == (r % 2 ? "odd" : "even"));
+  }
+  CHECK(group_rank[6] == 0);
+  CHECK(group_rank[0] == 3);
+}
+
+TEST_CASE("phantom tensors run collectives for timing only", "[comm][local]") {
+  WorldOptions o = options_for(4);
+  o.device = DeviceKind::phantom;
+  World world(o);
+  world.run([&](RankContext& ctx) {
+    Tensor t = Tensor::empty({1000}, MemCategory::gradients);
+    ctx.comm->all_reduce(t, ReduceOp::avg);
+    ctx.comm->barrier();
+  });
+  auto trace = world.collect_trace();
+  CHECK(trace.events.size() == 8);
+  CHECK(trace.events.front().op == "all_reduce");
+  CHECK(trace.events.front().bytes == 4000);
+}

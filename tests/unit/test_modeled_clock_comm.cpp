@@ -1,0 +1,170 @@
+// Hand-computed timelines on the modeled clock: p2p, ring all-reduce, compute/comm overlap, and
+// bit-identical traces across runs.
+#include <catch2/catch.hpp>
+
+#include "core/comm/comm.h"
+#include "core/runtime/world.h"
+
+using namespace mgpu;
+
+namespace {
+
+// Kernels cost exactly 1 ms; every message costs 1 us + bytes / 1 GB/s.
+HardwareProfile test_profile() {
+  HardwareProfile p = HardwareProfile::ideal(1e-3);
+  p.intra_node = {"test link", 1e9, 1e-6};
+  p.inter_node = p.intra_node;
+  return p;
+}
+
+WorldOptions options_for(int ranks) {
+  WorldOptions o;
+  o.ranks = ranks;
+  o.backend = "local";
+  o.profile = test_profile();
+  o.clock = ClockKind::modeled;
+  return o;
+}
+
+const trace::Event& find(const trace::Trace& t, int rank, const std::string& op) {
+  for (const auto& e : t.events)
+    if (e.rank == rank && e.op == op) return e;
+  FAIL("no " << op << " event on rank " << rank);
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("2-rank send/recv: recv ends at max(posted, sent + transfer)", "[clock][comm]") {
+  World world(options_for(2));
+  world.run([](RankContext& ctx) {
+    Tensor t = Tensor::zeros({1000}, MemCategory::workspace);  // 4000 bytes
+    if (ctx.rank == 0) {
+      { KernelScope k("produce", 0, 0); }  // 1 ms of compute before sending
+      ctx.comm->send(t, 1, 0);
+    } else {
+      ctx.comm->recv(t, 0, 0);  // posted at 0
+    }
+  });
+  const double transfer = test_profile().transfer_time(0, 1, 4000);  // 1e-6 + 4e-6
+  auto trace = world.collect_trace();
+  const auto& send = find(trace, 0, "send");
+  const auto& recv = find(trace, 1, "recv");
+  CHECK(send.start == 1e-3);
+  CHECK(send.end() == 1e-3 + transfer);
+  CHECK(send.peer == 1);
+  CHECK(send.bytes == 4000);
+  CHECK(recv.start == 0);
+  CHECK(recv.end() == 1e-3 + transfer);
+  CHECK(world.rank(1).clock.compute_now() == 1e-3 + transfer);
+}
+
+TEST_CASE("4-rank ring all-reduce costs 2(N-1)(alpha + (n/N)*4/bw)", "[clock][comm]") {
+  const int N = 4;
+  const int64_t n = 4096;
+  World world(options_for(N));
+  world.run([&](RankContext& ctx) {
+    Tensor t = Tensor::zeros({n}, MemCategory::gradients);
+    ctx.comm->all_reduce(t);
+  });
+  const double step = 1e-6 + (n / N) * 4 / 1e9;
+  auto trace = world.collect_trace();
+  REQUIRE(trace.events.size() == N);  // inner messages are not traced one by one
+  for (int r = 0; r < N; ++r) {
+    const auto& e = find(trace, r, "all_reduce");
+    CHECK(e.start == 0);
+    CHECK(e.dur == Approx(2 * (N - 1) * step).epsilon(1e-12));
+    CHECK(e.seq == 0);
+    CHECK(e.group == "world");
+    CHECK(e.bytes == n * 4);
+    CHECK(e.lane == trace::Lane::comm);
+  }
+}
+
+TEST_CASE("all_reduce_async overlaps compute: step end = max of the lanes, not the sum",
+          "[clock][comm]") {
+  const int N = 2;
+  // One bucket: 2(N-1) = 2 messages of n/2 floats. Pick n so the all-reduce takes 3.5 ms.
+  const double comm_seconds = 3.5e-3;
+  const int64_t n = static_cast<int64_t>((comm_seconds / 2 - 1e-6) * 1e9 / 4 * 2);
+  for (int kernels : {2, 6}) {
+    World world(options_for(N));
+    world.run([&](RankContext& ctx) {
+      StepScope step(0);
+      Tensor grads = Tensor::zeros({n}, MemCategory::gradients);
+      comm::Work work = ctx.comm->all_reduce_async(grads);
+      for (int k = 0; k < kernels; ++k) KernelScope kernel("backward", 0, 0);
+      work.wait();
+    });
+    double comm_end = 2 * (1e-6 + (n / 2) * 4 / 1e9);
+    double compute_end = kernels * 1e-3;
+    auto trace = world.collect_trace();
+    const auto& step = find(trace, 0, "");  // the step event has no op
+    CHECK(step.cat == trace::cat::step);
+    CHECK(step.dur == Approx(std::max(comm_end, compute_end)).epsilon(1e-12));
+    CHECK(world.rank(0).clock.compute_now() ==
+          Approx(std::max(comm_end, compute_end)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("a blocking collective waits for its last member", "[clock][comm]") {
+  World world(options_for(2));
+  world.run([](RankContext& ctx) {
+    if (ctx.rank == 1)
+      for (int k = 0; k < 3; ++k) KernelScope kernel("late", 0, 0);  // arrives at 3 ms
+    ctx.comm->barrier();
+  });
+  const double alpha = 1e-6;
+  CHECK(world.rank(0).clock.compute_now() == Approx(3e-3 + alpha).epsilon(1e-12));
+  CHECK(world.rank(1).clock.compute_now() == Approx(3e-3 + alpha).epsilon(1e-12));
+}
+
+TEST_CASE("identical runs give bit-identical traces", "[clock][comm][determinism]") {
+  auto program = [](RankContext& ctx) {
+    auto half = ctx.comm->split(ctx.rank / 3, ctx.rank, "half" + std::to_string(ctx.rank / 3));
+    for (int i = 0; i < 3; ++i) {
+      for (int k = 0; k <= ctx.rank % 3; ++k) KernelScope kernel("work", 0, 0);
+      Tensor t = Tensor::from({100 + i}, std::vector<float>(100 + i, 1.0f));
+      comm::Work w = ctx.comm->all_reduce_async(t);
+      half->all_reduce(t, comm::ReduceOp::avg);
+      w.wait();
+      Tensor b = Tensor::zeros({33}, MemCategory::workspace);
+      ctx.comm->broadcast(b, i % ctx.world_size);
+      if (ctx.rank % 2 == 0 && ctx.rank + 1 < ctx.world_size) ctx.comm->send(b, ctx.rank + 1, i);
+      if (ctx.rank % 2 == 1) ctx.comm->recv(b, ctx.rank - 1, i);
+      Tensor out = Tensor::zeros({comm::chunk_range(1000, ctx.world_size, ctx.rank).second -
+                                  comm::chunk_range(1000, ctx.world_size, ctx.rank).first},
+                                 MemCategory::workspace);
+      ctx.comm->reduce_scatter(Tensor::zeros({1000}, MemCategory::workspace), out);
+    }
+  };
+  std::vector<trace::Event> first, second;
+  for (auto* events : {&first, &second}) {
+    WorldOptions o = options_for(7);
+    o.profile = HardwareProfile::load("8xH100-NVLink");
+    World world(o);
+    world.run(program);
+    *events = world.collect_trace().events;
+  }
+  REQUIRE(first.size() > 7 * 12);
+  CHECK(first == second);
+}
+
+TEST_CASE("collect_trace fills metadata and orders events by rank, then start", "[world]") {
+  World world(options_for(3));
+  world.run([](RankContext& ctx) {
+    for (int k = 0; k < 2; ++k) KernelScope kernel("k", 0, 0);
+    ctx.comm->barrier();
+  });
+  auto trace = world.collect_trace({{"lesson", "test"}});
+  CHECK(trace.num_ranks == 3);
+  CHECK(trace.metadata["num_ranks"] == 3);
+  CHECK(trace.metadata["clock"] == "modeled");
+  CHECK(trace.metadata["lesson"] == "test");
+  CHECK(trace.metadata.contains("profile"));
+  for (size_t i = 1; i < trace.events.size(); ++i) {
+    const auto& a = trace.events[i - 1];
+    const auto& b = trace.events[i];
+    CHECK(std::tie(a.rank, a.start) <= std::tie(b.rank, b.start));
+  }
+}
