@@ -1,0 +1,367 @@
+// The tiny GPT: each layer's forward and backward are a few op calls (core/ops/ops.h); the
+// backward of a layer is its forward read bottom-up.
+#include "core/model/gpt.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "core/ops/ops.h"
+
+namespace mgpu {
+
+// ---------------------------------------------------------------------------------- config
+
+namespace {
+// The divisors of `dim` up to 16, as "1, 2, 4, 8", for the error message.
+std::string divisors_of(int dim) {
+  std::string s;
+  for (int h = 1; h <= std::min(dim, 16); h++)
+    if (dim % h == 0) s += (s.empty() ? "" : ", ") + std::to_string(h);
+  return s;
+}
+}  // namespace
+
+void GPTConfig::validate() const {
+  auto positive = [](const char* what, int v) {
+    if (v <= 0)
+      throw std::invalid_argument(
+          fmt::format("GPT config: {} ({}) must be positive, e.g. {} 64", what, v, what));
+  };
+  positive("vocab", vocab);
+  positive("seq_len", seq_len);
+  positive("layers", layers);
+  positive("dim", dim);
+  positive("heads", heads);
+  if (dim % heads != 0)
+    throw std::invalid_argument(fmt::format(
+        "GPT config: heads ({}) must divide dim ({}): try heads {}", heads, dim, divisors_of(dim)));
+}
+
+// ---------------------------------------------------------------------------------- helpers
+
+namespace {
+Tensor activation(const Shape& shape) {
+  return Tensor::empty(shape, MemCategory::activations);
+}
+Tensor workspace(const Shape& shape) {
+  return Tensor::empty(shape, MemCategory::workspace);
+}
+
+void fill_normal(Tensor& t, std::mt19937_64& rng, float stddev) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  if (!t.has_data()) {  // phantom: no values, but keep the random stream identical
+    for (int64_t i = 0; i < t.numel(); i++) (void)normal(rng);
+    return;
+  }
+  std::vector<float> values(static_cast<size_t>(t.numel()));
+  for (float& v : values) v = normal(rng);
+  t.copy_from(Tensor::from(t.shape(), values));
+}
+
+void fill_value(Tensor& t, float value) {
+  if (t.has_data()) t.fill(value);
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------------- Linear
+
+Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias)
+    : weight(name + ".weight", {out, in}) {
+  if (has_bias) bias = Param(name + ".bias", {out});
+}
+
+void Linear::init(std::mt19937_64& rng, float stddev) {
+  fill_normal(weight.data, rng, stddev);
+  if (bias.data.defined()) fill_value(bias.data, 0.0f);
+}
+
+void Linear::forward(Tensor& out, const Tensor& inp) const {
+  ops::linear_forward(out, inp, weight.data, bias.data);
+}
+
+void Linear::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  ops::linear_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data);
+}
+
+void Linear::collect(ParamList& list) {
+  list.push_back(&weight);
+  if (bias.data.defined()) list.push_back(&bias);
+}
+
+// ---------------------------------------------------------------------------------- LayerNorm
+
+LayerNorm::LayerNorm(const std::string& name, int64_t dim)
+    : weight(name + ".weight", {dim}), bias(name + ".bias", {dim}) {}
+
+void LayerNorm::init() {
+  fill_value(weight.data, 1.0f);
+  fill_value(bias.data, 0.0f);
+}
+
+void LayerNorm::forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const {
+  ops::layernorm_forward(out, mean, rstd, inp, weight.data, bias.data);
+}
+
+void LayerNorm::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
+                         const Tensor& rstd) {
+  ops::layernorm_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data, mean, rstd);
+}
+
+void LayerNorm::collect(ParamList& list) {
+  list.push_back(&weight);
+  list.push_back(&bias);
+}
+
+// ---------------------------------------------------------------------------------- Embedding
+
+Embedding::Embedding(const GPTConfig& cfg)
+    : wte("embedding.wte", {cfg.vocab, cfg.dim}), wpe("embedding.wpe", {cfg.seq_len, cfg.dim}) {}
+
+void Embedding::init(std::mt19937_64& rng) {
+  fill_normal(wte.data, rng, 0.02f);
+  fill_normal(wpe.data, rng, 0.02f);
+}
+
+void Embedding::forward(Tensor& out, std::span<const int32_t> tokens) const {
+  ops::embedding_forward(out, tokens, wte.data, wpe.data);
+}
+
+void Embedding::backward(const Tensor& dout, std::span<const int32_t> tokens) {
+  ops::embedding_backward(wte.grad, wpe.grad, dout, tokens);
+}
+
+void Embedding::collect(ParamList& list) {
+  list.push_back(&wte);
+  list.push_back(&wpe);
+}
+
+// ---------------------------------------------------------------------------------- Block
+
+BlockActivations BlockActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+  const int64_t b = batch, t = seq, c = cfg.dim;
+  BlockActivations a;
+  a.ln1 = activation({b, t, c});
+  a.ln1_mean = activation({b, t});
+  a.ln1_rstd = activation({b, t});
+  a.qkv = activation({b, t, 3 * c});
+  a.att = activation({b, cfg.heads, t, t});
+  a.attn_out = activation({b, t, c});
+  a.res1 = activation({b, t, c});
+  a.ln2 = activation({b, t, c});
+  a.ln2_mean = activation({b, t});
+  a.ln2_rstd = activation({b, t});
+  a.fc = activation({b, t, 4 * c});
+  a.fc_gelu = activation({b, t, 4 * c});
+  a.out = activation({b, t, c});
+  return a;
+}
+
+int64_t BlockActivations::bytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &attn_out, &res1, &ln2, &ln2_mean,
+                          &ln2_rstd, &fc, &fc_gelu, &out})
+    total += t->bytes();
+  return total;
+}
+
+Block::Block(const GPTConfig& cfg, int index) : heads(cfg.heads) {
+  const std::string p = fmt::format("blocks.{}.", index);
+  const int64_t c = cfg.dim;
+  ln1 = LayerNorm(p + "ln1", c);
+  qkv = Linear(p + "attn.qkv", c, 3 * c);
+  attn_proj = Linear(p + "attn.proj", c, c);
+  ln2 = LayerNorm(p + "ln2", c);
+  fc = Linear(p + "mlp.fc", c, 4 * c);
+  mlp_proj = Linear(p + "mlp.proj", 4 * c, c);
+}
+
+void Block::init(std::mt19937_64& rng, int layers) {
+  // GPT-2: the projections that write into the residual stream are scaled by 1/sqrt(2 layers),
+  // so the residual's variance does not grow with depth (two such writes per block).
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layers));
+  ln1.init();
+  qkv.init(rng, 0.02f);
+  attn_proj.init(rng, residual_std);
+  ln2.init();
+  fc.init(rng, 0.02f);
+  mlp_proj.init(rng, residual_std);
+}
+
+void Block::forward(const Tensor& x, BlockActivations& a) const {
+  a.input = x;
+  // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
+  ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
+  qkv.forward(a.qkv, a.ln1);
+  ops::attention_forward(a.attn_out, a.att, a.qkv, heads);
+  attn_proj.forward(a.res1, a.attn_out);
+  ops::add(a.res1, a.res1, x);
+  // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
+  ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
+  fc.forward(a.fc, a.ln2);
+  ops::gelu_forward(a.fc_gelu, a.fc);
+  mlp_proj.forward(a.out, a.fc_gelu);
+  ops::add(a.out, a.out, a.res1);
+}
+
+void Block::backward(Tensor& dx, const Tensor& dout, const BlockActivations& a) {
+  const Shape& shape = a.out.shape();  // [B,T,C]
+  Tensor d_fc = workspace(a.fc.shape());
+  Tensor d_ln = workspace(shape);
+  Tensor d_res1 = workspace(shape);
+  Tensor d_attn_out = workspace(shape);
+  Tensor d_qkv = workspace(a.qkv.shape());
+
+  // MLP branch, bottom-up. out = res1 + mlp(res1): res1 gets dout directly plus the branch.
+  mlp_proj.backward(d_fc, dout, a.fc_gelu);
+  ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
+  fc.backward(d_ln, d_fc, a.ln2);
+  ln2.backward(d_res1, d_ln, a.res1, a.ln2_mean, a.ln2_rstd);
+  ops::axpy(d_res1, 1.0f, dout);  // the residual path
+
+  // attention branch. res1 = x + attn(x): x gets d_res1 directly plus the branch.
+  attn_proj.backward(d_attn_out, d_res1, a.attn_out);
+  ops::attention_backward(d_qkv, d_attn_out, a.qkv, a.att, heads);
+  qkv.backward(d_ln, d_qkv, a.ln1);
+  ln1.backward(dx, d_ln, a.input, a.ln1_mean, a.ln1_rstd);  // dout is not read after this
+  ops::axpy(dx, 1.0f, d_res1);
+}
+
+void Block::collect(ParamList& list) {
+  ln1.collect(list);
+  qkv.collect(list);
+  attn_proj.collect(list);
+  ln2.collect(list);
+  fc.collect(list);
+  mlp_proj.collect(list);
+}
+
+// ---------------------------------------------------------------------------------- Head
+
+HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+  HeadActivations a;
+  a.ln = activation({batch, seq, cfg.dim});
+  a.ln_mean = activation({batch, seq});
+  a.ln_rstd = activation({batch, seq});
+  a.logits = activation({batch, seq, cfg.vocab});
+  a.dlogits = activation({batch, seq, cfg.vocab});
+  return a;
+}
+
+Head::Head(const GPTConfig& cfg)
+    : ln_f("head.ln_f", cfg.dim), lm_head("head.lm_head", cfg.dim, cfg.vocab, /*has_bias=*/false) {}
+
+void Head::init(std::mt19937_64& rng) {
+  ln_f.init();
+  lm_head.init(rng, 0.02f);
+}
+
+float Head::forward_loss(const Tensor& x, std::span<const int32_t> targets, HeadActivations& a,
+                         float grad_scale) const {
+  a.input = x;
+  ln_f.forward(a.ln, a.ln_mean, a.ln_rstd, x);
+  lm_head.forward(a.logits, a.ln);
+  return ops::cross_entropy_forward_backward(a.dlogits, a.logits, targets, grad_scale);
+}
+
+void Head::backward(Tensor& dx, const HeadActivations& a) {
+  Tensor d_ln = workspace(a.ln.shape());
+  lm_head.backward(d_ln, a.dlogits, a.ln);
+  ln_f.backward(dx, d_ln, a.input, a.ln_mean, a.ln_rstd);
+}
+
+void Head::collect(ParamList& list) {
+  ln_f.collect(list);
+  lm_head.collect(list);
+}
+
+// ---------------------------------------------------------------------------------- GPT
+
+GPTActivations GPTActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+  if (batch <= 0 || seq <= 0 || seq > cfg.seq_len)
+    throw std::invalid_argument(fmt::format(
+        "GPT activations: batch ({}) must be positive and seq ({}) in [1, seq_len = {}]", batch,
+        seq, cfg.seq_len));
+  GPTActivations a;
+  a.embedded = activation({batch, seq, cfg.dim});
+  for (int i = 0; i < cfg.layers; i++)
+    a.blocks.push_back(BlockActivations::allocate(cfg, batch, seq));
+  a.head = HeadActivations::allocate(cfg, batch, seq);
+  return a;
+}
+
+namespace {
+const GPTConfig& validated(const GPTConfig& cfg) {
+  cfg.validate();
+  return cfg;
+}
+}  // namespace
+
+GPT::GPT(const GPTConfig& cfg) : embedding(validated(cfg)), head(cfg), config_(cfg) {
+  blocks.reserve(static_cast<size_t>(cfg.layers));
+  for (int i = 0; i < cfg.layers; i++) blocks.emplace_back(cfg, i);
+  // One random stream in forward order: the same seed gives the same weights.
+  std::mt19937_64 rng(cfg.seed);
+  embedding.init(rng);
+  for (Block& block : blocks) block.init(rng, cfg.layers);
+  head.init(rng);
+}
+
+ParamList GPT::params() {
+  ParamList list;
+  embedding.collect(list);
+  for (Block& block : blocks) block.collect(list);
+  head.collect(list);
+  return list;
+}
+
+void GPT::zero_grad() {
+  for (Param* p : params()) fill_value(p->grad, 0.0f);
+}
+
+int64_t GPT::num_params() const {
+  int64_t n = 0;
+  for (Param* p : const_cast<GPT*>(this)->params()) n += p->data.numel();
+  return n;
+}
+
+double GPT::flops_per_token(int64_t seq) const {
+  return 6.0 * static_cast<double>(num_params()) +
+         6.0 * config_.layers * static_cast<double>(seq) * config_.dim;
+}
+
+float GPT::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                   GPTActivations& acts, float grad_scale) {
+  embedding.forward(acts.embedded, tokens);
+  const Tensor* x = &acts.embedded;
+  for (size_t i = 0; i < blocks.size(); i++) {
+    blocks[i].forward(*x, acts.blocks[i]);
+    x = &acts.blocks[i].out;
+  }
+  return head.forward_loss(*x, targets, acts.head, grad_scale);
+}
+
+void GPT::backward(std::span<const int32_t> tokens, GPTActivations& acts) {
+  // One gradient buffer for the residual stream, reused by every layer (dx may alias dout).
+  Tensor dx = workspace(acts.embedded.shape());
+  head.backward(dx, acts.head);
+  for (size_t i = blocks.size(); i-- > 0;) blocks[i].backward(dx, dx, acts.blocks[i]);
+  embedding.backward(dx, tokens);
+}
+
+float GPT::forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                            int64_t batch, int64_t seq, float grad_scale) {
+  GPTActivations acts = GPTActivations::allocate(config_, batch, seq);
+  float loss_value = forward(tokens, targets, acts, grad_scale);
+  backward(tokens, acts);
+  return loss_value;
+}
+
+float GPT::loss(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
+                int64_t seq) {
+  GPTActivations acts = GPTActivations::allocate(config_, batch, seq);
+  return forward(tokens, targets, acts);
+}
+
+}  // namespace mgpu

@@ -1,0 +1,184 @@
+// A tiny GPT-2 style model with explicit forward AND backward for every layer, no autograd.
+//
+//   tokens -> Embedding (token + position) -> Block x layers -> Head (layernorm, LM head, loss)
+//   Block:  x + attn(ln1(x)),  then  h + mlp(ln2(h))      (pre-norm residual blocks)
+//
+// Every layer is its own small struct that can be run on its own with explicit activation
+// storage, so a pipeline stage can own a contiguous range of blocks:
+//   model.embedding.forward(x, tokens);
+//   for (i in my blocks) model.blocks[i].forward(x_i, acts[i]);   // acts[i].out is x_{i+1}
+//   loss = model.head.forward_loss(x_L, targets, head_acts);
+//   model.head.backward(dx, head_acts);  then blocks backward in reverse, then embedding.
+//
+// Weight layout (for tensor parallelism): every Linear weight is [out_features, in_features]
+// (PyTorch / llm.c), y = x @ W^T + b. Column-parallel (split the outputs) = a contiguous range of
+// weight ROWS (Tensor::rows) plus that slice of the bias; row-parallel (split the inputs) = a
+// range of weight COLUMNS, bias added once. attn.qkv.weight is [3C, C]: rows [0,C) make q,
+// [C,2C) k, [2C,3C) v, and within each, head h owns rows [h*hs, (h+1)*hs).
+//
+// Gradients: parameter .grad tensors ACCUMULATE (+=) across backward calls (gradient
+// accumulation); call zero_grad() between steps. Activation gradients are overwritten.
+// Token ids and targets: std::span<const int32_t> of length B*T, row-major [B, T].
+#pragma once
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/model/param.h"
+#include "core/tensor/tensor.h"
+
+namespace mgpu {
+
+struct GPTConfig {
+  int vocab = 64;    // number of token ids
+  int seq_len = 64;  // maximum sequence length T (rows of the position embedding)
+  int layers = 2;    // transformer blocks
+  int dim = 64;      // channels C
+  int heads = 4;     // attention heads; must divide dim
+  uint64_t seed = 1337;
+
+  // Throws std::invalid_argument with one line saying what is wrong and what would work.
+  void validate() const;
+  int head_size() const { return dim / heads; }
+};
+
+// y = x @ W^T + b, W [out, in]. The bias is optional (the LM head has none).
+struct Linear {
+  Param weight;  // [out, in]
+  Param bias;    // [out], or undefined tensors when there is no bias
+  Linear() = default;
+  Linear(const std::string& name, int64_t in, int64_t out, bool has_bias = true);
+  void init(std::mt19937_64& rng, float stddev);  // weight ~ N(0, stddev), bias 0
+  void forward(Tensor& out, const Tensor& inp) const;
+  // dinp overwritten; weight.grad and bias.grad accumulated.
+  void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
+  void collect(ParamList& list);
+};
+
+struct LayerNorm {
+  Param weight;  // [C], init 1
+  Param bias;    // [C], init 0
+  LayerNorm() = default;
+  LayerNorm(const std::string& name, int64_t dim);
+  void init();
+  void forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const;
+  void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
+                const Tensor& rstd);
+  void collect(ParamList& list);
+};
+
+// Token + position embedding: out[b,t] = wte[token] + wpe[t].
+struct Embedding {
+  Param wte;  // [vocab, C]
+  Param wpe;  // [seq_len, C]
+  Embedding() = default;
+  explicit Embedding(const GPTConfig& cfg);
+  void init(std::mt19937_64& rng);
+  void forward(Tensor& out, std::span<const int32_t> tokens) const;    // out [B, T, C]
+  void backward(const Tensor& dout, std::span<const int32_t> tokens);  // accumulates grads
+  void collect(ParamList& list);
+};
+
+// Everything one block's backward needs, kept from its forward (MemCategory::activations).
+struct BlockActivations {
+  Tensor input;                    // [B,T,C] the block's input (a view, not a copy)
+  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B,T], [B,T]
+  Tensor qkv;                      // [B,T,3C]
+  Tensor att;                      // [B,H,T,T] attention probabilities
+  Tensor attn_out;                 // [B,T,C] heads' outputs, before the projection
+  Tensor res1;                     // [B,T,C] input + attention branch
+  Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B,T], [B,T]
+  Tensor fc;                       // [B,T,4C] before GELU
+  Tensor fc_gelu;                  // [B,T,4C] after GELU
+  Tensor out;                      // [B,T,C] res1 + MLP branch: the block's output
+
+  static BlockActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
+  int64_t bytes() const;  // total bytes held (excluding the input view)
+};
+
+struct Block {
+  int heads = 1;
+  LayerNorm ln1;
+  Linear qkv;        // C -> 3C
+  Linear attn_proj;  // C -> C (residual projection)
+  LayerNorm ln2;
+  Linear fc;        // C -> 4C
+  Linear mlp_proj;  // 4C -> C (residual projection)
+
+  Block() = default;
+  Block(const GPTConfig& cfg, int index);
+  void init(std::mt19937_64& rng, int layers);
+  // Reads x [B,T,C], fills `acts` (acts.out is the result; acts.input keeps a view of x).
+  void forward(const Tensor& x, BlockActivations& acts) const;
+  // dx = d loss / d x (overwritten; dx may be the same tensor as dout); parameter grads += .
+  void backward(Tensor& dx, const Tensor& dout, const BlockActivations& acts);
+  void collect(ParamList& list);
+};
+
+struct HeadActivations {
+  Tensor input;                 // [B,T,C] a view of the last block's output
+  Tensor ln, ln_mean, ln_rstd;  // [B,T,C], [B,T], [B,T]
+  Tensor logits;                // [B,T,V]
+  Tensor dlogits;               // [B,T,V] written by forward_loss
+  static HeadActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
+};
+
+// Final layernorm + LM head (no bias) + mean cross-entropy.
+struct Head {
+  LayerNorm ln_f;
+  Linear lm_head;  // C -> vocab, no bias
+  Head() = default;
+  explicit Head(const GPTConfig& cfg);
+  void init(std::mt19937_64& rng);
+  // Returns the mean loss over B*T tokens and leaves grad_scale * dloss/dlogits in acts.dlogits.
+  float forward_loss(const Tensor& x, std::span<const int32_t> targets, HeadActivations& acts,
+                     float grad_scale = 1.0f) const;
+  void backward(Tensor& dx, const HeadActivations& acts);  // dx overwritten, grads +=
+  void collect(ParamList& list);
+};
+
+// All activations of one forward pass of the whole model.
+struct GPTActivations {
+  Tensor embedded;  // [B,T,C]
+  std::vector<BlockActivations> blocks;
+  HeadActivations head;
+  static GPTActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
+};
+
+class GPT {
+ public:
+  explicit GPT(const GPTConfig& cfg);  // validates cfg; seeded init (same seed, same weights)
+  GPT(const GPT&) = delete;            // params() hands out pointers into this object
+  GPT& operator=(const GPT&) = delete;
+
+  const GPTConfig& config() const { return config_; }
+  ParamList params();  // forward order: embedding, blocks[0..L), head
+  void zero_grad();
+  int64_t num_params() const;
+  // Training FLOPs per token: 6N (forward 2N + backward 4N) plus attention scores and weighted
+  // sums, 6 * layers * T * C (full T x T; the causal kernels do about half of it).
+  double flops_per_token(int64_t seq) const;
+
+  // Full forward + loss; acts must come from GPTActivations::allocate(cfg, B, T).
+  float forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                GPTActivations& acts, float grad_scale = 1.0f);
+  // Backward of the last forward(acts); accumulates into every parameter's .grad.
+  void backward(std::span<const int32_t> tokens, GPTActivations& acts);
+  // forward + backward with freshly allocated activations; returns the mean loss over B*T.
+  float forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                         int64_t batch, int64_t seq, float grad_scale = 1.0f);
+  // Forward only: the mean loss (no gradient change).
+  float loss(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
+             int64_t seq);
+
+  Embedding embedding;
+  std::vector<Block> blocks;
+  Head head;
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace mgpu

@@ -1,0 +1,48 @@
+// The seam for CUDA kernels. ops.cpp calls a DeviceKind::cuda op through this table of function
+// pointers; a CUDA module (core/ops/cuda/, built only with CUDA) fills it in at start-up with
+// install_cuda_kernels(). A null entry means "this op has no CUDA kernel yet", and ops.cpp says so
+// instead of crashing. The signatures mirror core/ops/cpu/kernels.h exactly; pointers to float
+// data are device pointers, token/target ids are HOST pointers (the CUDA kernel copies them).
+#pragma once
+#include <cstdint>
+
+namespace mgpu {
+
+struct CudaKernels {
+  void (*matmul)(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+                 bool trans_a, bool trans_b, float beta) = nullptr;
+  void (*bias_add)(float* out, const float* bias, int64_t n, int64_t c) = nullptr;
+  void (*bias_grad)(float* dbias, const float* dout, int64_t n, int64_t c) = nullptr;
+  void (*add)(float* out, const float* a, const float* b, int64_t count) = nullptr;
+  void (*axpy)(float* y, float alpha, const float* x, int64_t count) = nullptr;
+  void (*scale)(float* x, float alpha, int64_t count) = nullptr;
+  void (*gelu_forward)(float* out, const float* inp, int64_t count) = nullptr;
+  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, int64_t count) = nullptr;
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int64_t n, int64_t c) = nullptr;
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, const float* mean,
+                             const float* rstd, int64_t n, int64_t c) = nullptr;
+  void (*softmax_forward)(float* out, const float* inp, int64_t n, int64_t c) = nullptr;
+  void (*softmax_backward)(float* dinp, const float* out, const float* dout, int64_t n,
+                           int64_t c) = nullptr;
+  void (*attention_forward)(float* out, float* att, const float* qkv, int64_t b, int64_t t,
+                            int64_t c, int64_t heads) = nullptr;
+  void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* att,
+                             int64_t b, int64_t t, int64_t c, int64_t heads) = nullptr;
+  void (*embedding_forward)(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                            int64_t b, int64_t t, int64_t c) = nullptr;
+  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                             int64_t b, int64_t t, int64_t c) = nullptr;
+  float (*cross_entropy_forward_backward)(float* dlogits, const float* logits,
+                                          const int32_t* targets, int64_t n, int64_t v,
+                                          float grad_scale) = nullptr;
+  float (*cross_entropy_loss)(const float* logits, const int32_t* targets, int64_t n,
+                              int64_t v) = nullptr;
+};
+
+// The installed table (all null until a CUDA module installs one).
+const CudaKernels& cuda_kernels();
+void install_cuda_kernels(const CudaKernels& kernels);
+
+}  // namespace mgpu

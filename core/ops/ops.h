@@ -1,0 +1,71 @@
+// One dispatch point per op. Every function here:
+//   1. opens a KernelScope with the op's FLOPs and bytes (the modeled clock turns them into time,
+//      the enclosing ComputeScope collects them);
+//   2. stops there on the phantom device (shapes only, no data: the cost is all we want);
+//   3. runs the CPU kernel (core/ops/cpu/kernels.h) or the CUDA one (core/ops/cuda_table.h).
+//
+// Conventions (same as the kernels):
+//  - Tensors are contiguous f32; "rows" means all leading dims flattened, "C" the last dim.
+//  - Activation gradients (dinp, dqkv, dlogits, ...) are OVERWRITTEN; parameter gradients
+//    (dweight, dbias, dwte, dwpe) are ACCUMULATED (+=) so micro-batches can add up.
+//  - Linear weights are [out_features, in_features] (PyTorch / llm.c layout): y = x @ W^T + b.
+//  - Token ids / targets are host int32 spans of length rows (B*T), row-major [B, T].
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "core/tensor/tensor.h"
+
+namespace mgpu::ops {
+
+// out[M,N] = op(a) @ op(b) + beta * out, with op(x) = x^T when trans_x. a and b are viewed as
+// 2-D (leading dims flattened): a is [M,K] ([K,M] if trans_a), b is [K,N] ([N,K] if trans_b).
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false,
+            bool trans_b = false, float beta = 0.0f);
+
+// Linear layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be undefined).
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+// dinp = dout @ weight (overwritten); dweight += dout^T @ inp; dbias += colsum(dout) if defined.
+void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight);
+
+void bias_add(Tensor& out, const Tensor& bias);           // out[n,:] += bias
+void bias_grad(Tensor& dbias, const Tensor& dout);        // dbias += column sums of dout
+void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (residual add)
+void axpy(Tensor& y, float alpha, const Tensor& x);       // y += alpha * x
+void scale(Tensor& x, float alpha);                       // x *= alpha
+
+void gelu_forward(Tensor& out, const Tensor& inp);  // tanh approximation
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+// Affine layernorm over the last dim, eps 1e-5; saves mean and rstd ([rows] each) for backward.
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias);
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd);
+
+void softmax_forward(Tensor& out, const Tensor& inp);  // over the last dim
+void softmax_backward(Tensor& dinp, const Tensor& out, const Tensor& dout);
+
+// Causal multi-head self-attention. qkv [B,T,3C] (q | k | v) -> out [B,T,C]; att [B,H,T,T]
+// receives the attention probabilities (zero above the diagonal) for the backward pass.
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        int heads);
+
+// out[B,T,C] = wte[tokens[b,t]] + wpe[t]; tokens has B*T ids in [0, vocab).
+void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
+                       const Tensor& wpe);
+// Scatter-add of dout into dwte (rows of the tokens used) and dwpe (rows 0..T-1).
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
+                        std::span<const int32_t> tokens);
+
+// Fused softmax + negative log-likelihood, mean over rows of logits [rows, V]. Writes
+// dlogits = grad_scale * d(mean loss)/d logits (dlogits may be logits itself) and returns the
+// mean loss; grad_scale is e.g. 1/micro_batches for gradient accumulation. Phantom: returns 0.
+float cross_entropy_forward_backward(Tensor& dlogits, const Tensor& logits,
+                                     std::span<const int32_t> targets, float grad_scale = 1.0f);
+float cross_entropy_loss(const Tensor& logits, std::span<const int32_t> targets);
+
+}  // namespace mgpu::ops
