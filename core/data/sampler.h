@@ -26,7 +26,8 @@ struct RowRange {
 // of 8 or 12"); `what` names the parts in that message ("ranks", "micro-batches").
 RowRange shard_rows(int batch, int parts, int index, const std::string& what = "ranks");
 
-// Rank `rank` of `world` samples only its own rows of each step's global batch.
+// Rank `rank` of `world` samples only its own rows of each step's global batch. Keeps a
+// reference to `task`, which must outlive the sampler.
 class ShardedSampler {
  public:
   ShardedSampler(const Task& task, int global_batch, int seq, int rank, int world);
