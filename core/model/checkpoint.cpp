@@ -1,0 +1,258 @@
+#include "core/model/checkpoint.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/optim/optimizer.h"
+
+namespace mgpu {
+
+// The data section is the host's float bytes as they are; the format says little-endian.
+static_assert(std::endian::native == std::endian::little,
+              "checkpoints assume a little-endian host");
+
+namespace {
+
+constexpr int64_t kPreambleBytes = 8 + 4 + 8;  // magic, version, header length
+
+// A tensor to write: its header entry and where its values come from.
+struct Source {
+  CheckpointEntry entry;
+  Tensor tensor;
+};
+
+std::runtime_error error(const std::string& path, const std::string& what) {
+  return std::runtime_error(fmt::format("checkpoint '{}' {}", path, what));
+}
+
+void add_source(std::vector<Source>& out, int64_t& offset, const std::string& name,
+                const std::string& kind, const Tensor& t, const std::string& path) {
+  if (!t.has_data())
+    throw error(path,
+                fmt::format("cannot be saved: tensor '{}' has no data (phantom device)", name));
+  if (t.dtype() != DType::f32)
+    throw error(path, fmt::format("cannot be saved: tensor '{}' is {}, only f32 is supported", name,
+                                  dtype_name(t.dtype())));
+  CheckpointEntry e{name, kind, "f32", t.shape(), offset, t.bytes()};
+  offset += e.length;
+  out.push_back({e, t});
+}
+
+nlohmann::json entry_to_json(const CheckpointEntry& e) {
+  return {{"name", e.name},   {"kind", e.kind},     {"dtype", e.dtype},
+          {"shape", e.shape}, {"offset", e.offset}, {"length", e.length}};
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const ParamList& params,
+                     const optim::Optimizer* optimizer, int64_t step,
+                     const nlohmann::json& config) {
+  // 1. Lay out the data section: parameters first (model order), then optimizer state.
+  std::vector<Source> sources;
+  int64_t offset = 0;
+  for (const Param* p : params) add_source(sources, offset, p->name, "param", p->data, path);
+  if (optimizer)
+    for (const optim::NamedTensor& s : optimizer->state())
+      add_source(sources, offset, s.name, "optimizer_state", s.tensor, path);
+
+  // 2. The JSON header, padded with spaces so the data starts 8-byte aligned (mmap-friendly).
+  nlohmann::json header;
+  header["format"] = "mgpu-checkpoint";
+  header["step"] = step;
+  header["config"] = config;
+  header["optimizer"] = nullptr;
+  if (optimizer) {
+    header["optimizer"] = optimizer->hyperparams();
+    header["optimizer"]["step_count"] = optimizer->step_count();
+  }
+  header["tensors"] = nlohmann::json::array();
+  for (const Source& s : sources) header["tensors"].push_back(entry_to_json(s.entry));
+  std::string text = header.dump();
+  while ((kPreambleBytes + static_cast<int64_t>(text.size())) % 8 != 0) text.push_back(' ');
+
+  // 3. Write preamble, header, data to a temporary file; rename it into place when complete.
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw error(path, fmt::format("cannot be written: cannot open '{}'", tmp));
+    const uint32_t version = kCheckpointVersion;
+    const uint64_t header_len = text.size();
+    out.write(kCheckpointMagic, 8);
+    out.write(reinterpret_cast<const char*>(&version), sizeof version);
+    out.write(reinterpret_cast<const char*>(&header_len), sizeof header_len);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const Source& s : sources) {
+      std::vector<float> values = s.tensor.to_vector();  // device -> host when needed
+      out.write(reinterpret_cast<const char*>(values.data()), s.entry.length);
+    }
+    out.flush();
+    if (!out) throw error(path, "cannot be written: write failed (disk full?)");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+namespace {
+
+// The parsed header plus where the data section starts and how long it is.
+struct Layout {
+  CheckpointInfo info;
+  int64_t data_start = 0;
+  int64_t data_bytes = 0;
+};
+
+Layout read_layout(const std::string& path, std::ifstream& in) {
+  if (!in) throw error(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
+  in.seekg(0, std::ios::end);
+  const int64_t file_bytes = in.tellg();
+  in.seekg(0);
+  if (file_bytes < kPreambleBytes)
+    throw error(path, fmt::format("is truncated: {} bytes, shorter than the {}-byte preamble",
+                                  file_bytes, kPreambleBytes));
+  char magic[8];
+  uint32_t version = 0;
+  uint64_t header_len = 0;
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(&version), sizeof version);
+  in.read(reinterpret_cast<char*>(&header_len), sizeof header_len);
+  if (std::memcmp(magic, kCheckpointMagic, 8) != 0)
+    throw error(path, "is not an mgpu checkpoint (the file does not start with \"MGPUCKPT\")");
+  if (version != kCheckpointVersion)
+    throw error(path, fmt::format("has format version {}; this build reads version {}", version,
+                                  kCheckpointVersion));
+  if (header_len > static_cast<uint64_t>(file_bytes - kPreambleBytes))
+    throw error(path,
+                fmt::format("is truncated: the header says {} bytes of JSON but only {} follow",
+                            header_len, file_bytes - kPreambleBytes));
+
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  Layout layout;
+  layout.data_start = kPreambleBytes + static_cast<int64_t>(header_len);
+  layout.data_bytes = file_bytes - layout.data_start;
+  try {
+    nlohmann::json h = nlohmann::json::parse(text);
+    layout.info.step = h.at("step").get<int64_t>();
+    layout.info.config = h.value("config", nlohmann::json::object());
+    layout.info.optimizer = h.value("optimizer", nlohmann::json());
+    for (const nlohmann::json& t : h.at("tensors")) {
+      CheckpointEntry e;
+      e.name = t.at("name").get<std::string>();
+      e.kind = t.at("kind").get<std::string>();
+      e.dtype = t.at("dtype").get<std::string>();
+      e.shape = t.at("shape").get<Shape>();
+      e.offset = t.at("offset").get<int64_t>();
+      e.length = t.at("length").get<int64_t>();
+      layout.info.tensors.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& ex) {
+    throw error(path, fmt::format("has a corrupt header: {}", ex.what()));
+  }
+
+  // Every tensor must be f32, consistent with its shape, and lie inside the file.
+  for (const CheckpointEntry& e : layout.info.tensors) {
+    if (e.dtype != "f32")
+      throw error(path, fmt::format("has tensor '{}' of dtype '{}'; only f32 is supported", e.name,
+                                    e.dtype));
+    if (e.length != shape_numel(e.shape) * 4 || e.offset < 0)
+      throw error(path, fmt::format("has a corrupt header: tensor '{}' {} has length {}", e.name,
+                                    shape_str(e.shape), e.length));
+    if (e.offset + e.length > layout.data_bytes)
+      throw error(path, fmt::format("is truncated: tensor '{}' needs data bytes [{}, {}) but the "
+                                    "file holds only {}",
+                                    e.name, e.offset, e.offset + e.length, layout.data_bytes));
+  }
+  return layout;
+}
+
+// Finds the entry for each name in `names`; checks nothing is missing or extra of this kind.
+std::map<std::string, const CheckpointEntry*> match_entries(const std::string& path,
+                                                            const CheckpointInfo& info,
+                                                            const std::string& kind,
+                                                            const std::vector<std::string>& names,
+                                                            const std::string& owner) {
+  std::map<std::string, const CheckpointEntry*> by_name;
+  for (const CheckpointEntry& e : info.tensors)
+    if (e.kind == kind) by_name[e.name] = &e;
+  for (const std::string& n : names)
+    if (!by_name.count(n))
+      throw error(path, fmt::format("has no tensor '{}' but the {} expects one", n, owner));
+  if (by_name.size() != names.size()) {
+    for (auto& [n, e] : by_name)
+      if (std::find(names.begin(), names.end(), n) == names.end())
+        throw error(path, fmt::format("has tensor '{}' that the {} does not have", n, owner));
+  }
+  return by_name;
+}
+
+void check_shape(const std::string& path, const CheckpointEntry& e, const Shape& expected,
+                 const std::string& owner) {
+  if (e.shape != expected)
+    throw error(path, fmt::format("has {} {} but the {} expects {}", e.name, shape_str(e.shape),
+                                  owner, shape_str(expected)));
+}
+
+// Copies one tensor's bytes from the data section into `dst` (host or device).
+void restore(const std::vector<char>& data, const CheckpointEntry& e, Tensor dst) {
+  std::vector<float> values(static_cast<size_t>(e.length / 4));
+  std::memcpy(values.data(), data.data() + e.offset, static_cast<size_t>(e.length));
+  if (dst.has_data()) dst.copy_from(Tensor::from(dst.shape(), values, MemCategory::workspace));
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return read_layout(path, in).info;
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, const ParamList& params,
+                               optim::Optimizer* optimizer) {
+  std::ifstream in(path, std::ios::binary);
+  Layout layout = read_layout(path, in);
+  const CheckpointInfo& info = layout.info;
+
+  // 1. Validate everything before touching the model.
+  std::vector<std::string> param_names;
+  for (const Param* p : params) param_names.push_back(p->name);
+  auto param_entries = match_entries(path, info, "param", param_names, "model");
+  for (const Param* p : params)
+    check_shape(path, *param_entries[p->name], p->data.shape(), "model");
+
+  const bool restore_optimizer = optimizer && !info.optimizer.is_null();
+  std::map<std::string, const CheckpointEntry*> state_entries;
+  if (restore_optimizer) {
+    std::string saved = info.optimizer.value("name", std::string("?"));
+    if (saved != optimizer->name())
+      throw error(path, fmt::format("holds {} optimizer state but the optimizer is {}", saved,
+                                    optimizer->name()));
+    std::vector<std::string> state_names;
+    for (const optim::NamedTensor& s : optimizer->state()) state_names.push_back(s.name);
+    state_entries = match_entries(path, info, "optimizer_state", state_names, "optimizer");
+    for (const optim::NamedTensor& s : optimizer->state())
+      check_shape(path, *state_entries[s.name], s.tensor.shape(), "optimizer");
+  }
+
+  // 2. Read the data section and copy every tensor into place.
+  std::vector<char> data(static_cast<size_t>(layout.data_bytes));
+  in.seekg(layout.data_start);
+  in.read(data.data(), layout.data_bytes);
+  if (!in) throw error(path, "could not be read to the end");
+  for (Param* p : params) restore(data, *param_entries[p->name], p->data);
+  if (restore_optimizer) {
+    for (const optim::NamedTensor& s : optimizer->state())
+      restore(data, *state_entries[s.name], s.tensor);
+    optimizer->set_step_count(info.optimizer.value("step_count", info.step));
+  }
+  return info;
+}
+
+}  // namespace mgpu

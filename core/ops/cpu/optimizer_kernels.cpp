@@ -1,0 +1,87 @@
+// CPU (and phantom) optimizer kernels: one readable loop each.
+#include "core/ops/optimizer_kernels.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/runtime/context.h"
+
+namespace mgpu::ops {
+
+namespace {
+
+void check_same_size(const char* op, const Tensor& param, const Tensor& other, const char* what) {
+  if (other.numel() != param.numel())
+    throw std::invalid_argument(fmt::format("{}: {} has {} elements but the parameter has {}", op,
+                                            what, other.numel(), param.numel()));
+}
+
+// These loops run on host memory; a CUDA tensor needs the CUDA kernels.
+void check_host(const char* op, const Tensor& param) {
+  if (param.has_data() && param.device().kind != DeviceKind::cpu)
+    throw std::logic_error(
+        fmt::format("{}: CPU kernel called on a {} tensor", op,
+                    param.device().kind == DeviceKind::cuda ? "cuda" : "non-cpu"));
+}
+
+}  // namespace
+
+void sgd_momentum_update(Tensor param, Tensor grad, Tensor momentum_buf, float lr, float momentum,
+                         float weight_decay) {
+  const int64_t n = param.numel();
+  const bool use_momentum = momentum != 0.0f;
+  // Per element: weight decay (2), momentum (2), update (2); read p, g (+buf), write p (+buf).
+  KernelScope k("sgd_momentum", 6.0 * n, (use_momentum ? 5.0 : 3.0) * 4.0 * n);
+  check_same_size("sgd_momentum_update", param, grad, "grad");
+  if (use_momentum) check_same_size("sgd_momentum_update", param, momentum_buf, "momentum buffer");
+  if (!param.has_data()) return;  // phantom: cost only
+  check_host("sgd_momentum_update", param);
+
+  float* p = param.f32();
+  const float* g = grad.f32();
+  float* buf = use_momentum ? momentum_buf.f32() : nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i] + weight_decay * p[i];
+    if (use_momentum) {
+      buf[i] = momentum * buf[i] + d;
+      d = buf[i];
+    }
+    p[i] -= lr * d;
+  }
+}
+
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step) {
+  const int64_t n = param.numel();
+  // Per element ~12 FLOPs (decay, two moments, bias correction, sqrt, divide, update);
+  // read p, g, m, v and write p, m, v: 7 floats.
+  KernelScope k("adamw", 12.0 * n, 7.0 * 4.0 * n);
+  check_same_size("adamw_update", param, grad, "grad");
+  check_same_size("adamw_update", param, m, "first moment m");
+  check_same_size("adamw_update", param, v, "second moment v");
+  if (step < 1) throw std::invalid_argument(fmt::format("adamw_update: step {} < 1", step));
+  if (!param.has_data()) return;  // phantom: cost only
+  check_host("adamw_update", param);
+
+  // Early steps see m and v still biased towards their zero start; dividing by these undoes it.
+  const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const float decay = 1.0f - lr * weight_decay;
+
+  float* p = param.f32();
+  const float* g = grad.f32();
+  float* mp = m.f32();
+  float* vp = v.f32();
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] *= decay;  // decoupled weight decay: shrink the weight, independent of the gradient
+    mp[i] = beta1 * mp[i] + (1.0f - beta1) * g[i];
+    vp[i] = beta2 * vp[i] + (1.0f - beta2) * g[i] * g[i];
+    const float m_hat = static_cast<float>(mp[i] / bias1);
+    const float v_hat = static_cast<float>(vp[i] / bias2);
+    p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+}
+
+}  // namespace mgpu::ops
