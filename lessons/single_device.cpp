@@ -17,7 +17,7 @@ namespace mgpu::lessons {
 namespace {
 
 // One training step: forward, backward, optimizer. Each phase is a scope on the timeline.
-float train_step(GPT& model, Optimizer& opt, const data::Batch& batch) {
+float train_step(GPT& model, optim::Optimizer& opt, const data::Batch& batch) {
   model.zero_grad();
   GPTActivations acts = GPTActivations::allocate(model.config(), batch.B, batch.T);
   float loss;

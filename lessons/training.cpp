@@ -36,16 +36,16 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   return cfg;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params) {
   if (c.optimizer == "sgd") {
-    SGDOptions o;
+    optim::SGDOptions o;
     o.lr = static_cast<float>(c.lr);
-    return std::make_unique<SGD>(whole_params(params), o);
+    return std::make_unique<optim::SGD>(optim::whole_params(params), o);
   }
-  AdamWOptions o;
+  optim::AdamWOptions o;
   o.lr = static_cast<float>(c.lr);
   o.weight_decay = 0.0f;  // keeps the equivalence tests exact and the lessons simple
-  return std::make_unique<AdamW>(whole_params(params), o);
+  return std::make_unique<optim::AdamW>(optim::whole_params(params), o);
 }
 
 LossLog::LossLog(const CommonOptions& c, std::ostream& out)

@@ -17,7 +17,7 @@ namespace mgpu::lessons {
 // The task named by --task/--data, and the model config that fits it.
 std::unique_ptr<data::Task> make_task(const CommonOptions& c);
 GPTConfig model_config(const CommonOptions& c, const data::Task& task);
-std::unique_ptr<Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
+std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
 
 // Prints "step  k/N  loss x.xxxx" about ten times per run (or every --log-every steps).
 class LossLog {

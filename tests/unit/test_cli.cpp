@@ -1,0 +1,74 @@
+// The `mgpu` program, run in-process: listing, help, and one clear line + exit 2 for bad input.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "lessons/cli.h"
+
+using mgpu::lessons::mgpu_main;
+
+namespace {
+struct Result {
+  int code;
+  std::string out, err;
+};
+Result mgpu(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  int code = mgpu_main(args, out, err);
+  return {code, out.str(), err.str()};
+}
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+}  // namespace
+
+TEST_CASE("mgpu list names every lesson with its summary", "[cli]") {
+  Result r = mgpu({"list"});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("single_device") && Catch::Contains("where memory goes"));
+}
+
+TEST_CASE("help is exit 0 and lists the options with defaults", "[cli]") {
+  Result r = mgpu({"run", "single_device", "--help"});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--steps") && Catch::Contains("--heads") &&
+                        Catch::Contains("150"));
+  CHECK(mgpu({"--help"}).code == 0);
+  CHECK(mgpu({"profiles"}).code == 0);
+}
+
+TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  std::vector<Case> cases = {
+      {{"frobnicate"}, "unknown command 'frobnicate'"},
+      {{"run", "no_such_lesson"}, "unknown lesson 'no_such_lesson' (available: single_device"},
+      {{"run", "single_device", "--no-such-option"}, "--no-such-option"},
+      {{"run", "single_device", "--steps", "0"}, "--steps"},
+      {{"run", "single_device", "--dim", "-4"}, "--dim"},
+      {{"run", "single_device", "--batch", "abc"}, "--batch"},
+      {{"run", "single_device", "--dim", "64", "--heads", "3"}, "heads (3) must divide dim (64)"},
+      {{"run", "single_device", "--data", "/no/such/file.txt"}, "cannot read data file"},
+      {{"run", "single_device", "--task", "chess"}, "unknown task 'chess'"},
+      {{"run", "single_device", "--profile", "9xH100"}, "unknown profile '9xH100'"},
+      {{"run", "single_device", "--ranks", "2"}, "single_device runs on one rank"},
+      {{"run", "single_device", "--capacity", "lots"}, "cannot read 'lots' as a size"},
+      {{"run", "single_device", "--device", "tpu"}, "--device"},
+      {{"run", "single_device", "--clock", "cuda"}, "--clock cuda needs --device cuda"},
+      {{"run", "single_device", "--resume", "/no/such/ckpt.bin"}, "/no/such/ckpt.bin"},
+  };
+  for (auto& c : cases) {
+    INFO("mgpu " << Catch::Detail::stringify(c.args));
+    Result r = mgpu(c.args);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+    CHECK(lines(r.err) == 1);
+  }
+}
+
+TEST_CASE("a capacity too small for the model is an out-of-memory breakdown, exit 2", "[cli]") {
+  Result r = mgpu({"run", "single_device", "--steps", "1", "--capacity", "64KiB"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("out of memory") && Catch::Contains("parameters") &&
+                        Catch::Contains("capacity 64.00 KiB") && Catch::Contains("raise --capacity"));
+}
