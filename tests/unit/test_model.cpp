@@ -3,6 +3,8 @@
 // accumulation, and a phantom run.
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 #include "core/model/gpt.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
@@ -253,4 +255,28 @@ TEST_CASE("phantom GPT: a step costs time and reports its FLOPs, with no data",
   REQUIRE(flops > 0.7 * estimate);
   REQUIRE(flops < 1.3 * estimate);
   REQUIRE(ctx.clock.compute_now() > 0);
+}
+
+TEST_CASE("ranks as threads: concurrent models give the single-thread result", "[model]") {
+  GPTConfig cfg = tiny_config();
+  const int64_t b = 2, t = 6;
+  auto tokens = random_ids(size_t(b * t), cfg.vocab, 1);
+  auto targets = random_ids(size_t(b * t), cfg.vocab, 2);
+  float expected = 0;
+  {
+    GPT model(cfg);
+    for (int i = 0; i < 5; i++) expected = model.forward_backward(tokens, targets, b, t);
+  }
+  std::vector<float> got(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; r++)
+    ranks.emplace_back([&, r] {
+      RankContext ctx(r, 2, Device::cpu(r), HardwareProfile::ideal(), ClockKind::modeled);
+      ScopedRank guard(ctx);
+      GPT model(cfg);
+      for (int i = 0; i < 5; i++) got[size_t(r)] = model.forward_backward(tokens, targets, b, t);
+    });
+  for (auto& th : ranks) th.join();
+  REQUIRE(got[0] == expected);
+  REQUIRE(got[1] == expected);
 }
