@@ -205,8 +205,9 @@ void softmax_backward(Tensor& dinp, const Tensor& out, const Tensor& dout) {
 namespace {
 struct AttentionDims {
   int64_t b, t, c, heads;
-  // (query, key) pairs a causal mask keeps: heads * B * T(T+1)/2
-  double pairs() const { return double(b) * heads * t * (t + 1) / 2.0; }
+  // (query, key) pairs the kernels compute: heads * B * T * T. The CPU kernels run the scores
+  // as full T x T GEMMs and then mask, so we count the masked half too.
+  double pairs() const { return double(b) * heads * t * t; }
 };
 AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& att, int heads) {
   check(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, op,
@@ -224,7 +225,7 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads) {
   const AttentionDims d = attention_dims("attention_forward", qkv, att, heads);
   check(out.numel() == d.b * d.t * d.c, "attention_forward", "out must be [B, T, C]");
   const double hs = double(d.c / heads);
-  // per pair: q.k (2 hs), exp/normalize (~5), att * v (2 hs)
+  // per pair: q.k (2 hs), softmax (~5), att * v (2 hs)
   KernelScope ks("attention_forward", d.pairs() * (4.0 * hs + 5.0),
                  kF * (d.b * d.t * 4.0 * d.c + double(att.numel())));
   if (!has_math(out)) return;
@@ -238,7 +239,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   check(dqkv.numel() == qkv.numel() && dout.numel() == d.b * d.t * d.c, "attention_backward",
         "dqkv must match qkv and dout must be [B, T, C]");
   const double hs = double(d.c / heads);
-  // per pair: datt (2 hs), dv (2 hs), softmax backward (~4), dq and dk (4 hs)
+  // per pair: dP (2 hs), dV (2 hs), softmax backward (~4), dQ and dK (4 hs)
   KernelScope ks("attention_backward", d.pairs() * (8.0 * hs + 4.0),
                  kF * (d.b * d.t * 7.0 * d.c + double(att.numel())));
   if (!has_math(dqkv)) return;
