@@ -12,7 +12,7 @@ struct Result {
   int code;
   std::string out, err;
 };
-Result mgpu(std::vector<std::string> args) {
+Result run_mgpu(std::vector<std::string> args) {
   std::ostringstream out, err;
   int code = mgpu_main(args, out, err);
   return {code, out.str(), err.str()};
@@ -21,18 +21,18 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 }  // namespace
 
 TEST_CASE("mgpu list names every lesson with its summary", "[cli]") {
-  Result r = mgpu({"list"});
+  Result r = run_mgpu({"list"});
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("single_device") && Catch::Contains("where memory goes"));
 }
 
 TEST_CASE("help is exit 0 and lists the options with defaults", "[cli]") {
-  Result r = mgpu({"run", "single_device", "--help"});
+  Result r = run_mgpu({"run", "single_device", "--help"});
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("--steps") && Catch::Contains("--heads") &&
                         Catch::Contains("150"));
-  CHECK(mgpu({"--help"}).code == 0);
-  CHECK(mgpu({"profiles"}).code == 0);
+  CHECK(run_mgpu({"--help"}).code == 0);
+  CHECK(run_mgpu({"profiles"}).code == 0);
 }
 
 TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
@@ -59,7 +59,7 @@ TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
   };
   for (auto& c : cases) {
     INFO("mgpu " << Catch::Detail::stringify(c.args));
-    Result r = mgpu(c.args);
+    Result r = run_mgpu(c.args);
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains(c.says));
     CHECK(lines(r.err) == 1);
@@ -67,7 +67,7 @@ TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
 }
 
 TEST_CASE("a capacity too small for the model is an out-of-memory breakdown, exit 2", "[cli]") {
-  Result r = mgpu({"run", "single_device", "--steps", "1", "--capacity", "64KiB"});
+  Result r = run_mgpu({"run", "single_device", "--steps", "1", "--capacity", "64KiB"});
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("out of memory") && Catch::Contains("parameters") &&
                         Catch::Contains("capacity 64.00 KiB") && Catch::Contains("raise --capacity"));
