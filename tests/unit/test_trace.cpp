@@ -254,6 +254,13 @@ TEST_CASE("chrome trace: truncations of a valid file never crash") {
   }
 }
 
+TEST_CASE("chrome trace: deeply nested JSON is rejected without blowing the stack") {
+  const std::string deep =
+      "{\"traceEvents\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  CHECK_THAT(error_of(deep), Catch::Contains("traceEvents[0] must be an object"));
+  CHECK_THAT(error_of(std::string(200000, '[')), Catch::Contains("truncated JSON"));
+}
+
 TEST_CASE("chrome trace: random garbage never crashes") {
   std::mt19937 rng(2024);
   const std::string valid = to_text(sample_trace());
