@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/validator.h"

@@ -1,6 +1,7 @@
 // Checking a pipeline configuration before anything runs, and splitting layers across stages.
 // Every error is one line: what is wrong, and a setting that would work.
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
 #include <algorithm>
 #include <stdexcept>

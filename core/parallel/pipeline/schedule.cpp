@@ -6,6 +6,7 @@
 #include "core/parallel/pipeline/schedule.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
 #include <algorithm>
 #include <stdexcept>

@@ -5,6 +5,7 @@
 #include "core/parallel/pipeline/validator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
 #include <deque>
 #include <map>
