@@ -4,6 +4,8 @@
 
 namespace mgpu::mine {
 
-void install_seams() { comm::install_comm_seams({"mine", &mine::ring_all_reduce}); }
+void install_seams() {
+  comm::install_comm_seams({"mine", &mine::ring_all_reduce});
+}
 
 }  // namespace mgpu::mine

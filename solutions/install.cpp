@@ -4,6 +4,8 @@
 
 namespace mgpu::reference {
 
-void install_seams() { comm::install_comm_seams({"reference", &reference::ring_all_reduce}); }
+void install_seams() {
+  comm::install_comm_seams({"reference", &reference::ring_all_reduce});
+}
 
 }  // namespace mgpu::reference

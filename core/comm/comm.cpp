@@ -8,7 +8,9 @@
 
 namespace mgpu::comm {
 
-const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "avg"; }
+const char* reduce_op_name(ReduceOp op) {
+  return op == ReduceOp::sum ? "sum" : "avg";
+}
 
 std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index) {
   if (parts <= 0 || index < 0 || index >= parts)
@@ -53,7 +55,9 @@ std::optional<CommSeams>& installed_seams() {
 }
 }  // namespace
 
-void install_comm_seams(CommSeams seams) { installed_seams() = std::move(seams); }
+void install_comm_seams(CommSeams seams) {
+  installed_seams() = std::move(seams);
+}
 
 const CommSeams& comm_seams() {
   const auto& seams = installed_seams();

@@ -60,11 +60,11 @@ class Comm {
  public:
   virtual ~Comm() = default;
 
-  virtual int rank() const = 0;              // my rank within this group
-  virtual int size() const = 0;              // ranks in this group
+  virtual int rank() const = 0;                      // my rank within this group
+  virtual int size() const = 0;                      // ranks in this group
   virtual int world_rank(int group_rank) const = 0;  // a member's rank in the world
-  virtual std::string name() const = 0;      // "world", or the name given to split()
-  virtual std::string backend() const = 0;   // "local", "mpi", "nccl"
+  virtual std::string name() const = 0;              // "world", or the name given to split()
+  virtual std::string backend() const = 0;           // "local", "mpi", "nccl"
 
   // Point-to-point. Messages between a pair with the same tag arrive in order.
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;

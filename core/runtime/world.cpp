@@ -29,9 +29,12 @@ bool launched_by_mpi_launcher() {
 
 Device device_for_rank(DeviceKind kind, int rank) {
   switch (kind) {
-    case DeviceKind::cpu: return Device::cpu(rank);
-    case DeviceKind::phantom: return Device::phantom(rank);
-    case DeviceKind::cuda: return Device::cuda(rank);  // shared-GPU mapping is the CUDA module's
+    case DeviceKind::cpu:
+      return Device::cpu(rank);
+    case DeviceKind::phantom:
+      return Device::phantom(rank);
+    case DeviceKind::cuda:
+      return Device::cuda(rank);  // shared-GPU mapping is the CUDA module's
   }
   return Device::cpu(rank);
 }
@@ -77,8 +80,9 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
     w.ranks[0]->comm = w.comms[0].get();
     return;
 #else
-    throw std::invalid_argument("backend 'mpi' requested but this build has no MPI "
-                                "(install libopenmpi-dev openmpi-bin and reconfigure)");
+    throw std::invalid_argument(
+        "backend 'mpi' requested but this build has no MPI "
+        "(install libopenmpi-dev openmpi-bin and reconfigure)");
 #endif
   }
   if (backend != "local")
@@ -100,10 +104,18 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
 
 World::~World() = default;
 
-int World::size() const { return impl_->world_size; }
-const WorldOptions& World::options() const { return impl_->options; }
-bool World::is_mpi() const { return impl_->mpi; }
-bool World::is_root() const { return impl_->first_rank == 0; }
+int World::size() const {
+  return impl_->world_size;
+}
+const WorldOptions& World::options() const {
+  return impl_->options;
+}
+bool World::is_mpi() const {
+  return impl_->mpi;
+}
+bool World::is_root() const {
+  return impl_->first_rank == 0;
+}
 
 RankContext& World::rank(int r) {
   int local = r - impl_->first_rank;

@@ -15,7 +15,9 @@ void install_seams();
 }
 
 namespace {
-bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"); }
+bool under_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+}
 
 double busbw(World& world, int64_t n, int iterations) {
   double seconds = 0;
@@ -44,15 +46,15 @@ int main(int argc, char** argv) {
   if (under_mpirun()) o.backend = "mpi";
   World world(o);
   if (world.is_root())
-    std::printf("%-10s %14s %14s\n", "elements", world.is_mpi() ? "mpi GB/s" : "local GB/s",
-                "");
+    std::printf("%-10s %14s %14s\n", "elements", world.is_mpi() ? "mpi GB/s" : "local GB/s", "");
   for (int64_t n : {1 << 10, 1 << 16, 1 << 20, 1 << 22}) {
     double bw = busbw(world, n, n > (1 << 20) ? 5 : 20);
     if (world.is_root()) std::printf("%-10lld %14.3f\n", static_cast<long long>(n), bw);
   }
   if (world.is_root() && !world.is_mpi())
-    std::printf("(run under mpirun -n %d to measure MPI_Allreduce on the same sizes and compare "
-                "the columns; the ratio local/mpi is the cost of the readable ring)\n",
-                ranks);
+    std::printf(
+        "(run under mpirun -n %d to measure MPI_Allreduce on the same sizes and compare "
+        "the columns; the ratio local/mpi is the cost of the readable ring)\n",
+        ranks);
   return 0;
 }

@@ -10,11 +10,9 @@
 
 using namespace mgpu;
 
-int main() {
-  current_rank().tracer.enabled = false;
-  GPTConfig cfg;  // vocab 64, seq_len 64, layers 2, dim 64, heads 4
-  const int64_t batch = 16, seq = cfg.seq_len;
-  const int steps = 50;
+namespace {
+// Runs `steps` SGD steps of forward_backward at (batch, seq) and prints the throughput.
+void bench(const GPTConfig& cfg, int64_t batch, int64_t seq, int steps) {
   GPT model(cfg);
   std::mt19937_64 rng(1);
   std::vector<int32_t> tokens(size_t(batch * seq)), targets(tokens.size());
@@ -32,12 +30,20 @@ int main() {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens_per_step = double(batch * seq);
-  std::printf("config: vocab %d, seq %lld, layers %d, dim %d, heads %d, batch %lld (%lld params)\n",
-              cfg.vocab, (long long)seq, cfg.layers, cfg.dim, cfg.heads, (long long)batch,
-              (long long)model.num_params());
-  std::printf("%d steps in %.3f s: %.2f ms/step, %.0f tokens/s, %.2f GFLOP/s (6N+attn estimate)\n",
-              steps, secs, 1e3 * secs / steps, tokens_per_step * steps / secs,
-              model.flops_per_token(seq) * tokens_per_step * steps / secs / 1e9);
-  std::printf("loss %.4f -> %.4f\n", first, loss);
+  std::printf("vocab %d layers %d dim %d heads %d (%lld params), batch %lld seq %lld: ", cfg.vocab,
+              cfg.layers, cfg.dim, cfg.heads, (long long)model.num_params(), (long long)batch,
+              (long long)seq);
+  std::printf("%.2f ms/step, %.0f tokens/s, %.2f GFLOP/s; loss %.3f -> %.3f over %d steps\n",
+              1e3 * secs / steps, tokens_per_step * steps / secs,
+              model.flops_per_token(seq) * tokens_per_step * steps / secs / 1e9, first, loss,
+              steps);
+}
+}  // namespace
+
+int main() {
+  current_rank().tracer.enabled = false;
+  GPTConfig cfg;  // vocab 64, seq_len 64, layers 2, dim 64, heads 4
+  bench(cfg, 8, 32, 100);
+  bench(cfg, 16, 64, 50);
   return 0;
 }

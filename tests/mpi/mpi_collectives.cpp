@@ -49,7 +49,8 @@ int main() {
       expect(out.to_vector() == std::vector<float>(sum.begin() + b, sum.begin() + e),
              "reduce_scatter", n);
       Tensor all = Tensor::empty({n}, MemCategory::workspace);
-      ctx.comm->all_gather(Tensor::from({e - b}, std::vector<float>(sum.begin() + b, sum.begin() + e)), all);
+      ctx.comm->all_gather(
+          Tensor::from({e - b}, std::vector<float>(sum.begin() + b, sum.begin() + e)), all);
       expect(all.to_vector() == sum, "all_gather", n);
       Tensor bc = Tensor::from({n}, input(r, n));
       ctx.comm->broadcast(bc, N - 1);

@@ -81,7 +81,8 @@ TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match a serial refe
           ctx.comm->reduce_scatter(in, out, op);
           scattered[r] = out.to_vector();
 
-          Tensor mine = Tensor::from({e - b}, std::vector<float>(want.begin() + b, want.begin() + e));
+          Tensor mine =
+              Tensor::from({e - b}, std::vector<float>(want.begin() + b, want.begin() + e));
           Tensor all = Tensor::empty({n}, MemCategory::workspace);
           ctx.comm->all_gather(mine, all);
           gathered[r] = all.to_vector();

@@ -99,8 +99,10 @@ TEST_CASE("all_reduce_async overlaps compute: step end = max of the lanes, not t
     double comm_end = 2 * (1e-6 + (n / 2) * 4 / 1e9);
     double compute_end = kernels * 1e-3;
     auto trace = world.collect_trace();
-    const auto& step = find(trace, 0, "");  // the step event has no op
-    CHECK(step.cat == trace::cat::step);
+    auto step_it = std::find_if(trace.events.begin(), trace.events.end(),
+                                [](const auto& e) { return e.cat == trace::cat::step; });
+    REQUIRE(step_it != trace.events.end());
+    const auto& step = *step_it;
     CHECK(step.dur == Approx(std::max(comm_end, compute_end)).epsilon(1e-12));
     CHECK(world.rank(0).clock.compute_now() ==
           Approx(std::max(comm_end, compute_end)).epsilon(1e-12));

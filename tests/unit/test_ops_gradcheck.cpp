@@ -2,8 +2,10 @@
 // tolerance and why), plus matmul against a naive loop, the causal mask, and phantom runs.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <cstring>
 
+#include "core/ops/cuda_table.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
 #include "test_ops_gradcheck.h"
@@ -248,4 +250,46 @@ TEST_CASE("phantom device: ops do no math but advance the modeled clock", "[ops]
   Tensor logits = Tensor::empty({16, 10}, MemCategory::activations);
   REQUIRE(ops::cross_entropy_forward_backward(logits, logits, targets) == 0.0f);
   REQUIRE(ctx.clock.compute_now() > expected);
+}
+
+namespace {
+// Stand-in "CUDA" memory in host memory, so the dispatch seam can be tested without a GPU.
+void* fake_alloc(int64_t bytes, int) {
+  return std::calloc(size_t(bytes), 1);
+}
+void fake_release(void* p, int) {
+  std::free(p);
+}
+void fake_copy(void* dst, const void* src, int64_t bytes) {
+  std::memcpy(dst, src, size_t(bytes));
+}
+int g_fake_add_calls = 0;
+void fake_add(float* out, const float* a, const float* b, int64_t count) {
+  g_fake_add_calls++;
+  for (int64_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+}
+}  // namespace
+
+TEST_CASE("cuda dispatch goes through the kernel table, or says the kernel is missing", "[ops]") {
+  if (device_memory_hooks(DeviceKind::cuda).allocate != nullptr) {
+    SUCCEED("a real CUDA module is installed; its own tests cover dispatch");
+    return;
+  }
+  set_device_memory_hooks(DeviceKind::cuda, {fake_alloc, fake_release, fake_copy});
+  {
+    Allocator gpu(Device::cuda(0));
+    Tensor a = Tensor::empty({4}, MemCategory::workspace, DType::f32, &gpu);
+    Tensor b = Tensor::empty({4}, MemCategory::workspace, DType::f32, &gpu);
+    Tensor out = Tensor::empty({4}, MemCategory::workspace, DType::f32, &gpu);
+    REQUIRE_THROWS_WITH(ops::add(out, a, b),
+                        Catch::Contains("add: this op has no CUDA kernel yet"));
+    CudaKernels table;
+    table.add = fake_add;
+    install_cuda_kernels(table);
+    ops::add(out, a, b);
+    REQUIRE(g_fake_add_calls == 1);
+    REQUIRE_THROWS_WITH(ops::gelu_forward(out, a), Catch::Contains("no CUDA kernel yet"));
+    install_cuda_kernels(CudaKernels{});
+  }
+  set_device_memory_hooks(DeviceKind::cuda, {});
 }

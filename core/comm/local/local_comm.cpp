@@ -68,7 +68,7 @@ class LocalComm final : public Comm {
   // ---- point-to-point ----
   void send(const Tensor& t, int dst, int tag) override {
     double end = post(t, dst, tag);
-    ctx_->clock.wait_compute_until(end);
+    compute_waits_for(end);
   }
 
   void recv(Tensor& t, int src, int tag) override {
@@ -76,12 +76,12 @@ class LocalComm final : public Comm {
     MailboxKey key = mailbox(src, rank_, tag);
     double posted = ctx_->clock.comm_issue_time();
     double end = receive(t, key, world_->reserve(key), posted, src, tag);
-    ctx_->clock.wait_compute_until(end);
+    compute_waits_for(end);
   }
 
   Work isend(const Tensor& t, int dst, int tag) override {
     double end = post(t, dst, tag);
-    return wait_until(end);
+    return depth_ > 0 ? Work() : wait_until(end);  // eager: the data has already been copied
   }
 
   Work irecv(Tensor& t, int src, int tag) override {
@@ -94,8 +94,7 @@ class LocalComm final : public Comm {
       double posted;
       int src, tag;
       void wait() override {
-        double end = comm->receive(target, key, ticket, posted, src, tag);
-        comm->ctx_->clock.wait_compute_until(end);
+        comm->compute_waits_for(comm->receive(target, key, ticket, posted, src, tag));
       }
     };
     auto pending = std::make_unique<PendingRecv>();
@@ -123,29 +122,29 @@ class LocalComm final : public Comm {
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
     auto [begin, end] = chunk_range(in.numel(), size(), rank_);
     if (out.numel() != end - begin)
-      throw CommError(fmt::format("reduce_scatter on rank {} of group {}: out has {} elements, "
-                                  "expected chunk_range({}, {}, {}) = {}",
-                                  rank_, name_, out.numel(), in.numel(), size(), rank_,
-                                  end - begin));
-    double finish = collective("reduce_scatter", describe_call("reduce_scatter", &in, &op),
-                               in.bytes(), [&] {
-                                 Tensor work = Tensor::empty(in.shape(), MemCategory::comm_buffers,
-                                                             in.dtype(), &ctx_->allocator);
-                                 work.copy_from(in);
-                                 ring_reduce_scatter(*this, work);
-                                 out.copy_from(work.flat_range(begin, end));
-                                 if (op == ReduceOp::avg) scale(out, 1.0f / size());
-                               });
+      throw CommError(
+          fmt::format("reduce_scatter on rank {} of group {}: out has {} elements, "
+                      "expected chunk_range({}, {}, {}) = {}",
+                      rank_, name_, out.numel(), in.numel(), size(), rank_, end - begin));
+    double finish =
+        collective("reduce_scatter", describe_call("reduce_scatter", &in, &op), in.bytes(), [&] {
+          Tensor work =
+              Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), &ctx_->allocator);
+          work.copy_from(in);
+          ring_reduce_scatter(*this, work);
+          out.copy_from(work.flat_range(begin, end));
+          if (op == ReduceOp::avg) scale(out, 1.0f / size());
+        });
     ctx_->clock.wait_compute_until(finish);
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
     auto [begin, end] = chunk_range(out.numel(), size(), rank_);
     if (in.numel() != end - begin)
-      throw CommError(fmt::format("all_gather on rank {} of group {}: in has {} elements, "
-                                  "expected chunk_range({}, {}, {}) = {}",
-                                  rank_, name_, in.numel(), out.numel(), size(), rank_,
-                                  end - begin));
+      throw CommError(
+          fmt::format("all_gather on rank {} of group {}: in has {} elements, "
+                      "expected chunk_range({}, {}, {}) = {}",
+                      rank_, name_, in.numel(), out.numel(), size(), rank_, end - begin));
     double finish =
         collective("all_gather", describe_call("all_gather", &out, nullptr), out.bytes(), [&] {
           Tensor mine = out.flat_range(begin, end);
@@ -171,10 +170,9 @@ class LocalComm final : public Comm {
   std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
     int64_t seq = seq_++;
     world_->check_collective(group_key_, name_, seq, size(), my_world_rank(), "split()");
-    auto values = world_->exchange(
-        group_key_, seq, members_, rank_, {color, key},
-        fmt::format("waits in split #{} of group {}", seq, name_));
-    if (color < 0) return nullptr;  // like MPI_UNDEFINED: this rank joins no group
+    auto values = world_->exchange(group_key_, seq, members_, rank_, {color, key},
+                                   fmt::format("waits in split #{} of group {}", seq, name_));
+    if (color < 0) return nullptr;            // like MPI_UNDEFINED: this rank joins no group
     std::vector<std::pair<int, int>> chosen;  // (key, world rank)
     for (int i = 0; i < size(); ++i)
       if (values[i].first == color) chosen.emplace_back(values[i].second, members_[i]);
@@ -192,6 +190,12 @@ class LocalComm final : public Comm {
 
  private:
   int my_world_rank() const { return members_[rank_]; }
+
+  // A blocking p2p makes the compute lane wait for it, except inside a collective: there only
+  // the comm lane moves, and the collective decides (blocking now, async at Work::wait()).
+  void compute_waits_for(double end) {
+    if (depth_ == 0) ctx_->clock.wait_compute_until(end);
+  }
 
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size())
@@ -219,9 +223,9 @@ class LocalComm final : public Comm {
   double receive(Tensor& t, const MailboxKey& key, int64_t ticket, double posted, int src,
                  int tag) {
     std::string what =
-        depth_ > 0 ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
-                   : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src,
-                                 tag, name_);
+        depth_ > 0
+            ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
+            : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src, tag, name_);
     Message m = world_->take(key, ticket, my_world_rank(), what);
     if (m.bytes != t.bytes())
       throw CommError(fmt::format(

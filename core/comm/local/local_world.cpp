@@ -80,8 +80,8 @@ void LocalWorld::check_collective(const std::string& group_key, const std::strin
 }
 
 std::vector<std::pair<int, int>> LocalWorld::exchange(const std::string& group_key, int64_t id,
-                                                      const std::vector<int>& members,
-                                                      int my_index, std::pair<int, int> value,
+                                                      const std::vector<int>& members, int my_index,
+                                                      std::pair<int, int> value,
                                                       const std::string& what) {
   std::unique_lock lock(mutex_);
   throw_if_stopped_locked();
@@ -117,9 +117,10 @@ void LocalWorld::wait_locked(std::unique_lock<std::mutex>& lock, int waiter,
     if (wakeups_[waiter].wait_until(lock, deadline) == std::cv_status::timeout) {
       throw_if_stopped_locked();
       if (ready()) return;
-      fail_locked(fmt::format("timeout: rank {} waited more than {} s (comm_timeout); who waits "
-                              "for whom:\n{}",
-                              waiter, timeout_, table_locked()));
+      fail_locked(
+          fmt::format("timeout: rank {} waited more than {} s (comm_timeout); who waits "
+                      "for whom:\n{}",
+                      waiter, timeout_, table_locked()));
       throw_if_stopped_locked();
     }
   }
@@ -127,8 +128,7 @@ void LocalWorld::wait_locked(std::unique_lock<std::mutex>& lock, int waiter,
 
 void LocalWorld::throw_if_stopped_locked() const {
   if (comm_error_) throw CommError(*comm_error_);
-  if (failed_rank_ >= 0)
-    throw Aborted(fmt::format("aborted because rank {} failed", failed_rank_));
+  if (failed_rank_ >= 0) throw Aborted(fmt::format("aborted because rank {} failed", failed_rank_));
 }
 
 // Only ranks send, so if every unfinished rank waits for something that has not arrived, no

@@ -77,7 +77,8 @@ class LocalWorld {
     std::function<bool()> ready;  // evaluated under the lock
   };
   struct CollectiveCalls {
-    std::vector<std::pair<int, std::string>> calls;  // (world rank, "all_reduce(count=4, f32, sum)")
+    std::vector<std::pair<int, std::string>>
+        calls;  // (world rank, "all_reduce(count=4, f32, sum)")
   };
   struct Rendezvous {
     std::vector<std::pair<int, int>> values;

@@ -23,7 +23,9 @@ void check(int code, const char* what) {
   if (code != MPI_SUCCESS) throw CommError(fmt::format("{} failed (MPI error {})", what, code));
 }
 
-float* host_floats(Tensor& t) { return t.has_data() && t.numel() > 0 ? t.f32() : nullptr; }
+float* host_floats(Tensor& t) {
+  return t.has_data() && t.numel() > 0 ? t.f32() : nullptr;
+}
 
 class MpiComm final : public Comm {
  public:
@@ -140,9 +142,8 @@ class MpiComm final : public Comm {
     MPI_Comm sub;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
     if (sub == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiComm>(sub, ctx_,
-                                     name.empty() ? fmt::format("{}.{}", name_, color) : name,
-                                     timeout_);
+    return std::make_unique<MpiComm>(
+        sub, ctx_, name.empty() ? fmt::format("{}.{}", name_, color) : name, timeout_);
   }
 
  private:
@@ -175,9 +176,9 @@ class MpiComm final : public Comm {
     if (t.has_data() && t.bytes() > 0)
       std::memcpy(buffer.data() + sizeof(double), t.raw(), static_cast<size_t>(t.bytes()));
     MPI_Request req;
-    check(MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, dst, tag, comm_,
-                    &req),
-          "MPI_Isend");
+    check(
+        MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, dst, tag, comm_, &req),
+        "MPI_Isend");
     wait(req, fmt::format("send to rank {} (tag {})", world_rank(dst), tag));
     double transfer = ctx_->profile.transfer_time(world_rank(rank_), world_rank(dst), t.bytes());
     double end = clock.modeled() ? sent + transfer : clock.wall_now();
@@ -191,9 +192,9 @@ class MpiComm final : public Comm {
     double posted = clock.comm_issue_time();
     std::vector<char> buffer(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
     MPI_Request req;
-    check(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, tag, comm_,
-                    &req),
-          "MPI_Irecv");
+    check(
+        MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, tag, comm_, &req),
+        "MPI_Irecv");
     wait(req, fmt::format("recv from rank {} (tag {})", world_rank(src), tag));
     double sent;
     std::memcpy(&sent, buffer.data(), sizeof(double));
@@ -285,10 +286,10 @@ class MpiComm final : public Comm {
 };
 
 nlohmann::json event_to_json(const trace::Event& e) {
-  return {{"name", e.name},   {"cat", e.cat},     {"rank", e.rank},  {"lane", int(e.lane)},
+  return {{"name", e.name},   {"cat", e.cat},     {"rank", e.rank},     {"lane", int(e.lane)},
           {"start", e.start}, {"dur", e.dur},     {"mb", e.microbatch}, {"layer", e.layer},
-          {"chunk", e.chunk}, {"step", e.step},   {"peer", e.peer},  {"bytes", e.bytes},
-          {"flops", e.flops}, {"group", e.group}, {"op", e.op},      {"seq", e.seq}};
+          {"chunk", e.chunk}, {"step", e.step},   {"peer", e.peer},     {"bytes", e.bytes},
+          {"flops", e.flops}, {"group", e.group}, {"op", e.op},         {"seq", e.seq}};
 }
 
 trace::Event event_from_json(const nlohmann::json& j) {
@@ -339,7 +340,8 @@ std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds) 
 void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out) {
   nlohmann::json j = {{"events", nlohmann::json::array()}, {"counters", nlohmann::json::array()}};
   for (const auto& e : mine.events) j["events"].push_back(event_to_json(e));
-  for (const auto& c : mine.counters) j["counters"].push_back({{"rank", c.rank}, {"time", c.time}, {"bytes", c.bytes}});
+  for (const auto& c : mine.counters)
+    j["counters"].push_back({{"rank", c.rank}, {"time", c.time}, {"bytes", c.bytes}});
   std::string text = j.dump();
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -353,8 +355,8 @@ void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out) {
     total += lengths[r];
   }
   std::string all(rank == 0 ? total : 0, '\0');
-  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR,
-              0, MPI_COMM_WORLD);
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR, 0,
+              MPI_COMM_WORLD);
   if (rank != 0) return;
   for (int r = 0; r < size; ++r) {
     auto part = nlohmann::json::parse(all.substr(displs[r], lengths[r]));

@@ -23,14 +23,21 @@ void check(cudaError_t r, const char* what) {
   if (r != cudaSuccess) throw CommError(fmt::format("{}: {}", what, cudaGetErrorString(r)));
 }
 
-ncclDataType_t nccl_type(DType t) { return t == DType::f32 ? ncclFloat32 : ncclBfloat16; }
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclAvg; }
+ncclDataType_t nccl_type(DType t) {
+  return t == DType::f32 ? ncclFloat32 : ncclBfloat16;
+}
+ncclRedOp_t nccl_op(ReduceOp op) {
+  return op == ReduceOp::sum ? ncclSum : ncclAvg;
+}
 
 class NcclComm final : public Comm {
  public:
   NcclComm(ncclComm_t comm, RankContext* ctx, std::string name, std::vector<int> world_ranks,
            double timeout)
-      : comm_(comm), ctx_(ctx), name_(std::move(name)), world_ranks_(std::move(world_ranks)),
+      : comm_(comm),
+        ctx_(ctx),
+        name_(std::move(name)),
+        world_ranks_(std::move(world_ranks)),
         timeout_(timeout) {
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
@@ -89,8 +96,8 @@ class NcclComm final : public Comm {
   }
   void all_gather(const Tensor& in, Tensor& out) override {
     if (out.numel() % size_ != 0)
-      throw CommError(fmt::format("nccl all_gather needs a length divisible by {} (got {})",
-                                  size_, out.numel()));
+      throw CommError(fmt::format("nccl all_gather needs a length divisible by {} (got {})", size_,
+                                  out.numel()));
     check(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, stream_),
           "ncclAllGather");
     synchronize("all_gather");

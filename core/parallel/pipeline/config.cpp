@@ -1,0 +1,89 @@
+// Checking a pipeline configuration before anything runs, and splitting layers across stages.
+// Every error is one line: what is wrong, and a setting that would work.
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/parallel/pipeline/schedule.h"
+
+namespace mgpu::pipeline {
+
+namespace {
+[[noreturn]] void fail(const std::string& line) {
+  throw std::invalid_argument(line);
+}
+}  // namespace
+
+void validate_pipeline_config(const std::string& schedule_name, int stages, int microbatches,
+                              int virtual_stages, int layers) {
+  const auto& names = schedule_names();
+  if (std::find(names.begin(), names.end(), schedule_name) == names.end())
+    fail(fmt::format("unknown pipeline schedule '{}': use one of {}", schedule_name,
+                     fmt::join(names, ", ")));
+  if (stages < 1)
+    fail(fmt::format("stages must be at least 1 (got {}): use --stages 1 or more", stages));
+  if (microbatches < 1)
+    fail(fmt::format("micro-batches must be at least 1 (got {}): use --microbatches 1 or more",
+                     microbatches));
+  if (virtual_stages < 1)
+    fail(
+        fmt::format("virtual stages must be at least 1 (got {}): use --virtual-stages 1, or 2 or "
+                    "more with --schedule interleaved",
+                    virtual_stages));
+  if (stages > layers)
+    fail(
+        fmt::format("{} stages need at least {} layers; the model has {}: use --stages {} or "
+                    "fewer, or --layers {}",
+                    stages, stages, layers, layers, stages));
+  if (schedule_name == "naive" && microbatches != 1)
+    fail(
+        fmt::format("naive model parallel runs one batch, not {} micro-batches: use "
+                    "--microbatches 1, or --schedule gpipe to split the batch",
+                    microbatches));
+  if (schedule_name != "interleaved" && virtual_stages != 1)
+    fail(
+        fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
+                    "--virtual-stages 1, or --schedule interleaved",
+                    virtual_stages));
+  if (schedule_name != "interleaved") return;
+  if (microbatches % stages != 0) {
+    // Megatron's interleaving works in groups of P micro-batches, so M must be a multiple of P.
+    const int below = microbatches / stages * stages, above = below + stages;
+    const std::string fix = below > 0 ? fmt::format("--microbatches {} or {}", below, above)
+                                      : fmt::format("--microbatches {}", above);
+    fail(
+        fmt::format("interleaved 1F1B needs micro-batches to be a multiple of the {} stages (got "
+                    "{}): use {}",
+                    stages, microbatches, fix));
+  }
+  if (virtual_stages * stages > layers)
+    fail(
+        fmt::format("interleaved with {} stages x {} chunks needs at least {} layers; the model "
+                    "has {}: use --virtual-stages {} or fewer, or --layers {}",
+                    stages, virtual_stages, stages * virtual_stages, layers,
+                    std::max(1, layers / stages), stages * virtual_stages));
+}
+
+LayerPartition partition_layers(int layers, int parts) {
+  if (parts < 1 || layers < parts)
+    throw std::invalid_argument(
+        fmt::format("cannot split {} layers into {} parts: every part needs at least one layer",
+                    layers, parts));
+  LayerPartition partition;
+  const int base = layers / parts, extra = layers % parts;  // the first `extra` parts get one more
+  std::vector<int> sizes;
+  for (int part = 0, begin = 0; part < parts; ++part) {
+    const int size = base + (part < extra ? 1 : 0);
+    partition.ranges.emplace_back(begin, begin + size);
+    sizes.push_back(size);
+    begin += size;
+  }
+  partition.uneven = extra != 0;
+  partition.description = fmt::format("stages have {} layers{}", fmt::join(sizes, ","),
+                                      partition.uneven ? " (uneven)" : "");
+  return partition;
+}
+
+}  // namespace mgpu::pipeline

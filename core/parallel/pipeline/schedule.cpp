@@ -1,0 +1,242 @@
+// The schedule generators. Each one only decides the ORDER of compute on every stage; the
+// messages are added afterwards by with_communication, the same way for all of them:
+//   forward of (mb, chunk):   recv_activation from the previous virtual stage, F, send_activation
+//   backward of (mb, chunk):  recv_grad from the next virtual stage, B, send_grad
+//   backward_weight:          purely local, no messages
+#include "core/parallel/pipeline/schedule.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mgpu::pipeline {
+
+const char* kind_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::forward:
+      return "forward";
+    case ActionKind::backward:
+      return "backward";
+    case ActionKind::backward_input:
+      return "backward_input";
+    case ActionKind::backward_weight:
+      return "backward_weight";
+    case ActionKind::send_activation:
+      return "send_activation";
+    case ActionKind::recv_activation:
+      return "recv_activation";
+    case ActionKind::send_grad:
+      return "send_grad";
+    case ActionKind::recv_grad:
+      return "recv_grad";
+  }
+  return "?";
+}
+
+bool is_compute(ActionKind kind) {
+  return kind == ActionKind::forward || kind == ActionKind::backward ||
+         kind == ActionKind::backward_input || kind == ActionKind::backward_weight;
+}
+bool is_communication(ActionKind kind) {
+  return !is_compute(kind);
+}
+
+std::string Action::str() const {
+  const std::string chunk_suffix = chunk > 0 ? fmt::format("c{}", chunk) : "";
+  switch (kind) {
+    case ActionKind::forward:
+      return fmt::format("F{}{}", microbatch, chunk_suffix);
+    case ActionKind::backward:
+    case ActionKind::backward_input:
+      return fmt::format("B{}{}", microbatch, chunk_suffix);
+    case ActionKind::backward_weight:
+      return fmt::format("W{}{}", microbatch, chunk_suffix);
+    case ActionKind::send_activation:
+      return fmt::format("send_act mb{}{} -> s{}", microbatch, chunk_suffix, peer);
+    case ActionKind::recv_activation:
+      return fmt::format("recv_act mb{}{} <- s{}", microbatch, chunk_suffix, peer);
+    case ActionKind::send_grad:
+      return fmt::format("send_grad mb{}{} -> s{}", microbatch, chunk_suffix, peer);
+    case ActionKind::recv_grad:
+      return fmt::format("recv_grad mb{}{} <- s{}", microbatch, chunk_suffix, peer);
+  }
+  return "?";
+}
+
+Action forward(int microbatch, int chunk) {
+  return {ActionKind::forward, microbatch, chunk, -1};
+}
+Action backward(int microbatch, int chunk) {
+  return {ActionKind::backward, microbatch, chunk, -1};
+}
+Action backward_input(int microbatch, int chunk) {
+  return {ActionKind::backward_input, microbatch, chunk, -1};
+}
+Action backward_weight(int microbatch, int chunk) {
+  return {ActionKind::backward_weight, microbatch, chunk, -1};
+}
+
+std::vector<Action> Schedule::compute_actions(int stage) const {
+  std::vector<Action> out;
+  for (const Action& a : actions.at(stage))
+    if (is_compute(a.kind)) out.push_back(a);
+  return out;
+}
+
+Schedule with_communication(std::string name, int stages, int microbatches, int virtual_stages,
+                            std::vector<std::vector<Action>> compute) {
+  Schedule schedule{std::move(name), stages, microbatches, virtual_stages, {}};
+  schedule.actions.resize(stages);
+  const int last = stages * virtual_stages - 1;
+  for (int stage = 0; stage < stages; ++stage) {
+    auto& out = schedule.actions[stage];
+    for (const Action& a : compute[stage]) {
+      const int v = schedule.virtual_stage(stage, a.chunk);
+      // Neighbouring virtual stages: v-1 and v+1 live on stage (v±1) mod P, chunk (v±1) / P.
+      const int prev_stage = (v - 1 + stages) % stages, next_stage = (v + 1) % stages;
+      const int mb = a.microbatch, c = a.chunk;
+      if (a.kind == ActionKind::forward) {
+        if (v > 0) out.push_back({ActionKind::recv_activation, mb, c, prev_stage});
+        out.push_back(a);
+        if (v < last) out.push_back({ActionKind::send_activation, mb, c, next_stage});
+      } else if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
+        if (v < last) out.push_back({ActionKind::recv_grad, mb, c, next_stage});
+        out.push_back(a);
+        if (v > 0) out.push_back({ActionKind::send_grad, mb, c, prev_stage});
+      } else {
+        out.push_back(a);  // backward_weight needs nothing from other stages
+      }
+    }
+  }
+  return schedule;
+}
+
+std::optional<MessageKey> message_key(const Schedule& schedule, int stage, const Action& a) {
+  const int v = schedule.virtual_stage(stage, a.chunk);
+  switch (a.kind) {
+    case ActionKind::send_activation:
+      return MessageKey{false, a.microbatch, stage, a.peer, v + 1};
+    case ActionKind::recv_activation:
+      return MessageKey{false, a.microbatch, a.peer, stage, v};
+    case ActionKind::send_grad:
+      return MessageKey{true, a.microbatch, stage, a.peer, v - 1};
+    case ActionKind::recv_grad:
+      return MessageKey{true, a.microbatch, a.peer, stage, v};
+    default:
+      return std::nullopt;
+  }
+}
+
+// GPipe: every stage runs all forwards, then all backwards. Simple, but every stage holds the
+// activations of all M micro-batches at the turn.
+Schedule gpipe_schedule(int stages, int microbatches) {
+  std::vector<std::vector<Action>> compute(stages);
+  for (auto& list : compute) {
+    for (int mb = 0; mb < microbatches; ++mb) list.push_back(forward(mb));
+    for (int mb = 0; mb < microbatches; ++mb) list.push_back(backward(mb));
+  }
+  return with_communication("gpipe", stages, microbatches, 1, std::move(compute));
+}
+
+// 1F1B (PipeDream-Flush, Megatron): stage s runs P-s-1 warmup forwards, then alternates one
+// forward and one backward, then drains the remaining backwards. Same bubble as GPipe, but a
+// stage never holds more than P-s micro-batches of activations.
+Schedule one_f_one_b_schedule(int stages, int microbatches) {
+  std::vector<std::vector<Action>> compute(stages);
+  for (int stage = 0; stage < stages; ++stage) {
+    auto& list = compute[stage];
+    const int warmup = std::min(stages - stage - 1, microbatches);
+    for (int mb = 0; mb < warmup; ++mb) list.push_back(forward(mb));
+    for (int i = 0; i < microbatches - warmup; ++i) {
+      list.push_back(forward(warmup + i));
+      list.push_back(backward(i));
+    }
+    for (int mb = microbatches - warmup; mb < microbatches; ++mb) list.push_back(backward(mb));
+  }
+  return with_communication("1f1b", stages, microbatches, 1, std::move(compute));
+}
+
+// Interleaved 1F1B (Megatron-LM): each stage holds V model chunks, so a micro-batch visits every
+// stage V times. Work goes in groups of P micro-batches: forward chunk 0 of P micro-batches, then
+// chunk 1 of the same P, ... (backward visits chunks in reverse). Warmup is 2(P-s-1) + (V-1)P
+// chunk-forwards. The bubble shrinks by V at the price of V times more messages.
+Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_stages) {
+  const int P = stages, V = virtual_stages, total = microbatches * V;
+  // k-th forward (or backward) step on a stage -> (micro-batch, chunk), as in Megatron.
+  auto step = [&](int k, bool is_forward) {
+    const int in_group = k % (P * V);
+    const int chunk = is_forward ? in_group / P : V - 1 - in_group / P;
+    return std::pair{(k / (P * V)) * P + k % P, chunk};
+  };
+  std::vector<std::vector<Action>> compute(P);
+  for (int stage = 0; stage < P; ++stage) {
+    auto& list = compute[stage];
+    const int warmup = std::min((P - stage - 1) * 2 + (V - 1) * P, total);
+    for (int k = 0; k < warmup; ++k) {
+      auto [mb, chunk] = step(k, true);
+      list.push_back(forward(mb, chunk));
+    }
+    for (int k = 0; k < total - warmup; ++k) {
+      auto [fmb, fchunk] = step(k + warmup, true);
+      list.push_back(forward(fmb, fchunk));
+      auto [bmb, bchunk] = step(k, false);
+      list.push_back(backward(bmb, bchunk));
+    }
+    for (int k = total - warmup; k < total; ++k) {
+      auto [mb, chunk] = step(k, false);
+      list.push_back(backward(mb, chunk));
+    }
+  }
+  return with_communication("interleaved", P, microbatches, V, std::move(compute));
+}
+
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023): split the backward into B (grad of
+// the input, which the previous stage is waiting for) and W (grad of the weights, which nobody is
+// waiting for). F and B keep 1F1B's order, so peak activations equal 1F1B's; stage s lets its W
+// lag s micro-batches behind its B, and the deferred W's fill the cooldown bubble.
+Schedule zb_h1_schedule(int stages, int microbatches) {
+  std::vector<std::vector<Action>> compute(stages);
+  for (int stage = 0; stage < stages; ++stage) {
+    auto& list = compute[stage];
+    const int warmup = std::min(stages - stage - 1, microbatches), lag = stage;
+    int next_weight = 0;
+    auto after_backward = [&](int mb) {
+      list.push_back(backward_input(mb));
+      if (mb >= lag) list.push_back(backward_weight(next_weight++));
+    };
+    for (int mb = 0; mb < warmup; ++mb) list.push_back(forward(mb));
+    for (int i = 0; i < microbatches - warmup; ++i) {
+      list.push_back(forward(warmup + i));
+      after_backward(i);
+    }
+    for (int mb = microbatches - warmup; mb < microbatches; ++mb) after_backward(mb);
+    while (next_weight < microbatches) list.push_back(backward_weight(next_weight++));
+  }
+  return with_communication("zb-h1", stages, microbatches, 1, std::move(compute));
+}
+
+// Naive model parallelism: one batch (M = 1) walks forward through the stages and back; at any
+// moment exactly one stage works, so the bubble is (P-1)/P.
+Schedule naive_model_parallel_schedule(int stages) {
+  std::vector<std::vector<Action>> compute(stages, {forward(0), backward(0)});
+  return with_communication("naive", stages, 1, 1, std::move(compute));
+}
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"};
+  return names;
+}
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+  if (name == "naive") return naive_model_parallel_schedule(stages);
+  if (name == "gpipe") return gpipe_schedule(stages, microbatches);
+  if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
+  if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
+  if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
+  throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
+                                          fmt::join(schedule_names(), ", ")));
+}
+
+}  // namespace mgpu::pipeline

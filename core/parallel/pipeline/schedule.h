@@ -1,0 +1,102 @@
+// Pipeline schedules are data. A schedule is, for every stage, the ordered list of actions that
+// stage runs: compute (forward / backward / zero-bubble's split backward_input + backward_weight of
+// one micro-batch on one model chunk) and the point-to-point messages around it (activations flow
+// to the next stage, gradients flow back). Generators here are pure functions; an executor runs any
+// schedule, the validator checks one, and the simulator times one before anything runs.
+#pragma once
+#include <compare>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mgpu::pipeline {
+
+enum class ActionKind {
+  forward,
+  backward,         // full backward: input grad and weight grad together
+  backward_input,   // zero-bubble "B": grad w.r.t. the stage input (on the critical path)
+  backward_weight,  // zero-bubble "W": grad w.r.t. the weights (can wait to fill a bubble)
+  send_activation,
+  recv_activation,
+  send_grad,
+  recv_grad,
+};
+
+const char* kind_name(ActionKind kind);  // "forward", "recv_grad", ...
+bool is_compute(ActionKind kind);
+bool is_communication(ActionKind kind);
+
+struct Action {
+  ActionKind kind;
+  int microbatch = 0;
+  int chunk = 0;  // model chunk on this stage; 0 unless the schedule is interleaved
+  int peer = -1;  // the other stage of a send/recv; -1 for compute
+  // "F3", "B3", "W2", "F3c1" (chunk shown when > 0), "send_act mb3 -> s2", "recv_grad mb1 <- s3".
+  std::string str() const;
+  bool operator==(const Action&) const = default;
+};
+
+// Builders that read like the schedule diagrams.
+Action forward(int microbatch, int chunk = 0);
+Action backward(int microbatch, int chunk = 0);
+Action backward_input(int microbatch, int chunk = 0);
+Action backward_weight(int microbatch, int chunk = 0);
+
+struct Schedule {
+  std::string name;
+  int stages = 1;
+  int microbatches = 1;
+  int virtual_stages = 1;  // model chunks per stage
+  // actions[stage] in execution order. Chunk c of stage s holds global virtual stage c*stages + s
+  // (Megatron layout), so activations go round the ring of stages virtual_stages times.
+  std::vector<std::vector<Action>> actions;
+
+  int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
+  int num_virtual_stages() const { return stages * virtual_stages; }
+  // Compute actions only, in order ("F0 F1 B0 ..." without the messages).
+  std::vector<Action> compute_actions(int stage) const;
+};
+
+// The generators. Each returns a schedule with its send/recv actions already inserted: a recv just
+// before the compute that needs it, a send just after the compute that produced it. With buffered
+// sends (send never blocks, recv blocks) that placement cannot deadlock as long as the compute
+// order respects the data dependencies, which is what every generator here guarantees.
+Schedule gpipe_schedule(int stages, int microbatches);
+Schedule one_f_one_b_schedule(int stages, int microbatches);
+Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_stages);
+Schedule zb_h1_schedule(int stages, int microbatches);
+Schedule naive_model_parallel_schedule(int stages);
+
+// Names accepted by make_schedule / validate_pipeline_config.
+const std::vector<std::string>& schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
+
+// Adds the send/recv actions to per-stage compute lists (used by all generators; public so a
+// student's compute order can be turned into a full schedule).
+Schedule with_communication(std::string name, int stages, int microbatches, int virtual_stages,
+                            std::vector<std::vector<Action>> compute);
+
+// One point-to-point message. A send and the recv that consumes it have the same key.
+struct MessageKey {
+  bool is_grad;
+  int microbatch;
+  int from_stage;
+  int to_stage;
+  int to_virtual_stage;  // the virtual stage that consumes the message
+  auto operator<=>(const MessageKey&) const = default;
+};
+std::optional<MessageKey> message_key(const Schedule& schedule, int stage, const Action& action);
+
+// Throws std::invalid_argument with one line saying what is wrong and what would work.
+void validate_pipeline_config(const std::string& schedule_name, int stages, int microbatches,
+                              int virtual_stages, int layers);
+
+struct LayerPartition {
+  std::vector<std::pair<int, int>> ranges;  // [begin, end) per part
+  bool uneven = false;
+  std::string description;  // "stages have 3,3,2 layers (uneven)" or "stages have 2,2 layers"
+};
+// Balanced split of `layers` into `parts`; the first parts get the extra layer.
+LayerPartition partition_layers(int layers, int parts);
+
+}  // namespace mgpu::pipeline

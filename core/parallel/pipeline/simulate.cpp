@@ -1,0 +1,169 @@
+// The schedule simulator and the closed-form theory it is tested against.
+//
+// Notation: P stages, M micro-batches, V chunks per stage; f and b are the forward and full
+// backward time of one micro-batch on one whole stage; links are free (p2p_time = 0).
+//
+// GPipe: the first micro-batch reaches the last stage after (P-1)f, the last stage then runs M
+//   forwards and M backwards back to back, and the last backward needs (P-1)b to drain to stage 0:
+//   step = (M+P-1)(f+b), each stage is busy M(f+b), bubble = (P-1)(f+b),
+//   fraction = (P-1)/(M+P-1). 1F1B reorders the same work without shortening the critical path:
+//   identical step and fraction (it only lowers memory).
+// Interleaved (Megatron): chunk costs are f/V and b/V; the fill/drain ramp is P-1 chunk steps:
+//   step = M(f+b) + (P-1)(f+b)/V, fraction = (P-1)/(V*M + P-1).
+// ZB-H1 (assumption, as in the paper's headline: F = B = W = t, full backward 2t): the ramp only
+//   costs (P-1)(F + B - W) = (P-1)t because deferred W's fill the cooldown. With fewer
+//   micro-batches than stages there are not enough W's, adding (P-M)t: step = 3Mt + (P-1)t + max(0,
+//   P-M)t, fraction = 1 - 3M/(3M + P - 1 + max(0, P-M)).
+// Naive model parallel: M = 1 in the GPipe formula, (P-1)/P.
+#include "core/parallel/pipeline/simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <stdexcept>
+
+#include "core/parallel/pipeline/validator.h"
+
+namespace mgpu::pipeline {
+
+CostModel CostModel::uniform(double forward, double backward_input, double backward_weight,
+                             double p2p) {
+  CostModel costs;
+  costs.forward_time = [=](int, int) { return forward; };
+  costs.backward_time = [=](int, int) { return backward_input + backward_weight; };
+  costs.backward_input_time = [=](int, int) { return backward_input; };
+  costs.backward_weight_time = [=](int, int) { return backward_weight; };
+  costs.p2p_time = [=](int, int) { return p2p; };
+  return costs;
+}
+
+double CostModel::compute_time(int stage, const Action& a) const {
+  switch (a.kind) {
+    case ActionKind::forward:
+      return forward_time(stage, a.chunk);
+    case ActionKind::backward:
+      return backward_time(stage, a.chunk);
+    case ActionKind::backward_input:
+      return backward_input_time(stage, a.chunk);
+    case ActionKind::backward_weight:
+      return backward_weight_time(stage, a.chunk);
+    default:
+      return 0.0;
+  }
+}
+
+SimulationResult simulate_schedule(const Schedule& s, const CostModel& costs) {
+  SimulationResult result;
+  result.timeline.resize(s.stages);
+  std::map<MessageKey, std::deque<double>> arrivals;  // messages in flight: when each lands
+  std::vector<size_t> next(s.stages, 0);
+  std::vector<double> clock(s.stages, 0.0);
+  // Run every stage as far as it can go; repeat until nobody moves. Order of visiting stages does
+  // not change the times: each stage's times depend only on its list and the message arrivals.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int stage = 0; stage < s.stages; ++stage) {
+      const auto& list = s.actions[stage];
+      for (; next[stage] < list.size(); ++next[stage], progress = true) {
+        const Action& a = list[next[stage]];
+        if (is_compute(a.kind)) {
+          const double start = clock[stage];
+          clock[stage] += costs.compute_time(stage, a);
+          result.timeline[stage].push_back({start, clock[stage], a});
+        } else if (a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad) {
+          arrivals[*message_key(s, stage, a)].push_back(clock[stage] +
+                                                        costs.p2p_time(stage, a.peer));
+        } else {
+          auto& queue = arrivals[*message_key(s, stage, a)];
+          if (queue.empty()) break;  // blocked until the sender gets there
+          clock[stage] = std::max(clock[stage], queue.front());
+          queue.pop_front();
+        }
+      }
+    }
+  }
+  for (int stage = 0; stage < s.stages; ++stage)
+    if (next[stage] < s.actions[stage].size()) throw ScheduleError(find_deadlock(s));
+
+  result.makespan = *std::max_element(clock.begin(), clock.end());
+  double total_busy = 0;
+  for (const auto& row : result.timeline) {
+    double busy = 0;
+    for (const auto& t : row) busy += t.end - t.start;
+    result.busy_time.push_back(busy);
+    result.idle_fraction.push_back(result.makespan > 0 ? 1.0 - busy / result.makespan : 0.0);
+    total_busy += busy;
+  }
+  result.bubble_fraction =
+      result.makespan > 0 ? 1.0 - total_busy / (s.stages * result.makespan) : 0.0;
+  return result;
+}
+
+double bubble_fraction_theory(const std::string& name, int P, int M, int V) {
+  if (name == "gpipe" || name == "1f1b") return double(P - 1) / (M + P - 1);
+  if (name == "naive") return double(P - 1) / P;
+  if (name == "interleaved") return double(P - 1) / (V * M + P - 1);
+  if (name == "zb-h1") return 1.0 - 3.0 * M / (3.0 * M + P - 1 + std::max(0, P - M));
+  throw std::invalid_argument(fmt::format("no bubble theory for schedule '{}'", name));
+}
+
+std::vector<int> peak_activations_theory(const std::string& name, int P, int M, int V) {
+  std::vector<int> peak(P);
+  for (int s = 0; s < P; ++s) {
+    if (name == "gpipe")
+      peak[s] = M;  // everything is forwarded before anything is released
+    else if (name == "naive")
+      peak[s] = 1;
+    // 1F1B and ZB-H1: P-s-1 warmup forwards plus the one in the steady F-B pair.
+    else if (name == "1f1b" || name == "zb-h1")
+      peak[s] = std::min(P - s, M);
+    // Megatron interleaved: warmup 2(P-s-1) + (V-1)P chunk-forwards, plus one in steady state.
+    else if (name == "interleaved")
+      peak[s] = std::min(2 * (P - s - 1) + (V - 1) * P + 1, M * V);
+    else
+      throw std::invalid_argument(fmt::format("no memory theory for schedule '{}'", name));
+  }
+  return peak;
+}
+
+std::vector<int> peak_inflight_microbatches(const Schedule& s) {
+  std::vector<int> peak(s.stages, 0);
+  for (int stage = 0; stage < s.stages; ++stage) {
+    int inflight = 0;
+    for (const Action& a : s.actions[stage]) {
+      if (a.kind == ActionKind::forward) peak[stage] = std::max(peak[stage], ++inflight);
+      // B (or zero-bubble's B-input) frees the activations; W only keeps small buffers.
+      if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) --inflight;
+    }
+  }
+  return peak;
+}
+
+std::string render_schedule(const Schedule& s, const CostModel& costs) {
+  const SimulationResult sim = simulate_schedule(s, costs);
+  size_t width = 2;
+  for (const auto& row : sim.timeline)
+    for (const auto& t : row) width = std::max(width, t.action.str().size());
+  const int cells = static_cast<int>(std::lround(sim.makespan));
+  std::string out =
+      fmt::format("{}: P={} M={} V={}, step {:g}, bubble {:.1f}%\n", s.name, s.stages,
+                  s.microbatches, s.virtual_stages, sim.makespan, 100.0 * sim.bubble_fraction);
+  for (int stage = 0; stage < s.stages; ++stage) {
+    std::vector<std::string> row(cells, std::string(".."));
+    for (const auto& t : sim.timeline[stage]) {
+      const int begin = static_cast<int>(std::lround(t.start));
+      const int end = std::max(begin + 1, static_cast<int>(std::lround(t.end)));
+      for (int c = begin; c < end && c < cells; ++c) row[c] = c == begin ? t.action.str() : "==";
+    }
+    std::string line = fmt::format("stage {} |", stage);
+    for (const auto& cell : row) line += fmt::format(" {:<{}}", cell, width);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace mgpu::pipeline
