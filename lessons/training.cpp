@@ -1,11 +1,14 @@
 #include "lessons/training.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/trace/analysis.h"
+#include "core/trace/ascii_timeline.h"
 #include "core/trace/chrome_trace.h"
 #include "lessons/viz_command.h"
 
@@ -107,6 +110,35 @@ void print_memory(std::ostream& out, World& world) {
       fmt::print(out, " {:>21}", fmt::format("{} / {}", format_bytes(s.current[c]), format_bytes(s.peak[c])));
     fmt::print(out, " {:>12}\n", format_bytes(s.peak_total));
   }
+}
+
+std::optional<int> last_step(const trace::Trace& trace) {
+  std::optional<int> last;
+  for (auto& e : trace.events)
+    if (e.lane == trace::Lane::step && e.step >= 0) last = std::max(last.value_or(e.step), e.step);
+  return last;
+}
+
+void print_timeline(std::ostream& out, const trace::Trace& trace, std::optional<int> step) {
+  if (!step) step = last_step(trace);
+  trace::AsciiTimelineOptions opt;
+  opt.step = step;
+  fmt::print(out, "\ntimeline{}:\n{}", step ? fmt::format(" of step {}", *step + 1) : "",
+             trace::render_ascii_timeline(trace, opt));
+}
+
+void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optional<int> step) {
+  if (!step) step = last_step(trace);
+  trace::TraceSummary s = trace::analyze(trace, step);
+  fmt::print(out, "\nper rank{} ({} window):\n", step ? fmt::format(", step {}", *step + 1) : "",
+             format_seconds(s.window.end - s.window.begin));
+  fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>8} {:>9} {:>11} {:>12}\n", "rank", "busy", "comm",
+             "idle", "bubble", "overlap", "sent", "peak memory");
+  for (const trace::RankSummary& r : s.ranks)
+    fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>7.1f}% {:>8.1f}% {:>11} {:>12}\n", r.rank,
+               format_seconds(r.busy), format_seconds(r.comm), format_seconds(r.idle),
+               100 * r.bubble_fraction, 100 * r.overlap_fraction, format_bytes(r.bytes_sent),
+               format_bytes(r.peak_memory.total));
 }
 
 int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,

@@ -3,6 +3,7 @@
 #pragma once
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,14 @@ std::string describe_world(const WorldOptions& w);
 
 // Per-rank memory table from the allocators: current and peak by category.
 void print_memory(std::ostream& out, World& world);
+
+// The end-of-run picture every multi-rank lesson prints: the ASCII timeline of one step and the
+// per-rank table (busy, comm, idle, bubble %, overlap %, bytes sent, peak memory). `step` picks
+// the step to draw and analyse (default: the last one, past any warm-up effects).
+void print_timeline(std::ostream& out, const trace::Trace& trace, std::optional<int> step = {});
+void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optional<int> step = {});
+// The last step number recorded on the step lane, if any.
+std::optional<int> last_step(const trace::Trace& trace);
 
 // Writes the trace (if --trace), prints where it went, and opens the dashboard (if --viz).
 int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,

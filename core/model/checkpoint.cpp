@@ -29,8 +29,10 @@ struct Source {
   Tensor tensor;
 };
 
-std::runtime_error error(const std::string& path, const std::string& what) {
-  return std::runtime_error(fmt::format("checkpoint '{}' {}", path, what));
+// A checkpoint is a file the user named, so its problems are bad input (std::invalid_argument:
+// the program reports them in one line with exit code 2).
+std::invalid_argument error(const std::string& path, const std::string& what) {
+  return std::invalid_argument(fmt::format("checkpoint '{}' {}", path, what));
 }
 
 void add_source(std::vector<Source>& out, int64_t& offset, const std::string& name,

@@ -132,7 +132,7 @@ void World::run(const std::function<void(RankContext&)>& fn) {
     try {
       fn(ctx);
     } catch (const std::exception& e) {
-      throw RankError(ctx.rank, e.what());
+      throw RankError(ctx.rank, e.what(), std::current_exception());
     }
     return;
   }
@@ -144,7 +144,7 @@ void World::run(const std::function<void(RankContext&)>& fn) {
   auto record = [&](int rank, const std::string& what, bool is_echo) {
     std::lock_guard lock(failure_mutex);
     auto& slot = is_echo ? echo : failure;
-    if (!slot) slot.emplace(rank, what);
+    if (!slot) slot.emplace(rank, what, std::current_exception());
   };
 
   w.local->begin_run();
