@@ -1,6 +1,7 @@
 #include "lessons/cli.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -122,6 +123,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
 }  // namespace
 
+int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const char* usage =
       "mgpu — multi-GPU training lessons, run on real GPUs or CPU virtual GPUs\n\n"
@@ -134,6 +137,15 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
     out << usage;
     return args.empty() ? kExitUsage : 0;
   }
+  // Under mpirun every process runs the same command; only world rank 0 narrates.
+  if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") {
+    static std::ostream null_stream(nullptr);
+    return mgpu_main_quiet(args, null_stream, err);
+  }
+  return mgpu_main_quiet(args, out, err);
+}
+
+int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string& cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "list") return cmd_list(out);

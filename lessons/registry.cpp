@@ -1,5 +1,6 @@
 // Every lesson, in teaching order. Adding a lesson: write lessons/NAME.cpp with a Lesson
 // subclass and a make_NAME_lesson() factory, then list it here.
+#include "lessons/collectives.h"
 #include "lessons/lesson.h"
 #include "lessons/single_device.h"
 
@@ -8,6 +9,7 @@ namespace mgpu::lessons {
 std::vector<std::unique_ptr<Lesson>> all_lessons() {
   std::vector<std::unique_ptr<Lesson>> lessons;
   lessons.push_back(make_single_device_lesson());
+  lessons.push_back(make_collectives_lesson());
   return lessons;
 }
 

@@ -39,8 +39,11 @@ void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
     Tensor outgoing = chunk_of(t, n, r - step - 1);
     Tensor accumulate = chunk_of(t, n, r - step - 2);
     Tensor incoming = Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, t.dtype());
-    comm.send(outgoing, right);
+    // Post the send first and wait for it after the recv: if every rank did a blocking
+    // send at once, a backend without buffering (MPI, large messages) would deadlock.
+    comm::Work sending = comm.isend(outgoing, right);
     comm.recv(incoming, left);
+    sending.wait();
     add_into(accumulate, incoming);
   }
 
@@ -49,8 +52,11 @@ void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
   for (int step = 0; step < n - 1; ++step) {
     Tensor outgoing = chunk_of(t, n, r - step);
     Tensor incoming = chunk_of(t, n, r - step - 1);
-    comm.send(outgoing, right);
+    // Post the send first and wait for it after the recv: if every rank did a blocking
+    // send at once, a backend without buffering (MPI, large messages) would deadlock.
+    comm::Work sending = comm.isend(outgoing, right);
     comm.recv(incoming, left);
+    sending.wait();
   }
 
   if (op == comm::ReduceOp::avg && t.has_data()) {

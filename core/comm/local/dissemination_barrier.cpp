@@ -9,8 +9,11 @@ void dissemination_barrier(Comm& comm) {
   const int n = comm.size(), r = comm.rank();
   Tensor signal = Tensor::empty({0}, MemCategory::comm_buffers);
   for (int distance = 1; distance < n; distance <<= 1) {
-    comm.send(signal, (r + distance) % n);
+    // Post the send first and wait for it after the recv: if every rank did a blocking
+    // send at once, a backend without buffering (MPI, large messages) would deadlock.
+    comm::Work sending = comm.isend(signal, (r + distance) % n);
     comm.recv(signal, (r - distance + n) % n);
+    sending.wait();
   }
 }
 

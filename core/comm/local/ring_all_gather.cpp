@@ -14,8 +14,11 @@ void ring_all_gather(Comm& comm, Tensor& buffer) {
   for (int step = 0; step < n - 1; ++step) {
     Tensor outgoing = chunk(r - step);
     Tensor incoming = chunk(r - step - 1);
-    comm.send(outgoing, right);
+    // Post the send first and wait for it after the recv: if every rank did a blocking
+    // send at once, a backend without buffering (MPI, large messages) would deadlock.
+    comm::Work sending = comm.isend(outgoing, right);
     comm.recv(incoming, left);
+    sending.wait();
   }
 }
 

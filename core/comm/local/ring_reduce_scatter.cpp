@@ -17,8 +17,11 @@ void ring_reduce_scatter(Comm& comm, Tensor& buffer) {
     Tensor accumulate = chunk(r - step - 2);
     Tensor incoming =
         Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, buffer.dtype());
-    comm.send(outgoing, right);
+    // Post the send first and wait for it after the recv: if every rank did a blocking
+    // send at once, a backend without buffering (MPI, large messages) would deadlock.
+    comm::Work sending = comm.isend(outgoing, right);
     comm.recv(incoming, left);
+    sending.wait();
     add_into(accumulate, incoming);
   }
 }

@@ -54,14 +54,29 @@ class MpiComm final : public Comm {
   std::string backend() const override { return "mpi"; }
 
   void send(const Tensor& t, int dst, int tag) override {
-    ctx_->clock.wait_compute_until(post(t, dst, tag));
+    PostedSend posted = post(t, dst, tag);
+    wait(posted.request, posted.what);
+    ctx_->clock.wait_compute_until(posted.end);
   }
   void recv(Tensor& t, int src, int tag) override {
     ctx_->clock.wait_compute_until(receive(t, src, tag));
   }
-  // Eager: the message is handed to MPI now (a copy with its header), so wait() has no data
-  // left to move; it only advances the modeled compute lane.
-  Work isend(const Tensor& t, int dst, int tag) override { return wait_until(post(t, dst, tag)); }
+  // The message (a copy with its header) is handed to MPI now; wait() completes the request, so
+  // every rank can post its send before any of them blocks in a recv (the ring pattern).
+  Work isend(const Tensor& t, int dst, int tag) override {
+    struct Pending : Work::Impl {
+      MpiComm* comm;
+      PostedSend posted;
+      void wait() override {
+        comm->wait(posted.request, posted.what);
+        comm->ctx_->clock.wait_compute_until(posted.end);
+      }
+    };
+    auto p = std::make_unique<Pending>();
+    p->comm = this;
+    p->posted = post(t, dst, tag);
+    return Work(std::move(p));
+  }
   Work irecv(Tensor& t, int src, int tag) override {
     struct Pending : Work::Impl {
       MpiComm* comm;
@@ -167,24 +182,33 @@ class MpiComm final : public Comm {
     }
   }
 
+  // A send handed to MPI: the buffer must live until the request completes.
+  struct PostedSend {
+    std::vector<char> buffer;
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::string what;
+    double end = 0;  // when the transfer ends on this rank's clock
+  };
+
   // Header: the sender's modeled issue time, then the payload.
-  double post(const Tensor& t, int dst, int tag) {
+  PostedSend post(const Tensor& t, int dst, int tag) {
     RankClock& clock = ctx_->clock;
     double sent = clock.comm_issue_time();
     std::vector<char> buffer(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
     std::memcpy(buffer.data(), &sent, sizeof(double));
     if (t.has_data() && t.bytes() > 0)
       std::memcpy(buffer.data() + sizeof(double), t.raw(), static_cast<size_t>(t.bytes()));
-    MPI_Request req;
-    check(
-        MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, dst, tag, comm_, &req),
-        "MPI_Isend");
-    wait(req, fmt::format("send to rank {} (tag {})", world_rank(dst), tag));
+    PostedSend posted;
+    posted.buffer = std::move(buffer);
+    posted.what = fmt::format("send to rank {} (tag {})", world_rank(dst), tag);
+    check(MPI_Isend(posted.buffer.data(), static_cast<int>(posted.buffer.size()), MPI_BYTE, dst,
+                    tag, comm_, &posted.request),
+          "MPI_Isend");
     double transfer = ctx_->profile.transfer_time(world_rank(rank_), world_rank(dst), t.bytes());
-    double end = clock.modeled() ? sent + transfer : clock.wall_now();
-    clock.wait_comm_until(end);
-    record("send", world_rank(dst), t.bytes(), sent, end, -1);
-    return end;
+    posted.end = clock.modeled() ? sent + transfer : clock.wall_now();
+    clock.wait_comm_until(posted.end);
+    record("send", world_rank(dst), t.bytes(), sent, posted.end, -1);
+    return posted;
   }
 
   double receive(Tensor& t, int src, int tag) {

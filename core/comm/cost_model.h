@@ -1,0 +1,25 @@
+// The alpha-beta cost of the collective algorithms the local backend runs, for printing theory
+// beside measurement. A message of b bytes over a link costs alpha + b / beta (latency plus
+// bytes over bandwidth); a ring step costs one such message of one chunk, since all ranks send
+// at once over their own links; the slowest link on the ring sets the pace.
+//   ring all-reduce      2(N-1) (alpha + (n/N) / beta)    each rank sends 2(N-1)/N of the data
+//   ring reduce-scatter   (N-1) (alpha + (n/N) / beta)
+//   ring all-gather       (N-1) (alpha + (n/N) / beta)    n = bytes of the gathered result
+//   tree broadcast        ceil(log2 N) (alpha + n / beta)   with one kind of link
+// Ring chunks are rounded up to whole elements; when n < N some ring steps carry empty chunks
+// and cost less than the formula says (it is exact for n >= N).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/runtime/profile.h"
+
+namespace mgpu::comm {
+
+// Seconds for `kind` ("all_reduce", "reduce_scatter", "all_gather", "broadcast") over the world
+// ranks 0..ranks-1 when everyone starts together; `bytes` is the full buffer (n elements of
+// `elem_bytes`), chunks rounded up to whole elements as chunk_range does.
+double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
+                       const HardwareProfile& profile);
+
+}  // namespace mgpu::comm

@@ -1,0 +1,249 @@
+// Lesson 1 — collectives from scratch. All-reduce, reduce-scatter, all-gather and broadcast,
+// built from nothing but send/recv (core/comm/local/ and the ring all-reduce of the exercise),
+// run over a sweep of buffer sizes. The table is nccl-tests': time, algorithm bandwidth
+// (bytes / time) and bus bandwidth (algbw x 2(N-1)/N for all-reduce, (N-1)/N for reduce-scatter
+// and all-gather) — the number to compare with the link, since a ring moves 2(N-1)/N of the
+// data through every link whatever N is. On the modeled clock the measured time is checked
+// against the alpha-beta formula; under mpirun the ring also races MPI_Allreduce.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/comm/comm.h"
+#include "core/comm/cost_model.h"
+#include "core/comm/seams.h"
+#include "core/trace/analysis.h"
+#include "lessons/collectives.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+// Rank r's input value at element i: small integers, so fp32 sums are exact and checkable.
+float input_value(int rank, int64_t i) { return static_cast<float>((rank + 1) * (i % 7 + 1)); }
+float sum_over_ranks(int ranks, int64_t i) {
+  return static_cast<float>(ranks * (ranks + 1) / 2 * (i % 7 + 1));
+}
+
+// Runs one collective on this rank and checks the result against the serial answer.
+bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
+  const int N = comm.size(), r = comm.rank();
+  auto [mine_begin, mine_end] = comm::chunk_range(n, N, r);
+  bool ok = true;
+  auto expect = [&](const Tensor& t, auto&& value_at, int64_t offset) {
+    if (!t.has_data()) return;  // phantom: timing only
+    const float* v = t.f32();
+    for (int64_t i = 0; i < t.numel() && ok; ++i) ok = v[i] == value_at(offset + i);
+  };
+  if (kind == "all_reduce") {
+    Tensor t = Tensor::empty({n}, MemCategory::comm_buffers);
+    if (t.has_data())
+      for (int64_t i = 0; i < n; ++i) t.f32()[i] = input_value(r, i);
+    comm.all_reduce(t);
+    expect(t, [&](int64_t i) { return sum_over_ranks(N, i); }, 0);
+  } else if (kind == "reduce_scatter") {
+    Tensor in = Tensor::empty({n}, MemCategory::comm_buffers);
+    Tensor out = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
+    if (in.has_data())
+      for (int64_t i = 0; i < n; ++i) in.f32()[i] = input_value(r, i);
+    comm.reduce_scatter(in, out);
+    expect(out, [&](int64_t i) { return sum_over_ranks(N, i); }, mine_begin);
+  } else if (kind == "all_gather") {
+    Tensor in = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
+    Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
+    if (in.has_data())
+      for (int64_t i = 0; i < in.numel(); ++i) in.f32()[i] = static_cast<float>(mine_begin + i);
+    comm.all_gather(in, out);
+    expect(out, [](int64_t i) { return static_cast<float>(i); }, 0);
+  } else {  // broadcast from rank 0
+    Tensor t = Tensor::empty({n}, MemCategory::comm_buffers);
+    if (t.has_data() && r == 0)
+      for (int64_t i = 0; i < n; ++i) t.f32()[i] = input_value(0, i);
+    comm.broadcast(t, 0);
+    expect(t, [](int64_t i) { return input_value(0, i); }, 0);
+  }
+  return ok;
+}
+
+// Element counts from min to max bytes, x4 each row.
+std::vector<int64_t> sweep(int64_t min_bytes, int64_t max_bytes) {
+  std::vector<int64_t> counts;
+  for (int64_t b = std::max<int64_t>(min_bytes, 4); b <= max_bytes; b *= 4) counts.push_back(b / 4);
+  return counts;
+}
+
+std::string format_size(int64_t bytes) {
+  if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1 << 10)) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace
+
+void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int iters,
+                        std::ostream& out);
+
+CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptions& o,
+                                  std::ostream& out) {
+  WorldOptions wopt = c.world_options();
+  if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes)
+    throw UsageError(fmt::format("--min-bytes ({}) must be > 0 and <= --max-bytes ({})", o.min_bytes,
+                                 o.max_bytes));
+  const std::vector<std::string> kinds = o.ops;
+  for (auto& k : kinds)
+    if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "broadcast")
+      throw UsageError(fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
+                                   "all_gather, broadcast)", k));
+  const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
+  const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
+
+  World world(wopt);
+  fmt::print(out, "ranks:  {}\n", describe_world(wopt));
+  fmt::print(out, "ops:    {} over {} sizes, {} iteration(s) each; ring all-reduce: {} implementation\n\n",
+             fmt::join(kinds, ", "), counts.size(), iters, comm::comm_seams().impl_name);
+
+  // Run the sweep. Every collective is one event per rank in the trace; a barrier first makes
+  // everyone start together, so the event spans measure the algorithm, not the stragglers.
+  struct Issued {
+    std::string kind;
+    int64_t count;
+  };
+  std::vector<Issued> issued;
+  for (auto& k : kinds)
+    for (int64_t n : counts)
+      for (int i = 0; i < iters; ++i) issued.push_back({k, n});
+  std::vector<char> correct(issued.size(), 1);
+  std::mutex correct_mutex;
+  world.run([&](RankContext& ctx) {
+    for (size_t i = 0; i < issued.size(); ++i) {
+      ctx.comm->barrier();
+      bool ok = run_and_check(*ctx.comm, issued[i].kind, issued[i].count);
+      std::lock_guard lock(correct_mutex);
+      correct[i] = correct[i] && ok;
+    }
+  });
+  trace::Trace trace = world.collect_trace({{"lesson", "collectives"}, {"config", c.to_json()}});
+
+  // A collective starts when its last member arrives and ends when its last member leaves (the
+  // barrier's exits can be skewed across links of different latency: not the algorithm's cost).
+  std::map<int64_t, std::pair<double, double>> span_by_seq;
+  for (auto& e : trace.events) {
+    if (e.lane != trace::Lane::comm || e.op == "barrier" || e.seq < 0) continue;
+    auto [it, fresh] = span_by_seq.try_emplace(e.seq, e.start, e.end());
+    if (!fresh) it->second = {std::max(it->second.first, e.start), std::max(it->second.second, e.end())};
+  }
+  std::vector<double> seconds;
+  for (auto& [seq, span] : span_by_seq) seconds.push_back(span.second - span.first);
+
+  CollectivesResult result;
+  result.trace = trace;
+  const bool modeled = wopt.clock == ClockKind::modeled;
+  size_t next = 0;
+  for (auto& kind : kinds) {
+    fmt::print(out, "{} ({})\n", kind,
+               kind == "broadcast" ? "binomial tree, root 0" : "ring on send/recv");
+    fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>8}\n", "size", "time", "algbw GB/s",
+               "busbw GB/s", modeled ? "alpha-beta" : "", "correct");
+    for (int64_t n : counts) {
+      double best = 1e300;
+      bool ok = true;
+      for (int i = 0; i < iters; ++i, ++next) {
+        if (next < seconds.size()) best = std::min(best, seconds[next]);
+        ok = ok && correct[next];
+      }
+      int64_t bytes = n * 4;
+      auto bw = trace::collective_bandwidth(bytes, best, kind, world.size());
+      double theory = comm::alpha_beta_time(kind, n, 4, world.size(), wopt.profile);
+      fmt::print(out, "  {:>9} {:>12} {:>11.2f} {:>11.2f} {:>12} {:>8}\n", format_size(bytes),
+                 format_seconds(best), bw.algbw / 1e9, bw.busbw / 1e9,
+                 modeled ? format_seconds(theory) : "", ok ? "yes" : "NO");
+      result.rows.push_back({kind, bytes, best, theory, bw.busbw, ok});
+    }
+    fmt::print(out, "\n");
+  }
+  if (modeled)
+    fmt::print(out, "On the modeled clock each message costs latency + bytes / bandwidth of its link "
+                    "({}: {:.0f} GB/s, {} latency),\nso the ring's time is 2(N-1) such steps of n/N "
+                    "bytes: bus bandwidth approaches the link bandwidth as messages grow.\n",
+               wopt.profile.intra_node.name, wopt.profile.intra_node.bandwidth / 1e9,
+               format_seconds(wopt.profile.intra_node.latency));
+  if (world.is_mpi() && std::find(kinds.begin(), kinds.end(), "all_reduce") != kinds.end())
+    race_mpi_allreduce(world, counts, o.iters, out);
+  return result;
+}
+
+// Under mpirun: the ring all-reduce of this lesson (the installed seam, here running over the MPI
+// backend's send/recv) against MPI_Allreduce, on the same buffers, in the same run, wall clock.
+void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int iters,
+                        std::ostream& out) {
+  std::vector<std::pair<double, double>> seconds(counts.size());
+  world.run([&](RankContext& ctx) {
+    comm::Comm& comm = *ctx.comm;
+    auto time_it = [&](auto&& op) {
+      comm.barrier();
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) op();
+      comm.barrier();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+    };
+    for (size_t k = 0; k < counts.size(); ++k) {
+      Tensor t = Tensor::zeros({counts[k]}, MemCategory::comm_buffers);
+      double ring = time_it([&] { comm::comm_seams().all_reduce(comm, t, comm::ReduceOp::sum); });
+      double mpi = time_it([&] { comm.all_reduce(t); });
+      seconds[k] = {ring, mpi};
+    }
+  });
+  fmt::print(out, "ring all-reduce on MPI send/recv vs MPI_Allreduce ({} processes, wall clock, "
+                  "mean of {}):\n", world.size(), iters);
+  fmt::print(out, "  {:>9} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "size", "ring time", "ring busbw",
+             "MPI time", "MPI busbw", "ring speed");
+  for (size_t k = 0; k < counts.size(); ++k) {
+    int64_t bytes = counts[k] * 4;
+    auto [ring, mpi] = seconds[k];
+    auto ring_bw = trace::collective_bandwidth(bytes, ring, "all_reduce", world.size());
+    auto mpi_bw = trace::collective_bandwidth(bytes, mpi, "all_reduce", world.size());
+    fmt::print(out, "  {:>9} {:>12} {:>9.2f} GB/s {:>12} {:>9.2f} GB/s {:>11.2f}x\n", format_size(bytes),
+               format_seconds(ring), ring_bw.busbw / 1e9, format_seconds(mpi), mpi_bw.busbw / 1e9,
+               mpi / ring);
+  }
+}
+
+class CollectivesLesson : public Lesson {
+ public:
+  std::string name() const override { return "collectives"; }
+  std::string summary() const override {
+    return "all-reduce, reduce-scatter, all-gather, broadcast from send/recv; nccl-tests table";
+  }
+  LessonDefaults defaults() const override { return {.ranks = 4, .model_options = false}; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--ops", options_.ops, "collectives to run")->delimiter(',')->group("Lesson");
+    app.add_option("--min-bytes", min_bytes_, "smallest buffer, e.g. 1KiB")->group("Lesson");
+    app.add_option("--max-bytes", max_bytes_, "largest buffer, e.g. 16MiB")->group("Lesson");
+    app.add_option("--iters", options_.iters, "repetitions per size on the wall clock (best is kept)")
+        ->check(CLI::PositiveNumber)->group("Lesson");
+  }
+  int run(const CommonOptions& c, std::ostream& out) override {
+    options_.min_bytes = parse_bytes(min_bytes_);
+    options_.max_bytes = parse_bytes(max_bytes_);
+    fmt::print(out, "== collectives: the communication patterns of training, from send/recv ==\n");
+    CollectivesResult r = run_collectives(c, options_, out);
+    bool all_ok = std::all_of(r.rows.begin(), r.rows.end(), [](auto& row) { return row.correct; });
+    int rc = finish_trace(c, r.trace, name(), out);
+    return all_ok ? rc : 1;
+  }
+
+ private:
+  CollectivesOptions options_;
+  std::string min_bytes_ = "1KiB";
+  std::string max_bytes_ = "4MiB";
+};
+
+std::unique_ptr<Lesson> make_collectives_lesson() { return std::make_unique<CollectivesLesson>(); }
+
+}  // namespace mgpu::lessons
