@@ -56,7 +56,8 @@ std::string printf_string(const char* fmt, double v, const char* unit) {
 
 std::string format_time(double seconds, double step) {
   if (seconds == 0) return "0";
-  const Unit u = unit_for(std::abs(step));
+  // The unit of ten steps: "2.5 us" rather than "2500 ns" for 0.5 us ticks.
+  const Unit u = unit_for(std::abs(step) * 10);
   // Enough decimals to tell neighbouring ticks apart.
   const double step_in_unit = std::abs(step) * u.scale;
   const char* fmt = step_in_unit >= 1 ? "%.0f %s" : step_in_unit >= 0.1 ? "%.1f %s" : "%.2f %s";
