@@ -1,0 +1,176 @@
+#include "core/trace/analysis.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace mgpu::trace {
+
+std::vector<Interval> merge_intervals(std::vector<Interval> intervals) {
+  std::erase_if(intervals, [](const Interval& i) { return !(i.end > i.begin); });
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::vector<Interval> merged;
+  for (const Interval& i : intervals) {
+    if (!merged.empty() && i.begin <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, i.end);
+    } else {
+      merged.push_back(i);
+    }
+  }
+  return merged;
+}
+
+double total_length(const std::vector<Interval>& merged) {
+  double sum = 0;
+  for (const Interval& i : merged) sum += i.length();
+  return sum;
+}
+
+std::vector<Interval> intersect(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::vector<Interval> out;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const double begin = std::max(a[i].begin, b[j].begin);
+    const double end = std::min(a[i].end, b[j].end);
+    if (end > begin) out.push_back({begin, end});
+    (a[i].end < b[j].end) ? ++i : ++j;  // advance whichever finishes first
+  }
+  return out;
+}
+
+std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, Interval window) {
+  std::vector<Interval> clipped;
+  for (const Event& e : trace.events) {
+    if (e.rank != rank || e.lane != lane) continue;
+    clipped.push_back({std::max(e.start, window.begin), std::min(e.end(), window.end)});
+  }
+  return merge_intervals(std::move(clipped));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+int64_t sum_of(const CounterSample& s) {
+  int64_t total = 0;
+  for (int64_t b : s.bytes) total += b;
+  return total;
+}
+
+void raise_peak(MemoryPeak& peak, const CounterSample& s) {
+  for (size_t c = 0; c < peak.by_category.size(); ++c) {
+    peak.by_category[c] = std::max(peak.by_category[c], s.bytes[c]);
+  }
+  peak.total = std::max(peak.total, sum_of(s));
+}
+
+// Samples in the window plus the one in force when it opens.
+MemoryPeak peak_in_window(const MemoryTimeline& timeline, Interval window) {
+  MemoryPeak peak;
+  const CounterSample* in_force_at_start = nullptr;
+  for (const CounterSample& s : timeline.samples) {
+    if (s.time <= window.begin) in_force_at_start = &s;
+    if (s.time > window.begin && s.time <= window.end) raise_peak(peak, s);
+  }
+  if (in_force_at_start) raise_peak(peak, *in_force_at_start);
+  return peak;
+}
+
+int64_t bytes_sent_in(const Trace& trace, int rank, Interval window, bool whole_trace) {
+  int64_t sent = 0;
+  for (const Event& e : trace.events) {
+    if (e.rank != rank || e.lane != Lane::comm || e.op == "recv") continue;
+    if (whole_trace || (e.start >= window.begin && e.start < window.end)) sent += e.bytes;
+  }
+  return sent;
+}
+
+RankSummary summarize_rank(const Trace& trace, int rank, Interval window, bool whole_trace) {
+  RankSummary r;
+  r.rank = rank;
+  r.span = window.length();
+  const auto compute = lane_intervals(trace, rank, Lane::compute, window);
+  const auto comm = lane_intervals(trace, rank, Lane::comm, window);
+  r.busy = total_length(compute);
+  r.comm = total_length(comm);
+  r.idle = r.span - r.busy;
+  r.bubble_fraction = r.span > 0 ? r.idle / r.span : 0;
+  r.overlap = total_length(intersect(compute, comm));
+  r.overlap_fraction = r.comm > 0 ? r.overlap / r.comm : 0;
+  r.exposed_comm = r.comm - r.overlap;
+  r.bytes_sent = bytes_sent_in(trace, rank, window, whole_trace);
+  r.peak_memory = peak_in_window(memory_timeline(trace, rank), window);
+  return r;
+}
+
+}  // namespace
+
+MemoryTimeline memory_timeline(const Trace& trace, int rank) {
+  MemoryTimeline timeline;
+  for (const CounterSample& s : trace.counters) {
+    if (s.rank == rank) timeline.samples.push_back(s);
+  }
+  std::stable_sort(timeline.samples.begin(), timeline.samples.end(),
+                   [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
+  for (const CounterSample& s : timeline.samples) raise_peak(timeline.peak, s);
+  return timeline;
+}
+
+Interval analysis_window(const Trace& trace, std::optional<int> step) {
+  double begin = std::numeric_limits<double>::infinity();
+  double end = -std::numeric_limits<double>::infinity();
+  for (const Event& e : trace.events) {
+    if (step && (e.lane != Lane::step || e.step != *step)) continue;
+    begin = std::min(begin, e.start);
+    end = std::max(end, e.end());
+  }
+  if (begin > end) {
+    if (step) throw std::invalid_argument(fmt::format("trace has no step {}", *step));
+    return {0, 0};
+  }
+  return {begin, end};
+}
+
+TraceSummary analyze(const Trace& trace, std::optional<int> step) {
+  TraceSummary summary;
+  summary.step = step;
+  summary.window = analysis_window(trace, step);
+  int communicating = 0;
+  for (int rank = 0; rank < trace.num_ranks; ++rank) {
+    RankSummary r = summarize_rank(trace, rank, summary.window, !step.has_value());
+    summary.mean_bubble_fraction += r.bubble_fraction;
+    summary.max_bubble_fraction = std::max(summary.max_bubble_fraction, r.bubble_fraction);
+    if (r.comm > 0) {
+      summary.mean_overlap_fraction += r.overlap_fraction;
+      ++communicating;
+    }
+    summary.total_bytes_sent += r.bytes_sent;
+    summary.ranks.push_back(r);
+  }
+  if (trace.num_ranks > 0) summary.mean_bubble_fraction /= trace.num_ranks;
+  if (communicating > 0) summary.mean_overlap_fraction /= communicating;
+  return summary;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+double bus_bandwidth_factor(std::string_view kind, int n_ranks) {
+  if (n_ranks < 1) throw std::invalid_argument("bus_bandwidth_factor: n_ranks must be >= 1");
+  const double n = n_ranks;
+  if (kind == "all_reduce") return 2 * (n - 1) / n;
+  if (kind == "reduce_scatter" || kind == "all_gather" || kind == "all_to_all") return (n - 1) / n;
+  if (kind == "broadcast" || kind == "reduce" || kind == "send" || kind == "recv") return 1;
+  throw std::invalid_argument(fmt::format("bus_bandwidth_factor: unknown collective '{}'", kind));
+}
+
+Bandwidth collective_bandwidth(int64_t bytes, double seconds, std::string_view kind, int n_ranks) {
+  const double factor = bus_bandwidth_factor(kind, n_ranks);
+  if (!(seconds > 0)) return {};
+  const double algbw = static_cast<double>(bytes) / seconds;
+  return {algbw, algbw * factor};
+}
+
+}  // namespace mgpu::trace

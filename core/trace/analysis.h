@@ -1,0 +1,99 @@
+// The numbers lessons print, tests assert and the dashboard shows, computed from a Trace.
+//
+// Definitions (all times in seconds, all within one window [t0, t1]):
+// - window: the given step's [earliest start, latest end] over the step-lane events of every rank
+//   with that step number, or without a step the whole trace (earliest start to latest end of
+//   any event on any rank). span = t1 - t0, the same for every rank so ranks compare directly.
+// - busy: length of the union of the rank's compute-lane events clipped to the window (two
+//   overlapping kernels count once). idle = span - busy; bubble_fraction = idle / span.
+// - comm: length of the union of the rank's comm-lane events in the window.
+// - overlap: time when the compute and comm lanes are both active; overlap_fraction =
+//   overlap / comm (0 without comm), the share of communication hidden behind compute;
+//   exposed_comm = comm - overlap.
+// - bytes_sent: sum of `bytes` over the rank's comm-lane events that start in the window, except
+//   op "recv" (a point-to-point transfer counts once, at its sender).
+// - peak_memory: per-category and total high-water marks of the rank's memory counters in the
+//   window (the sample in force at t0 included); category peaks need not coincide in time.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/trace/event.h"
+
+namespace mgpu::trace {
+
+// ---- Interval arithmetic (exact: sort + merge, no sampling) ----
+struct Interval {
+  double begin = 0;
+  double end = 0;
+  double length() const { return end - begin; }
+  bool operator==(const Interval&) const = default;
+};
+// Sorted, disjoint, non-empty intervals covering the same points as `intervals`.
+std::vector<Interval> merge_intervals(std::vector<Interval> intervals);
+double total_length(const std::vector<Interval>& merged);
+// Both inputs merged; the result is merged.
+std::vector<Interval> intersect(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// The intervals of `rank` on `lane`, clipped to `window`, merged.
+std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, Interval window);
+
+// ---- Memory ----
+struct MemoryPeak {
+  std::array<int64_t, 6> by_category{};  // indexed by MemCategory
+  int64_t total = 0;                     // high-water mark of the sum over categories
+  bool operator==(const MemoryPeak&) const = default;
+};
+
+struct MemoryTimeline {
+  std::vector<CounterSample> samples;  // this rank's samples, sorted by time (stable)
+  MemoryPeak peak;
+};
+MemoryTimeline memory_timeline(const Trace& trace, int rank);
+
+// ---- Per-rank and whole-run summaries ----
+struct RankSummary {
+  int rank = 0;
+  double span = 0;
+  double busy = 0;
+  double comm = 0;
+  double idle = 0;
+  double bubble_fraction = 0;
+  double overlap = 0;
+  double overlap_fraction = 0;
+  double exposed_comm = 0;
+  int64_t bytes_sent = 0;
+  MemoryPeak peak_memory;
+};
+
+struct TraceSummary {
+  std::optional<int> step;  // the step analysed, or none for the whole trace
+  Interval window;
+  std::vector<RankSummary> ranks;  // one per rank, 0..num_ranks-1
+  double mean_bubble_fraction = 0;
+  double max_bubble_fraction = 0;
+  double mean_overlap_fraction = 0;  // over ranks that communicate
+  int64_t total_bytes_sent = 0;
+};
+
+// The window of `step` (see above), or the whole trace without one. Empty trace: {0, 0}.
+// Throws std::invalid_argument when no step-lane event has that step.
+Interval analysis_window(const Trace& trace, std::optional<int> step = std::nullopt);
+TraceSummary analyze(const Trace& trace, std::optional<int> step = std::nullopt);
+
+// ---- Collective bandwidth, as nccl-tests reports it ----
+// algbw = bytes / seconds (bytes = the buffer size each rank passes to the collective).
+// busbw = algbw * factor, the rate each link must sustain, comparable to the hardware peak:
+//   all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n;
+//   broadcast, reduce, send, recv 1.
+// Unknown kinds throw std::invalid_argument; seconds <= 0 gives zeros.
+struct Bandwidth {
+  double algbw = 0;  // bytes per second
+  double busbw = 0;  // bytes per second
+};
+double bus_bandwidth_factor(std::string_view kind, int n_ranks);
+Bandwidth collective_bandwidth(int64_t bytes, double seconds, std::string_view kind, int n_ranks);
+
+}  // namespace mgpu::trace

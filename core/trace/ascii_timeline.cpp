@@ -1,0 +1,262 @@
+#include "core/trace/ascii_timeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/trace/analysis.h"
+
+namespace mgpu::trace {
+
+namespace {
+
+constexpr int kDefaultWidth = 100;
+constexpr int kMinColumns = 10;
+constexpr int kIdle = -1;  // owner of a cell no event claims
+
+int resolve_width(int requested) {
+  if (requested > 0) return requested;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    const int from_env = std::atoi(columns);
+    if (from_env >= 20) return from_env;
+  }
+  return kDefaultWidth;
+}
+
+bool resolve_colour(std::optional<bool> requested) {
+  if (requested) return *requested;
+  return std::getenv("NO_COLOR") == nullptr && isatty(STDOUT_FILENO);
+}
+
+// ---- How each kind of event looks ----
+struct Look {
+  char letter;
+  const char* name;  // legend text
+  const char* ansi;  // colour escape
+};
+
+Look look_of(const Event& e) {
+  if (e.lane == Lane::comm) return {'=', "comm", "\x1b[1;36m"};
+  if (e.cat == cat::forward) return {'F', "forward", "\x1b[30;42m"};
+  if (e.cat == cat::backward) return {'B', "backward", "\x1b[97;44m"};
+  if (e.cat == cat::backward_weight) return {'W', "weight grad", "\x1b[97;45m"};
+  if (e.cat == cat::optimizer) return {'O', "optimizer", "\x1b[30;43m"};
+  return {'C', "other compute", "\x1b[30;47m"};
+}
+constexpr const char* kReset = "\x1b[0m";
+constexpr const char* kDim = "\x1b[2m";
+
+// ---- Time axis ----
+struct Unit {
+  const char* name;
+  double per_second;
+};
+
+Unit unit_for(double span) {
+  if (span < 1e-6) return {"ns", 1e9};
+  if (span < 1e-3) return {"us", 1e6};
+  if (span < 1) return {"ms", 1e3};
+  return {"s", 1};
+}
+
+// The smallest of 1, 2, 5 x 10^k that is at least `rough`.
+double nice_step(double rough) {
+  const double decade = std::pow(10.0, std::floor(std::log10(rough)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * decade >= rough) return m * decade;
+  }
+  return 10 * decade;
+}
+
+std::string format_duration(double seconds) {
+  const Unit u = unit_for(seconds * 1.0001);
+  return fmt::format("{:.3g} {}", seconds * u.per_second, u.name);
+}
+
+// ---- The grid ----
+struct Grid {
+  Interval window;
+  int columns = 0;
+  double cell = 0;  // seconds per column
+  int column_of(double t) const {
+    return std::clamp(static_cast<int>((t - window.begin) / cell), 0, columns - 1);
+  }
+};
+
+std::vector<const Event*> events_on(const Trace& trace, int rank, Lane lane, Interval window) {
+  std::vector<const Event*> out;
+  for (const Event& e : trace.events) {
+    if (e.rank == rank && e.lane == lane && e.end() > window.begin && e.start < window.end) {
+      out.push_back(&e);
+    }
+  }
+  return out;
+}
+
+// Which event (index into `events`) each column shows.
+std::vector<int> assign_cells(const std::vector<const Event*>& events, const Grid& g) {
+  std::vector<int> owner(g.columns, kIdle);
+  std::vector<double> best(g.columns, 0), covered(g.columns, 0);
+  for (int i = 0; i < static_cast<int>(events.size()); ++i) {
+    const double s = std::max(events[i]->start, g.window.begin);
+    const double e = std::min(events[i]->end(), g.window.end);
+    for (int c = g.column_of(s); c <= g.column_of(e); ++c) {
+      const double cell_begin = g.window.begin + c * g.cell;
+      const double overlap = std::min(e, cell_begin + g.cell) - std::max(s, cell_begin);
+      if (overlap <= 0) continue;
+      covered[c] += overlap;
+      if (overlap > best[c]) best[c] = overlap, owner[c] = i;
+    }
+  }
+  for (int c = 0; c < g.columns; ++c) {
+    if (covered[c] < g.cell / 2) owner[c] = kIdle;
+  }
+  // Every event with a duration gets a cell: at its midpoint, or a neighbour, taken from idle
+  // time or from an event that keeps at least one other cell.
+  std::vector<int> cells_of(events.size(), 0);
+  for (int o : owner)
+    if (o != kIdle) ++cells_of[o];
+  for (int i = 0; i < static_cast<int>(events.size()); ++i) {
+    if (cells_of[i] > 0 || events[i]->dur <= 0) continue;
+    const int mid = g.column_of(events[i]->start + events[i]->dur / 2);
+    for (int c : {mid, mid + 1, mid - 1}) {
+      if (c < 0 || c >= g.columns) continue;
+      if (owner[c] != kIdle && cells_of[owner[c]] <= 1) continue;
+      if (owner[c] != kIdle) --cells_of[owner[c]];
+      owner[c] = i;
+      ++cells_of[i];
+      break;
+    }
+  }
+  return owner;
+}
+
+// The text of a run of `width` cells showing one event: its label, padded with its letter.
+std::string run_text(const Event& e, int width, bool colour) {
+  const Look look = look_of(e);
+  std::string label(1, look.letter);
+  if (e.lane == Lane::compute && e.microbatch >= 0) label += std::to_string(e.microbatch);
+  if (static_cast<int>(label.size()) <= width) {
+    return label + std::string(width - label.size(), look.letter);
+  }
+  // Too narrow for the label: with colour the kind is visible already, so show the digit.
+  if (width == 1 && colour && e.lane == Lane::compute && e.microbatch >= 0) {
+    return std::string(1, label.back());
+  }
+  return std::string(width, look.letter);
+}
+
+std::string render_row(const std::vector<const Event*>& events, const Grid& g,
+                       const AsciiTimelineOptions& opt, bool colour) {
+  const std::vector<int> owner = assign_cells(events, g);
+  const std::string idle = opt.unicode ? "·" : ".";
+  std::string row;
+  for (int c = 0; c < g.columns;) {
+    int end = c;
+    while (end < g.columns && owner[end] == owner[c]) ++end;
+    const int width = end - c;
+    if (owner[c] == kIdle) {
+      if (colour) row += kDim;
+      for (int k = 0; k < width; ++k) row += idle;
+    } else {
+      const Event& e = *events[owner[c]];
+      if (colour) row += look_of(e).ansi;
+      row += run_text(e, width, colour);
+    }
+    if (colour) row += kReset;
+    c = end;
+  }
+  return row;
+}
+
+// Two lines: tick labels, then tick marks.
+std::string render_ruler(const Grid& g, int label_width, const AsciiTimelineOptions& opt) {
+  const double span = g.window.length();
+  const Unit unit = unit_for(span);
+  const double step = nice_step(span / std::max(1, g.columns / 10));
+  std::string numbers(g.columns, ' ');
+  std::vector<std::string> marks(g.columns, opt.unicode ? "─" : "-");
+  int free_from = 0;  // first column a new number may start at
+  for (int k = 0;; ++k) {
+    const double t = k * step;
+    const int c = static_cast<int>(std::lround(t / g.cell));
+    if (c >= g.columns) break;
+    marks[c] = opt.unicode ? "┼" : "+";
+    const std::string text = fmt::format("{:g}", t * unit.per_second);
+    if (c >= free_from && c + static_cast<int>(text.size()) <= g.columns) {
+      numbers.replace(c, text.size(), text);
+      free_from = c + static_cast<int>(text.size()) + 1;
+    }
+  }
+  std::string out =
+      fmt::format("{:<{}} {}\n", fmt::format("time ({})", unit.name), label_width, numbers);
+  out += std::string(label_width + 1, ' ');
+  for (const auto& m : marks) out += m;
+  return out + "\n";
+}
+
+std::string render_legend(const Trace& trace, const Grid& g, const AsciiTimelineOptions& opt,
+                          bool colour) {
+  std::map<char, Look> present;
+  bool any_microbatch = false;
+  for (const Event& e : trace.events) {
+    if (e.lane == Lane::step) continue;
+    present.emplace(look_of(e).letter, look_of(e));
+    any_microbatch |= e.lane == Lane::compute && e.microbatch >= 0;
+  }
+  std::string out;
+  for (char letter : std::string("FBWOC=")) {
+    auto it = present.find(letter);
+    if (it == present.end()) continue;
+    const Look& look = it->second;
+    out += colour ? fmt::format("{}{}{} {}  ", look.ansi, letter, kReset, look.name)
+                  : fmt::format("{} {}  ", letter, look.name);
+  }
+  out += fmt::format("{} idle\n", opt.unicode ? "·" : ".");
+  if (any_microbatch) out += "F3 = forward of micro-batch 3; ";
+  return out + fmt::format("1 char = {}\n", format_duration(g.cell));
+}
+
+std::string rank_label(int rank) {
+  return fmt::format("GPU {}", rank);
+}
+
+}  // namespace
+
+std::string render_ascii_timeline(const Trace& trace, const AsciiTimelineOptions& opt) {
+  const Interval window = analysis_window(trace, opt.step);
+  if (trace.num_ranks <= 0 || !(window.length() > 0)) return "(empty trace)\n";
+  const bool colour = resolve_colour(opt.colour);
+  const bool any_comm = std::any_of(trace.events.begin(), trace.events.end(),
+                                    [](const Event& e) { return e.lane == Lane::comm; });
+
+  const int label_width =
+      static_cast<int>(rank_label(trace.num_ranks - 1).size() + std::string(" compute").size());
+  Grid g;
+  g.window = window;
+  g.columns = std::max(kMinColumns, resolve_width(opt.width) - label_width - 1);
+  g.cell = window.length() / g.columns;
+
+  const std::string separator = opt.unicode ? "│" : "|";
+  std::string out = render_ruler(g, label_width, opt);
+  for (int rank = 0; rank < trace.num_ranks; ++rank) {
+    const std::string compute_label = rank_label(rank) + " compute";
+    out += fmt::format("{:<{}}{}{}\n", compute_label, label_width, separator,
+                       render_row(events_on(trace, rank, Lane::compute, window), g, opt, colour));
+    if (any_comm) {
+      const std::string comm_label = std::string(rank_label(rank).size() + 1, ' ') + "comm";
+      out += fmt::format("{:<{}}{}{}\n", comm_label, label_width, separator,
+                         render_row(events_on(trace, rank, Lane::comm, window), g, opt, colour));
+    }
+  }
+  if (opt.legend) out += render_legend(trace, g, opt, colour);
+  return out;
+}
+
+}  // namespace mgpu::trace
