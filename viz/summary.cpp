@@ -63,8 +63,8 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
 
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings;
-  if (!ImGui::BeginTable(id.c_str(), 7, flags)) return;
-  for (const char* h : {"rank", "busy", "comm", "idle", "bubble", "overlap", "peak memory"}) {
+  if (!ImGui::BeginTable(id.c_str(), 8, flags)) return;
+  for (const char* h : {"rank", "busy", "comm", "idle", "bubble", "overlap", "sent", "peak memory"}) {
     ImGui::TableSetupColumn(h);
   }
   ImGui::TableHeadersRow();
@@ -76,6 +76,7 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     for (const std::string& cell :
          {format_duration(s.busy), format_duration(s.comm), format_duration(s.idle), percent(s.bubble),
           s.comm > 0 ? percent(s.overlap) : std::string("-"),
+          s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : std::string("-"),
           s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : std::string("-")}) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(cell.c_str());

@@ -1,5 +1,7 @@
 #include "viz/view_model.h"
 
+#include "core/trace/analysis.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -108,9 +110,12 @@ TraceView::TraceView(trace::Trace trace) : trace_(std::move(trace)) {
     run_start_ = std::min(run_start_, e.start);
     run_end_ = std::max(run_end_, e.end());
   }
-  for (const auto& c : trace_.counters) {
-    run_start_ = std::min(run_start_, c.time);
-    run_end_ = std::max(run_end_, c.time);
+  // The same window as core/trace/analysis: the events; counters only when there are no events.
+  if (trace_.events.empty()) {
+    for (const auto& c : trace_.counters) {
+      run_start_ = std::min(run_start_, c.time);
+      run_end_ = std::max(run_end_, c.time);
+    }
   }
   if (!std::isfinite(run_start_)) run_start_ = run_end_ = 0;
 
@@ -146,63 +151,33 @@ void TraceView::index_lanes() {
 
 const std::vector<int>& TraceView::lane_events(int rank, Lane l) const { return lane(rank, l).events; }
 
-namespace {
-// Union of a lane's intervals (sorted by start) as disjoint [start, end] pairs.
-std::vector<std::pair<double, double>> busy_intervals(const std::vector<int>& sorted,
-                                                      const std::vector<Event>& events) {
-  std::vector<std::pair<double, double>> out;
-  for (int i : sorted) {
-    const Event& e = events[i];
-    if (e.dur <= 0) continue;
-    if (!out.empty() && e.start <= out.back().second) {
-      out.back().second = std::max(out.back().second, e.end());
-    } else {
-      out.emplace_back(e.start, e.end());
-    }
-  }
-  return out;
-}
-double total_length(const std::vector<std::pair<double, double>>& v) {
-  double sum = 0;
-  for (auto [a, b] : v) sum += b - a;
-  return sum;
-}
-double intersection_length(const std::vector<std::pair<double, double>>& a,
-                           const std::vector<std::pair<double, double>>& b) {
-  double sum = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) sum += hi - lo;
-    (a[i].second < b[j].second) ? ++i : ++j;
-  }
-  return sum;
-}
-}  // namespace
-
 void TraceView::compute_gaps_and_summary() {
   gaps_.assign(num_ranks_, {});
   summary_.assign(num_ranks_, {});
   const double window = run_end_ - run_start_;
   const double min_gap = window * 1e-9;  // ignore floating-point slivers between touching events
+  // The numbers come from core/trace/analysis, so the dashboard shows what the lesson printed.
+  const trace::TraceSummary analysis = trace::analyze(trace_);
   for (int r = 0; r < num_ranks_; ++r) {
-    const auto compute = busy_intervals(lane(r, Lane::compute).events, trace_.events);
-    const auto comm = busy_intervals(lane(r, Lane::comm).events, trace_.events);
-
     // Bubbles: the holes between busy intervals of the compute lane, inside the run window.
+    const auto busy = trace::lane_intervals(trace_, r, Lane::compute, {run_start_, run_end_});
     double cursor = run_start_;
-    for (auto [a, b] : compute) {
-      if (a - cursor > min_gap) gaps_[r].push_back({cursor, a});
-      cursor = std::max(cursor, b);
+    for (const trace::Interval& i : busy) {
+      if (i.begin - cursor > min_gap) gaps_[r].push_back({cursor, i.begin});
+      cursor = std::max(cursor, i.end);
     }
     if (run_end_ - cursor > min_gap) gaps_[r].push_back({cursor, run_end_});
 
     RankSummary& s = summary_[r];
-    s.busy = total_length(compute);
-    s.comm = total_length(comm);
-    s.idle = std::max(0.0, window - s.busy);
-    s.bubble = window > 0 ? s.idle / window : 0;
-    s.overlap = s.comm > 0 ? intersection_length(compute, comm) / s.comm : 0;
+    if (r < static_cast<int>(analysis.ranks.size())) {
+      const trace::RankSummary& a = analysis.ranks[r];
+      s.busy = a.busy;
+      s.comm = a.comm;
+      s.idle = a.idle;
+      s.bubble = a.bubble_fraction;
+      s.overlap = a.overlap_fraction;
+      s.bytes_sent = a.bytes_sent;
+    }
     for (const StackedSample& m : memory_[r]) {
       if (m.total() > s.peak_bytes) {
         s.peak_bytes = m.total();

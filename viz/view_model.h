@@ -89,13 +89,15 @@ struct MemorySpan {
   int sample = 0;  // index into TraceView::memory(rank)
 };
 
+// From core/trace/analysis (analyze()), plus when the memory peak happens.
 struct RankSummary {
   double busy = 0;     // seconds the compute lane is busy (union of intervals)
   double comm = 0;     // seconds the comm lane is busy
   double idle = 0;     // run window - busy
   double bubble = 0;   // idle / run window (fraction)
   double overlap = 0;  // (compute ∩ comm) / comm (fraction; 0 with no comm)
-  int64_t peak_bytes = 0;
+  int64_t bytes_sent = 0;
+  int64_t peak_bytes = 0;  // highest total of the memory counters
   double peak_time = 0;
 };
 
@@ -106,7 +108,7 @@ class TraceView {
   const trace::Trace& trace() const { return trace_; }
   const trace::Event& event(int i) const { return trace_.events[i]; }
   int num_ranks() const { return num_ranks_; }
-  // The run window: earliest start to latest end over every event and counter sample.
+  // The run window: earliest start to latest end over every event (as in trace::analyze).
   double run_start() const { return run_start_; }
   double run_end() const { return run_end_; }
 
