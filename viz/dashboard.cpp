@@ -137,6 +137,18 @@ void Dashboard::draw_classroom_controls() {
   if (changed) rerun_with_current_params();
 }
 
+bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& value) {
+  if (!options_.rerun) return false;
+  for (auto& spec : options_.rerun->params) {
+    if (spec.value("name", std::string()) == name) {
+      spec["value"] = value;
+      rerun_with_current_params();
+      return rerun_error_.empty();
+    }
+  }
+  return false;
+}
+
 void Dashboard::rerun_with_current_params() {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& spec : options_.rerun->params) {
@@ -218,7 +230,7 @@ void Dashboard::frame(float display_w, float display_h) {
       clicked_view = static_cast<int>(v);
       clicked_event = c;
     }
-    ImGui::TextDisabled("memory");
+    draw_memory_legend(ctx);
     draw_memory(ctx, views_[v]);
   }
   if (clicked_event != -2) select(clicked_event >= 0 ? clicked_view : -1, clicked_event);
@@ -406,11 +418,12 @@ LoadedTrace load_trace_or_error(const std::string& path) {
   try {
     out.trace = trace::read_chrome_trace(path);
   } catch (const std::exception& e) {
-    out.error = path + ": " + e.what();
+    out.error = e.what();  // TraceFormatError names the file and what is wrong with it
   }
 #else
   out.error = path + ": this build has no trace reader (core/trace/chrome_trace.h)";
 #endif
+  std::replace(out.error.begin(), out.error.end(), '\n', ' ');  // always one line
   return out;
 }
 

@@ -90,6 +90,10 @@ class Dashboard {
   int selected_view() const { return selected_view_; }
   int selected_event() const { return selected_event_; }
   const std::vector<int>& selected_partners() const { return partners_; }
+  // Classroom mode without the mouse: set a parameter's value and re-run (what moving its slider
+  // does). False when there is no such parameter or the re-run failed (see rerun_error()).
+  bool set_parameter(const std::string& name, const nlohmann::json& value);
+  const std::string& rerun_error() const { return rerun_error_; }
   // Fit the whole run(s) to the width at the next frame.
   void fit() { fit_pending_ = true; }
 

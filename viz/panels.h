@@ -52,7 +52,8 @@ void draw_memory(const PanelContext& ctx, const TraceView& view);
 // Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);
 
-// Colour keys for the event categories, idle and memory categories.
+// Colour keys: event categories and idle; memory categories and the capacity line.
 void draw_legend(const PanelContext& ctx);
+void draw_memory_legend(const PanelContext& ctx);
 
 }  // namespace mgpu::viz

@@ -62,7 +62,8 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
   if (!line.empty()) ImGui::TextUnformatted(line.c_str());
 
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg |
-                                ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings;
+                                ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings |
+                                ImGuiTableFlags_NoHostExtendX;
   if (!ImGui::BeginTable(id.c_str(), 8, flags)) return;
   for (const char* h : {"rank", "busy", "comm", "idle", "bubble", "overlap", "sent", "peak memory"}) {
     ImGui::TableSetupColumn(h);
@@ -106,17 +107,30 @@ void draw_legend(const PanelContext& ctx) {
     ImGui::TextUnformatted(k.name);
     ImGui::SameLine(0, 14 * ctx.scale);
   }
-  ImGui::TextDisabled("| memory:");
+  ImGui::NewLine();
+}
+
+void draw_memory_legend(const PanelContext& ctx) {
+  const Palette& p = ctx.pal;
+  const float box = ImGui::GetTextLineHeight();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  ImGui::TextDisabled("memory");
   static const char* kMemNames[] = {"parameters", "gradients", "optimizer state", "activations",
                                     "comm buffers", "workspace"};
   for (int c = 0; c < 6; ++c) {
-    ImGui::SameLine(0, 10 * ctx.scale);
+    ImGui::SameLine(0, 14 * ctx.scale);
     const ImVec2 at = ImGui::GetCursorScreenPos();
     dl->AddRectFilled(at, {at.x + box, at.y + box}, p.memory[c]);
     ImGui::Dummy({box, box});
     ImGui::SameLine();
     ImGui::TextUnformatted(kMemNames[c]);
   }
+  ImGui::SameLine(0, 14 * ctx.scale);
+  const ImVec2 at = ImGui::GetCursorScreenPos();
+  dl->AddLine({at.x, at.y + box / 2}, {at.x + box, at.y + box / 2}, p.capacity, 2 * ctx.scale);
+  ImGui::Dummy({box, box});
+  ImGui::SameLine();
+  ImGui::TextUnformatted("capacity");
 }
 
 }  // namespace mgpu::viz

@@ -35,9 +35,9 @@ const Palette& palette(bool presentation) {
       .partner = IM_COL32(255, 230, 0, 255),
       .capacity = IM_COL32(255, 60, 60, 255),
       .peak = IM_COL32(255, 255, 255, 255),
-      .memory = {IM_COL32(77, 144, 235, 255), IM_COL32(240, 150, 50, 255),
-                 IM_COL32(176, 112, 224, 255), IM_COL32(90, 190, 100, 255),
-                 IM_COL32(225, 75, 95, 255), IM_COL32(150, 150, 160, 255)},
+      .memory = {IM_COL32(96, 120, 160, 255), IM_COL32(205, 175, 70, 255),
+                 IM_COL32(150, 95, 170, 255), IM_COL32(70, 170, 150, 255),
+                 IM_COL32(200, 95, 95, 255), IM_COL32(130, 130, 130, 255)},
   };
   static const Palette light = {
       .forward = IM_COL32(0, 90, 220, 255),
@@ -58,9 +58,9 @@ const Palette& palette(bool presentation) {
       .partner = IM_COL32(255, 0, 200, 255),
       .capacity = IM_COL32(220, 0, 0, 255),
       .peak = IM_COL32(0, 0, 0, 255),
-      .memory = {IM_COL32(0, 90, 220, 255), IM_COL32(255, 120, 0, 255),
-                 IM_COL32(140, 40, 200, 255), IM_COL32(0, 160, 40, 255),
-                 IM_COL32(220, 0, 40, 255), IM_COL32(110, 110, 110, 255)},
+      .memory = {IM_COL32(60, 90, 150, 255), IM_COL32(220, 170, 0, 255),
+                 IM_COL32(150, 60, 170, 255), IM_COL32(0, 150, 130, 255),
+                 IM_COL32(200, 60, 60, 255), IM_COL32(120, 120, 120, 255)},
   };
   return presentation ? light : dark;
 }
