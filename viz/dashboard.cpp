@@ -102,6 +102,7 @@ void Dashboard::draw_header() {
 void Dashboard::draw_classroom_controls() {
   if (!options_.rerun || !options_.rerun->params.is_array()) return;
   bool changed = false;
+  const nlohmann::json before = options_.rerun->params;
   const float width = 160 * ui_scale(options_.presentation);
   for (auto& spec : options_.rerun->params) {
     const std::string name = spec.value("name", std::string("?"));
@@ -134,22 +135,23 @@ void Dashboard::draw_classroom_controls() {
   } else {
     ImGui::TextDisabled("(classroom: change a value to re-run)");
   }
-  if (changed) rerun_with_current_params();
+  if (changed) rerun_with_current_params(before);
 }
 
 bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& value) {
   if (!options_.rerun) return false;
   for (auto& spec : options_.rerun->params) {
     if (spec.value("name", std::string()) == name) {
+      const nlohmann::json before = options_.rerun->params;
       spec["value"] = value;
-      rerun_with_current_params();
+      rerun_with_current_params(before);
       return rerun_error_.empty();
     }
   }
   return false;
 }
 
-void Dashboard::rerun_with_current_params() {
+void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params) {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& spec : options_.rerun->params) {
     if (spec.contains("name") && spec.contains("value")) values[spec["name"].get<std::string>()] = spec["value"];
@@ -167,6 +169,7 @@ void Dashboard::rerun_with_current_params() {
     fit();
   } catch (const std::exception& e) {
     rerun_error_ = std::string("re-run failed: ") + e.what();
+    options_.rerun->params = previous_params;  // the controls show what is on screen
   }
 }
 

@@ -100,7 +100,7 @@ class Dashboard {
  private:
   void draw_header();
   void draw_classroom_controls();
-  void rerun_with_current_params();
+  void rerun_with_current_params(const nlohmann::json& previous_params);
 
   DashboardOptions options_;
   std::vector<TraceView> views_;

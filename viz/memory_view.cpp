@@ -3,6 +3,7 @@
 // timeline's time axis. The peak is marked, and the device capacity drawn as a line when the
 // trace's profile gives it. All strips share one vertical scale so ranks compare at a glance.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -37,17 +38,37 @@ void draw_memory(const PanelContext& ctx, const TraceView& view) {
     dl->AddRectFilled({x_left, y0}, {x_right, y1}, pal.lane_background);
     dl->PushClipRect({x_left, y0}, {x_right, y1}, true);
 
-    // Stacked areas: each span holds its sample's cumulative sums until the next sample.
+    // Stacked areas: each span holds its sample's cumulative sums until the next sample. Heights
+    // are snapped to whole pixels and a category's rectangle is extended while its top and bottom
+    // stay the same, so a long run draws a few hundred rectangles, not one per sample and pixel.
+    struct Pending {
+      float x0 = 0, x1 = 0, top = 0, bottom = 0;
+      bool open = false;
+    };
+    std::array<Pending, 6> pending{};
+    auto flush = [&](int c) {
+      Pending& p = pending[c];
+      if (p.open && p.bottom > p.top) dl->AddRectFilled({p.x0, p.top}, {p.x1, p.bottom}, pal.memory[c]);
+      p.open = false;
+    };
     const auto& samples = view.memory(r);
     for (const MemorySpan& span : view.visible_memory(r, axis)) {
       const StackedSample& s = samples[span.sample];
       const float a = px(span.start), b = std::max(px(span.end), a + 1);
       int64_t below = 0;
       for (int c = 0; c < 6; ++c) {
-        if (s.cumulative[c] > below) dl->AddRectFilled({a, py(s.cumulative[c])}, {b, py(below)}, pal.memory[c]);
+        const float top = std::round(py(s.cumulative[c])), bottom = std::round(py(below));
         below = s.cumulative[c];
+        Pending& p = pending[c];
+        if (p.open && p.top == top && p.bottom == bottom && a <= p.x1 + 0.5f) {
+          p.x1 = std::max(p.x1, b);
+          continue;
+        }
+        flush(c);
+        p = {a, b, top, bottom, true};
       }
     }
+    for (int c = 0; c < 6; ++c) flush(c);
     if (view.memory_capacity()) {
       const float yc = py(*view.memory_capacity());
       dl->AddLine({x_left, yc}, {x_right, yc}, pal.capacity, 2 * ctx.scale);

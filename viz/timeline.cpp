@@ -187,8 +187,12 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
 
       if (lane == Lane::compute) {
         // Bubbles first, so the events are drawn over any rounding at their edges.
-        for (const Gap& g : view.idle_gaps(r)) {
-          if (g.end < axis.t0 || g.start > axis.t1) continue;
+        // Gaps are disjoint and sorted: binary search the first one that reaches the screen.
+        const auto& gaps = view.idle_gaps(r);
+        auto first = std::lower_bound(gaps.begin(), gaps.end(), axis.t0,
+                                      [](const Gap& g, double t) { return g.end < t; });
+        for (auto it = first; it != gaps.end() && it->start <= axis.t1; ++it) {
+          const Gap& g = *it;
           const ImVec2 a{px(g.start), y0}, b{px(g.end), y1};
           if (b.x - a.x < 1) continue;
           hatched_rect(dl, a, b, pal, hatch);

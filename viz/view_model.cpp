@@ -145,8 +145,35 @@ void TraceView::index_lanes() {
     });
     double running = -std::numeric_limits<double>::infinity();
     lane.max_end.reserve(lane.events.size());
+    lane.starts.reserve(lane.events.size());
+    for (int i : lane.events) lane.starts.push_back(trace_.events[i].start);
     for (int i : lane.events) lane.max_end.push_back(running = std::max(running, trace_.events[i].end()));
+    // split_key[k]: how much event k stands apart from what precedes it: its width, or the gap
+    // before it. A dense block runs on while split_key < one pixel.
+    const size_t n = lane.events.size();
+    lane.split_key.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      const double gap = k == 0 ? std::numeric_limits<double>::infinity() : lane.starts[k] - lane.max_end[k - 1];
+      lane.split_key[k] = std::max(gap, trace_.events[lane.events[k]].dur);
+    }
+    for (size_t c = 0; c < n; c += LaneIndex::kChunk) {
+      lane.chunk_max.push_back(*std::max_element(lane.split_key.begin() + c,
+                                                 lane.split_key.begin() + std::min(n, c + LaneIndex::kChunk)));
+    }
   }
+}
+
+size_t TraceView::LaneIndex::first_split(size_t from, size_t to, double threshold) const {
+  size_t k = from;
+  // Finish the current chunk one by one, then skip whole chunks whose maximum is below threshold.
+  for (; k < to && k % kChunk != 0; ++k) {
+    if (split_key[k] >= threshold) return k;
+  }
+  while (k + kChunk <= to && chunk_max[k / kChunk] < threshold) k += kChunk;
+  for (; k < to; ++k) {
+    if (split_key[k] >= threshold) return k;
+  }
+  return to;
 }
 
 const std::vector<int>& TraceView::lane_events(int rank, Lane l) const { return lane(rank, l).events; }
@@ -271,13 +298,16 @@ std::vector<Block> TraceView::visible_blocks(int rank, Lane l, const TimeAxis& a
     Block b{e.start, e.end(), li.events[i], 1};
     ++i;
     if (e.dur < px) {
-      // A sub-pixel event: swallow following sub-pixel events that start within a pixel of it.
-      while (i < n) {
-        const Event& next = trace_.events[li.events[i]];
-        if (next.dur >= px || next.start - b.end > px || next.start > axis.t1) break;
-        b.end = std::max(b.end, next.end());
-        ++b.count;
-        ++i;
+      // A sub-pixel event starts a dense block. The following events join it while each is
+      // narrower than a pixel and starts within a pixel of the block: the first that does not is
+      // the first with split_key >= px, found with the per-chunk maxima in O(n / kChunk + kChunk).
+      const size_t last = std::upper_bound(li.starts.begin() + i, li.starts.end(), axis.t1) -
+                          li.starts.begin();
+      const size_t j = li.first_split(i, last, px);
+      if (j > i) {
+        b.count += static_cast<int>(j - i);
+        b.end = std::max(b.end, li.max_end[j - 1]);
+        i = j;
       }
     }
     if (b.end >= axis.t0) out.push_back(b);

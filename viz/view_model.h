@@ -139,7 +139,13 @@ class TraceView {
  private:
   struct LaneIndex {
     std::vector<int> events;        // sorted by start
+    std::vector<double> starts;     // their start times (contiguous, for binary search)
     std::vector<double> max_end;    // running max of end over `events` (monotonic: searchable)
+    std::vector<double> split_key;  // max(width, gap before): what ends a dense block
+    std::vector<double> chunk_max;  // max of split_key per kChunk events
+    static constexpr size_t kChunk = 64;
+    // The first k in [from, to) with split_key[k] >= threshold, or `to`.
+    size_t first_split(size_t from, size_t to, double threshold) const;
   };
   const LaneIndex& lane(int rank, trace::Lane l) const {
     return lanes_[rank * trace::kNumLanes + static_cast<int>(l)];

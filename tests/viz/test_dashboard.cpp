@@ -199,6 +199,7 @@ TEST_CASE("selection highlights partners; classroom controls re-run in-process",
   CHECK_FALSE(d.set_parameter("nonexistent", 1));
   CHECK_FALSE(d.set_parameter("microbatches", 100));  // the hook throws: shown, not fatal
   CHECK(d.rerun_error().find("too many") != std::string::npos);
+  CHECK(d.options().rerun->params[0]["value"] == 32);  // the control goes back to what is shown
   const auto png = out_dir() / "rerun.png";
   CHECK(render_screenshot(d, png.string(), 1280, 720) == 0);
 }
