@@ -234,7 +234,8 @@ void Dashboard::frame(float display_w, float display_h) {
       clicked_event = c;
     }
     draw_memory_legend(ctx);
-    draw_memory(ctx, views_[v]);
+    // Compare mode stacks two of everything: thinner memory strips keep the summaries on screen.
+    draw_memory(ctx, views_[v], views_.size() > 1 ? 24.0f : 38.0f);
   }
   if (clicked_event != -2) select(clicked_event >= 0 ? clicked_view : -1, clicked_event);
 

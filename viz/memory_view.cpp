@@ -12,12 +12,12 @@
 
 namespace mgpu::viz {
 
-void draw_memory(const PanelContext& ctx, const TraceView& view) {
+void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const Palette& pal = ctx.pal;
   const TimeAxis& axis = ctx.axis;
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const float strip = std::round(38 * ctx.scale), gap = std::round(6 * ctx.scale);
+  const float strip = std::round(strip_height * ctx.scale), gap = std::round(6 * ctx.scale);
   const float x_left = static_cast<float>(axis.x0), x_right = static_cast<float>(axis.x0 + axis.width);
   auto px = [&](double t) { return static_cast<float>(axis.to_px(t)); };
 

@@ -46,8 +46,9 @@ float draw_ruler(const PanelContext& ctx);
 int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index,
                   const Selection& selection, LaneLayout& layout);
 
-// Stacked memory by category per rank, aligned to the same time axis.
-void draw_memory(const PanelContext& ctx, const TraceView& view);
+// Stacked memory by category per rank, aligned to the same time axis; `strip_height` pixels
+// per rank (before scaling).
+void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height);
 
 // Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);
