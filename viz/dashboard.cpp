@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <memory>
 
+// Framebuffer objects (GL 3.0) for the offscreen screenshot: GLFW includes GL/gl.h, which
+// includes GL/glext.h with prototypes when this is defined.
 #define GL_GLEXT_PROTOTYPES
 #include <GLFW/glfw3.h>
-#include <GL/glext.h>
+
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
@@ -35,10 +37,13 @@ constexpr float kPresentationScale = 1.6f;
 constexpr float kFontSize = 15.0f;
 constexpr const char* kFontFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
-float ui_scale(bool presentation) { return presentation ? kPresentationScale : 1.0f; }
+float ui_scale(bool presentation) {
+  return presentation ? kPresentationScale : 1.0f;
+}
 }  // namespace
 
-// ---- ImGui setup ---------------------------------------------------------------------------------
+// ---- ImGui setup
+// ---------------------------------------------------------------------------------
 
 void setup_imgui(bool presentation) {
   ImGuiIO& io = ImGui::GetIO();
@@ -64,7 +69,8 @@ void setup_imgui(bool presentation) {
   style.WindowBorderSize = 0;
 }
 
-// ---- the dashboard -------------------------------------------------------------------------------
+// ---- the dashboard
+// -------------------------------------------------------------------------------
 
 Dashboard::Dashboard(DashboardOptions options) : options_(std::move(options)) {
   for (trace::Trace& t : options_.traces) views_.emplace_back(std::move(t));
@@ -154,7 +160,8 @@ bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& val
 void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params) {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& spec : options_.rerun->params) {
-    if (spec.contains("name") && spec.contains("value")) values[spec["name"].get<std::string>()] = spec["value"];
+    if (spec.contains("name") && spec.contains("value"))
+      values[spec["name"].get<std::string>()] = spec["value"];
   }
   try {
     trace::Trace t = options_.rerun->run(values);
@@ -253,7 +260,8 @@ void Dashboard::frame(float display_w, float display_h) {
   if (big_font) ImGui::PopFont();
 }
 
-// ---- windows -------------------------------------------------------------------------------------
+// ---- windows
+// -------------------------------------------------------------------------------------
 
 namespace {
 
@@ -272,7 +280,8 @@ using WindowPtr = std::unique_ptr<GLFWwindow, WindowDeleter>;
 
 struct ImGuiSession {
   bool with_glfw_input;
-  ImGuiSession(GLFWwindow* window, bool presentation, bool install_input) : with_glfw_input(install_input) {
+  ImGuiSession(GLFWwindow* window, bool presentation, bool install_input)
+      : with_glfw_input(install_input) {
     ImGui::CreateContext();
     setup_imgui(presentation);
     if (with_glfw_input) ImGui_ImplGlfw_InitForOpenGL(window, true);
@@ -311,7 +320,9 @@ struct Framebuffer {
     glBindFramebuffer(GL_FRAMEBUFFER, fbo);
     glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, colour);
   }
-  bool complete() const { return glCheckFramebufferStatus(GL_FRAMEBUFFER) == GL_FRAMEBUFFER_COMPLETE; }
+  bool complete() const {
+    return glCheckFramebufferStatus(GL_FRAMEBUFFER) == GL_FRAMEBUFFER_COMPLETE;
+  }
   ~Framebuffer() {
     glBindFramebuffer(GL_FRAMEBUFFER, 0);
     glDeleteRenderbuffers(1, &colour);
@@ -410,7 +421,8 @@ int render_screenshot(const DashboardOptions& options, const std::string& png_pa
   return render_screenshot(dashboard, png_path, width, height);
 }
 
-// ---- loading and the command line ----------------------------------------------------------------
+// ---- loading and the command line
+// ----------------------------------------------------------------
 
 LoadedTrace load_trace_or_error(const std::string& path) {
   LoadedTrace out;
@@ -437,7 +449,8 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
     return 2;
   }
   if (cli.compare && trace_paths.size() != 2) {
-    std::fprintf(stderr, "mgpu viz: --compare needs exactly two traces (got %zu)\n", trace_paths.size());
+    std::fprintf(stderr, "mgpu viz: --compare needs exactly two traces (got %zu)\n",
+                 trace_paths.size());
     return 2;
   }
   if (trace_paths.size() > 2) {

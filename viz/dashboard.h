@@ -34,9 +34,9 @@ struct DashboardOptions {
   std::vector<trace::Trace> traces;  // one, or two to compare (stacked, shared time axis)
   std::vector<std::string> labels;   // optional name per trace (e.g. the file name)
   std::string title = "mgpu-lab";
-  bool presentation = false;         // large fonts, high-contrast palette (projector)
+  bool presentation = false;  // large fonts, high-contrast palette (projector)
   std::optional<RerunHook> rerun;
-  std::string error;                 // shown in place of the timelines (e.g. a bad trace file)
+  std::string error;  // shown in place of the timelines (e.g. a bad trace file)
 };
 
 // Opens a window and runs until it is closed. 0 on success, 2 when no display can be opened.

@@ -18,7 +18,8 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
   const TimeAxis& axis = ctx.axis;
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float strip = std::round(strip_height * ctx.scale), gap = std::round(6 * ctx.scale);
-  const float x_left = static_cast<float>(axis.x0), x_right = static_cast<float>(axis.x0 + axis.width);
+  const float x_left = static_cast<float>(axis.x0),
+              x_right = static_cast<float>(axis.x0 + axis.width);
   auto px = [&](double t) { return static_cast<float>(axis.to_px(t)); };
 
   double scale_max = static_cast<double>(view.max_memory());
@@ -34,7 +35,8 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
     auto py = [&](double bytes) { return static_cast<float>(y1 - bytes / scale_max * strip); };
     char label[32];
     std::snprintf(label, sizeof label, "GPU %d", r);
-    dl->AddText({origin.x + 4, y0 + (strip - ImGui::GetTextLineHeight()) / 2}, pal.ruler_text, label);
+    dl->AddText({origin.x + 4, y0 + (strip - ImGui::GetTextLineHeight()) / 2}, pal.ruler_text,
+                label);
     dl->AddRectFilled({x_left, y0}, {x_right, y1}, pal.lane_background);
     dl->PushClipRect({x_left, y0}, {x_right, y1}, true);
 
@@ -48,7 +50,8 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
     std::array<Pending, 6> pending{};
     auto flush = [&](int c) {
       Pending& p = pending[c];
-      if (p.open && p.bottom > p.top) dl->AddRectFilled({p.x0, p.top}, {p.x1, p.bottom}, pal.memory[c]);
+      if (p.open && p.bottom > p.top)
+        dl->AddRectFilled({p.x0, p.top}, {p.x1, p.bottom}, pal.memory[c]);
       p.open = false;
     };
     const auto& samples = view.memory(r);

@@ -27,9 +27,9 @@ ImU32 category_colour(const Palette& p, const std::string& cat);
 // Everything a panel needs to know about the frame.
 struct PanelContext {
   const Palette& pal;
-  TimeAxis& axis;       // shared by every view (compare mode); panels may zoom/pan it
-  float label_width;    // left column with "GPU r"
-  float scale;          // 1, or larger in presentation mode
+  TimeAxis& axis;     // shared by every view (compare mode); panels may zoom/pan it
+  float label_width;  // left column with "GPU r"
+  float scale;        // 1, or larger in presentation mode
 };
 
 struct Selection {
@@ -42,7 +42,8 @@ struct Selection {
 float draw_ruler(const PanelContext& ctx);
 
 // One view's lane groups. Handles wheel zoom, drag pan, hover tooltip; returns the event clicked,
-// -1 for a click on empty space, -2 when nothing was clicked. `layout` receives where the lanes were drawn (window pixels).
+// -1 for a click on empty space, -2 when nothing was clicked. `layout` receives where the lanes
+// were drawn (window pixels).
 int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index,
                   const Selection& selection, LaneLayout& layout);
 

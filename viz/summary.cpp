@@ -44,7 +44,8 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
   for (const Measured& m : kMeasured) {
     if (auto theory = view.prediction(m.key)) {
       if (!line.empty()) line += "    ";
-      line += std::string(m.label) + " " + percent(m.measure(view)) + " (theory " + percent(*theory) + ")";
+      line += std::string(m.label) + " " + percent(m.measure(view)) + " (theory " +
+              percent(*theory) + ")";
     }
   }
   const auto& md = view.trace().metadata;
@@ -65,7 +66,8 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings |
                                 ImGuiTableFlags_NoHostExtendX;
   if (!ImGui::BeginTable(id.c_str(), 8, flags)) return;
-  for (const char* h : {"rank", "busy", "comm", "idle", "bubble", "overlap", "sent", "peak memory"}) {
+  for (const char* h :
+       {"rank", "busy", "comm", "idle", "bubble", "overlap", "sent", "peak memory"}) {
     ImGui::TableSetupColumn(h);
   }
   ImGui::TableHeadersRow();
@@ -75,8 +77,8 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     ImGui::TableNextColumn();
     ImGui::Text("GPU %d", r);
     for (const std::string& cell :
-         {format_duration(s.busy), format_duration(s.comm), format_duration(s.idle), percent(s.bubble),
-          s.comm > 0 ? percent(s.overlap) : std::string("-"),
+         {format_duration(s.busy), format_duration(s.comm), format_duration(s.idle),
+          percent(s.bubble), s.comm > 0 ? percent(s.overlap) : std::string("-"),
           s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : std::string("-"),
           s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : std::string("-")}) {
       ImGui::TableNextColumn();
@@ -93,10 +95,13 @@ void draw_legend(const PanelContext& ctx) {
     const char* name;
     ImU32 colour;
   };
-  const Key keys[] = {{"forward", p.forward},     {"backward", p.backward},
+  const Key keys[] = {{"forward", p.forward},
+                      {"backward", p.backward},
                       {"backward (weights)", p.backward_weight},
-                      {"optimizer", p.optimizer}, {"other compute", p.compute},
-                      {"communication", p.comm},  {"idle (bubble)", p.idle_hatch}};
+                      {"optimizer", p.optimizer},
+                      {"other compute", p.compute},
+                      {"communication", p.comm},
+                      {"idle (bubble)", p.idle_hatch}};
   const float box = ImGui::GetTextLineHeight();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const Key& k : keys) {
@@ -115,8 +120,8 @@ void draw_memory_legend(const PanelContext& ctx) {
   const float box = ImGui::GetTextLineHeight();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGui::TextDisabled("memory");
-  static const char* kMemNames[] = {"parameters", "gradients", "optimizer state", "activations",
-                                    "comm buffers", "workspace"};
+  static const char* kMemNames[] = {"parameters",  "gradients",    "optimizer state",
+                                    "activations", "comm buffers", "workspace"};
   for (int c = 0; c < 6; ++c) {
     ImGui::SameLine(0, 14 * ctx.scale);
     const ImVec2 at = ImGui::GetCursorScreenPos();

@@ -13,7 +13,8 @@ namespace mgpu::viz {
 using trace::Event;
 using trace::Lane;
 
-// ---- palette -------------------------------------------------------------------------------------
+// ---- palette
+// -------------------------------------------------------------------------------------
 
 const Palette& palette(bool presentation) {
   static const Palette dark = {
@@ -74,7 +75,8 @@ ImU32 category_colour(const Palette& p, const std::string& c) {
   return p.compute;
 }
 
-// ---- ruler ---------------------------------------------------------------------------------------
+// ---- ruler
+// ---------------------------------------------------------------------------------------
 
 float draw_ruler(const PanelContext& ctx) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -94,7 +96,8 @@ float draw_ruler(const PanelContext& ctx) {
   return height;
 }
 
-// ---- lanes ---------------------------------------------------------------------------------------
+// ---- lanes
+// ---------------------------------------------------------------------------------------
 
 namespace {
 
@@ -136,8 +139,9 @@ void event_tooltip(const TraceView& view, int i) {
   if (e.flops > 0) ImGui::Text("FLOPs: %.3g", e.flops);
   if (e.peer >= 0) ImGui::Text("peer: GPU %d", e.peer);
   if (!e.op.empty()) ImGui::Text("op: %s", e.op.c_str());
-  if (!e.group.empty()) ImGui::Text("group: %s%s", e.group.c_str(),
-                                    e.seq >= 0 ? (" #" + std::to_string(e.seq)).c_str() : "");
+  if (!e.group.empty())
+    ImGui::Text("group: %s%s", e.group.c_str(),
+                e.seq >= 0 ? (" #" + std::to_string(e.seq)).c_str() : "");
   ImGui::EndTooltip();
 }
 
@@ -155,7 +159,8 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
   const int ranks = view.num_ranks();
   const float height = static_cast<float>(layout.total_height(ranks));
   const TimeAxis& axis = ctx.axis;
-  const float x_left = static_cast<float>(axis.x0), x_right = static_cast<float>(axis.x0 + axis.width);
+  const float x_left = static_cast<float>(axis.x0),
+              x_right = static_cast<float>(axis.x0 + axis.width);
   auto px = [&](double t) { return static_cast<float>(axis.to_px(t)); };
 
   // The whole area is one invisible button: hover, click, drag and wheel are handled below.
@@ -199,7 +204,8 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
           const std::string d = format_duration(g.dur());
           const ImVec2 size = ImGui::CalcTextSize(d.c_str());
           if (size.x + 6 < b.x - a.x) {
-            const ImVec2 at{std::floor((a.x + b.x - size.x) / 2), std::floor((y0 + y1 - size.y) / 2)};
+            const ImVec2 at{std::floor((a.x + b.x - size.x) / 2),
+                            std::floor((y0 + y1 - size.y) / 2)};
             dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.idle);
             dl->AddText(at, pal.idle_text, d.c_str());
           }
@@ -228,8 +234,9 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
     auto rect_of = [&](int i) {
       const Event& e = view.event(i);
       const float y0 = static_cast<float>(layout.lane_top(e.rank, e.lane));
-      return std::pair<ImVec2, ImVec2>{{px(e.start), y0}, {std::max(px(e.end()), px(e.start) + 2),
-                                                           y0 + static_cast<float>(layout.lane_height)}};
+      return std::pair<ImVec2, ImVec2>{
+          {px(e.start), y0},
+          {std::max(px(e.end()), px(e.start) + 2), y0 + static_cast<float>(layout.lane_height)}};
     };
     auto [sa, sb] = rect_of(selection.event);
     const ImVec2 sc{(sa.x + sb.x) / 2, (sa.y + sb.y) / 2};
@@ -249,8 +256,8 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
   if (hovered) {
     const auto hit = layout.hit(io.MousePos.y, ranks);
     const double slack = 2 * axis.seconds_per_pixel();
-    const int under = hit ? view.event_at(hit->first, hit->second, axis.to_time(io.MousePos.x), slack)
-                          : -1;
+    const int under =
+        hit ? view.event_at(hit->first, hit->second, axis.to_time(io.MousePos.x), slack) : -1;
     if (under >= 0 && !ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2)) event_tooltip(view, under);
     if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MouseDragMaxDistanceSqr[0] < 9) {
       clicked = under;

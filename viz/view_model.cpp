@@ -13,7 +13,8 @@ namespace mgpu::viz {
 using trace::Event;
 using trace::Lane;
 
-// ---- TimeAxis ------------------------------------------------------------------------------------
+// ---- TimeAxis
+// ------------------------------------------------------------------------------------
 
 void TimeAxis::fit(double start, double end, double margin_fraction) {
   if (!(end > start)) end = start + 1e-6;  // an empty or instantaneous trace still gets a scale
@@ -36,7 +37,8 @@ void TimeAxis::pan(double dx_px) {
   t1 -= dt;
 }
 
-// ---- formatting ----------------------------------------------------------------------------------
+// ---- formatting
+// ----------------------------------------------------------------------------------
 
 namespace {
 struct Unit {
@@ -97,7 +99,8 @@ Ticks ruler_ticks(const TimeAxis& axis, double min_spacing_px) {
   return ticks;
 }
 
-// ---- TraceView: indexing -------------------------------------------------------------------------
+// ---- TraceView: indexing
+// -------------------------------------------------------------------------
 
 TraceView::TraceView(trace::Trace trace) : trace_(std::move(trace)) {
   num_ranks_ = trace_.num_ranks;
@@ -119,8 +122,9 @@ TraceView::TraceView(trace::Trace trace) : trace_(std::move(trace)) {
   }
   if (!std::isfinite(run_start_)) run_start_ = run_end_ = 0;
 
-  const auto& profile = trace_.metadata.is_object() ? trace_.metadata.value("profile", nlohmann::json())
-                                                     : nlohmann::json();
+  const auto& profile = trace_.metadata.is_object()
+                            ? trace_.metadata.value("profile", nlohmann::json())
+                            : nlohmann::json();
   if (profile.is_object() && profile.contains("memory_capacity_GiB") &&
       profile["memory_capacity_GiB"].is_number()) {
     capacity_ = profile["memory_capacity_GiB"].get<double>() * 1024.0 * 1024.0 * 1024.0;
@@ -140,25 +144,26 @@ void TraceView::index_lanes() {
     lanes_[e.rank * trace::kNumLanes + static_cast<int>(e.lane)].events.push_back(i);
   }
   for (LaneIndex& lane : lanes_) {
-    std::stable_sort(lane.events.begin(), lane.events.end(), [&](int a, int b) {
-      return trace_.events[a].start < trace_.events[b].start;
-    });
+    std::stable_sort(lane.events.begin(), lane.events.end(),
+                     [&](int a, int b) { return trace_.events[a].start < trace_.events[b].start; });
     double running = -std::numeric_limits<double>::infinity();
     lane.max_end.reserve(lane.events.size());
     lane.starts.reserve(lane.events.size());
     for (int i : lane.events) lane.starts.push_back(trace_.events[i].start);
-    for (int i : lane.events) lane.max_end.push_back(running = std::max(running, trace_.events[i].end()));
+    for (int i : lane.events)
+      lane.max_end.push_back(running = std::max(running, trace_.events[i].end()));
     // split_key[k]: how much event k stands apart from what precedes it: its width, or the gap
     // before it. A dense block runs on while split_key < one pixel.
     const size_t n = lane.events.size();
     lane.split_key.resize(n);
     for (size_t k = 0; k < n; ++k) {
-      const double gap = k == 0 ? std::numeric_limits<double>::infinity() : lane.starts[k] - lane.max_end[k - 1];
+      const double gap =
+          k == 0 ? std::numeric_limits<double>::infinity() : lane.starts[k] - lane.max_end[k - 1];
       lane.split_key[k] = std::max(gap, trace_.events[lane.events[k]].dur);
     }
     for (size_t c = 0; c < n; c += LaneIndex::kChunk) {
-      lane.chunk_max.push_back(*std::max_element(lane.split_key.begin() + c,
-                                                 lane.split_key.begin() + std::min(n, c + LaneIndex::kChunk)));
+      lane.chunk_max.push_back(*std::max_element(
+          lane.split_key.begin() + c, lane.split_key.begin() + std::min(n, c + LaneIndex::kChunk)));
     }
   }
 }
@@ -176,7 +181,9 @@ size_t TraceView::LaneIndex::first_split(size_t from, size_t to, double threshol
   return to;
 }
 
-const std::vector<int>& TraceView::lane_events(int rank, Lane l) const { return lane(rank, l).events; }
+const std::vector<int>& TraceView::lane_events(int rank, Lane l) const {
+  return lane(rank, l).events;
+}
 
 void TraceView::compute_gaps_and_summary() {
   gaps_.assign(num_ranks_, {});
@@ -268,8 +275,9 @@ void TraceView::stack_memory() {
     memory_[c.rank].push_back(s);
   }
   for (auto& samples : memory_) {
-    std::stable_sort(samples.begin(), samples.end(),
-                     [](const StackedSample& a, const StackedSample& b) { return a.time < b.time; });
+    std::stable_sort(
+        samples.begin(), samples.end(),
+        [](const StackedSample& a, const StackedSample& b) { return a.time < b.time; });
     for (const auto& s : samples) max_memory_ = std::max(max_memory_, s.total());
   }
 }
@@ -282,7 +290,8 @@ std::optional<double> TraceView::prediction(const std::string& key) const {
   return p[key].get<double>();
 }
 
-// ---- TraceView: queries --------------------------------------------------------------------------
+// ---- TraceView: queries
+// --------------------------------------------------------------------------
 
 std::vector<Block> TraceView::visible_blocks(int rank, Lane l, const TimeAxis& axis) const {
   std::vector<Block> out;
@@ -301,8 +310,8 @@ std::vector<Block> TraceView::visible_blocks(int rank, Lane l, const TimeAxis& a
       // A sub-pixel event starts a dense block. The following events join it while each is
       // narrower than a pixel and starts within a pixel of the block: the first that does not is
       // the first with split_key >= px, found with the per-chunk maxima in O(n / kChunk + kChunk).
-      const size_t last = std::upper_bound(li.starts.begin() + i, li.starts.end(), axis.t1) -
-                          li.starts.begin();
+      const size_t last =
+          std::upper_bound(li.starts.begin() + i, li.starts.end(), axis.t1) - li.starts.begin();
       const size_t j = li.first_split(i, last, px);
       if (j > i) {
         b.count += static_cast<int>(j - i);
@@ -347,7 +356,9 @@ std::vector<MemorySpan> TraceView::visible_memory(int rank, const TimeAxis& axis
              samples.begin();
   if (i > 0) --i;
   const double end_of_run = std::max(run_end_, samples.empty() ? 0 : samples.back().time);
-  auto held_until = [&](size_t k) { return k + 1 < samples.size() ? samples[k + 1].time : end_of_run; };
+  auto held_until = [&](size_t k) {
+    return k + 1 < samples.size() ? samples[k + 1].time : end_of_run;
+  };
   while (i < samples.size() && samples[i].time <= axis.t1) {
     MemorySpan span{samples[i].time, held_until(i), static_cast<int>(i)};
     ++i;

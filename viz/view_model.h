@@ -23,11 +23,12 @@
 
 namespace mgpu::viz {
 
-// ---- time <-> pixel ------------------------------------------------------------------------------
+// ---- time <-> pixel
+// ------------------------------------------------------------------------------
 
 // Maps the visible time range [t0, t1] (seconds) onto the pixel range [x0, x0 + width].
 struct TimeAxis {
-  double t0 = 0, t1 = 1;  // visible time range
+  double t0 = 0, t1 = 1;     // visible time range
   double x0 = 0, width = 1;  // pixels
 
   double seconds_per_pixel() const { return (t1 - t0) / width; }
@@ -57,7 +58,8 @@ struct Ticks {
 };
 Ticks ruler_ticks(const TimeAxis& axis, double min_spacing_px);
 
-// ---- culling and merging -------------------------------------------------------------------------
+// ---- culling and merging
+// -------------------------------------------------------------------------
 
 // One thing to draw on a lane: a single event, or a "dense" block of `count` consecutive events
 // each narrower than a pixel, merged so a 200k-event trace draws a few thousand rectangles.
@@ -161,24 +163,27 @@ class TraceView {
   std::vector<LaneIndex> lanes_;
   std::vector<std::vector<Gap>> gaps_;
   std::vector<RankSummary> summary_;
-  std::vector<int> partner_group_;            // per event: index into groups_, or -1
-  std::vector<std::vector<int>> groups_;      // events that belong together
+  std::vector<int> partner_group_;        // per event: index into groups_, or -1
+  std::vector<std::vector<int>> groups_;  // events that belong together
   std::vector<std::vector<StackedSample>> memory_;
   int64_t max_memory_ = 0;
   std::optional<double> capacity_;
 };
 
-// ---- vertical layout -----------------------------------------------------------------------------
+// ---- vertical layout
+// -----------------------------------------------------------------------------
 
 // Lane groups stacked top to bottom: "GPU 0" (compute, comm), "GPU 1" (compute, comm), ...
 struct LaneLayout {
-  double top = 0;            // pixels
+  double top = 0;  // pixels
   double lane_height = 22;
-  double lane_gap = 2;       // between the lanes of one rank
-  double group_gap = 8;      // between ranks
+  double lane_gap = 2;                     // between the lanes of one rank
+  double group_gap = 8;                    // between ranks
   static constexpr int kLanesPerRank = 2;  // compute, comm (the step lane is not drawn)
 
-  double group_height() const { return kLanesPerRank * lane_height + (kLanesPerRank - 1) * lane_gap; }
+  double group_height() const {
+    return kLanesPerRank * lane_height + (kLanesPerRank - 1) * lane_gap;
+  }
   double group_top(int rank) const { return top + rank * (group_height() + group_gap); }
   double lane_top(int rank, trace::Lane lane) const {
     return group_top(rank) + static_cast<int>(lane) * (lane_height + lane_gap);

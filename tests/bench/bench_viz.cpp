@@ -76,8 +76,8 @@ int main() {
   });
 
   std::printf("bench_viz: frame CPU time (build draw lists, 1600x900, %d frames)\n", frames);
-  std::printf("  trace: %zu events, %zu memory samples, 8 ranks (indexing took %.0f ms)\n", n_events,
-              n_counters, index_s * 1e3);
+  std::printf("  trace: %zu events, %zu memory samples, 8 ranks (indexing took %.0f ms)\n",
+              n_events, n_counters, index_s * 1e3);
   std::printf("  empty trace            : %8.3f ms/frame  (%d vertices)\n", empty.ms_per_frame,
               empty.vertices);
   std::printf("  200k events, fit       : %8.3f ms/frame  (%d vertices)  ratio %.1fx\n",

@@ -53,11 +53,12 @@ inline trace::Trace synthetic_pipeline(const PipelineSpec& spec) {
 
   trace::Trace t;
   t.num_ranks = P;
-  t.metadata = {{"lesson", spec.schedule == Schedule::gpipe ? "GPipe (synthetic)" : "1F1B (synthetic)"},
-                {"clock", "modeled"},
-                {"config", {{"stages", P}, {"microbatches", M}}},
-                {"profile", {{"memory_capacity_GiB", 1.0}}},
-                {"predictions", {{"bubble_fraction", double(P - 1) / (M + P - 1)}}}};
+  t.metadata = {
+      {"lesson", spec.schedule == Schedule::gpipe ? "GPipe (synthetic)" : "1F1B (synthetic)"},
+      {"clock", "modeled"},
+      {"config", {{"stages", P}, {"microbatches", M}}},
+      {"profile", {{"memory_capacity_GiB", 1.0}}},
+      {"predictions", {{"bubble_fraction", double(P - 1) / (M + P - 1)}}}};
 
   const double inf = 1e300;
   std::vector<std::vector<double>> fwd_end(P, std::vector<double>(M, inf));

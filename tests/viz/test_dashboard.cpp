@@ -166,16 +166,17 @@ TEST_CASE("presentation mode and compare mode render", "[viz]") {
 
 TEST_CASE("selection highlights partners; classroom controls re-run in-process", "[viz]") {
   DashboardOptions options = one_f_one_b_options();
-  options.rerun = RerunHook{
-      [](const nlohmann::json& params) {
-        testing::PipelineSpec spec;
-        spec.microbatches = params.at("microbatches").get<int>();
-        spec.schedule = params.at("schedule") == "gpipe" ? testing::Schedule::gpipe
-                                                         : testing::Schedule::one_f_one_b;
-        if (spec.microbatches > 64) throw std::invalid_argument("too many micro-batches");
-        return testing::synthetic_pipeline(spec);
-      },
-      nlohmann::json::parse(R"([
+  options.rerun = RerunHook{[](const nlohmann::json& params) {
+                              testing::PipelineSpec spec;
+                              spec.microbatches = params.at("microbatches").get<int>();
+                              spec.schedule = params.at("schedule") == "gpipe"
+                                                  ? testing::Schedule::gpipe
+                                                  : testing::Schedule::one_f_one_b;
+                              if (spec.microbatches > 64)
+                                throw std::invalid_argument("too many micro-batches");
+                              return testing::synthetic_pipeline(spec);
+                            },
+                            nlohmann::json::parse(R"([
         {"name": "microbatches", "type": "int", "min": 1, "max": 32, "value": 8},
         {"name": "schedule", "type": "choice", "choices": ["gpipe", "1f1b"], "value": "1f1b"}])")};
   Dashboard d(options);
@@ -272,12 +273,14 @@ TEST_CASE("docs figures", "[.figures]") {
     const trace::Event& e = view.event(i);
     if (e.op == "send" && e.rank == 1 && e.peer == 2 && e.microbatch == 2) one_f_one_b.select(0, i);
   }
-  REQUIRE(render_screenshot(one_f_one_b, (figures / "dashboard-1f1b.png").string(), 1400, 720) == 0);
+  REQUIRE(render_screenshot(one_f_one_b, (figures / "dashboard-1f1b.png").string(), 1400, 720) ==
+          0);
   testing::PipelineSpec gpipe;
   gpipe.schedule = testing::Schedule::gpipe;
   DashboardOptions compare = one_f_one_b_options();
   compare.title = "mgpu-lab - GPipe vs 1F1B, 4 GPUs, 8 micro-batches";
   compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
   compare.labels = {"GPipe", "1F1B"};
-  REQUIRE(render_screenshot(compare, (figures / "dashboard-gpipe-vs-1f1b.png").string(), 1400, 1060) == 0);
+  REQUIRE(render_screenshot(compare, (figures / "dashboard-gpipe-vs-1f1b.png").string(), 1400,
+                            1060) == 0);
 }

@@ -10,7 +10,8 @@ using namespace mgpu::viz;
 using trace::Lane;
 
 namespace {
-trace::Event make_event(int rank, Lane lane, double start, double dur, std::string cat = "forward") {
+trace::Event make_event(int rank, Lane lane, double start, double dur,
+                        std::string cat = "forward") {
   trace::Event e;
   e.rank = rank;
   e.lane = lane;
@@ -101,7 +102,8 @@ TEST_CASE("off-screen events are culled and sub-pixel events merged into dense b
 TEST_CASE("a gap wider than a pixel splits dense blocks", "[viz]") {
   trace::Trace t;
   for (int i = 0; i < 10; ++i) t.events.push_back(make_event(0, Lane::compute, i * 1e-6, 1e-6));
-  for (int i = 0; i < 10; ++i) t.events.push_back(make_event(0, Lane::compute, 1e-3 + i * 1e-6, 1e-6));
+  for (int i = 0; i < 10; ++i)
+    t.events.push_back(make_event(0, Lane::compute, 1e-3 + i * 1e-6, 1e-6));
   TraceView view(t);
   TimeAxis axis;
   axis.width = 100;
@@ -202,8 +204,9 @@ TEST_CASE("memory stacks by category: cumulative sums end at the total", "[viz]"
     int64_t total = 0;
     for (int64_t b : c.bytes) total += b;
     const auto& samples = view.memory(c.rank);
-    const auto it = std::find_if(samples.begin(), samples.end(),
-                                 [&](const StackedSample& s) { return s.time == c.time && s.total() == total; });
+    const auto it = std::find_if(samples.begin(), samples.end(), [&](const StackedSample& s) {
+      return s.time == c.time && s.total() == total;
+    });
     CHECK(it != samples.end());
     if (it != samples.end()) {
       int64_t running = 0;
