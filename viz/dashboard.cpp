@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 // Framebuffer objects (GL 3.0) for the offscreen screenshot: GLFW includes GL/gl.h, which
 // includes GL/glext.h with prototypes when this is defined.
@@ -265,10 +268,31 @@ void Dashboard::frame(float display_w, float display_h) {
 
 namespace {
 
+// GLFW's last error, for the one-line message when no display or window can be had.
+std::string& glfw_last_error() {
+  static std::string last;
+  return last;
+}
+
+void report_no_display() {
+  std::fprintf(stderr, "%s%s%s\n", kNoDisplay, glfw_last_error().empty() ? "" : " (GLFW: ",
+               glfw_last_error().empty() ? "" : (glfw_last_error() + ")").c_str());
+}
+
 // RAII for GLFW, a window with a current GL context, and an ImGui context with its GL renderer.
 struct GlfwSession {
   bool ok = false;
-  GlfwSession() { ok = glfwInit() == GLFW_TRUE; }
+  GlfwSession() {
+    glfw_last_error().clear();
+    glfwSetErrorCallback([](int, const char* description) { glfw_last_error() = description; });
+    // An X server resets when its last client disconnects (Xvfb under xvfb-run does), and refuses
+    // connections for a moment while it does: with a DISPLAY set, try again for up to 2 seconds.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      ok = glfwInit() == GLFW_TRUE;
+      if (ok || !std::getenv("DISPLAY")) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
   ~GlfwSession() {
     if (ok) glfwTerminate();
   }
@@ -337,18 +361,19 @@ struct Framebuffer {
 int run_dashboard(const DashboardOptions& options) {
   GlfwSession glfw;
   if (!glfw.ok) {
-    std::fprintf(stderr, "%s\n", kNoDisplay);
+    report_no_display();
     return 2;
   }
   WindowPtr window = open_window(1600, 900, options.title, true);
   if (!window) {
-    std::fprintf(stderr, "%s\n", kNoDisplay);
+    report_no_display();
     return 2;
   }
   glfwSwapInterval(1);
   ImGuiSession imgui(window.get(), options.presentation, true);
   Dashboard dashboard(options);
-  while (!glfwWindowShouldClose(window.get())) {
+  for (int frame = 0; !glfwWindowShouldClose(window.get()); ++frame) {
+    if (options.max_frames > 0 && frame >= options.max_frames) break;
     glfwPollEvents();
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
@@ -368,12 +393,12 @@ int run_dashboard(const DashboardOptions& options) {
 int render_screenshot(Dashboard& dashboard, const std::string& png_path, int width, int height) {
   GlfwSession glfw;
   if (!glfw.ok) {
-    std::fprintf(stderr, "%s\n", kNoDisplay);
+    report_no_display();
     return 2;
   }
   WindowPtr window = open_window(width, height, "mgpu screenshot", false);
   if (!window) {
-    std::fprintf(stderr, "%s\n", kNoDisplay);
+    report_no_display();
     return 2;
   }
   // No GLFW input backend: the mouse is nowhere and time does not pass, so frames are reproducible.

@@ -36,7 +36,8 @@ struct DashboardOptions {
   std::string title = "mgpu-lab";
   bool presentation = false;  // large fonts, high-contrast palette (projector)
   std::optional<RerunHook> rerun;
-  std::string error;  // shown in place of the timelines (e.g. a bad trace file)
+  std::string error;   // shown in place of the timelines (e.g. a bad trace file)
+  int max_frames = 0;  // run_dashboard: close after this many frames (0: when the user closes it)
 };
 
 // Opens a window and runs until it is closed. 0 on success, 2 when no display can be opened.
