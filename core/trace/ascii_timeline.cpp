@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -137,19 +138,25 @@ std::vector<int> assign_cells(const std::vector<const Event*>& events, const Gri
   return owner;
 }
 
-// The text of a run of `width` cells showing one event: its label, padded with its letter.
+// The padding after a label: the letter in lower case, so that back-to-back events of one kind
+// still read apart ("F0fF1f", not "F0FF1F"); '=' stays '='.
+char fill_of(char letter) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(letter)));
+}
+
+// The text of a run of `width` cells showing one event: its label, then the fill.
 std::string run_text(const Event& e, int width, bool colour) {
   const Look look = look_of(e);
   std::string label(1, look.letter);
   if (e.lane == Lane::compute && e.microbatch >= 0) label += std::to_string(e.microbatch);
   if (static_cast<int>(label.size()) <= width) {
-    return label + std::string(width - label.size(), look.letter);
+    return label + std::string(width - label.size(), fill_of(look.letter));
   }
   // Too narrow for the label: with colour the kind is visible already, so show the digit.
   if (width == 1 && colour && e.lane == Lane::compute && e.microbatch >= 0) {
     return std::string(1, label.back());
   }
-  return std::string(width, look.letter);
+  return look.letter + std::string(width - 1, fill_of(look.letter));
 }
 
 std::string render_row(const std::vector<const Event*>& events, const Grid& g,
@@ -194,6 +201,7 @@ std::string render_ruler(const Grid& g, int label_width, const AsciiTimelineOpti
       free_from = c + static_cast<int>(text.size()) + 1;
     }
   }
+  numbers.erase(numbers.find_last_not_of(' ') + 1);
   std::string out =
       fmt::format("{:<{}} {}\n", fmt::format("time ({})", unit.name), label_width, numbers);
   out += std::string(label_width + 1, ' ');

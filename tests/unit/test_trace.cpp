@@ -107,6 +107,35 @@ TEST_CASE("chrome trace: seconds survive the microsecond conversion bit for bit"
   require_same(parse_chrome_trace(to_text(t)), t);
 }
 
+TEST_CASE("chrome trace: exact seconds are stored only where microseconds would not round trip") {
+  Trace t;
+  t.num_ranks = 1;
+  t.events.push_back(make_event("nice", cat::compute, 0, Lane::compute, 0.25, 0.5));
+  t.events.push_back(make_event("awkward", cat::compute, 0, Lane::compute, 9.014274576114836, 1));
+  REQUIRE(9.014274576114836 * 1e6 / 1e6 != 9.014274576114836);  // why the exact field exists
+  const json doc = json::parse(to_text(t));
+  const json& events = doc["traceEvents"];
+  const json& nice = events[events.size() - 2];
+  const json& awkward = events.back();
+  CHECK_FALSE(nice.contains("ts_s"));
+  CHECK_FALSE(nice.contains("dur_s"));
+  CHECK(awkward["ts_s"].get<double>() == 9.014274576114836);
+  require_same(parse_chrome_trace(doc.dump()), t);
+}
+
+TEST_CASE("chrome trace: the checked-in fixture loads") {
+  const Trace t = read_chrome_trace(MGPU_SOURCE_DIR "/tests/data/traces/small_2rank.json");
+  REQUIRE(t.num_ranks == 2);
+  REQUIRE(t.events.size() == 7);
+  REQUIRE(t.counters.size() == 2);
+  CHECK(t.events[4].rank == 1);
+  CHECK(t.events[4].start == 120e-6);
+  CHECK(t.events[3].op == "send");
+  CHECK(t.events[3].bytes == 1048576);
+  CHECK(t.counters[1].bytes[5] == 512);
+  CHECK(t.metadata["predictions"]["bubble_fraction"] == 0.25);
+}
+
 TEST_CASE("chrome trace: layout follows the Chrome Trace Event format") {
   const json doc = json::parse(to_text(sample_trace()));
   REQUIRE(doc["displayTimeUnit"] == "ns");
@@ -223,6 +252,13 @@ TEST_CASE("chrome trace: truncations of a valid file never crash") {
     INFO("truncated to " << len << " bytes");
     REQUIRE_THROWS_AS(parse_chrome_trace(std::string_view(text).substr(0, len)), TraceFormatError);
   }
+}
+
+TEST_CASE("chrome trace: deeply nested JSON is rejected without blowing the stack") {
+  const std::string deep =
+      "{\"traceEvents\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  CHECK_THAT(error_of(deep), Catch::Contains("traceEvents[0] must be an object"));
+  CHECK_THAT(error_of(std::string(200000, '[')), Catch::Contains("truncated JSON"));
 }
 
 TEST_CASE("chrome trace: random garbage never crashes") {
