@@ -233,7 +233,6 @@ void Dashboard::frame(float display_w, float display_h) {
     ImGui::Separator();
     if (views_.size() > 1 || v < options_.labels.size()) {
       ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
-      ImGui::SameLine();
     }
     draw_ruler(ctx);
     Selection sel{selected_view_, selected_event_, &partners_};

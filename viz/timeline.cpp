@@ -88,6 +88,7 @@ float draw_ruler(const PanelContext& ctx) {
     const float x = static_cast<float>(ctx.axis.to_px(t));
     dl->AddLine({x, y_bottom - 5 * ctx.scale}, {x, y_bottom}, ctx.pal.ruler_line);
     const std::string label = format_time(t, ticks.step);
+    if (x + 3 + ImGui::CalcTextSize(label.c_str()).x > ctx.axis.x0 + ctx.axis.width) continue;
     dl->AddText({x + 3, origin.y}, ctx.pal.ruler_text, label.c_str());
   }
   dl->AddLine({static_cast<float>(ctx.axis.x0), y_bottom},

@@ -69,6 +69,7 @@ std::string format_time(double seconds, double step) {
 }
 
 std::string format_duration(double seconds) {
+  if (seconds == 0) return "0";
   const Unit u = unit_for(std::abs(seconds));
   const double v = seconds * u.scale;
   return printf_string(v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, u.name);

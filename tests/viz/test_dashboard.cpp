@@ -247,6 +247,20 @@ TEST_CASE("malformed trace files give an error line, not a crash", "[viz]") {
   CHECK(viz_main({good.string(), good.string()}, cli) == 0);
 }
 
+TEST_CASE("a trace file written by the runtime's writer (fixture) renders", "[viz]") {
+  const auto fixture =
+      std::filesystem::path(MGPU_SOURCE_DIR) / "tests" / "data" / "traces" / "small_2rank.json";
+  const LoadedTrace loaded = load_trace_or_error(fixture.string());
+  REQUIRE(loaded.trace);
+  CHECK(loaded.error.empty());
+  VizCliOptions cli;
+  cli.screenshot = (out_dir() / "fixture.png").string();
+  cli.width = 900;
+  cli.height = 500;
+  CHECK(viz_main({fixture.string()}, cli) == 0);
+  CHECK(Image(cli.screenshot).w == 900);
+}
+
 TEST_CASE("without a display: one clear line and exit code 2", "[viz]") {
   const char* display = std::getenv("DISPLAY");
   const std::string saved = display ? display : "";
