@@ -195,11 +195,13 @@ void TraceView::compute_gaps_and_summary() {
   const trace::TraceSummary analysis = trace::analyze(trace_);
   for (int r = 0; r < num_ranks_; ++r) {
     // Bubbles: the holes between busy intervals of the compute lane, inside the run window.
-    const auto busy = trace::lane_intervals(trace_, r, Lane::compute, {run_start_, run_end_});
+    // The lane index is already sorted by start: one pass, no re-sorting of the whole trace.
     double cursor = run_start_;
-    for (const trace::Interval& i : busy) {
-      if (i.begin - cursor > min_gap) gaps_[r].push_back({cursor, i.begin});
-      cursor = std::max(cursor, i.end);
+    for (int i : lane(r, Lane::compute).events) {
+      const Event& e = trace_.events[i];
+      if (e.dur <= 0) continue;
+      if (e.start - cursor > min_gap) gaps_[r].push_back({cursor, e.start});
+      cursor = std::max(cursor, e.end());
     }
     if (run_end_ - cursor > min_gap) gaps_[r].push_back({cursor, run_end_});
 
