@@ -1,0 +1,300 @@
+// The dashboard rendered headless (run under xvfb-run -a): a synthetic 4-rank 1F1B trace with
+// known times, checked pixel by pixel at coordinates computed from the view model's mapping.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#include <stb_image.h>
+
+#include "core/trace/chrome_trace.h"
+#include "viz/dashboard.h"
+#include "viz/panels.h"
+#include "viz/synthetic.h"
+
+using namespace mgpu;
+using namespace mgpu::viz;
+using trace::Lane;
+
+namespace {
+
+std::filesystem::path out_dir() {
+  auto dir = std::filesystem::path(MGPU_BINARY_DIR) / "test_viz_out";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+struct Image {
+  int w = 0, h = 0;
+  std::vector<unsigned char> rgba;
+  explicit Image(const std::filesystem::path& p) {
+    int n = 0;
+    unsigned char* data = stbi_load(p.string().c_str(), &w, &h, &n, 4);
+    if (data) {
+      rgba.assign(data, data + static_cast<size_t>(w) * h * 4);
+      stbi_image_free(data);
+    }
+  }
+  ImU32 at(double x, double y) const {
+    const size_t i = (static_cast<size_t>(y) * w + static_cast<size_t>(x)) * 4;
+    return IM_COL32(rgba[i], rgba[i + 1], rgba[i + 2], 255);
+  }
+};
+
+DashboardOptions one_f_one_b_options() {
+  testing::PipelineSpec spec;  // 4 stages, 8 micro-batches, F = 1 ms, B = 2 ms
+  DashboardOptions options;
+  options.traces.push_back(testing::synthetic_pipeline(spec));
+  options.title = "mgpu-lab - 1F1B, 4 GPUs, 8 micro-batches";
+  return options;
+}
+
+// A point inside an event's cell away from its centred label.
+std::pair<double, double> inside(const Dashboard& d, const trace::Event& e) {
+  const LaneLayout& l = d.layout(0);
+  return {d.axis().to_px(e.start + 0.2 * e.dur), l.lane_top(e.rank, e.lane) + 4};
+}
+
+}  // namespace
+
+TEST_CASE("screenshot of a 4-rank 1F1B trace: size, lane groups, colours, determinism", "[viz]") {
+  Dashboard dashboard(one_f_one_b_options());
+  const auto png = out_dir() / "1f1b.png";
+  REQUIRE(render_screenshot(dashboard, png.string(), 1280, 720) == 0);
+  const Image img(png);
+  REQUIRE(img.w == 1280);
+  REQUIRE(img.h == 720);
+
+  const Palette& pal = palette(false);
+  const TraceView& view = dashboard.views()[0];
+  const LaneLayout& layout = dashboard.layout(0);
+  const TimeAxis& axis = dashboard.axis();
+  INFO("axis x0 " << axis.x0 << " width " << axis.width << " layout top " << layout.top);
+  REQUIRE(axis.width > 800);  // the timeline uses most of the width
+
+  // Every forward and backward cell has its colour.
+  int forwards = 0, backwards = 0;
+  for (const trace::Event& e : view.trace().events) {
+    if (e.lane != Lane::compute) continue;
+    auto [x, y] = inside(dashboard, e);
+    INFO(e.name << " on GPU " << e.rank << " at " << x << "," << y);
+    if (e.cat == trace::cat::forward) {
+      CHECK(img.at(x, y) == pal.forward);
+      ++forwards;
+    } else {
+      CHECK(img.at(x, y) == pal.backward);
+      ++backwards;
+    }
+  }
+  CHECK(forwards == 32);
+  CHECK(backwards == 32);
+
+  // Bubbles are shaded: the last stage waits for three forwards (and transfers) before starting.
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE_FALSE(view.idle_gaps(r).empty());
+    for (const Gap& g : view.idle_gaps(r)) {
+      if (axis.to_px(g.end) - axis.to_px(g.start) < 6) continue;
+      // Hatched: idle, hatch, or their anti-aliased mix; reddish, and no event colour.
+      const ImU32 c = img.at(axis.to_px(g.start) + 3, layout.lane_top(r, Lane::compute) + 2);
+      const int red = c & 0xff, green = (c >> 8) & 0xff, blue = (c >> 16) & 0xff;
+      CHECK(red > green);
+      CHECK(red > blue);
+      CHECK(c != pal.lane_background);
+    }
+  }
+  CHECK(axis.to_px(view.idle_gaps(3)[0].end) - axis.to_px(view.idle_gaps(3)[0].start) > 50);
+
+  // One lane group per rank: lanes for GPU 0..3, window background in the gaps, nothing for a 5th.
+  const double x_mid_gap = axis.x0 + 5;  // left edge of the lanes, before any event
+  for (int r = 0; r < 4; ++r) {
+    for (Lane l : {Lane::compute, Lane::comm}) {
+      const ImU32 c = img.at(x_mid_gap, layout.lane_top(r, l) + layout.lane_height / 2);
+      CHECK((c == pal.lane_background || c == pal.idle || c == pal.idle_hatch || c == pal.forward));
+    }
+    if (r < 3) {
+      const double y_between = layout.group_top(r) + layout.group_height() + layout.group_gap / 2;
+      CHECK(img.at(x_mid_gap, y_between) != pal.lane_background);
+    }
+  }
+  CHECK(img.at(x_mid_gap, layout.lane_top(4, Lane::compute) + layout.lane_height / 2) !=
+        pal.lane_background);
+
+  // Send/recv transfers on the comm lanes.
+  int comm_checked = 0;
+  for (const trace::Event& e : view.trace().events) {
+    if (e.lane != Lane::comm || axis.to_px(e.end()) - axis.to_px(e.start) < 3) continue;
+    auto [x, y] = inside(dashboard, e);
+    x = axis.to_px(e.start) + 1;
+    CHECK(img.at(x, y) == pal.comm);
+    ++comm_checked;
+  }
+  CHECK(comm_checked > 0);
+
+  // Same trace, same bytes.
+  const auto png2 = out_dir() / "1f1b-again.png";
+  REQUIRE(render_screenshot(one_f_one_b_options(), png2.string(), 1280, 720) == 0);
+  CHECK(read_bytes(png) == read_bytes(png2));
+}
+
+TEST_CASE("presentation mode and compare mode render", "[viz]") {
+  DashboardOptions options = one_f_one_b_options();
+  options.presentation = true;
+  const auto png = out_dir() / "presentation.png";
+  REQUIRE(render_screenshot(options, png.string(), 1600, 900) == 0);
+  CHECK(Image(png).w == 1600);
+
+  testing::PipelineSpec gpipe;
+  gpipe.schedule = testing::Schedule::gpipe;
+  DashboardOptions compare = one_f_one_b_options();
+  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
+  compare.labels = {"GPipe", "1F1B"};
+  Dashboard d(compare);
+  const auto png2 = out_dir() / "compare.png";
+  REQUIRE(render_screenshot(d, png2.string(), 1600, 1000) == 0);
+  // The second view is drawn below the first on the same time axis.
+  CHECK(d.layout(1).top > d.layout(0).top + d.layout(0).total_height(4));
+}
+
+TEST_CASE("selection highlights partners; classroom controls re-run in-process", "[viz]") {
+  DashboardOptions options = one_f_one_b_options();
+  options.rerun = RerunHook{[](const nlohmann::json& params) {
+                              testing::PipelineSpec spec;
+                              spec.microbatches = params.at("microbatches").get<int>();
+                              spec.schedule = params.at("schedule") == "gpipe"
+                                                  ? testing::Schedule::gpipe
+                                                  : testing::Schedule::one_f_one_b;
+                              if (spec.microbatches > 64)
+                                throw std::invalid_argument("too many micro-batches");
+                              return testing::synthetic_pipeline(spec);
+                            },
+                            nlohmann::json::parse(R"([
+        {"name": "microbatches", "type": "int", "min": 1, "max": 32, "value": 8},
+        {"name": "schedule", "type": "choice", "choices": ["gpipe", "1f1b"], "value": "1f1b"}])")};
+  Dashboard d(options);
+  const TraceView& before = d.views()[0];
+  int send = -1;
+  for (int i = 0; i < static_cast<int>(before.trace().events.size()); ++i) {
+    if (before.event(i).op == "send") send = i;
+  }
+  REQUIRE(send >= 0);
+  d.select(0, send);
+  REQUIRE(d.selected_partners().size() == 1);
+  CHECK(before.event(d.selected_partners()[0]).op == "recv");
+  CHECK(before.event(d.selected_partners()[0]).rank == before.event(send).peer);
+  const double bubble8 = before.summary(0).bubble;
+
+  REQUIRE(d.set_parameter("microbatches", 32));
+  CHECK(d.selected_event() == -1);  // a new trace clears the selection
+  CHECK(d.views()[0].lane_events(0, Lane::compute).size() == 64);
+  CHECK(d.views()[0].summary(0).bubble < bubble8);  // more micro-batches, smaller bubbles
+  REQUIRE(d.set_parameter("schedule", "gpipe"));
+  CHECK_FALSE(d.set_parameter("nonexistent", 1));
+  CHECK_FALSE(d.set_parameter("microbatches", 100));  // the hook throws: shown, not fatal
+  CHECK(d.rerun_error().find("too many") != std::string::npos);
+  CHECK(d.options().rerun->params[0]["value"] == 32);  // the control goes back to what is shown
+  const auto png = out_dir() / "rerun.png";
+  CHECK(render_screenshot(d, png.string(), 1280, 720) == 0);
+}
+
+TEST_CASE("malformed trace files give an error line, not a crash", "[viz]") {
+  const auto dir = out_dir() / "bad";
+  std::filesystem::create_directories(dir);
+  // A valid file to cut short.
+  const auto good = dir / "good.json";
+  trace::write_chrome_trace(testing::synthetic_pipeline({}), good);
+  const std::string text = read_bytes(good);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty.json", ""},
+      {"brace.json", "{"},
+      {"garbage.json", "\x89PNG\r\n\x1a\n garbage \xff\xfe"},
+      {"half.json", text.substr(0, text.size() / 2)},
+      {"almost.json", text.substr(0, text.size() - 3)},
+      {"array-of-numbers.json", "[1, 2, 3]"},
+      {"wrong-type.json", R"({"traceEvents": 5})"},
+      {"bad-event.json", R"({"traceEvents": [{"ph": "X", "pid": "zero", "ts": "soon"}]})"},
+  };
+  for (const auto& [name, content] : cases) {
+    const auto path = dir / name;
+    std::ofstream(path, std::ios::binary) << content;
+    INFO(name);
+    const LoadedTrace loaded = load_trace_or_error(path.string());
+    CHECK_FALSE(loaded.trace);
+    CHECK_FALSE(loaded.error.empty());
+    CHECK(loaded.error.find('\n') == std::string::npos);
+    VizCliOptions cli;
+    cli.screenshot = (dir / (name + ".png")).string();
+    CHECK(viz_main({path.string()}, cli) == 2);
+    CHECK_FALSE(std::filesystem::exists(cli.screenshot));
+  }
+  CHECK_FALSE(load_trace_or_error((dir / "missing.json").string()).trace);
+
+  // The good file loads and renders through the command-line entry point.
+  VizCliOptions cli;
+  cli.screenshot = (dir / "good.png").string();
+  CHECK(viz_main({good.string()}, cli) == 0);
+  CHECK(std::filesystem::exists(cli.screenshot));
+  cli.compare = true;
+  CHECK(viz_main({good.string()}, cli) == 2);  // --compare needs two
+  CHECK(viz_main({good.string(), good.string()}, cli) == 0);
+}
+
+TEST_CASE("a trace file written by the runtime's writer (fixture) renders", "[viz]") {
+  const auto fixture =
+      std::filesystem::path(MGPU_SOURCE_DIR) / "tests" / "data" / "traces" / "small_2rank.json";
+  const LoadedTrace loaded = load_trace_or_error(fixture.string());
+  REQUIRE(loaded.trace);
+  CHECK(loaded.error.empty());
+  VizCliOptions cli;
+  cli.screenshot = (out_dir() / "fixture.png").string();
+  cli.width = 900;
+  cli.height = 500;
+  CHECK(viz_main({fixture.string()}, cli) == 0);
+  CHECK(Image(cli.screenshot).w == 900);
+}
+
+TEST_CASE("without a display: one clear line and exit code 2", "[viz]") {
+  const char* display = std::getenv("DISPLAY");
+  const std::string saved = display ? display : "";
+  unsetenv("DISPLAY");
+  const char* wayland = std::getenv("WAYLAND_DISPLAY");
+  const std::string saved_wayland = wayland ? wayland : "";
+  unsetenv("WAYLAND_DISPLAY");
+  const auto png = out_dir() / "no-display.png";
+  CHECK(render_screenshot(one_f_one_b_options(), png.string(), 320, 200) == 2);
+  CHECK_FALSE(std::filesystem::exists(png));
+  if (!saved.empty()) setenv("DISPLAY", saved.c_str(), 1);
+  if (!saved_wayland.empty()) setenv("WAYLAND_DISPLAY", saved_wayland.c_str(), 1);
+}
+
+// Not run by ctest (hidden tag): regenerates the figures in docs/figures.
+//   xvfb-run -a ./build/test_dashboard "[.figures]"
+TEST_CASE("docs figures", "[.figures]") {
+  const auto figures = std::filesystem::path(MGPU_SOURCE_DIR) / "docs" / "figures";
+  std::filesystem::create_directories(figures);
+  // 1F1B with the activation send of micro-batch 2 from GPU 1 selected (its recv on GPU 2 linked).
+  Dashboard one_f_one_b(one_f_one_b_options());
+  const TraceView& view = one_f_one_b.views()[0];
+  for (int i = 0; i < static_cast<int>(view.trace().events.size()); ++i) {
+    const trace::Event& e = view.event(i);
+    if (e.op == "send" && e.rank == 1 && e.peer == 2 && e.microbatch == 2) one_f_one_b.select(0, i);
+  }
+  REQUIRE(render_screenshot(one_f_one_b, (figures / "dashboard-1f1b.png").string(), 1400, 720) ==
+          0);
+  testing::PipelineSpec gpipe;
+  gpipe.schedule = testing::Schedule::gpipe;
+  DashboardOptions compare = one_f_one_b_options();
+  compare.title = "mgpu-lab - GPipe vs 1F1B, 4 GPUs, 8 micro-batches";
+  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
+  compare.labels = {"GPipe", "1F1B"};
+  REQUIRE(render_screenshot(compare, (figures / "dashboard-gpipe-vs-1f1b.png").string(), 1400,
+                            1060) == 0);
+}

@@ -1,0 +1,258 @@
+// The dashboard's view model, without a window: time <-> pixel mapping, culling and merging,
+// idle gaps, selection partners, memory stacking and the per-rank summary.
+#include <catch2/catch.hpp>
+
+#include "viz/synthetic.h"
+#include "viz/view_model.h"
+
+using namespace mgpu;
+using namespace mgpu::viz;
+using trace::Lane;
+
+namespace {
+trace::Event make_event(int rank, Lane lane, double start, double dur,
+                        std::string cat = "forward") {
+  trace::Event e;
+  e.rank = rank;
+  e.lane = lane;
+  e.start = start;
+  e.dur = dur;
+  e.cat = std::move(cat);
+  e.name = e.cat;
+  return e;
+}
+}  // namespace
+
+TEST_CASE("time axis maps seconds to pixels and back, zooms around the cursor, pans", "[viz]") {
+  TimeAxis axis;
+  axis.x0 = 100;
+  axis.width = 1000;
+  axis.fit(0, 10, 0);
+  CHECK(axis.to_px(0) == Approx(100));
+  CHECK(axis.to_px(5) == Approx(600));
+  CHECK(axis.to_px(10) == Approx(1100));
+  CHECK(axis.to_time(350) == Approx(2.5));
+
+  axis.zoom(2, 350);  // zoom in around t = 2.5: it stays under the cursor, the span halves
+  CHECK(axis.to_time(350) == Approx(2.5));
+  CHECK(axis.t1 - axis.t0 == Approx(5));
+
+  axis.pan(100);  // drag right by 100 px: earlier times come into view
+  CHECK(axis.to_time(450) == Approx(2.5));
+
+  axis.fit(2, 4, 0.01);
+  CHECK(axis.t0 == Approx(2 - 0.02));
+  CHECK(axis.t1 == Approx(4 + 0.02));
+}
+
+TEST_CASE("ruler ticks use a 1/2/5 step and a unit that fits it", "[viz]") {
+  TimeAxis axis;
+  axis.width = 1000;
+  axis.fit(0, 0.033, 0);  // 33 ms over 1000 px, ticks at least 90 px apart -> 5 ms
+  const Ticks ticks = ruler_ticks(axis, 90);
+  CHECK(ticks.step == Approx(5e-3));
+  REQUIRE(ticks.times.size() == 7);
+  CHECK(format_time(ticks.times[0], ticks.step) == "0");
+  CHECK(format_time(ticks.times[1], ticks.step) == "5 ms");
+  CHECK(format_time(2.5e-6, 5e-7) == "2.5 us");
+  CHECK(format_time(3e-9, 1e-9) == "3 ns");
+  CHECK(format_time(2, 1) == "2 s");
+  CHECK(format_duration(3.2e-3) == "3.20 ms");
+  CHECK(format_bytes(1.5 * 1024 * 1024 * 1024) == "1.50 GiB");
+}
+
+TEST_CASE("off-screen events are culled and sub-pixel events merged into dense blocks", "[viz]") {
+  trace::Trace t;
+  t.num_ranks = 1;
+  // 10 000 events of 1 us back to back (10 ms), then one 10 ms event.
+  for (int i = 0; i < 10000; ++i) t.events.push_back(make_event(0, Lane::compute, i * 1e-6, 1e-6));
+  t.events.push_back(make_event(0, Lane::compute, 0.010, 0.010, "backward"));
+  TraceView view(t);
+
+  TimeAxis axis;
+  axis.width = 1000;
+  axis.fit(0, 0.020, 0);  // 20 us per pixel: the small events are far below a pixel
+  auto blocks = view.visible_blocks(0, Lane::compute, axis);
+  REQUIRE(blocks.size() == 2);
+  CHECK(blocks[0].dense());
+  CHECK(blocks[0].count == 10000);
+  CHECK(blocks[0].end == Approx(0.010));
+  CHECK_FALSE(blocks[1].dense());
+  CHECK(view.event(blocks[1].event).cat == "backward");
+
+  // Zoomed in on 100 us in the middle: 100 events of 10 px each, the rest culled.
+  axis.fit(0.005, 0.005 + 100e-6, 0);
+  blocks = view.visible_blocks(0, Lane::compute, axis);
+  CHECK(blocks.size() >= 100);
+  CHECK(blocks.size() <= 102);  // the events touching both edges
+  for (const Block& b : blocks) CHECK_FALSE(b.dense());
+
+  // Only the big event on screen.
+  axis.fit(0.012, 0.013, 0);
+  blocks = view.visible_blocks(0, Lane::compute, axis);
+  REQUIRE(blocks.size() == 1);
+  CHECK(blocks[0].event == 10000);
+
+  // Nothing on screen.
+  axis.fit(1, 2, 0);
+  CHECK(view.visible_blocks(0, Lane::compute, axis).empty());
+  CHECK(view.visible_blocks(0, Lane::comm, axis).empty());
+}
+
+TEST_CASE("a gap wider than a pixel splits dense blocks", "[viz]") {
+  trace::Trace t;
+  for (int i = 0; i < 10; ++i) t.events.push_back(make_event(0, Lane::compute, i * 1e-6, 1e-6));
+  for (int i = 0; i < 10; ++i)
+    t.events.push_back(make_event(0, Lane::compute, 1e-3 + i * 1e-6, 1e-6));
+  TraceView view(t);
+  TimeAxis axis;
+  axis.width = 100;
+  axis.fit(0, 1.1e-3, 0);  // 11 us per pixel; the 1 ms hole is ~90 px
+  const auto blocks = view.visible_blocks(0, Lane::compute, axis);
+  REQUIRE(blocks.size() == 2);
+  CHECK(blocks[0].count == 10);
+  CHECK(blocks[1].count == 10);
+}
+
+TEST_CASE("idle gaps of a 1F1B pipeline are its bubbles", "[viz]") {
+  testing::PipelineSpec spec;
+  spec.stages = 4;
+  spec.microbatches = 8;
+  spec.comm_events = false;  // no transfer time: the textbook schedule
+  TraceView view(testing::synthetic_pipeline(spec));
+  REQUIRE(view.num_ranks() == 4);
+  // (M + P - 1) * (F + B) = 11 * 3 ms.
+  CHECK(view.run_start() == Approx(0));
+  CHECK(view.run_end() == Approx(33e-3));
+  for (int r = 0; r < 4; ++r) {
+    double idle = 0;
+    for (const Gap& g : view.idle_gaps(r)) idle += g.dur();
+    CHECK(idle == Approx(9e-3));  // (P - 1) * (F + B)
+    CHECK(view.summary(r).bubble == Approx(3.0 / 11));
+    CHECK(view.summary(r).busy == Approx(24e-3));
+  }
+  // Rank 3 (last stage) waits 3 forwards before its first forward: its first gap is [0, 3 ms].
+  REQUIRE_FALSE(view.idle_gaps(3).empty());
+  CHECK(view.idle_gaps(3)[0].start == Approx(0));
+  CHECK(view.idle_gaps(3)[0].end == Approx(3e-3));
+  CHECK(*view.prediction("bubble_fraction") == Approx(3.0 / 11));
+  CHECK_FALSE(view.prediction("nothing"));
+}
+
+TEST_CASE("selecting a send highlights its recv, and a collective all its members", "[viz]") {
+  trace::Trace t;
+  t.num_ranks = 4;
+  auto p2p = [&](int rank, int peer, const char* op, double start) {
+    trace::Event e = make_event(rank, Lane::comm, start, 1e-4, "comm");
+    e.op = op;
+    e.peer = peer;
+    e.group = "pp";
+    t.events.push_back(e);
+    return static_cast<int>(t.events.size() - 1);
+  };
+  const int send_a = p2p(0, 1, "send", 0.0);
+  const int send_b = p2p(0, 1, "send", 1.0);
+  const int recv_b = p2p(1, 0, "recv", 1.0);  // recorded out of order on purpose
+  const int recv_a = p2p(1, 0, "recv", 0.0);
+  const int other_send = p2p(1, 0, "send", 2.0);  // the reverse direction: a different pair
+  const int other_recv = p2p(0, 1, "recv", 2.0);
+  std::vector<int> collective, other_collective;
+  for (int r = 0; r < 4; ++r) {
+    trace::Event e = make_event(r, Lane::comm, 3.0, 0.5, "comm");
+    e.op = "all_reduce";
+    e.group = "world";
+    e.seq = 7;
+    t.events.push_back(e);
+    collective.push_back(static_cast<int>(t.events.size() - 1));
+    e.seq = 8;
+    t.events.push_back(e);
+    other_collective.push_back(static_cast<int>(t.events.size() - 1));
+  }
+  TraceView view(t);
+  CHECK(view.partners(send_a) == std::vector<int>{recv_a});
+  CHECK(view.partners(recv_a) == std::vector<int>{send_a});
+  CHECK(view.partners(send_b) == std::vector<int>{recv_b});
+  CHECK(view.partners(other_send) == std::vector<int>{other_recv});
+  auto members = view.partners(collective[2]);
+  CHECK(members == std::vector<int>{collective[0], collective[1], collective[3]});
+  CHECK(view.partners(other_collective[0]).size() == 3);
+
+  trace::Event lone = make_event(0, Lane::compute, 0, 1);
+  t.events.push_back(lone);
+  TraceView view2(t);
+  CHECK(view2.partners(static_cast<int>(t.events.size() - 1)).empty());
+}
+
+TEST_CASE("event_at finds the event under the cursor", "[viz]") {
+  trace::Trace t;
+  t.events.push_back(make_event(0, Lane::compute, 0, 1));
+  t.events.push_back(make_event(0, Lane::compute, 2, 1));
+  TraceView view(t);
+  CHECK(view.event_at(0, Lane::compute, 0.5, 0) == 0);
+  CHECK(view.event_at(0, Lane::compute, 2.5, 0) == 1);
+  CHECK(view.event_at(0, Lane::compute, 1.5, 0) == -1);
+  CHECK(view.event_at(0, Lane::compute, 1.05, 0.1) == 0);
+  CHECK(view.event_at(0, Lane::comm, 0.5, 0) == -1);
+}
+
+TEST_CASE("memory stacks by category: cumulative sums end at the total", "[viz]") {
+  testing::PipelineSpec spec;
+  const trace::Trace t = testing::synthetic_pipeline(spec);
+  TraceView view(t);
+  size_t checked = 0;
+  for (const auto& c : t.counters) {
+    int64_t total = 0;
+    for (int64_t b : c.bytes) total += b;
+    const auto& samples = view.memory(c.rank);
+    const auto it = std::find_if(samples.begin(), samples.end(), [&](const StackedSample& s) {
+      return s.time == c.time && s.total() == total;
+    });
+    CHECK(it != samples.end());
+    if (it != samples.end()) {
+      int64_t running = 0;
+      for (int k = 0; k < 6; ++k) CHECK(it->cumulative[k] == (running += c.bytes[k]));
+    }
+    ++checked;
+  }
+  CHECK(checked == t.counters.size());
+  // 1F1B: stage 0 holds P = 4 activations at its peak: 200 + 200 + 400 + 4 * 40 MiB.
+  CHECK(view.summary(0).peak_bytes == (800 + 4 * 40) * (int64_t(1) << 20));
+  CHECK(view.summary(3).peak_bytes == (800 + 1 * 40) * (int64_t(1) << 20));
+  CHECK(view.memory_capacity().value() == Approx(1024.0 * 1024 * 1024));
+
+  // Zoomed out to a few pixels, the tallest sample of each pixel stands for it.
+  TimeAxis axis;
+  axis.width = 4;
+  axis.fit(view.run_start(), view.run_end(), 0);
+  const auto spans = view.visible_memory(0, axis);
+  CHECK(spans.size() <= 5);
+  int64_t tallest = 0;
+  for (const MemorySpan& s : spans) tallest = std::max(tallest, view.memory(0)[s.sample].total());
+  CHECK(tallest == view.summary(0).peak_bytes);
+}
+
+TEST_CASE("lane layout stacks one group per rank", "[viz]") {
+  LaneLayout layout;
+  layout.top = 100;
+  layout.lane_height = 20;
+  layout.lane_gap = 2;
+  layout.group_gap = 10;
+  CHECK(layout.group_height() == 42);
+  CHECK(layout.lane_top(0, Lane::compute) == 100);
+  CHECK(layout.lane_top(0, Lane::comm) == 122);
+  CHECK(layout.lane_top(2, Lane::compute) == 100 + 2 * 52);
+  CHECK(layout.total_height(3) == 3 * 42 + 2 * 10);
+  CHECK(layout.hit(105, 3)->first == 0);
+  CHECK(layout.hit(125, 3)->second == Lane::comm);
+  CHECK_FALSE(layout.hit(145, 3));  // in the gap between ranks
+  CHECK_FALSE(layout.hit(1000, 3));
+}
+
+TEST_CASE("an empty trace gives an empty, valid view", "[viz]") {
+  TraceView view(trace::Trace{});
+  CHECK(view.num_ranks() == 0);
+  TimeAxis axis;
+  axis.fit(view.run_start(), view.run_end());
+  CHECK(axis.t1 > axis.t0);
+  CHECK(view.visible_blocks(0, Lane::compute, axis).empty());
+}

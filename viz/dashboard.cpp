@@ -1,0 +1,506 @@
+// The dashboard frame (header, classroom controls, timelines, memory, summary) and the two ways
+// to show it: an interactive GLFW window, or a hidden one rendered into a PNG.
+#include "viz/dashboard.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+// Framebuffer objects (GL 3.0) for the offscreen screenshot: GLFW includes GL/gl.h, which
+// includes GL/glext.h with prototypes when this is defined.
+#define GL_GLEXT_PROTOTYPES
+#include <GLFW/glfw3.h>
+
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+#include <imgui_internal.h>
+
+#define STB_IMAGE_WRITE_STATIC
+#define STB_IMAGE_WRITE_IMPLEMENTATION  // the one definition in mgpu_viz
+#include <stb_image_write.h>
+
+#if __has_include("core/trace/chrome_trace.h")
+#include "core/trace/chrome_trace.h"
+#define MGPU_VIZ_HAVE_READER 1
+#endif
+
+#include "viz/panels.h"
+
+namespace mgpu::viz {
+
+namespace {
+constexpr const char* kNoDisplay = "cannot open a display: run under xvfb-run -a or set DISPLAY";
+constexpr float kPresentationScale = 1.6f;
+constexpr float kFontSize = 15.0f;
+constexpr const char* kFontFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+float ui_scale(bool presentation) {
+  return presentation ? kPresentationScale : 1.0f;
+}
+}  // namespace
+
+// ---- ImGui setup
+// ---------------------------------------------------------------------------------
+
+void setup_imgui(bool presentation) {
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // no imgui.ini: every run starts the same
+  io.LogFilename = nullptr;
+  // Two fixed fonts: normal and presentation size, rasterised at their size (crisp on a projector).
+  // DejaVu Sans when installed (Debian), else ImGui's built-in font scaled.
+  if (io.Fonts->Fonts.empty()) {
+    for (float size : {kFontSize, kFontSize * kPresentationScale}) {
+      if (std::filesystem::exists(kFontFile)) {
+        io.Fonts->AddFontFromFileTTF(kFontFile, size);
+      } else {
+        ImFontConfig cfg;
+        cfg.SizePixels = std::round(13 * size / kFontSize);
+        io.Fonts->AddFontDefault(&cfg);
+      }
+    }
+    io.Fonts->Build();
+  }
+  presentation ? ImGui::StyleColorsLight() : ImGui::StyleColorsDark();
+  ImGuiStyle& style = ImGui::GetStyle();
+  style.WindowRounding = 0;
+  style.WindowBorderSize = 0;
+}
+
+// ---- the dashboard
+// -------------------------------------------------------------------------------
+
+Dashboard::Dashboard(DashboardOptions options) : options_(std::move(options)) {
+  for (trace::Trace& t : options_.traces) views_.emplace_back(std::move(t));
+  options_.traces.clear();  // the views own the traces now
+  layouts_.resize(views_.size());
+}
+
+void Dashboard::select(int view, int event) {
+  selected_view_ = view;
+  selected_event_ = event;
+  partners_ = (view >= 0 && event >= 0) ? views_[view].partners(event) : std::vector<int>{};
+}
+
+void Dashboard::draw_header() {
+  ImGui::TextUnformatted(options_.title.c_str());
+  for (size_t v = 0; v < views_.size() && v < 1; ++v) {
+    const auto& md = views_[v].trace().metadata;
+    if (md.is_object() && md.contains("lesson") && md["lesson"].is_string()) {
+      ImGui::SameLine();
+      ImGui::TextDisabled("- %s", md["lesson"].get<std::string>().c_str());
+    }
+  }
+  ImGui::SameLine(0, 24);
+  if (ImGui::Button("Fit")) fit();
+  ImGui::SameLine();
+  bool presentation = options_.presentation;
+  if (ImGui::Checkbox("Presentation", &presentation)) {
+    options_.presentation = presentation;
+    setup_imgui(presentation);
+  }
+  ImGui::SameLine(0, 24);
+  ImGui::TextDisabled("wheel: zoom   drag: pan   click: select (partners highlighted)");
+}
+
+void Dashboard::draw_classroom_controls() {
+  if (!options_.rerun || !options_.rerun->params.is_array()) return;
+  bool changed = false;
+  const nlohmann::json before = options_.rerun->params;
+  const float width = 160 * ui_scale(options_.presentation);
+  for (auto& spec : options_.rerun->params) {
+    const std::string name = spec.value("name", std::string("?"));
+    const std::string type = spec.value("type", std::string("int"));
+    ImGui::SetNextItemWidth(width);
+    if (type == "choice" && spec.contains("choices") && spec["choices"].is_array()) {
+      const auto& choices = spec["choices"];
+      const std::string current = spec.value("value", std::string());
+      if (ImGui::BeginCombo(name.c_str(), current.c_str())) {
+        for (const auto& c : choices) {
+          const std::string s = c.is_string() ? c.get<std::string>() : c.dump();
+          if (ImGui::Selectable(s.c_str(), s == current) && s != current) {
+            spec["value"] = s;
+            changed = true;
+          }
+        }
+        ImGui::EndCombo();
+      }
+    } else {
+      int v = spec.value("value", 0);
+      if (ImGui::SliderInt(name.c_str(), &v, spec.value("min", 0), spec.value("max", 100))) {
+        spec["value"] = v;
+        changed = true;
+      }
+    }
+    ImGui::SameLine(0, 20);
+  }
+  if (!rerun_error_.empty()) {
+    ImGui::TextColored({1, 0.3f, 0.3f, 1}, "%s", rerun_error_.c_str());
+  } else {
+    ImGui::TextDisabled("(classroom: change a value to re-run)");
+  }
+  if (changed) rerun_with_current_params(before);
+}
+
+bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& value) {
+  if (!options_.rerun) return false;
+  for (auto& spec : options_.rerun->params) {
+    if (spec.value("name", std::string()) == name) {
+      const nlohmann::json before = options_.rerun->params;
+      spec["value"] = value;
+      rerun_with_current_params(before);
+      return rerun_error_.empty();
+    }
+  }
+  return false;
+}
+
+void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params) {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& spec : options_.rerun->params) {
+    if (spec.contains("name") && spec.contains("value"))
+      values[spec["name"].get<std::string>()] = spec["value"];
+  }
+  try {
+    trace::Trace t = options_.rerun->run(values);
+    if (views_.empty()) {
+      views_.emplace_back(std::move(t));
+      layouts_.resize(1);
+    } else {
+      views_[0] = TraceView(std::move(t));
+    }
+    rerun_error_.clear();
+    select(-1, -1);
+    fit();
+  } catch (const std::exception& e) {
+    rerun_error_ = std::string("re-run failed: ") + e.what();
+    options_.rerun->params = previous_params;  // the controls show what is on screen
+  }
+}
+
+void Dashboard::frame(float display_w, float display_h) {
+  const bool presentation = options_.presentation;
+  const float scale = ui_scale(presentation);
+  ImGuiIO& io = ImGui::GetIO();
+  const bool big_font = presentation && io.Fonts->Fonts.Size > 1;
+  if (big_font) ImGui::PushFont(io.Fonts->Fonts[1]);
+
+  ImGui::SetNextWindowPos({0, 0});
+  ImGui::SetNextWindowSize({display_w, display_h});
+  ImGui::Begin("##mgpu-dashboard", nullptr,
+               ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
+                   ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
+                   ImGuiWindowFlags_NoBringToFrontOnFocus);
+  draw_header();
+  const Palette& pal = palette(presentation);
+  const float label_width = ImGui::CalcTextSize("GPU 00").x + 16 * scale;
+  PanelContext ctx{pal, axis_, label_width, scale};
+  draw_legend(ctx);
+  draw_classroom_controls();
+  if (!options_.error.empty()) {
+    ImGui::Spacing();
+    ImGui::TextColored({1, 0.3f, 0.3f, 1}, "%s", options_.error.c_str());
+  }
+  if (views_.empty()) {
+    if (options_.error.empty()) ImGui::TextDisabled("(no trace)");
+    ImGui::End();
+    if (big_font) ImGui::PopFont();
+    return;
+  }
+
+  // The shared time axis spans the content width right of the rank labels.
+  const float content_x = ImGui::GetCursorScreenPos().x;
+  const float right_margin = 8 * scale + ImGui::GetStyle().ScrollbarSize;
+  axis_.x0 = content_x + label_width;
+  axis_.width = std::max(50.0f, ImGui::GetContentRegionAvail().x - label_width - right_margin);
+  if (fit_pending_) {
+    double start = views_[0].run_start(), end = views_[0].run_end();
+    for (const TraceView& v : views_) {
+      start = std::min(start, v.run_start());
+      end = std::max(end, v.run_end());
+    }
+    axis_.fit(start, end);
+    fit_pending_ = false;
+  }
+
+  int clicked_view = -1, clicked_event = -2;
+  for (size_t v = 0; v < views_.size(); ++v) {
+    ImGui::Separator();
+    if (views_.size() > 1 || v < options_.labels.size()) {
+      ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
+    }
+    draw_ruler(ctx);
+    Selection sel{selected_view_, selected_event_, &partners_};
+    const int c = draw_timeline(ctx, views_[v], static_cast<int>(v), sel, layouts_[v]);
+    ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
+    if (c != -2) {
+      clicked_view = static_cast<int>(v);
+      clicked_event = c;
+    }
+    draw_memory_legend(ctx);
+    // Compare mode stacks two of everything: thinner memory strips keep the summaries on screen.
+    draw_memory(ctx, views_[v], views_.size() > 1 ? 24.0f : 38.0f);
+  }
+  if (clicked_event != -2) select(clicked_event >= 0 ? clicked_view : -1, clicked_event);
+
+  ImGui::Separator();
+  for (size_t v = 0; v < views_.size(); ++v) {
+    if (v > 0) ImGui::SameLine(0, 40 * scale);
+    ImGui::BeginGroup();
+    if (views_.size() > 1) {
+      ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
+    }
+    draw_summary(ctx, views_[v], "summary" + std::to_string(v));
+    ImGui::EndGroup();
+  }
+  ImGui::End();
+  if (big_font) ImGui::PopFont();
+}
+
+// ---- windows
+// -------------------------------------------------------------------------------------
+
+namespace {
+
+// GLFW's last error, for the one-line message when no display or window can be had.
+std::string& glfw_last_error() {
+  static std::string last;
+  return last;
+}
+
+void report_no_display() {
+  std::fprintf(stderr, "%s%s%s\n", kNoDisplay, glfw_last_error().empty() ? "" : " (GLFW: ",
+               glfw_last_error().empty() ? "" : (glfw_last_error() + ")").c_str());
+}
+
+// RAII for GLFW, a window with a current GL context, and an ImGui context with its GL renderer.
+struct GlfwSession {
+  bool ok = false;
+  GlfwSession() {
+    glfw_last_error().clear();
+    glfwSetErrorCallback([](int, const char* description) { glfw_last_error() = description; });
+    // An X server resets when its last client disconnects (Xvfb under xvfb-run does), and refuses
+    // connections for a moment while it does: with a DISPLAY set, try again for up to 2 seconds.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      ok = glfwInit() == GLFW_TRUE;
+      if (ok || !std::getenv("DISPLAY")) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ~GlfwSession() {
+    if (ok) glfwTerminate();
+  }
+};
+struct WindowDeleter {
+  void operator()(GLFWwindow* w) const { glfwDestroyWindow(w); }
+};
+using WindowPtr = std::unique_ptr<GLFWwindow, WindowDeleter>;
+
+struct ImGuiSession {
+  bool with_glfw_input;
+  ImGuiSession(GLFWwindow* window, bool presentation, bool install_input)
+      : with_glfw_input(install_input) {
+    ImGui::CreateContext();
+    setup_imgui(presentation);
+    if (with_glfw_input) ImGui_ImplGlfw_InitForOpenGL(window, true);
+    ImGui_ImplOpenGL3_Init("#version 130");
+  }
+  ~ImGuiSession() {
+    ImGui_ImplOpenGL3_Shutdown();
+    if (with_glfw_input) ImGui_ImplGlfw_Shutdown();
+    ImGui::DestroyContext();
+  }
+  ImGuiSession(const ImGuiSession&) = delete;
+  ImGuiSession& operator=(const ImGuiSession&) = delete;
+};
+
+WindowPtr open_window(int width, int height, const std::string& title, bool visible) {
+  glfwWindowHint(GLFW_VISIBLE, visible ? GLFW_TRUE : GLFW_FALSE);
+  WindowPtr w(glfwCreateWindow(width, height, title.c_str(), nullptr, nullptr));
+  if (w) glfwMakeContextCurrent(w.get());
+  return w;
+}
+
+void clear(bool presentation, int width, int height) {
+  glViewport(0, 0, width, height);
+  presentation ? glClearColor(1, 1, 1, 1) : glClearColor(0.06f, 0.06f, 0.07f, 1);
+  glClear(GL_COLOR_BUFFER_BIT);
+}
+
+// An offscreen colour buffer of exactly width x height, independent of the window's size.
+struct Framebuffer {
+  GLuint fbo = 0, colour = 0;
+  Framebuffer(int width, int height) {
+    glGenFramebuffers(1, &fbo);
+    glGenRenderbuffers(1, &colour);
+    glBindRenderbuffer(GL_RENDERBUFFER, colour);
+    glRenderbufferStorage(GL_RENDERBUFFER, GL_RGBA8, width, height);
+    glBindFramebuffer(GL_FRAMEBUFFER, fbo);
+    glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, colour);
+  }
+  bool complete() const {
+    return glCheckFramebufferStatus(GL_FRAMEBUFFER) == GL_FRAMEBUFFER_COMPLETE;
+  }
+  ~Framebuffer() {
+    glBindFramebuffer(GL_FRAMEBUFFER, 0);
+    glDeleteRenderbuffers(1, &colour);
+    glDeleteFramebuffers(1, &fbo);
+  }
+  Framebuffer(const Framebuffer&) = delete;
+  Framebuffer& operator=(const Framebuffer&) = delete;
+};
+
+}  // namespace
+
+int run_dashboard(const DashboardOptions& options) {
+  GlfwSession glfw;
+  if (!glfw.ok) {
+    report_no_display();
+    return 2;
+  }
+  WindowPtr window = open_window(1600, 900, options.title, true);
+  if (!window) {
+    report_no_display();
+    return 2;
+  }
+  glfwSwapInterval(1);
+  ImGuiSession imgui(window.get(), options.presentation, true);
+  Dashboard dashboard(options);
+  for (int frame = 0; !glfwWindowShouldClose(window.get()); ++frame) {
+    if (options.max_frames > 0 && frame >= options.max_frames) break;
+    glfwPollEvents();
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    ImGui::NewFrame();
+    const ImVec2 size = ImGui::GetIO().DisplaySize;
+    dashboard.frame(size.x, size.y);
+    ImGui::Render();
+    int fw = 0, fh = 0;
+    glfwGetFramebufferSize(window.get(), &fw, &fh);
+    clear(dashboard.options().presentation, fw, fh);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    glfwSwapBuffers(window.get());
+  }
+  return 0;
+}
+
+int render_screenshot(Dashboard& dashboard, const std::string& png_path, int width, int height) {
+  GlfwSession glfw;
+  if (!glfw.ok) {
+    report_no_display();
+    return 2;
+  }
+  WindowPtr window = open_window(width, height, "mgpu screenshot", false);
+  if (!window) {
+    report_no_display();
+    return 2;
+  }
+  // No GLFW input backend: the mouse is nowhere and time does not pass, so frames are reproducible.
+  ImGuiSession imgui(window.get(), dashboard.options().presentation, false);
+  Framebuffer fb(width, height);
+  if (!fb.complete()) {
+    std::fprintf(stderr, "cannot create a %dx%d offscreen framebuffer\n", width, height);
+    return 2;
+  }
+  ImGuiIO& io = ImGui::GetIO();
+  constexpr int kFrames = 3;  // ImGui sizes tables and auto-fit items over the first frames
+  for (int f = 0; f < kFrames; ++f) {
+    io.DisplaySize = {static_cast<float>(width), static_cast<float>(height)};
+    io.DisplayFramebufferScale = {1, 1};
+    io.DeltaTime = 1.0f / 60.0f;
+    io.MousePos = {-FLT_MAX, -FLT_MAX};
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui::NewFrame();
+    dashboard.frame(static_cast<float>(width), static_cast<float>(height));
+    ImGui::Render();
+    clear(dashboard.options().presentation, width, height);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  }
+  glFinish();
+  std::vector<unsigned char> pixels(static_cast<size_t>(width) * height * 4);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadPixels(0, 0, width, height, GL_RGBA, GL_UNSIGNED_BYTE, pixels.data());
+  // OpenGL's origin is bottom-left, PNG's top-left: flip, and make every pixel opaque.
+  std::vector<unsigned char> png(pixels.size());
+  const size_t row = static_cast<size_t>(width) * 4;
+  for (int y = 0; y < height; ++y) {
+    std::copy_n(&pixels[(height - 1 - y) * row], row, &png[y * row]);
+  }
+  for (size_t i = 3; i < png.size(); i += 4) png[i] = 255;
+  if (!stbi_write_png(png_path.c_str(), width, height, 4, png.data(), static_cast<int>(row))) {
+    std::fprintf(stderr, "cannot write %s\n", png_path.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int render_screenshot(const DashboardOptions& options, const std::string& png_path, int width,
+                      int height) {
+  Dashboard dashboard(options);
+  return render_screenshot(dashboard, png_path, width, height);
+}
+
+// ---- loading and the command line
+// ----------------------------------------------------------------
+
+LoadedTrace load_trace_or_error(const std::string& path) {
+  LoadedTrace out;
+  if (!std::filesystem::exists(path)) {
+    out.error = path + ": no such file";
+    return out;
+  }
+#ifdef MGPU_VIZ_HAVE_READER
+  try {
+    out.trace = trace::read_chrome_trace(path);
+  } catch (const std::exception& e) {
+    out.error = e.what();  // TraceFormatError names the file and what is wrong with it
+  }
+#else
+  out.error = path + ": this build has no trace reader (core/trace/chrome_trace.h)";
+#endif
+  std::replace(out.error.begin(), out.error.end(), '\n', ' ');  // always one line
+  return out;
+}
+
+int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& cli) {
+  if (trace_paths.empty()) {
+    std::fprintf(stderr, "mgpu viz: give a trace file, e.g. mgpu run 1f1b --trace run.json\n");
+    return 2;
+  }
+  if (cli.compare && trace_paths.size() != 2) {
+    std::fprintf(stderr, "mgpu viz: --compare needs exactly two traces (got %zu)\n",
+                 trace_paths.size());
+    return 2;
+  }
+  if (trace_paths.size() > 2) {
+    std::fprintf(stderr, "mgpu viz: at most two traces (use --compare A.json B.json)\n");
+    return 2;
+  }
+  DashboardOptions options;
+  options.presentation = cli.presentation;
+  options.title = cli.title.empty() ? "mgpu-lab" : cli.title;
+  for (const std::string& path : trace_paths) {
+    LoadedTrace loaded = load_trace_or_error(path);
+    if (!loaded.trace) {
+      if (!cli.screenshot.empty()) {
+        std::fprintf(stderr, "mgpu viz: %s\n", loaded.error.c_str());
+        return 2;
+      }
+      options.error += (options.error.empty() ? "" : "\n") + loaded.error;
+      continue;
+    }
+    options.traces.push_back(std::move(*loaded.trace));
+    options.labels.push_back(std::filesystem::path(path).filename().string());
+  }
+  if (!cli.screenshot.empty()) {
+    return render_screenshot(options, cli.screenshot, cli.width, cli.height);
+  }
+  return run_dashboard(options);
+}
+
+}  // namespace mgpu::viz

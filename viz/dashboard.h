@@ -1,0 +1,122 @@
+// The Dear ImGui dashboard: per-GPU timelines (compute, communication, idle bubbles), memory by
+// category, a per-rank summary with measured-vs-theory numbers, classroom controls that re-run a
+// lesson in-process, and a deterministic PNG export for docs and tests.
+//
+// The program (`mgpu viz`, `mgpu run --viz`) reads the trace(s) and calls one of:
+//   run_dashboard(options)                       an interactive window
+//   render_screenshot(options, png, w, h)        a PNG, headless (hidden window, Xvfb in CI)
+//   viz_main(paths, cli)                         both, driven by command-line options
+// viz never includes lessons/: a lesson's "re-run me with these parameters" is a callback.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/trace/event.h"
+#include "viz/view_model.h"
+
+namespace mgpu::viz {
+
+// Classroom mode. `params` is a JSON array of parameter specs the program chooses, e.g.
+//   [{"name": "microbatches", "type": "int", "min": 1, "max": 32, "value": 8},
+//    {"name": "schedule", "type": "choice", "choices": ["gpipe", "1f1b"], "value": "1f1b"}]
+// When the user changes one, `run` is called with an object of every current value
+// ({"microbatches": 16, "schedule": "1f1b"}) and its trace replaces the first view.
+struct RerunHook {
+  std::function<trace::Trace(const nlohmann::json& params)> run;
+  nlohmann::json params = nlohmann::json::array();
+};
+
+struct DashboardOptions {
+  std::vector<trace::Trace> traces;  // one, or two to compare (stacked, shared time axis)
+  std::vector<std::string> labels;   // optional name per trace (e.g. the file name)
+  std::string title = "mgpu-lab";
+  bool presentation = false;  // large fonts, high-contrast palette (projector)
+  std::optional<RerunHook> rerun;
+  std::string error;   // shown in place of the timelines (e.g. a bad trace file)
+  int max_frames = 0;  // run_dashboard: close after this many frames (0: when the user closes it)
+};
+
+// Opens a window and runs until it is closed. 0 on success, 2 when no display can be opened.
+int run_dashboard(const DashboardOptions& options);
+
+// Renders the dashboard at width x height into a PNG. Deterministic: the same traces give a
+// byte-identical file. 0 on success, 2 when no display can be opened, 1 when the PNG cannot be
+// written.
+int render_screenshot(const DashboardOptions& options, const std::string& png_path, int width,
+                      int height);
+
+// Reads a Chrome-trace file. On a missing file or a malformed trace: no trace, and `error` is one
+// line saying what is wrong (the reader's TraceFormatError message).
+struct LoadedTrace {
+  std::optional<trace::Trace> trace;
+  std::string error;
+};
+LoadedTrace load_trace_or_error(const std::string& path);
+
+struct VizCliOptions {
+  std::string screenshot;  // --screenshot out.png: write a PNG instead of opening a window
+  int width = 1600;        // --width / --height of the screenshot
+  int height = 900;
+  bool presentation = false;  // --presentation
+  bool compare = false;       // --compare: two traces stacked with a shared time axis
+  std::string title;
+};
+// `mgpu viz` after option parsing. Returns the process exit code (2: bad trace or no display).
+int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& options);
+
+// ---- the dashboard itself (also used directly by tests and the benchmark) -----------------------
+
+// Dashboard state and one frame of ImGui calls. Needs a current ImGui context (with fonts built)
+// but no window or GL, so frames can be built and timed headless.
+class Dashboard {
+ public:
+  explicit Dashboard(DashboardOptions options);
+
+  // Issues the ImGui calls for one frame filling `display_w` x `display_h` (call between
+  // ImGui::NewFrame() and ImGui::Render()).
+  void frame(float display_w, float display_h);
+
+  const DashboardOptions& options() const { return options_; }
+  const std::vector<TraceView>& views() const { return views_; }
+  // Geometry of the last frame, in window pixels: the shared time axis and where each view's
+  // lane groups are.
+  const TimeAxis& axis() const { return axis_; }
+  const LaneLayout& layout(int view) const { return layouts_[view]; }
+  // Selection (click an event; its partners are highlighted).
+  void select(int view, int event);
+  int selected_view() const { return selected_view_; }
+  int selected_event() const { return selected_event_; }
+  const std::vector<int>& selected_partners() const { return partners_; }
+  // Classroom mode without the mouse: set a parameter's value and re-run (what moving its slider
+  // does). False when there is no such parameter or the re-run failed (see rerun_error()).
+  bool set_parameter(const std::string& name, const nlohmann::json& value);
+  const std::string& rerun_error() const { return rerun_error_; }
+  // Fit the whole run(s) to the width at the next frame.
+  void fit() { fit_pending_ = true; }
+
+ private:
+  void draw_header();
+  void draw_classroom_controls();
+  void rerun_with_current_params(const nlohmann::json& previous_params);
+
+  DashboardOptions options_;
+  std::vector<TraceView> views_;
+  std::vector<LaneLayout> layouts_;
+  TimeAxis axis_;
+  bool fit_pending_ = true;
+  int selected_view_ = -1, selected_event_ = -1;
+  std::vector<int> partners_;
+  std::string rerun_error_;
+};
+
+// render_screenshot() for a dashboard the caller keeps (tests read its geometry afterwards).
+int render_screenshot(Dashboard& dashboard, const std::string& png_path, int width, int height);
+
+// Style and fonts for a fresh ImGui context (fixed font, fixed sizes: deterministic output).
+void setup_imgui(bool presentation);
+
+}  // namespace mgpu::viz

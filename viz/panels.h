@@ -1,0 +1,61 @@
+// Internal to viz/: the palette and the panels the dashboard is made of. Each panel draws with
+// ImDrawList at the current ImGui cursor and reserves the space it used.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include <imgui.h>
+
+#include "viz/view_model.h"
+
+namespace mgpu::viz {
+
+struct Palette {
+  ImU32 forward, backward, backward_weight, optimizer, compute, comm;
+  ImU32 idle, idle_hatch, idle_text;
+  ImU32 cell_text, cell_border;
+  ImU32 lane_background, ruler_text, ruler_line;
+  ImU32 selected, partner;
+  ImU32 capacity, peak;
+  std::array<ImU32, 6> memory;  // MemCategory order
+};
+// Default: the ImGui dark theme. Presentation: a light theme with saturated, high-contrast colours.
+const Palette& palette(bool presentation);
+ImU32 category_colour(const Palette& p, const std::string& cat);
+
+// Everything a panel needs to know about the frame.
+struct PanelContext {
+  const Palette& pal;
+  TimeAxis& axis;     // shared by every view (compare mode); panels may zoom/pan it
+  float label_width;  // left column with "GPU r"
+  float scale;        // 1, or larger in presentation mode
+};
+
+struct Selection {
+  int view = -1;
+  int event = -1;
+  const std::vector<int>* partners = nullptr;
+};
+
+// Time ruler along the top of a timeline. Returns its height.
+float draw_ruler(const PanelContext& ctx);
+
+// One view's lane groups. Handles wheel zoom, drag pan, hover tooltip; returns the event clicked,
+// -1 for a click on empty space, -2 when nothing was clicked. `layout` receives where the lanes
+// were drawn (window pixels).
+int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index,
+                  const Selection& selection, LaneLayout& layout);
+
+// Stacked memory by category per rank, aligned to the same time axis; `strip_height` pixels
+// per rank (before scaling).
+void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height);
+
+// Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
+void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);
+
+// Colour keys: event categories and idle; memory categories and the capacity line.
+void draw_legend(const PanelContext& ctx);
+void draw_memory_legend(const PanelContext& ctx);
+
+}  // namespace mgpu::viz

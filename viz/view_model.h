@@ -1,0 +1,198 @@
+// The dashboard's view model: everything the drawing code needs to know about a trace, computed
+// without a window so it can be tested (and benchmarked) on its own.
+//
+//   TimeAxis    seconds <-> pixels: zoom around a point, pan, fit a time range to the width.
+//   TraceView   one trace, indexed for drawing:
+//                 - per rank, per lane: events sorted by start (binary search finds what is
+//                   on screen; runs of sub-pixel events are merged into one "dense" block),
+//                 - idle gaps (pipeline bubbles) of each rank's compute lane,
+//                 - partners of an event (the matching send/recv, or every member of the same
+//                   collective: same group + seq), for click-select highlighting,
+//                 - memory over time stacked by category (cumulative sums per sample),
+//                 - a per-rank summary (busy, comm, idle, bubble %, overlap %, peak memory).
+//   LaneLayout  where each rank's lane group sits vertically ("GPU r": compute, comm).
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/trace/event.h"
+
+namespace mgpu::viz {
+
+// ---- time <-> pixel
+// ------------------------------------------------------------------------------
+
+// Maps the visible time range [t0, t1] (seconds) onto the pixel range [x0, x0 + width].
+struct TimeAxis {
+  double t0 = 0, t1 = 1;     // visible time range
+  double x0 = 0, width = 1;  // pixels
+
+  double seconds_per_pixel() const { return (t1 - t0) / width; }
+  double to_px(double t) const { return x0 + (t - t0) / (t1 - t0) * width; }
+  double to_time(double px) const { return t0 + (px - x0) / width * (t1 - t0); }
+
+  // Show [start, end] across the whole width, with a small margin on both sides.
+  void fit(double start, double end, double margin_fraction = 0.01);
+  // Zoom by `factor` (> 1 zooms in) keeping the time under pixel `anchor_px` where it is.
+  void zoom(double factor, double anchor_px);
+  // Move the view by `dx_px` pixels (dragging right shows earlier times).
+  void pan(double dx_px);
+};
+
+// "0", "250 ns", "1.5 us", "12 ms", "2.25 s": picks the unit from the magnitude of `step`, the
+// spacing of the ticks being labelled, so every label on a ruler uses the same unit.
+std::string format_time(double seconds, double step);
+// A duration on its own ("3.20 ms").
+std::string format_duration(double seconds);
+// "1.50 GiB", "12.0 MiB", "512 B".
+std::string format_bytes(double bytes);
+
+// Ruler ticks for an axis: a 1/2/5 x 10^k step so that ticks are at least `min_spacing_px` apart.
+struct Ticks {
+  double step = 0;
+  std::vector<double> times;
+};
+Ticks ruler_ticks(const TimeAxis& axis, double min_spacing_px);
+
+// ---- culling and merging
+// -------------------------------------------------------------------------
+
+// One thing to draw on a lane: a single event, or a "dense" block of `count` consecutive events
+// each narrower than a pixel, merged so a 200k-event trace draws a few thousand rectangles.
+struct Block {
+  double start = 0, end = 0;  // seconds
+  int event = -1;             // index into Trace::events of the first event in the block
+  int count = 1;              // > 1: a dense block
+  bool dense() const { return count > 1; }
+};
+
+// An idle interval on a rank's compute lane inside the run window: a pipeline bubble.
+struct Gap {
+  double start = 0, end = 0;
+  double dur() const { return end - start; }
+};
+
+// Memory at one sample, stacked: cumulative[c] = bytes of categories 0..c (MemCategory order),
+// so category c fills [cumulative[c-1], cumulative[c]] and cumulative.back() is the total.
+struct StackedSample {
+  double time = 0;
+  std::array<int64_t, 6> cumulative{};
+  int64_t total() const { return cumulative.back(); }
+};
+
+// A span of memory to draw: a sample held from `start` until the next sample (or run end).
+// When several samples fall within one pixel the one with the largest total stands for them.
+struct MemorySpan {
+  double start = 0, end = 0;
+  int sample = 0;  // index into TraceView::memory(rank)
+};
+
+// From core/trace/analysis (analyze()), plus when the memory peak happens.
+struct RankSummary {
+  double busy = 0;     // seconds the compute lane is busy (union of intervals)
+  double comm = 0;     // seconds the comm lane is busy
+  double idle = 0;     // run window - busy
+  double bubble = 0;   // idle / run window (fraction)
+  double overlap = 0;  // (compute ∩ comm) / comm (fraction; 0 with no comm)
+  int64_t bytes_sent = 0;
+  int64_t peak_bytes = 0;  // highest total of the memory counters
+  double peak_time = 0;
+};
+
+class TraceView {
+ public:
+  explicit TraceView(trace::Trace trace);
+
+  const trace::Trace& trace() const { return trace_; }
+  const trace::Event& event(int i) const { return trace_.events[i]; }
+  int num_ranks() const { return num_ranks_; }
+  // The run window: earliest start to latest end over every event (as in trace::analyze).
+  double run_start() const { return run_start_; }
+  double run_end() const { return run_end_; }
+
+  // Indices of a lane's events, sorted by start.
+  const std::vector<int>& lane_events(int rank, trace::Lane lane) const;
+  // What to draw on a lane for the visible range of `axis`: off-screen events culled (binary
+  // search), consecutive sub-pixel events merged into dense blocks.
+  std::vector<Block> visible_blocks(int rank, trace::Lane lane, const TimeAxis& axis) const;
+  // The topmost event under time `t` on a lane (within `slack` seconds), or -1.
+  int event_at(int rank, trace::Lane lane, double t, double slack) const;
+
+  const std::vector<Gap>& idle_gaps(int rank) const { return gaps_[rank]; }
+  // The events that belong with event `i`: its send/recv partner, or the other members of its
+  // collective (same group and seq). Never contains `i` itself.
+  std::vector<int> partners(int i) const;
+
+  const std::vector<StackedSample>& memory(int rank) const { return memory_[rank]; }
+  std::vector<MemorySpan> visible_memory(int rank, const TimeAxis& axis) const;
+  // The largest total over all ranks (for a shared memory scale).
+  int64_t max_memory() const { return max_memory_; }
+  // Device capacity from metadata["profile"]["memory_capacity_GiB"], in bytes, if present.
+  std::optional<double> memory_capacity() const { return capacity_; }
+
+  const RankSummary& summary(int rank) const { return summary_[rank]; }
+  // Theory from metadata["predictions"][key], if it is a number.
+  std::optional<double> prediction(const std::string& key) const;
+
+ private:
+  struct LaneIndex {
+    std::vector<int> events;        // sorted by start
+    std::vector<double> starts;     // their start times (contiguous, for binary search)
+    std::vector<double> max_end;    // running max of end over `events` (monotonic: searchable)
+    std::vector<double> split_key;  // max(width, gap before): what ends a dense block
+    std::vector<double> chunk_max;  // max of split_key per kChunk events
+    static constexpr size_t kChunk = 64;
+    // The first k in [from, to) with split_key[k] >= threshold, or `to`.
+    size_t first_split(size_t from, size_t to, double threshold) const;
+  };
+  const LaneIndex& lane(int rank, trace::Lane l) const {
+    return lanes_[rank * trace::kNumLanes + static_cast<int>(l)];
+  }
+  void index_lanes();
+  void compute_gaps_and_summary();
+  void index_partners();
+  void stack_memory();
+
+  trace::Trace trace_;
+  int num_ranks_ = 0;
+  double run_start_ = 0, run_end_ = 0;
+  std::vector<LaneIndex> lanes_;
+  std::vector<std::vector<Gap>> gaps_;
+  std::vector<RankSummary> summary_;
+  std::vector<int> partner_group_;        // per event: index into groups_, or -1
+  std::vector<std::vector<int>> groups_;  // events that belong together
+  std::vector<std::vector<StackedSample>> memory_;
+  int64_t max_memory_ = 0;
+  std::optional<double> capacity_;
+};
+
+// ---- vertical layout
+// -----------------------------------------------------------------------------
+
+// Lane groups stacked top to bottom: "GPU 0" (compute, comm), "GPU 1" (compute, comm), ...
+struct LaneLayout {
+  double top = 0;  // pixels
+  double lane_height = 22;
+  double lane_gap = 2;                     // between the lanes of one rank
+  double group_gap = 8;                    // between ranks
+  static constexpr int kLanesPerRank = 2;  // compute, comm (the step lane is not drawn)
+
+  double group_height() const {
+    return kLanesPerRank * lane_height + (kLanesPerRank - 1) * lane_gap;
+  }
+  double group_top(int rank) const { return top + rank * (group_height() + group_gap); }
+  double lane_top(int rank, trace::Lane lane) const {
+    return group_top(rank) + static_cast<int>(lane) * (lane_height + lane_gap);
+  }
+  double total_height(int num_ranks) const {
+    return num_ranks * group_height() + std::max(0, num_ranks - 1) * group_gap;
+  }
+  // Which rank/lane is at pixel y, if any.
+  std::optional<std::pair<int, trace::Lane>> hit(double y, int num_ranks) const;
+};
+
+}  // namespace mgpu::viz
