@@ -1,24 +1,74 @@
 #include "lessons/viz_command.h"
 
+#include <algorithm>
 #include <ostream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "lessons/classroom.h"
+
+#ifdef MGPU_HAVE_VIZ
+#include "viz/dashboard.h"
+#endif
+
 namespace mgpu::lessons {
 
+#ifdef MGPU_HAVE_VIZ
+
 int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  (void)args;
-  (void)out;
-  fmt::print(err, "mgpu viz: error: the dashboard is not built yet; open the trace in Perfetto\n");
-  return 2;
+  CLI::App app("open traces in the dashboard (no trace: classroom mode, re-running the pipeline "
+               "lesson live)", "mgpu viz");
+  std::vector<std::string> paths;
+  viz::VizCliOptions opt;
+  app.add_option("traces", paths, "trace JSON files written with --trace (two with --compare)");
+  app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit");
+  app.add_option("--width", opt.width, "screenshot width")->check(CLI::Range(200, 8192));
+  app.add_option("--height", opt.height, "screenshot height")->check(CLI::Range(200, 8192));
+  app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
+  app.add_flag("--compare", opt.compare, "stack the traces with a shared time axis");
+  app.add_option("--title", opt.title, "window title");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    fmt::print(err, "mgpu viz: error: {} (see `mgpu viz --help`)\n", e.what());
+    return 2;
+  }
+  if (opt.compare && paths.size() < 2) {
+    fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
+    return 2;
+  }
+  if (paths.empty()) return run_classroom(opt.presentation, opt.screenshot, opt.width, opt.height, err);
+  return viz::viz_main(paths, opt);
 }
 
 int show_trace(const trace::Trace& trace, const std::string& lesson_name, std::ostream& err) {
-  (void)trace;
-  (void)lesson_name;
-  fmt::print(err, "mgpu: the dashboard is not built yet; open the trace in Perfetto\n");
+  (void)err;
+  viz::DashboardOptions opt;
+  opt.traces = {trace};
+  opt.labels = {lesson_name};
+  opt.title = "mgpu-lab - " + lesson_name;
+  return viz::run_dashboard(opt);
+}
+
+#else
+
+int cmd_viz(const std::vector<std::string>&, std::ostream&, std::ostream& err) {
+  fmt::print(err, "mgpu viz: error: this build has no dashboard (install libimgui-dev "
+                  "libglfw3-dev libgl-dev and rebuild); the trace also opens in Perfetto\n");
   return 2;
 }
+
+int show_trace(const trace::Trace&, const std::string&, std::ostream& err) {
+  fmt::print(err, "mgpu: this build has no dashboard; open the --trace file in Perfetto\n");
+  return 2;
+}
+
+#endif
 
 }  // namespace mgpu::lessons
