@@ -97,17 +97,14 @@ std::string describe_world(const WorldOptions& w) {
 }
 
 void print_memory(std::ostream& out, World& world) {
-  fmt::print(out, "memory per rank (current / peak):\n");
-  fmt::print(out, "  {:<6}", "rank");
+  fmt::print(out, "peak memory per rank:\n  {:<6}", "rank");
   for (int c = 0; c < kNumMemCategories; ++c)
-    fmt::print(out, " {:>21}", category_name(static_cast<MemCategory>(c)));
-  fmt::print(out, " {:>12}\n", "peak total");
-  for (int r = 0; r < world.size(); ++r) {
-    if (world.is_mpi() && r != world.rank(r).rank) continue;
+    fmt::print(out, " {:>15}", category_name(static_cast<MemCategory>(c)));
+  fmt::print(out, " {:>12}\n", "all at once");
+  for (int r : world.local_ranks()) {
     MemoryStats s = world.rank(r).allocator.stats();
     fmt::print(out, "  {:<6}", r);
-    for (int c = 0; c < kNumMemCategories; ++c)
-      fmt::print(out, " {:>21}", fmt::format("{} / {}", format_bytes(s.current[c]), format_bytes(s.peak[c])));
+    for (int c = 0; c < kNumMemCategories; ++c) fmt::print(out, " {:>15}", format_bytes(s.peak[c]));
     fmt::print(out, " {:>12}\n", format_bytes(s.peak_total));
   }
 }

@@ -39,7 +39,7 @@ std::string describe_model(const GPTConfig& cfg, int64_t params);
 // "device: cpu virtual GPU x4, clock modeled on 8xH100-NVLink (495 TFLOP/s, ...)"
 std::string describe_world(const WorldOptions& w);
 
-// Per-rank memory table from the allocators: current and peak by category.
+// Per-rank table of peak bytes by category (and of the sum), from the allocators.
 void print_memory(std::ostream& out, World& world);
 
 // The end-of-run picture every multi-rank lesson prints: the ASCII timeline of one step and the

@@ -124,6 +124,12 @@ RankContext& World::rank(int r) {
   return *impl_->ranks[local];
 }
 
+std::vector<int> World::local_ranks() const {
+  std::vector<int> held;
+  for (auto& ctx : impl_->ranks) held.push_back(ctx->rank);
+  return held;
+}
+
 void World::run(const std::function<void(RankContext&)>& fn) {
   Impl& w = *impl_;
   if (w.mpi) {  // this process is one rank

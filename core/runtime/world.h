@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/runtime/context.h"
 #include "core/trace/event.h"
@@ -59,6 +60,7 @@ class World {
 
   // The rank contexts this process holds (all of them for threads, one under MPI).
   RankContext& rank(int r);
+  std::vector<int> local_ranks() const;
 
   // All ranks' events and memory counters merged (gathered to the root under MPI), ordered by
   // (rank, start); metadata gets num_ranks, clock and profile filled in.
