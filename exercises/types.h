@@ -9,8 +9,8 @@ namespace mgpu::ex {
 // Exercise 04: one rank's time within a window [t0, t1].
 struct RankIdle {
   int rank = 0;
-  double busy = 0;             // length of the union of the rank's compute-lane events in the window
-  double idle = 0;             // (t1 - t0) - busy
+  double busy = 0;  // length of the union of the rank's compute-lane events in the window
+  double idle = 0;  // (t1 - t0) - busy
   double bubble_fraction = 0;  // idle / (t1 - t0); 0 when the window is empty
 };
 
@@ -21,10 +21,10 @@ enum class Precision {
 };
 
 struct MemoryQuery {
-  int64_t params = 0;   // parameters of the whole model
+  int64_t params = 0;  // parameters of the whole model
   Precision precision = Precision::fp32;
-  int dp = 1;           // data-parallel degree (ranks sharing the model)
-  int zero_stage = 0;   // 0: replicate all; 1: shard optimizer state; 2: +gradients; 3: +parameters
+  int dp = 1;          // data-parallel degree (ranks sharing the model)
+  int zero_stage = 0;  // 0: replicate all; 1: shard optimizer state; 2: +gradients; 3: +parameters
 };
 
 // Bytes held by ONE rank (the largest shard: ceil(params / dp) elements when sharded).

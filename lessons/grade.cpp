@@ -14,9 +14,9 @@
 #include <regex>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <CLI/CLI.hpp>
 
 extern char** environ;
 
@@ -73,9 +73,8 @@ std::vector<std::string> environment_with(
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry(*e);
-    bool replaced = std::any_of(overrides.begin(), overrides.end(), [&](auto& kv) {
-      return entry.rfind(kv.first + "=", 0) == 0;
-    });
+    bool replaced = std::any_of(overrides.begin(), overrides.end(),
+                                [&](auto& kv) { return entry.rfind(kv.first + "=", 0) == 0; });
     if (!replaced) env.push_back(entry);
   }
   for (auto& [key, value] : overrides) env.push_back(key + "=" + value);
@@ -197,7 +196,8 @@ std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+    if (!line.empty() && line.find_first_not_of(" \t\r") != std::string::npos)
+      lines.push_back(line);
   return lines;
 }
 
@@ -206,7 +206,8 @@ std::string first_failure(const ChildResult& run, double timeout) {
   if (run.timed_out)
     return fmt::format("TIMEOUT after {:.0f} s (an infinite loop, or a wait that never ends?)",
                        timeout);
-  if (run.signal) return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
+  if (run.signal)
+    return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
   for (auto& line : lines_of(run.output)) {
     auto at = line.find(": failed: ");
     if (at != std::string::npos) return line.substr(at + 2);
@@ -218,7 +219,8 @@ std::string first_failure(const ChildResult& run, double timeout) {
 CaseResult run_case(const fs::path& exe, const std::string& name, const std::string& impl,
                     double timeout) {
   CaseResult c{name, points_in(name)};
-  ChildResult run = run_child({exe.string(), name, "-r", "compact"}, {{"MGPU_IMPL", impl}}, timeout);
+  ChildResult run =
+      run_child({exe.string(), name, "-r", "compact"}, {{"MGPU_IMPL", impl}}, timeout);
   c.passed = !run.timed_out && run.exit_code == 0 &&
              run.output.find("No test cases matched") == std::string::npos;
   if (!c.passed) c.failure = first_failure(run, timeout);
@@ -253,7 +255,8 @@ std::string shorten(std::string s, size_t width) {
 void print_row(std::ostream& out, const ExerciseResult& r) {
   std::string label = r.info->id + " " + r.info->title;
   if (!r.built) {
-    fmt::print(out, "{:<28} {:>7}  NOT BUILT (cmake --build build, then grade again)\n", label, "-");
+    fmt::print(out, "{:<28} {:>7}  NOT BUILT (cmake --build build, then grade again)\n", label,
+               "-");
     return;
   }
   if (r.cases.empty()) {
@@ -319,8 +322,10 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   for (auto& info : exercises())
     if (exercise.empty() || info.id == exercise) selected.push_back(&info);
   if (selected.empty()) {
-    fmt::print(err, "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
-               "ex05)\n", exercise);
+    fmt::print(err,
+               "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
+               "ex05)\n",
+               exercise);
     return kExitUsage;
   }
 

@@ -42,12 +42,12 @@ void validate(const ex::MemoryQuery& q) {
 
 int64_t gpt_param_count(const GPTConfig& cfg) {
   const int64_t c = cfg.dim, v = cfg.vocab, t = cfg.seq_len;
-  const int64_t embedding = v * c + t * c;               // wte + wpe
-  const int64_t layer_norm = 2 * c;                      // weight + bias
+  const int64_t embedding = v * c + t * c;                      // wte + wpe
+  const int64_t layer_norm = 2 * c;                             // weight + bias
   const int64_t attention = (c * 3 * c + 3 * c) + (c * c + c);  // qkv + proj
   const int64_t mlp = (c * 4 * c + 4 * c) + (4 * c * c + c);    // fc + proj
-  const int64_t block = 2 * layer_norm + attention + mlp;        // 12 C^2 + 13 C
-  const int64_t head = layer_norm + c * v;                       // ln_f + lm_head (no bias)
+  const int64_t block = 2 * layer_norm + attention + mlp;       // 12 C^2 + 13 C
+  const int64_t head = layer_norm + c * v;                      // ln_f + lm_head (no bias)
   return embedding + cfg.layers * block + head;
 }
 

@@ -9,6 +9,8 @@
 
 namespace mgpu::grade {
 
-inline bool grading_mine() { return comm::comm_seams().impl_name == "mine"; }
+inline bool grading_mine() {
+  return comm::comm_seams().impl_name == "mine";
+}
 
 }  // namespace mgpu::grade

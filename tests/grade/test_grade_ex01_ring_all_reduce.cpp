@@ -43,7 +43,9 @@ std::vector<float> expected(int ranks, int64_t n, ReduceOp op) {
   return out;
 }
 
-std::vector<int64_t> lengths_for(int ranks) { return {0, 1, ranks - 1, ranks + 1, 1000}; }
+std::vector<int64_t> lengths_for(int ranks) {
+  return {0, 1, ranks - 1, ranks + 1, 1000};
+}
 
 // Runs the installed all-reduce on every rank of a fresh world; returns each rank's result.
 std::vector<std::vector<float>> all_reduce_on(int ranks, int64_t n, ReduceOp op) {
@@ -117,8 +119,7 @@ TEST_CASE("ex01 in place: a view is reduced and its neighbours are untouched (1 
   }
 }
 
-TEST_CASE("ex01 bandwidth: each rank sends about 2(N-1)/N of the buffer (1 pts)",
-          "[grade][ex01]") {
+TEST_CASE("ex01 bandwidth: each rank sends about 2(N-1)/N of the buffer (1 pts)", "[grade][ex01]") {
   // The ring's point: every rank sends 2(N-1) chunks of n/N elements, whatever N is. A naive
   // all-to-all (send everything to everyone) sends (N-1) n and fails this check.
   const int ranks = 4;

@@ -86,8 +86,7 @@ TEST_CASE("ex04 disjoint compute events inside the window (2 pts)", "[grade][ex0
   check_rank(got[0], 0, 3, 10);
 }
 
-TEST_CASE("ex04 overlapping and nested events on one lane count once (2 pts)",
-          "[grade][ex04]") {
+TEST_CASE("ex04 overlapping and nested events on one lane count once (2 pts)", "[grade][ex04]") {
   auto t = trace_of(1, {event(0, Lane::compute, 0, 4), event(0, Lane::compute, 1, 1),
                         event(0, Lane::compute, 3, 3), event(0, Lane::compute, 8, 1)});
   auto got = accounting(t, 0, 10);
@@ -104,8 +103,8 @@ TEST_CASE("ex04 events crossing the window edges are clipped to it (2 pts)", "[g
 }
 
 TEST_CASE("ex04 one entry per rank and only the compute lane is busy (1 pts)", "[grade][ex04]") {
-  auto t = trace_of(3, {event(0, Lane::comm, 0, 5), event(0, Lane::step, 0, 10),
-                        event(2, Lane::compute, 2, 4)});
+  auto t = trace_of(
+      3, {event(0, Lane::comm, 0, 5), event(0, Lane::step, 0, 10), event(2, Lane::compute, 2, 4)});
   auto got = accounting(t, 0, 10);
   REQUIRE(got.size() == 3);
   check_rank(got[0], 0, 0, 10);  // communication and the step marker are not compute

@@ -31,12 +31,13 @@ MemoryQuery query(int64_t params, Precision p, int dp = 1, int zero = 0) {
   return MemoryQuery{params, p, dp, zero};
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
-TEST_CASE("ex05 fp32 without sharding is 4 + 4 + 8 bytes per parameter (2 pts)",
-          "[grade][ex05]") {
+TEST_CASE("ex05 fp32 without sharding is 4 + 4 + 8 bytes per parameter (2 pts)", "[grade][ex05]") {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{7'000'000'000}}) {
     INFO("params=" << n);
     CHECK(estimate(query(n, Precision::fp32)) == MemoryEstimate{4 * n, 4 * n, 8 * n});
@@ -71,12 +72,9 @@ TEST_CASE("ex05 ZeRO stages 1 2 3 shard optimizer then gradients then parameters
     CHECK(estimate(query(n, Precision::fp32, dp, 1)) == MemoryEstimate{4 * n, 4 * n, 8 * s});
     CHECK(estimate(query(n, Precision::fp32, dp, 2)) == MemoryEstimate{4 * n, 4 * s, 8 * s});
     CHECK(estimate(query(n, Precision::fp32, dp, 3)) == MemoryEstimate{4 * s, 4 * s, 8 * s});
-    CHECK(estimate(query(n, Precision::mixed_bf16, dp, 1)) ==
-          MemoryEstimate{2 * n, 2 * n, 12 * s});
-    CHECK(estimate(query(n, Precision::mixed_bf16, dp, 2)) ==
-          MemoryEstimate{2 * n, 2 * s, 12 * s});
-    CHECK(estimate(query(n, Precision::mixed_bf16, dp, 3)) ==
-          MemoryEstimate{2 * s, 2 * s, 12 * s});
+    CHECK(estimate(query(n, Precision::mixed_bf16, dp, 1)) == MemoryEstimate{2 * n, 2 * n, 12 * s});
+    CHECK(estimate(query(n, Precision::mixed_bf16, dp, 2)) == MemoryEstimate{2 * n, 2 * s, 12 * s});
+    CHECK(estimate(query(n, Precision::mixed_bf16, dp, 3)) == MemoryEstimate{2 * s, 2 * s, 12 * s});
   }
 }
 

@@ -60,7 +60,8 @@ TEST_CASE("mgpu grade exNN grades one exercise", "[cli]") {
 TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
   ChildResult r = mgpu_grade({"ex99"});
   CHECK(r.exit_code == 2);
-  CHECK(r.output == "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
-                    "ex04, ex05)\n");
+  CHECK(r.output ==
+        "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
+        "ex04, ex05)\n");
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
