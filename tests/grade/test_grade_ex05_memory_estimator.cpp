@@ -113,7 +113,7 @@ TEST_CASE("ex05 fp32 estimate equals the allocator's measured bytes in training 
           "[grade][ex05]") {
   lessons::CommonOptions c;
   c.steps = 1;
-  c.batch = 4;
+  c.batch = 8;
   c.seq = 16;
   c.dim = 32;
   c.heads = 2;
