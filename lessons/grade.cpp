@@ -204,13 +204,19 @@ std::vector<std::string> lines_of(const std::string& text) {
 // The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
 std::string first_failure(const ChildResult& run, double timeout) {
   if (run.timed_out)
-    return fmt::format("TIMEOUT after {:.0f} s (an infinite loop, or a wait that never ends?)",
+    return fmt::format("TIMEOUT after {:g} s (an infinite loop, or a wait that never ends?)",
                        timeout);
   if (run.signal)
     return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
   for (auto& line : lines_of(run.output)) {
     auto at = line.find(": failed: ");
-    if (at != std::string::npos) return line.substr(at + 2);
+    if (at == std::string::npos) continue;
+    // An exception's own message is the last quoted message; the others are the test's context.
+    auto quote_end = line.rfind('\'');
+    auto quote_begin = quote_end == std::string::npos ? quote_end : line.rfind('\'', quote_end - 1);
+    if (line.find("unexpected exception") != std::string::npos && quote_begin != std::string::npos)
+      return "exception: " + line.substr(quote_begin + 1, quote_end - quote_begin - 1);
+    return line.substr(at + 2);
   }
   auto lines = lines_of(run.output);
   return lines.empty() ? fmt::format("exit code {}", run.exit_code) : lines.back();
