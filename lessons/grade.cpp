@@ -202,21 +202,32 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 // The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
+// The message of an unexpected exception in Catch2's compact report: the text of the last
+// "message: '...'" (earlier ones are the test's INFO context). It may span lines (CommError's
+// "who waits for whom" table), so it ends at the last quote before the "Failed N test case" line.
+std::optional<std::string> exception_message(const std::string& report) {
+  auto failed = report.find(": failed: unexpected exception");
+  if (failed == std::string::npos) return std::nullopt;
+  auto summary = report.find("\nFailed ", failed);
+  std::string block =
+      report.substr(failed, summary == std::string::npos ? summary : summary - failed);
+  auto open = block.rfind("message: '");
+  auto close = block.rfind('\'');
+  if (open == std::string::npos || close <= open + 9) return std::nullopt;
+  return block.substr(open + 10, close - open - 10);
+}
+
+// The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
 std::string first_failure(const ChildResult& run, double timeout) {
   if (run.timed_out)
     return fmt::format("TIMEOUT after {:g} s (an infinite loop, or a wait that never ends?)",
                        timeout);
   if (run.signal)
     return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
+  if (auto message = exception_message(run.output)) return "exception: " + *message;
   for (auto& line : lines_of(run.output)) {
     auto at = line.find(": failed: ");
-    if (at == std::string::npos) continue;
-    // An exception's own message is the last quoted message; the others are the test's context.
-    auto quote_end = line.rfind('\'');
-    auto quote_begin = quote_end == std::string::npos ? quote_end : line.rfind('\'', quote_end - 1);
-    if (line.find("unexpected exception") != std::string::npos && quote_begin != std::string::npos)
-      return "exception: " + line.substr(quote_begin + 1, quote_end - quote_begin - 1);
-    return line.substr(at + 2);
+    if (at != std::string::npos) return line.substr(at + 2);
   }
   auto lines = lines_of(run.output);
   return lines.empty() ? fmt::format("exit code {}", run.exit_code) : lines.back();
@@ -279,7 +290,9 @@ void print_row(std::ostream& out, const ExerciseResult& r) {
   fmt::print(out, "{:<28} {:>7}  FAIL ({} of {} checks)\n", label, points, n_failed,
              r.cases.size());
   fmt::print(out, "{:<38}first failing: {}\n", "", failed->name);
-  fmt::print(out, "{:<38}  {}\n", "", shorten(failed->failure, 160));
+  auto lines = lines_of(failed->failure);
+  for (size_t i = 0; i < std::min<size_t>(lines.size(), 8); ++i)
+    fmt::print(out, "{:<38}  {}\n", "", shorten(lines[i], 160));
   fmt::print(out, "{:<38}hint: {} (more in {})\n", "", r.info->hint, r.info->doc);
 }
 
