@@ -1,8 +1,14 @@
 // The graded exercise functions: the reference versions (solutions/) and the student's
 // (exercises/) share one list of declarations.
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "core/comm/comm.h"
+#include "core/model/gpt.h"
 #include "core/tensor/tensor.h"
+#include "core/trace/event.h"
+#include "exercises/types.h"
 
 namespace mgpu::reference {
 #include "exercises/declarations.inc"

@@ -10,6 +10,7 @@
 #include "core/comm/comm.h"
 #include "core/runtime/profile.h"
 #include "core/tensor/allocator.h"
+#include "lessons/grade.h"
 #include "lessons/impl.h"
 #include "lessons/lesson.h"
 #include "lessons/viz_command.h"
@@ -132,7 +133,8 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
       "  mgpu list                      the lessons\n"
       "  mgpu run LESSON [options]      run one (see `mgpu run LESSON --help`)\n"
       "  mgpu viz [trace.json ...]      open traces in the dashboard (--screenshot out.png)\n"
-      "  mgpu profiles                  the hardware profiles of the modeled clock\n";
+      "  mgpu profiles                  the hardware profiles of the modeled clock\n"
+      "  mgpu grade [exNN] [--impl mine|reference]   score the exercises (docs/exercises)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << usage;
     return args.empty() ? kExitUsage : 0;
@@ -152,7 +154,8 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   if (cmd == "profiles") return cmd_profiles(out);
   if (cmd == "run") return cmd_run(rest, out, err);
   if (cmd == "viz") return cmd_viz(rest, out, err);
-  return usage_error(err, "", fmt::format("unknown command '{}' (use list, run, viz or profiles)", cmd));
+  if (cmd == "grade") return cmd_grade(rest, out, err);
+  return usage_error(err, "", fmt::format("unknown command '{}' (use list, run, viz, profiles or grade)", cmd));
 }
 
 }  // namespace mgpu::lessons

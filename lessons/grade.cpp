@@ -1,0 +1,356 @@
+#include "lessons/grade.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <CLI/CLI.hpp>
+
+extern char** environ;
+
+namespace mgpu::lessons {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// The exercises and the first hint of each doc page (docs/exercises/NN-*.md).
+struct ExerciseInfo {
+  std::string id;
+  std::string title;
+  std::string doc;
+  std::string hint;
+};
+
+const std::vector<ExerciseInfo>& exercises() {
+  static const std::vector<ExerciseInfo> list = {
+      {"ex01", "ring all-reduce", "docs/exercises/01-ring-all-reduce.md",
+       "cut the tensor into N chunks with comm::chunk_range; N-1 reduce-scatter steps, then N-1 "
+       "all-gather steps, always send right and receive from the left"},
+      {"ex02", "DDP gradient buckets", "docs/exercises/02-ddp-buckets.md",
+       "walk the tensors in backward order; close the bucket when the next tensor would push it "
+       "past bucket_bytes"},
+      {"ex03", "pipeline schedules", "docs/exercises/03-pipeline-schedules.md",
+       "GPipe: every forward, then every backward in reverse; 1F1B: stage s warms up with "
+       "P-s-1 forwards, then alternates forward/backward, then drains"},
+      {"ex04", "bubble accounting", "docs/exercises/04-bubble-accounting.md",
+       "clip each compute-lane event to [t0, t1], sort by start and merge overlaps; "
+       "idle = span - merged length"},
+      {"ex05", "memory estimator", "docs/exercises/05-memory-estimator.md",
+       "bytes per parameter: fp32 4+4+8, mixed bf16 2+2+12; ZeRO stage k shards the last k of "
+       "(optimizer, gradients, parameters) to ceil(params / dp)"},
+  };
+  return list;
+}
+
+// ---- child processes ----
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The current environment with `overrides` replacing (or adding) their variables.
+std::vector<std::string> environment_with(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry(*e);
+    bool replaced = std::any_of(overrides.begin(), overrides.end(),
+                                [&](auto& kv) { return entry.rfind(kv.first + "=", 0) == 0; });
+    if (!replaced) env.push_back(entry);
+  }
+  for (auto& [key, value] : overrides) env.push_back(key + "=" + value);
+  return env;
+}
+
+// Reads the child's output until it closes the pipe or the deadline passes; true on timeout.
+bool drain_until(int fd, std::chrono::steady_clock::time_point deadline, std::string& output) {
+  char buffer[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return true;
+    pollfd p{fd, POLLIN, 0};
+    int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;  // EOF: the child (and anything it started) closed its output
+    output.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+ChildResult run_child(const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& env,
+                      double timeout_seconds) {
+  std::vector<std::string> args = argv, envs = environment_with(env);
+  std::vector<char*> c_args = c_strings(args), c_env = c_strings(envs);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("mgpu grade: pipe failed");
+
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("mgpu grade: fork failed");
+  if (pid == 0) {  // child: own process group (so a timeout kills all of it), output to the pipe
+    setpgid(0, 0);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execve(c_args[0], c_args.data(), c_env.data());
+    _exit(127);
+  }
+  close(fds[1]);
+
+  ChildResult result;
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  result.timed_out = drain_until(fds[0], deadline, result.output);
+  if (result.timed_out) kill(-pid, SIGKILL);
+  close(fds[0]);
+
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    result.signal = WTERMSIG(status);
+    result.exit_code = 128 + result.signal;
+  }
+  return result;
+}
+
+namespace {
+
+// ---- one exercise ----
+
+struct CaseResult {
+  std::string name;
+  int points = 0;
+  bool passed = false;
+  std::string failure;  // the first failing check, one line
+};
+
+struct ExerciseResult {
+  const ExerciseInfo* info = nullptr;
+  bool built = false;
+  std::vector<CaseResult> cases;
+  int earned() const {
+    int sum = 0;
+    for (auto& c : cases) sum += c.passed ? c.points : 0;
+    return sum;
+  }
+  int possible() const {
+    int sum = 0;
+    for (auto& c : cases) sum += c.points;
+    return sum;
+  }
+  bool all_passed() const {
+    return built && std::all_of(cases.begin(), cases.end(), [](auto& c) { return c.passed; });
+  }
+};
+
+// Where the graded executables live: next to this program (build/), or $MGPU_GRADE_DIR.
+fs::path graded_tests_dir() {
+  if (const char* dir = std::getenv("MGPU_GRADE_DIR")) return dir;
+  return fs::read_symlink("/proc/self/exe").parent_path();
+}
+
+std::optional<fs::path> find_graded_executable(const std::string& id) {
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(graded_tests_dir(), ec)) {
+    std::string file = entry.path().filename().string();
+    if (entry.is_regular_file() && file.rfind("test_grade_" + id + "_", 0) == 0 &&
+        access(entry.path().c_str(), X_OK) == 0)
+      return entry.path();
+  }
+  return std::nullopt;
+}
+
+// "ex01 sum on 2 ranks (2 pts)" -> 2; a graded case without points counts 1.
+int points_in(const std::string& name) {
+  static const std::regex pts(R"(\((\d+) pts?\)\s*$)");
+  std::smatch m;
+  return std::regex_search(name, m, pts) ? std::stoi(m[1]) : 1;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.find_first_not_of(" \t\r") != std::string::npos)
+      lines.push_back(line);
+  return lines;
+}
+
+// The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
+// The message of an unexpected exception in Catch2's compact report: the text of the last
+// "message: '...'" (earlier ones are the test's INFO context). It may span lines (CommError's
+// "who waits for whom" table), so it ends at the last quote before the "Failed N test case" line.
+std::optional<std::string> exception_message(const std::string& report) {
+  auto failed = report.find(": failed: unexpected exception");
+  if (failed == std::string::npos) return std::nullopt;
+  auto summary = report.find("\nFailed ", failed);
+  std::string block =
+      report.substr(failed, summary == std::string::npos ? summary : summary - failed);
+  auto open = block.rfind("message: '");
+  auto close = block.rfind('\'');
+  if (open == std::string::npos || close <= open + 9) return std::nullopt;
+  return block.substr(open + 10, close - open - 10);
+}
+
+// The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
+std::string first_failure(const ChildResult& run, double timeout) {
+  if (run.timed_out)
+    return fmt::format("TIMEOUT after {:g} s (an infinite loop, or a wait that never ends?)",
+                       timeout);
+  if (run.signal)
+    return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
+  if (auto message = exception_message(run.output)) return "exception: " + *message;
+  for (auto& line : lines_of(run.output)) {
+    auto at = line.find(": failed: ");
+    if (at != std::string::npos) return line.substr(at + 2);
+  }
+  auto lines = lines_of(run.output);
+  return lines.empty() ? fmt::format("exit code {}", run.exit_code) : lines.back();
+}
+
+CaseResult run_case(const fs::path& exe, const std::string& name, const std::string& impl,
+                    double timeout) {
+  CaseResult c{name, points_in(name)};
+  ChildResult run =
+      run_child({exe.string(), name, "-r", "compact"}, {{"MGPU_IMPL", impl}}, timeout);
+  c.passed = !run.timed_out && run.exit_code == 0 &&
+             run.output.find("No test cases matched") == std::string::npos;
+  if (!c.passed) c.failure = first_failure(run, timeout);
+  return c;
+}
+
+ExerciseResult grade_exercise(const ExerciseInfo& info, const std::string& impl, double timeout) {
+  ExerciseResult result{&info};
+  auto exe = find_graded_executable(info.id);
+  if (!exe) return result;
+  result.built = true;
+  ChildResult listing = run_child({exe->string(), "[grade]", "--list-test-names-only"},
+                                  {{"MGPU_IMPL", impl}}, timeout);
+  if (listing.timed_out || listing.signal) {  // cannot even list: every check counts as failed
+    result.cases.push_back({"list the graded checks", 1, false, first_failure(listing, timeout)});
+    return result;
+  }
+  for (auto& line : lines_of(listing.output)) {
+    std::string name = line.substr(line.find_first_not_of(' '));
+    result.cases.push_back(run_case(*exe, name, impl, timeout));
+  }
+  return result;
+}
+
+// ---- the table ----
+
+std::string shorten(std::string s, size_t width) {
+  if (s.size() <= width) return s;
+  return s.substr(0, width - 3) + "...";
+}
+
+void print_row(std::ostream& out, const ExerciseResult& r) {
+  std::string label = r.info->id + " " + r.info->title;
+  if (!r.built) {
+    fmt::print(out, "{:<28} {:>7}  NOT BUILT (cmake --build build, then grade again)\n", label,
+               "-");
+    return;
+  }
+  if (r.cases.empty()) {
+    fmt::print(out, "{:<28} {:>7}  no graded tests in this build\n", label, "-");
+    return;
+  }
+  std::string points = fmt::format("{}/{}", r.earned(), r.possible());
+  if (r.all_passed()) {
+    fmt::print(out, "{:<28} {:>7}  PASS\n", label, points);
+    return;
+  }
+  auto failed = std::find_if(r.cases.begin(), r.cases.end(), [](auto& c) { return !c.passed; });
+  auto n_failed = std::count_if(r.cases.begin(), r.cases.end(), [](auto& c) { return !c.passed; });
+  fmt::print(out, "{:<28} {:>7}  FAIL ({} of {} checks)\n", label, points, n_failed,
+             r.cases.size());
+  fmt::print(out, "{:<38}first failing: {}\n", "", failed->name);
+  auto lines = lines_of(failed->failure);
+  for (size_t i = 0; i < std::min<size_t>(lines.size(), 8); ++i)
+    fmt::print(out, "{:<38}  {}\n", "", shorten(lines[i], 160));
+  fmt::print(out, "{:<38}hint: {} (more in {})\n", "", r.info->hint, r.info->doc);
+}
+
+int print_table(std::ostream& out, const std::string& impl,
+                const std::vector<ExerciseResult>& results) {
+  fmt::print(out, "mgpu grade: {} implementation{}\n\n", impl,
+             impl == "mine" ? " (exercises/)" : " (solutions/)");
+  fmt::print(out, "{:<28} {:>7}  {}\n", "exercise", "points", "result");
+  int earned = 0, possible = 0;
+  bool all_passed = true;
+  for (auto& r : results) {
+    print_row(out, r);
+    earned += r.earned();
+    possible += r.possible();
+    all_passed = all_passed && r.all_passed();
+  }
+  fmt::print(out, "{:<28} {:>7}\n", "total", fmt::format("{}/{}", earned, possible));
+  return all_passed ? 0 : kExitFailed;
+}
+
+}  // namespace
+
+int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");
+  std::string exercise, impl = "mine";
+  double timeout = 120;
+  app.add_option("exercise", exercise, "one exercise: ex01 .. ex05 (default: all)");
+  app.add_option("--impl", impl, "whose code to grade")
+      ->check(CLI::IsMember({"mine", "reference"}))
+      ->capture_default_str();
+  app.add_option("--timeout", timeout, "seconds each graded check may run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 wants it reversed
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    fmt::print(err, "mgpu grade: error: {} (see `mgpu grade --help`)\n", e.what());
+    return kExitUsage;
+  }
+
+  std::vector<const ExerciseInfo*> selected;
+  for (auto& info : exercises())
+    if (exercise.empty() || info.id == exercise) selected.push_back(&info);
+  if (selected.empty()) {
+    fmt::print(err,
+               "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
+               "ex05)\n",
+               exercise);
+    return kExitUsage;
+  }
+
+  std::vector<ExerciseResult> results;
+  for (auto* info : selected) results.push_back(grade_exercise(*info, impl, timeout));
+  return print_table(out, impl, results);
+}
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,67 @@
+// `mgpu grade` end to end: the real mgpu binary runs the real graded executables (all built in
+// MGPU_BINARY_DIR), so these run child processes; absolute paths keep them independent of
+// ctest's working directory.
+#include <catch2/catch.hpp>
+
+#include <regex>
+#include <string>
+
+#include "lessons/grade.h"
+
+using mgpu::lessons::ChildResult;
+using mgpu::lessons::run_child;
+
+namespace {
+
+ChildResult mgpu_grade(std::vector<std::string> args) {
+  args.insert(args.begin(), {std::string(MGPU_BINARY_DIR) + "/mgpu", "grade"});
+  return run_child(args, {{"MGPU_IMPL", ""}}, 600);
+}
+
+// The "total  earned/possible" line of the table.
+std::pair<int, int> total_points(const std::string& output) {
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex(R"(total\s+(\d+)/(\d+))")));
+  return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+}  // namespace
+
+TEST_CASE("mgpu grade on the untouched stubs: 0 points and a non-zero exit", "[cli]") {
+  ChildResult r = mgpu_grade({});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  auto [earned, possible] = total_points(r.output);
+  CHECK(earned == 0);
+  CHECK(possible > 0);
+  CHECK(r.output.find("not implemented: see docs/exercises/01-ring-all-reduce.md") !=
+        std::string::npos);
+  CHECK(r.output.find("hint: ") != std::string::npos);
+}
+
+TEST_CASE("mgpu grade --impl reference: full points and exit 0", "[cli]") {
+  ChildResult r = mgpu_grade({"--impl", "reference"});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  auto [earned, possible] = total_points(r.output);
+  CHECK(possible > 0);
+  CHECK(earned == possible);
+  CHECK(r.output.find("FAIL") == std::string::npos);
+}
+
+TEST_CASE("mgpu grade exNN grades one exercise", "[cli]") {
+  ChildResult r = mgpu_grade({"ex04", "--impl", "reference"});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("ex04 bubble accounting") != std::string::npos);
+  CHECK(r.output.find("ex01") == std::string::npos);
+}
+
+TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
+  ChildResult r = mgpu_grade({"ex99"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.output ==
+        "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
+        "ex04, ex05)\n");
+  CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
+}
