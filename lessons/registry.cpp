@@ -1,6 +1,7 @@
 // Every lesson, in teaching order. Adding a lesson: write lessons/NAME.cpp with a Lesson
 // subclass and a make_NAME_lesson() factory, then list it here.
 #include "lessons/lesson.h"
+#include "lessons/pipeline.h"
 #include "lessons/single_device.h"
 
 namespace mgpu::lessons {
@@ -8,6 +9,8 @@ namespace mgpu::lessons {
 std::vector<std::unique_ptr<Lesson>> all_lessons() {
   std::vector<std::unique_ptr<Lesson>> lessons;
   lessons.push_back(make_single_device_lesson());
+  lessons.push_back(make_model_parallel_lesson());
+  lessons.push_back(make_pipeline_lesson());
   return lessons;
 }
 
