@@ -61,10 +61,6 @@ void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
 
 PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out) {
   const int P = p.stages > 0 ? p.stages : c.ranks;
-  if (p.stages > 0 && c.ranks != 1 && c.ranks != P)
-    throw UsageError(fmt::format("the pipeline runs one rank per stage: --stages {} needs --ranks "
-                                 "{} (or leave --ranks out)",
-                                 P, P));
   try {
     pipeline::validate_pipeline_config(p.schedule, P, p.microbatches, p.virtual_stages, c.layers);
   } catch (const std::invalid_argument& e) {
@@ -209,11 +205,16 @@ class PipelineLesson : public Lesson {
           ->capture_default_str();
     }
     app.add_option("--stages", options_.stages, "pipeline stages P (default: --ranks)");
+    ranks_option_ = app.get_option("--ranks");
     app.add_flag("--theory", options_.theory,
                  "theory mode: fixed 1 ms per F and 2 ms per B, equal stages, exact formulas");
   }
   int run(const CommonOptions& c, std::ostream& out) override {
     const int P = options_.stages > 0 ? options_.stages : c.ranks;
+    if (options_.stages > 0 && ranks_option_ && ranks_option_->count() > 0 && c.ranks != P)
+      throw UsageError(fmt::format(
+          "the pipeline runs one rank per stage: --stages {} needs --ranks {} (or leave --ranks out)",
+          P, P));
     fmt::print(out, "== {}: {} over {} stages, {} micro-batch(es) ==\n", name(), options_.schedule, P,
                options_.microbatches);
     PipelineResult r = train_pipeline(c, options_, out);
@@ -227,6 +228,7 @@ class PipelineLesson : public Lesson {
  private:
   bool naive_;
   PipelineOptions options_;
+  const CLI::Option* ranks_option_ = nullptr;  // to tell "--ranks 4" from the default 4
 };
 
 }  // namespace
