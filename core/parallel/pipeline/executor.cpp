@@ -87,8 +87,9 @@ class StageRunner {
   StageStepStats run() {
     ctx_.allocator.reset_peaks();
     for (const Action& action : schedule_.actions.at(model_.stage)) execute(action);
-    for (auto& send : sends_) send.first.wait();  // buffers must outlive their isends
-    sends_.clear();
+    for (auto& [key, send] : activation_sends_) send.wait();
+    activation_sends_.clear();
+    grad_send_.wait();
     stats_.peak_activation_bytes =
         ctx_.allocator.stats().peak[static_cast<int>(MemCategory::activations)];
     return stats_;
@@ -123,8 +124,10 @@ class StageRunner {
         break;
       }
       case ActionKind::send_activation: {
+        // The buffer is the stash's last output: it stays alive until the backward frees the
+        // stash, which waits for this send first.
         const Tensor& out = stashes_.at({a.microbatch, a.chunk}).blocks.back().out;
-        sends_.emplace_back(comm_.isend(out, a.peer, tag(a)), out);
+        activation_sends_[{a.microbatch, a.chunk}] = comm_.isend(out, a.peer, tag(a));
         break;
       }
       case ActionKind::recv_grad: {
@@ -134,9 +137,10 @@ class StageRunner {
         break;
       }
       case ActionKind::send_grad: {
-        Tensor grad = std::move(input_grads_.at({a.microbatch, a.chunk}));
+        // Keep the buffer until the send completes: waited before the next backward needs memory.
+        grad_send_buffer_ = std::move(input_grads_.at({a.microbatch, a.chunk}));
         input_grads_.erase({a.microbatch, a.chunk});
-        sends_.emplace_back(comm_.isend(grad, a.peer, tag(a)), grad);
+        grad_send_ = comm_.isend(grad_send_buffer_, a.peer, tag(a));
         break;
       }
       case ActionKind::forward:
@@ -195,6 +199,8 @@ class StageRunner {
     ComputeScope scope({.name = fmt::format("B{}", mb), .cat = trace::cat::backward,
                         .microbatch = mb, .chunk = chunk});
     Stash& stash = stashes_.at({mb, chunk});
+    grad_send_.wait();  // the previous gradient is on its way: its buffer can go
+    grad_send_buffer_ = Tensor();
     Tensor grad;  // d loss / d (current activation), updated in place block by block
     if (is_last(chunk)) {
       grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers);
@@ -211,7 +217,12 @@ class StageRunner {
     else
       input_grads_[{mb, chunk}] = std::move(grad);  // sent by the following send_grad
     charge_theory_time(options_.theory ? options_.theory->backward : 0.0);
-    stashes_.erase({mb, chunk});  // this micro-batch's activations are no longer needed
+    // This micro-batch's activations are no longer needed (once their send has left).
+    if (auto it = activation_sends_.find({mb, chunk}); it != activation_sends_.end()) {
+      it->second.wait();
+      activation_sends_.erase(it);
+    }
+    stashes_.erase({mb, chunk});
   }
 
   int64_t activation_bytes() const {
@@ -226,7 +237,9 @@ class StageRunner {
   RankContext& ctx_;
   std::map<Key, Stash> stashes_;
   std::map<Key, Tensor> received_activations_, received_grads_, input_grads_;
-  std::vector<std::pair<comm::Work, Tensor>> sends_;  // in-flight isends and their buffers
+  std::map<Key, comm::Work> activation_sends_;  // in flight; their buffers live in the stashes
+  comm::Work grad_send_;                        // the last gradient isend, and its buffer
+  Tensor grad_send_buffer_;
   StageStepStats stats_;
 };
 
