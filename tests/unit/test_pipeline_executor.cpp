@@ -66,6 +66,7 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
       {"1f1b", 4, 8, 1, 4, 8},        {"1f1b", 3, 2, 1, 5, 4},   // M < P
       {"interleaved", 2, 4, 2, 4, 8}, {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
       {"interleaved", 3, 3, 2, 7, 6},
+      {"zb-h1", 2, 4, 1, 2, 4},       {"zb-h1", 3, 4, 1, 5, 8},  {"zb-h1", 4, 2, 1, 4, 4},
   };
   for (const Case& k : cases) {
     CAPTURE(k.schedule, k.stages, k.microbatches, k.virtual_stages, k.layers);
@@ -140,11 +141,15 @@ TEST_CASE("activation memory: GPipe holds M micro-batches, 1F1B at most P - s", 
   }
 }
 
-TEST_CASE("zb-h1 is refused by the executor with a one-line reason", "[pipeline]") {
-  std::ostringstream out;
-  CommonOptions c = tiny(2, 2, 4, 1);
-  // The lesson shows zb-h1 as a plan only; train_pipeline returns without training.
-  PipelineResult r = train_pipeline(c, {"zb-h1", 2, 4, 1}, out);
-  CHECK(r.trace.events.empty());
-  CHECK_THAT(out.str(), Catch::Contains("zb-h1 is simulated only"));
+TEST_CASE("theory mode: ZB-H1's split backward fills the drain as predicted", "[pipeline]") {
+  // F = B = W: the formula 1 - 3M/(3M+P-1+max(0,P-M)); below 1F1B's bubble.
+  for (int P : {2, 3, 4})
+    for (int M : {1, 2, 4, 8}) {
+      CAPTURE(P, M);
+      std::ostringstream out;
+      PipelineResult zb = train_pipeline(tiny(P, P, M, 2), {"zb-h1", P, M, 1, true}, out);
+      const double theory = 1.0 - 3.0 * M / (3.0 * M + P - 1 + std::max(0, P - M));
+      for (int s = 0; s < P; ++s) CHECK(std::abs(zb.measured_bubble[s] - theory) < 1e-9);
+      CHECK(theory < double(P - 1) / (M + P - 1));
+    }
 }

@@ -5,8 +5,10 @@
 //   recv_grad        blocking recv of d loss / d output from the next virtual stage
 //   backward         (head backward if last) -> blocks backward -> (embedding backward if first)
 //   send_grad        isend of d loss / d input to the previous virtual stage
-// A forward STASHES its activations under (micro-batch, chunk); the matching backward frees them.
-// That stash is the memory story: GPipe holds all M at the turn, 1F1B at most P-s.
+//   backward_input / backward_weight  zero-bubble's split backward (stage.h): B sends the input
+//                    gradient at once, W computes the weight gradients later to fill a bubble
+// A forward STASHES its activations under (micro-batch, chunk); the matching backward (or W)
+// frees them. That stash is the memory story: GPipe holds all M at the turn, 1F1B at most P-s.
 #include "core/parallel/pipeline/executor.h"
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include <stdexcept>
 
 #include "core/data/sampler.h"
+#include "core/parallel/pipeline/stage.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::pipeline {
@@ -73,6 +76,10 @@ struct Stash {
   std::vector<BlockActivations> blocks;
   std::optional<HeadActivations> head;
   int64_t bytes = 0;
+  // Zero-bubble only: what B keeps for W (and the embedding's gradient, applied in W).
+  std::vector<BlockWeightGradInputs> blocks_keep;
+  std::optional<HeadWeightGradInputs> head_keep;
+  Tensor embedding_grad;
 };
 
 // One stage's state during one step.
@@ -147,13 +154,14 @@ class StageRunner {
         forward(a.microbatch, a.chunk);
         break;
       case ActionKind::backward:
-        backward(a.microbatch, a.chunk);
+        backward(a.microbatch, a.chunk, /*input_only=*/false);
         break;
       case ActionKind::backward_input:
+        backward(a.microbatch, a.chunk, /*input_only=*/true);
+        break;
       case ActionKind::backward_weight:
-        throw std::invalid_argument(
-            "the executor runs full backwards only: zero-bubble schedules (zb-h1) are simulated, "
-            "not executed (use simulate_schedule)");
+        backward_weight(a.microbatch, a.chunk);
+        break;
     }
   }
 
@@ -187,7 +195,7 @@ class StageRunner {
       const float scale = 1.0f / static_cast<float>(microbatches_.size());
       stats_.loss += scale * model_.head->forward_loss(*x, batch.targets, *stash.head, scale);
     }
-    charge_theory_time(options_.theory ? options_.theory->forward : 0.0);
+    if (options_.theory) charge_theory_time(options_.theory->forward);
     // The input is part of the stash (counted even when it arrived before this scope opened).
     stash.bytes = activation_bytes() - before + (is_first(chunk) ? 0 : stash.input.bytes());
     stats_.stash_bytes = std::max(stats_.stash_bytes, stash.bytes);
@@ -195,7 +203,9 @@ class StageRunner {
     stats_.peak_stashed = std::max(stats_.peak_stashed, static_cast<int>(stashes_.size()));
   }
 
-  void backward(int mb, int chunk) {
+  // The full backward (input_only = false), or zero-bubble's B: only the input gradient, keeping
+  // what W will need (the stash then lives until W).
+  void backward(int mb, int chunk, bool input_only) {
     ComputeScope scope({.name = fmt::format("B{}", mb), .cat = trace::cat::backward,
                         .microbatch = mb, .chunk = chunk});
     Stash& stash = stashes_.at({mb, chunk});
@@ -204,20 +214,48 @@ class StageRunner {
     Tensor grad;  // d loss / d (current activation), updated in place block by block
     if (is_last(chunk)) {
       grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers);
-      model_.head->backward(grad, *stash.head);
+      if (input_only)
+        head_backward_input(*model_.head, grad, *stash.head, stash.head_keep.emplace());
+      else
+        model_.head->backward(grad, *stash.head);
     } else {
       grad = std::move(received_grads_.at({mb, chunk}));
       received_grads_.erase({mb, chunk});
     }
     auto& blocks = model_.chunks[chunk];
-    for (int i = static_cast<int>(blocks.size()) - 1; i >= 0; --i)
-      blocks[i].backward(grad, grad, stash.blocks[i]);
-    if (is_first(chunk))
+    if (input_only) stash.blocks_keep.resize(blocks.size());
+    for (int i = static_cast<int>(blocks.size()) - 1; i >= 0; --i) {
+      if (input_only)
+        block_backward_input(blocks[i], grad, grad, stash.blocks[i], stash.blocks_keep[i]);
+      else
+        blocks[i].backward(grad, grad, stash.blocks[i]);
+    }
+    if (is_first(chunk) && input_only)
+      stash.embedding_grad = std::move(grad);  // the embedding has only weights: W's job
+    else if (is_first(chunk))
       model_.embedding->backward(grad, microbatches_.at(mb).tokens);
     else
       input_grads_[{mb, chunk}] = std::move(grad);  // sent by the following send_grad
-    charge_theory_time(options_.theory ? options_.theory->backward : 0.0);
-    // This micro-batch's activations are no longer needed (once their send has left).
+    if (options_.theory) charge_theory_time(options_.theory->backward * (input_only ? 0.5 : 1.0));
+    if (!input_only) release(mb, chunk);
+  }
+
+  // Zero-bubble's W: the weight gradients of a micro-batch whose B already ran.
+  void backward_weight(int mb, int chunk) {
+    ComputeScope scope({.name = fmt::format("W{}", mb), .cat = trace::cat::backward_weight,
+                        .microbatch = mb, .chunk = chunk});
+    Stash& stash = stashes_.at({mb, chunk});
+    if (stash.head) head_backward_weight(*model_.head, *stash.head, *stash.head_keep);
+    auto& blocks = model_.chunks[chunk];
+    for (size_t i = 0; i < blocks.size(); ++i)
+      block_backward_weight(blocks[i], stash.blocks[i], stash.blocks_keep[i]);
+    if (is_first(chunk)) model_.embedding->backward(stash.embedding_grad, microbatches_.at(mb).tokens);
+    if (options_.theory) charge_theory_time(options_.theory->backward * 0.5);
+    release(mb, chunk);
+  }
+
+  // This micro-batch's activations are no longer needed (once their send has left).
+  void release(int mb, int chunk) {
     if (auto it = activation_sends_.find({mb, chunk}); it != activation_sends_.end()) {
       it->second.wait();
       activation_sends_.erase(it);

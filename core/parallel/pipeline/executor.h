@@ -26,7 +26,8 @@ namespace mgpu::pipeline {
 // clock is replaced, so the world must use free kernels (HardwareProfile::ideal(0)) and free links.
 struct TheoryCosts {
   double forward = 1.0;   // seconds per micro-batch on a whole stage
-  double backward = 2.0;  // full backward (input + weight gradients)
+  double backward = 2.0;  // full backward (input + weight gradients); zero-bubble's B and W
+                          // each cost half, so F = B = W as the ZB-H1 formula assumes
 };
 
 struct ExecutorOptions {
