@@ -2,6 +2,7 @@
 // subclass and a make_NAME_lesson() factory, then list it here.
 #include "lessons/collectives.h"
 #include "lessons/lesson.h"
+#include "lessons/pipeline.h"
 #include "lessons/single_device.h"
 
 namespace mgpu::lessons {
@@ -10,6 +11,8 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   std::vector<std::unique_ptr<Lesson>> lessons;
   lessons.push_back(make_single_device_lesson());
   lessons.push_back(make_collectives_lesson());
+  lessons.push_back(make_model_parallel_lesson());
+  lessons.push_back(make_pipeline_lesson());
   return lessons;
 }
 

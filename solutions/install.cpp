@@ -1,11 +1,13 @@
 // Installs the reference implementations into core's seams (the default, `--impl reference`).
 #include "core/comm/seams.h"
+#include "core/parallel/pipeline/seams.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::reference {
 
 void install_seams() {
   comm::install_comm_seams({"reference", &reference::ring_all_reduce});
+  pipeline::install_pipeline_seams({"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
 }
 
 }  // namespace mgpu::reference

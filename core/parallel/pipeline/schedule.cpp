@@ -4,6 +4,7 @@
 //   backward of (mb, chunk):  recv_grad from the next virtual stage, B, send_grad
 //   backward_weight:          purely local, no messages
 #include "core/parallel/pipeline/schedule.h"
+#include "core/parallel/pipeline/seams.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
@@ -129,33 +130,37 @@ std::optional<MessageKey> message_key(const Schedule& schedule, int stage, const
   }
 }
 
-// GPipe: every stage runs all forwards, then all backwards. Simple, but every stage holds the
-// activations of all M micro-batches at the turn.
+// GPipe (all forwards, then all backwards) and 1F1B (warmup forwards, then one forward one
+// backward, then the drain): their compute order is exercise 03, so it comes from the installed
+// seam (solutions/pipeline_schedules.cpp holds the reference); the messages are added here.
 Schedule gpipe_schedule(int stages, int microbatches) {
-  std::vector<std::vector<Action>> compute(stages);
-  for (auto& list : compute) {
-    for (int mb = 0; mb < microbatches; ++mb) list.push_back(forward(mb));
-    for (int mb = 0; mb < microbatches; ++mb) list.push_back(backward(mb));
-  }
-  return with_communication("gpipe", stages, microbatches, 1, std::move(compute));
+  return with_communication("gpipe", stages, microbatches, 1,
+                            pipeline_seams().gpipe(stages, microbatches));
 }
 
-// 1F1B (PipeDream-Flush, Megatron): stage s runs P-s-1 warmup forwards, then alternates one
-// forward and one backward, then drains the remaining backwards. Same bubble as GPipe, but a
-// stage never holds more than P-s micro-batches of activations.
 Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  std::vector<std::vector<Action>> compute(stages);
-  for (int stage = 0; stage < stages; ++stage) {
-    auto& list = compute[stage];
-    const int warmup = std::min(stages - stage - 1, microbatches);
-    for (int mb = 0; mb < warmup; ++mb) list.push_back(forward(mb));
-    for (int i = 0; i < microbatches - warmup; ++i) {
-      list.push_back(forward(warmup + i));
-      list.push_back(backward(i));
-    }
-    for (int mb = microbatches - warmup; mb < microbatches; ++mb) list.push_back(backward(mb));
-  }
-  return with_communication("1f1b", stages, microbatches, 1, std::move(compute));
+  return with_communication("1f1b", stages, microbatches, 1,
+                            pipeline_seams().one_f_one_b(stages, microbatches));
+}
+
+namespace {
+std::optional<PipelineSeams>& installed_seams() {
+  static std::optional<PipelineSeams> seams;
+  return seams;
+}
+}  // namespace
+
+void install_pipeline_seams(PipelineSeams seams) {
+  installed_seams() = std::move(seams);
+}
+
+const PipelineSeams& pipeline_seams() {
+  const auto& seams = installed_seams();
+  if (!seams || !seams->gpipe || !seams->one_f_one_b)
+    throw std::logic_error(
+        "pipeline schedule seams are not installed: call mgpu::reference::install_seams() (or "
+        "mgpu::mine::install_seams()) first");
+  return *seams;
 }
 
 // Interleaved 1F1B (Megatron-LM): each stage holds V model chunks, so a micro-batch visits every

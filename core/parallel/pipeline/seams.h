@@ -1,0 +1,27 @@
+// Exercise seam for pipeline schedules (exercise 03). The compute ORDER of GPipe and 1F1B is what
+// a student writes; core does not hold the reference copy. solutions/ holds it, exercises/ the
+// student's stubs, and the program installs one set (`--impl reference|mine`). gpipe_schedule and
+// one_f_one_b_schedule call whatever is installed and add the messages with with_communication.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/parallel/pipeline/schedule.h"
+
+namespace mgpu::pipeline {
+
+// (stages, microbatches) -> per-stage compute actions in execution order (no send/recv).
+using ComputeOrderFn = std::function<std::vector<std::vector<Action>>(int stages, int microbatches)>;
+
+struct PipelineSeams {
+  std::string impl_name;  // "reference" or "mine"
+  ComputeOrderFn gpipe;
+  ComputeOrderFn one_f_one_b;
+};
+
+void install_pipeline_seams(PipelineSeams seams);
+// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
+const PipelineSeams& pipeline_seams();
+
+}  // namespace mgpu::pipeline

@@ -1,0 +1,233 @@
+// Lesson 6 — pipeline parallelism. Each rank is one stage: a contiguous slice of the model's
+// blocks. The batch is cut into M micro-batches that flow down the stages (activations, sent
+// point-to-point) and back up (gradients). A schedule says in which order each stage runs its
+// forwards and backwards; the idle gaps it leaves are the "bubbles" this lesson measures against
+// the formulas: (P-1)/(M+P-1) for GPipe and 1F1B, (P-1)/(VM+P-1) interleaved.
+#include "lessons/pipeline.h"
+
+#include <algorithm>
+#include <mutex>
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <fmt/ranges.h>
+
+#include "core/parallel/pipeline/simulate.h"
+#include "core/trace/analysis.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+std::string explain(const std::string& schedule) {
+  if (schedule == "naive")
+    return "naive model parallel: the whole batch goes down the stages and back, one stage at a "
+           "time; the others wait";
+  if (schedule == "gpipe")
+    return "GPipe: every stage runs all M forwards, then all M backwards; the ramp up and down "
+           "leaves P-1 idle slots per stage, and each stage holds all M micro-batches' activations";
+  if (schedule == "1f1b")
+    return "1F1B: P-s-1 warmup forwards, then one forward / one backward, then the drain; the "
+           "same bubble as GPipe, but stage s holds at most P-s micro-batches' activations";
+  if (schedule == "interleaved")
+    return "interleaved 1F1B: each stage holds V model chunks, so a micro-batch visits every "
+           "stage V times; the ramp is V times shorter (more messages, same work)";
+  return "ZB-H1: the backward is split into B (input gradient: the previous stage waits for it) "
+         "and W (weight gradient: nobody waits); the deferred W's fill the drain bubble";
+}
+
+std::string percent(double x) { return fmt::format("{:.1f}%", 100 * x); }
+
+std::string theory_formula(const std::string& schedule, int P, int M, int V) {
+  if (schedule == "naive") return fmt::format("(P-1)/P = {}/{}", P - 1, P);
+  if (schedule == "interleaved")
+    return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
+  if (schedule == "zb-h1")
+    return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
+                       3 * M + P - 1 + std::max(0, P - M));
+  return fmt::format("(P-1)/(M+P-1) = {}/{}", P - 1, M + P - 1);
+}
+
+// The plan as the simulator times it, in units of one chunk forward (backward = 2 units).
+void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
+  // ZB-H1's B and W take one cell each; everywhere else the full backward takes two.
+  const bool zero_bubble = schedule.name == "zb-h1";
+  const pipeline::CostModel costs =
+      zero_bubble ? pipeline::CostModel::uniform(1, 1, 1) : pipeline::CostModel{};
+  fmt::print(out, "\nthe plan (simulated: F = 1 cell, B = 2 cells{}, '..' = idle):\n{}",
+             zero_bubble ? " (B-input 1 + W 1)" : "", pipeline::render_schedule(schedule, costs));
+}
+
+}  // namespace
+
+PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out) {
+  const int P = p.stages > 0 ? p.stages : c.ranks;
+  try {
+    pipeline::validate_pipeline_config(p.schedule, P, p.microbatches, p.virtual_stages, c.layers);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (c.batch % p.microbatches != 0)
+    throw UsageError(fmt::format("batch {} does not split into {} micro-batches: use --batch {}",
+                                 c.batch, p.microbatches,
+                                 std::max(1, c.batch / p.microbatches) * p.microbatches));
+
+  CommonOptions common = c;
+  common.ranks = P;
+  WorldOptions wopt = common.world_options();
+  pipeline::ExecutorOptions exec;
+  if (p.theory) {
+    wopt.profile = HardwareProfile::ideal(0);
+    exec.theory = pipeline::TheoryCosts{1e-3, 2e-3};  // 1 ms forward, 2 ms backward per stage
+  }
+  auto task = make_task(c);
+  GPTConfig cfg = model_config(c, *task);
+  const pipeline::Schedule schedule =
+      pipeline::make_schedule(p.schedule, P, p.microbatches, p.virtual_stages);
+  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, P * p.virtual_stages);
+
+  PipelineResult result;
+  result.theory_bubble =
+      pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, p.virtual_stages);
+  result.expected_peak =
+      pipeline::peak_activations_theory(p.schedule, P, p.microbatches, p.virtual_stages);
+
+  if (!c.quiet) {
+    fmt::print(out, "{}.\n\n", explain(p.schedule));
+    fmt::print(out, "model:  {}\n", describe_model(cfg, GPT(cfg).num_params()));
+    fmt::print(out, "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
+                    "computes the loss\n",
+               P, p.virtual_stages, p.virtual_stages > 1 ? "virtual " : "", partition.description,
+               P - 1);
+    fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n", c.batch,
+               p.microbatches, c.batch / p.microbatches, c.seq);
+    fmt::print(out, "device: {}{}\n", describe_world(wopt),
+               p.theory ? "; THEORY MODE: every F costs 1 ms and every B 2 ms per stage, kernels "
+                          "free, so all stages are equal"
+                        : "");
+    print_plan(out, schedule);
+  }
+  World world(wopt);
+  std::mutex mutex;
+  result.last_step.resize(P);
+  if (!c.quiet) fmt::print(out, "\ntraining {} steps:\n", c.steps);
+  world.run([&](RankContext& ctx) {
+    pipeline::StageModel stage =
+        pipeline::StageModel::build(cfg, ctx.rank, P, p.virtual_stages);
+    auto optimizer = make_optimizer(c, stage.params());
+    ctx.allocator.reset_peaks();
+    LossLog log(c, out);
+    pipeline::StageStepStats stats;
+    for (int step = 0; step < c.steps; ++step) {
+      data::Batch batch = task->sample(step, c.batch, c.seq);
+      stats = pipeline::train_step(stage, *optimizer, schedule, batch, *ctx.comm, step, exec);
+      if (ctx.rank == P - 1) log.record(step, stats.loss);  // only the last stage knows the loss
+    }
+    std::lock_guard lock(mutex);
+    result.last_step[ctx.rank] = stats;
+    if (ctx.rank == P - 1) result.losses = log.losses();
+    for (Param* param : stage.params()) result.params[param->name] = param->data.to_vector();
+  });
+
+  nlohmann::json config = c.to_json();
+  config["schedule"] = p.schedule;
+  config["stages"] = P;
+  config["microbatches"] = p.microbatches;
+  config["virtual_stages"] = p.virtual_stages;
+  config["theory_mode"] = p.theory;
+  nlohmann::json meta = {{"lesson", p.schedule == "naive" ? "model_parallel" : "pipeline"},
+                         {"config", config},
+                         {"predictions", {{"bubble_fraction", result.theory_bubble}}}};
+  result.trace = world.collect_trace(meta);
+  const trace::TraceSummary summary = trace::analyze(result.trace, c.steps - 1);
+  for (const auto& r : summary.ranks) result.measured_bubble.push_back(r.bubble_fraction);
+  return result;
+}
+
+namespace {
+
+// The end-of-run report: bubble and memory, measured beside the theory, then the pictures.
+void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
+            const PipelineResult& r) {
+  const int P = static_cast<int>(r.last_step.size());
+  fmt::print(out, "\nbubble per rank, step {} (idle / step time), measured vs theory {}:\n", c.steps,
+             theory_formula(p.schedule, P, p.microbatches, p.virtual_stages));
+  for (int s = 0; s < P; ++s)
+    fmt::print(out, "  rank {}  bubble measured {:>6}  theory {:>6}\n", s,
+               percent(r.measured_bubble[s]), percent(r.theory_bubble));
+  if (!p.theory)
+    fmt::print(out, "  (the formula assumes equal stages; here stage 0 also embeds and stage {} "
+                    "computes the loss, and messages take time: add --theory for equal stages)\n",
+               P - 1);
+  fmt::print(out, "\npeak activations per rank (micro-batch x chunk sets held at once):\n");
+  for (int s = 0; s < P; ++s) {
+    const auto& st = r.last_step[s];
+    fmt::print(out, "  rank {}  held {:>2} (expected {:>2})  x {:>10} = {:>10}  (allocator peak {})\n",
+               s, st.peak_stashed, r.expected_peak[s], format_bytes(st.stash_bytes),
+               format_bytes(st.peak_stashed * st.stash_bytes), format_bytes(st.peak_activation_bytes));
+  }
+  if (p.schedule == "zb-h1")
+    fmt::print(out, "  (expected counts F minus B; W still needs the Linear inputs, so here a set is "
+                    "freed at W, and W lags B by s micro-batches on stage s)\n");
+}
+
+class PipelineLesson : public Lesson {
+ public:
+  explicit PipelineLesson(bool naive) : naive_(naive) {
+    if (naive_) {
+      options_.schedule = "naive";
+      options_.microbatches = 1;
+    }
+  }
+  std::string name() const override { return naive_ ? "model_parallel" : "pipeline"; }
+  std::string summary() const override {
+    return naive_ ? "split the layers over GPUs: it fits, but only one GPU works at a time"
+                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved; bubbles vs theory";
+  }
+  LessonDefaults defaults() const override {
+    return {.ranks = 4, .steps = 20, .batch = 16, .layers = 8};
+  }
+  void add_options(CLI::App& app) override {
+    if (!naive_) {
+      app.add_option("--schedule", options_.schedule, "gpipe | 1f1b | interleaved | zb-h1")
+          ->capture_default_str();
+      app.add_option("--microbatches", options_.microbatches, "micro-batches per batch (M)")
+          ->capture_default_str();
+      app.add_option("--virtual-stages", options_.virtual_stages,
+                     "model chunks per stage (V, interleaved only)")
+          ->capture_default_str();
+    }
+    app.add_option("--stages", options_.stages, "pipeline stages P (default: --ranks)");
+    ranks_option_ = app.get_option("--ranks");
+    app.add_flag("--theory", options_.theory,
+                 "theory mode: fixed 1 ms per F and 2 ms per B, equal stages, exact formulas");
+  }
+  int run(const CommonOptions& c, std::ostream& out) override {
+    const int P = options_.stages > 0 ? options_.stages : c.ranks;
+    if (options_.stages > 0 && ranks_option_ && ranks_option_->count() > 0 && c.ranks != P)
+      throw UsageError(fmt::format(
+          "the pipeline runs one rank per stage: --stages {} needs --ranks {} (or leave --ranks out)",
+          P, P));
+    fmt::print(out, "== {}: {} over {} stages, {} micro-batch(es) ==\n", name(), options_.schedule, P,
+               options_.microbatches);
+    PipelineResult r = train_pipeline(c, options_, out);
+    report(out, c, options_, r);
+    print_timeline(out, r.trace);
+    print_rank_table(out, r.trace);
+    return finish_trace(c, r.trace, name(), out);
+  }
+
+ private:
+  bool naive_;
+  PipelineOptions options_;
+  const CLI::Option* ranks_option_ = nullptr;  // to tell "--ranks 4" from the default 4
+};
+
+}  // namespace
+
+std::unique_ptr<Lesson> make_model_parallel_lesson() { return std::make_unique<PipelineLesson>(true); }
+std::unique_ptr<Lesson> make_pipeline_lesson() { return std::make_unique<PipelineLesson>(false); }
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,42 @@
+// The pipeline lessons (naive model parallel and pipeline schedules), callable from tests.
+#pragma once
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/parallel/pipeline/executor.h"
+#include "core/trace/event.h"
+#include "lessons/lesson.h"
+
+namespace mgpu::lessons {
+
+struct PipelineOptions {
+  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1
+  int stages = 0;                 // 0 = --ranks
+  int microbatches = 8;
+  int virtual_stages = 1;
+  // Theory mode (see core/parallel/pipeline/executor.h): free kernels, a fixed modeled time per
+  // F and B, so every stage costs the same and bubbles match the formulas exactly.
+  bool theory = false;
+};
+
+struct PipelineResult {
+  std::vector<float> losses;                           // one per step (from the last stage)
+  std::map<std::string, std::vector<float>> params;    // every stage's parameters, by name
+  std::vector<pipeline::StageStepStats> last_step;     // per stage
+  std::vector<double> measured_bubble;                 // per rank, last step
+  double theory_bubble = 0;
+  std::vector<int> expected_peak;                      // peak_activations_theory, per stage
+  trace::Trace trace;
+};
+
+// Validates the configuration (throws UsageError with validate_pipeline_config's one line), then
+// trains c.steps steps of the schedule, narrating to `out` unless c.quiet.
+PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out);
+
+std::unique_ptr<Lesson> make_model_parallel_lesson();
+std::unique_ptr<Lesson> make_pipeline_lesson();
+
+}  // namespace mgpu::lessons

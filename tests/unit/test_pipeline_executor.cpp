@@ -1,0 +1,155 @@
+// The pipeline executor runs real training: every schedule must reach the single-device
+// parameters, and in theory mode (fixed time per F and B, equal stages) the measured bubbles and
+// activation peaks must be exactly what the formulas say.
+//
+// Tolerance of the equivalence tests: the pipeline sums the micro-batch gradients (each scaled by
+// 1/M) where the single device averages the whole batch in one pass, so fp32 sums run in another
+// order; after 3 SGD steps parameters agree to ~1e-6 relative. We check 1e-5 relative (+1e-6
+// absolute for values near 0). SGD keeps the comparison linear (AdamW divides by sqrt(v), which
+// amplifies rounding in near-zero gradients).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "core/parallel/pipeline/simulate.h"
+#include "lessons/pipeline.h"
+#include "lessons/training.h"
+
+using namespace mgpu;
+using namespace mgpu::lessons;
+
+namespace {
+
+CommonOptions tiny(int ranks, int layers, int batch, int steps = 3) {
+  CommonOptions c;
+  c.ranks = ranks;
+  c.layers = layers;
+  c.dim = 16;
+  c.heads = 2;
+  c.seq = 8;
+  c.batch = batch;
+  c.steps = steps;
+  c.optimizer = "sgd";
+  c.lr = 0.1;
+  c.quiet = true;
+  return c;
+}
+
+// The baseline: one device, the whole batch per step.
+std::map<std::string, std::vector<float>> single_device_params(const CommonOptions& c,
+                                                               std::vector<float>& losses) {
+  auto task = make_task(c);
+  GPT model(model_config(c, *task));
+  auto opt = make_optimizer(c, model.params());
+  for (int step = 0; step < c.steps; ++step) {
+    data::Batch batch = task->sample(step, c.batch, c.seq);
+    model.zero_grad();
+    losses.push_back(model.forward_backward(batch.tokens, batch.targets, batch.B, batch.T));
+    opt->step();
+  }
+  std::map<std::string, std::vector<float>> params;
+  for (Param* p : model.params()) params[p->name] = p->data.to_vector();
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("every executed schedule trains to the single-device parameters", "[pipeline]") {
+  struct Case {
+    std::string schedule;
+    int stages, microbatches, virtual_stages, layers, batch;
+  };
+  const std::vector<Case> cases = {
+      {"naive", 2, 1, 1, 2, 4},       {"naive", 3, 1, 1, 5, 4},  // 3 stages over 5 layers: 2,2,1
+      {"gpipe", 2, 2, 1, 2, 4},       {"gpipe", 3, 4, 1, 5, 8},
+      {"1f1b", 4, 8, 1, 4, 8},        {"1f1b", 3, 2, 1, 5, 4},   // M < P
+      {"interleaved", 2, 4, 2, 4, 8}, {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
+      {"interleaved", 3, 3, 2, 7, 6},
+      {"zb-h1", 2, 4, 1, 2, 4},       {"zb-h1", 3, 4, 1, 5, 8},  {"zb-h1", 4, 2, 1, 4, 4},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.schedule, k.stages, k.microbatches, k.virtual_stages, k.layers);
+    CommonOptions c = tiny(k.stages, k.layers, k.batch);
+    std::vector<float> expected_losses;
+    auto expected = single_device_params(c, expected_losses);
+    std::ostringstream out;
+    PipelineResult r = train_pipeline(c, {k.schedule, k.stages, k.microbatches, k.virtual_stages},
+                                      out);
+    REQUIRE(r.params.size() == expected.size());
+    REQUIRE(r.losses.size() == expected_losses.size());
+    for (size_t i = 0; i < r.losses.size(); ++i)
+      CHECK(r.losses[i] == Approx(expected_losses[i]).epsilon(1e-5));
+    double worst = 0;
+    for (auto& [name, want] : expected) {
+      const auto& got = r.params.at(name);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        worst = std::max(worst, std::abs(double(got[i]) - want[i]) / (1e-5 * std::abs(want[i]) + 1e-6));
+    }
+    CHECK(worst <= 1.0);  // |got - want| <= 1e-5 |want| + 1e-6 everywhere
+  }
+}
+
+TEST_CASE("theory mode: measured bubble equals the formula for GPipe and 1F1B", "[pipeline]") {
+  for (int P : {2, 3, 4})
+    for (int M : {1, 2, 4, 8})
+      for (std::string schedule : {"gpipe", "1f1b"}) {
+        std::ostringstream sink;
+        CAPTURE(P, M, schedule);
+        CommonOptions c = tiny(P, P, M, 2);
+        PipelineResult r = train_pipeline(c, {schedule, P, M, 1, /*theory=*/true}, sink);
+        const double theory = double(P - 1) / (M + P - 1);
+        REQUIRE(r.theory_bubble == Approx(theory).margin(1e-12));
+        for (double measured : r.measured_bubble) CHECK(std::abs(measured - theory) < 1e-9);
+      }
+}
+
+TEST_CASE("theory mode: interleaving shrinks the bubble exactly as predicted", "[pipeline]") {
+  for (auto [P, M, V] : std::vector<std::array<int, 3>>{{2, 2, 2}, {2, 4, 2}, {4, 4, 2}, {4, 8, 2},
+                                                        {2, 4, 3}}) {
+    CAPTURE(P, M, V);
+    std::ostringstream out;
+    PipelineResult inter = train_pipeline(tiny(P, P * V, M, 2), {"interleaved", P, M, V, true}, out);
+    PipelineResult plain = train_pipeline(tiny(P, P * V, M, 2), {"1f1b", P, M, 1, true}, out);
+    const double theory = double(P - 1) / (V * M + P - 1);
+    for (int s = 0; s < P; ++s) {
+      CHECK(std::abs(inter.measured_bubble[s] - theory) < 1e-9);
+      CHECK(inter.measured_bubble[s] < plain.measured_bubble[s]);
+    }
+  }
+}
+
+TEST_CASE("activation memory: GPipe holds M micro-batches, 1F1B at most P - s", "[pipeline]") {
+  const int P = 3, M = 6;
+  std::ostringstream out;
+  PipelineResult gpipe = train_pipeline(tiny(P, P, M, 1), {"gpipe", P, M, 1, true}, out);
+  PipelineResult ofob = train_pipeline(tiny(P, P, M, 1), {"1f1b", P, M, 1, true}, out);
+  for (int s = 0; s < P; ++s) {
+    CAPTURE(s);
+    const auto& g = gpipe.last_step[s];
+    const auto& o = ofob.last_step[s];
+    CHECK(g.peak_stashed == M);
+    CHECK(o.peak_stashed == P - s);
+    CHECK(g.peak_stashed == gpipe.expected_peak[s]);
+    CHECK(o.peak_stashed == ofob.expected_peak[s]);
+    // Exact bytes: one micro-batch's activation set on this stage, times the count.
+    CHECK(g.stash_bytes == o.stash_bytes);
+    CHECK(g.peak_activation_bytes == int64_t(M) * g.stash_bytes);
+    CHECK(o.peak_activation_bytes == int64_t(P - s) * o.stash_bytes);
+    CHECK(o.peak_activation_bytes < g.peak_activation_bytes);
+  }
+}
+
+TEST_CASE("theory mode: ZB-H1's split backward fills the drain as predicted", "[pipeline]") {
+  // F = B = W: the formula 1 - 3M/(3M+P-1+max(0,P-M)); below 1F1B's bubble.
+  for (int P : {2, 3, 4})
+    for (int M : {1, 2, 4, 8}) {
+      CAPTURE(P, M);
+      std::ostringstream out;
+      PipelineResult zb = train_pipeline(tiny(P, P, M, 2), {"zb-h1", P, M, 1, true}, out);
+      const double theory = 1.0 - 3.0 * M / (3.0 * M + P - 1 + std::max(0, P - M));
+      for (int s = 0; s < P; ++s) CHECK(std::abs(zb.measured_bubble[s] - theory) < 1e-9);
+      CHECK(theory < double(P - 1) / (M + P - 1));
+    }
+}

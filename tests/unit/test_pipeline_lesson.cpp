@@ -1,0 +1,106 @@
+// The pipeline lessons through the real command line, in-process: what they print, and one line
+// plus exit code 2 for every impossible configuration.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "lessons/cli.h"
+
+using mgpu::lessons::mgpu_main;
+
+namespace {
+struct Result {
+  int code;
+  std::string out, err;
+};
+Result run_mgpu(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  int code = mgpu_main(args, out, err);
+  return {code, out.str(), err.str()};
+}
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16", "--heads", "2", "--seq", "8"};
+std::vector<std::string> args(std::vector<std::string> head) {
+  head.insert(head.end(), kTiny.begin(), kTiny.end());
+  return head;
+}
+}  // namespace
+
+TEST_CASE("pipeline lesson prints the plan, measured bubble beside theory, memory and timeline",
+          "[lesson][pipeline]") {
+  Result r = run_mgpu(args({"run", "pipeline", "--theory"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("1F1B: P-s-1 warmup forwards"));
+  CHECK_THAT(r.out, Catch::Contains("the plan (simulated"));
+  CHECK_THAT(r.out, Catch::Contains("stage 3 |"));
+  // Defaults: 4 stages, 8 micro-batches -> 3/11 = 27.3%, measured exactly in theory mode.
+  CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(M+P-1) = 3/11"));
+  CHECK_THAT(r.out, Catch::Contains("rank 0  bubble measured  27.3%  theory  27.3%"));
+  CHECK_THAT(r.out, Catch::Contains("rank 3  bubble measured  27.3%  theory  27.3%"));
+  CHECK_THAT(r.out, Catch::Contains("rank 0  held  4 (expected  4)"));
+  CHECK_THAT(r.out, Catch::Contains("rank 3  held  1 (expected  1)"));
+  CHECK_THAT(r.out, Catch::Contains("timeline of step 2"));
+  CHECK_THAT(r.out, Catch::Contains("per rank, step 2"));
+}
+
+TEST_CASE("pipeline lesson with a real profile and uneven stages says so", "[lesson][pipeline]") {
+  Result r = run_mgpu(args({"run", "pipeline", "--ranks", "3", "--layers", "5", "--schedule",
+                            "gpipe", "--microbatches", "4", "--batch", "8"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("stages have 2,2,1 layers (uneven)"));
+  CHECK_THAT(r.out, Catch::Contains("the formula assumes equal stages"));
+  CHECK_THAT(r.out, Catch::Contains("rank 0  held  4 (expected  4)"));
+}
+
+TEST_CASE("model_parallel lesson: one rank busy at a time", "[lesson][pipeline]") {
+  Result r = run_mgpu(args({"run", "model_parallel", "--theory"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("theory (P-1)/P = 3/4"));
+  CHECK_THAT(r.out, Catch::Contains("bubble measured  75.0%  theory  75.0%"));
+}
+
+TEST_CASE("interleaved and zb-h1 run from the command line", "[lesson][pipeline]") {
+  Result r = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "interleaved",
+                            "--virtual-stages", "2"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(VM+P-1) = 3/19"));
+  CHECK_THAT(r.out, Catch::Contains("bubble measured  15.8%  theory  15.8%"));
+  Result z = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "zb-h1"}));
+  CHECK(z.code == 0);
+  CHECK_THAT(z.out, Catch::Contains("1 - 3M/(3M+P-1+max(0,P-M)) = 3/27"));
+  CHECK_THAT(z.out, Catch::Contains("bubble measured  11.1%  theory  11.1%"));
+  CHECK_THAT(z.out, Catch::Contains("W0"));
+}
+
+TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--ranks", "9"}, "9 stages need at least 9 layers"},
+      {{"--stages", "9"}, "9 stages need at least 9 layers"},
+      {{"--microbatches", "0"}, "micro-batches must be at least 1"},
+      {{"--schedule", "interleaved", "--virtual-stages", "2", "--microbatches", "6", "--batch",
+        "12"},
+       "multiple of the 4 stages"},
+      {{"--schedule", "interleaved", "--virtual-stages", "3"}, "needs at least 12 layers"},
+      {{"--virtual-stages", "2"}, "only applies to the interleaved schedule"},
+      {{"--microbatches", "3"}, "does not split into 3 micro-batches"},
+      {{"--schedule", "pipedream"}, "unknown pipeline schedule 'pipedream'"},
+      {{"--stages", "2", "--ranks", "4"}, "one rank per stage"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> a = args({"run", "pipeline"});
+    a.insert(a.end(), c.args.begin(), c.args.end());
+    CAPTURE(c.args);
+    Result r = run_mgpu(a);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+    CHECK(lines(r.err) == 1);
+  }
+}
