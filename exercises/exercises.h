@@ -2,6 +2,7 @@
 // (exercises/) share one list of declarations.
 #pragma once
 #include "core/comm/comm.h"
+#include "core/parallel/ddp_seams.h"
 #include "core/tensor/tensor.h"
 
 namespace mgpu::reference {

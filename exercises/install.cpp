@@ -5,6 +5,7 @@
 namespace mgpu::mine {
 
 void install_seams() {
+  parallel::install_ddp_seams({"mine", &mine::assign_buckets, &mine::bucket_ready});
   comm::install_comm_seams({"mine", &mine::ring_all_reduce});
 }
 

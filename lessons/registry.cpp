@@ -2,12 +2,16 @@
 // subclass and a make_NAME_lesson() factory, then list it here.
 #include "lessons/lesson.h"
 #include "lessons/single_device.h"
+#include "lessons/ddp.h"
 
 namespace mgpu::lessons {
 
 std::vector<std::unique_ptr<Lesson>> all_lessons() {
   std::vector<std::unique_ptr<Lesson>> lessons;
   lessons.push_back(make_single_device_lesson());
+  lessons.push_back(make_data_parallel_lesson());
+  lessons.push_back(make_ddp_lesson());
+  lessons.push_back(make_grad_accum_lesson());
   return lessons;
 }
 

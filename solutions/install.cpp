@@ -5,6 +5,7 @@
 namespace mgpu::reference {
 
 void install_seams() {
+  parallel::install_ddp_seams({"reference", &reference::assign_buckets, &reference::bucket_ready});
   comm::install_comm_seams({"reference", &reference::ring_all_reduce});
 }
 
