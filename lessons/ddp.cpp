@@ -81,6 +81,7 @@ int64_t resolve_bucket_bytes(const DataParallelOptions& d, int64_t gradient_byte
 
 DataParallelResult train_data_parallel(const CommonOptions& c, const DataParallelOptions& d,
                                        std::ostream& out) {
+  (void)out;  // the runner is quiet; the lessons narrate its result
   WorldOptions wopt = c.world_options();
   DataParallelResult result;
   result.global_batch = resolve_global_batch(c, d);
@@ -186,8 +187,7 @@ void add_data_parallel_options(CLI::App& app, DataParallelOptions& d, bool ddp_o
   if (ddp_options) {
     app.add_option("--overlap", d.overlap,
                    "on: bucketed all-reduce during backward; off: one all-reduce per tensor after")
-        ->transform(CLI::IsMember({{"on", true}, {"off", false}}))
-        ->default_str("on");
+        ->default_str("on");  // CLI11 reads on/off (and true/false, 1/0) as a bool
     app.add_option("--bucket-mb", d.bucket_mb,
                    "gradient bucket cap in MB (1e6 B), or auto = a quarter of the gradients")
         ->capture_default_str();

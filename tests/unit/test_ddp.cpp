@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "core/parallel/ddp_seams.h"
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
 
@@ -131,4 +132,16 @@ TEST_CASE("modeled clock: overlap shortens the step by exactly the hidden comm; 
     CHECK(b.span - a.span == Approx((b.comm - a.comm) + a.overlap).epsilon(1e-9));
     CHECK(a.span < b.span);
   }
+}
+
+TEST_CASE("bucket seam: packs gradients in backward order; an oversized one gets its own bucket",
+          "[ddp][seam]") {
+  const parallel::DdpSeams& seams = parallel::ddp_seams();
+  parallel::BucketPlan plan = seams.assign_buckets({100, 100, 300, 50, 50, 150}, 200);
+  CHECK(plan.buckets == std::vector<std::vector<int>>{{0, 1}, {2}, {3, 4}, {5}});
+  CHECK(seams.assign_buckets({}, 10).buckets.empty());
+  CHECK_THROWS_AS(seams.assign_buckets({4}, 0), std::invalid_argument);
+  std::vector<bool> final_grads = {true, true, false, false, false, false};
+  CHECK(seams.bucket_ready(plan, 0, final_grads));
+  CHECK_FALSE(seams.bucket_ready(plan, 1, final_grads));
 }
