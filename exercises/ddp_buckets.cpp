@@ -14,7 +14,8 @@ parallel::BucketPlan assign_buckets(const std::vector<int64_t>& param_bytes_in_b
   throw std::runtime_error("not implemented: see docs/exercises/02-ddp-buckets.md");
 }
 
-bool bucket_ready(const parallel::BucketPlan& plan, int bucket, const std::vector<bool>& grad_final) {
+bool bucket_ready(const parallel::BucketPlan& plan, int bucket,
+                  const std::vector<bool>& grad_final) {
   (void)plan;
   (void)bucket;
   (void)grad_final;

@@ -37,14 +37,17 @@ class DataParallelLesson : public Lesson {
                r.losses.size());
 
     trace::TraceSummary s = trace::analyze(r.trace, c.steps - 1);
-    double n = c.ranks;
-    fmt::print(out, "per step, rank 0 sends {} B (whole model to {} replicas + their shards); a "
-                    "replica sends {} B (its gradients)\n",
-               with_commas(s.ranks[0].bytes_sent), c.ranks - 1,
-               with_commas(s.ranks.size() > 1 ? s.ranks[1].bytes_sent : 0));
-    fmt::print(out, "DDP instead: every rank sends 2(N-1)/N x {} B = {} B, whatever N is\n",
-               with_commas(r.gradient_bytes),
-               with_commas(static_cast<int64_t>(2 * (n - 1) / n * r.gradient_bytes)));
+    // What crosses the links per step, by construction of the scheme (P = model bytes).
+    double n = c.ranks, model_bytes = double(r.gradient_bytes);
+    fmt::print(out,
+               "per step: rank 0 broadcasts the model (P = {} B) and receives {} gradients "
+               "({} B) that it sums alone\n",
+               with_commas(r.gradient_bytes), c.ranks - 1,
+               with_commas(static_cast<int64_t>((n - 1) * model_bytes)));
+    fmt::print(out,
+               "DDP instead: no broadcast, and every rank sends 2(N-1)/N x P = {} B, "
+               "whatever N is\n",
+               with_commas(static_cast<int64_t>(2 * (n - 1) / n * model_bytes)));
     if (s.ranks.size() > 1)
       fmt::print(out, "rank 0 busy {} vs replica busy {}: the replicas wait for the driver\n",
                  format_seconds(s.ranks[0].busy), format_seconds(s.ranks[1].busy));
@@ -70,6 +73,8 @@ class DataParallelLesson : public Lesson {
 
 }  // namespace
 
-std::unique_ptr<Lesson> make_data_parallel_lesson() { return std::make_unique<DataParallelLesson>(); }
+std::unique_ptr<Lesson> make_data_parallel_lesson() {
+  return std::make_unique<DataParallelLesson>();
+}
 
 }  // namespace mgpu::lessons

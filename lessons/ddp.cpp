@@ -31,7 +31,9 @@ std::vector<std::vector<float>> copy_params(GPT& model) {
   return values;
 }
 
-int64_t gradient_bytes_of(const GPTConfig& cfg) { return 4 * GPT(cfg).num_params(); }
+int64_t gradient_bytes_of(const GPTConfig& cfg) {
+  return 4 * GPT(cfg).num_params();
+}
 
 // One DDP optimizer step on this rank: k micro-steps, communicating only on the last (no_sync).
 float ddp_step(parallel::DistributedDataParallel& ddp, GPT& model, optim::Optimizer& opt,
@@ -57,9 +59,10 @@ int resolve_global_batch(const CommonOptions& c, const DataParallelOptions& d) {
   if (d.batch_per_rank > 0) return d.batch_per_rank * parts;
   if (c.batch % parts != 0) {
     int below = c.batch / parts * parts, above = below + parts;
-    throw UsageError(fmt::format(
-        "global batch {} is not divisible by {} ranks x {} accumulation steps: use {}", c.batch,
-        c.ranks, d.accum, below > 0 ? fmt::format("{} or {}", below, above) : std::to_string(above)));
+    throw UsageError(
+        fmt::format("global batch {} is not divisible by {} ranks x {} accumulation steps: use {}",
+                    c.batch, c.ranks, d.accum,
+                    below > 0 ? fmt::format("{} or {}", below, above) : std::to_string(above)));
   }
   return c.batch;
 }
@@ -108,8 +111,8 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
         losses[ctx.rank].push_back(dp.step(ctx.rank == 0 ? &global : nullptr, opt.get()));
       }
     } else {
-      parallel::DistributedDataParallel ddp(model, *ctx.comm,
-                                            {.overlap = d.overlap, .bucket_bytes = result.bucket_bytes});
+      parallel::DistributedDataParallel ddp(
+          model, *ctx.comm, {.overlap = d.overlap, .bucket_bytes = result.bucket_bytes});
       auto opt = make_optimizer(c, model.params());  // after DDP: grads are bucket views now
       int sampler_rank = d.planted_same_shard ? 0 : ctx.rank;  // the planted bug: all use shard 0
       data::ShardedSampler sampler(*task, result.global_batch, c.seq, sampler_rank, ranks);
@@ -216,16 +219,32 @@ void print_ddp_report(std::ostream& out, const CommonOptions& c, const DataParal
   fmt::print(out, "  all-reduced      {} B per step (gradient bytes 4 x params = {} B){}\n",
              with_commas(measured), with_commas(r.gradient_bytes),
              measured == r.gradient_bytes ? "" : "  <- differs!");
-  fmt::print(out, "  ring traffic     2(N-1)/N x {} B = {} B sent per rank (the same for any N > 1)\n",
+  fmt::print(out,
+             "  ring traffic     2(N-1)/N x {} B = {} B sent per rank (the same for any N > 1)\n",
              with_commas(r.gradient_bytes),
              with_commas(static_cast<int64_t>(2 * (n - 1) / n * double(measured))));
   fmt::print(out, "  comm {} of which hidden behind backward {} ({:.1f}% overlap), exposed {}\n",
              format_seconds(r0.comm), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
              format_seconds(r0.exposed_comm));
-  fmt::print(out, "  step {} on {} ranks vs {} on 1 rank (same profile, same global batch): "
-                  "speedup {:.2f}x (ideal {}x)\n",
+  fmt::print(out,
+             "  step {} on {} ranks vs {} on 1 rank (same profile, same global batch): "
+             "speedup {:.2f}x (ideal {}x)\n",
              format_seconds(r.step_seconds), c.ranks, format_seconds(one_rank_step),
              one_rank_step / r.step_seconds, c.ranks);
+  if (one_rank_step / r.step_seconds < 0.7 * n) {
+    if (r0.exposed_comm > 0.5 * r.step_seconds)
+      fmt::print(out,
+                 "  (far from ideal: communication-bound. {} of the {} step waits for the link; "
+                 "compute per rank is too\n   small to hide it. Larger batches per rank or "
+                 "a faster link help, more ranks do not.)\n",
+                 format_seconds(r0.exposed_comm), format_seconds(r.step_seconds));
+    else
+      fmt::print(out,
+                 "  (far from ideal: each rank still launches every kernel on 1/N of the rows, "
+                 "and the optimizer step is\n   replicated, not divided; a tiny model is "
+                 "launch-bound. More work per rank scales better: --batch 128 --dim 128 --seq "
+                 "64)\n");
+  }
   (void)d;
 }
 
@@ -245,16 +264,18 @@ class DdpLesson : public Lesson {
     fmt::print(out, "data:   global batch {} = {} per rank x {} ranks x {} accumulation steps\n",
                batch, batch / (c.ranks * d_.accum), c.ranks, d_.accum);
     if (d_.overlap)
-      fmt::print(out,
-                 "sync:   {} buckets of at most {} B ({}); each all-reduce starts as soon as "
-                 "backward has finished its gradients\n"
-                 "        (PyTorch's 25 MB is 1/16 of a 100M-parameter model's 400 MB of "
-                 "gradients; auto uses 1/4 so the 2-layer\n        model still shows a few buckets)\n",
-                 r.buckets, with_commas(r.bucket_bytes),
-                 d_.bucket_mb == "auto" ? "auto: gradients / 4" : d_.bucket_mb + " MB");
+      fmt::print(
+          out,
+          "sync:   {} buckets of at most {} B ({}); each all-reduce starts as soon as "
+          "backward has finished its gradients\n"
+          "        (PyTorch's 25 MB is 1/16 of a 100M-parameter model's 400 MB of "
+          "gradients; auto uses 1/4 so the 2-layer\n        model still shows a few buckets)\n",
+          r.buckets, with_commas(r.bucket_bytes),
+          d_.bucket_mb == "auto" ? "auto: gradients / 4" : d_.bucket_mb + " MB");
     else
-      fmt::print(out, "sync:   --overlap off: one blocking all-reduce per parameter tensor after "
-                      "backward\n");
+      fmt::print(out,
+                 "sync:   --overlap off: one blocking all-reduce per parameter tensor after "
+                 "backward\n");
     if (!r.shard_problem.empty()) fmt::print(out, "WARNING: {}\n", r.shard_problem);
 
     CommonOptions one = c;  // the same global batch on one rank, for the speedup
@@ -279,6 +300,8 @@ class DdpLesson : public Lesson {
 
 }  // namespace
 
-std::unique_ptr<Lesson> make_ddp_lesson() { return std::make_unique<DdpLesson>(); }
+std::unique_ptr<Lesson> make_ddp_lesson() {
+  return std::make_unique<DdpLesson>();
+}
 
 }  // namespace mgpu::lessons

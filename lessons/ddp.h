@@ -14,10 +14,10 @@
 namespace mgpu::lessons {
 
 struct DataParallelOptions {
-  bool naive = false;      // true: single-driver DataParallel; false: DDP
-  bool overlap = true;     // DDP: bucketed async all-reduce during backward (--overlap on|off)
+  bool naive = false;   // true: single-driver DataParallel; false: DDP
+  bool overlap = true;  // DDP: bucketed async all-reduce during backward (--overlap on|off)
   std::string bucket_mb = "auto";  // DDP bucket cap in MB (1e6 bytes); auto = gradient bytes / 4
-  int accum = 1;           // micro-steps per optimizer step (--accum)
+  int accum = 1;                   // micro-steps per optimizer step (--accum)
   int batch_per_rank = 0;  // 0: --batch is the global batch; else global = this x ranks x accum
   bool planted_same_shard = false;  // a sampler bug for tests: every rank trains on shard 0
 };
@@ -41,7 +41,8 @@ int resolve_global_batch(const CommonOptions& c, const DataParallelOptions& d);
 DataParallelResult train_data_parallel(const CommonOptions& c, const DataParallelOptions& d,
                                        std::ostream& out);
 // The single-device run on the same global batch (the baseline every paradigm must reproduce).
-std::vector<std::vector<float>> train_single_device_params(const CommonOptions& c, int global_batch);
+std::vector<std::vector<float>> train_single_device_params(const CommonOptions& c,
+                                                           int global_batch);
 // The bucket cap in bytes for `gradient_bytes` of gradients; throws UsageError unless --bucket-mb
 // is "auto" or a positive number.
 int64_t resolve_bucket_bytes(const DataParallelOptions& d, int64_t gradient_bytes);

@@ -38,13 +38,15 @@ class GradAccumLesson : public Lesson {
                r.losses.size());
 
     trace::TraceSummary s = trace::analyze(r.trace, c.steps - 1);
-    fmt::print(out, "all-reduced per optimizer step on rank 0: {} B = one gradient ({} B), not {}\n",
+    fmt::print(out,
+               "all-reduced per optimizer step on rank 0: {} B = one gradient ({} B), not {}\n",
                with_commas(s.ranks[0].bytes_sent), with_commas(r.gradient_bytes), d_.accum);
 
     // The claim of the lesson, checked: one device, one batch of the same global size.
     float diff = max_param_difference(r.params, train_single_device_params(c, batch));
-    fmt::print(out, "max |param - single-device param| after {} steps with batch {}: {:.3g} "
-                    "(float rounding: the sums run in a different order)\n",
+    fmt::print(out,
+               "max |param - single-device param| after {} steps with batch {}: {:.3g} "
+               "(float rounding: the sums run in a different order)\n",
                c.steps, batch, diff);
     r.trace.metadata["predictions"]["max_param_difference"] = diff;
 
@@ -59,6 +61,8 @@ class GradAccumLesson : public Lesson {
 
 }  // namespace
 
-std::unique_ptr<Lesson> make_grad_accum_lesson() { return std::make_unique<GradAccumLesson>(); }
+std::unique_ptr<Lesson> make_grad_accum_lesson() {
+  return std::make_unique<GradAccumLesson>();
+}
 
 }  // namespace mgpu::lessons

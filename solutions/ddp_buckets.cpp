@@ -29,7 +29,8 @@ parallel::BucketPlan assign_buckets(const std::vector<int64_t>& param_bytes_in_b
   return plan;
 }
 
-bool bucket_ready(const parallel::BucketPlan& plan, int bucket, const std::vector<bool>& grad_final) {
+bool bucket_ready(const parallel::BucketPlan& plan, int bucket,
+                  const std::vector<bool>& grad_final) {
   for (int i : plan.buckets.at(static_cast<size_t>(bucket)))
     if (!grad_final.at(static_cast<size_t>(i))) return false;
   return true;

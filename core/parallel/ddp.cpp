@@ -110,7 +110,8 @@ void DistributedDataParallel::launch_ready_buckets() {
   const auto& seams = ddp_seams();
   while (next_bucket_ < plan_.buckets.size() &&
          seams.bucket_ready(plan_, static_cast<int>(next_bucket_), grad_final_)) {
-    in_flight_.push_back(comm_.all_reduce_async(bucket_buffers_[next_bucket_], comm::ReduceOp::avg));
+    in_flight_.push_back(
+        comm_.all_reduce_async(bucket_buffers_[next_bucket_], comm::ReduceOp::avg));
     ++next_bucket_;
   }
 }

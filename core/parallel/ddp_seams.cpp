@@ -13,7 +13,9 @@ std::optional<DdpSeams>& installed_seams() {
 }
 }  // namespace
 
-void install_ddp_seams(DdpSeams seams) { installed_seams() = std::move(seams); }
+void install_ddp_seams(DdpSeams seams) {
+  installed_seams() = std::move(seams);
+}
 
 const DdpSeams& ddp_seams() {
   const auto& seams = installed_seams();

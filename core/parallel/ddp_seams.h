@@ -23,9 +23,8 @@ struct BucketPlan {
 
 // Packs gradients, in backward order, into consecutive buckets of at most `bucket_bytes` bytes; a
 // single gradient larger than the cap gets a bucket of its own. bucket_bytes <= 0 is an error.
-using AssignBucketsFn =
-    std::function<BucketPlan(const std::vector<int64_t>& param_bytes_in_backward_order,
-                             int64_t bucket_bytes)>;
+using AssignBucketsFn = std::function<BucketPlan(
+    const std::vector<int64_t>& param_bytes_in_backward_order, int64_t bucket_bytes)>;
 // True when every gradient of `bucket` is final (grad_final[i] for backward index i), i.e. the
 // bucket may be all-reduced now.
 using BucketReadyFn =

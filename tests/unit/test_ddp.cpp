@@ -39,7 +39,8 @@ constexpr float kSgdTolerance = 2e-6f;
 constexpr float kAdamTolerance = 2e-5f;
 }  // namespace
 
-TEST_CASE("every data-parallel variant reproduces the single-device parameters", "[ddp][equivalence]") {
+TEST_CASE("every data-parallel variant reproduces the single-device parameters",
+          "[ddp][equivalence]") {
   for (std::string optimizer : {"sgd", "adamw"}) {
     const float tolerance = optimizer == "sgd" ? kSgdTolerance : kAdamTolerance;
     for (int ranks : {1, 2, 3, 4}) {

@@ -18,8 +18,11 @@ Result run_mgpu(std::vector<std::string> args) {
   int code = mgpu_main(args, out, err);
   return {code, out.str(), err.str()};
 }
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16", "--heads", "2", "--seq", "8"};
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16",
+                                        "--heads", "2", "--seq", "8"};
 std::vector<std::string> with_tiny(std::vector<std::string> args) {
   args.insert(args.end(), kTiny.begin(), kTiny.end());
   return args;
