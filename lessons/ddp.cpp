@@ -131,8 +131,12 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
 
   for (int step = 0; step < c.steps; ++step) {  // equal shards: mean of means = global mean
     double sum = 0;
-    for (int r = 0; r < ranks; ++r) sum += losses[r].at(step);
-    result.losses.push_back(d.naive ? losses[0][step] : static_cast<float>(sum / ranks));
+    int counted = 0;  // under MPI this process only holds its own rank's losses
+    for (int r = 0; r < ranks; ++r)
+      if (step < static_cast<int>(losses[r].size())) sum += losses[r][step], ++counted;
+    if (d.naive && !losses[0].empty())
+      sum = losses[0][step], counted = 1;  // the driver's is global
+    result.losses.push_back(static_cast<float>(sum / std::max(counted, 1)));
   }
   if (!d.naive && !world.is_mpi())
     result.shard_problem = data::check_shards_partition(

@@ -38,9 +38,10 @@ class GradAccumLesson : public Lesson {
                r.losses.size());
 
     trace::TraceSummary s = trace::analyze(r.trace, c.steps - 1);
-    fmt::print(out,
-               "all-reduced per optimizer step on rank 0: {} B = one gradient ({} B), not {} of them\n",
-               with_commas(s.ranks[0].bytes_sent), with_commas(r.gradient_bytes), d_.accum);
+    fmt::print(
+        out,
+        "all-reduced per optimizer step on rank 0: {} B = one gradient ({} B), not {} of them\n",
+        with_commas(s.ranks[0].bytes_sent), with_commas(r.gradient_bytes), d_.accum);
 
     // The claim of the lesson, checked: one device, one batch of the same global size.
     float diff = max_param_difference(r.params, train_single_device_params(c, batch));

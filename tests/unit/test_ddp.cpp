@@ -146,3 +146,16 @@ TEST_CASE("bucket seam: packs gradients in backward order; an oversized one gets
   CHECK(seams.bucket_ready(plan, 0, final_grads));
   CHECK_FALSE(seams.bucket_ready(plan, 1, final_grads));
 }
+
+TEST_CASE("naive DataParallel: the driver works while the replicas idle, and DDP is faster",
+          "[ddp][data_parallel]") {
+  CommonOptions c = tiny(4);
+  DataParallelResult naive = train(c, {.naive = true});
+  DataParallelResult ddp = train(c, {});
+  trace::TraceSummary s = trace::analyze(naive.trace, c.steps - 1);
+  for (int r = 1; r < c.ranks; ++r) {
+    CHECK(s.ranks[0].busy > 2 * s.ranks[r].busy);  // summing gradients + the only optimizer
+    CHECK(s.ranks[r].bubble_fraction > 0.5);
+  }
+  CHECK(naive.step_seconds > ddp.step_seconds);
+}
