@@ -4,6 +4,7 @@
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
 #include "lessons/single_device.h"
+#include "lessons/ddp.h"
 
 namespace mgpu::lessons {
 
@@ -11,6 +12,9 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   std::vector<std::unique_ptr<Lesson>> lessons;
   lessons.push_back(make_single_device_lesson());
   lessons.push_back(make_collectives_lesson());
+  lessons.push_back(make_data_parallel_lesson());
+  lessons.push_back(make_ddp_lesson());
+  lessons.push_back(make_grad_accum_lesson());
   lessons.push_back(make_model_parallel_lesson());
   lessons.push_back(make_pipeline_lesson());
   return lessons;

@@ -1,0 +1,121 @@
+// Naive data parallelism, one step top to bottom (see data_parallel.h for the idea):
+//   scatter shards -> broadcast parameters -> forward/backward on every rank -> gradients to
+//   rank 0, summed there -> rank 0 averages and updates.
+#include "core/parallel/data_parallel.h"
+
+#include <stdexcept>
+
+#include "core/data/sampler.h"
+#include "core/ops/ops.h"
+#include "core/runtime/context.h"
+
+namespace mgpu::parallel {
+
+namespace {
+constexpr int kDriver = 0;
+constexpr int kTagShape = 1, kTagTokens = 2, kTagTargets = 3, kTagGrad = 4, kTagLoss = 5;
+
+// Token ids travel as f32 (exact below 2^24): the comm layer moves float tensors.
+Tensor ids_to_tensor(const std::vector<int32_t>& ids) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(ids.size())}, MemCategory::comm_buffers);
+  for (size_t i = 0; i < ids.size(); ++i) t.f32()[i] = static_cast<float>(ids[i]);
+  return t;
+}
+std::vector<int32_t> tensor_to_ids(const Tensor& t) {
+  std::vector<int32_t> ids(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(t.f32()[i]);
+  return ids;
+}
+}  // namespace
+
+DataParallel::DataParallel(GPT& model, comm::Comm& comm) : model_(model), comm_(comm) {}
+
+float DataParallel::step(const data::Batch* global_batch, optim::Optimizer* optimizer) {
+  const bool driver = comm_.rank() == kDriver;
+  if (driver && (!global_batch || !optimizer))
+    throw std::invalid_argument("DataParallel: rank 0 drives and needs the batch and optimizer");
+  data::Batch shard = scatter_batch(global_batch);
+  broadcast_parameters();
+
+  model_.zero_grad();
+  GPTActivations acts = GPTActivations::allocate(model_.config(), shard.B, shard.T);
+  float loss;
+  {
+    ComputeScope s({.name = "forward", .cat = trace::cat::forward});
+    loss = model_.forward(shard.tokens, shard.targets, acts);
+  }
+  {
+    ComputeScope s({.name = "backward", .cat = trace::cat::backward});
+    model_.backward(shard.tokens, acts);
+  }
+  loss = reduce_gradients_to_driver(loss);
+  if (driver) {  // the replicas sit idle through this: only rank 0 has an optimizer
+    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
+    optimizer->step();
+  }
+  return loss;
+}
+
+data::Batch DataParallel::scatter_batch(const data::Batch* global_batch) {
+  const int ranks = comm_.size();
+  if (comm_.rank() != kDriver) {
+    Tensor shape = Tensor::empty({2}, MemCategory::comm_buffers);  // [B, T] of my shard
+    comm_.recv(shape, kDriver, kTagShape);
+    data::Batch shard;
+    shard.B = static_cast<int>(shape.f32()[0]);
+    shard.T = static_cast<int>(shape.f32()[1]);
+    Tensor tokens = Tensor::empty({shard.size()}, MemCategory::comm_buffers);
+    Tensor targets = Tensor::empty({shard.size()}, MemCategory::comm_buffers);
+    comm_.recv(tokens, kDriver, kTagTokens);
+    comm_.recv(targets, kDriver, kTagTargets);
+    shard.tokens = tensor_to_ids(tokens);
+    shard.targets = tensor_to_ids(targets);
+    return shard;
+  }
+  for (int r = 1; r < ranks; ++r) {
+    data::RowRange rows = data::shard_rows(global_batch->B, ranks, r);
+    data::Batch shard = global_batch->rows(rows.begin, rows.end);
+    comm_.send(Tensor::from({2}, {float(shard.B), float(shard.T)}, MemCategory::comm_buffers), r,
+               kTagShape);
+    comm_.send(ids_to_tensor(shard.tokens), r, kTagTokens);
+    comm_.send(ids_to_tensor(shard.targets), r, kTagTargets);
+  }
+  data::RowRange mine = data::shard_rows(global_batch->B, ranks, kDriver);
+  return global_batch->rows(mine.begin, mine.end);
+}
+
+void DataParallel::broadcast_parameters() {
+  // The replicas are rebuilt from the master weights every step, one tensor at a time.
+  for (Param* p : model_.params()) comm_.broadcast(p->data, kDriver);
+}
+
+float DataParallel::reduce_gradients_to_driver(float my_loss) {
+  const int ranks = comm_.size();
+  Tensor loss = Tensor::from({1}, {my_loss}, MemCategory::comm_buffers);
+  if (comm_.rank() != kDriver) {
+    for (Param* p : model_.params()) comm_.send(p->grad, kDriver, kTagGrad);
+    comm_.send(loss, kDriver, kTagLoss);
+    return my_loss;
+  }
+  // Rank 0 receives and adds every replica's gradients, one after the other: a serial bottleneck.
+  double loss_sum = my_loss;
+  for (int r = 1; r < ranks; ++r) {
+    for (Param* p : model_.params()) {
+      Tensor incoming = Tensor::empty(p->grad.shape(), MemCategory::comm_buffers);
+      comm_.recv(incoming, r, kTagGrad);
+      ComputeScope s({.name = "sum gradients", .cat = trace::cat::compute, .peer = r});
+      ops::axpy(p->grad, 1.0f, incoming);
+    }
+    comm_.recv(loss, r, kTagLoss);
+    loss_sum += loss.f32()[0];
+  }
+  // Each replica's gradient is the mean over its shard; equal shards make the mean of means the
+  // mean over the global batch.
+  for (Param* p : model_.params()) {
+    ComputeScope s({.name = "average gradients", .cat = trace::cat::compute});
+    ops::scale(p->grad, 1.0f / ranks);
+  }
+  return static_cast<float>(loss_sum / ranks);
+}
+
+}  // namespace mgpu::parallel

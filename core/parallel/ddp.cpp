@@ -1,0 +1,128 @@
+// DDP step, top to bottom (see ddp.h for the idea):
+//   forward on my shard -> backward layer by layer, in reverse -> after each layer, mark its
+//   gradients final and launch every bucket that became ready -> wait for all buckets -> optimizer.
+#include "core/parallel/ddp.h"
+
+#include <stdexcept>
+
+#include "core/runtime/context.h"
+
+namespace mgpu::parallel {
+
+namespace {
+ParamList collect(auto& layer) {
+  ParamList list;
+  layer.collect(list);
+  return list;
+}
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(GPT& model, comm::Comm& comm, DdpOptions options)
+    : model_(model), comm_(comm), options_(options) {
+  if (options_.bucket_bytes <= 0)
+    throw std::invalid_argument("DDP bucket size must be positive, got " +
+                                std::to_string(options_.bucket_bytes) + " bytes");
+  // Backward finishes the head first, then the blocks from last to first, then the embedding.
+  auto add_layer = [&](const ParamList& params) {
+    layer_grads_.emplace_back();
+    for (Param* p : params) {
+      layer_grads_.back().push_back(static_cast<int>(grads_in_backward_order_.size()));
+      grads_in_backward_order_.push_back(p);
+    }
+  };
+  add_layer(collect(model_.head));
+  for (size_t i = model_.blocks.size(); i-- > 0;) add_layer(collect(model_.blocks[i]));
+  add_layer(collect(model_.embedding));
+  grad_final_.assign(grads_in_backward_order_.size(), false);
+  if (!options_.overlap) return;  // per-tensor all-reduce: gradients stay where they are
+
+  std::vector<int64_t> bytes;
+  for (Param* p : grads_in_backward_order_) bytes.push_back(p->grad.bytes());
+  plan_ = ddp_seams().assign_buckets(bytes, options_.bucket_bytes);
+  // Gradient-as-bucket-view: each grad becomes a slice of its bucket's flat buffer, so backward
+  // writes straight into the buffer that is all-reduced (no copy in, no copy out).
+  for (const auto& bucket : plan_.buckets) {
+    int64_t numel = 0;
+    for (int i : bucket) numel += grads_in_backward_order_[i]->grad.numel();
+    Tensor buffer = Tensor::zeros({numel}, MemCategory::gradients);
+    int64_t offset = 0;
+    for (int i : bucket) {
+      Param* p = grads_in_backward_order_[i];
+      Tensor view = buffer.flat_range(offset, offset + p->grad.numel()).reshape(p->grad.shape());
+      view.copy_from(p->grad);
+      p->grad = view;
+      offset += view.numel();
+    }
+    bucket_buffers_.push_back(buffer);
+  }
+}
+
+int64_t DistributedDataParallel::gradient_bytes() const {
+  int64_t total = 0;
+  for (Param* p : grads_in_backward_order_) total += p->grad.bytes();
+  return total;
+}
+
+float DistributedDataParallel::forward_backward(const data::Batch& batch, bool sync,
+                                                float grad_scale) {
+  GPTActivations acts = GPTActivations::allocate(model_.config(), batch.B, batch.T);
+  float loss;
+  {
+    ComputeScope s({.name = "forward", .cat = trace::cat::forward});
+    loss = model_.forward(batch.tokens, batch.targets, acts, grad_scale);
+  }
+  std::fill(grad_final_.begin(), grad_final_.end(), false);
+  next_bucket_ = 0;
+  // The layers of GPT::backward, one scope each, so buckets can launch between them.
+  Tensor dx = Tensor::empty(acts.embedded.shape(), MemCategory::workspace);
+  const int layers = static_cast<int>(model_.blocks.size());
+  size_t layer = 0;
+  {
+    ComputeScope s({.name = "backward head", .cat = trace::cat::backward, .layer = layers});
+    model_.head.backward(dx, acts.head);
+  }
+  backward_layer_done(layer_grads_[layer++], sync);
+  for (int i = layers - 1; i >= 0; --i) {
+    {
+      ComputeScope s({.name = "backward", .cat = trace::cat::backward, .layer = i});
+      model_.blocks[i].backward(dx, dx, acts.blocks[i]);
+    }
+    backward_layer_done(layer_grads_[layer++], sync);
+  }
+  {
+    ComputeScope s({.name = "backward embedding", .cat = trace::cat::backward, .layer = -1});
+    model_.embedding.backward(dx, batch.tokens);
+  }
+  backward_layer_done(layer_grads_[layer++], sync);
+
+  if (sync && !options_.overlap)  // after backward, one blocking all-reduce per tensor
+    for (Param* p : grads_in_backward_order_) comm_.all_reduce(p->grad, comm::ReduceOp::avg);
+  return loss;
+}
+
+void DistributedDataParallel::backward_layer_done(const std::vector<int>& grads, bool sync) {
+  for (int i : grads) grad_final_[i] = true;
+  if (sync && options_.overlap) launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  // In plan order only: collectives must be issued in the same order on every rank.
+  const auto& seams = ddp_seams();
+  while (next_bucket_ < plan_.buckets.size() &&
+         seams.bucket_ready(plan_, static_cast<int>(next_bucket_), grad_final_)) {
+    in_flight_.push_back(
+        comm_.all_reduce_async(bucket_buffers_[next_bucket_], comm::ReduceOp::avg));
+    ++next_bucket_;
+  }
+}
+
+void DistributedDataParallel::wait_for_gradients() {
+  if (options_.overlap && next_bucket_ != plan_.buckets.size())
+    throw std::logic_error("DDP: backward finished but bucket " + std::to_string(next_bucket_) +
+                           " of " + std::to_string(plan_.buckets.size()) +
+                           " never became ready (is every gradient in some bucket?)");
+  for (comm::Work& w : in_flight_) w.wait();
+  in_flight_.clear();
+}
+
+}  // namespace mgpu::parallel

@@ -1,0 +1,82 @@
+// The data-parallel lessons through the `mgpu` program: they run and narrate, and bad batch /
+// bucket options get one clear line and exit code 2.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "lessons/cli.h"
+
+using mgpu::lessons::mgpu_main;
+
+namespace {
+struct Result {
+  int code;
+  std::string out, err;
+};
+Result run_mgpu(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  int code = mgpu_main(args, out, err);
+  return {code, out.str(), err.str()};
+}
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16",
+                                        "--heads", "2", "--seq", "8"};
+std::vector<std::string> with_tiny(std::vector<std::string> args) {
+  args.insert(args.end(), kTiny.begin(), kTiny.end());
+  return args;
+}
+}  // namespace
+
+TEST_CASE("mgpu list shows the data-parallel lessons", "[ddp][cli]") {
+  Result r = run_mgpu({"list"});
+  CHECK_THAT(r.out, Catch::Contains("data_parallel") && Catch::Contains("ddp") &&
+                        Catch::Contains("grad_accum"));
+}
+
+TEST_CASE("the data-parallel lessons run and print what they teach", "[ddp][cli]") {
+  Result ddp = run_mgpu(with_tiny({"run", "ddp", "--ranks", "4"}));
+  INFO(ddp.err);
+  CHECK(ddp.code == 0);
+  CHECK_THAT(ddp.out, Catch::Contains("overlap") && Catch::Contains("exposed") &&
+                          Catch::Contains("2(N-1)/N") && Catch::Contains("speedup") &&
+                          Catch::Contains("timeline"));
+  Result off = run_mgpu(with_tiny({"run", "ddp", "--ranks", "2", "--overlap", "off"}));
+  CHECK(off.code == 0);
+  CHECK_THAT(off.out, Catch::Contains("one blocking all-reduce per parameter tensor"));
+  Result dp = run_mgpu(with_tiny({"run", "data_parallel", "--ranks", "4"}));
+  CHECK(dp.code == 0);
+  CHECK_THAT(dp.out, Catch::Contains("with DDP") && Catch::Contains("replicas wait"));
+  Result ga = run_mgpu(with_tiny({"run", "grad_accum", "--ranks", "2", "--accum", "2"}));
+  CHECK(ga.code == 0);
+  CHECK_THAT(ga.out, Catch::Contains("global batch 16 = 4 per micro-batch x 2 ranks x 2") &&
+                         Catch::Contains("max |param - single-device param|"));
+}
+
+TEST_CASE("data-parallel bad input: one clear line and exit code 2", "[ddp][cli]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  std::vector<Case> cases = {
+      {{"run", "ddp", "--ranks", "4", "--batch", "10"},
+       "global batch 10 is not divisible by 4 ranks x 1 accumulation steps: use 8 or 12"},
+      {{"run", "grad_accum", "--ranks", "2", "--accum", "3", "--batch", "16"},
+       "global batch 16 is not divisible by 2 ranks x 3 accumulation steps: use 12 or 18"},
+      {{"run", "data_parallel", "--ranks", "3", "--batch", "2"},
+       "global batch 2 is not divisible by 3 ranks x 1 accumulation steps: use 3"},
+      {{"run", "ddp", "--bucket-mb", "0"}, "--bucket-mb must be a positive size"},
+      {{"run", "ddp", "--bucket-mb", "-2"}, "--bucket-mb must be a positive size"},
+      {{"run", "ddp", "--bucket-mb", "lots"}, "--bucket-mb must be a positive size"},
+      {{"run", "ddp", "--accum", "0"}, "--accum must be at least 1"},
+      {{"run", "ddp", "--overlap", "maybe"}, "--overlap"},
+  };
+  for (auto& c : cases) {
+    INFO("mgpu " << Catch::Detail::stringify(c.args));
+    Result r = run_mgpu(c.args);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+    CHECK(lines(r.err) == 1);
+  }
+}
