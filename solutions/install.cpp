@@ -7,7 +7,8 @@ namespace mgpu::reference {
 
 void install_seams() {
   comm::install_comm_seams({"reference", &reference::ring_all_reduce});
-  pipeline::install_pipeline_seams({"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
+  pipeline::install_pipeline_seams(
+      {"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
 }
 
 }  // namespace mgpu::reference
