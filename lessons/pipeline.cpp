@@ -191,7 +191,8 @@ class PipelineLesson : public Lesson {
   std::string name() const override { return naive_ ? "model_parallel" : "pipeline"; }
   std::string summary() const override {
     return naive_ ? "split the layers over GPUs: it fits, but only one GPU works at a time"
-                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved; bubbles vs theory";
+                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved, ZB-H1; bubbles vs "
+                    "theory";
   }
   LessonDefaults defaults() const override {
     return {.ranks = 4, .steps = 20, .batch = 16, .layers = 8};
