@@ -146,6 +146,13 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
   nlohmann::json meta = {
       {"lesson", d.naive ? "data_parallel" : (d.accum > 1 ? "grad_accum" : "ddp")},
       {"config", c.to_json()},
+      {"data_parallel",
+       {{"mode", d.naive ? "naive" : "ddp"},
+        {"overlap", d.overlap},
+        {"bucket_bytes", result.bucket_bytes},
+        {"buckets", result.buckets},
+        {"accum", d.accum},
+        {"global_batch", result.global_batch}}},
       {"predictions",
        {{"gradient_bytes", result.gradient_bytes},
         {"bytes_per_rank", d.naive ? 0.0 : 2 * (n - 1) / n * result.gradient_bytes},

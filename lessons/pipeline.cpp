@@ -38,12 +38,13 @@ std::string explain(const std::string& schedule) {
          "and W (weight gradient: nobody waits); the deferred W's fill the drain bubble";
 }
 
-std::string percent(double x) { return fmt::format("{:.1f}%", 100 * x); }
+std::string percent(double x) {
+  return fmt::format("{:.1f}%", 100 * x);
+}
 
 std::string theory_formula(const std::string& schedule, int P, int M, int V) {
   if (schedule == "naive") return fmt::format("(P-1)/P = {}/{}", P - 1, P);
-  if (schedule == "interleaved")
-    return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
+  if (schedule == "interleaved") return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
   if (schedule == "zb-h1")
     return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
                        3 * M + P - 1 + std::max(0, P - M));
@@ -86,7 +87,8 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   GPTConfig cfg = model_config(c, *task);
   const pipeline::Schedule schedule =
       pipeline::make_schedule(p.schedule, P, p.microbatches, p.virtual_stages);
-  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, P * p.virtual_stages);
+  const pipeline::LayerPartition partition =
+      pipeline::partition_layers(c.layers, P * p.virtual_stages);
 
   PipelineResult result;
   result.theory_bubble =
@@ -97,12 +99,13 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   if (!c.quiet) {
     fmt::print(out, "{}.\n\n", explain(p.schedule));
     fmt::print(out, "model:  {}\n", describe_model(cfg, GPT(cfg).num_params()));
-    fmt::print(out, "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
-                    "computes the loss\n",
+    fmt::print(out,
+               "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
+               "computes the loss\n",
                P, p.virtual_stages, p.virtual_stages > 1 ? "virtual " : "", partition.description,
                P - 1);
-    fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n", c.batch,
-               p.microbatches, c.batch / p.microbatches, c.seq);
+    fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n",
+               c.batch, p.microbatches, c.batch / p.microbatches, c.seq);
     fmt::print(out, "device: {}{}\n", describe_world(wopt),
                p.theory ? "; THEORY MODE: every F costs 1 ms and every B 2 ms per stage, kernels "
                           "free, so all stages are equal"
@@ -114,8 +117,7 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   result.last_step.resize(P);
   if (!c.quiet) fmt::print(out, "\ntraining {} steps:\n", c.steps);
   world.run([&](RankContext& ctx) {
-    pipeline::StageModel stage =
-        pipeline::StageModel::build(cfg, ctx.rank, P, p.virtual_stages);
+    pipeline::StageModel stage = pipeline::StageModel::build(cfg, ctx.rank, P, p.virtual_stages);
     auto optimizer = make_optimizer(c, stage.params());
     ctx.allocator.reset_peaks();
     LossLog log(c, out);
@@ -152,25 +154,30 @@ namespace {
 void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
             const PipelineResult& r) {
   const int P = static_cast<int>(r.last_step.size());
-  fmt::print(out, "\nbubble per rank, step {} (idle / step time), measured vs theory {}:\n", c.steps,
-             theory_formula(p.schedule, P, p.microbatches, p.virtual_stages));
+  fmt::print(out, "\nbubble per rank, step {} (idle / step time), measured vs theory {}:\n",
+             c.steps, theory_formula(p.schedule, P, p.microbatches, p.virtual_stages));
   for (int s = 0; s < P; ++s)
     fmt::print(out, "  rank {}  bubble measured {:>6}  theory {:>6}\n", s,
                percent(r.measured_bubble[s]), percent(r.theory_bubble));
   if (!p.theory)
-    fmt::print(out, "  (the formula assumes equal stages; here stage 0 also embeds and stage {} "
-                    "computes the loss, and messages take time: add --theory for equal stages)\n",
+    fmt::print(out,
+               "  (the formula assumes equal stages; here stage 0 also embeds and stage {} "
+               "computes the loss, and messages take time: add --theory for equal stages)\n",
                P - 1);
-  fmt::print(out, "\npeak activations per rank (micro-batch x chunk sets held at once):\n");
+  fmt::print(out,
+             "\npeak activations per rank: (micro-batch, chunk) sets held at once x the "
+             "largest set:\n");
   for (int s = 0; s < P; ++s) {
     const auto& st = r.last_step[s];
-    fmt::print(out, "  rank {}  held {:>2} (expected {:>2})  x {:>10} = {:>10}  (allocator peak {})\n",
-               s, st.peak_stashed, r.expected_peak[s], format_bytes(st.stash_bytes),
-               format_bytes(st.peak_stashed * st.stash_bytes), format_bytes(st.peak_activation_bytes));
+    fmt::print(
+        out, "  rank {}  held {:>2} (expected {:>2})  x {:>10} = {:>10}  (allocator peak {})\n", s,
+        st.peak_stashed, r.expected_peak[s], format_bytes(st.stash_bytes),
+        format_bytes(st.peak_stashed * st.stash_bytes), format_bytes(st.peak_activation_bytes));
   }
   if (p.schedule == "zb-h1")
-    fmt::print(out, "  (expected counts F minus B; W still needs the Linear inputs, so here a set is "
-                    "freed at W, and W lags B by s micro-batches on stage s)\n");
+    fmt::print(out,
+               "  (the allocator holds more: W still needs the Linear inputs and the gradients "
+               "B kept, until W runs, s micro-batches after B on stage s)\n");
 }
 
 class PipelineLesson : public Lesson {
@@ -184,7 +191,8 @@ class PipelineLesson : public Lesson {
   std::string name() const override { return naive_ ? "model_parallel" : "pipeline"; }
   std::string summary() const override {
     return naive_ ? "split the layers over GPUs: it fits, but only one GPU works at a time"
-                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved; bubbles vs theory";
+                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved, ZB-H1; bubbles vs "
+                    "theory";
   }
   LessonDefaults defaults() const override {
     return {.ranks = 4, .steps = 20, .batch = 16, .layers = 8};
@@ -207,11 +215,12 @@ class PipelineLesson : public Lesson {
   int run(const CommonOptions& c, std::ostream& out) override {
     const int P = options_.stages > 0 ? options_.stages : c.ranks;
     if (options_.stages > 0 && ranks_option_ && ranks_option_->count() > 0 && c.ranks != P)
-      throw UsageError(fmt::format(
-          "the pipeline runs one rank per stage: --stages {} needs --ranks {} (or leave --ranks out)",
-          P, P));
-    fmt::print(out, "== {}: {} over {} stages, {} micro-batch(es) ==\n", name(), options_.schedule, P,
-               options_.microbatches);
+      throw UsageError(
+          fmt::format("the pipeline runs one rank per stage: --stages {} needs --ranks {} (or "
+                      "leave --ranks out)",
+                      P, P));
+    fmt::print(out, "== {}: {} over {} stages, {} micro-batch(es) ==\n", name(), options_.schedule,
+               P, options_.microbatches);
     PipelineResult r = train_pipeline(c, options_, out);
     report(out, c, options_, r);
     print_timeline(out, r.trace);
@@ -227,7 +236,11 @@ class PipelineLesson : public Lesson {
 
 }  // namespace
 
-std::unique_ptr<Lesson> make_model_parallel_lesson() { return std::make_unique<PipelineLesson>(true); }
-std::unique_ptr<Lesson> make_pipeline_lesson() { return std::make_unique<PipelineLesson>(false); }
+std::unique_ptr<Lesson> make_model_parallel_lesson() {
+  return std::make_unique<PipelineLesson>(true);
+}
+std::unique_ptr<Lesson> make_pipeline_lesson() {
+  return std::make_unique<PipelineLesson>(false);
+}
 
 }  // namespace mgpu::lessons

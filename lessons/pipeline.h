@@ -23,12 +23,12 @@ struct PipelineOptions {
 };
 
 struct PipelineResult {
-  std::vector<float> losses;                           // one per step (from the last stage)
-  std::map<std::string, std::vector<float>> params;    // every stage's parameters, by name
-  std::vector<pipeline::StageStepStats> last_step;     // per stage
-  std::vector<double> measured_bubble;                 // per rank, last step
+  std::vector<float> losses;                         // one per step (from the last stage)
+  std::map<std::string, std::vector<float>> params;  // every stage's parameters, by name
+  std::vector<pipeline::StageStepStats> last_step;   // per stage
+  std::vector<double> measured_bubble;               // per rank, last step
   double theory_bubble = 0;
-  std::vector<int> expected_peak;                      // peak_activations_theory, per stage
+  std::vector<int> expected_peak;  // peak_activations_theory, per stage
   trace::Trace trace;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -141,6 +142,10 @@ void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optiona
 int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
                  std::ostream& out) {
   if (!c.trace_path.empty()) {
+    // `--trace out/run.json` should just work: create the folder if it is missing.
+    const auto folder = std::filesystem::path(c.trace_path).parent_path();
+    std::error_code ignored;
+    if (!folder.empty()) std::filesystem::create_directories(folder, ignored);
     trace::write_chrome_trace(trace, c.trace_path);
     fmt::print(out, "trace: {} ({} events; open with `mgpu viz {}` or in Perfetto)\n", c.trace_path,
                trace.events.size(), c.trace_path);

@@ -8,7 +8,8 @@ namespace mgpu::reference {
 void install_seams() {
   parallel::install_ddp_seams({"reference", &reference::assign_buckets, &reference::bucket_ready});
   comm::install_comm_seams({"reference", &reference::ring_all_reduce});
-  pipeline::install_pipeline_seams({"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
+  pipeline::install_pipeline_seams(
+      {"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
 }
 
 }  // namespace mgpu::reference

@@ -1,4 +1,5 @@
-// Reference compute orders for GPipe and 1F1B (exercise 03: docs/exercises/03-pipeline-schedules.md).
+// Reference compute orders for GPipe and 1F1B (exercise 03:
+// docs/exercises/03-pipeline-schedules.md).
 //
 // A schedule is, per stage, the order of its forwards (F) and backwards (B) of micro-batches; the
 // messages (activations down the pipe, gradients back up) are added by with_communication. Both

@@ -8,8 +8,9 @@ pipeline::StageModel model_parallel_stage(const GPTConfig& config, comm::Comm& c
   return pipeline::StageModel::build(config, comm.rank(), comm.size());
 }
 
-pipeline::StageStepStats model_parallel_step(pipeline::StageModel& stage, optim::Optimizer& optimizer,
-                                             const data::Batch& batch, comm::Comm& comm, int step,
+pipeline::StageStepStats model_parallel_step(pipeline::StageModel& stage,
+                                             optim::Optimizer& optimizer, const data::Batch& batch,
+                                             comm::Comm& comm, int step,
                                              const pipeline::ExecutorOptions& options) {
   const pipeline::Schedule schedule = pipeline::naive_model_parallel_schedule(comm.size());
   return pipeline::train_step(stage, optimizer, schedule, batch, comm, step, options);

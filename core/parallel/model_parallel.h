@@ -12,8 +12,9 @@ namespace mgpu::parallel {
 pipeline::StageModel model_parallel_stage(const GPTConfig& config, comm::Comm& comm);
 
 // One step of naive model parallelism: the naive schedule (one micro-batch) on the executor.
-pipeline::StageStepStats model_parallel_step(pipeline::StageModel& stage, optim::Optimizer& optimizer,
-                                             const data::Batch& batch, comm::Comm& comm, int step,
+pipeline::StageStepStats model_parallel_step(pipeline::StageModel& stage,
+                                             optim::Optimizer& optimizer, const data::Batch& batch,
+                                             comm::Comm& comm, int step,
                                              const pipeline::ExecutorOptions& options = {});
 
 }  // namespace mgpu::parallel

@@ -7,12 +7,14 @@
 #include <string>
 
 #include "core/trace/analysis.h"
+#include "exercises/exercises.h"
 #include "lessons/pipeline.h"
 
 using namespace mgpu;
 using namespace mgpu::lessons;
 
 int main(int argc, char** argv) {
+  reference::install_seams();  // the schedules' reference compute orders
   const int P = 4, batch = 32;
   CommonOptions c;
   c.ranks = P;
@@ -26,7 +28,7 @@ int main(int argc, char** argv) {
   c.profile = argc > 1 ? argv[1] : "8xH100-NVLink";
   std::printf("pipeline step time (modeled on %s), P = %d stages, batch %d, %d layers, dim %d\n",
               c.profile.c_str(), P, batch, c.layers, c.dim);
-  std::printf("%-14s %4s %14s %16s %16s\n", "schedule", "M", "step time", "bubble measured",
+  std::printf("%-16s %4s %14s %16s %16s\n", "schedule", "M", "step time", "bubble measured",
               "bubble theory");
   struct Run {
     const char* schedule;
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
       std::ostringstream sink;
       PipelineResult r = train_pipeline(c, {run.schedule, P, M, run.virtual_stages}, sink);
       const trace::TraceSummary s = trace::analyze(r.trace, c.steps - 1);
-      std::printf("%-14s %4d %11.1f us %15.1f%% %15.1f%%\n",
+      std::printf("%-16s %4d %11.1f us %15.1f%% %15.1f%%\n",
                   (std::string(run.schedule) + (run.virtual_stages > 1 ? " V=2" : "")).c_str(), M,
                   1e6 * (s.window.end - s.window.begin), 100 * s.mean_bubble_fraction,
                   100 * r.theory_bubble);

@@ -63,10 +63,10 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
   const std::vector<Case> cases = {
       {"naive", 2, 1, 1, 2, 4},       {"naive", 3, 1, 1, 5, 4},  // 3 stages over 5 layers: 2,2,1
       {"gpipe", 2, 2, 1, 2, 4},       {"gpipe", 3, 4, 1, 5, 8},
-      {"1f1b", 4, 8, 1, 4, 8},        {"1f1b", 3, 2, 1, 5, 4},   // M < P
+      {"1f1b", 4, 8, 1, 4, 8},        {"1f1b", 3, 2, 1, 5, 4},         // M < P
       {"interleaved", 2, 4, 2, 4, 8}, {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
-      {"interleaved", 3, 3, 2, 7, 6},
-      {"zb-h1", 2, 4, 1, 2, 4},       {"zb-h1", 3, 4, 1, 5, 8},  {"zb-h1", 4, 2, 1, 4, 4},
+      {"interleaved", 3, 3, 2, 7, 6}, {"zb-h1", 2, 4, 1, 2, 4},
+      {"zb-h1", 3, 4, 1, 5, 8},       {"zb-h1", 4, 2, 1, 4, 4},
   };
   for (const Case& k : cases) {
     CAPTURE(k.schedule, k.stages, k.microbatches, k.virtual_stages, k.layers);
@@ -74,8 +74,8 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
     std::vector<float> expected_losses;
     auto expected = single_device_params(c, expected_losses);
     std::ostringstream out;
-    PipelineResult r = train_pipeline(c, {k.schedule, k.stages, k.microbatches, k.virtual_stages},
-                                      out);
+    PipelineResult r =
+        train_pipeline(c, {k.schedule, k.stages, k.microbatches, k.virtual_stages}, out);
     REQUIRE(r.params.size() == expected.size());
     REQUIRE(r.losses.size() == expected_losses.size());
     for (size_t i = 0; i < r.losses.size(); ++i)
@@ -85,7 +85,8 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
       const auto& got = r.params.at(name);
       REQUIRE(got.size() == want.size());
       for (size_t i = 0; i < want.size(); ++i)
-        worst = std::max(worst, std::abs(double(got[i]) - want[i]) / (1e-5 * std::abs(want[i]) + 1e-6));
+        worst =
+            std::max(worst, std::abs(double(got[i]) - want[i]) / (1e-5 * std::abs(want[i]) + 1e-6));
     }
     CHECK(worst <= 1.0);  // |got - want| <= 1e-5 |want| + 1e-6 everywhere
   }
@@ -106,11 +107,12 @@ TEST_CASE("theory mode: measured bubble equals the formula for GPipe and 1F1B", 
 }
 
 TEST_CASE("theory mode: interleaving shrinks the bubble exactly as predicted", "[pipeline]") {
-  for (auto [P, M, V] : std::vector<std::array<int, 3>>{{2, 2, 2}, {2, 4, 2}, {4, 4, 2}, {4, 8, 2},
-                                                        {2, 4, 3}}) {
+  for (auto [P, M, V] :
+       std::vector<std::array<int, 3>>{{2, 2, 2}, {2, 4, 2}, {4, 4, 2}, {4, 8, 2}, {2, 4, 3}}) {
     CAPTURE(P, M, V);
     std::ostringstream out;
-    PipelineResult inter = train_pipeline(tiny(P, P * V, M, 2), {"interleaved", P, M, V, true}, out);
+    PipelineResult inter =
+        train_pipeline(tiny(P, P * V, M, 2), {"interleaved", P, M, V, true}, out);
     PipelineResult plain = train_pipeline(tiny(P, P * V, M, 2), {"1f1b", P, M, 1, true}, out);
     const double theory = double(P - 1) / (V * M + P - 1);
     for (int s = 0; s < P; ++s) {
@@ -149,7 +151,10 @@ TEST_CASE("theory mode: ZB-H1's split backward fills the drain as predicted", "[
       std::ostringstream out;
       PipelineResult zb = train_pipeline(tiny(P, P, M, 2), {"zb-h1", P, M, 1, true}, out);
       const double theory = 1.0 - 3.0 * M / (3.0 * M + P - 1 + std::max(0, P - M));
-      for (int s = 0; s < P; ++s) CHECK(std::abs(zb.measured_bubble[s] - theory) < 1e-9);
+      for (int s = 0; s < P; ++s) {
+        CHECK(std::abs(zb.measured_bubble[s] - theory) < 1e-9);
+        CHECK(zb.last_step[s].peak_stashed == zb.expected_peak[s]);  // F minus B, as 1F1B
+      }
       CHECK(theory < double(P - 1) / (M + P - 1));
     }
 }

@@ -18,8 +18,11 @@ Result run_mgpu(std::vector<std::string> args) {
   int code = mgpu_main(args, out, err);
   return {code, out.str(), err.str()};
 }
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16", "--heads", "2", "--seq", "8"};
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16",
+                                        "--heads", "2", "--seq", "8"};
 std::vector<std::string> args(std::vector<std::string> head) {
   head.insert(head.end(), kTiny.begin(), kTiny.end());
   return head;
@@ -63,8 +66,8 @@ TEST_CASE("model_parallel lesson: one rank busy at a time", "[lesson][pipeline]"
 }
 
 TEST_CASE("interleaved and zb-h1 run from the command line", "[lesson][pipeline]") {
-  Result r = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "interleaved",
-                            "--virtual-stages", "2"}));
+  Result r = run_mgpu(
+      args({"run", "pipeline", "--theory", "--schedule", "interleaved", "--virtual-stages", "2"}));
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(VM+P-1) = 3/19"));

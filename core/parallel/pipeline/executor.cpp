@@ -88,8 +88,12 @@ class StageRunner {
   StageRunner(StageModel& model, const Schedule& schedule,
               const std::vector<data::Batch>& microbatches, comm::Comm& comm,
               const ExecutorOptions& options)
-      : model_(model), schedule_(schedule), microbatches_(microbatches), comm_(comm),
-        options_(options), ctx_(current_rank()) {}
+      : model_(model),
+        schedule_(schedule),
+        microbatches_(microbatches),
+        comm_(comm),
+        options_(options),
+        ctx_(current_rank()) {}
 
   StageStepStats run() {
     ctx_.allocator.reset_peaks();
@@ -171,8 +175,10 @@ class StageRunner {
   }
 
   void forward(int mb, int chunk) {
-    ComputeScope scope({.name = fmt::format("F{}", mb), .cat = trace::cat::forward,
-                        .microbatch = mb, .chunk = chunk});
+    ComputeScope scope({.name = fmt::format("F{}", mb),
+                        .cat = trace::cat::forward,
+                        .microbatch = mb,
+                        .chunk = chunk});
     const data::Batch& batch = microbatches_.at(mb);
     const int64_t before = activation_bytes();
     Stash stash;
@@ -200,14 +206,16 @@ class StageRunner {
     stash.bytes = activation_bytes() - before + (is_first(chunk) ? 0 : stash.input.bytes());
     stats_.stash_bytes = std::max(stats_.stash_bytes, stash.bytes);
     stashes_.emplace(Key{mb, chunk}, std::move(stash));
-    stats_.peak_stashed = std::max(stats_.peak_stashed, static_cast<int>(stashes_.size()));
+    stats_.peak_stashed = std::max(stats_.peak_stashed, ++awaiting_backward_);
   }
 
   // The full backward (input_only = false), or zero-bubble's B: only the input gradient, keeping
   // what W will need (the stash then lives until W).
   void backward(int mb, int chunk, bool input_only) {
-    ComputeScope scope({.name = fmt::format("B{}", mb), .cat = trace::cat::backward,
-                        .microbatch = mb, .chunk = chunk});
+    ComputeScope scope({.name = fmt::format("B{}", mb),
+                        .cat = trace::cat::backward,
+                        .microbatch = mb,
+                        .chunk = chunk});
     Stash& stash = stashes_.at({mb, chunk});
     grad_send_.wait();  // the previous gradient is on its way: its buffer can go
     grad_send_buffer_ = Tensor();
@@ -237,19 +245,23 @@ class StageRunner {
     else
       input_grads_[{mb, chunk}] = std::move(grad);  // sent by the following send_grad
     if (options_.theory) charge_theory_time(options_.theory->backward * (input_only ? 0.5 : 1.0));
+    --awaiting_backward_;
     if (!input_only) release(mb, chunk);
   }
 
   // Zero-bubble's W: the weight gradients of a micro-batch whose B already ran.
   void backward_weight(int mb, int chunk) {
-    ComputeScope scope({.name = fmt::format("W{}", mb), .cat = trace::cat::backward_weight,
-                        .microbatch = mb, .chunk = chunk});
+    ComputeScope scope({.name = fmt::format("W{}", mb),
+                        .cat = trace::cat::backward_weight,
+                        .microbatch = mb,
+                        .chunk = chunk});
     Stash& stash = stashes_.at({mb, chunk});
     if (stash.head) head_backward_weight(*model_.head, *stash.head, *stash.head_keep);
     auto& blocks = model_.chunks[chunk];
     for (size_t i = 0; i < blocks.size(); ++i)
       block_backward_weight(blocks[i], stash.blocks[i], stash.blocks_keep[i]);
-    if (is_first(chunk)) model_.embedding->backward(stash.embedding_grad, microbatches_.at(mb).tokens);
+    if (is_first(chunk))
+      model_.embedding->backward(stash.embedding_grad, microbatches_.at(mb).tokens);
     if (options_.theory) charge_theory_time(options_.theory->backward * 0.5);
     release(mb, chunk);
   }
@@ -278,6 +290,7 @@ class StageRunner {
   std::map<Key, comm::Work> activation_sends_;  // in flight; their buffers live in the stashes
   comm::Work grad_send_;                        // the last gradient isend, and its buffer
   Tensor grad_send_buffer_;
+  int awaiting_backward_ = 0;  // forwards whose B has not run yet (what the theory counts)
   StageStepStats stats_;
 };
 
@@ -287,7 +300,8 @@ void check_theory_mode(const ExecutorOptions& options) {
   if (profile.kernel_time(1e9, 1e9) != 0.0 || profile.transfer_time(0, 1, 1e9) != 0.0)
     throw std::invalid_argument(
         "pipeline theory mode charges fixed times per action: it needs free kernels and links "
-        "(HardwareProfile::ideal(0)), not profile '" + profile.name + "'");
+        "(HardwareProfile::ideal(0)), not profile '" +
+        profile.name + "'");
 }
 
 }  // namespace
@@ -301,8 +315,8 @@ StageStepStats run_schedule(StageModel& model, const Schedule& schedule,
     throw std::invalid_argument(fmt::format(
         "pipeline executor: schedule '{}' is for {} stages x {} chunks and {} micro-batches, but "
         "the world has {} ranks, the model {} stages x {} chunks, the batch {} micro-batches",
-        schedule.name, schedule.stages, schedule.virtual_stages, schedule.microbatches,
-        comm.size(), model.stages, model.virtual_stages, microbatches.size()));
+        schedule.name, schedule.stages, schedule.virtual_stages, schedule.microbatches, comm.size(),
+        model.stages, model.virtual_stages, microbatches.size()));
   check_theory_mode(options);
   return StageRunner(model, schedule, microbatches, comm, options).run();
 }
@@ -315,9 +329,8 @@ StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const 
   comm.barrier();
   StepScope scope(step);
   model.zero_grad();
-  StageStepStats stats =
-      run_schedule(model, schedule, data::split_micro_batches(batch, schedule.microbatches), comm,
-                   options);
+  StageStepStats stats = run_schedule(
+      model, schedule, data::split_micro_batches(batch, schedule.microbatches), comm, options);
   {
     ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
     optimizer.step();  // each stage updates only its own parameters: no communication needed

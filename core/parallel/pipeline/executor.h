@@ -53,7 +53,7 @@ struct StageModel {
 // What one step measured on one stage.
 struct StageStepStats {
   float loss = 0;                     // mean loss over the global batch (last stage only)
-  int peak_stashed = 0;               // most (micro-batch, chunk) activation sets held at once
+  int peak_stashed = 0;               // most (micro-batch, chunk) sets forwarded, not yet B'd
   int64_t stash_bytes = 0;            // bytes of the largest single (micro-batch, chunk) set
   int64_t peak_activation_bytes = 0;  // allocator high-water mark of activations in the step
 };

@@ -12,7 +12,8 @@
 namespace mgpu::pipeline {
 
 // (stages, microbatches) -> per-stage compute actions in execution order (no send/recv).
-using ComputeOrderFn = std::function<std::vector<std::vector<Action>>(int stages, int microbatches)>;
+using ComputeOrderFn =
+    std::function<std::vector<std::vector<Action>>(int stages, int microbatches)>;
 
 struct PipelineSeams {
   std::string impl_name;  // "reference" or "mine"

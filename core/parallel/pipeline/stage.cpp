@@ -8,8 +8,12 @@ namespace mgpu::pipeline {
 
 namespace {
 
-Tensor kept(const Shape& shape) { return Tensor::empty(shape, MemCategory::activations); }
-Tensor scratch(const Shape& shape) { return Tensor::zeros(shape, MemCategory::workspace); }
+Tensor kept(const Shape& shape) {
+  return Tensor::empty(shape, MemCategory::activations);
+}
+Tensor scratch(const Shape& shape) {
+  return Tensor::zeros(shape, MemCategory::workspace);
+}
 
 // LayerNorm input gradient; the kernel also produces weight grads, which B throws away.
 void layernorm_input_grad(Tensor& dx, const Tensor& dout, const Tensor& inp, const LayerNorm& ln,

@@ -34,6 +34,7 @@ struct HeadWeightGradInputs {
 };
 void head_backward_input(const Head& head, Tensor& dx, const HeadActivations& acts,
                          HeadWeightGradInputs& keep);
-void head_backward_weight(Head& head, const HeadActivations& acts, const HeadWeightGradInputs& keep);
+void head_backward_weight(Head& head, const HeadActivations& acts,
+                          const HeadWeightGradInputs& keep);
 
 }  // namespace mgpu::pipeline
