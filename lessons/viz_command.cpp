@@ -8,6 +8,7 @@
 #include <fmt/ostream.h>
 
 #include "lessons/classroom.h"
+#include "lessons/impl.h"
 
 #ifdef MGPU_HAVE_VIZ
 #include "viz/dashboard.h"
@@ -43,8 +44,15 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
     return 2;
   }
-  if (paths.empty()) return run_classroom(opt.presentation, opt.screenshot, opt.width, opt.height, err);
-  return viz::viz_main(paths, opt);
+  try {
+    select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
+    if (paths.empty())
+      return run_classroom(opt.presentation, opt.screenshot, opt.width, opt.height, err);
+    return viz::viz_main(paths, opt);
+  } catch (const std::exception& e) {
+    fmt::print(err, "mgpu viz: error: {}\n", e.what());
+    return 1;
+  }
 }
 
 int show_trace(const trace::Trace& trace, const std::string& lesson_name, std::ostream& err) {

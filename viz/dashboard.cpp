@@ -2,7 +2,10 @@
 // to show it: an interactive GLFW window, or a hidden one rendered into a PNG.
 #include "viz/dashboard.h"
 
+#include "core/trace/analysis.h"
+
 #include <algorithm>
+#include <set>
 #include <cfloat>
 #include <chrono>
 #include <cstdio>
@@ -98,6 +101,8 @@ void Dashboard::draw_header() {
   }
   ImGui::SameLine(0, 24);
   if (ImGui::Button("Fit")) fit();
+  ImGui::SameLine();
+  if (ImGui::Button("Last step")) fit_last_step();
   ImGui::SameLine();
   bool presentation = options_.presentation;
   if (ImGui::Checkbox("Presentation", &presentation)) {
@@ -224,8 +229,20 @@ void Dashboard::frame(float display_w, float display_h) {
       start = std::min(start, v.run_start());
       end = std::max(end, v.run_end());
     }
+    if (fit_last_step_pending_) {
+      // Steps are alike; one fills the width readably where twenty would be a blur.
+      std::set<int> steps;
+      for (const trace::Event& e : views_[0].trace().events)
+        if (e.lane == trace::Lane::step && e.step >= 0) steps.insert(e.step);
+      if (steps.size() > 1) {
+        trace::Interval w = trace::analysis_window(views_[0].trace(), *steps.rbegin());
+        start = w.begin;
+        end = w.end;
+      }
+    }
     axis_.fit(start, end);
     fit_pending_ = false;
+    fit_last_step_pending_ = false;
   }
 
   int clicked_view = -1, clicked_event = -2;

@@ -97,6 +97,12 @@ class Dashboard {
   const std::string& rerun_error() const { return rerun_error_; }
   // Fit the whole run(s) to the width at the next frame.
   void fit() { fit_pending_ = true; }
+  // Fits the last training step (what a lesson's ASCII timeline shows); the whole run when the
+  // trace has a single step or none. This is the first view of a multi-step trace.
+  void fit_last_step() {
+    fit_pending_ = true;
+    fit_last_step_pending_ = true;
+  }
 
  private:
   void draw_header();
@@ -108,6 +114,7 @@ class Dashboard {
   std::vector<LaneLayout> layouts_;
   TimeAxis axis_;
   bool fit_pending_ = true;
+  bool fit_last_step_pending_ = true;
   int selected_view_ = -1, selected_event_ = -1;
   std::vector<int> partners_;
   std::string rerun_error_;

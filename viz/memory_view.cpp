@@ -22,8 +22,12 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
               x_right = static_cast<float>(axis.x0 + axis.width);
   auto px = [&](double t) { return static_cast<float>(axis.to_px(t)); };
 
+  // The capacity sets the scale only when it is within reach of the peak: a 4 MiB tiny model on
+  // an 80 GiB GPU would otherwise be a flat line. Off-scale capacities are named in the label.
   double scale_max = static_cast<double>(view.max_memory());
-  if (view.memory_capacity()) scale_max = std::max(scale_max, *view.memory_capacity());
+  const bool capacity_on_scale =
+      view.memory_capacity() && *view.memory_capacity() <= 4 * std::max(scale_max, 1.0);
+  if (capacity_on_scale) scale_max = std::max(scale_max, *view.memory_capacity());
   if (scale_max <= 0) {
     ImGui::TextDisabled("(no memory samples in this trace)");
     return;
@@ -72,7 +76,7 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
       }
     }
     for (int c = 0; c < 6; ++c) flush(c);
-    if (view.memory_capacity()) {
+    if (capacity_on_scale) {
       const float yc = py(*view.memory_capacity());
       dl->AddLine({x_left, yc}, {x_right, yc}, pal.capacity, 2 * ctx.scale);
     }
@@ -87,7 +91,9 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
         dl->AddTriangleFilled({xp - m, yp - 2 * m}, {xp + m, yp - 2 * m}, {xp, yp}, pal.peak);
       }
       std::string text = "peak " + format_bytes(static_cast<double>(sum.peak_bytes));
-      if (view.memory_capacity()) text += " / " + format_bytes(*view.memory_capacity());
+      if (view.memory_capacity())
+        text += (capacity_on_scale ? " / " : " of ") + format_bytes(*view.memory_capacity()) +
+                (capacity_on_scale ? "" : " capacity (off scale)");
       const ImVec2 size = ImGui::CalcTextSize(text.c_str());
       const ImVec2 at{x_right - size.x - 4, y0 + 1};
       dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.lane_background);
