@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "core/comm/comm.h"
+#include "core/comm/seams.h"
 #include "core/runtime/world.h"
 
 using namespace mgpu;
@@ -35,26 +37,64 @@ double busbw(World& world, int64_t n, int iterations) {
 }
 }  // namespace
 
+// The ring all-reduce over the MPI backend's own send/recv (the seam), on the same world.
+double ring_over_mpi_busbw(World& world, int64_t n, int iterations) {
+  double seconds = 0;
+  world.run([&](RankContext& ctx) {
+    Tensor t = Tensor::zeros({n}, MemCategory::comm_buffers);
+    comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);  // warm-up
+    ctx.comm->barrier();
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ctx.rank == 0) seconds = s / iterations;
+  });
+  int N = world.size();
+  return 2.0 * (N - 1) / N * n * 4 / seconds / 1e9;
+}
+
 int main(int argc, char** argv) {
   mgpu::reference::install_seams();
   int ranks = argc > 1 ? std::atoi(argv[1]) : 4;
+  const std::vector<int64_t> sizes = {1 << 10, 1 << 16, 1 << 20, 1 << 22};
+  auto iterations = [](int64_t n) { return n > (1 << 20) ? 5 : 20; };
   WorldOptions o;
   o.clock = ClockKind::wall;
   o.trace = false;
   o.backend = "local";
   o.ranks = ranks;
-  if (under_mpirun()) o.backend = "mpi";
-  World world(o);
-  if (world.is_root())
-    std::printf("%-10s %14s %14s\n", "elements", world.is_mpi() ? "mpi GB/s" : "local GB/s", "");
-  for (int64_t n : {1 << 10, 1 << 16, 1 << 20, 1 << 22}) {
-    double bw = busbw(world, n, n > (1 << 20) ? 5 : 20);
-    if (world.is_root()) std::printf("%-10lld %14.3f\n", static_cast<long long>(n), bw);
+
+  // Under mpirun: MPI_Allreduce and the ring over MPI send/recv, across the processes; then the
+  // local backend (the same ring, ranks as threads) on the root with as many ranks, same sizes.
+  std::vector<double> mpi_bw(sizes.size()), ring_mpi_bw(sizes.size());
+  bool mpi = under_mpirun();
+  bool root = true;
+  if (mpi) {
+    WorldOptions m = o;
+    m.backend = "mpi";
+    World world(m);
+    ranks = world.size();
+    root = world.is_root();
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      mpi_bw[k] = busbw(world, sizes[k], iterations(sizes[k]));
+      ring_mpi_bw[k] = ring_over_mpi_busbw(world, sizes[k], iterations(sizes[k]));
+    }
   }
-  if (world.is_root() && !world.is_mpi())
-    std::printf(
-        "(run under mpirun -n %d to measure MPI_Allreduce on the same sizes and compare "
-        "the columns; the ratio local/mpi is the cost of the readable ring)\n",
-        ranks);
+  if (!root) return 0;
+  o.ranks = ranks;
+  World local(o);
+  std::printf("all-reduce busbw, %d ranks, wall clock (GB/s; busbw = 2(N-1)/N x bytes / time)\n", ranks);
+  std::printf("%-10s %12s", "elements", "local ring");
+  if (mpi) std::printf(" %14s %14s %12s", "ring over MPI", "MPI_Allreduce", "local / MPI");
+  std::printf("\n");
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    double bw = busbw(local, sizes[k], iterations(sizes[k]));
+    std::printf("%-10lld %12.3f", static_cast<long long>(sizes[k]), bw);
+    if (mpi) std::printf(" %14.3f %14.3f %11.2fx", ring_mpi_bw[k], mpi_bw[k], bw / mpi_bw[k]);
+    std::printf("\n");
+  }
+  if (!mpi)
+    std::printf("(run under mpirun -n %d to race MPI_Allreduce on the same sizes in the same run)\n",
+                ranks);
   return 0;
 }
