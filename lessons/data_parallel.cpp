@@ -62,9 +62,7 @@ class DataParallelLesson : public Lesson {
                r.step_seconds / ddp_step);
     r.trace.metadata["predictions"]["ddp_step_seconds"] = ddp_step;
 
-    print_timeline(out, r.trace);
-    print_rank_table(out, r.trace);
-    return finish_trace(c, r.trace, name(), out);
+    return finish_run(c, r.trace, name(), out);
   }
 
  private:

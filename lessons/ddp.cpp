@@ -300,9 +300,7 @@ class DdpLesson : public Lesson {
 
     print_ddp_report(out, c, d_, r, one_rank_step);
     r.trace.metadata["predictions"]["speedup"] = one_rank_step / r.step_seconds;
-    print_timeline(out, r.trace);
-    print_rank_table(out, r.trace);
-    return finish_trace(c, r.trace, name(), out);
+    return finish_run(c, r.trace, name(), out);
   }
 
  private:

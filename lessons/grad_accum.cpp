@@ -51,9 +51,7 @@ class GradAccumLesson : public Lesson {
                c.steps, batch, diff);
     r.trace.metadata["predictions"]["max_param_difference"] = diff;
 
-    print_timeline(out, r.trace);
-    print_rank_table(out, r.trace);
-    return finish_trace(c, r.trace, name(), out);
+    return finish_run(c, r.trace, name(), out);
   }
 
  private:

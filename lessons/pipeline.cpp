@@ -223,9 +223,7 @@ class PipelineLesson : public Lesson {
                P, options_.microbatches);
     PipelineResult r = train_pipeline(c, options_, out);
     report(out, c, options_, r);
-    print_timeline(out, r.trace);
-    print_rank_table(out, r.trace);
-    return finish_trace(c, r.trace, name(), out);
+    return finish_run(c, r.trace, name(), out);
   }
 
  private:

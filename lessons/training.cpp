@@ -130,13 +130,20 @@ void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optiona
   trace::TraceSummary s = trace::analyze(trace, step);
   fmt::print(out, "\nper rank{} ({} window):\n", step ? fmt::format(", step {}", *step + 1) : "",
              format_seconds(s.window.end - s.window.begin));
-  fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>8} {:>9} {:>11} {:>12}\n", "rank", "busy", "comm",
-             "idle", "bubble", "overlap", "sent", "peak memory");
+  fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>8} {:>9} {:>11} {:>12}\n", "rank", "busy",
+             "comm", "idle", "bubble", "overlap", "sent", "peak memory");
   for (const trace::RankSummary& r : s.ranks)
     fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>7.1f}% {:>8.1f}% {:>11} {:>12}\n", r.rank,
                format_seconds(r.busy), format_seconds(r.comm), format_seconds(r.idle),
                100 * r.bubble_fraction, 100 * r.overlap_fraction, format_bytes(r.bytes_sent),
                format_bytes(r.peak_memory.total));
+}
+
+int finish_run(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
+               std::ostream& out) {
+  print_timeline(out, trace);
+  print_rank_table(out, trace);
+  return finish_trace(c, trace, lesson, out);
 }
 
 int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,

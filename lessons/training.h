@@ -50,6 +50,10 @@ void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optiona
 // The last step number recorded on the step lane, if any.
 std::optional<int> last_step(const trace::Trace& trace);
 
+// The end of every multi-rank lesson: print_timeline, print_rank_table, then finish_trace.
+int finish_run(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
+               std::ostream& out);
+
 // Writes the trace (if --trace), prints where it went, and opens the dashboard (if --viz).
 int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
                  std::ostream& out);

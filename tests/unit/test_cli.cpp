@@ -1,24 +1,11 @@
 // The `mgpu` program, run in-process: listing, help, and one clear line + exit 2 for bad input.
 #include <catch2/catch.hpp>
 
-#include <sstream>
+#include "mgpu_cli.h"
 
-#include "lessons/cli.h"
-
-using mgpu::lessons::mgpu_main;
-
-namespace {
-struct Result {
-  int code;
-  std::string out, err;
-};
-Result run_mgpu(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int code = mgpu_main(args, out, err);
-  return {code, out.str(), err.str()};
-}
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-}  // namespace
+using mgpu::testing::run_mgpu;
+using Result = mgpu::testing::CliResult;
+using mgpu::testing::count_lines;
 
 TEST_CASE("mgpu list names every lesson with its summary", "[cli]") {
   Result r = run_mgpu({"list"});
@@ -29,8 +16,8 @@ TEST_CASE("mgpu list names every lesson with its summary", "[cli]") {
 TEST_CASE("help is exit 0 and lists the options with defaults", "[cli]") {
   Result r = run_mgpu({"run", "single_device", "--help"});
   CHECK(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("--steps") && Catch::Contains("--heads") &&
-                        Catch::Contains("150"));
+  CHECK_THAT(r.out,
+             Catch::Contains("--steps") && Catch::Contains("--heads") && Catch::Contains("150"));
   CHECK(run_mgpu({"--help"}).code == 0);
   CHECK(run_mgpu({"profiles"}).code == 0);
 }
@@ -62,7 +49,7 @@ TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
     Result r = run_mgpu(c.args);
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains(c.says));
-    CHECK(lines(r.err) == 1);
+    CHECK(count_lines(r.err) == 1);
   }
 }
 
@@ -70,5 +57,6 @@ TEST_CASE("a capacity too small for the model is an out-of-memory breakdown, exi
   Result r = run_mgpu({"run", "single_device", "--steps", "1", "--capacity", "64KiB"});
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("out of memory") && Catch::Contains("parameters") &&
-                        Catch::Contains("capacity 64.00 KiB") && Catch::Contains("raise --capacity"));
+                        Catch::Contains("capacity 64.00 KiB") &&
+                        Catch::Contains("raise --capacity"));
 }

@@ -2,32 +2,16 @@
 // bucket options get one clear line and exit code 2.
 #include <catch2/catch.hpp>
 
-#include <sstream>
+#include "mgpu_cli.h"
 
-#include "lessons/cli.h"
-
-using mgpu::lessons::mgpu_main;
-
-namespace {
-struct Result {
-  int code;
-  std::string out, err;
-};
-Result run_mgpu(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int code = mgpu_main(args, out, err);
-  return {code, out.str(), err.str()};
+using mgpu::testing::run_mgpu;
+using Result = mgpu::testing::CliResult;
+static int lines(const std::string& s) {
+  return mgpu::testing::count_lines(s);
 }
-int lines(const std::string& s) {
-  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+static std::vector<std::string> with_tiny(std::vector<std::string> a) {
+  return mgpu::testing::with_tiny_model(std::move(a));
 }
-const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16",
-                                        "--heads", "2", "--seq", "8"};
-std::vector<std::string> with_tiny(std::vector<std::string> args) {
-  args.insert(args.end(), kTiny.begin(), kTiny.end());
-  return args;
-}
-}  // namespace
 
 TEST_CASE("mgpu list shows the data-parallel lessons", "[ddp][cli]") {
   Result r = run_mgpu({"list"});

@@ -2,32 +2,16 @@
 // plus exit code 2 for every impossible configuration.
 #include <catch2/catch.hpp>
 
-#include <sstream>
+#include "mgpu_cli.h"
 
-#include "lessons/cli.h"
-
-using mgpu::lessons::mgpu_main;
-
-namespace {
-struct Result {
-  int code;
-  std::string out, err;
-};
-Result run_mgpu(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int code = mgpu_main(args, out, err);
-  return {code, out.str(), err.str()};
+using mgpu::testing::run_mgpu;
+using Result = mgpu::testing::CliResult;
+static int lines(const std::string& s) {
+  return mgpu::testing::count_lines(s);
 }
-int lines(const std::string& s) {
-  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+static std::vector<std::string> args(std::vector<std::string> a) {
+  return mgpu::testing::with_tiny_model(std::move(a));
 }
-const std::vector<std::string> kTiny = {"--steps", "2", "--dim", "16",
-                                        "--heads", "2", "--seq", "8"};
-std::vector<std::string> args(std::vector<std::string> head) {
-  head.insert(head.end(), kTiny.begin(), kTiny.end());
-  return head;
-}
-}  // namespace
 
 TEST_CASE("pipeline lesson prints the plan, measured bubble beside theory, memory and timeline",
           "[lesson][pipeline]") {
