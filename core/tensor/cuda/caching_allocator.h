@@ -1,0 +1,11 @@
+// The caching allocator behind DeviceKind::cuda tensors (see caching_allocator.cpp).
+#pragma once
+#include "core/tensor/allocator.h"
+
+namespace mgpu::cuda {
+
+// The DeviceMemoryHooks that core's Allocator calls for cuda tensors. The Allocator keeps the
+// books (categories, peaks, capacity); these hooks only move real memory.
+DeviceMemoryHooks caching_allocator_hooks();
+
+}  // namespace mgpu::cuda
