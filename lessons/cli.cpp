@@ -15,6 +15,8 @@
 
 namespace mgpu::lessons {
 
+int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 namespace {
 
 constexpr int kExitUsage = 2;
@@ -129,7 +131,8 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
       "  mgpu list                      the lessons\n"
       "  mgpu run LESSON [options]      run one (see `mgpu run LESSON --help`)\n"
       "  mgpu viz [trace.json ...]      open traces in the dashboard (--screenshot out.png)\n"
-      "  mgpu profiles                  the hardware profiles of the modeled clock\n";
+      "  mgpu profiles                  the hardware profiles of the modeled clock\n"
+      "  mgpu calibrate [--out FILE]    measure this GPU and write a profile JSON\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << usage;
     return args.empty() ? kExitUsage : 0;
@@ -140,7 +143,9 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (cmd == "profiles") return cmd_profiles(out);
   if (cmd == "run") return cmd_run(rest, out, err);
   if (cmd == "viz") return cmd_viz(rest, out, err);
-  return usage_error(err, "", fmt::format("unknown command '{}' (use list, run, viz or profiles)", cmd));
+  if (cmd == "calibrate") return cmd_calibrate(rest, out, err);
+  return usage_error(
+      err, "", fmt::format("unknown command '{}' (use list, run, viz, profiles or calibrate)", cmd));
 }
 
 }  // namespace mgpu::lessons
