@@ -40,13 +40,11 @@ Tensor Tensor::from(const Shape& shape, const std::vector<float>& values, MemCat
     throw std::invalid_argument(fmt::format("Tensor::from: shape {} holds {} values, got {}",
                                             shape_str(shape), shape_numel(shape), values.size()));
   Tensor t = empty(shape, category, DType::f32, alloc);
-  if (t.has_data()) {
-    Tensor host = empty(shape, category, DType::f32, nullptr);
-    std::memcpy(host.f32(), values.data(), values.size() * sizeof(float));
+  if (t.has_data() && !values.empty()) {
     if (t.device().kind == DeviceKind::cpu)
-      t = host;
-    else
-      t.copy_from(host);
+      std::memcpy(t.f32(), values.data(), values.size() * sizeof(float));
+    else  // device memory: copy straight from the host vector
+      device_memory_hooks(t.device().kind).copy(t.raw(), values.data(), t.bytes());
   }
   return t;
 }
