@@ -47,6 +47,9 @@ struct CudaKernels {
   void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, double bias1,
                 double bias2) = nullptr;
+
+  // x[i] = value (Tensor::fill on a cuda tensor, e.g. zero_grad, without a host round trip).
+  void (*fill)(float* x, float value, int64_t count) = nullptr;
 };
 
 // The installed table (all null until a CUDA module installs one).

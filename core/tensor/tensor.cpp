@@ -1,5 +1,7 @@
 #include "core/tensor/tensor.h"
 
+#include "core/ops/cuda_table.h"
+
 #include <cstring>
 #include <stdexcept>
 
@@ -147,6 +149,10 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::fill(float value) {
   if (!has_data()) return;
+  if (device().kind == DeviceKind::cuda && cuda_kernels().fill && dtype_ == DType::f32) {
+    cuda_kernels().fill(f32(), value, numel_);  // queued on the rank's compute stream
+    return;
+  }
   if (device().kind != DeviceKind::cpu) {
     std::vector<float> host(static_cast<size_t>(numel_), value);
     device_memory_hooks(DeviceKind::cuda).copy(raw(), host.data(), bytes());

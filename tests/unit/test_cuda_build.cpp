@@ -41,8 +41,9 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(k.cross_entropy_loss);
   CHECK(k.sgd_momentum);
   CHECK(k.adamw);
+  CHECK(k.fill);
   // Every entry above, by size: a new entry added to CudaKernels must be added here too.
-  CHECK(sizeof(CudaKernels) == 20 * sizeof(void*));
+  CHECK(sizeof(CudaKernels) == 21 * sizeof(void*));
   const DeviceMemoryHooks& hooks = device_memory_hooks(DeviceKind::cuda);
   CHECK(hooks.allocate);
   CHECK(hooks.release);

@@ -318,6 +318,10 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
   }
 }
 
+__global__ void fill_kernel(float* x, float value, int64_t count) {
+  GRID_STRIDE(i, count) x[i] = value;
+}
+
 __global__ void empty_kernel() {}
 
 // ---- host wrappers (the CudaKernels signatures) ----------------------------------------------
@@ -479,6 +483,12 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
   check_launch("adamw");
 }
 
+void fill(float* x, float value, int64_t count) {
+  if (count == 0) return;
+  fill_kernel<<<blocks_for(count), kThreads, 0, compute_stream()>>>(x, value, count);
+  check_launch("fill");
+}
+
 }  // namespace
 
 void causal_softmax_forward(float* att, int64_t rows, int64_t t) {
@@ -518,6 +528,7 @@ void fill_elementwise_kernels(CudaKernels& k) {
   k.cross_entropy_loss = cross_entropy_loss;
   k.sgd_momentum = sgd_momentum;
   k.adamw = adamw;
+  k.fill = fill;
 }
 
 }  // namespace mgpu::cuda
