@@ -9,6 +9,7 @@
 
 #include "core/runtime/context.h"
 #include "core/runtime/gpu.h"
+#include "core/tensor/cuda/caching_allocator.h"
 
 namespace mgpu::cuda {
 
@@ -44,6 +45,7 @@ struct ThreadDevice {
   ~ThreadDevice() {
     cudaSetDevice(device);
     if (compute) cudaStreamSynchronize(compute);
+    if (compute) retire_stream(compute);  // its cached blocks become reusable by any stream
     for (void* p : scratch)
       if (p) cudaFree(p);
     if (blas) cublasDestroy(blas);
@@ -55,13 +57,18 @@ struct ThreadDevice {
   ThreadDevice& operator=(const ThreadDevice&) = delete;
 };
 
-ThreadDevice& thread_device() {
-  thread_local std::map<int, std::unique_ptr<ThreadDevice>> per_device;
-  int d = current_device();
-  auto& slot = per_device[d];
+std::map<int, std::unique_ptr<ThreadDevice>>& per_device() {
+  thread_local std::map<int, std::unique_ptr<ThreadDevice>> map;
+  return map;
+}
+
+ThreadDevice& thread_device(int d) {
+  auto& slot = per_device()[d];
   if (!slot) slot = std::make_unique<ThreadDevice>(d);
   return *slot;
 }
+
+ThreadDevice& thread_device() { return thread_device(current_device()); }
 
 }  // namespace
 
@@ -79,6 +86,18 @@ int current_device() {
 }
 
 cudaStream_t compute_stream() { return thread_device().compute; }
+
+cudaStream_t compute_stream(int device) {
+  int now = -1;
+  if (cudaGetDevice(&now) != cudaSuccess || now != device) check(cudaSetDevice(device), "cudaSetDevice");
+  return thread_device(device).compute;
+}
+
+cudaStream_t existing_compute_stream(int device) noexcept {
+  auto& map = per_device();
+  auto it = map.find(device);
+  return it != map.end() && it->second ? it->second->compute : nullptr;
+}
 cudaStream_t comm_stream() { return thread_device().comm; }
 
 cudaStream_t comm_ready_stream(cudaStream_t stream) {

@@ -27,6 +27,11 @@ int current_device();
 // when the thread exits).
 cudaStream_t compute_stream();
 cudaStream_t comm_stream();
+// The calling thread's compute stream on a given GPU (makes it the current device).
+cudaStream_t compute_stream(int device);
+// The calling thread's compute stream on `device` if it already has one, else nullptr. Never
+// creates anything and never throws (the allocator calls it from destructors).
+cudaStream_t existing_compute_stream(int device) noexcept;
 
 // Makes `stream` wait (on the GPU, not the host) for everything queued so far on the compute
 // stream, and returns it. Collectives call this so they read finished gradients.

@@ -10,6 +10,11 @@
 // without any synchronization, because a stream runs its work in order. Each rank thread has its
 // own compute stream, so ranks sharing one GPU never hand each other a busy block.
 //
+// Streams end (rank threads exit, their streams are synchronized and destroyed): retire_stream
+// then re-keys that stream's blocks to "no stream" (nullptr), a pool any stream may take from. A
+// live block whose stream retired goes back, when freed, to the pool of the freeing thread's
+// stream (the rank that used it), or to the no-stream pool if that thread has none.
+//
 // Size classes: requests round up to 512 bytes (small) or to a power-of-two quarter step (large:
 // 1, 1.25, 1.5, 1.75 x 2^k), which bounds the waste at 25% while letting similar sizes share.
 #include "core/tensor/cuda/caching_allocator.h"
@@ -73,19 +78,21 @@ Cache& cache() {
 }
 
 void* allocate(int64_t bytes, int device_index) {
-  (void)device_index;  // current_device() is the rank's device (or the tensor's, in tests)
-  const int device = current_device();
-  cudaStream_t stream = compute_stream();
+  const int device = device_index;
+  cudaStream_t stream = compute_stream(device);  // also makes `device` current
   const size_t rounded = size_class(static_cast<size_t>(bytes));
   Cache& c = cache();
   void* ptr = nullptr;
   {
     std::lock_guard lock(c.mutex);
-    auto it = c.free.find({device, stream, rounded});
-    if (it != c.free.end() && !it->second.empty()) {
-      ptr = it->second.back();
-      it->second.pop_back();
-      c.cached -= static_cast<int64_t>(rounded);
+    for (cudaStream_t owner : {stream, static_cast<cudaStream_t>(nullptr)}) {  // mine, then retired
+      auto it = c.free.find({device, owner, rounded});
+      if (it != c.free.end() && !it->second.empty()) {
+        ptr = it->second.back();
+        it->second.pop_back();
+        c.cached -= static_cast<int64_t>(rounded);
+        break;
+      }
     }
   }
   if (!ptr) {
@@ -119,6 +126,7 @@ void release(void* ptr, int device_index) {
   if (it == c.live.end()) return;  // not ours (cannot happen through core's Allocator)
   Block b = it->second;
   c.live.erase(it);
+  if (!b.stream) b.stream = existing_compute_stream(b.device);  // owner retired: the freer's
   c.free[{b.device, b.stream, b.bytes}].push_back(ptr);
   c.cached += static_cast<int64_t>(b.bytes);
 }
@@ -136,6 +144,23 @@ void copy(void* dst, const void* src, int64_t bytes) {
 }  // namespace
 
 DeviceMemoryHooks caching_allocator_hooks() { return {allocate, release, copy}; }
+
+void retire_stream(void* stream_ptr) noexcept {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  for (auto& [ptr, block] : c.live)
+    if (block.stream == stream) block.stream = nullptr;
+  for (auto it = c.free.begin(); it != c.free.end();) {
+    if (it->first.stream != stream) {
+      ++it;
+      continue;
+    }
+    auto& shared = c.free[{it->first.device, nullptr, it->first.bytes}];
+    shared.insert(shared.end(), it->second.begin(), it->second.end());
+    it = c.free.erase(it);
+  }
+}
 
 int64_t cached_bytes() {
   std::lock_guard lock(cache().mutex);

@@ -8,4 +8,8 @@ namespace mgpu::cuda {
 // books (categories, peaks, capacity); these hooks only move real memory.
 DeviceMemoryHooks caching_allocator_hooks();
 
+// Called when a thread's compute stream is destroyed, after synchronizing it: its cached blocks
+// (and the live blocks it owned) no longer belong to any stream and may be reused by any.
+void retire_stream(void* stream) noexcept;
+
 }  // namespace mgpu::cuda
