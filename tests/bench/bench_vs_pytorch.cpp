@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   ScopedRank scoped(ctx);
 
   GPT model(cfg);
-  AdamW optimizer(model.params(), AdamWOptions{});
+  optim::AdamW optimizer(model.params(), optim::AdamWOptions{});
   std::mt19937_64 rng(1);
   std::vector<int32_t> tokens(size_t(batch * seq)), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {

@@ -8,6 +8,7 @@
 
 #include "core/ops/cuda_table.h"
 #include "core/runtime/gpu.h"
+#include "core/tensor/allocator.h"
 #include "lessons/cli.h"
 
 using namespace mgpu;
