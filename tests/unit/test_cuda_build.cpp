@@ -51,7 +51,7 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(hooks.copy);
 }
 
-TEST_CASE("--device cuda without a GPU: one line, exit 2", "[cuda]") {
+TEST_CASE("without a GPU, device cuda is one line and exit 2", "[cuda]") {
   if (cuda::install()) {
     WARN("a GPU is present: the no-GPU path is not exercised here");
     return;
