@@ -108,6 +108,10 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
                  fits ? "" : " (ranks share GPUs: timings are not those of separate GPUs)");
   }
 
+  if (backend == "mpi" && w.options.device == DeviceKind::cuda)
+    throw std::invalid_argument(
+        "--device cuda under mpirun is not supported yet (the mpi backend moves host tensors); "
+        "run without mpirun: one process, one thread per GPU, nccl backend");
   if (backend == "mpi") {
 #ifdef MGPU_HAVE_MPI
     auto process = comm::mpi::init_process();
