@@ -4,9 +4,9 @@
 #include <fstream>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/gpu.h"
@@ -29,8 +29,9 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
     return 2;
   }
   if (!cuda::built_with_cuda()) {
-    fmt::print(err, "mgpu calibrate: error: this build has no CUDA support (rebuild with the CUDA "
-                    "toolkit); the modeled clock uses the presets of `mgpu profiles`\n");
+    fmt::print(err,
+               "mgpu calibrate: error: this build has no CUDA support (rebuild with the CUDA "
+               "toolkit); the modeled clock uses the presets of `mgpu profiles`\n");
     return 2;
   }
   if (!cuda::install()) {
@@ -44,7 +45,8 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
     fmt::print(out, "  device copy bandwidth            : {:8.0f} GB/s (read + write)\n",
                cal.copy_gbps);
     fmt::print(out, "  kernel launch overhead           : {:8.2f} us\n", cal.launch_us);
-    fmt::print(out, "  memory capacity                  : {:>10}\n", format_bytes(cal.memory_bytes));
+    fmt::print(out, "  memory capacity                  : {:>10}\n",
+               format_bytes(cal.memory_bytes));
     std::ofstream file(path);
     if (!file) {
       fmt::print(err, "mgpu calibrate: error: cannot write '{}'\n", path);

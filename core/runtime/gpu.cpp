@@ -7,13 +7,25 @@
 
 namespace mgpu::cuda {
 
-bool built_with_cuda() { return false; }
-bool install() { return false; }
-int device_count() { return 0; }
-std::string device_name(int) { return ""; }
-MemInfo memory_info(int) { return {}; }
+bool built_with_cuda() {
+  return false;
+}
+bool install() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
+std::string device_name(int) {
+  return "";
+}
+MemInfo memory_info(int) {
+  return {};
+}
 void synchronize() {}
-int64_t cached_bytes() { return 0; }
+int64_t cached_bytes() {
+  return 0;
+}
 void release_cached() {}
 Calibration calibrate() {
   throw std::runtime_error("this build has no CUDA support (rebuild with the CUDA toolkit)");

@@ -44,10 +44,10 @@ void release_cached();
 // std::runtime_error without a GPU.
 struct Calibration {
   HardwareProfile profile;
-  double gemm_tflops = 0;        // cuBLAS SGEMM 4096^3, fp32
-  double copy_gbps = 0;          // device-to-device cudaMemcpy, GB/s (read + write)
-  double launch_us = 0;          // empty kernel launch + completion, microseconds
-  int64_t memory_bytes = 0;      // total device memory
+  double gemm_tflops = 0;    // cuBLAS SGEMM 4096^3, fp32
+  double copy_gbps = 0;      // device-to-device cudaMemcpy, GB/s (read + write)
+  double launch_us = 0;      // empty kernel launch + completion, microseconds
+  int64_t memory_bytes = 0;  // total device memory
   std::string device;
 };
 Calibration calibrate();

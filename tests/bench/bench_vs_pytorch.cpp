@@ -31,14 +31,22 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const long value = std::strtol(argv[i + 1], nullptr, 10);
-    if (flag == "--layers") cfg.layers = int(value);
-    else if (flag == "--dim") cfg.dim = int(value);
-    else if (flag == "--heads") cfg.heads = int(value);
-    else if (flag == "--seq") cfg.seq_len = int(value);
-    else if (flag == "--batch") batch = value;
-    else if (flag == "--vocab") cfg.vocab = int(value);
-    else if (flag == "--steps") steps = int(value);
-    else if (flag == "--warmup") warmup = int(value);
+    if (flag == "--layers")
+      cfg.layers = int(value);
+    else if (flag == "--dim")
+      cfg.dim = int(value);
+    else if (flag == "--heads")
+      cfg.heads = int(value);
+    else if (flag == "--seq")
+      cfg.seq_len = int(value);
+    else if (flag == "--batch")
+      batch = value;
+    else if (flag == "--vocab")
+      cfg.vocab = int(value);
+    else if (flag == "--steps")
+      steps = int(value);
+    else if (flag == "--warmup")
+      warmup = int(value);
     else {
       std::fprintf(stderr, "bench_vs_pytorch: unknown option %s\n", flag.c_str());
       return 2;
@@ -81,13 +89,15 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens_per_s = double(batch * seq) * steps / secs;
   const double tflops = model.flops_per_token(seq) * tokens_per_s / 1e12;
-  std::printf("mgpu: %s | %d layers, dim %d, %d heads, seq %lld, batch %lld, vocab %d, %lld params\n",
-              cuda::device_name(0).c_str(), cfg.layers, cfg.dim, cfg.heads, (long long)seq,
-              (long long)batch, cfg.vocab, (long long)model.num_params());
-  std::printf("mgpu: fp32 AdamW, %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s (model FLOPs), loss %.3f, "
-              "memory peak %.2f GiB\n",
-              1e3 * secs / steps, tokens_per_s, tflops, loss,
-              double(ctx.allocator.stats().peak_total) / (1 << 30));
+  std::printf(
+      "mgpu: %s | %d layers, dim %d, %d heads, seq %lld, batch %lld, vocab %d, %lld params\n",
+      cuda::device_name(0).c_str(), cfg.layers, cfg.dim, cfg.heads, (long long)seq,
+      (long long)batch, cfg.vocab, (long long)model.num_params());
+  std::printf(
+      "mgpu: fp32 AdamW, %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s (model FLOPs), loss %.3f, "
+      "memory peak %.2f GiB\n",
+      1e3 * secs / steps, tokens_per_s, tflops, loss,
+      double(ctx.allocator.stats().peak_total) / (1 << 30));
   std::printf("RESULT mgpu tokens_per_s=%.1f\n", tokens_per_s);
   return 0;
 }

@@ -15,8 +15,8 @@ void install_seams();
 int main(int argc, char* argv[]) {
   if (!mgpu::cuda::install()) {
     std::printf("no CUDA GPU: skipped (%s)\n", mgpu::cuda::built_with_cuda()
-                                                  ? "cudaGetDeviceCount reports none"
-                                                  : "this build has no CUDA");
+                                                   ? "cudaGetDeviceCount reports none"
+                                                   : "this build has no CUDA");
     return 77;
   }
   mgpu::reference::install_seams();

@@ -13,12 +13,12 @@
 #include "core/runtime/gpu.h"
 #include "core/tensor/tensor.h"
 
-#define MGPU_REQUIRE_GPU()                  \
-  do {                                      \
-    if (!mgpu::cuda::install()) {           \
-      WARN("no CUDA GPU: skipped");         \
-      return;                               \
-    }                                       \
+#define MGPU_REQUIRE_GPU()          \
+  do {                              \
+    if (!mgpu::cuda::install()) {   \
+      WARN("no CUDA GPU: skipped"); \
+      return;                       \
+    }                               \
   } while (0)
 
 namespace gpu_test {
@@ -40,9 +40,12 @@ struct GpuRank {
   Tensor cpu(const Shape& shape, const std::vector<float>& values) {
     return Tensor::from(shape, values, MemCategory::workspace, &host);
   }
-  Tensor cpu_zeros(const Shape& shape) { return Tensor::zeros(shape, MemCategory::workspace, DType::f32, &host); }
+  Tensor cpu_zeros(const Shape& shape) {
+    return Tensor::zeros(shape, MemCategory::workspace, DType::f32, &host);
+  }
   Tensor gpu(const Tensor& host_tensor) {
-    Tensor t = Tensor::empty(host_tensor.shape(), MemCategory::workspace, DType::f32, &ctx.allocator);
+    Tensor t =
+        Tensor::empty(host_tensor.shape(), MemCategory::workspace, DType::f32, &ctx.allocator);
     t.copy_from(host_tensor);
     return t;
   }

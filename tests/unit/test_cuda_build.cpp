@@ -57,8 +57,8 @@ TEST_CASE("without a GPU, device cuda is one line and exit 2", "[cuda]") {
     return;
   }
   std::ostringstream out, err;
-  int code = lessons::mgpu_main({"run", "single_device", "--device", "cuda", "--steps", "1"}, out,
-                                err);
+  int code =
+      lessons::mgpu_main({"run", "single_device", "--device", "cuda", "--steps", "1"}, out, err);
   INFO("stdout: " << out.str() << "\nstderr: " << err.str());
   CHECK(code == 2);
   const std::string e = err.str();

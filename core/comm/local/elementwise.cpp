@@ -9,7 +9,9 @@
 namespace mgpu::comm::local {
 
 namespace {
-bool has_values(const Tensor& t) { return t.has_data() && t.numel() > 0; }
+bool has_values(const Tensor& t) {
+  return t.has_data() && t.numel() > 0;
+}
 
 bool on_cuda(const Tensor& t) {
   if (t.device().kind != DeviceKind::cuda) return false;

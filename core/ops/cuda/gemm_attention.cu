@@ -15,12 +15,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
           float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
-  check(cublasSgemmStridedBatched(cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                                  static_cast<int>(m), static_cast<int>(k), &alpha, b,
-                                  static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
-                                  stride_a, &beta, c, static_cast<int>(ldc), stride_c,
-                                  static_cast<int>(batch)),
+  check(cublasSgemmStridedBatched(
+            cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+            static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a, &beta, c,
+            static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
         "cublasSgemmStridedBatched");
 }
 
@@ -78,7 +77,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     const float* d_o = dout + bi * t * c;
     gemm(true, false, t, hs, t, 1.0f, p, t, t * t, d_o, c, hs, 0.0f, dv, 3 * c, hs, heads);  // dV
     gemm(false, true, t, t, hs, 1.0f, d_o, c, hs, v, 3 * c, hs, 0.0f, ds, t, t * t, heads);  // dP
-    causal_softmax_backward(ds, p, heads * t, t, scale);                                      // dS
+    causal_softmax_backward(ds, p, heads * t, t, scale);                                     // dS
     gemm(false, false, t, hs, t, 1.0f, ds, t, t * t, k, 3 * c, hs, 0.0f, dq, 3 * c, hs, heads);
     gemm(true, false, t, hs, t, 1.0f, ds, t, t * t, q, 3 * c, hs, 0.0f, dk, 3 * c, hs, heads);
   }

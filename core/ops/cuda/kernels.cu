@@ -20,7 +20,7 @@ namespace mgpu::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;        // threads per block everywhere in this file
+constexpr int kThreads = 256;          // threads per block everywhere in this file
 constexpr int64_t kRowsPerChunk = 64;  // rows per block in the column-sum kernels
 
 // Enough blocks for `count` threads, capped: the grid-stride loops cover the rest.
@@ -29,7 +29,9 @@ unsigned blocks_for(int64_t count) {
   return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
-void check_launch(const char* op) { check(cudaGetLastError(), op); }
+void check_launch(const char* op) {
+  check(cudaGetLastError(), op);
+}
 
 // ---- reductions ---------------------------------------------------------------------------
 
@@ -62,8 +64,9 @@ __device__ float block_reduce(float v, Op op, float identity) {
 
 // ---- element-wise -------------------------------------------------------------------------
 
-#define GRID_STRIDE(i, count) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (count); i += int64_t(gridDim.x) * blockDim.x)
+#define GRID_STRIDE(i, count)                                                   \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (count); \
+       i += int64_t(gridDim.x) * blockDim.x)
 
 __global__ void bias_add_kernel(float* out, const float* bias, int64_t n, int64_t c) {
   GRID_STRIDE(i, n * c) out[i] += bias[i % c];
@@ -84,7 +87,9 @@ __global__ void scale_kernel(float* x, float alpha, int64_t count) {
 // GELU, tanh approximation, with tanh written as the CPU reference writes it (1 - 2/(e^2u + 1)).
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
-__device__ float gelu_tanh(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+__device__ float gelu_tanh(float u) {
+  return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
 
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t count) {
   GRID_STRIDE(i, count) {
@@ -120,8 +125,8 @@ __global__ void bias_grad_kernel(float* dbias, const float* dout, int64_t n, int
 
 // dweight[j] += sum_i dy[i,j] * xhat[i,j];  dbias[j] += sum_i dy[i,j].
 __global__ void layernorm_param_grad_kernel(float* dweight, float* dbias, const float* dout,
-                                            const float* inp, const float* mean,
-                                            const float* rstd, int64_t n, int64_t c) {
+                                            const float* inp, const float* mean, const float* rstd,
+                                            int64_t n, int64_t c) {
   int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= c) return;
   int64_t begin = blockIdx.y * kRowsPerChunk, end = min(begin + kRowsPerChunk, n);
@@ -164,8 +169,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = w * dy, one block per row.
 __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp,
-                                          const float* weight, const float* mean,
-                                          const float* rstd, int64_t c) {
+                                          const float* weight, const float* mean, const float* rstd,
+                                          int64_t c) {
   const int64_t row = blockIdx.x;
   const float* x = inp + row * c;
   const float* dy = dout + row * c;
@@ -194,7 +199,8 @@ __device__ void softmax_row(float* y, const float* x, int64_t valid, int64_t c) 
   for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += expf(x[j] - mx);
   const float inv = 1.0f / block_reduce(s, Sum{}, 0.0f);
   // Every thread has read what it needs (block_reduce synchronizes), so y may alias x.
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) y[j] = j < valid ? expf(x[j] - mx) * inv : 0.0f;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+    y[j] = j < valid ? expf(x[j] - mx) * inv : 0.0f;
 }
 
 // dx = y * (dy - sum(y * dy)) * scale over the first `valid` entries; 0 beyond.
@@ -365,7 +371,7 @@ void gelu_forward(float* out, const float* inp, int64_t count) {
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t count) {
   if (count == 0) return;
   gelu_backward_kernel<<<blocks_for(count), kThreads, 0, compute_stream()>>>(dinp, inp, dout,
-                                                                              count);
+                                                                             count);
   check_launch("gelu_backward");
 }
 
@@ -384,7 +390,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   cudaStream_t s = compute_stream();
   // Parameter gradients first: they only read dout, which stays valid even if dinp aliases it.
   layernorm_param_grad_kernel<<<column_grid(n, c), kThreads, 0, s>>>(dweight, dbias, dout, inp,
-                                                                      mean, rstd, n, c);
+                                                                     mean, rstd, n, c);
   layernorm_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dinp, dout, inp, weight,
                                                                           mean, rstd, c);
   check_launch("layernorm_backward");
@@ -493,8 +499,8 @@ void fill(float* x, float value, int64_t count) {
 
 void causal_softmax_forward(float* att, int64_t rows, int64_t t) {
   if (rows == 0) return;
-  causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, compute_stream()>>>(
-      att, t);
+  causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, compute_stream()>>>(att,
+                                                                                                t);
   check_launch("causal_softmax_forward");
 }
 

@@ -12,7 +12,9 @@
 
 namespace mgpu::cuda {
 
-bool built_with_cuda() { return true; }
+bool built_with_cuda() {
+  return true;
+}
 
 int device_count() {
   int n = 0;
@@ -108,9 +110,9 @@ Calibration calibrate() {
     DeviceBuffer src(bytes), dst(bytes);
     double s = time_per_call(
         [&] {
-          check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice,
-                                compute_stream()),
-                "cudaMemcpyAsync");
+          check(
+              cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, compute_stream()),
+              "cudaMemcpyAsync");
         },
         2, 10);
     cal.copy_gbps = 2.0 * bytes / s / 1e9;

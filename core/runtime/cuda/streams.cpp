@@ -68,7 +68,9 @@ ThreadDevice& thread_device(int d) {
   return *slot;
 }
 
-ThreadDevice& thread_device() { return thread_device(current_device()); }
+ThreadDevice& thread_device() {
+  return thread_device(current_device());
+}
 
 }  // namespace
 
@@ -85,11 +87,14 @@ int current_device() {
   return d;
 }
 
-cudaStream_t compute_stream() { return thread_device().compute; }
+cudaStream_t compute_stream() {
+  return thread_device().compute;
+}
 
 cudaStream_t compute_stream(int device) {
   int now = -1;
-  if (cudaGetDevice(&now) != cudaSuccess || now != device) check(cudaSetDevice(device), "cudaSetDevice");
+  if (cudaGetDevice(&now) != cudaSuccess || now != device)
+    check(cudaSetDevice(device), "cudaSetDevice");
   return thread_device(device).compute;
 }
 
@@ -98,7 +103,9 @@ cudaStream_t existing_compute_stream(int device) noexcept {
   auto it = map.find(device);
   return it != map.end() && it->second ? it->second->compute : nullptr;
 }
-cudaStream_t comm_stream() { return thread_device().comm; }
+cudaStream_t comm_stream() {
+  return thread_device().comm;
+}
 
 cudaStream_t comm_ready_stream(cudaStream_t stream) {
   ThreadDevice& td = thread_device();
@@ -115,8 +122,8 @@ cublasHandle_t cublas() {
     // Plain FP32 math (no TF32) so results match the CPU reference tightly; the benchmark may
     // opt in with MGPU_TF32=1.
     const char* tf32 = std::getenv("MGPU_TF32");
-    check(cublasSetMathMode(td.blas, tf32 && tf32[0] == '1' ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                           : CUBLAS_DEFAULT_MATH),
+    check(cublasSetMathMode(
+              td.blas, tf32 && tf32[0] == '1' ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
           "cublasSetMathMode");
   }
   return td.blas;
@@ -136,6 +143,8 @@ void* scratch(int slot, size_t bytes) {
   return td.scratch[slot];
 }
 
-void synchronize() { check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize"); }
+void synchronize() {
+  check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize");
+}
 
 }  // namespace mgpu::cuda

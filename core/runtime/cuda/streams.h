@@ -43,6 +43,12 @@ cublasHandle_t cublas();
 // A per-thread device buffer that only grows (scratch for token ids, attention dS, losses).
 // Work on the compute stream is ordered, so reusing it call after call is safe.
 void* scratch(int slot, size_t bytes);
-enum ScratchSlot { kScratchTokens = 0, kScratchTargets, kScratchAttention, kScratchReduce, kNumScratch };
+enum ScratchSlot {
+  kScratchTokens = 0,
+  kScratchTargets,
+  kScratchAttention,
+  kScratchReduce,
+  kNumScratch
+};
 
 }  // namespace mgpu::cuda

@@ -57,8 +57,8 @@ struct PoolKey {
 
 struct Cache {
   std::mutex mutex;
-  std::unordered_map<void*, Block> live;        // handed out
-  std::map<PoolKey, std::vector<void*>> free;   // cached, ready for reuse on the same stream
+  std::unordered_map<void*, Block> live;       // handed out
+  std::map<PoolKey, std::vector<void*>> free;  // cached, ready for reuse on the same stream
   int64_t cached = 0;
 
   // Gives every cached block back to the driver. Caller holds the mutex.
@@ -98,7 +98,7 @@ void* allocate(int64_t bytes, int device_index) {
   if (!ptr) {
     cudaError_t status = cudaMalloc(&ptr, rounded);
     if (status == cudaErrorMemoryAllocation) {  // maybe the cache holds the memory we need
-      cudaGetLastError();                        // clear the sticky-free error
+      cudaGetLastError();                       // clear the sticky-free error
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       {
         std::lock_guard lock(c.mutex);
@@ -143,7 +143,9 @@ void copy(void* dst, const void* src, int64_t bytes) {
 
 }  // namespace
 
-DeviceMemoryHooks caching_allocator_hooks() { return {allocate, release, copy}; }
+DeviceMemoryHooks caching_allocator_hooks() {
+  return {allocate, release, copy};
+}
 
 void retire_stream(void* stream_ptr) noexcept {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
