@@ -234,3 +234,21 @@ TEST_CASE("a GPT forward/backward on the GPU matches the CPU (same weights, same
     require_close(gpu_params[i]->grad, cpu_params[i]->grad, "gradient", 1e-3);
   }
 }
+
+TEST_CASE("the caching allocator reuses a freed block and hands it out zeroed", "[gpu]") {
+  MGPU_REQUIRE_GPU();
+  GpuRank g;
+  CHECK(cuda::memory_info(0).total > 0);
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1000}, MemCategory::workspace, DType::f32, &g.ctx.allocator);
+    t.fill(3.0f);
+    CHECK(t.to_vector() == std::vector<float>(1000, 3.0f));
+    first = t.raw();
+  }
+  CHECK(cuda::cached_bytes() >= 4000);
+  Tensor u = Tensor::empty({1000}, MemCategory::workspace, DType::f32, &g.ctx.allocator);
+  CHECK(u.raw() == first);  // same stream, same size class: the cached block
+  CHECK(u.to_vector() == std::vector<float>(1000, 0.0f));
+  CHECK(g.ctx.allocator.stats().current[int(MemCategory::workspace)] == 4000);  // books unchanged
+}
