@@ -17,6 +17,8 @@
 
 namespace mgpu::lessons {
 
+int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 namespace {
 
 constexpr int kExitUsage = 2;
@@ -134,7 +136,8 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
       "  mgpu run LESSON [options]      run one (see `mgpu run LESSON --help`)\n"
       "  mgpu viz [trace.json ...]      open traces in the dashboard (--screenshot out.png)\n"
       "  mgpu profiles                  the hardware profiles of the modeled clock\n"
-      "  mgpu grade [exNN] [--impl mine|reference]   score the exercises (docs/exercises)\n";
+      "  mgpu grade [exNN] [--impl mine|reference]   score the exercises (docs/exercises)\n"
+      "  mgpu calibrate [--out FILE]    measure this GPU and write a profile JSON\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << usage;
     return args.empty() ? kExitUsage : 0;
@@ -155,7 +158,11 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   if (cmd == "run") return cmd_run(rest, out, err);
   if (cmd == "viz") return cmd_viz(rest, out, err);
   if (cmd == "grade") return cmd_grade(rest, out, err);
-  return usage_error(err, "", fmt::format("unknown command '{}' (use list, run, viz, profiles or grade)", cmd));
+  if (cmd == "calibrate") return cmd_calibrate(rest, out, err);
+  return usage_error(err, "",
+                     fmt::format("unknown command '{}' (use list, run, viz, profiles, grade or "
+                                 "calibrate)",
+                                 cmd));
 }
 
 }  // namespace mgpu::lessons

@@ -39,6 +39,17 @@ struct CudaKernels {
                                           float grad_scale) = nullptr;
   float (*cross_entropy_loss)(const float* logits, const int32_t* targets, int64_t n,
                               int64_t v) = nullptr;
+
+  // Optimizer updates (core/ops/optimizer_kernels.h): one element-wise pass over n values.
+  // bias1 = 1 - beta1^step, bias2 = 1 - beta2^step (computed once on the host, in double).
+  void (*sgd_momentum)(float* param, const float* grad, float* momentum_buf, int64_t n, float lr,
+                       float momentum, float weight_decay) = nullptr;
+  void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, double bias1,
+                double bias2) = nullptr;
+
+  // x[i] = value (Tensor::fill on a cuda tensor, e.g. zero_grad, without a host round trip).
+  void (*fill)(float* x, float value, int64_t count) = nullptr;
 };
 
 // The installed table (all null until a CUDA module installs one).

@@ -1,5 +1,7 @@
 #include "core/runtime/context.h"
 
+#include "core/runtime/gpu.h"
+
 namespace mgpu {
 
 namespace {
@@ -13,6 +15,18 @@ struct DefaultRank : RankContext {
     tracer.enabled = false;
   }
 };
+
+// The cuda clock, simplest correct form: at the boundaries of what becomes a trace event, wait
+// for the GPU work queued so far, so the wall time read there includes that work. (Kernels
+// inside a scope still run asynchronously; see docs/cuda.md for the event-based alternative.)
+void sync_if_cuda_clock(const RankContext& ctx) {
+  if (ctx.clock.kind() != ClockKind::cuda || ctx.device.kind != DeviceKind::cuda) return;
+  try {
+    cuda::synchronize();
+  } catch (...) {
+    // Called from destructors: a CUDA error is sticky and the next checked call reports it.
+  }
+}
 
 RankContext& default_context() {
   thread_local DefaultRank ctx;
@@ -64,10 +78,12 @@ ScopedRank::~ScopedRank() { t_current = previous_; }
 
 KernelScope::KernelScope(const char* op, double flops, double bytes)
     : ctx_(current_rank()), op_(op), flops_(flops), bytes_(bytes) {
+  if (ctx_.scopes.empty()) sync_if_cuda_clock(ctx_);  // a kernel outside scopes is its own event
   start_ = ctx_.clock.compute_now();
 }
 
 KernelScope::~KernelScope() {
+  if (ctx_.scopes.empty()) sync_if_cuda_clock(ctx_);
   ctx_.clock.advance_compute(ctx_.profile.kernel_time(flops_, bytes_));
   double end = ctx_.clock.compute_now();
   if (!ctx_.scopes.empty()) {
@@ -88,12 +104,14 @@ KernelScope::~KernelScope() {
 }
 
 ComputeScope::ComputeScope(trace::Event proto) : ctx_(current_rank()) {
+  sync_if_cuda_clock(ctx_);
   proto.lane = trace::Lane::compute;
   proto.start = ctx_.clock.compute_now();
   ctx_.scopes.push_back({std::move(proto), 0, 0});
 }
 
 ComputeScope::~ComputeScope() {
+  sync_if_cuda_clock(ctx_);
   RankContext::OpenScope open = std::move(ctx_.scopes.back());
   ctx_.scopes.pop_back();
   open.event.dur = ctx_.clock.compute_now() - open.event.start;
@@ -107,10 +125,12 @@ ComputeScope::~ComputeScope() {
 }
 
 StepScope::StepScope(int step) : ctx_(current_rank()), step_(step) {
+  sync_if_cuda_clock(ctx_);
   start_ = ctx_.clock.compute_now();
 }
 
 StepScope::~StepScope() {
+  sync_if_cuda_clock(ctx_);
   trace::Event e;
   e.name = "step " + std::to_string(step_);
   e.cat = trace::cat::step;

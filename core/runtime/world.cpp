@@ -12,6 +12,10 @@
 #include <fmt/format.h>
 
 #include "core/comm/local/local_world.h"
+#include "core/runtime/gpu.h"
+#ifdef MGPU_HAVE_NCCL
+#include "core/comm/nccl/nccl_comm.h"
+#endif
 #ifdef MGPU_HAVE_MPI
 #include "core/comm/mpi/mpi_comm.h"
 #endif
@@ -27,14 +31,16 @@ bool launched_by_mpi_launcher() {
   return false;
 }
 
-Device device_for_rank(DeviceKind kind, int rank) {
+// `gpus`: how many CUDA devices there are (cuda only). Rank r uses GPU r % gpus, so with more
+// ranks than GPUs several ranks share one ("shared-GPU mode").
+Device device_for_rank(DeviceKind kind, int rank, int gpus) {
   switch (kind) {
     case DeviceKind::cpu:
       return Device::cpu(rank);
     case DeviceKind::phantom:
       return Device::phantom(rank);
     case DeviceKind::cuda:
-      return Device::cuda(rank);  // shared-GPU mapping is the CUDA module's
+      return Device::cuda(gpus > 0 ? rank % gpus : rank);
   }
   return Device::cpu(rank);
 }
@@ -46,6 +52,7 @@ struct World::Impl {
   bool mpi = false;
   int world_size = 1;
   int first_rank = 0;  // world rank of ranks[0] (non-zero under MPI)
+  int gpus = 0;        // CUDA devices visible (device cuda only)
   std::vector<std::unique_ptr<RankContext>> ranks;
   std::shared_ptr<comm::local::LocalWorld> local;
   std::vector<std::unique_ptr<comm::Comm>> comms;
@@ -53,7 +60,7 @@ struct World::Impl {
   std::unique_ptr<RankContext> make_rank(int r, RankClock::Epoch epoch) const {
     HardwareProfile profile = options.profile;
     if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
-    auto ctx = std::make_unique<RankContext>(r, world_size, device_for_rank(options.device, r),
+    auto ctx = std::make_unique<RankContext>(r, world_size, device_for_rank(options.device, r, gpus),
                                              profile, options.clock, epoch);
     ctx->profile = options.profile;  // the allocator keeps the overridden capacity
     ctx->tracer.enabled = options.trace;
@@ -68,6 +75,43 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
   if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";
   auto epoch = std::chrono::steady_clock::now();
 
+  // CUDA: install the kernels and the caching allocator, and find out how many GPUs there are.
+  // One GPU per rank -> NCCL; more ranks than GPUs -> shared-GPU mode on the local backend.
+  if (w.options.device == DeviceKind::cuda && backend != "mpi") {
+    if (!cuda::install())
+      throw std::invalid_argument(
+          cuda::built_with_cuda()
+              ? "--device cuda: no CUDA GPU found (cudaGetDeviceCount reports none); use --device cpu"
+              : "--device cuda: this build has no CUDA support (rebuild with the CUDA toolkit); "
+                "use --device cpu");
+    w.gpus = cuda::device_count();
+    const bool fits = w.options.ranks <= w.gpus;
+#ifdef MGPU_HAVE_NCCL
+    const bool have_nccl = true;
+#else
+    const bool have_nccl = false;
+#endif
+    if (backend == "nccl" && !fits)
+      throw std::invalid_argument(fmt::format(
+          "backend nccl needs one GPU per rank: {} ranks but {} GPU(s); use --ranks {} or "
+          "--backend local (shared-GPU mode)",
+          w.options.ranks, w.gpus, w.gpus));
+    if (backend == "nccl" && !have_nccl)
+      throw std::invalid_argument("backend nccl: this build has no NCCL; use --backend local");
+    if (backend == "auto") backend = fits && have_nccl ? "nccl" : "local";
+    if (backend == "nccl")
+      fmt::print("cuda: {} rank(s) on {} GPU(s), one GPU per rank, nccl backend\n",
+                 w.options.ranks, w.gpus);
+    else
+      fmt::print("cuda: {} rank(s) on {} GPU(s), {}local backend{}\n", w.options.ranks, w.gpus,
+                 fits ? "" : "SHARED-GPU MODE, ",
+                 fits ? "" : " (ranks share GPUs: timings are not those of separate GPUs)");
+  }
+
+  if (backend == "mpi" && w.options.device == DeviceKind::cuda)
+    throw std::invalid_argument(
+        "--device cuda under mpirun is not supported yet (the mpi backend moves host tensors); "
+        "run without mpirun: one process, one thread per GPU, nccl backend");
   if (backend == "mpi") {
 #ifdef MGPU_HAVE_MPI
     auto process = comm::mpi::init_process();
@@ -85,6 +129,12 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
         "(install libopenmpi-dev openmpi-bin and reconfigure)");
 #endif
   }
+  if (backend == "nccl") {
+    if (w.options.device != DeviceKind::cuda)
+      throw std::invalid_argument("backend nccl needs --device cuda (use local or mpi on cpu)");
+    make_nccl_world(epoch);
+    return;
+  }
   if (backend != "local")
     throw std::invalid_argument(fmt::format(
         "backend '{}' is not available for a thread world; use auto, local or mpi", backend));
@@ -100,6 +150,39 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
   w.local = std::make_shared<comm::local::LocalWorld>(w.world_size, w.options.comm_timeout);
   w.comms = comm::local::make_local_world_comms(w.local, contexts);
   for (int r = 0; r < w.world_size; ++r) w.ranks[r]->comm = w.comms[r].get();
+}
+
+// One thread per rank calls ncclCommInitRank with a shared id (the call blocks until all ranks
+// have joined, so they must run concurrently).
+void World::make_nccl_world(RankClock::Epoch epoch) {
+  Impl& w = *impl_;
+#ifdef MGPU_HAVE_NCCL
+  w.world_size = w.options.ranks;
+  for (int r = 0; r < w.world_size; ++r) w.ranks.push_back(w.make_rank(r, epoch));
+  const comm::nccl::UniqueId id = comm::nccl::make_unique_id();
+  w.comms.resize(w.world_size);
+  std::vector<std::exception_ptr> errors(w.world_size);
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < w.world_size; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          ScopedRank scoped(*w.ranks[r]);
+          w.comms[r] = comm::nccl::make_comm(*w.ranks[r], id, r, w.world_size,
+                                             w.options.comm_timeout);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (int r = 0; r < w.world_size; ++r) w.ranks[r]->comm = w.comms[r].get();
+#else
+  (void)w;
+  (void)epoch;
+  throw std::invalid_argument("backend nccl: this build has no NCCL; use --backend local");
+#endif
 }
 
 World::~World() = default;
@@ -153,13 +236,13 @@ void World::run(const std::function<void(RankContext&)>& fn) {
     if (!slot) slot.emplace(rank, what, std::current_exception());
   };
 
-  w.local->begin_run();
+  if (w.local) w.local->begin_run();
   auto body = [&](int r) {
     RankContext& ctx = *w.ranks[r];
     ScopedRank scoped(ctx);
     try {
       fn(ctx);
-      w.local->rank_finished(r);
+      if (w.local) w.local->rank_finished(r);
       return;
     } catch (const comm::Aborted& e) {
       record(r, e.what(), true);
@@ -168,7 +251,7 @@ void World::run(const std::function<void(RankContext&)>& fn) {
     } catch (...) {
       record(r, "unknown exception", false);
     }
-    w.local->rank_failed(r);  // wakes every rank blocked in a wait
+    if (w.local) w.local->rank_failed(r);  // wakes every rank blocked in a wait (nccl: timeouts)
   };
 
   if (w.world_size == 1) {

@@ -67,6 +67,7 @@ class World {
   trace::Trace collect_trace(nlohmann::json metadata = nlohmann::json::object()) const;
 
  private:
+  void make_nccl_world(RankClock::Epoch epoch);  // backend nccl: one GPU per rank
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

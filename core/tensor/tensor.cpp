@@ -1,5 +1,7 @@
 #include "core/tensor/tensor.h"
 
+#include "core/ops/cuda_table.h"
+
 #include <cstring>
 #include <stdexcept>
 
@@ -40,13 +42,11 @@ Tensor Tensor::from(const Shape& shape, const std::vector<float>& values, MemCat
     throw std::invalid_argument(fmt::format("Tensor::from: shape {} holds {} values, got {}",
                                             shape_str(shape), shape_numel(shape), values.size()));
   Tensor t = empty(shape, category, DType::f32, alloc);
-  if (t.has_data()) {
-    Tensor host = empty(shape, category, DType::f32, nullptr);
-    std::memcpy(host.f32(), values.data(), values.size() * sizeof(float));
+  if (t.has_data() && !values.empty()) {
     if (t.device().kind == DeviceKind::cpu)
-      t = host;
-    else
-      t.copy_from(host);
+      std::memcpy(t.f32(), values.data(), values.size() * sizeof(float));
+    else  // device memory: copy straight from the host vector
+      device_memory_hooks(t.device().kind).copy(t.raw(), values.data(), t.bytes());
   }
   return t;
 }
@@ -149,6 +149,10 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::fill(float value) {
   if (!has_data()) return;
+  if (device().kind == DeviceKind::cuda && cuda_kernels().fill && dtype_ == DType::f32) {
+    cuda_kernels().fill(f32(), value, numel_);  // queued on the rank's compute stream
+    return;
+  }
   if (device().kind != DeviceKind::cpu) {
     std::vector<float> host(static_cast<size_t>(numel_), value);
     device_memory_hooks(DeviceKind::cuda).copy(raw(), host.data(), bytes());

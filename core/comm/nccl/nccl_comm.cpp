@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "core/runtime/cuda/streams.h"
+
 namespace mgpu::comm::nccl {
 
 namespace {
@@ -57,22 +59,22 @@ class NcclComm final : public Comm {
 
   void send(const Tensor& t, int dst, int tag) override {
     (void)tag;  // NCCL orders messages per pair by call order; tags are not needed
-    check(ncclSend(t.raw(), t.numel(), nccl_type(t.dtype()), dst, comm_, stream_), "ncclSend");
+    check(ncclSend(t.raw(), t.numel(), nccl_type(t.dtype()), dst, comm_, ready()), "ncclSend");
     synchronize(fmt::format("send to rank {}", dst));
   }
   void recv(Tensor& t, int src, int tag) override {
     (void)tag;
-    check(ncclRecv(t.raw(), t.numel(), nccl_type(t.dtype()), src, comm_, stream_), "ncclRecv");
+    check(ncclRecv(t.raw(), t.numel(), nccl_type(t.dtype()), src, comm_, ready()), "ncclRecv");
     synchronize(fmt::format("recv from rank {}", src));
   }
   Work isend(const Tensor& t, int dst, int tag) override {
     (void)tag;
-    check(ncclSend(t.raw(), t.numel(), nccl_type(t.dtype()), dst, comm_, stream_), "ncclSend");
+    check(ncclSend(t.raw(), t.numel(), nccl_type(t.dtype()), dst, comm_, ready()), "ncclSend");
     return pending("isend");
   }
   Work irecv(Tensor& t, int src, int tag) override {
     (void)tag;
-    check(ncclRecv(t.raw(), t.numel(), nccl_type(t.dtype()), src, comm_, stream_), "ncclRecv");
+    check(ncclRecv(t.raw(), t.numel(), nccl_type(t.dtype()), src, comm_, ready()), "ncclRecv");
     return pending("irecv");
   }
 
@@ -90,7 +92,7 @@ class NcclComm final : public Comm {
       throw CommError(fmt::format("nccl reduce_scatter needs a length divisible by {} (got {})",
                                   size_, in.numel()));
     check(ncclReduceScatter(in.raw(), out.raw(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
-                            comm_, stream_),
+                            comm_, ready()),
           "ncclReduceScatter");
     synchronize("reduce_scatter");
   }
@@ -98,12 +100,12 @@ class NcclComm final : public Comm {
     if (out.numel() % size_ != 0)
       throw CommError(fmt::format("nccl all_gather needs a length divisible by {} (got {})", size_,
                                   out.numel()));
-    check(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, stream_),
+    check(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, ready()),
           "ncclAllGather");
     synchronize("all_gather");
   }
   void broadcast(Tensor& t, int root) override {
-    check(ncclBroadcast(t.raw(), t.raw(), t.numel(), nccl_type(t.dtype()), root, comm_, stream_),
+    check(ncclBroadcast(t.raw(), t.raw(), t.numel(), nccl_type(t.dtype()), root, comm_, ready()),
           "ncclBroadcast");
     synchronize("broadcast");
   }
@@ -111,7 +113,7 @@ class NcclComm final : public Comm {
     // An all-reduce of one float is the cheapest way to make every rank meet.
     void* one = nullptr;
     check(cudaMallocAsync(&one, sizeof(float), stream_), "cudaMallocAsync");
-    check(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    check(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, ready()), "ncclAllReduce");
     check(cudaFreeAsync(one, stream_), "cudaFreeAsync");
     synchronize("barrier");
   }
@@ -142,9 +144,13 @@ class NcclComm final : public Comm {
   }
 
  private:
+  // The comm stream, after making it wait (on the GPU) for the kernels this rank has queued on
+  // its compute stream: a collective must read the finished gradients, not half-written ones.
+  cudaStream_t ready() { return mgpu::cuda::comm_ready_stream(stream_); }
+
   void enqueue_all_reduce(Tensor& t, ReduceOp op) {
     check(ncclAllReduce(t.raw(), t.raw(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_,
-                        stream_),
+                        ready()),
           "ncclAllReduce");
   }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ops/cuda_table.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::ops {
@@ -26,6 +27,18 @@ void check_host(const char* op, const Tensor& param) {
                     param.device().kind == DeviceKind::cuda ? "cuda" : "non-cpu"));
 }
 
+// The installed CUDA kernel for a cuda tensor (ops.cpp's seam), or a clear error.
+template <class Fn>
+Fn cuda_entry(Fn CudaKernels::*entry, const char* op) {
+  Fn fn = cuda_kernels().*entry;
+  if (!fn)
+    throw std::logic_error(fmt::format(
+        "{}: this op has no CUDA kernel yet (call mgpu::cuda::install() first)", op));
+  return fn;
+}
+
+bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
+
 }  // namespace
 
 void sgd_momentum_update(Tensor param, Tensor grad, Tensor momentum_buf, float lr, float momentum,
@@ -37,6 +50,12 @@ void sgd_momentum_update(Tensor param, Tensor grad, Tensor momentum_buf, float l
   check_same_size("sgd_momentum_update", param, grad, "grad");
   if (use_momentum) check_same_size("sgd_momentum_update", param, momentum_buf, "momentum buffer");
   if (!param.has_data()) return;  // phantom: cost only
+  if (on_cuda(param)) {
+    cuda_entry(&CudaKernels::sgd_momentum, "sgd_momentum_update")(
+        param.f32(), grad.f32(), use_momentum ? momentum_buf.f32() : nullptr, n, lr, momentum,
+        weight_decay);
+    return;
+  }
   check_host("sgd_momentum_update", param);
 
   float* p = param.f32();
@@ -63,11 +82,17 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float
   check_same_size("adamw_update", param, v, "second moment v");
   if (step < 1) throw std::invalid_argument(fmt::format("adamw_update: step {} < 1", step));
   if (!param.has_data()) return;  // phantom: cost only
-  check_host("adamw_update", param);
 
   // Early steps see m and v still biased towards their zero start; dividing by these undoes it.
   const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bias2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  if (on_cuda(param)) {
+    cuda_entry(&CudaKernels::adamw, "adamw_update")(param.f32(), grad.f32(), m.f32(), v.f32(), n,
+                                                    lr, beta1, beta2, eps, weight_decay, bias1,
+                                                    bias2);
+    return;
+  }
+  check_host("adamw_update", param);
   const float decay = 1.0f - lr * weight_decay;
 
   float* p = param.f32();

@@ -1,0 +1,31 @@
+// Internal to the CUDA module: the pieces core/ops/cuda/*.cu export to each other and to
+// core/runtime/cuda/ (install, calibrate). Every function runs on the calling rank's compute
+// stream (core/runtime/cuda/streams.h) and returns without waiting, unless it returns a value.
+#pragma once
+#include <cstdint>
+
+#include "core/ops/cuda_table.h"
+
+namespace mgpu::cuda {
+
+// The full table of CUDA kernels, ready for install_cuda_kernels().
+CudaKernels kernel_table();
+
+// kernels.cu fills its entries of `table`; gemm_attention.cu fills matmul and attention.
+void fill_elementwise_kernels(CudaKernels& table);
+void fill_gemm_attention_kernels(CudaKernels& table);
+
+// Row-major C = alpha * op(A) @ op(B) + beta * C for `batch` matrices at fixed strides (elements).
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+          float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+
+// Causal softmax over the rows of att [rows, t] in place (row r is query position r % t), with
+// the scores pre-scaled; and its backward: ds = p * (ds - rowsum(p * ds)) * scale, in place.
+void causal_softmax_forward(float* att, int64_t rows, int64_t t);
+void causal_softmax_backward(float* ds, const float* p, int64_t rows, int64_t t, float scale);
+
+// An empty kernel on the compute stream (calibration measures launch overhead with it).
+void launch_empty_kernel();
+
+}  // namespace mgpu::cuda

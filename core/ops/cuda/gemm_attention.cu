@@ -1,0 +1,101 @@
+// GEMM and causal attention on the GPU: cuBLAS does the products, kernels.cu the causal softmax.
+//
+// cuBLAS is column-major; our tensors are row-major. A row-major matrix read as column-major is
+// its transpose, so row-major C = op(A) op(B) is computed as column-major C^T = op(B)^T op(A)^T:
+// swap the operands (and m with n) and keep every leading dimension as it is. That is all
+// gemm() below does.
+#include <cmath>
+
+#include "core/ops/cuda/cuda_kernels.h"
+#include "core/runtime/cuda/streams.h"
+
+namespace mgpu::cuda {
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+          float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  check(cublasSgemmStridedBatched(
+            cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+            static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a, &beta, c,
+            static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
+        "cublasSgemmStridedBatched");
+}
+
+namespace {
+
+// C[m,n] = op(A) @ op(B) + beta * C, as cpu::matmul.
+void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
+            bool trans_b, float beta) {
+  const int64_t lda = trans_a ? m : k;
+  const int64_t ldb = trans_b ? k : n;
+  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, 0, b, ldb, 0, beta, c, n, 0, 1);
+}
+
+// Per batch element, all heads at once: head h of q, k and v sits at column offset h*hs of
+// qkv's rows (row stride 3C), so "the next head" is a fixed stride of hs elements and one
+// strided-batched GEMM covers every head. Layouts match the CPU: qkv [B,T,3C], att [B,H,T,T].
+//   att = causal_softmax(q k^T / sqrt(hs)),  out = att v
+void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
+                       int64_t heads) {
+  const int64_t hs = c / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t bi = 0; bi < b; bi++) {
+    const float* q = qkv + bi * t * 3 * c;
+    const float* k = q + c;
+    float* p = att + bi * heads * t * t;
+    gemm(false, true, t, t, hs, scale, q, 3 * c, hs, k, 3 * c, hs, 0.0f, p, t, t * t, heads);
+  }
+  causal_softmax_forward(att, b * heads * t, t);  // every row of every (batch, head) at once
+  for (int64_t bi = 0; bi < b; bi++) {
+    const float* v = qkv + bi * t * 3 * c + 2 * c;
+    const float* p = att + bi * heads * t * t;
+    gemm(false, false, t, hs, t, 1.0f, p, t, t * t, v, 3 * c, hs, 0.0f, out + bi * t * c, c, hs,
+         heads);
+  }
+}
+
+// As the CPU, per batch element (all heads batched), with P = att and dO = dout's head slice:
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)) / sqrt(hs),  dQ = dS K,  dK = dS^T Q
+// dS for one batch element ([H,T,T]) lives in a scratch buffer reused across batch elements
+// (safe: everything is on one stream, so the next element's dP waits for this one's dQ and dK).
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                        int64_t b, int64_t t, int64_t c, int64_t heads) {
+  const int64_t hs = c / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  auto* ds = static_cast<float*>(
+      scratch(kScratchAttention, static_cast<size_t>(heads * t * t) * sizeof(float)));
+  for (int64_t bi = 0; bi < b; bi++) {
+    const float* q = qkv + bi * t * 3 * c;
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    float* dq = dqkv + bi * t * 3 * c;
+    float* dk = dq + c;
+    float* dv = dq + 2 * c;
+    const float* p = att + bi * heads * t * t;
+    const float* d_o = dout + bi * t * c;
+    gemm(true, false, t, hs, t, 1.0f, p, t, t * t, d_o, c, hs, 0.0f, dv, 3 * c, hs, heads);  // dV
+    gemm(false, true, t, t, hs, 1.0f, d_o, c, hs, v, 3 * c, hs, 0.0f, ds, t, t * t, heads);  // dP
+    causal_softmax_backward(ds, p, heads * t, t, scale);                                     // dS
+    gemm(false, false, t, hs, t, 1.0f, ds, t, t * t, k, 3 * c, hs, 0.0f, dq, 3 * c, hs, heads);
+    gemm(true, false, t, hs, t, 1.0f, ds, t, t * t, q, 3 * c, hs, 0.0f, dk, 3 * c, hs, heads);
+  }
+}
+
+}  // namespace
+
+void fill_gemm_attention_kernels(CudaKernels& k) {
+  k.matmul = matmul;
+  k.attention_forward = attention_forward;
+  k.attention_backward = attention_backward;
+}
+
+CudaKernels kernel_table() {
+  CudaKernels k;
+  fill_elementwise_kernels(k);
+  fill_gemm_attention_kernels(k);
+  return k;
+}
+
+}  // namespace mgpu::cuda

@@ -1,0 +1,35 @@
+// Stubs for a build without CUDA: every query says "no GPU". With CUDA, core/runtime/cuda/
+// provides the real functions and this file compiles to nothing.
+#include "core/runtime/gpu.h"
+
+#ifndef MGPU_HAVE_CUDA
+#include <stdexcept>
+
+namespace mgpu::cuda {
+
+bool built_with_cuda() {
+  return false;
+}
+bool install() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
+std::string device_name(int) {
+  return "";
+}
+MemInfo memory_info(int) {
+  return {};
+}
+void synchronize() {}
+int64_t cached_bytes() {
+  return 0;
+}
+void release_cached() {}
+Calibration calibrate() {
+  throw std::runtime_error("this build has no CUDA support (rebuild with the CUDA toolkit)");
+}
+
+}  // namespace mgpu::cuda
+#endif

@@ -1,0 +1,65 @@
+// `mgpu calibrate [--out profile.json]`: measures this machine's GPU (cuBLAS SGEMM 4096^3,
+// device copy bandwidth, empty-kernel launch overhead, memory capacity) and writes the numbers as
+// a HardwareProfile JSON that `--profile FILE` reads back. Without a GPU: one line, exit 2.
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/gpu.h"
+#include "core/tensor/allocator.h"
+
+namespace mgpu::lessons {
+
+int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app("measure this GPU and write a HardwareProfile", "mgpu calibrate");
+  std::string path = "profile.json";
+  app.add_option("--out", path, "where to write the profile JSON")->capture_default_str();
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    fmt::print(err, "mgpu calibrate: error: {}\n", e.what());
+    return 2;
+  }
+  if (!cuda::built_with_cuda()) {
+    fmt::print(err,
+               "mgpu calibrate: error: this build has no CUDA support (rebuild with the CUDA "
+               "toolkit); the modeled clock uses the presets of `mgpu profiles`\n");
+    return 2;
+  }
+  if (!cuda::install()) {
+    fmt::print(err, "mgpu calibrate: error: no CUDA GPU found (cudaGetDeviceCount reports none)\n");
+    return 2;
+  }
+  try {
+    fmt::print(out, "calibrating {} ...\n", cuda::device_name(0));
+    cuda::Calibration cal = cuda::calibrate();
+    fmt::print(out, "  GEMM (cuBLAS SGEMM 4096^3, fp32) : {:8.1f} TFLOP/s\n", cal.gemm_tflops);
+    fmt::print(out, "  device copy bandwidth            : {:8.0f} GB/s (read + write)\n",
+               cal.copy_gbps);
+    fmt::print(out, "  kernel launch overhead           : {:8.2f} us\n", cal.launch_us);
+    fmt::print(out, "  memory capacity                  : {:>10}\n",
+               format_bytes(cal.memory_bytes));
+    std::ofstream file(path);
+    if (!file) {
+      fmt::print(err, "mgpu calibrate: error: cannot write '{}'\n", path);
+      return 2;
+    }
+    file << cal.profile.to_json().dump(2) << "\n";
+    fmt::print(out, "wrote {} (use it with --profile {}; links are not measured, edit them)\n",
+               path, path);
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(err, "mgpu calibrate: failed: {}\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace mgpu::lessons

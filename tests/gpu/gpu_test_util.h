@@ -1,0 +1,91 @@
+// Helpers for the GPU tests: a CUDA rank to run under, host<->device tensors, and a comparison
+// with a stated tolerance. Every TEST_CASE starts with MGPU_REQUIRE_GPU() so that, even when run
+// through another main, it WARNs "no CUDA GPU: skipped" and returns instead of failing.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/runtime/context.h"
+#include "core/runtime/gpu.h"
+#include "core/tensor/tensor.h"
+
+#define MGPU_REQUIRE_GPU()          \
+  do {                              \
+    if (!mgpu::cuda::install()) {   \
+      WARN("no CUDA GPU: skipped"); \
+      return;                       \
+    }                               \
+  } while (0)
+
+namespace gpu_test {
+
+using namespace mgpu;
+
+// fp32 tolerance of every op comparison: max |gpu - cpu| <= kRelTol * max(|cpu|) + kAbsTol.
+// Both sides compute in fp32; only the order of additions differs (cuBLAS vs OpenBLAS, block
+// reductions vs loops, atomics), which costs a few ulps per add.
+constexpr double kRelTol = 1e-4;
+constexpr double kAbsTol = 1e-6;
+
+// A rank on cuda:0 (wall clock, no capacity), installed as current for the scope's lifetime.
+struct GpuRank {
+  RankContext ctx{0, 1, Device::cuda(0), HardwareProfile::ideal(0), ClockKind::wall};
+  ScopedRank scoped{ctx};
+  Allocator host{Device::cpu()};
+
+  Tensor cpu(const Shape& shape, const std::vector<float>& values) {
+    return Tensor::from(shape, values, MemCategory::workspace, &host);
+  }
+  Tensor cpu_zeros(const Shape& shape) {
+    return Tensor::zeros(shape, MemCategory::workspace, DType::f32, &host);
+  }
+  Tensor gpu(const Tensor& host_tensor) {
+    Tensor t =
+        Tensor::empty(host_tensor.shape(), MemCategory::workspace, DType::f32, &ctx.allocator);
+    t.copy_from(host_tensor);
+    return t;
+  }
+  // A random host tensor and its GPU copy.
+  std::pair<Tensor, Tensor> pair(const Shape& shape, uint64_t seed, float stddev = 1.0f) {
+    Tensor h = cpu(shape, randn(shape_numel(shape), seed, stddev));
+    return {h, gpu(h)};
+  }
+  static std::vector<float> randn(int64_t n, uint64_t seed, float stddev) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.0f, stddev);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = dist(rng);
+    return v;
+  }
+};
+
+inline void require_close(const Tensor& gpu, const Tensor& cpu, const char* what,
+                          double rel = kRelTol) {
+  std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
+  REQUIRE(g.size() == c.size());
+  double max_ref = 0, max_err = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(double(c[i])));
+    double err = std::fabs(double(g[i]) - double(c[i]));
+    if (!(err <= max_err)) {  // also catches NaN
+      max_err = std::isnan(err) ? INFINITY : err;
+      worst = i;
+    }
+  }
+  INFO(what << ": max |gpu - cpu| = " << max_err << " at " << worst << " (gpu " << g[worst]
+            << ", cpu " << c[worst] << "), max |cpu| = " << max_ref << ", tolerance "
+            << rel * max_ref + kAbsTol);
+  CHECK(max_err <= rel * max_ref + kAbsTol);
+}
+
+inline void require_close(float gpu, float cpu, const char* what, double rel = kRelTol) {
+  INFO(what << ": gpu " << gpu << ", cpu " << cpu);
+  CHECK(std::fabs(double(gpu) - double(cpu)) <= rel * std::fabs(double(cpu)) + kAbsTol);
+}
+
+}  // namespace gpu_test
