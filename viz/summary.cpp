@@ -60,6 +60,9 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
       line += buf;
     }
   }
+  if (view.summary_step())
+    line = "step " + std::to_string(*view.summary_step() + 1) + " of the run" +
+           (line.empty() ? "" : ":    ") + line;
   if (!line.empty()) ImGui::TextUnformatted(line.c_str());
 
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg |

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace mgpu::viz {
@@ -191,8 +192,13 @@ void TraceView::compute_gaps_and_summary() {
   summary_.assign(num_ranks_, {});
   const double window = run_end_ - run_start_;
   const double min_gap = window * 1e-9;  // ignore floating-point slivers between touching events
-  // The numbers come from core/trace/analysis, so the dashboard shows what the lesson printed.
-  const trace::TraceSummary analysis = trace::analyze(trace_);
+  // The numbers come from core/trace/analysis, so the dashboard shows what the lesson printed:
+  // like the lesson's table, a multi-step run is summarised by its last step.
+  std::set<int> steps;
+  for (const Event& e : trace_.events)
+    if (e.lane == Lane::step && e.step >= 0) steps.insert(e.step);
+  summary_step_ = steps.size() > 1 ? std::optional<int>(*steps.rbegin()) : std::nullopt;
+  const trace::TraceSummary analysis = trace::analyze(trace_, summary_step_);
   for (int r = 0; r < num_ranks_; ++r) {
     // Bubbles: the holes between busy intervals of the compute lane, inside the run window.
     // The lane index is already sorted by start: one pass, no re-sorting of the whole trace.

@@ -135,6 +135,8 @@ class TraceView {
   std::optional<double> memory_capacity() const { return capacity_; }
 
   const RankSummary& summary(int rank) const { return summary_[rank]; }
+  // The step the summary describes (the last one of a multi-step run), or none: the whole run.
+  std::optional<int> summary_step() const { return summary_step_; }
   // Theory from metadata["predictions"][key], if it is a number.
   std::optional<double> prediction(const std::string& key) const;
 
@@ -163,6 +165,7 @@ class TraceView {
   std::vector<LaneIndex> lanes_;
   std::vector<std::vector<Gap>> gaps_;
   std::vector<RankSummary> summary_;
+  std::optional<int> summary_step_;
   std::vector<int> partner_group_;        // per event: index into groups_, or -1
   std::vector<std::vector<int>> groups_;  // events that belong together
   std::vector<std::vector<StackedSample>> memory_;

@@ -2,6 +2,7 @@
 // idle gaps, selection partners, memory stacking and the per-rank summary.
 #include <catch2/catch.hpp>
 
+#include "core/trace/analysis.h"
 #include "viz/synthetic.h"
 #include "viz/view_model.h"
 
@@ -255,4 +256,28 @@ TEST_CASE("an empty trace gives an empty, valid view", "[viz]") {
   axis.fit(view.run_start(), view.run_end());
   CHECK(axis.t1 > axis.t0);
   CHECK(view.visible_blocks(0, Lane::compute, axis).empty());
+}
+
+TEST_CASE("a multi-step trace is summarised by its last step, like the lesson's table", "[viz]") {
+  // Two steps on one rank: step 0 is all work, step 1 is half idle.
+  trace::Trace t;
+  t.num_ranks = 1;
+  auto add = [&](const char* cat, trace::Lane lane, double start, double dur, int step) {
+    trace::Event e;
+    e.name = cat;
+    e.cat = cat;
+    e.lane = lane;
+    e.start = start;
+    e.dur = dur;
+    e.step = step;
+    t.events.push_back(e);
+  };
+  add(trace::cat::step, trace::Lane::step, 0, 1, 0);
+  add(trace::cat::forward, trace::Lane::compute, 0, 1, -1);
+  add(trace::cat::step, trace::Lane::step, 1, 1, 1);
+  add(trace::cat::forward, trace::Lane::compute, 1, 0.5, -1);
+  mgpu::viz::TraceView view(t);
+  REQUIRE(view.summary_step() == 1);
+  CHECK(view.summary(0).bubble == Approx(0.5));
+  CHECK(view.summary(0).bubble == Approx(trace::analyze(t, 1).ranks[0].bubble_fraction));
 }
