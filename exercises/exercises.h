@@ -6,8 +6,8 @@
 
 #include "core/comm/comm.h"
 #include "core/model/gpt.h"
-#include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/ddp_seams.h"
+#include "core/parallel/pipeline/schedule.h"
 #include "core/tensor/tensor.h"
 #include "core/trace/event.h"
 #include "exercises/types.h"

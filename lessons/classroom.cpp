@@ -15,8 +15,10 @@ namespace mgpu::lessons {
 nlohmann::json classroom_parameters() {
   nlohmann::json profiles = HardwareProfile::preset_names();
   return nlohmann::json::array({
-      {{"name", "schedule"}, {"type", "choice"},
-       {"choices", {"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}}, {"value", "1f1b"}},
+      {{"name", "schedule"},
+       {"type", "choice"},
+       {"choices", {"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}},
+       {"value", "1f1b"}},
       {{"name", "stages"}, {"type", "int"}, {"min", 1}, {"max", 8}, {"value", 4}},
       {{"name", "microbatches"}, {"type", "int"}, {"min", 1}, {"max", 32}, {"value", 8}},
       {{"name", "virtual_stages"}, {"type", "int"}, {"min", 1}, {"max", 4}, {"value", 1}},

@@ -48,7 +48,8 @@ int parse_or_report(CLI::App& app, std::vector<std::string> args, std::ostream& 
 
 int cmd_list(std::ostream& out) {
   fmt::print(out, "Lessons (run one with `mgpu run NAME`, options with `mgpu run NAME --help`):\n");
-  for (auto& lesson : all_lessons()) fmt::print(out, "  {:<18} {}\n", lesson->name(), lesson->summary());
+  for (auto& lesson : all_lessons())
+    fmt::print(out, "  {:<18} {}\n", lesson->name(), lesson->summary());
   return 0;
 }
 
@@ -60,7 +61,8 @@ int cmd_profiles(std::ostream& out) {
                p.peak_flops / 1e12, p.mem_bandwidth / 1e9, format_bytes(p.memory_capacity),
                p.intra_node.name, p.intra_node.bandwidth / 1e9);
   }
-  fmt::print(out, "\nA profile file looks like:\n{}\n", HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
+  fmt::print(out, "\nA profile file looks like:\n{}\n",
+             HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
   return 0;
 }
 
@@ -75,10 +77,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(out, "usage: mgpu run LESSON [options]   (lessons: {})\n", names());
     return args.empty() ? kExitUsage : 0;
   }
-  auto it = std::find_if(lessons.begin(), lessons.end(),
-                         [&](auto& l) { return l->name() == args[0]; });
+  auto it =
+      std::find_if(lessons.begin(), lessons.end(), [&](auto& l) { return l->name() == args[0]; });
   if (it == lessons.end())
-    return usage_error(err, "run", fmt::format("unknown lesson '{}' (available: {})", args[0], names()));
+    return usage_error(err, "run",
+                       fmt::format("unknown lesson '{}' (available: {})", args[0], names()));
   Lesson& lesson = **it;
 
   CLI::App app(lesson.summary(), "mgpu run " + lesson.name());
@@ -87,7 +90,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_common_options(app, common, lesson.defaults());
   lesson.add_options(app);
   bool done = false;
-  int rc = parse_or_report(app, {args.begin() + 1, args.end()}, out, err, "run " + lesson.name(), done);
+  int rc =
+      parse_or_report(app, {args.begin() + 1, args.end()}, out, err, "run " + lesson.name(), done);
   if (done) return rc;
 
   try {
@@ -99,7 +103,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return usage_error(err, "run " + lesson.name(), e.what());
   } catch (const OutOfMemory& e) {
     fmt::print(err, "mgpu run {}: error: {}\n", lesson.name(), e.what());
-    fmt::print(err, "  (raise --capacity, pick a larger --profile, or shrink --batch/--dim/--layers)\n");
+    fmt::print(err,
+               "  (raise --capacity, pick a larger --profile, or shrink --batch/--dim/--layers)\n");
     return kExitUsage;
   } catch (const RankError& e) {
     // Re-classify by the original exception: a config problem found on a rank is still bad input.
@@ -107,10 +112,12 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (e.cause()) std::rethrow_exception(e.cause());
     } catch (const OutOfMemory& oom) {
       fmt::print(err, "mgpu run {}: error on rank {}: {}\n", lesson.name(), e.rank(), oom.what());
-      fmt::print(err, "  (raise --capacity, pick a larger --profile, or shrink --batch/--dim/--layers)\n");
+      fmt::print(
+          err, "  (raise --capacity, pick a larger --profile, or shrink --batch/--dim/--layers)\n");
       return kExitUsage;
     } catch (const std::invalid_argument& bad) {
-      return usage_error(err, "run " + lesson.name(), fmt::format("rank {}: {}", e.rank(), bad.what()));
+      return usage_error(err, "run " + lesson.name(),
+                         fmt::format("rank {}: {}", e.rank(), bad.what()));
     } catch (...) {
     }
     fmt::print(err, "mgpu run {}: failed: {}\n", lesson.name(), e.what());

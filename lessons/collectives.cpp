@@ -26,7 +26,9 @@ namespace mgpu::lessons {
 namespace {
 
 // Rank r's input value at element i: small integers, so fp32 sums are exact and checkable.
-float input_value(int rank, int64_t i) { return static_cast<float>((rank + 1) * (i % 7 + 1)); }
+float input_value(int rank, int64_t i) {
+  return static_cast<float>((rank + 1) * (i % 7 + 1));
+}
 float sum_over_ranks(int ranks, int64_t i) {
   return static_cast<float>(ranks * (ranks + 1) / 2 * (i % 7 + 1));
 }
@@ -46,27 +48,31 @@ bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
     if (t.has_data())
       for (int64_t i = 0; i < n; ++i) t.f32()[i] = input_value(r, i);
     comm.all_reduce(t);
-    expect(t, [&](int64_t i) { return sum_over_ranks(N, i); }, 0);
+    expect(
+        t, [&](int64_t i) { return sum_over_ranks(N, i); }, 0);
   } else if (kind == "reduce_scatter") {
     Tensor in = Tensor::empty({n}, MemCategory::comm_buffers);
     Tensor out = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
     if (in.has_data())
       for (int64_t i = 0; i < n; ++i) in.f32()[i] = input_value(r, i);
     comm.reduce_scatter(in, out);
-    expect(out, [&](int64_t i) { return sum_over_ranks(N, i); }, mine_begin);
+    expect(
+        out, [&](int64_t i) { return sum_over_ranks(N, i); }, mine_begin);
   } else if (kind == "all_gather") {
     Tensor in = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
     Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
     if (in.has_data())
       for (int64_t i = 0; i < in.numel(); ++i) in.f32()[i] = static_cast<float>(mine_begin + i);
     comm.all_gather(in, out);
-    expect(out, [](int64_t i) { return static_cast<float>(i); }, 0);
+    expect(
+        out, [](int64_t i) { return static_cast<float>(i); }, 0);
   } else {  // broadcast from rank 0
     Tensor t = Tensor::empty({n}, MemCategory::comm_buffers);
     if (t.has_data() && r == 0)
       for (int64_t i = 0; i < n; ++i) t.f32()[i] = input_value(0, i);
     comm.broadcast(t, 0);
-    expect(t, [](int64_t i) { return input_value(0, i); }, 0);
+    expect(
+        t, [](int64_t i) { return input_value(0, i); }, 0);
   }
   return ok;
 }
@@ -93,20 +99,23 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
                                   std::ostream& out) {
   WorldOptions wopt = c.world_options();
   if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes)
-    throw UsageError(fmt::format("--min-bytes ({}) must be > 0 and <= --max-bytes ({})", o.min_bytes,
-                                 o.max_bytes));
+    throw UsageError(fmt::format("--min-bytes ({}) must be > 0 and <= --max-bytes ({})",
+                                 o.min_bytes, o.max_bytes));
   const std::vector<std::string> kinds = o.ops;
   for (auto& k : kinds)
     if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "broadcast")
-      throw UsageError(fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
-                                   "all_gather, broadcast)", k));
+      throw UsageError(
+          fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
+                      "all_gather, broadcast)",
+                      k));
   const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
   const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
 
   World world(wopt);
   fmt::print(out, "ranks:  {}\n", describe_world(wopt));
-  fmt::print(out, "ops:    {} over {} sizes, {} iteration(s) each; ring all-reduce: {} implementation\n\n",
-             fmt::join(kinds, ", "), counts.size(), iters, comm::comm_seams().impl_name);
+  fmt::print(
+      out, "ops:    {} over {} sizes, {} iteration(s) each; ring all-reduce: {} implementation\n\n",
+      fmt::join(kinds, ", "), counts.size(), iters, comm::comm_seams().impl_name);
 
   // Run the sweep. Every collective is one event per rank in the trace; a barrier first makes
   // everyone start together, so the event spans measure the algorithm, not the stragglers.
@@ -136,7 +145,8 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   for (auto& e : trace.events) {
     if (e.lane != trace::Lane::comm || e.op == "barrier" || e.seq < 0) continue;
     auto [it, fresh] = span_by_seq.try_emplace(e.seq, e.start, e.end());
-    if (!fresh) it->second = {std::max(it->second.first, e.start), std::max(it->second.second, e.end())};
+    if (!fresh)
+      it->second = {std::max(it->second.first, e.start), std::max(it->second.second, e.end())};
   }
   std::vector<double> seconds;
   for (auto& [seq, span] : span_by_seq) seconds.push_back(span.second - span.first);
@@ -168,9 +178,10 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
     fmt::print(out, "\n");
   }
   if (modeled)
-    fmt::print(out, "On the modeled clock each message costs latency + bytes / bandwidth of its link "
-                    "({}: {:.0f} GB/s, {} latency),\nso the ring's time is 2(N-1) such steps of n/N "
-                    "bytes: bus bandwidth approaches the link bandwidth as messages grow.\n",
+    fmt::print(out,
+               "On the modeled clock each message costs latency + bytes / bandwidth of its link "
+               "({}: {:.0f} GB/s, {} latency),\nso the ring's time is 2(N-1) such steps of n/N "
+               "bytes: bus bandwidth approaches the link bandwidth as messages grow.\n",
                wopt.profile.intra_node.name, wopt.profile.intra_node.bandwidth / 1e9,
                format_seconds(wopt.profile.intra_node.latency));
   if (world.is_mpi() && std::find(kinds.begin(), kinds.end(), "all_reduce") != kinds.end())
@@ -190,7 +201,8 @@ void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int it
       auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) op();
       comm.barrier();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+             iters;
     };
     for (size_t k = 0; k < counts.size(); ++k) {
       Tensor t = Tensor::zeros({counts[k]}, MemCategory::comm_buffers);
@@ -199,8 +211,10 @@ void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int it
       seconds[k] = {ring, mpi};
     }
   });
-  fmt::print(out, "ring all-reduce on MPI send/recv vs MPI_Allreduce ({} processes, wall clock, "
-                  "mean of {}):\n", world.size(), iters);
+  fmt::print(out,
+             "ring all-reduce on MPI send/recv vs MPI_Allreduce ({} processes, wall clock, "
+             "mean of {}):\n",
+             world.size(), iters);
   fmt::print(out, "  {:>9} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "size", "ring time", "ring busbw",
              "MPI time", "MPI busbw", "ring speed");
   for (size_t k = 0; k < counts.size(); ++k) {
@@ -208,9 +222,9 @@ void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int it
     auto [ring, mpi] = seconds[k];
     auto ring_bw = trace::collective_bandwidth(bytes, ring, "all_reduce", world.size());
     auto mpi_bw = trace::collective_bandwidth(bytes, mpi, "all_reduce", world.size());
-    fmt::print(out, "  {:>9} {:>12} {:>9.2f} GB/s {:>12} {:>9.2f} GB/s {:>11.2f}x\n", format_size(bytes),
-               format_seconds(ring), ring_bw.busbw / 1e9, format_seconds(mpi), mpi_bw.busbw / 1e9,
-               mpi / ring);
+    fmt::print(out, "  {:>9} {:>12} {:>9.2f} GB/s {:>12} {:>9.2f} GB/s {:>11.2f}x\n",
+               format_size(bytes), format_seconds(ring), ring_bw.busbw / 1e9, format_seconds(mpi),
+               mpi_bw.busbw / 1e9, mpi / ring);
   }
 }
 
@@ -225,8 +239,10 @@ class CollectivesLesson : public Lesson {
     app.add_option("--ops", options_.ops, "collectives to run")->delimiter(',')->group("Lesson");
     app.add_option("--min-bytes", min_bytes_, "smallest buffer, e.g. 1KiB")->group("Lesson");
     app.add_option("--max-bytes", max_bytes_, "largest buffer, e.g. 16MiB")->group("Lesson");
-    app.add_option("--iters", options_.iters, "repetitions per size on the wall clock (best is kept)")
-        ->check(CLI::PositiveNumber)->group("Lesson");
+    app.add_option("--iters", options_.iters,
+                   "repetitions per size on the wall clock (best is kept)")
+        ->check(CLI::PositiveNumber)
+        ->group("Lesson");
   }
   int run(const CommonOptions& c, std::ostream& out) override {
     options_.min_bytes = parse_bytes(min_bytes_);
@@ -244,6 +260,8 @@ class CollectivesLesson : public Lesson {
   std::string max_bytes_ = "4MiB";
 };
 
-std::unique_ptr<Lesson> make_collectives_lesson() { return std::make_unique<CollectivesLesson>(); }
+std::unique_ptr<Lesson> make_collectives_lesson() {
+  return std::make_unique<CollectivesLesson>();
+}
 
 }  // namespace mgpu::lessons

@@ -20,9 +20,9 @@ struct CollectivesOptions {
 struct CollectivesRow {
   std::string kind;
   int64_t bytes;
-  double seconds;       // measured (best of the iterations)
-  double theory;        // alpha-beta prediction
-  double busbw;         // bytes/s
+  double seconds;  // measured (best of the iterations)
+  double theory;   // alpha-beta prediction
+  double busbw;    // bytes/s
   bool correct;
 };
 

@@ -16,42 +16,58 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   auto positive = CLI::PositiveNumber;
 
   app.add_option("--ranks,-n", c.ranks, "number of ranks (virtual GPUs on cpu)")
-      ->check(CLI::Range(1, 64))->group("World");
+      ->check(CLI::Range(1, 64))
+      ->group("World");
   app.add_option("--device", c.device, "cpu | cuda | phantom (shapes only, no math)")
-      ->check(CLI::IsMember({"cpu", "cuda", "phantom"}))->group("World");
+      ->check(CLI::IsMember({"cpu", "cuda", "phantom"}))
+      ->group("World");
   app.add_option("--clock", c.clock, "modeled | wall | cuda (default: modeled on cpu/phantom)")
-      ->check(CLI::IsMember({"", "modeled", "wall", "cuda"}))->group("World");
+      ->check(CLI::IsMember({"", "modeled", "wall", "cuda"}))
+      ->group("World");
   app.add_option("--profile", c.profile, "hardware profile preset or JSON file (`mgpu profiles`)")
       ->group("World");
-  app.add_option("--capacity", c.capacity, "per-rank memory capacity, e.g. 2GiB (default: profile's)")
+  app.add_option("--capacity", c.capacity,
+                 "per-rank memory capacity, e.g. 2GiB (default: profile's)")
       ->group("World");
   app.add_option("--comm-timeout", c.comm_timeout, "seconds before a stuck wait is reported")
-      ->check(positive)->group("World");
+      ->check(positive)
+      ->group("World");
   app.add_option("--impl", c.impl, "which exercise implementations to use: reference | mine")
-      ->check(CLI::IsMember({"reference", "mine"}))->group("World");
+      ->check(CLI::IsMember({"reference", "mine"}))
+      ->group("World");
 
   if (d.model_options) {
     app.add_option("--layers", c.layers, "transformer blocks")->check(positive)->group("Model");
     app.add_option("--dim", c.dim, "model width")->check(positive)->group("Model");
-    app.add_option("--heads", c.heads, "attention heads (must divide --dim)")->check(positive)->group("Model");
+    app.add_option("--heads", c.heads, "attention heads (must divide --dim)")
+        ->check(positive)
+        ->group("Model");
     app.add_option("--seq", c.seq, "sequence length")->check(positive)->group("Model");
 
     app.add_option("--steps", c.steps, "training steps")->check(positive)->group("Training");
-    app.add_option("--batch", c.batch, "global batch (sequences per step)")->check(positive)->group("Training");
-    app.add_option("--task", c.task, "markov | reverse | modadd | text (with --data)")->group("Training");
-    app.add_option("--data", c.data_file, "a text file to train on, byte-level (implies --task text)")
+    app.add_option("--batch", c.batch, "global batch (sequences per step)")
+        ->check(positive)
+        ->group("Training");
+    app.add_option("--task", c.task, "markov | reverse | modadd | text (with --data)")
+        ->group("Training");
+    app.add_option("--data", c.data_file,
+                   "a text file to train on, byte-level (implies --task text)")
         ->group("Training");
     app.add_option("--optimizer", c.optimizer, "adamw | sgd")
-        ->check(CLI::IsMember({"adamw", "sgd"}))->group("Training");
+        ->check(CLI::IsMember({"adamw", "sgd"}))
+        ->group("Training");
     app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
     app.add_option("--seed", c.seed, "seed for init and data")->group("Training");
-    app.add_option("--checkpoint", c.checkpoint, "save parameters + optimizer state here at the end")
+    app.add_option("--checkpoint", c.checkpoint,
+                   "save parameters + optimizer state here at the end")
         ->group("Training");
     app.add_option("--resume", c.resume, "start from this checkpoint")->group("Training");
     app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
-        ->check(CLI::NonNegativeNumber)->group("Output");
+        ->check(CLI::NonNegativeNumber)
+        ->group("Output");
   }
-  app.add_option("--trace", c.trace_path, "write the Chrome/Perfetto trace JSON here")->group("Output");
+  app.add_option("--trace", c.trace_path, "write the Chrome/Perfetto trace JSON here")
+      ->group("Output");
   app.add_flag("--viz", c.viz, "open the dashboard on the trace when done")->group("Output");
   app.add_flag("--quiet,-q", c.quiet, "print only the summary")->group("Output");
 }
@@ -90,11 +106,21 @@ WorldOptions CommonOptions::world_options() const {
 }
 
 nlohmann::json CommonOptions::to_json() const {
-  return {{"ranks", ranks},   {"device", device}, {"clock", clock.empty() ? "default" : clock},
-          {"profile", profile}, {"impl", impl},   {"layers", layers},
-          {"dim", dim},       {"heads", heads},   {"seq", seq},
-          {"steps", steps},   {"batch", batch},   {"task", task},
-          {"optimizer", optimizer}, {"lr", lr},   {"seed", seed}};
+  return {{"ranks", ranks},
+          {"device", device},
+          {"clock", clock.empty() ? "default" : clock},
+          {"profile", profile},
+          {"impl", impl},
+          {"layers", layers},
+          {"dim", dim},
+          {"heads", heads},
+          {"seq", seq},
+          {"steps", steps},
+          {"batch", batch},
+          {"task", task},
+          {"optimizer", optimizer},
+          {"lr", lr},
+          {"seed", seed}};
 }
 
 }  // namespace mgpu::lessons

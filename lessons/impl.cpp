@@ -27,6 +27,8 @@ void select_impl(const std::string& impl) {
   g_selected = impl;
 }
 
-const std::string& selected_impl() { return g_selected; }
+const std::string& selected_impl() {
+  return g_selected;
+}
 
 }  // namespace mgpu::lessons

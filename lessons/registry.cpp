@@ -1,10 +1,10 @@
 // Every lesson, in teaching order. Adding a lesson: write lessons/NAME.cpp with a Lesson
 // subclass and a make_NAME_lesson() factory, then list it here.
 #include "lessons/collectives.h"
+#include "lessons/ddp.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
 #include "lessons/single_device.h"
-#include "lessons/ddp.h"
 
 namespace mgpu::lessons {
 

@@ -40,7 +40,8 @@ float train_step(GPT& model, optim::Optimizer& opt, const data::Batch& batch) {
 
 SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out) {
   WorldOptions wopt = c.world_options();
-  if (wopt.ranks != 1) throw UsageError("single_device runs on one rank: drop --ranks or use --ranks 1");
+  if (wopt.ranks != 1)
+    throw UsageError("single_device runs on one rank: drop --ranks or use --ranks 1");
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
 
@@ -85,7 +86,8 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
     double tokens = static_cast<double>(steps_run) * c.batch * c.seq;
     fmt::print(out, "\nloss: {:.4f} -> {:.4f} over {} steps (uniform guessing: {:.4f})\n",
                result.losses.front(), result.losses.back(), steps_run, std::log(cfg.vocab));
-    fmt::print(out, "throughput: {} tokens/s on this machine ({} wall)", with_commas(static_cast<int64_t>(tokens / result.wall_seconds)),
+    fmt::print(out, "throughput: {} tokens/s on this machine ({} wall)",
+               with_commas(static_cast<int64_t>(tokens / result.wall_seconds)),
                format_seconds(result.wall_seconds));
     if (wopt.clock == ClockKind::modeled)
       fmt::print(out, "; modeled on {}: {} tokens/s ({} per step)", wopt.profile.name,
@@ -96,16 +98,18 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
   print_memory(out, world);
   MemoryStats s = world.rank(0).allocator.stats();
   auto cat = [&](MemCategory m) { return s.peak[static_cast<int>(m)]; };
-  fmt::print(out,
-             "  per parameter: {:.0f} B weights + {:.0f} B gradients + {:.0f} B {} state = {:.0f} B; "
-             "activations peak {} ({:.1f}x the weights)\n",
-             double(cat(MemCategory::parameters)) / result.params,
-             double(cat(MemCategory::gradients)) / result.params,
-             double(cat(MemCategory::optimizer_state)) / result.params, c.optimizer,
-             double(cat(MemCategory::parameters) + cat(MemCategory::gradients) +
-                    cat(MemCategory::optimizer_state)) / result.params,
-             format_bytes(cat(MemCategory::activations)),
-             double(cat(MemCategory::activations)) / cat(MemCategory::parameters));
+  fmt::print(
+      out,
+      "  per parameter: {:.0f} B weights + {:.0f} B gradients + {:.0f} B {} state = {:.0f} B; "
+      "activations peak {} ({:.1f}x the weights)\n",
+      double(cat(MemCategory::parameters)) / result.params,
+      double(cat(MemCategory::gradients)) / result.params,
+      double(cat(MemCategory::optimizer_state)) / result.params, c.optimizer,
+      double(cat(MemCategory::parameters) + cat(MemCategory::gradients) +
+             cat(MemCategory::optimizer_state)) /
+          result.params,
+      format_bytes(cat(MemCategory::activations)),
+      double(cat(MemCategory::activations)) / cat(MemCategory::parameters));
   result.memory = s;
 
   nlohmann::json meta = {{"lesson", "single_device"}, {"config", c.to_json()}};
@@ -126,6 +130,8 @@ class SingleDeviceLesson : public Lesson {
   }
 };
 
-std::unique_ptr<Lesson> make_single_device_lesson() { return std::make_unique<SingleDeviceLesson>(); }
+std::unique_ptr<Lesson> make_single_device_lesson() {
+  return std::make_unique<SingleDeviceLesson>();
+}
 
 }  // namespace mgpu::lessons

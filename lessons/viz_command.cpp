@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <ostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <CLI/CLI.hpp>
 
 #include "lessons/classroom.h"
 #include "lessons/impl.h"
@@ -19,8 +19,10 @@ namespace mgpu::lessons {
 #ifdef MGPU_HAVE_VIZ
 
 int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app("open traces in the dashboard (no trace: classroom mode, re-running the pipeline "
-               "lesson live)", "mgpu viz");
+  CLI::App app(
+      "open traces in the dashboard (no trace: classroom mode, re-running the pipeline "
+      "lesson live)",
+      "mgpu viz");
   std::vector<std::string> paths;
   viz::VizCliOptions opt;
   app.add_option("traces", paths, "trace JSON files written with --trace (two with --compare)");
@@ -67,8 +69,9 @@ int show_trace(const trace::Trace& trace, const std::string& lesson_name, std::o
 #else
 
 int cmd_viz(const std::vector<std::string>&, std::ostream&, std::ostream& err) {
-  fmt::print(err, "mgpu viz: error: this build has no dashboard (install libimgui-dev "
-                  "libglfw3-dev libgl-dev and rebuild); the trace also opens in Perfetto\n");
+  fmt::print(err,
+             "mgpu viz: error: this build has no dashboard (install libimgui-dev "
+             "libglfw3-dev libgl-dev and rebuild); the trace also opens in Perfetto\n");
   return 2;
 }
 

@@ -5,13 +5,13 @@
 #include "core/trace/analysis.h"
 
 #include <algorithm>
-#include <set>
 #include <cfloat>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 
 // Framebuffer objects (GL 3.0) for the offscreen screenshot: GLFW includes GL/gl.h, which

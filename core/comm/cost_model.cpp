@@ -10,7 +10,8 @@ namespace {
 // The slowest neighbour-to-neighbour link of the ring 0 -> 1 -> ... -> N-1 -> 0.
 double slowest_ring_step(int ranks, double bytes, const HardwareProfile& p) {
   double worst = 0;
-  for (int r = 0; r < ranks; ++r) worst = std::max(worst, p.transfer_time(r, (r + 1) % ranks, bytes));
+  for (int r = 0; r < ranks; ++r)
+    worst = std::max(worst, p.transfer_time(r, (r + 1) % ranks, bytes));
   return worst;
 }
 
@@ -20,7 +21,8 @@ double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes
                        const HardwareProfile& profile) {
   if (ranks <= 1) return 0;
   double largest_chunk = static_cast<double>((elements + ranks - 1) / ranks) * elem_bytes;
-  if (kind == "all_reduce") return 2.0 * (ranks - 1) * slowest_ring_step(ranks, largest_chunk, profile);
+  if (kind == "all_reduce")
+    return 2.0 * (ranks - 1) * slowest_ring_step(ranks, largest_chunk, profile);
   if (kind == "reduce_scatter" || kind == "all_gather")
     return (ranks - 1) * slowest_ring_step(ranks, largest_chunk, profile);
   if (kind == "broadcast") {

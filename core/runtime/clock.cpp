@@ -13,9 +13,12 @@ ClockKind parse_clock_kind(const std::string& text) {
 
 const char* clock_name(ClockKind k) {
   switch (k) {
-    case ClockKind::modeled: return "modeled";
-    case ClockKind::wall: return "wall";
-    case ClockKind::cuda: return "cuda";
+    case ClockKind::modeled:
+      return "modeled";
+    case ClockKind::wall:
+      return "wall";
+    case ClockKind::cuda:
+      return "cuda";
   }
   return "?";
 }

@@ -18,7 +18,8 @@ const char* clock_name(ClockKind k);
 class RankClock {
  public:
   using Epoch = std::chrono::steady_clock::time_point;
-  explicit RankClock(ClockKind kind = ClockKind::modeled, Epoch epoch = std::chrono::steady_clock::now())
+  explicit RankClock(ClockKind kind = ClockKind::modeled,
+                     Epoch epoch = std::chrono::steady_clock::now())
       : kind_(kind), epoch_(epoch) {}
 
   ClockKind kind() const { return kind_; }
@@ -31,9 +32,15 @@ class RankClock {
   double comm_issue_time() const { return std::max(compute_now(), comm_now()); }
 
   // Modeled: move a cursor forward (never back). Wall: time moves by itself, nothing to do.
-  void advance_compute(double seconds) { if (modeled()) compute_ += seconds; }
-  void wait_compute_until(double t) { if (modeled()) compute_ = std::max(compute_, t); }
-  void wait_comm_until(double t) { if (modeled()) comm_ = std::max(comm_, t); }
+  void advance_compute(double seconds) {
+    if (modeled()) compute_ += seconds;
+  }
+  void wait_compute_until(double t) {
+    if (modeled()) compute_ = std::max(compute_, t);
+  }
+  void wait_comm_until(double t) {
+    if (modeled()) comm_ = std::max(comm_, t);
+  }
 
   double wall_now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();

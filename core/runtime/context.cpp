@@ -10,8 +10,7 @@ thread_local RankContext* t_current = nullptr;
 // Code with no rank installed (tests, tools) gets a private CPU rank 0 per thread, with free
 // kernels and no trace recording.
 struct DefaultRank : RankContext {
-  DefaultRank()
-      : RankContext(0, 1, Device::cpu(), HardwareProfile::ideal(0), ClockKind::modeled) {
+  DefaultRank() : RankContext(0, 1, Device::cpu(), HardwareProfile::ideal(0), ClockKind::modeled) {
     tracer.enabled = false;
   }
 };
@@ -71,10 +70,16 @@ RankContext::RankContext(int rank_, int world_size_, Device device_, HardwarePro
       [this](const MemoryStats& s) { tracer.record_memory(clock.compute_now(), s); });
 }
 
-RankContext& current_rank() { return t_current ? *t_current : default_context(); }
+RankContext& current_rank() {
+  return t_current ? *t_current : default_context();
+}
 
-ScopedRank::ScopedRank(RankContext& ctx) : previous_(t_current) { t_current = &ctx; }
-ScopedRank::~ScopedRank() { t_current = previous_; }
+ScopedRank::ScopedRank(RankContext& ctx) : previous_(t_current) {
+  t_current = &ctx;
+}
+ScopedRank::~ScopedRank() {
+  t_current = previous_;
+}
 
 KernelScope::KernelScope(const char* op, double flops, double bytes)
     : ctx_(current_rank()), op_(op), flops_(flops), bytes_(bytes) {

@@ -30,13 +30,14 @@ std::vector<HardwareProfile> presets() {
        ib400},
       {"2xRTX4090-PCIe", "2x RTX 4090 24GB, PCIe without peer-to-peer", 82.6e12, 1.0e12, 4e-6,
        24 * GiB, 2, pcie4_host, ether},
-      {"laptop-cpu", "a laptop CPU running the virtual GPUs", 0.2e12, 50e9, 1e-6, 16 * GiB, 64,
-       shm, ether},
+      {"laptop-cpu", "a laptop CPU running the virtual GPUs", 0.2e12, 50e9, 1e-6, 16 * GiB, 64, shm,
+       ether},
   };
 }
 
 void check_non_negative(const std::string& what, double v) {
-  if (!(v >= 0)) throw std::invalid_argument(fmt::format("profile: {} must be >= 0, got {}", what, v));
+  if (!(v >= 0))
+    throw std::invalid_argument(fmt::format("profile: {} must be >= 0, got {}", what, v));
 }
 
 nlohmann::json link_json(const LinkSpec& l) {
@@ -93,7 +94,8 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
     p.memory_capacity = static_cast<int64_t>(j.value("memory_capacity_GiB", 0.0) * GiB);
     p.ranks_per_node = j.value("ranks_per_node", 8);
     p.intra_node = link_from(j.at("intra_node"), "intra_node");
-    p.inter_node = j.contains("inter_node") ? link_from(j.at("inter_node"), "inter_node") : p.intra_node;
+    p.inter_node =
+        j.contains("inter_node") ? link_from(j.at("inter_node"), "inter_node") : p.intra_node;
     check_non_negative("peak_TFLOPs", p.peak_flops);
     check_non_negative("mem_bandwidth_GBps", p.mem_bandwidth);
     check_non_negative("launch_overhead_us", p.launch_overhead);
@@ -101,9 +103,10 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
     if (p.ranks_per_node < 1) throw std::invalid_argument("profile: ranks_per_node must be >= 1");
     return p;
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(
-        fmt::format("profile: {} (needs peak_TFLOPs, mem_bandwidth_GBps, intra_node{{bandwidth_GBps, "
-                    "latency_us}}; see `mgpu profiles`)", e.what()));
+    throw std::invalid_argument(fmt::format(
+        "profile: {} (needs peak_TFLOPs, mem_bandwidth_GBps, intra_node{{bandwidth_GBps, "
+        "latency_us}}; see `mgpu profiles`)",
+        e.what()));
   }
 }
 
@@ -116,7 +119,8 @@ HardwareProfile HardwareProfile::load(const std::string& name_or_path) {
     try {
       j = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(fmt::format("profile file {}: not valid JSON ({})", name_or_path, e.what()));
+      throw std::invalid_argument(
+          fmt::format("profile file {}: not valid JSON ({})", name_or_path, e.what()));
     }
     return from_json(j);
   }

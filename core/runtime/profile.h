@@ -11,21 +11,21 @@
 namespace mgpu {
 
 struct LinkSpec {
-  std::string name;          // "NVLink4", "PCIe4 x16", "InfiniBand NDR 400G", ...
-  double bandwidth = 0;      // bytes/s in one direction, per device; 0 = unbounded
-  double latency = 0;        // seconds per message (alpha)
+  std::string name;      // "NVLink4", "PCIe4 x16", "InfiniBand NDR 400G", ...
+  double bandwidth = 0;  // bytes/s in one direction, per device; 0 = unbounded
+  double latency = 0;    // seconds per message (alpha)
 };
 
 struct HardwareProfile {
-  std::string name;          // "8xH100-NVLink"
+  std::string name;  // "8xH100-NVLink"
   std::string description;
-  double peak_flops = 0;     // FLOP/s per device for the training dtype; 0 = unbounded
-  double mem_bandwidth = 0;  // bytes/s per device; 0 = unbounded
-  double launch_overhead = 0;  // seconds added to every kernel
+  double peak_flops = 0;        // FLOP/s per device for the training dtype; 0 = unbounded
+  double mem_bandwidth = 0;     // bytes/s per device; 0 = unbounded
+  double launch_overhead = 0;   // seconds added to every kernel
   int64_t memory_capacity = 0;  // bytes per device; 0 = unlimited
   int ranks_per_node = 8;
-  LinkSpec intra_node;       // between ranks of one node
-  LinkSpec inter_node;       // between nodes
+  LinkSpec intra_node;  // between ranks of one node
+  LinkSpec inter_node;  // between nodes
 
   // The link a message from rank a to rank b crosses.
   const LinkSpec& link(int a, int b) const;

@@ -60,8 +60,8 @@ struct World::Impl {
   std::unique_ptr<RankContext> make_rank(int r, RankClock::Epoch epoch) const {
     HardwareProfile profile = options.profile;
     if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
-    auto ctx = std::make_unique<RankContext>(r, world_size, device_for_rank(options.device, r, gpus),
-                                             profile, options.clock, epoch);
+    auto ctx = std::make_unique<RankContext>(
+        r, world_size, device_for_rank(options.device, r, gpus), profile, options.clock, epoch);
     ctx->profile = options.profile;  // the allocator keeps the overridden capacity
     ctx->tracer.enabled = options.trace;
     return ctx;
@@ -81,7 +81,8 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
     if (!cuda::install())
       throw std::invalid_argument(
           cuda::built_with_cuda()
-              ? "--device cuda: no CUDA GPU found (cudaGetDeviceCount reports none); use --device cpu"
+              ? "--device cuda: no CUDA GPU found (cudaGetDeviceCount reports none); use --device "
+                "cpu"
               : "--device cuda: this build has no CUDA support (rebuild with the CUDA toolkit); "
                 "use --device cpu");
     w.gpus = cuda::device_count();
@@ -100,8 +101,8 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
       throw std::invalid_argument("backend nccl: this build has no NCCL; use --backend local");
     if (backend == "auto") backend = fits && have_nccl ? "nccl" : "local";
     if (backend == "nccl")
-      fmt::print("cuda: {} rank(s) on {} GPU(s), one GPU per rank, nccl backend\n",
-                 w.options.ranks, w.gpus);
+      fmt::print("cuda: {} rank(s) on {} GPU(s), one GPU per rank, nccl backend\n", w.options.ranks,
+                 w.gpus);
     else
       fmt::print("cuda: {} rank(s) on {} GPU(s), {}local backend{}\n", w.options.ranks, w.gpus,
                  fits ? "" : "SHARED-GPU MODE, ",
@@ -168,8 +169,8 @@ void World::make_nccl_world(RankClock::Epoch epoch) {
       threads.emplace_back([&, r] {
         try {
           ScopedRank scoped(*w.ranks[r]);
-          w.comms[r] = comm::nccl::make_comm(*w.ranks[r], id, r, w.world_size,
-                                             w.options.comm_timeout);
+          w.comms[r] =
+              comm::nccl::make_comm(*w.ranks[r], id, r, w.world_size, w.options.comm_timeout);
         } catch (...) {
           errors[r] = std::current_exception();
         }

@@ -20,10 +20,10 @@ struct WorldOptions {
   DeviceKind device = DeviceKind::cpu;
   ClockKind clock = ClockKind::modeled;
   HardwareProfile profile = HardwareProfile::load("8xH100-NVLink");
-  std::string backend = "auto";   // auto | local | mpi | nccl
-  double comm_timeout = 30.0;     // seconds before a stuck wait is reported
+  std::string backend = "auto";  // auto | local | mpi | nccl
+  double comm_timeout = 30.0;    // seconds before a stuck wait is reported
   bool trace = true;
-  int64_t capacity_override = -1; // bytes per rank; -1 = the profile's capacity
+  int64_t capacity_override = -1;  // bytes per rank; -1 = the profile's capacity
 };
 
 // An exception raised on one rank, re-thrown by World::run on the calling thread. cause() is
@@ -51,8 +51,8 @@ class World {
 
   int size() const;
   const WorldOptions& options() const;
-  bool is_mpi() const;       // ranks are processes (this process holds one of them)
-  bool is_root() const;      // the process that prints (always true for threads)
+  bool is_mpi() const;   // ranks are processes (this process holds one of them)
+  bool is_root() const;  // the process that prints (always true for threads)
 
   // Runs fn(ctx) on every rank with ctx installed as current_rank(). May be called repeatedly;
   // clocks keep running across calls.

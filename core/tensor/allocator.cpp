@@ -22,8 +22,8 @@ const DeviceMemoryHooks& device_memory_hooks(DeviceKind kind) {
 }
 
 const char* category_name(MemCategory c) {
-  static const char* names[] = {"parameters",   "gradients",    "optimizer_state",
-                                "activations",  "comm_buffers", "workspace"};
+  static const char* names[] = {"parameters",  "gradients",    "optimizer_state",
+                                "activations", "comm_buffers", "workspace"};
   return names[static_cast<int>(c)];
 }
 
@@ -60,7 +60,9 @@ Storage::~Storage() {
   if (listener) listener(snapshot);
 }
 
-const Device& Storage::device() const { return owner_->device; }
+const Device& Storage::device() const {
+  return owner_->device;
+}
 
 Allocator::Allocator(Device device, int64_t capacity_bytes)
     : state_(std::make_shared<Storage::State>()) {
@@ -98,7 +100,8 @@ std::shared_ptr<Storage> Allocator::allocate(int64_t bytes, MemCategory category
       std::memset(data, 0, rounded);
     } else if (state_->device.kind == DeviceKind::cuda) {
       auto& h = g_hooks[static_cast<int>(DeviceKind::cuda)];
-      if (!h.allocate) throw std::runtime_error("this build has no CUDA support (rebuild with CUDA)");
+      if (!h.allocate)
+        throw std::runtime_error("this build has no CUDA support (rebuild with CUDA)");
       data = h.allocate(bytes, state_->device.index);
     }
   }
@@ -108,14 +111,18 @@ std::shared_ptr<Storage> Allocator::allocate(int64_t bytes, MemCategory category
   return storage;
 }
 
-const Device& Allocator::device() const { return state_->device; }
+const Device& Allocator::device() const {
+  return state_->device;
+}
 
 MemoryStats Allocator::stats() const {
   std::lock_guard lock(state_->mutex);
   return state_->stats;
 }
 
-int64_t Allocator::capacity() const { return stats().capacity; }
+int64_t Allocator::capacity() const {
+  return stats().capacity;
+}
 
 void Allocator::set_capacity(int64_t bytes) {
   std::lock_guard lock(state_->mutex);

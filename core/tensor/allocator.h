@@ -28,17 +28,16 @@ using CategoryBytes = std::array<int64_t, kNumMemCategories>;
 
 struct MemoryStats {
   CategoryBytes current{};
-  CategoryBytes peak{};     // per-category high-water marks (need not coincide in time)
-  int64_t total = 0;        // sum of current
-  int64_t peak_total = 0;   // high-water mark of the sum
-  int64_t capacity = 0;     // 0 = unlimited
+  CategoryBytes peak{};    // per-category high-water marks (need not coincide in time)
+  int64_t total = 0;       // sum of current
+  int64_t peak_total = 0;  // high-water mark of the sum
+  int64_t capacity = 0;    // 0 = unlimited
 };
 
 // Thrown when an allocation would exceed the rank's capacity; what() holds the breakdown.
 class OutOfMemory : public std::runtime_error {
  public:
-  OutOfMemory(const std::string& msg, MemoryStats stats)
-      : std::runtime_error(msg), stats_(stats) {}
+  OutOfMemory(const std::string& msg, MemoryStats stats) : std::runtime_error(msg), stats_(stats) {}
   const MemoryStats& stats() const { return stats_; }
 
  private:

@@ -6,9 +6,12 @@ namespace mgpu {
 
 std::string Device::str() const {
   switch (kind) {
-    case DeviceKind::cpu: return "cpu";
-    case DeviceKind::cuda: return "cuda:" + std::to_string(index);
-    case DeviceKind::phantom: return "phantom";
+    case DeviceKind::cpu:
+      return "cpu";
+    case DeviceKind::cuda:
+      return "cuda:" + std::to_string(index);
+    case DeviceKind::phantom:
+      return "phantom";
   }
   return "?";
 }

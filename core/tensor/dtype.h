@@ -9,7 +9,11 @@ namespace mgpu {
 
 enum class DType : uint8_t { f32, bf16 };
 
-constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
-constexpr std::string_view dtype_name(DType t) { return t == DType::f32 ? "f32" : "bf16"; }
+constexpr size_t dtype_size(DType t) {
+  return t == DType::f32 ? 4 : 2;
+}
+constexpr std::string_view dtype_name(DType t) {
+  return t == DType::f32 ? "f32" : "bf16";
+}
 
 }  // namespace mgpu

@@ -20,7 +20,9 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 Tensor Tensor::empty(const Shape& shape, MemCategory category, DType dtype, Allocator* alloc) {
   Allocator& a = alloc ? *alloc : current_rank().allocator;
@@ -78,19 +80,25 @@ MemCategory Tensor::category() const {
   return storage_->category();
 }
 
-bool Tensor::has_data() const { return storage_ && storage_->device().has_data(); }
+bool Tensor::has_data() const {
+  return storage_ && storage_->device().has_data();
+}
 
 void* Tensor::raw() {
   if (!has_data()) throw std::logic_error("tensor has no data (undefined or phantom)");
   return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_);
 }
-const void* Tensor::raw() const { return const_cast<Tensor*>(this)->raw(); }
+const void* Tensor::raw() const {
+  return const_cast<Tensor*>(this)->raw();
+}
 
 float* Tensor::f32() {
   if (dtype_ != DType::f32) throw std::logic_error("f32() of a non-f32 tensor");
   return static_cast<float*>(raw());
 }
-const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
+const float* Tensor::f32() const {
+  return const_cast<Tensor*>(this)->f32();
+}
 
 Tensor Tensor::reshape(const Shape& shape) const {
   if (shape_numel(shape) != numel_)
@@ -103,7 +111,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
 
 Tensor Tensor::rows(int64_t begin, int64_t end) const {
   if (ndim() < 1 || begin < 0 || end < begin || end > shape_[0])
-    throw std::out_of_range(fmt::format("rows [{}, {}) of shape {}", begin, end, shape_str(shape_)));
+    throw std::out_of_range(
+        fmt::format("rows [{}, {}) of shape {}", begin, end, shape_str(shape_)));
   Tensor t = *this;
   int64_t row = shape_[0] ? numel_ / shape_[0] : 0;
   t.offset_ = offset_ + begin * row;

@@ -49,9 +49,9 @@ class Tensor {
   const void* raw() const;
 
   // Views sharing storage.
-  Tensor reshape(const Shape& shape) const;               // same numel
-  Tensor rows(int64_t begin, int64_t end) const;          // [begin, end) along dim 0
-  Tensor flat_range(int64_t begin, int64_t end) const;    // 1-D elements [begin, end)
+  Tensor reshape(const Shape& shape) const;             // same numel
+  Tensor rows(int64_t begin, int64_t end) const;        // [begin, end) along dim 0
+  Tensor flat_range(int64_t begin, int64_t end) const;  // 1-D elements [begin, end)
 
   // Host-side helpers (tests, checkpoints, lessons).
   std::vector<float> to_vector() const;

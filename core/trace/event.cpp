@@ -4,9 +4,12 @@ namespace mgpu::trace {
 
 const char* lane_name(Lane l) {
   switch (l) {
-    case Lane::compute: return "compute";
-    case Lane::comm: return "comm";
-    case Lane::step: return "step";
+    case Lane::compute:
+      return "compute";
+    case Lane::comm:
+      return "comm";
+    case Lane::step:
+      return "step";
   }
   return "?";
 }

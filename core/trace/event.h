@@ -21,29 +21,29 @@ inline constexpr const char* forward = "forward";
 inline constexpr const char* backward = "backward";
 inline constexpr const char* backward_weight = "backward_weight";  // zero-bubble W pass
 inline constexpr const char* optimizer = "optimizer";
-inline constexpr const char* compute = "compute";   // any other compute (loss, data, ...)
-inline constexpr const char* comm = "comm";         // collectives and point-to-point
-inline constexpr const char* step = "step";         // one training step, on the step lane
+inline constexpr const char* compute = "compute";  // any other compute (loss, data, ...)
+inline constexpr const char* comm = "comm";        // collectives and point-to-point
+inline constexpr const char* step = "step";        // one training step, on the step lane
 }  // namespace cat
 
 struct Event {
-  std::string name;        // "fwd mb3", "all_reduce", "send", ...
-  std::string cat;         // one of trace::cat
+  std::string name;  // "fwd mb3", "all_reduce", "send", ...
+  std::string cat;   // one of trace::cat
   int rank = 0;
   Lane lane = Lane::compute;
-  double start = 0;        // seconds
-  double dur = 0;          // seconds
+  double start = 0;  // seconds
+  double dur = 0;    // seconds
   // args (absent when negative / zero / empty)
   int microbatch = -1;
   int layer = -1;
-  int chunk = -1;          // model chunk (interleaved pipeline)
+  int chunk = -1;  // model chunk (interleaved pipeline)
   int step = -1;
-  int peer = -1;           // send/recv partner
-  int64_t bytes = 0;       // bytes moved (comm) or touched (compute)
+  int peer = -1;      // send/recv partner
+  int64_t bytes = 0;  // bytes moved (comm) or touched (compute)
   double flops = 0;
-  std::string group;       // process group, e.g. "world", "dp0", "pp1"
-  std::string op;          // collective kind: "all_reduce", "send", "recv", ...
-  int64_t seq = -1;        // per-group collective sequence number (links members together)
+  std::string group;  // process group, e.g. "world", "dp0", "pp1"
+  std::string op;     // collective kind: "all_reduce", "send", "recv", ...
+  int64_t seq = -1;   // per-group collective sequence number (links members together)
 
   double end() const { return start + dur; }
   bool operator==(const Event&) const = default;

@@ -45,7 +45,8 @@ double ring_over_mpi_busbw(World& world, int64_t n, int iterations) {
     comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);  // warm-up
     ctx.comm->barrier();
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iterations; ++i) comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);
+    for (int i = 0; i < iterations; ++i)
+      comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (ctx.rank == 0) seconds = s / iterations;
   });
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
   if (!root) return 0;
   o.ranks = ranks;
   World local(o);
-  std::printf("all-reduce busbw, %d ranks, wall clock (GB/s; busbw = 2(N-1)/N x bytes / time)\n", ranks);
+  std::printf("all-reduce busbw, %d ranks, wall clock (GB/s; busbw = 2(N-1)/N x bytes / time)\n",
+              ranks);
   std::printf("%-10s %12s", "elements", "local ring");
   if (mpi) std::printf(" %14s %14s %12s", "ring over MPI", "MPI_Allreduce", "local / MPI");
   std::printf("\n");
@@ -94,7 +96,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   if (!mpi)
-    std::printf("(run under mpirun -n %d to race MPI_Allreduce on the same sizes in the same run)\n",
-                ranks);
+    std::printf(
+        "(run under mpirun -n %d to race MPI_Allreduce on the same sizes in the same run)\n",
+        ranks);
   return 0;
 }

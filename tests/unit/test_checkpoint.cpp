@@ -6,6 +6,8 @@
 #include <fstream>
 #include <memory>
 
+#include <unistd.h>
+
 #include "core/model/checkpoint.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
@@ -17,8 +19,10 @@ namespace {
 struct Fixture {
   RankContext ctx{0, 1, Device::cpu(), HardwareProfile::ideal(0), ClockKind::modeled};
   ScopedRank guard{ctx};
-  std::string path =
-      (std::filesystem::temp_directory_path() / "mgpu_test_checkpoint.ckpt").string();
+  // One file per process: ctest runs this file's cases in parallel processes.
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("mgpu_test_checkpoint_" + std::to_string(::getpid()) + ".ckpt"))
+                         .string();
   ~Fixture() { std::filesystem::remove(path); }
 };
 

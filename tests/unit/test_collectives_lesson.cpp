@@ -42,7 +42,8 @@ TEST_CASE("modeled collective times equal the alpha-beta formula", "[lesson][col
   }
 }
 
-TEST_CASE("bus bandwidth approaches the link bandwidth for large all-reduces", "[lesson][collectives]") {
+TEST_CASE("bus bandwidth approaches the link bandwidth for large all-reduces",
+          "[lesson][collectives]") {
   CommonOptions c;
   c.ranks = 8;
   c.device = "phantom";  // shapes only: 1 GiB buffers in no time
@@ -57,7 +58,8 @@ TEST_CASE("bus bandwidth approaches the link bandwidth for large all-reduces", "
   CHECK(r.rows.at(0).busbw < link);
 }
 
-TEST_CASE("collectives lesson prints the nccl-tests table; bad options exit 2", "[lesson][collectives]") {
+TEST_CASE("collectives lesson prints the nccl-tests table; bad options exit 2",
+          "[lesson][collectives]") {
   std::ostringstream out, err;
   int code = mgpu_main({"run", "collectives", "--ranks", "3", "--max-bytes", "16KiB"}, out, err);
   CHECK(code == 0);
@@ -67,5 +69,6 @@ TEST_CASE("collectives lesson prints the nccl-tests table; bad options exit 2", 
   CHECK(mgpu_main({"run", "collectives", "--ops", "all_to_all"}, out2, err2) == 2);
   CHECK_THAT(err2.str(), Catch::Contains("unknown collective 'all_to_all'"));
   std::ostringstream out3, err3;
-  CHECK(mgpu_main({"run", "collectives", "--min-bytes", "1MiB", "--max-bytes", "1KiB"}, out3, err3) == 2);
+  CHECK(mgpu_main({"run", "collectives", "--min-bytes", "1MiB", "--max-bytes", "1KiB"}, out3,
+                  err3) == 2);
 }

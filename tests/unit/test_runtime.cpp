@@ -11,16 +11,17 @@
 
 using namespace mgpu;
 
-TEST_CASE("kernels cost launch + max(flops/peak, bytes/bandwidth) on the modeled clock", "[runtime]") {
+TEST_CASE("kernels cost launch + max(flops/peak, bytes/bandwidth) on the modeled clock",
+          "[runtime]") {
   HardwareProfile p = HardwareProfile::ideal(0);
   p.peak_flops = 1e12;
   p.mem_bandwidth = 1e11;
   p.launch_overhead = 1e-6;
   RankContext ctx(0, 1, Device::cpu(), p, ClockKind::modeled);
   ScopedRank g(ctx);
-  { KernelScope k("math_bound", 2e9, 1e3); }       // 2 ms of math
+  { KernelScope k("math_bound", 2e9, 1e3); }  // 2 ms of math
   CHECK(ctx.clock.compute_now() == Approx(1e-6 + 2e-3).epsilon(1e-12));
-  { KernelScope k("memory_bound", 1e3, 1e9); }     // 10 ms of memory traffic
+  { KernelScope k("memory_bound", 1e3, 1e9); }  // 10 ms of memory traffic
   CHECK(ctx.clock.compute_now() == Approx(2e-6 + 12e-3).epsilon(1e-12));
   REQUIRE(ctx.tracer.events().size() == 2);  // no scope open: each kernel is its own event
   CHECK(ctx.tracer.events()[1].name == "memory_bound");
@@ -74,13 +75,15 @@ TEST_CASE("profiles: presets, JSON round trip, links, clear errors", "[runtime][
   CHECK(two_nodes.transfer_time(0, 8, 50e9) == Approx(1.0 + 5e-6));
 
   CHECK_THROWS_WITH(HardwareProfile::load("9xH100"), Catch::Contains("unknown profile '9xH100'") &&
-                                                          Catch::Contains("8xH100-NVLink"));
+                                                         Catch::Contains("8xH100-NVLink"));
   auto dir = std::filesystem::temp_directory_path();
   auto bad = dir / "mgpu_bad_profile.json";
   std::ofstream(bad) << "{ \"peak_TFLOPs\": 1 ";
   CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("not valid JSON"));
-  std::ofstream(bad) << R"({"peak_TFLOPs": 1, "mem_bandwidth_GBps": -5, "intra_node": {"bandwidth_GBps": 1, "latency_us": 1}})";
-  CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("mem_bandwidth_GBps must be >= 0"));
+  std::ofstream(bad)
+      << R"({"peak_TFLOPs": 1, "mem_bandwidth_GBps": -5, "intra_node": {"bandwidth_GBps": 1, "latency_us": 1}})";
+  CHECK_THROWS_WITH(HardwareProfile::load(bad.string()),
+                    Catch::Contains("mem_bandwidth_GBps must be >= 0"));
   std::ofstream(bad) << R"({"peak_TFLOPs": 1})";
   CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("needs peak_TFLOPs"));
   std::filesystem::remove(bad);

@@ -12,8 +12,12 @@ struct FreshRank {
   RankContext ctx{0, 1, Device::cpu(), HardwareProfile::ideal(0), ClockKind::modeled};
   ScopedRank guard{ctx};
 };
-int64_t current(const Allocator& a, MemCategory c) { return a.stats().current[static_cast<int>(c)]; }
-int64_t peak(const Allocator& a, MemCategory c) { return a.stats().peak[static_cast<int>(c)]; }
+int64_t current(const Allocator& a, MemCategory c) {
+  return a.stats().current[static_cast<int>(c)];
+}
+int64_t peak(const Allocator& a, MemCategory c) {
+  return a.stats().peak[static_cast<int>(c)];
+}
 }  // namespace
 
 TEST_CASE("allocations are counted per category, with peaks", "[tensor][allocator]") {

@@ -32,12 +32,14 @@ template <class Fn>
 Fn cuda_entry(Fn CudaKernels::*entry, const char* op) {
   Fn fn = cuda_kernels().*entry;
   if (!fn)
-    throw std::logic_error(fmt::format(
-        "{}: this op has no CUDA kernel yet (call mgpu::cuda::install() first)", op));
+    throw std::logic_error(
+        fmt::format("{}: this op has no CUDA kernel yet (call mgpu::cuda::install() first)", op));
   return fn;
 }
 
-bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
+bool on_cuda(const Tensor& t) {
+  return t.device().kind == DeviceKind::cuda;
+}
 
 }  // namespace
 
