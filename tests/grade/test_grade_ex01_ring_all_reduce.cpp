@@ -3,6 +3,8 @@
 // send/recv. The comm timeout is short, so a deadlocking ring fails in seconds with CommError.
 #include <catch2/catch.hpp>
 
+#include "common/collective_reference.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -25,24 +27,6 @@ WorldOptions world_of(int ranks) {
   return o;
 }
 
-// Rank r's input: small integers, so float sums are exact in any order.
-std::vector<float> input(int rank, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((rank + 1) * 3 + i % 11);
-  return v;
-}
-
-std::vector<float> expected(int ranks, int64_t n, ReduceOp op) {
-  std::vector<float> out(static_cast<size_t>(n), 0.0f);
-  for (int r = 0; r < ranks; ++r) {
-    auto v = input(r, n);
-    for (int64_t i = 0; i < n; ++i) out[i] += v[i];
-  }
-  if (op == ReduceOp::avg)
-    for (auto& x : out) x /= static_cast<float>(ranks);
-  return out;
-}
-
 std::vector<int64_t> lengths_for(int ranks) {
   return {0, 1, ranks - 1, ranks + 1, 1000};
 }
@@ -52,7 +36,7 @@ std::vector<std::vector<float>> all_reduce_on(int ranks, int64_t n, ReduceOp op)
   World world(world_of(ranks));
   std::vector<std::vector<float>> got(ranks);
   world.run([&](RankContext& ctx) {
-    Tensor t = Tensor::from({n}, input(ctx.rank, n));
+    Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
     comm::comm_seams().all_reduce(*ctx.comm, t, op);
     got[ctx.rank] = t.to_vector();
   });
@@ -61,7 +45,7 @@ std::vector<std::vector<float>> all_reduce_on(int ranks, int64_t n, ReduceOp op)
 
 void check_all_ranks(int ranks, int64_t n, ReduceOp op) {
   INFO("ranks=" << ranks << " length=" << n << " op=" << comm::reduce_op_name(op));
-  auto want = expected(ranks, n, op);
+  auto want = testing::serial_reduce(ranks, n, op);
   auto got = all_reduce_on(ranks, n, op);
   for (int r = 0; r < ranks; ++r) {
     INFO("rank " << r);
@@ -99,7 +83,7 @@ TEST_CASE("ex01 in place: a view is reduced and its neighbours are untouched (1 
   world.run([&](RankContext& ctx) {
     // [100, 100, input..., 100]: only the middle view takes part in the all-reduce.
     std::vector<float> padded(n + 3, 100.0f);
-    auto in = input(ctx.rank, n);
+    auto in = testing::rank_input(ctx.rank, n);
     std::copy(in.begin(), in.end(), padded.begin() + 2);
     Tensor buffer = Tensor::from({n + 3}, padded);
     Tensor view = buffer.flat_range(2, 2 + n);
@@ -108,7 +92,7 @@ TEST_CASE("ex01 in place: a view is reduced and its neighbours are untouched (1 
     after[ctx.rank] = view.f32();
     whole[ctx.rank] = buffer.to_vector();
   });
-  auto want = expected(ranks, n, ReduceOp::sum);
+  auto want = testing::serial_reduce(ranks, n, ReduceOp::sum);
   for (int r = 0; r < ranks; ++r) {
     INFO("rank " << r);
     CHECK(after[r] == before[r]);  // the result is written into the caller's tensor
@@ -126,7 +110,7 @@ TEST_CASE("ex01 bandwidth: each rank sends about 2(N-1)/N of the buffer (1 pts)"
   const int64_t n = 1000;
   World world(world_of(ranks));
   world.run([&](RankContext& ctx) {
-    Tensor t = Tensor::from({n}, input(ctx.rank, n));
+    Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
     comm::comm_seams().all_reduce(*ctx.comm, t, ReduceOp::sum);
   });
   trace::Trace trace = world.collect_trace();

@@ -2,6 +2,8 @@
 // serial reference; point-to-point ordering; split groups.
 #include <catch2/catch.hpp>
 
+#include "common/collective_reference.h"
+
 #include <mutex>
 
 #include "core/comm/comm.h"
@@ -18,24 +20,6 @@ WorldOptions options_for(int ranks) {
   o.backend = "local";
   o.comm_timeout = 10;
   return o;
-}
-
-// Rank r's input: small integers, so float sums are exact.
-std::vector<float> input(int rank, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((rank + 1) * 3 + i % 11);
-  return v;
-}
-
-std::vector<float> serial_reduce(int ranks, int64_t n, ReduceOp op) {
-  std::vector<float> out(static_cast<size_t>(n), 0.0f);
-  for (int r = 0; r < ranks; ++r) {
-    auto v = input(r, n);
-    for (int64_t i = 0; i < n; ++i) out[i] += v[i];
-  }
-  if (op == ReduceOp::avg)
-    for (auto& x : out) x /= static_cast<float>(ranks);
-  return out;
 }
 
 void require_equal(const std::vector<float>& got, const std::vector<float>& want) {
@@ -61,22 +45,22 @@ TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match a serial refe
     for (int64_t n : kSizes) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
         INFO("ranks=" << ranks << " n=" << n << " op=" << comm::reduce_op_name(op));
-        auto want = serial_reduce(ranks, n, op);
+        auto want = testing::serial_reduce(ranks, n, op);
         std::vector<std::vector<float>> reduced(ranks), async(ranks), scattered(ranks),
             gathered(ranks), broadcasted(ranks);
         world.run([&](RankContext& ctx) {
           int r = ctx.rank;
-          Tensor t = Tensor::from({n}, input(r, n));
+          Tensor t = Tensor::from({n}, testing::rank_input(r, n));
           ctx.comm->all_reduce(t, op);
           reduced[r] = t.to_vector();
 
-          Tensor u = Tensor::from({n}, input(r, n));
+          Tensor u = Tensor::from({n}, testing::rank_input(r, n));
           comm::Work w = ctx.comm->all_reduce_async(u, op);
           w.wait();
           async[r] = u.to_vector();
 
           auto [b, e] = comm::chunk_range(n, ranks, r);
-          Tensor in = Tensor::from({n}, input(r, n));
+          Tensor in = Tensor::from({n}, testing::rank_input(r, n));
           Tensor out = Tensor::empty({e - b}, MemCategory::workspace);
           ctx.comm->reduce_scatter(in, out, op);
           scattered[r] = out.to_vector();
@@ -88,7 +72,7 @@ TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match a serial refe
           gathered[r] = all.to_vector();
 
           int root = (ranks - 1) / 2;
-          Tensor bc = Tensor::from({n}, input(r, n));
+          Tensor bc = Tensor::from({n}, testing::rank_input(r, n));
           ctx.comm->broadcast(bc, root);
           broadcasted[r] = bc.to_vector();
           ctx.comm->barrier();
@@ -99,7 +83,7 @@ TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match a serial refe
           auto [b, e] = comm::chunk_range(n, ranks, r);
           require_equal(scattered[r], std::vector<float>(want.begin() + b, want.begin() + e));
           require_equal(gathered[r], want);
-          require_equal(broadcasted[r], input((ranks - 1) / 2, n));
+          require_equal(broadcasted[r], testing::rank_input((ranks - 1) / 2, n));
         }
       }
     }

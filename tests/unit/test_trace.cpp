@@ -2,6 +2,8 @@
 // anything that is not a readable trace.
 #include <catch2/catch.hpp>
 
+#include "common/trace_events.h"
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -12,19 +14,9 @@
 using namespace mgpu::trace;
 using nlohmann::json;
 
-namespace {
+using mgpu::testing::make_event;
 
-Event make_event(std::string name, std::string category, int rank, Lane lane, double start,
-                 double dur) {
-  Event e;
-  e.name = std::move(name);
-  e.cat = std::move(category);
-  e.rank = rank;
-  e.lane = lane;
-  e.start = start;
-  e.dur = dur;
-  return e;
-}
+namespace {
 
 Trace sample_trace() {
   Trace t;

@@ -2,6 +2,8 @@
 // timeline and the ASCII timeline.
 #include <catch2/catch.hpp>
 
+#include "common/trace_events.h"
+
 #include <functional>
 #include <iostream>
 #include <map>
@@ -12,19 +14,9 @@
 
 using namespace mgpu::trace;
 
-namespace {
+using mgpu::testing::make_event;
 
-Event make_event(std::string name, std::string category, int rank, Lane lane, double start,
-                 double dur) {
-  Event e;
-  e.name = std::move(name);
-  e.cat = std::move(category);
-  e.rank = rank;
-  e.lane = lane;
-  e.start = start;
-  e.dur = dur;
-  return e;
-}
+namespace {
 
 Event compute(int rank, double start, double end, const char* category = cat::forward) {
   return make_event("k", category, rank, Lane::compute, start, end - start);
