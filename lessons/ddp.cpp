@@ -32,7 +32,7 @@ std::vector<std::vector<float>> copy_params(GPT& model) {
 }
 
 int64_t gradient_bytes_of(const GPTConfig& cfg) {
-  return 4 * GPT(cfg).num_params();
+  return 4 * count_params(cfg);
 }
 
 // One DDP optimizer step on this rank: k micro-steps, communicating only on the last (no_sync).

@@ -40,6 +40,13 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   return cfg;
 }
 
+int64_t count_params(const GPTConfig& cfg) {
+  RankContext shapes_only(0, 1, Device::phantom(), HardwareProfile::ideal(0), ClockKind::modeled);
+  shapes_only.tracer.enabled = false;
+  ScopedRank guard(shapes_only);
+  return GPT(cfg).num_params();
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params) {
   if (c.optimizer == "sgd") {
     optim::SGDOptions o;
@@ -53,7 +60,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const P
 }
 
 LossLog::LossLog(const CommonOptions& c, std::ostream& out)
-    : out_(out), steps_(c.steps), quiet_(c.quiet) {
+    : out_(out), steps_(c.steps), quiet_(c.quiet), phantom_(c.device == "phantom") {
   every_ = c.log_every > 0 ? c.log_every : std::max(1, c.steps / 10);
 }
 
@@ -61,6 +68,10 @@ void LossLog::record(int step, float loss) {
   losses_.push_back(loss);
   bool last = step + 1 == steps_;
   if (quiet_ || !(step % every_ == 0 || last)) return;
+  if (phantom_) {  // shapes and times only: there is no loss to print
+    fmt::print(out_, "  step {}/{}  (phantom device: timing only, no loss)\n", step + 1, steps_);
+    return;
+  }
   int width = static_cast<int>(std::to_string(steps_).size());
   fmt::print(out_, "  step {:>{}}/{}  loss {:.4f}\n", step + 1, width, steps_, loss);
   out_.flush();

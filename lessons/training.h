@@ -18,6 +18,9 @@ namespace mgpu::lessons {
 // The task named by --task/--data, and the model config that fits it.
 std::unique_ptr<data::Task> make_task(const CommonOptions& c);
 GPTConfig model_config(const CommonOptions& c, const data::Task& task);
+// The model's parameter count, found by building it on a phantom device (shapes, no memory), so
+// the host never allocates a model it only wants to describe.
+int64_t count_params(const GPTConfig& cfg);
 std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
 
 // Prints "step  k/N  loss x.xxxx" about ten times per run (or every --log-every steps).
@@ -31,6 +34,7 @@ class LossLog {
   std::ostream& out_;
   int steps_, every_;
   bool quiet_;
+  bool phantom_;
   std::vector<float> losses_;
 };
 
