@@ -33,8 +33,7 @@ class DataParallelLesson : public Lesson {
     DataParallelResult r = train_data_parallel(c, naive, out);
     fmt::print(out, "data:   global batch {} scattered by rank 0: {} sequences per rank\n", batch,
                batch / c.ranks);
-    fmt::print(out, "\nloss: {:.4f} -> {:.4f} over {} steps\n", r.losses.front(), r.losses.back(),
-               r.losses.size());
+    print_loss_summary(out, c, r.losses);
 
     trace::TraceSummary s = trace::analyze(r.trace, c.steps - 1);
     // What crosses the links per step, by construction of the scheme (P = model bytes).

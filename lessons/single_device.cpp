@@ -84,8 +84,8 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
   int steps_run = static_cast<int>(result.losses.size());
   if (steps_run > 0) {
     double tokens = static_cast<double>(steps_run) * c.batch * c.seq;
-    fmt::print(out, "\nloss: {:.4f} -> {:.4f} over {} steps (uniform guessing: {:.4f})\n",
-               result.losses.front(), result.losses.back(), steps_run, std::log(cfg.vocab));
+    print_loss_summary(out, c, result.losses,
+                       fmt::format(" (uniform guessing: {:.4f})", std::log(cfg.vocab)));
     fmt::print(out, "throughput: {} tokens/s on this machine ({} wall)",
                with_commas(static_cast<int64_t>(tokens / result.wall_seconds)),
                format_seconds(result.wall_seconds));

@@ -77,6 +77,18 @@ void LossLog::record(int step, float loss) {
   out_.flush();
 }
 
+void print_loss_summary(std::ostream& out, const CommonOptions& c, const std::vector<float>& losses,
+                        const std::string& note) {
+  if (losses.empty()) return;
+  if (c.device == "phantom") {
+    fmt::print(out, "\nloss: none over {} steps (phantom device: timing only, no values)\n",
+               losses.size());
+    return;
+  }
+  fmt::print(out, "\nloss: {:.4f} -> {:.4f} over {} steps{}\n", losses.front(), losses.back(),
+             losses.size(), note);
+}
+
 std::string with_commas(int64_t n) {
   std::string s = std::to_string(n < 0 ? -n : n);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");

@@ -38,6 +38,11 @@ class LossLog {
   std::vector<float> losses_;
 };
 
+// "loss: 4.1618 -> 1.3986 over 150 steps<note>", or on the phantom device (no values) a line
+// saying the run was timing only.
+void print_loss_summary(std::ostream& out, const CommonOptions& c, const std::vector<float>& losses,
+                        const std::string& note = "");
+
 // "model: 2 layers, dim 64, 4 heads, seq 32, vocab 64 -> 101,248 parameters"
 std::string describe_model(const GPTConfig& cfg, int64_t params);
 // "device: cpu virtual GPU x4, clock modeled on 8xH100-NVLink (495 TFLOP/s, ...)"

@@ -15,9 +15,20 @@ namespace {
 constexpr int kDriver = 0;
 constexpr int kTagShape = 1, kTagTokens = 2, kTagTargets = 3, kTagGrad = 4, kTagLoss = 5;
 
+// The batch's shape, token ids and the loss are control messages the driver's host program
+// sends, not device data: they live in host memory, so they carry values even when the ranks'
+// devices are phantom (shapes only).
+Allocator& host_memory() {
+  static Allocator host(Device::cpu());
+  return host;
+}
+Tensor host_tensor(const Shape& shape) {
+  return Tensor::empty(shape, MemCategory::comm_buffers, DType::f32, &host_memory());
+}
+
 // Token ids travel as f32 (exact below 2^24): the comm layer moves float tensors.
 Tensor ids_to_tensor(const std::vector<int32_t>& ids) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(ids.size())}, MemCategory::comm_buffers);
+  Tensor t = host_tensor({static_cast<int64_t>(ids.size())});
   for (size_t i = 0; i < ids.size(); ++i) t.f32()[i] = static_cast<float>(ids[i]);
   return t;
 }
@@ -59,13 +70,13 @@ float DataParallel::step(const data::Batch* global_batch, optim::Optimizer* opti
 data::Batch DataParallel::scatter_batch(const data::Batch* global_batch) {
   const int ranks = comm_.size();
   if (comm_.rank() != kDriver) {
-    Tensor shape = Tensor::empty({2}, MemCategory::comm_buffers);  // [B, T] of my shard
+    Tensor shape = host_tensor({2});  // [B, T] of my shard
     comm_.recv(shape, kDriver, kTagShape);
     data::Batch shard;
     shard.B = static_cast<int>(shape.f32()[0]);
     shard.T = static_cast<int>(shape.f32()[1]);
-    Tensor tokens = Tensor::empty({shard.size()}, MemCategory::comm_buffers);
-    Tensor targets = Tensor::empty({shard.size()}, MemCategory::comm_buffers);
+    Tensor tokens = host_tensor({shard.size()});
+    Tensor targets = host_tensor({shard.size()});
     comm_.recv(tokens, kDriver, kTagTokens);
     comm_.recv(targets, kDriver, kTagTargets);
     shard.tokens = tensor_to_ids(tokens);
@@ -75,8 +86,9 @@ data::Batch DataParallel::scatter_batch(const data::Batch* global_batch) {
   for (int r = 1; r < ranks; ++r) {
     data::RowRange rows = data::shard_rows(global_batch->B, ranks, r);
     data::Batch shard = global_batch->rows(rows.begin, rows.end);
-    comm_.send(Tensor::from({2}, {float(shard.B), float(shard.T)}, MemCategory::comm_buffers), r,
-               kTagShape);
+    comm_.send(Tensor::from({2}, {float(shard.B), float(shard.T)}, MemCategory::comm_buffers,
+                            &host_memory()),
+               r, kTagShape);
     comm_.send(ids_to_tensor(shard.tokens), r, kTagTokens);
     comm_.send(ids_to_tensor(shard.targets), r, kTagTargets);
   }
@@ -91,7 +103,7 @@ void DataParallel::broadcast_parameters() {
 
 float DataParallel::reduce_gradients_to_driver(float my_loss) {
   const int ranks = comm_.size();
-  Tensor loss = Tensor::from({1}, {my_loss}, MemCategory::comm_buffers);
+  Tensor loss = Tensor::from({1}, {my_loss}, MemCategory::comm_buffers, &host_memory());
   if (comm_.rank() != kDriver) {
     for (Param* p : model_.params()) comm_.send(p->grad, kDriver, kTagGrad);
     comm_.send(loss, kDriver, kTagLoss);

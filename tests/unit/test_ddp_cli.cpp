@@ -64,3 +64,20 @@ TEST_CASE("data-parallel bad input: one clear line and exit code 2", "[ddp][cli]
     CHECK(lines(r.err) == 1);
   }
 }
+
+TEST_CASE("the data-parallel lessons run on phantom GPUs (shapes and times only)",
+          "[ddp][phantom]") {
+  for (std::vector<std::string> lesson : {std::vector<std::string>{"ddp", "--ranks", "4"},
+                                          {"data_parallel", "--ranks", "3"},
+                                          {"grad_accum", "--ranks", "2", "--accum", "2"}}) {
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), lesson.begin(), lesson.end());
+    for (const char* a : {"--device", "phantom", "--batch", "12", "--steps", "2"})
+      args.push_back(a);
+    Result r = run_mgpu(args);
+    INFO(lesson[0] << ": " << r.err);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("phantom device: timing only"));
+    CHECK_THAT(r.out, !Catch::Contains("max |param - single-device param|"));
+  }
+}

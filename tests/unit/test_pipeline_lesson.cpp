@@ -94,11 +94,13 @@ TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline
 
 TEST_CASE("a billion-parameter model pipelines on phantom GPUs: shapes and times, no memory",
           "[pipeline][phantom]") {
-  // 32 layers of width 2048: 1.6B parameters (6.5 GB of fp32 weights if they were real). Only shapes exist, so this must neither allocate
-  // the model on the host nor ask phantom tensors for values.
-  Result r = run_mgpu({"run", "pipeline", "--device", "phantom", "--ranks", "8", "--layers", "32",
-                       "--dim", "2048", "--heads", "16", "--seq", "1024", "--batch", "16",
-                       "--microbatches", "16", "--steps", "1"});
+  // 32 layers of width 2048: 1.6B parameters (6.5 GB of fp32 weights if they were real). Only
+  // shapes exist, so this must neither allocate the model on the host nor ask phantom tensors for
+  // values.
+  Result r =
+      run_mgpu({"run",     "pipeline", "--device",       "phantom", "--ranks", "8",     "--layers",
+                "32",      "--dim",    "2048",           "--heads", "16",      "--seq", "1024",
+                "--batch", "16",       "--microbatches", "16",      "--steps", "1"});
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("1,613,828,096 parameters") && Catch::Contains("parameters"));
