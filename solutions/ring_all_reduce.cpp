@@ -8,26 +8,10 @@
 //     every rank holds every complete chunk.
 // Every rank sends 2(N-1) messages of n/N elements: the bytes each link carries do not grow with
 // N, which is why the ring is bandwidth-optimal. For avg we sum, then divide once at the end.
+#include "core/comm/local/algorithms.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::reference {
-
-namespace {
-
-// Chunk `index` (taken modulo N, so r - step may go negative) as a view into t.
-Tensor chunk_of(Tensor& t, int parts, int index) {
-  auto [begin, end] = comm::chunk_range(t.numel(), parts, ((index % parts) + parts) % parts);
-  return t.flat_range(begin, end);
-}
-
-void add_into(Tensor& acc, const Tensor& x) {
-  if (!acc.has_data()) return;  // phantom tensors: shapes and timing only
-  float* a = acc.f32();
-  const float* b = x.f32();
-  for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
-}
-
-}  // namespace
 
 void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
   const int n = comm.size(), r = comm.rank();
@@ -36,22 +20,22 @@ void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
   // Phase 1, reduce-scatter: at step s send chunk r-s-1, accumulate into chunk r-s-2, so that
   // after N-1 steps chunk r on rank r has collected all N contributions.
   for (int step = 0; step < n - 1; ++step) {
-    Tensor outgoing = chunk_of(t, n, r - step - 1);
-    Tensor accumulate = chunk_of(t, n, r - step - 2);
+    Tensor outgoing = comm::ring_chunk(t, n, r - step - 1);
+    Tensor accumulate = comm::ring_chunk(t, n, r - step - 2);
     Tensor incoming = Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, t.dtype());
     // Post the send first and wait for it after the recv: if every rank did a blocking
     // send at once, a backend without buffering (MPI, large messages) would deadlock.
     comm::Work sending = comm.isend(outgoing, right);
     comm.recv(incoming, left);
     sending.wait();
-    add_into(accumulate, incoming);
+    comm::local::add_into(accumulate, incoming);
   }
 
   // Phase 2, all-gather: at step s send the complete chunk r-s, receive complete chunk r-s-1
   // straight into place.
   for (int step = 0; step < n - 1; ++step) {
-    Tensor outgoing = chunk_of(t, n, r - step);
-    Tensor incoming = chunk_of(t, n, r - step - 1);
+    Tensor outgoing = comm::ring_chunk(t, n, r - step);
+    Tensor incoming = comm::ring_chunk(t, n, r - step - 1);
     // Post the send first and wait for it after the recv: if every rank did a blocking
     // send at once, a backend without buffering (MPI, large messages) would deadlock.
     comm::Work sending = comm.isend(outgoing, right);
@@ -59,7 +43,7 @@ void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
     sending.wait();
   }
 
-  if (op == comm::ReduceOp::avg && t.has_data()) {
+  if (op == comm::ReduceOp::avg && t.has_data()) {  // divide (not scale by 1/N): exact as a / N
     float* v = t.f32();
     for (int64_t i = 0; i < t.numel(); ++i) v[i] /= static_cast<float>(n);
   }

@@ -23,6 +23,11 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index) {
   return {begin, begin + size};
 }
 
+Tensor ring_chunk(const Tensor& t, int parts, int index) {
+  auto [begin, end] = chunk_range(t.numel(), parts, ((index % parts) + parts) % parts);
+  return t.flat_range(begin, end);
+}
+
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
     try {

@@ -20,6 +20,9 @@ const char* reduce_op_name(ReduceOp op);
 
 // [begin, end) of chunk `index` when n elements are split over `parts` ranks.
 std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
+// Chunk `index` of `t` as a view, with the index taken modulo `parts` (ring algorithms count
+// chunks as r - step, which goes negative).
+Tensor ring_chunk(const Tensor& t, int parts, int index);
 
 // A pending async operation. wait() blocks until it completes (and, on the modeled clock, makes
 // the compute lane wait for it too). Waiting twice is harmless; destroying an unwaited Work waits.

@@ -2,6 +2,8 @@
 // from a checkpoint equals training straight through); mismatches and damage give clear errors.
 #include <catch2/catch.hpp>
 
+#include "common/errors.h"
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -13,6 +15,8 @@
 #include "core/runtime/context.h"
 
 using namespace mgpu;
+
+using mgpu::testing::error_of;
 
 namespace {
 
@@ -48,15 +52,6 @@ struct TinyModel {
     }
   }
 };
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

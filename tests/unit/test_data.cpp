@@ -1,6 +1,8 @@
 // Data: seeded tasks are deterministic, shards partition the global batch, errors are clear.
 #include <catch2/catch.hpp>
 
+#include "common/errors.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,8 @@
 #include "core/data/task.h"
 
 using namespace mgpu::data;
+
+using mgpu::testing::error_of;
 
 namespace {
 
@@ -25,15 +29,6 @@ double bigram_entropy(const Batch& b) {
     for (auto& [nxt, c] : nexts) h -= c / total * std::log(static_cast<double>(c) / n_cur);
   }
   return h;
-}
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

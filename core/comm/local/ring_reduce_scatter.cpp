@@ -8,10 +8,7 @@ namespace mgpu::comm::local {
 void ring_reduce_scatter(Comm& comm, Tensor& buffer) {
   const int n = comm.size(), r = comm.rank();
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
-  auto chunk = [&](int index) {
-    auto [begin, end] = chunk_range(buffer.numel(), n, ((index % n) + n) % n);
-    return buffer.flat_range(begin, end);
-  };
+  auto chunk = [&](int index) { return ring_chunk(buffer, n, index); };
   for (int step = 0; step < n - 1; ++step) {
     Tensor outgoing = chunk(r - step - 1);
     Tensor accumulate = chunk(r - step - 2);
