@@ -119,13 +119,19 @@ class LocalComm final : public Comm {
     return wait_until(all_reduce_on_comm_lane(t, op));
   }
 
+  // The chunk side of reduce_scatter/all_gather must hold exactly this rank's chunk_range.
+  void check_my_chunk(const char* op, const char* side, int64_t got, int64_t total,
+                      int64_t expected) const {
+    if (got != expected)
+      throw CommError(
+          fmt::format("{} on rank {} of group {}: {} has {} elements, "
+                      "expected chunk_range({}, {}, {}) = {}",
+                      op, rank_, name_, side, got, total, size(), rank_, expected));
+  }
+
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
     auto [begin, end] = chunk_range(in.numel(), size(), rank_);
-    if (out.numel() != end - begin)
-      throw CommError(
-          fmt::format("reduce_scatter on rank {} of group {}: out has {} elements, "
-                      "expected chunk_range({}, {}, {}) = {}",
-                      rank_, name_, out.numel(), in.numel(), size(), rank_, end - begin));
+    check_my_chunk("reduce_scatter", "out", out.numel(), in.numel(), end - begin);
     double finish =
         collective("reduce_scatter", describe_call("reduce_scatter", &in, &op), in.bytes(), [&] {
           Tensor work =
@@ -140,11 +146,7 @@ class LocalComm final : public Comm {
 
   void all_gather(const Tensor& in, Tensor& out) override {
     auto [begin, end] = chunk_range(out.numel(), size(), rank_);
-    if (in.numel() != end - begin)
-      throw CommError(
-          fmt::format("all_gather on rank {} of group {}: in has {} elements, "
-                      "expected chunk_range({}, {}, {}) = {}",
-                      rank_, name_, in.numel(), out.numel(), size(), rank_, end - begin));
+    check_my_chunk("all_gather", "in", in.numel(), out.numel(), end - begin);
     double finish =
         collective("all_gather", describe_call("all_gather", &out, nullptr), out.bytes(), [&] {
           Tensor mine = out.flat_range(begin, end);
