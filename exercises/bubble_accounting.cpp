@@ -1,7 +1,5 @@
 // Exercise 04: bubble accounting. Replace the body with your implementation; the graded tests
 // compare it with core's trace analysis on generated traces (`mgpu grade ex04`).
-#include <stdexcept>
-
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {
@@ -10,7 +8,7 @@ std::vector<ex::RankIdle> bubble_accounting(const trace::Trace& trace, double t0
   (void)trace;
   (void)t0;
   (void)t1;
-  throw std::runtime_error("not implemented: see docs/exercises/04-bubble-accounting.md");
+  throw ex::NotImplemented("not implemented yet: see docs/exercises/04-bubble-accounting.md");
 }
 
 }  // namespace mgpu::mine

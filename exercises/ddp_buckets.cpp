@@ -1,8 +1,6 @@
 // Exercise 02: DDP gradient buckets. Replace the bodies with your implementation (see
 // docs/exercises/02-ddp-buckets.md), then run a lesson with --impl mine: your buckets drive the
 // DDP timeline.
-#include <stdexcept>
-
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {
@@ -11,7 +9,7 @@ parallel::BucketPlan assign_buckets(const std::vector<int64_t>& param_bytes_in_b
                                     int64_t bucket_bytes) {
   (void)param_bytes_in_backward_order;
   (void)bucket_bytes;
-  throw std::runtime_error("not implemented: see docs/exercises/02-ddp-buckets.md");
+  throw ex::NotImplemented("not implemented yet: see docs/exercises/02-ddp-buckets.md");
 }
 
 bool bucket_ready(const parallel::BucketPlan& plan, int bucket,
@@ -19,7 +17,7 @@ bool bucket_ready(const parallel::BucketPlan& plan, int bucket,
   (void)plan;
   (void)bucket;
   (void)grad_final;
-  throw std::runtime_error("not implemented: see docs/exercises/02-ddp-buckets.md");
+  throw ex::NotImplemented("not implemented yet: see docs/exercises/02-ddp-buckets.md");
 }
 
 }  // namespace mgpu::mine

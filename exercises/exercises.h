@@ -5,10 +5,14 @@
 #include <vector>
 
 #include "core/comm/comm.h"
+#include "core/comm/seams.h"
+#include "core/memory/seams.h"
 #include "core/model/gpt.h"
 #include "core/parallel/ddp_seams.h"
 #include "core/parallel/pipeline/schedule.h"
+#include "core/parallel/pipeline/seams.h"
 #include "core/tensor/tensor.h"
+#include "core/trace/bubble_seams.h"
 #include "core/trace/event.h"
 #include "exercises/types.h"
 

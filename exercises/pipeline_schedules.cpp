@@ -2,8 +2,6 @@
 // Read docs/exercises/03-pipeline-schedules.md, then replace the two throws below. Return, for
 // every stage, its forwards (pipeline::forward(mb)) and backwards (pipeline::backward(mb)) in
 // the order that stage runs them; the sends and receives are added for you.
-#include <stdexcept>
-
 #include "core/parallel/pipeline/schedule.h"
 #include "exercises/exercises.h"
 
@@ -11,12 +9,12 @@ namespace mgpu::mine {
 
 std::vector<std::vector<pipeline::Action>> gpipe_compute_order(int stages, int microbatches) {
   (void)stages, (void)microbatches;
-  throw std::runtime_error("not implemented: see docs/exercises/03-pipeline-schedules.md");
+  throw ex::NotImplemented("not implemented yet: see docs/exercises/03-pipeline-schedules.md");
 }
 
 std::vector<std::vector<pipeline::Action>> one_f_one_b_compute_order(int stages, int microbatches) {
   (void)stages, (void)microbatches;
-  throw std::runtime_error("not implemented: see docs/exercises/03-pipeline-schedules.md");
+  throw ex::NotImplemented("not implemented yet: see docs/exercises/03-pipeline-schedules.md");
 }
 
 }  // namespace mgpu::mine

@@ -1,39 +1,40 @@
 // Types the graded exercises exchange with their callers. They live outside the two namespaces
 // (mgpu::reference, mgpu::mine) so that the student's results and the reference's compare
-// directly and either implementation can be handed to the same caller.
+// directly and either implementation can be handed to the same caller. The types a core seam
+// carries are defined beside that seam and only named here.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "core/memory/seams.h"
+#include "core/trace/bubble_seams.h"
 
 namespace mgpu::ex {
 
-// Exercise 04: one rank's time within a window [t0, t1].
-struct RankIdle {
-  int rank = 0;
-  double busy = 0;  // length of the union of the rank's compute-lane events in the window
-  double idle = 0;  // (t1 - t0) - busy
-  double bubble_fraction = 0;  // idle / (t1 - t0); 0 when the window is empty
+// Exercise 04: one rank's time within a window [t0, t1] (core/trace/bubble_seams.h).
+using trace::RankIdle;
+
+// Exercise 05: how training state is stored and sharded, and what one rank holds
+// (core/memory/seams.h).
+using memory::MemoryEstimate;
+using memory::MemoryQuery;
+using memory::Precision;
+
+// What an exercise stub throws until it is written. `--impl mine` probes every exercise with a
+// tiny call and falls back to the reference, saying so, for each one that still throws this.
+class NotImplemented : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
 };
 
-// Exercise 05: how training state is stored and sharded.
-enum class Precision {
-  fp32,        // params 4 B, grads 4 B, Adam m + v 8 B                      = 16 B/param
-  mixed_bf16,  // params 2 B, grads 2 B, fp32 master 4 B + Adam m + v 8 B    = 16 B/param
-};
-
-struct MemoryQuery {
-  int64_t params = 0;  // parameters of the whole model
-  Precision precision = Precision::fp32;
-  int dp = 1;          // data-parallel degree (ranks sharing the model)
-  int zero_stage = 0;  // 0: replicate all; 1: shard optimizer state; 2: +gradients; 3: +parameters
-};
-
-// Bytes held by ONE rank (the largest shard: ceil(params / dp) elements when sharded).
-struct MemoryEstimate {
-  int64_t parameters = 0;
-  int64_t gradients = 0;
-  int64_t optimizer_state = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state; }
-  bool operator==(const MemoryEstimate&) const = default;
+// One graded exercise as the program sees it.
+struct Exercise {
+  std::string name;               // "ex01"
+  std::string title;              // "ring all-reduce"
+  std::function<void()> install;  // puts this side's functions into core's seam
+  std::function<void()> probe;    // a tiny call; throws NotImplemented while still a stub
 };
 
 }  // namespace mgpu::ex

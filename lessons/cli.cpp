@@ -95,7 +95,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (done) return rc;
 
   try {
-    select_impl(common.impl);
+    select_impl(common.impl, out);
     return lesson.run(common, out);
   } catch (const UsageError& e) {
     return usage_error(err, "run " + lesson.name(), e.what());

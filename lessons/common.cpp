@@ -32,8 +32,8 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   app.add_option("--comm-timeout", c.comm_timeout, "seconds before a stuck wait is reported")
       ->check(positive)
       ->group("World");
-  app.add_option("--impl", c.impl, "which exercise implementations to use: reference | mine")
-      ->check(CLI::IsMember({"reference", "mine"}))
+  app.add_option("--impl", c.impl,
+                 "exercise implementations: reference | mine | ex01=mine,ex03=mine,...")
       ->group("World");
 
   if (d.model_options) {

@@ -1,11 +1,39 @@
-// Which implementation of the graded exercises the lessons call: "reference" (solutions/) or
-// "mine" (exercises/, the student's). Installs that set into core's seams and says so.
+// Which implementation of each graded exercise the lessons call: the reference (solutions/) or
+// the student's (exercises/). `--impl` takes
+//   reference                 every exercise from solutions/ (the default)
+//   mine                      every exercise the student has written; each one still a stub
+//                             falls back to the reference and says so on one line
+//   ex01=mine,ex03=mine       the named exercises as given (mine or reference), the rest reference
+// A stub is found honestly: every exercise has a tiny probe call, and a stub throws
+// ex::NotImplemented from it.
 #pragma once
+#include <iosfwd>
 #include <string>
+#include <vector>
+
+#include "exercises/types.h"
 
 namespace mgpu::lessons {
 
-void select_impl(const std::string& impl);  // throws UsageError for anything else
+// What was installed for one exercise.
+struct ExerciseChoice {
+  std::string name;        // "ex01"
+  std::string installed;   // "mine" or "reference"
+  bool fell_back = false;  // asked for "mine", but it is still a stub
+};
+
+// Parses `spec`, probes and installs; prints one line per fallback to `out`. Throws UsageError
+// (one line listing the valid names) for a bad spec.
+void select_impl(const std::string& spec, std::ostream& out);
+void select_impl(const std::string& spec);  // fallback lines to std::cout
 const std::string& selected_impl();
+// Per exercise, what the last select_impl installed.
+const std::vector<ExerciseChoice>& installed_exercises();
+
+// The same with the two tables given (tests hand in a "mine" table whose exercises are known).
+std::vector<ExerciseChoice> select_exercises(const std::string& spec,
+                                             const std::vector<ex::Exercise>& reference,
+                                             const std::vector<ex::Exercise>& mine,
+                                             std::ostream& out);
 
 }  // namespace mgpu::lessons

@@ -1,15 +1,14 @@
 // Installs the reference implementations into core's seams (the default, `--impl reference`).
-#include "core/comm/seams.h"
-#include "core/parallel/pipeline/seams.h"
 #include "exercises/exercises.h"
+#include "exercises/probe.h"
 
 namespace mgpu::reference {
 
-void install_seams() {
-  parallel::install_ddp_seams({"reference", &reference::assign_buckets, &reference::bucket_ready});
-  comm::install_comm_seams({"reference", &reference::ring_all_reduce});
-  pipeline::install_pipeline_seams(
-      {"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
-}
+namespace {
+constexpr const char* kSide = "reference";
+using ex::probe_all_reduce;
+}  // namespace
+
+#include "exercises/exercise_table.inc"
 
 }  // namespace mgpu::reference

@@ -101,6 +101,40 @@ TEST_CASE("Naive model parallel: one batch down and back", "[pipeline]") {
   CHECK(all_actions(s, 2) == "recv_act mb0 <- s1, F0, B0, send_grad mb0 -> s1");
 }
 
+TEST_CASE("Interleaved 1F1B rounds: any M >= P, floor(M/P) near-equal rounds, larger first",
+          "[pipeline]") {
+  CHECK(interleaved_round_sizes(4, 8) == std::vector<int>{4, 4});  // Megatron's groups of P
+  CHECK(interleaved_round_sizes(4, 10) == std::vector<int>{5, 5});
+  CHECK(interleaved_round_sizes(4, 11) == std::vector<int>{6, 5});
+  CHECK(interleaved_round_sizes(4, 7) == std::vector<int>{7});
+  CHECK(interleaved_round_sizes(4, 2) == std::vector<int>{2});  // fewer than P: one short round
+  for (int P = 1; P <= 6; ++P)
+    for (int M = P; M <= 20; ++M) {
+      const auto sizes = interleaved_round_sizes(P, M);
+      int sum = 0;
+      for (int g : sizes) {
+        CHECK(g >= P);
+        sum += g;
+      }
+      CHECK(sum == M);
+      CHECK(sizes.front() - sizes.back() <= 1);
+    }
+}
+
+TEST_CASE("Interleaved 1F1B P=2 M=5 V=2: rounds of 3 and 2 micro-batches", "[pipeline]") {
+  const Schedule s = interleaved_1f1b_schedule(2, 5, 2);
+  // Stage 0 warmup: 2(P-s-1) + (V-1)g0 = 2 + 3 = 5 chunk-forwards; round 0 is micro-batches 0-2,
+  // round 1 is 3-4; each round runs chunk 0 then chunk 1 of its micro-batches.
+  CHECK(compute_order(s, 0) ==
+        "F0 F1 F2 F0c1 F1c1 "                         // warmup
+        "F2c1 B0c1 F3 B1c1 F4 B2c1 F3c1 B0 F4c1 B1 "  // steady
+        "B2 B3c1 B4c1 B3 B4");                        // cooldown
+  CHECK(compute_order(s, 1) ==
+        "F0 F1 F2 "
+        "F0c1 B0c1 F1c1 B1c1 F2c1 B2c1 F3 B0 F4 B1 F3c1 B2 F4c1 B3c1 "
+        "B4c1 B3 B4");
+}
+
 TEST_CASE("make_schedule dispatches by name", "[pipeline]") {
   for (const auto& name : schedule_names()) {
     const Schedule s =
@@ -123,12 +157,11 @@ TEST_CASE("Config errors are one clear line", "[pipeline]") {
         "4 stages need at least 4 layers; the model has 3: use --stages 3 or fewer, or --layers 4");
   CHECK(error("gpipe", 2, 0, 1, 8) ==
         "micro-batches must be at least 1 (got 0): use --microbatches 1 or more");
-  CHECK(error("interleaved", 4, 10, 2, 16) ==
-        "interleaved 1F1B needs micro-batches to be a multiple of the 4 stages (got 10): use "
-        "--microbatches 8 or 12");
+  // Any M >= P works (rounds of at least P micro-batches); fewer than P is refused.
+  CHECK(error("interleaved", 4, 10, 2, 16) == "");
   CHECK(error("interleaved", 4, 2, 2, 16) ==
-        "interleaved 1F1B needs micro-batches to be a multiple of the 4 stages (got 2): use "
-        "--microbatches 4");
+        "interleaved 1F1B needs at least as many micro-batches as the 4 stages (got 2): use "
+        "--microbatches 4 or more, or --schedule 1f1b");
   CHECK(error("interleaved", 4, 8, 3, 8) ==
         "interleaved with 4 stages x 3 chunks needs at least 12 layers; the model has 8: use "
         "--virtual-stages 2 or fewer, or --layers 12");
@@ -140,9 +173,10 @@ TEST_CASE("Config errors are one clear line", "[pipeline]") {
   CHECK(error("1f1b", 2, 4, 2, 8).find("only applies to the interleaved schedule") !=
         std::string::npos);
   CHECK(error("naive", 2, 4, 1, 8).find("use --microbatches 1") != std::string::npos);
-  for (const auto& message : {error("1f1b", 4, 8, 1, 3), error("interleaved", 4, 10, 2, 16)})
+  for (const auto& message : {error("1f1b", 4, 8, 1, 3), error("interleaved", 4, 2, 2, 16)})
     CHECK(message.find('\n') == std::string::npos);
   CHECK_NOTHROW(validate_pipeline_config("interleaved", 4, 8, 2, 8));
+  CHECK_NOTHROW(validate_pipeline_config("interleaved", 4, 7, 2, 8));
   CHECK_NOTHROW(validate_pipeline_config("1f1b", 4, 3, 1, 4));
 }
 

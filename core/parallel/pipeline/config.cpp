@@ -48,16 +48,13 @@ void validate_pipeline_config(const std::string& schedule_name, int stages, int 
                     "--virtual-stages 1, or --schedule interleaved",
                     virtual_stages));
   if (schedule_name != "interleaved") return;
-  if (microbatches % stages != 0) {
-    // Megatron's interleaving works in groups of P micro-batches, so M must be a multiple of P.
-    const int below = microbatches / stages * stages, above = below + stages;
-    const std::string fix = below > 0 ? fmt::format("--microbatches {} or {}", below, above)
-                                      : fmt::format("--microbatches {}", above);
+  if (microbatches < stages)
+    // Rounds of fewer than P micro-batches leave stage 0 waiting for each micro-batch to come
+    // around the ring before its next chunk, so the bubble would exceed (P-1)/(VM+P-1).
     fail(
-        fmt::format("interleaved 1F1B needs micro-batches to be a multiple of the {} stages (got "
-                    "{}): use {}",
-                    stages, microbatches, fix));
-  }
+        fmt::format("interleaved 1F1B needs at least as many micro-batches as the {} stages (got "
+                    "{}): use --microbatches {} or more, or --schedule 1f1b",
+                    stages, microbatches, stages));
   if (virtual_stages * stages > layers)
     fail(
         fmt::format("interleaved with {} stages x {} chunks needs at least {} layers; the model "

@@ -164,35 +164,48 @@ const PipelineSeams& pipeline_seams() {
 }
 
 // Interleaved 1F1B (Megatron-LM): each stage holds V model chunks, so a micro-batch visits every
-// stage V times. Work goes in groups of P micro-batches: forward chunk 0 of P micro-batches, then
-// chunk 1 of the same P, ... (backward visits chunks in reverse). Warmup is 2(P-s-1) + (V-1)P
-// chunk-forwards. The bubble shrinks by V at the price of V times more messages.
+// stage V times. Work goes in rounds of micro-batches: forward chunk 0 of the round's
+// micro-batches, then chunk 1 of the same ones, ... (backward visits chunks in reverse). Megatron's
+// rounds are exactly P, so M had to be a multiple of P; like PyTorch we lift that. A round only
+// needs at least P micro-batches: a micro-batch comes back to stage 0 for its next chunk after
+// crossing all P stages, and by then stage 0 has forwarded the rest of the round. So M splits
+// into floor(M/P) rounds of g >= P, and warmup is 2(P-s-1) + (V-1)g_0 chunk-forwards (the first
+// round's). The bubble shrinks by V at the price of V times more messages.
+std::vector<int> interleaved_round_sizes(int stages, int microbatches) {
+  const int rounds = std::max(1, microbatches / stages);
+  std::vector<int> sizes(rounds, microbatches / rounds);
+  for (int r = 0; r < microbatches % rounds; ++r) ++sizes[r];
+  return sizes;
+}
+
 Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_stages) {
   const int P = stages, V = virtual_stages, total = microbatches * V;
-  // k-th forward (or backward) step on a stage -> (micro-batch, chunk), as in Megatron.
-  auto step = [&](int k, bool is_forward) {
-    const int in_group = k % (P * V);
-    const int chunk = is_forward ? in_group / P : V - 1 - in_group / P;
-    return std::pair{(k / (P * V)) * P + k % P, chunk};
-  };
+  const std::vector<int> rounds = interleaved_round_sizes(P, microbatches);
+  // The k-th forward (or backward) on any stage -> (micro-batch, chunk): round by round, chunk by
+  // chunk (backwards from the last chunk), the round's micro-batches in order.
+  std::vector<std::pair<int, int>> forward_order, backward_order;
+  for (int first = 0; int size : rounds) {
+    for (int c = 0; c < V; ++c)
+      for (int i = 0; i < size; ++i) {
+        forward_order.emplace_back(first + i, c);
+        backward_order.emplace_back(first + i, V - 1 - c);
+      }
+    first += size;
+  }
   std::vector<std::vector<Action>> compute(P);
   for (int stage = 0; stage < P; ++stage) {
     auto& list = compute[stage];
-    const int warmup = std::min((P - stage - 1) * 2 + (V - 1) * P, total);
-    for (int k = 0; k < warmup; ++k) {
-      auto [mb, chunk] = step(k, true);
-      list.push_back(forward(mb, chunk));
-    }
+    const int warmup = std::min((P - stage - 1) * 2 + (V - 1) * rounds[0], total);
+    for (int k = 0; k < warmup; ++k)
+      list.push_back(forward(forward_order[k].first, forward_order[k].second));
     for (int k = 0; k < total - warmup; ++k) {
-      auto [fmb, fchunk] = step(k + warmup, true);
+      auto [fmb, fchunk] = forward_order[k + warmup];
       list.push_back(forward(fmb, fchunk));
-      auto [bmb, bchunk] = step(k, false);
+      auto [bmb, bchunk] = backward_order[k];
       list.push_back(backward(bmb, bchunk));
     }
-    for (int k = total - warmup; k < total; ++k) {
-      auto [mb, chunk] = step(k, false);
-      list.push_back(backward(mb, chunk));
-    }
+    for (int k = total - warmup; k < total; ++k)
+      list.push_back(backward(backward_order[k].first, backward_order[k].second));
   }
   return with_communication("interleaved", P, microbatches, V, std::move(compute));
 }

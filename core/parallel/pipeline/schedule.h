@@ -64,6 +64,9 @@ struct Schedule {
 Schedule gpipe_schedule(int stages, int microbatches);
 Schedule one_f_one_b_schedule(int stages, int microbatches);
 Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_stages);
+// Interleaved 1F1B takes micro-batches in rounds: floor(M / P) rounds (one when M < P) of sizes
+// as equal as possible, larger first; each round is at least P, so M need not be a multiple of P.
+std::vector<int> interleaved_round_sizes(int stages, int microbatches);
 Schedule zb_h1_schedule(int stages, int microbatches);
 Schedule naive_model_parallel_schedule(int stages);
 

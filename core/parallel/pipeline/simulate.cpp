@@ -9,7 +9,9 @@
 //   fraction = (P-1)/(M+P-1). 1F1B reorders the same work without shortening the critical path:
 //   identical step and fraction (it only lowers memory).
 // Interleaved (Megatron): chunk costs are f/V and b/V; the fill/drain ramp is P-1 chunk steps:
-//   step = M(f+b) + (P-1)(f+b)/V, fraction = (P-1)/(V*M + P-1).
+//   step = M(f+b) + (P-1)(f+b)/V, fraction = (P-1)/(V*M + P-1). It holds for any M >= P, not
+//   only multiples of P: in rounds of g >= P micro-batches a micro-batch is back at stage 0 for
+//   its next chunk before stage 0 runs out of the round's work, so no stage waits mid-step.
 // ZB-H1 (assumption, as in the paper's headline: F = B = W = t, full backward 2t): the ramp only
 //   costs (P-1)(F + B - W) = (P-1)t because deferred W's fill the cooldown. With fewer
 //   micro-batches than stages there are not enough W's, adding (P-M)t: step = 3Mt + (P-1)t + max(0,
@@ -120,9 +122,10 @@ std::vector<int> peak_activations_theory(const std::string& name, int P, int M, 
     // 1F1B and ZB-H1: P-s-1 warmup forwards plus the one in the steady F-B pair.
     else if (name == "1f1b" || name == "zb-h1")
       peak[s] = std::min(P - s, M);
-    // Megatron interleaved: warmup 2(P-s-1) + (V-1)P chunk-forwards, plus one in steady state.
+    // Interleaved: warmup 2(P-s-1) + (V-1)g chunk-forwards, g the first round's micro-batches
+    // (P when M is a multiple of P, as in Megatron), plus one in steady state.
     else if (name == "interleaved")
-      peak[s] = std::min(2 * (P - s - 1) + (V - 1) * P + 1, M * V);
+      peak[s] = std::min(2 * (P - s - 1) + (V - 1) * interleaved_round_sizes(P, M)[0] + 1, M * V);
     else
       throw std::invalid_argument(fmt::format("no memory theory for schedule '{}'", name));
   }
