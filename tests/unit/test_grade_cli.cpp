@@ -65,3 +65,28 @@ TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
         "ex04, ex05)\n");
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
+
+TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls back, one line each",
+          "[cli]") {
+  ChildResult r = run_child({std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device",
+                             "--steps", "1", "--impl", "mine"},
+                            {{"MGPU_IMPL", ""}}, 120);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05"})
+    CHECK(r.output.find(std::string(ex) + " not implemented yet: using the reference\n") !=
+          std::string::npos);
+}
+
+TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid ones, exit 2",
+          "[cli]") {
+  ChildResult r = run_child(
+      {std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device", "--impl", "ex09=mine"},
+      {{"MGPU_IMPL", ""}}, 120);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.rfind("mgpu run single_device: error: --impl 'ex09=mine': no exercise 'ex09'; "
+                       "use reference, mine, or a list like ex01=mine,ex03=mine (exercises: "
+                       "ex01, ex02, ex03, ex04, ex05",
+                       0) == 0);
+  CHECK(r.output.find('\n') == r.output.size() - 1);
+}

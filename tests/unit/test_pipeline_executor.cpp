@@ -61,12 +61,13 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
     int stages, microbatches, virtual_stages, layers, batch;
   };
   const std::vector<Case> cases = {
-      {"naive", 2, 1, 1, 2, 4},       {"naive", 3, 1, 1, 5, 4},  // 3 stages over 5 layers: 2,2,1
-      {"gpipe", 2, 2, 1, 2, 4},       {"gpipe", 3, 4, 1, 5, 8},
-      {"1f1b", 4, 8, 1, 4, 8},        {"1f1b", 3, 2, 1, 5, 4},         // M < P
-      {"interleaved", 2, 4, 2, 4, 8}, {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
-      {"interleaved", 3, 3, 2, 7, 6}, {"zb-h1", 2, 4, 1, 2, 4},
-      {"zb-h1", 3, 4, 1, 5, 8},       {"zb-h1", 4, 2, 1, 4, 4},
+      {"naive", 2, 1, 1, 2, 4},        {"naive", 3, 1, 1, 5, 4},  // 3 stages over 5 layers: 2,2,1
+      {"gpipe", 2, 2, 1, 2, 4},        {"gpipe", 3, 4, 1, 5, 8},
+      {"1f1b", 4, 8, 1, 4, 8},         {"1f1b", 3, 2, 1, 5, 4},         // M < P
+      {"interleaved", 2, 4, 2, 4, 8},  {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
+      {"interleaved", 3, 3, 2, 7, 6},  {"interleaved", 2, 3, 2, 4, 6},  // M % P != 0
+      {"interleaved", 3, 5, 2, 6, 10}, {"zb-h1", 2, 4, 1, 2, 4},
+      {"zb-h1", 3, 4, 1, 5, 8},        {"zb-h1", 4, 2, 1, 4, 4},
   };
   for (const Case& k : cases) {
     CAPTURE(k.schedule, k.stages, k.microbatches, k.virtual_stages, k.layers);
@@ -107,8 +108,14 @@ TEST_CASE("theory mode: measured bubble equals the formula for GPipe and 1F1B", 
 }
 
 TEST_CASE("theory mode: interleaving shrinks the bubble exactly as predicted", "[pipeline]") {
-  for (auto [P, M, V] :
-       std::vector<std::array<int, 3>>{{2, 2, 2}, {2, 4, 2}, {4, 4, 2}, {4, 8, 2}, {2, 4, 3}}) {
+  for (auto [P, M, V] : std::vector<std::array<int, 3>>{{2, 2, 2},
+                                                        {2, 4, 2},
+                                                        {4, 4, 2},
+                                                        {4, 8, 2},
+                                                        {2, 4, 3},
+                                                        {2, 3, 2},
+                                                        {3, 5, 2},
+                                                        {4, 6, 3}}) {
     CAPTURE(P, M, V);
     std::ostringstream out;
     PipelineResult inter =

@@ -56,6 +56,14 @@ TEST_CASE("interleaved and zb-h1 run from the command line", "[lesson][pipeline]
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(VM+P-1) = 3/19"));
   CHECK_THAT(r.out, Catch::Contains("bubble measured  15.8%  theory  15.8%"));
+  // Micro-batches not a multiple of the stages (M=6, P=4): rounds of 6, bubble still the theory.
+  Result odd = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "interleaved",
+                              "--virtual-stages", "2", "--microbatches", "6", "--batch", "12"}));
+  INFO(odd.err);
+  REQUIRE(odd.code == 0);
+  CHECK_THAT(odd.out, Catch::Contains("theory (P-1)/(VM+P-1) = 3/15"));
+  CHECK_THAT(odd.out, Catch::Contains("rank 0  bubble measured  20.0%  theory  20.0%"));
+  CHECK_THAT(odd.out, Catch::Contains("rank 3  bubble measured  20.0%  theory  20.0%"));
   Result z = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "zb-h1"}));
   CHECK(z.code == 0);
   CHECK_THAT(z.out, Catch::Contains("1 - 3M/(3M+P-1+max(0,P-M)) = 3/27"));
@@ -72,9 +80,9 @@ TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline
       {{"--ranks", "9"}, "9 stages need at least 9 layers"},
       {{"--stages", "9"}, "9 stages need at least 9 layers"},
       {{"--microbatches", "0"}, "micro-batches must be at least 1"},
-      {{"--schedule", "interleaved", "--virtual-stages", "2", "--microbatches", "6", "--batch",
-        "12"},
-       "multiple of the 4 stages"},
+      {{"--schedule", "interleaved", "--virtual-stages", "2", "--microbatches", "2", "--batch",
+        "4"},
+       "needs at least as many micro-batches as the 4 stages"},
       {{"--schedule", "interleaved", "--virtual-stages", "3"}, "needs at least 12 layers"},
       {{"--virtual-stages", "2"}, "only applies to the interleaved schedule"},
       {{"--microbatches", "3"}, "does not split into 3 micro-batches"},
