@@ -66,7 +66,7 @@ TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
 
-TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls back, one line each",
+TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls back with one line",
           "[cli]") {
   ChildResult r = run_child({std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device",
                              "--steps", "1", "--impl", "mine"},
@@ -78,7 +78,7 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
           std::string::npos);
 }
 
-TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid ones, exit 2",
+TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid ones and exit 2",
           "[cli]") {
   ChildResult r = run_child(
       {std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device", "--impl", "ex09=mine"},

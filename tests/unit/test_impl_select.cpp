@@ -46,7 +46,7 @@ struct RestoreReference {
 
 }  // namespace
 
-TEST_CASE("--impl mine with every exercise a stub: each falls back and says so", "[impl]") {
+TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "[impl]") {
   RestoreReference restore;
   std::ostringstream out;
   const auto choices =
@@ -62,8 +62,7 @@ TEST_CASE("--impl mine with every exercise a stub: each falls back and says so",
   CHECK(installed_names() == std::vector<std::string>(5, "reference"));
 }
 
-TEST_CASE("--impl mine installs each written exercise and falls back only for the stubs",
-          "[impl]") {
+TEST_CASE("impl mine installs each written exercise and falls back only for the stubs", "[impl]") {
   RestoreReference restore;
   std::ostringstream out;
   select_exercises("mine", reference::exercise_table(), mine_with_ex01_and_ex03_written(), out);
@@ -75,7 +74,7 @@ TEST_CASE("--impl mine installs each written exercise and falls back only for th
         "ex05 not implemented yet: using the reference\n");
 }
 
-TEST_CASE("--impl ex01=mine,...: exactly the named exercises are the student's", "[impl]") {
+TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[impl]") {
   RestoreReference restore;
   const auto mine = mine_with_ex01_and_ex03_written();
   std::ostringstream out;
@@ -99,7 +98,7 @@ TEST_CASE("--impl ex01=mine,...: exactly the named exercises are the student's",
   CHECK_FALSE(choices[0].fell_back);
 }
 
-TEST_CASE("--impl with a bad spec: one line listing the valid names", "[impl]") {
+TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
   RestoreReference restore;
   auto error = [](const std::string& spec) {
     std::ostringstream out;
@@ -120,7 +119,7 @@ TEST_CASE("--impl with a bad spec: one line listing the valid names", "[impl]") 
   CHECK(error("ex09=mine").find("no exercise 'ex09'") != std::string::npos);
 }
 
-TEST_CASE("The stub's probe throws NotImplemented; the reference's probe runs", "[impl]") {
+TEST_CASE("The stub's probe throws NotImplemented and the reference's probe runs", "[impl]") {
   for (const ex::Exercise& e : mine::exercise_table()) {
     INFO(e.name);
     CHECK_THROWS_AS(e.probe(), ex::NotImplemented);

@@ -101,7 +101,7 @@ TEST_CASE("Naive model parallel: one batch down and back", "[pipeline]") {
   CHECK(all_actions(s, 2) == "recv_act mb0 <- s1, F0, B0, send_grad mb0 -> s1");
 }
 
-TEST_CASE("Interleaved 1F1B rounds: any M >= P, floor(M/P) near-equal rounds, larger first",
+TEST_CASE("Interleaved 1F1B rounds: any M >= P in floor(M/P) near-equal rounds with larger first",
           "[pipeline]") {
   CHECK(interleaved_round_sizes(4, 8) == std::vector<int>{4, 4});  // Megatron's groups of P
   CHECK(interleaved_round_sizes(4, 10) == std::vector<int>{5, 5});
