@@ -77,6 +77,15 @@ bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
   return ok;
 }
 
+// Byte counts that need not be round (2(N-1)/N x S): KiB/MiB with a decimal when not whole.
+std::string format_size_exact(int64_t bytes) {
+  for (auto [unit, name] : {std::pair<int64_t, const char*>{1 << 20, "MiB"}, {1 << 10, "KiB"}})
+    if (bytes >= unit)
+      return bytes % unit == 0 ? fmt::format("{} {}", bytes / unit, name)
+                               : fmt::format("{:.2f} {}", double(bytes) / unit, name);
+  return fmt::format("{} B", bytes);
+}
+
 // What the formula says the busiest rank sends for one collective of S bytes (computed, shown
 // beside the measured sent_bytes): the ring sends (N-1) chunks of S/N per phase; the binomial
 // tree's root sends the whole buffer once per round.
@@ -181,7 +190,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
                kind == "broadcast" ? "binomial tree, root 0" : "ring on send/recv");
     const int N = world.size();
     const std::string formula = kind == "all_reduce"  ? fmt::format("2({0}-1)/{0} x S", N)
-                                : kind == "broadcast" ? fmt::format("log2({}) x S, root", N)
+                                : kind == "broadcast" ? fmt::format("ceil(log2 {}) x S, root", N)
                                                       : fmt::format("({0}-1)/{0} x S", N);
     fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>12} {:>12} {:>8}\n", "size (S)", "time",
                "algbw GB/s", "busbw GB/s", modeled ? "alpha-beta" : "", "sent/rank", "formula",
@@ -201,8 +210,8 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
       const int64_t by_formula = formula_sent_bytes(kind, bytes, N);
       fmt::print(out, "  {:>9} {:>12} {:>11.2f} {:>11.2f} {:>12} {:>12} {:>12} {:>8}\n",
                  format_size(bytes), format_seconds(best), bw.algbw / 1e9, bw.busbw / 1e9,
-                 modeled ? format_seconds(theory) : "", format_size(most_sent),
-                 format_size(by_formula), ok ? "yes" : "NO");
+                 modeled ? format_seconds(theory) : "", format_size_exact(most_sent),
+                 format_size_exact(by_formula), ok ? "yes" : "NO");
       result.rows.push_back({kind, bytes, best, theory, bw.busbw, ok, most_sent, by_formula});
     }
     fmt::print(out,

@@ -7,6 +7,7 @@
 // diagnosis on stderr (tests/mpi/expect_fault.sh checks both).
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,10 @@ int main(int argc, char** argv) {
     world.run([&](RankContext& ctx) {
       Tensor warm = Tensor::zeros({16}, MemCategory::comm_buffers);
       ctx.comm->all_reduce(warm);  // everyone is up and talking
+      if (ctx.rank == 0) {         // the clock for "within timeout + 5 s" starts now, not at launch
+        std::printf("fault injected at %lld\n", static_cast<long long>(std::time(nullptr)));
+        std::fflush(stdout);
+      }
       const bool culprit = ctx.rank == 1;
       if (culprit && fault == "exit") return;
       if (culprit && fault == "raise") throw std::runtime_error("rank 1 raised on purpose");

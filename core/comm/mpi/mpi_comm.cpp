@@ -284,7 +284,7 @@ class MpiComm final : public Comm {
     double mine[3] = {issue, hash, -hash}, all[3];
     MPI_Request req;
     check(MPI_Iallreduce(mine, all, 3, MPI_DOUBLE, MPI_MAX, comm_, &req), "MPI_Iallreduce");
-    wait(req, fmt::format("in collective #{} of group {}: {}", seq, name_, call));
+    wait(req, label_);
     if (all[1] == -all[2]) return all[0];
     constexpr int kWidth = 120;
     std::vector<char> calls(static_cast<size_t>(kWidth) * size_, '\0');
@@ -293,7 +293,7 @@ class MpiComm final : public Comm {
     check(MPI_Iallgather(my_call.data(), kWidth, MPI_CHAR, calls.data(), kWidth, MPI_CHAR, comm_,
                          &req),
           "MPI_Iallgather");
-    wait(req, fmt::format("in collective #{} of group {}: {}", seq, name_, call));
+    wait(req, label_);
     std::string message = fmt::format("collective #{} in group {} does not match:", seq, name_);
     for (int r = 0; r < size_; ++r)
       message += fmt::format("{} rank {} called {}", r ? ";" : "", world_rank(r),
@@ -378,9 +378,9 @@ class MpiComm final : public Comm {
     RankClock& clock = ctx_->clock;
     double issue = clock.comm_issue_time();
     int64_t seq = seq_++;
+    label_ = fmt::format("in {} #{} of group {}: {}", kind, seq, name_, call);
     const double last_issue = agree_on_call(seq, call, issue);  // the modeled start
     double start = issue;
-    label_ = fmt::format("in {} #{} of group {}: {}", kind, seq, name_, call);
     body();
     double end = clock.wall_now();
     if (clock.modeled()) {
