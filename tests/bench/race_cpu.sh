@@ -7,9 +7,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../../build-cpu}"
-if ! python3 -c "import torch" 2>/dev/null; then
-  echo "race_cpu.sh: installing python3-torch (Debian) for the PyTorch side"
-  apt-get install -y -q python3-torch >/dev/null
+# The python that imports torch: the one on PATH, else Debian's (installing python3-torch).
+py=python3
+if ! "$py" -c "import torch" 2>/dev/null; then
+  py=/usr/bin/python3
+  if ! "$py" -c "import torch" 2>/dev/null; then
+    echo "race_cpu.sh: installing python3-torch (Debian) for the PyTorch side"
+    apt-get install -y -q python3-torch >/dev/null
+  fi
 fi
 # Same threads on both sides: OpenBLAS (mgpu) and PyTorch's intra-op pool.
 threads="${THREADS:-$(nproc)}"
@@ -21,7 +26,7 @@ race() {
   local m p
   m="$("$build/bench_vs_pytorch" --device cpu "$@")"
   echo "$m"
-  p="$(python3 "$here/pytorch_gpt.py" --device cpu "$@")"
+  p="$("$py" "$here/pytorch_gpt.py" --device cpu "$@")"
   echo "$p"
   python3 - "$(sed -n 's/^RESULT mgpu tokens_per_s=//p' <<<"$m")" \
     "$(sed -n 's/^RESULT pytorch tokens_per_s=//p' <<<"$p")" <<'PY'
