@@ -1,6 +1,6 @@
 // What tracing costs: the same GPT training step (forward, backward, AdamW) on one CPU rank,
-// wall clock, with the tracer on and off, in one run. Rounds alternate off/on so that a noisy
-// shared host slows both alike; the overhead is the median over rounds of (on / off - 1).
+// wall clock, with the tracer on and off, in one run. Steps alternate off/on so that a noisy
+// shared host slows both alike; the overhead is median(step time on) / median(off) - 1.
 // Target: <= 2% for the lessons' models.
 //   bench_trace_overhead [rounds]
 #include <algorithm>
@@ -36,29 +36,31 @@ void race(const char* label, const GPTConfig& cfg, int64_t batch, int steps_per_
     targets[i] = int32_t(rng() % uint64_t(cfg.vocab));
   }
   GPTActivations acts = GPTActivations::allocate(cfg, batch, seq);
-  auto timed_steps = [&](bool tracing) {
+  auto timed_step = [&](bool tracing) {
     ctx.tracer.enabled = tracing;
-    ctx.tracer.clear();  // a round's events are dropped so memory does not grow over the run
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps_per_round; ++i) {
-      model.zero_grad();
-      model.forward(tokens, targets, acts);
-      model.backward(tokens, acts);
-      optimizer.step();
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-           steps_per_round;
+    model.zero_grad();
+    model.forward(tokens, targets, acts);
+    model.backward(tokens, acts);
+    optimizer.step();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  timed_steps(true);  // warm-up (allocator, caches)
-  const size_t events_per_step = ctx.tracer.events().size() / size_t(steps_per_round);
-  std::vector<double> off, on, overhead;
-  for (int r = 0; r < rounds; ++r) {
-    off.push_back(timed_steps(false));
-    on.push_back(timed_steps(true));
-    overhead.push_back(on.back() / off.back() - 1);
+  timed_step(true);  // warm-up (allocator, caches)
+  const size_t events_per_step = ctx.tracer.events().size();
+  std::vector<double> off, on;
+  for (int r = 0; r < rounds * steps_per_round; ++r) {
+    ctx.tracer.clear();  // events are dropped so memory does not grow over the run
+    if (r % 2 == 0) {    // swap the order every pair: the first step of a pair may run differently
+      off.push_back(timed_step(false));
+      on.push_back(timed_step(true));
+    } else {
+      on.push_back(timed_step(true));
+      off.push_back(timed_step(false));
+    }
   }
-  std::printf("%-28s %10.3f %10.3f %9zu %+9.2f%%\n", label, 1e3 * median(off), 1e3 * median(on),
-              events_per_step, 100 * median(overhead));
+  std::printf("%-28s %6d %10.3f %10.3f %9zu %+9.2f%%\n", label, rounds * steps_per_round,
+              1e3 * median(off), 1e3 * median(on), events_per_step,
+              100 * (median(on) / median(off) - 1));
 }
 
 }  // namespace
@@ -69,9 +71,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_trace_overhead: rounds must be >= 1 (e.g. 9)\n");
     return 2;
   }
-  std::printf("tracing on vs off, same step, wall clock, median of %d alternating rounds\n",
-              rounds);
-  std::printf("%-28s %10s %10s %9s %10s\n", "model", "off ms", "on ms", "events", "overhead");
+  std::printf("tracing on vs off, same step, wall clock; steps alternate off/on, medians\n");
+  std::printf("%-28s %6s %10s %10s %9s %10s\n", "model", "steps", "off ms", "on ms", "events",
+              "overhead");
   GPTConfig tiny;  // the lessons' default: vocab 64, seq 64, 2 layers, dim 64, 4 heads
   race("tiny, batch 8", tiny, 8, 20, rounds);
   GPTConfig mid;
