@@ -77,6 +77,28 @@ bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
   return ok;
 }
 
+// Byte counts that need not be round (2(N-1)/N x S): KiB/MiB with a decimal when not whole.
+std::string format_size_exact(int64_t bytes) {
+  for (auto [unit, name] : {std::pair<int64_t, const char*>{1 << 20, "MiB"}, {1 << 10, "KiB"}})
+    if (bytes >= unit)
+      return bytes % unit == 0 ? fmt::format("{} {}", bytes / unit, name)
+                               : fmt::format("{:.2f} {}", double(bytes) / unit, name);
+  return fmt::format("{} B", bytes);
+}
+
+// What the formula says the busiest rank sends for one collective of S bytes (computed, shown
+// beside the measured sent_bytes): the ring sends (N-1) chunks of S/N per phase; the binomial
+// tree's root sends the whole buffer once per round.
+int64_t formula_sent_bytes(const std::string& kind, int64_t bytes, int N) {
+  if (kind == "all_reduce") return 2 * (N - 1) * bytes / N;
+  if (kind == "broadcast") {
+    int rounds = 0;
+    while ((1 << rounds) < N) ++rounds;
+    return rounds * bytes;
+  }
+  return (N - 1) * bytes / N;
+}
+
 // Element counts from min to max bytes, x4 each row.
 std::vector<int64_t> sweep(int64_t min_bytes, int64_t max_bytes) {
   std::vector<int64_t> counts;
@@ -141,15 +163,23 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
 
   // A collective starts when its last member arrives and ends when its last member leaves (the
   // barrier's exits can be skewed across links of different latency: not the algorithm's cost).
+  // The bytes on the wire are measured too: the most any one rank's sends carried (trace
+  // sent_bytes), shown beside what the algorithm's formula says a rank sends.
   std::map<int64_t, std::pair<double, double>> span_by_seq;
+  std::map<int64_t, int64_t> sent_by_seq;
   for (auto& e : trace.events) {
     if (e.lane != trace::Lane::comm || e.op == "barrier" || e.seq < 0) continue;
+    sent_by_seq[e.seq] = std::max(sent_by_seq[e.seq], e.sent_bytes);
     auto [it, fresh] = span_by_seq.try_emplace(e.seq, e.start, e.end());
     if (!fresh)
       it->second = {std::max(it->second.first, e.start), std::max(it->second.second, e.end())};
   }
   std::vector<double> seconds;
-  for (auto& [seq, span] : span_by_seq) seconds.push_back(span.second - span.first);
+  std::vector<int64_t> sent;
+  for (auto& [seq, span] : span_by_seq) {
+    seconds.push_back(span.second - span.first);
+    sent.push_back(sent_by_seq[seq]);
+  }
 
   CollectivesResult result;
   result.trace = trace;
@@ -158,23 +188,36 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   for (auto& kind : kinds) {
     fmt::print(out, "{} ({})\n", kind,
                kind == "broadcast" ? "binomial tree, root 0" : "ring on send/recv");
-    fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>8}\n", "size", "time", "algbw GB/s",
-               "busbw GB/s", modeled ? "alpha-beta" : "", "correct");
+    const int N = world.size();
+    const std::string formula = kind == "all_reduce"  ? fmt::format("2({0}-1)/{0} x S", N)
+                                : kind == "broadcast" ? fmt::format("ceil(log2 {}) x S, root", N)
+                                                      : fmt::format("({0}-1)/{0} x S", N);
+    fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>12} {:>12} {:>8}\n", "size (S)", "time",
+               "algbw GB/s", "busbw GB/s", modeled ? "alpha-beta" : "", "sent/rank", "formula",
+               "correct");
     for (int64_t n : counts) {
       double best = 1e300;
+      int64_t most_sent = 0;
       bool ok = true;
       for (int i = 0; i < iters; ++i, ++next) {
         if (next < seconds.size()) best = std::min(best, seconds[next]);
+        if (next < sent.size()) most_sent = std::max(most_sent, sent[next]);
         ok = ok && correct[next];
       }
       int64_t bytes = n * 4;
-      auto bw = trace::collective_bandwidth(bytes, best, kind, world.size());
-      double theory = comm::alpha_beta_time(kind, n, 4, world.size(), wopt.profile);
-      fmt::print(out, "  {:>9} {:>12} {:>11.2f} {:>11.2f} {:>12} {:>8}\n", format_size(bytes),
-                 format_seconds(best), bw.algbw / 1e9, bw.busbw / 1e9,
-                 modeled ? format_seconds(theory) : "", ok ? "yes" : "NO");
-      result.rows.push_back({kind, bytes, best, theory, bw.busbw, ok});
+      auto bw = trace::collective_bandwidth(bytes, best, kind, N);
+      double theory = comm::alpha_beta_time(kind, n, 4, N, wopt.profile);
+      const int64_t by_formula = formula_sent_bytes(kind, bytes, N);
+      fmt::print(out, "  {:>9} {:>12} {:>11.2f} {:>11.2f} {:>12} {:>12} {:>12} {:>8}\n",
+                 format_size(bytes), format_seconds(best), bw.algbw / 1e9, bw.busbw / 1e9,
+                 modeled ? format_seconds(theory) : "", format_size_exact(most_sent),
+                 format_size_exact(by_formula), ok ? "yes" : "NO");
+      result.rows.push_back({kind, bytes, best, theory, bw.busbw, ok, most_sent, by_formula});
     }
+    fmt::print(out,
+               "  sent/rank: measured, the most bytes one rank's sends carried (trace "
+               "sent_bytes); formula: {}\n",
+               formula);
     fmt::print(out, "\n");
   }
   if (modeled)

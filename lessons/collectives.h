@@ -24,6 +24,8 @@ struct CollectivesRow {
   double theory;   // alpha-beta prediction
   double busbw;    // bytes/s
   bool correct;
+  int64_t sent_bytes = 0;     // measured: the most one rank's sends carried (trace sent_bytes)
+  int64_t formula_bytes = 0;  // what the algorithm's formula says that rank sends
 };
 
 struct CollectivesResult {

@@ -4,6 +4,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "core/comm/seams.h"
 
 namespace mgpu::comm {
@@ -21,6 +23,14 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index) {
   int64_t begin = index * base + std::min<int64_t>(index, extra);
   int64_t size = base + (index < extra ? 1 : 0);
   return {begin, begin + size};
+}
+
+std::string describe_collective(const char* kind, const Tensor* t, const ReduceOp* op, int root) {
+  std::string s = fmt::format("{}(", kind);
+  if (t) s += fmt::format("count={}, {}", t->numel(), dtype_name(t->dtype()));
+  if (op) s += fmt::format(", {}", reduce_op_name(*op));
+  if (root >= 0) s += fmt::format(", root={}", root);
+  return s + ")";
 }
 
 Tensor ring_chunk(const Tensor& t, int parts, int index) {

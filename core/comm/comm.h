@@ -24,6 +24,11 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
 // chunks as r - step, which goes negative).
 Tensor ring_chunk(const Tensor& t, int parts, int index);
 
+// One member's collective call as members compare it and mismatch tables print it:
+// "all_reduce(count=4, f32, sum)", "broadcast(count=8, f32, root=0)", "barrier()".
+std::string describe_collective(const char* kind, const Tensor* t, const ReduceOp* op,
+                                int root = -1);
+
 // A pending async operation. wait() blocks until it completes (and, on the modeled clock, makes
 // the compute lane wait for it too). Waiting twice is harmless; destroying an unwaited Work waits.
 class Work {

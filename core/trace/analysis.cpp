@@ -79,13 +79,15 @@ MemoryPeak peak_in_window(const MemoryTimeline& timeline, Interval window) {
   return peak;
 }
 
-int64_t bytes_sent_in(const Trace& trace, int rank, Interval window, bool whole_trace) {
-  int64_t sent = 0;
+// Sums `field` over the rank's comm-lane events starting in the window (or the whole trace).
+template <class Field>
+int64_t comm_sum_in(const Trace& trace, int rank, Interval window, bool whole_trace, Field field) {
+  int64_t sum = 0;
   for (const Event& e : trace.events) {
-    if (e.rank != rank || e.lane != Lane::comm || e.op == "recv") continue;
-    if (whole_trace || (e.start >= window.begin && e.start < window.end)) sent += e.bytes;
+    if (e.rank != rank || e.lane != Lane::comm) continue;
+    if (whole_trace || (e.start >= window.begin && e.start < window.end)) sum += field(e);
   }
-  return sent;
+  return sum;
 }
 
 RankSummary summarize_rank(const Trace& trace, int rank, Interval window, bool whole_trace) {
@@ -101,7 +103,10 @@ RankSummary summarize_rank(const Trace& trace, int rank, Interval window, bool w
   r.overlap = total_length(intersect(compute, comm));
   r.overlap_fraction = r.comm > 0 ? r.overlap / r.comm : 0;
   r.exposed_comm = r.comm - r.overlap;
-  r.bytes_sent = bytes_sent_in(trace, rank, window, whole_trace);
+  r.bytes_sent = comm_sum_in(trace, rank, window, whole_trace,
+                             [](const Event& e) { return e.op == "recv" ? 0 : e.bytes; });
+  r.wire_bytes =
+      comm_sum_in(trace, rank, window, whole_trace, [](const Event& e) { return e.sent_bytes; });
   r.peak_memory = peak_in_window(memory_timeline(trace, rank), window);
   return r;
 }
@@ -148,6 +153,7 @@ TraceSummary analyze(const Trace& trace, std::optional<int> step) {
       ++communicating;
     }
     summary.total_bytes_sent += r.bytes_sent;
+    summary.wire_bytes += r.wire_bytes;
     summary.ranks.push_back(r);
   }
   if (trace.num_ranks > 0) summary.mean_bubble_fraction /= trace.num_ranks;

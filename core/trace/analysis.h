@@ -11,7 +11,10 @@
 //   overlap / comm (0 without comm), the share of communication hidden behind compute;
 //   exposed_comm = comm - overlap.
 // - bytes_sent: sum of `bytes` over the rank's comm-lane events that start in the window, except
-//   op "recv" (a point-to-point transfer counts once, at its sender).
+//   op "recv" (a point-to-point transfer counts once, at its sender). This is the size of the
+//   buffers handed to communication, not what crossed the wire.
+// - wire_bytes: sum of `sent_bytes` over the same events: the bytes the rank's send paths
+//   actually put on the wire (measured: a ring all-reduce of S bytes gives 2(N-1)/N x S).
 // - peak_memory: per-category and total high-water marks of the rank's memory counters in the
 //   window (the sample in force at t0 included); category peaks need not coincide in time.
 #pragma once
@@ -65,6 +68,7 @@ struct RankSummary {
   double overlap_fraction = 0;
   double exposed_comm = 0;
   int64_t bytes_sent = 0;
+  int64_t wire_bytes = 0;
   MemoryPeak peak_memory;
 };
 
@@ -76,6 +80,7 @@ struct TraceSummary {
   double max_bubble_fraction = 0;
   double mean_overlap_fraction = 0;  // over ranks that communicate
   int64_t total_bytes_sent = 0;
+  int64_t wire_bytes = 0;  // sum of the ranks' wire_bytes
 };
 
 // The window of `step` (see above), or the whole trace without one. Empty trace: {0, 0}.

@@ -57,6 +57,7 @@ json event_args(const Event& e) {
   if (e.step >= 0) args["step"] = e.step;
   if (e.peer >= 0) args["peer"] = e.peer;
   if (e.bytes != 0) args["bytes"] = e.bytes;
+  if (e.sent_bytes != 0) args["sent_bytes"] = e.sent_bytes;
   if (e.flops != 0) args["flops"] = e.flops;
   if (!e.group.empty()) args["group"] = e.group;
   if (!e.op.empty()) args["op"] = e.op;
@@ -195,6 +196,7 @@ class Reader {
     e.step = optional_int32(args, "step", where, -1);
     e.peer = optional_int32(args, "peer", where, -1);
     e.bytes = optional_int(args, "bytes", where, 0);
+    e.sent_bytes = optional_int(args, "sent_bytes", where, 0);
     e.flops = optional_number(args, "flops", where, 0);
     e.group = optional_string(args, "group", where);
     e.op = optional_string(args, "op", where);
@@ -362,6 +364,8 @@ Trace parse_chrome_trace(std::string_view text, std::string_view source) {
     throw TraceFormatError(fmt::format("{}: {} JSON at byte {} of {}{}", source,
                                        truncated ? "truncated" : "invalid", e.byte, text.size(),
                                        truncated ? "" : fmt::format(" ({})", e.what())));
+  } catch (const json::out_of_range& e) {  // e.g. a number too large for a double: 1e6789
+    throw TraceFormatError(fmt::format("{}: invalid JSON ({})", source, e.what()));
   }
   return from_chrome_json(doc, source);
 }

@@ -40,6 +40,9 @@ struct Event {
   int step = -1;
   int peer = -1;      // send/recv partner
   int64_t bytes = 0;  // bytes moved (comm) or touched (compute)
+  // Comm events: the bytes this rank itself put on the wire for the operation, counted in the
+  // backend's send path (a ring all-reduce of S bytes sends 2(N-1)/N x S; a recv sends 0).
+  int64_t sent_bytes = 0;
   double flops = 0;
   std::string group;  // process group, e.g. "world", "dp0", "pp1"
   std::string op;     // collective kind: "all_reduce", "send", "recv", ...

@@ -1,6 +1,8 @@
 // All-reduce bus bandwidth: the local (threads) backend's ring on send/recv, and, when launched
-// under mpirun in an MPI build, the MPI backend (MPI_Allreduce) on the same buffer sizes.
+// under mpirun in an MPI build, Open MPI's own MPI_Allreduce (called directly, the reference)
+// and the same ring over the MPI backend's send/recv, on the same buffer sizes, in one run.
 // busbw = 2(N-1)/N * bytes / time (nccl-tests' definition), on the wall clock.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +12,10 @@
 #include "core/comm/seams.h"
 #include "core/runtime/world.h"
 
+#ifdef MGPU_HAVE_MPI
+#include <mpi.h>
+#endif
+
 using namespace mgpu;
 
 namespace mgpu::reference {
@@ -17,6 +23,8 @@ void install_seams();
 }
 
 namespace {
+constexpr int kRounds = 3;
+
 bool under_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
 }
@@ -27,15 +35,47 @@ double busbw(World& world, int64_t n, int iterations) {
     Tensor t = Tensor::zeros({n}, MemCategory::comm_buffers);
     ctx.comm->all_reduce(t);  // warm-up
     ctx.comm->barrier();
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iterations; ++i) ctx.comm->all_reduce(t);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (ctx.rank == 0) seconds = s / iterations;
+    double best = 1e300;
+    for (int round = 0; round < kRounds; ++round) {  // best of a few rounds: the host is shared
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iterations; ++i) ctx.comm->all_reduce(t);
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (ctx.rank == 0) seconds = best / iterations;
   });
   int N = world.size();
   return 2.0 * (N - 1) / N * n * 4 / seconds / 1e9;
 }
 }  // namespace
+
+// MPI_Allreduce itself, in place, across the processes of the world (MPI builds only).
+double mpi_allreduce_busbw(World& world, int64_t n, int iterations) {
+  double seconds = 0;
+#ifdef MGPU_HAVE_MPI
+  world.run([&](RankContext& ctx) {
+    std::vector<float> v(static_cast<size_t>(n), 0.0f);
+    auto once = [&] {
+      MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    };
+    once();  // warm-up
+    MPI_Barrier(MPI_COMM_WORLD);
+    double best = 1e300;
+    for (int round = 0; round < kRounds; ++round) {  // best of a few rounds: the host is shared
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iterations; ++i) once();
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (ctx.rank == 0) seconds = best / iterations;
+  });
+#else
+  (void)world, (void)n, (void)iterations;
+#endif
+  int N = world.size();
+  return seconds > 0 ? 2.0 * (N - 1) / N * n * 4 / seconds / 1e9 : 0;
+}
 
 // The ring all-reduce over the MPI backend's own send/recv (the seam), on the same world.
 double ring_over_mpi_busbw(World& world, int64_t n, int iterations) {
@@ -44,11 +84,15 @@ double ring_over_mpi_busbw(World& world, int64_t n, int iterations) {
     Tensor t = Tensor::zeros({n}, MemCategory::comm_buffers);
     comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);  // warm-up
     ctx.comm->barrier();
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iterations; ++i)
-      comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (ctx.rank == 0) seconds = s / iterations;
+    double best = 1e300;
+    for (int round = 0; round < kRounds; ++round) {  // best of a few rounds: the host is shared
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iterations; ++i)
+        comm::comm_seams().all_reduce(*ctx.comm, t, comm::ReduceOp::sum);
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (ctx.rank == 0) seconds = best / iterations;
   });
   int N = world.size();
   return 2.0 * (N - 1) / N * n * 4 / seconds / 1e9;
@@ -77,7 +121,7 @@ int main(int argc, char** argv) {
     ranks = world.size();
     root = world.is_root();
     for (size_t k = 0; k < sizes.size(); ++k) {
-      mpi_bw[k] = busbw(world, sizes[k], iterations(sizes[k]));
+      mpi_bw[k] = mpi_allreduce_busbw(world, sizes[k], iterations(sizes[k]));
       ring_mpi_bw[k] = ring_over_mpi_busbw(world, sizes[k], iterations(sizes[k]));
     }
   }

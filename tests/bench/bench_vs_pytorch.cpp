@@ -2,7 +2,8 @@
 // tests/bench/pytorch_gpt.py (PyTorch eager). tests/bench/race.sh runs both and prints the ratio.
 //
 //   bench_vs_pytorch [--layers 12 --dim 768 --heads 12 --seq 1024 --batch 4 --vocab 50257
-//                     --steps 20 --warmup 3]
+//                     --steps 20 --warmup 3 --device cuda|cpu]
+// --device cpu races PyTorch eager on the host (tests/bench/race_cpu.sh), wall clock.
 // Prints one machine-readable line at the end:  RESULT mgpu tokens_per_s=12345.6
 // Without a GPU: one line and exit 2 (77 would mean "skipped" to ctest, but this is not a test).
 #include <chrono>
@@ -28,8 +29,18 @@ int main(int argc, char** argv) {
   cfg.seq_len = 1024;
   int64_t batch = 4;
   int steps = 20, warmup = 3;
+  bool on_cpu = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--device") {
+      const std::string device = argv[i + 1];
+      if (device != "cpu" && device != "cuda") {
+        std::fprintf(stderr, "bench_vs_pytorch: --device %s: use cpu or cuda\n", device.c_str());
+        return 2;
+      }
+      on_cpu = device == "cpu";
+      continue;
+    }
     const long value = std::strtol(argv[i + 1], nullptr, 10);
     if (flag == "--layers")
       cfg.layers = int(value);
@@ -52,14 +63,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!cuda::install()) {
+  if (!on_cpu && !cuda::install()) {
     std::fprintf(stderr, "bench_vs_pytorch: no CUDA GPU found (nothing to race)\n");
     return 2;
   }
   const int64_t seq = cfg.seq_len;
 
-  // One rank on cuda:0, wall clock (no per-scope syncs), no trace: just the training step.
-  RankContext ctx(0, 1, Device::cuda(0), HardwareProfile::ideal(0), ClockKind::wall);
+  // One rank on cuda:0 (or the host), wall clock (no per-scope syncs), no trace: just the step.
+  auto synchronize = [on_cpu] {
+    if (!on_cpu) cuda::synchronize();
+  };
+  RankContext ctx(0, 1, on_cpu ? Device::cpu() : Device::cuda(0), HardwareProfile::ideal(0),
+                  ClockKind::wall);
   ctx.tracer.enabled = false;
   ScopedRank scoped(ctx);
 
@@ -81,17 +96,17 @@ int main(int argc, char** argv) {
     return loss;
   };
   for (int i = 0; i < warmup; ++i) step();
-  cuda::synchronize();
+  synchronize();
   float loss = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) loss = step();
-  cuda::synchronize();
+  synchronize();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens_per_s = double(batch * seq) * steps / secs;
   const double tflops = model.flops_per_token(seq) * tokens_per_s / 1e12;
   std::printf(
       "mgpu: %s | %d layers, dim %d, %d heads, seq %lld, batch %lld, vocab %d, %lld params\n",
-      cuda::device_name(0).c_str(), cfg.layers, cfg.dim, cfg.heads, (long long)seq,
+      on_cpu ? "cpu" : cuda::device_name(0).c_str(), cfg.layers, cfg.dim, cfg.heads, (long long)seq,
       (long long)batch, cfg.vocab, (long long)model.num_params());
   std::printf(
       "mgpu: fp32 AdamW, %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s (model FLOPs), loss %.3f, "

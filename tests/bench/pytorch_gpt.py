@@ -80,13 +80,17 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16 = autocast (mgpu has no bf16 path yet: compare fp32 with fp32)")
     p.add_argument("--sdpa", action="store_true", help="fused attention (not what mgpu does)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                   help="cpu: eager on the host, as many threads as mgpu's BLAS (race_cpu.sh)")
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("pytorch_gpt.py: no CUDA GPU found (nothing to race)")
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        print("pytorch_gpt.py: no CUDA GPU found (nothing to race; --device cpu races on the host)")
         raise SystemExit(2)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    dev = "cuda"
+    if dev == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     torch.manual_seed(1)
     model = GPT(args.vocab, args.seq, args.layers, args.dim, args.heads).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
@@ -96,7 +100,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        with torch.autocast(dev, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = model(idx, tgt, args.sdpa)
         loss.backward()
         opt.step()
@@ -104,20 +108,22 @@ def main():
 
     for _ in range(args.warmup):
         step()
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
-    torch.cuda.synchronize()
+    sync()
     secs = time.perf_counter() - t0
     tps = args.batch * args.seq * args.steps / secs
     n = sum(p.numel() for p in model.parameters())
-    print(f"pytorch {torch.__version__}: {torch.cuda.get_device_name()} | {args.layers} layers, "
+    where = torch.cuda.get_device_name() if dev == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    print(f"pytorch {torch.__version__}: {where} | {args.layers} layers, "
           f"dim {args.dim}, {args.heads} heads, seq {args.seq}, batch {args.batch}, "
           f"vocab {args.vocab}, {n} params")
     print(f"pytorch: {args.precision} AdamW{' +sdpa' if args.sdpa else ''}, "
-          f"{1e3 * secs / args.steps:.1f} ms/step, {tps:.0f} tokens/s, loss {loss:.3f}, "
-          f"memory peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+          f"{1e3 * secs / args.steps:.1f} ms/step, {tps:.0f} tokens/s, loss {loss:.3f}"
+          + (f", memory peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+             if dev == "cuda" else ""))
     print(f"RESULT pytorch tokens_per_s={tps:.1f}")
 
 

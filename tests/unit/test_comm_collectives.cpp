@@ -8,6 +8,7 @@
 
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
+#include "core/trace/analysis.h"
 
 using namespace mgpu;
 using comm::ReduceOp;
@@ -158,4 +159,94 @@ TEST_CASE("phantom tensors run collectives for timing only", "[comm][local]") {
   CHECK(trace.events.size() == 8);
   CHECK(trace.events.front().op == "all_reduce");
   CHECK(trace.events.front().bytes == 4000);
+}
+
+// ---- bytes on the wire: measured in the send path, not computed ----
+
+namespace {
+// The comm events of one op in a trace, one per rank (a world run with one collective).
+std::vector<trace::Event> comm_events(const trace::Trace& t, const std::string& op) {
+  std::vector<trace::Event> found;
+  for (const auto& e : t.events)
+    if (e.lane == trace::Lane::comm && e.op == op) found.push_back(e);
+  return found;
+}
+}  // namespace
+
+TEST_CASE("ring all-reduce: each rank's sent_bytes is exactly 2(N-1)/N x S", "[comm][local]") {
+  for (int ranks = 2; ranks <= 8; ++ranks) {
+    INFO("ranks=" << ranks);
+    const int64_t n = 840;  // divisible by 2..8
+    const int64_t S = n * 4;
+    WorldOptions o = options_for(ranks);
+    o.trace = true;
+    World world(o);
+    world.run([&](RankContext& ctx) {
+      Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
+      ctx.comm->all_reduce(t);
+    });
+    auto events = comm_events(world.collect_trace(), "all_reduce");
+    REQUIRE(events.size() == static_cast<size_t>(ranks));
+    for (const auto& e : events) {
+      CHECK(e.bytes == S);
+      CHECK(e.sent_bytes == 2 * (ranks - 1) * S / ranks);
+    }
+  }
+}
+
+TEST_CASE("point-to-point: a send counts its bytes at the sender, a recv sends nothing",
+          "[comm][local]") {
+  WorldOptions o = options_for(2);
+  o.trace = true;
+  World world(o);
+  world.run([&](RankContext& ctx) {
+    Tensor t = Tensor::zeros({100}, MemCategory::comm_buffers);
+    if (ctx.rank == 0)
+      ctx.comm->send(t, 1, 3);
+    else
+      ctx.comm->recv(t, 0, 3);
+  });
+  trace::Trace t = world.collect_trace();
+  auto sends = comm_events(t, "send"), recvs = comm_events(t, "recv");
+  REQUIRE(sends.size() == 1);
+  REQUIRE(recvs.size() == 1);
+  CHECK(sends[0].rank == 0);
+  CHECK(sends[0].sent_bytes == 400);
+  CHECK(recvs[0].rank == 1);
+  CHECK(recvs[0].sent_bytes == 0);
+  trace::TraceSummary summary = trace::analyze(t);
+  CHECK(summary.ranks[0].wire_bytes == 400);
+  CHECK(summary.ranks[1].wire_bytes == 0);
+  CHECK(summary.wire_bytes == 400);
+}
+
+TEST_CASE("point-to-point: sends to a late receiver, early receiver and an irecv all arrive",
+          "[comm][local]") {
+  // Exercises the three meeting orders of the one-copy path: receive posted first (the sender
+  // copies), offer first (the receiver copies) and a blocking send that buffers and leaves.
+  World world(options_for(2));
+  std::vector<float> got(6, 0.0f);
+  world.run([&](RankContext& ctx) {
+    if (ctx.rank == 0) {
+      for (int k = 0; k < 3; ++k) {
+        Tensor t = Tensor::from({2}, {float(2 * k + 1), float(2 * k + 2)});
+        ctx.comm->send(t, 1, 0);
+        t.f32()[0] = -1;  // the receiver must not see this: send returned, buffer is ours again
+      }
+    } else {
+      Tensor a = Tensor::zeros({2}, MemCategory::comm_buffers);
+      Tensor b = Tensor::zeros({2}, MemCategory::comm_buffers);
+      Tensor c = Tensor::zeros({2}, MemCategory::comm_buffers);
+      comm::Work first = ctx.comm->irecv(a, 0, 0);
+      ctx.comm->recv(b, 0, 0);
+      first.wait();
+      ctx.comm->recv(c, 0, 0);
+      for (int i = 0; i < 2; ++i) {
+        got[i] = a.f32()[i];
+        got[2 + i] = b.f32()[i];
+        got[4 + i] = c.f32()[i];
+      }
+    }
+  });
+  CHECK(got == std::vector<float>{1, 2, 3, 4, 5, 6});
 }

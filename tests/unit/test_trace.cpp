@@ -36,6 +36,7 @@ Trace sample_trace() {
   send.dur = 7e-9;
   send.peer = 0;
   send.bytes = int64_t(1) << 40;
+  send.sent_bytes = (int64_t(1) << 40) + 3;
   send.group = "pp0";
   send.op = "send";
   send.seq = 17;

@@ -1,12 +1,12 @@
-// The local backend: ranks are threads of one process. Messages are copied into per-(src, dst,
-// tag) FIFO mailboxes; every collective is an algorithm on top of send/recv (algorithms.h, and
-// the all-reduce seam), so its modeled time emerges from its messages.
+// The local backend: ranks are threads of one process. Messages meet in per-(src, dst, tag) FIFO
+// mailboxes and cost one copy, sender's buffer to receiver's (local_world.h); every collective
+// is an algorithm on top of send/recv (algorithms.h, and the all-reduce seam), so its modeled
+// time and the bytes it puts on the wire (trace sent_bytes) emerge from its messages.
 //
 // Modeled clock: a message carries its sender's issue time; the sender's comm lane is busy for
 // the transfer; a receive ends at max(posted, sent + transfer). Blocking ops then make the
 // compute lane wait; async ones do so in Work::wait().
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -15,38 +15,6 @@
 #include "core/comm/seams.h"
 
 namespace mgpu::comm::local {
-
-namespace {
-
-void copy_bytes(void* dst, const void* src, int64_t bytes, DeviceKind kind) {
-  if (bytes == 0) return;
-  if (kind == DeviceKind::cuda)
-    device_memory_hooks(DeviceKind::cuda).copy(dst, src, bytes);
-  else
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-}
-
-Message pack(const Tensor& t, double sent) {
-  Message m;
-  m.bytes = t.bytes();
-  m.sent = sent;
-  if (t.has_data() && m.bytes > 0) {
-    m.payload.resize(static_cast<size_t>(m.bytes));
-    copy_bytes(m.payload.data(), t.raw(), m.bytes, t.device().kind);
-  }
-  return m;
-}
-
-// What a member called, as compared across members and printed in mismatch errors.
-std::string describe_call(const char* kind, const Tensor* t, const ReduceOp* op, int root = -1) {
-  std::string s = fmt::format("{}(", kind);
-  if (t) s += fmt::format("count={}, {}", t->numel(), dtype_name(t->dtype()));
-  if (op) s += fmt::format(", {}", reduce_op_name(*op));
-  if (root >= 0) s += fmt::format(", root={}", root);
-  return s + ")";
-}
-
-}  // namespace
 
 class LocalComm final : public Comm {
  public:
@@ -67,23 +35,36 @@ class LocalComm final : public Comm {
 
   // ---- point-to-point ----
   void send(const Tensor& t, int dst, int tag) override {
-    double end = post(t, dst, tag);
-    compute_waits_for(end);
+    Posted posted = post(t, dst, tag);
+    world_->release(posted.key, posted.number);
+    compute_waits_for(posted.end);
   }
 
   void recv(Tensor& t, int src, int tag) override {
     check_peer(src, "recv from");
     MailboxKey key = mailbox(src, rank_, tag);
     double posted = ctx_->clock.comm_issue_time();
-    double end = receive(t, key, world_->reserve(key), posted, src, tag);
+    double end = receive(t, key, world_->reserve(key, incoming(t)), posted, src, tag);
     compute_waits_for(end);
   }
 
+  // The receiver may copy from `t` until wait(): like MPI, t must not change before then.
   Work isend(const Tensor& t, int dst, int tag) override {
-    double end = post(t, dst, tag);
-    return depth_ > 0 ? Work() : wait_until(end);  // eager: the data has already been copied
+    struct PendingSend : Work::Impl {
+      LocalComm* comm;
+      Posted posted;
+      void wait() override {
+        comm->world_->release(posted.key, posted.number);
+        comm->compute_waits_for(posted.end);
+      }
+    };
+    auto pending = std::make_unique<PendingSend>();
+    pending->comm = this;
+    pending->posted = post(t, dst, tag);
+    return Work(std::move(pending));
   }
 
+  // The sender may copy into `t` from now on; its value is defined after wait().
   Work irecv(Tensor& t, int src, int tag) override {
     check_peer(src, "irecv from");
     struct PendingRecv : Work::Impl {
@@ -101,7 +82,7 @@ class LocalComm final : public Comm {
     pending->comm = this;
     pending->target = t;
     pending->key = mailbox(src, rank_, tag);
-    pending->ticket = world_->reserve(pending->key);
+    pending->ticket = world_->reserve(pending->key, incoming(t));
     pending->posted = ctx_->clock.comm_issue_time();
     pending->src = src;
     pending->tag = tag;
@@ -132,8 +113,8 @@ class LocalComm final : public Comm {
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
     auto [begin, end] = chunk_range(in.numel(), size(), rank_);
     check_my_chunk("reduce_scatter", "out", out.numel(), in.numel(), end - begin);
-    double finish =
-        collective("reduce_scatter", describe_call("reduce_scatter", &in, &op), in.bytes(), [&] {
+    double finish = collective(
+        "reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(), [&] {
           Tensor work =
               Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), &ctx_->allocator);
           work.copy_from(in);
@@ -147,24 +128,24 @@ class LocalComm final : public Comm {
   void all_gather(const Tensor& in, Tensor& out) override {
     auto [begin, end] = chunk_range(out.numel(), size(), rank_);
     check_my_chunk("all_gather", "in", in.numel(), out.numel(), end - begin);
-    double finish =
-        collective("all_gather", describe_call("all_gather", &out, nullptr), out.bytes(), [&] {
-          Tensor mine = out.flat_range(begin, end);
-          mine.copy_from(in);
-          ring_all_gather(*this, out);
-        });
+    double finish = collective("all_gather", describe_collective("all_gather", &out, nullptr),
+                               out.bytes(), [&] {
+                                 Tensor mine = out.flat_range(begin, end);
+                                 mine.copy_from(in);
+                                 ring_all_gather(*this, out);
+                               });
     ctx_->clock.wait_compute_until(finish);
   }
 
   void broadcast(Tensor& t, int root) override {
     check_peer(root, "broadcast from root");
-    double finish = collective("broadcast", describe_call("broadcast", &t, nullptr, root),
+    double finish = collective("broadcast", describe_collective("broadcast", &t, nullptr, root),
                                t.bytes(), [&] { tree_broadcast(*this, t, root); });
     ctx_->clock.wait_compute_until(finish);
   }
 
   void barrier() override {
-    double finish = collective("barrier", describe_call("barrier", nullptr, nullptr), 0,
+    double finish = collective("barrier", describe_collective("barrier", nullptr, nullptr), 0,
                                [&] { dissemination_barrier(*this); });
     ctx_->clock.wait_compute_until(finish);
   }
@@ -209,41 +190,57 @@ class LocalComm final : public Comm {
     return {group_key_, world_rank(src), world_rank(dst), tag, depth_ > 0};
   }
 
-  // Copies t into dst's mailbox; returns when the transfer ends on the modeled clock.
-  double post(const Tensor& t, int dst, int tag) {
+  // A message handed to the world: release() it before the sent tensor may change.
+  struct Posted {
+    MailboxKey key;
+    int64_t number = 0;
+    double end = 0;  // when the transfer ends on this rank's clock
+  };
+
+  static Incoming incoming(Tensor& t) {
+    return {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind};
+  }
+
+  // Offers t to dst's mailbox; the transfer ends at `end` on the modeled clock. This is the one
+  // place bytes leave a rank, so it is where they are counted for the trace.
+  Posted post(const Tensor& t, int dst, int tag) {
     check_peer(dst, "send to");
     RankClock& clock = ctx_->clock;
     double sent = clock.comm_issue_time();
     double transfer = ctx_->profile.transfer_time(my_world_rank(), world_rank(dst), t.bytes());
-    world_->post(mailbox(rank_, dst, tag), pack(t, sent));
-    double end = clock.modeled() ? sent + transfer : clock.wall_now();
-    clock.wait_comm_until(end);
-    record_p2p("send", dst, t.bytes(), sent, end);
-    return end;
+    Posted posted;
+    posted.key = mailbox(rank_, dst, tag);
+    posted.number = world_->post(
+        posted.key, {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind, sent});
+    posted.end = clock.modeled() ? sent + transfer : clock.wall_now();
+    clock.wait_comm_until(posted.end);
+    sent_bytes_ += t.bytes();
+    record_p2p("send", dst, t.bytes(), t.bytes(), sent, posted.end);
+    return posted;
   }
 
   double receive(Tensor& t, const MailboxKey& key, int64_t ticket, double posted, int src,
                  int tag) {
-    std::string what =
-        depth_ > 0
-            ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
-            : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src, tag, name_);
-    Message m = world_->take(key, ticket, my_world_rank(), what);
+    auto describe = [this, &key, tag] {
+      return depth_ > 0 ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
+                        : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src,
+                                      tag, name_);
+    };
+    Arrived m = world_->take(key, ticket, my_world_rank(), describe);
     if (m.bytes != t.bytes())
       throw CommError(fmt::format(
           "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",
           my_world_rank(), m.bytes, key.src, tag, name_, t.bytes()));
-    if (t.has_data() && !m.payload.empty())
-      copy_bytes(t.raw(), m.payload.data(), m.bytes, t.device().kind);
     RankClock& clock = ctx_->clock;
     double transfer = ctx_->profile.transfer_time(key.src, key.dst, m.bytes);
     double end = clock.modeled() ? std::max(posted, m.sent + transfer) : clock.wall_now();
     clock.wait_comm_until(end);
-    record_p2p("recv", src, m.bytes, posted, end);
+    record_p2p("recv", src, m.bytes, 0, posted, end);
     return end;
   }
 
-  void record_p2p(const char* op, int peer, int64_t bytes, double start, double end) {
+  void record_p2p(const char* op, int peer, int64_t bytes, int64_t sent_bytes, double start,
+                  double end) {
     if (depth_ > 0) return;  // part of a collective, which records one event for all of it
     trace::Event e;
     e.name = op;
@@ -254,12 +251,13 @@ class LocalComm final : public Comm {
     e.dur = end - start;
     e.peer = world_rank(peer);
     e.bytes = bytes;
+    e.sent_bytes = sent_bytes;
     e.group = name_;
     ctx_->tracer.record(std::move(e));
   }
 
   double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
-    return collective("all_reduce", describe_call("all_reduce", &t, &op), t.bytes(),
+    return collective("all_reduce", describe_collective("all_reduce", &t, &op), t.bytes(),
                       [&] { comm_seams().all_reduce(*this, t, op); });
   }
 
@@ -275,6 +273,7 @@ class LocalComm final : public Comm {
     int64_t seq = seq_++;
     world_->check_collective(group_key_, name_, seq, size(), my_world_rank(), call);
     double start = clock.comm_issue_time();
+    const int64_t sent_before = sent_bytes_;
     collective_label_ = fmt::format("{} #{} of group {}", kind, seq, name_);
     ++depth_;
     struct Leave {
@@ -292,6 +291,7 @@ class LocalComm final : public Comm {
     e.start = start;
     e.dur = end - start;
     e.bytes = bytes;
+    e.sent_bytes = sent_bytes_ - sent_before;  // what this rank's sends inside it carried
     e.group = name_;
     e.seq = seq;
     ctx_->tracer.record(std::move(e));
@@ -317,8 +317,9 @@ class LocalComm final : public Comm {
   std::string name_;          // for people: "world", "dp0"
   std::vector<int> members_;  // world ranks, in group-rank order
   int rank_;
-  int64_t seq_ = 0;  // this group's collective counter (same on every member)
-  int depth_ = 0;    // > 0 while inside a collective
+  int64_t seq_ = 0;         // this group's collective counter (same on every member)
+  int depth_ = 0;           // > 0 while inside a collective
+  int64_t sent_bytes_ = 0;  // bytes this rank has sent in this group, ever
   std::string collective_label_;
 };
 

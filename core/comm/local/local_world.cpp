@@ -1,13 +1,54 @@
 #include "core/comm/local/local_world.h"
 
 #include <chrono>
+#include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
 namespace mgpu::comm::local {
 
+namespace {
+
+// One copy between two buffers; CUDA memory (ranks sharing a GPU) goes through the CUDA hooks.
+void copy_bytes(void* dst, DeviceKind dst_kind, const void* src, DeviceKind src_kind,
+                int64_t bytes) {
+  if (bytes == 0 || !dst || !src) return;  // phantom tensors carry no values
+  if (dst_kind == DeviceKind::cuda || src_kind == DeviceKind::cuda)
+    device_memory_hooks(DeviceKind::cuda).copy(dst, src, bytes);
+  else
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+// How long a waiter spins (yielding) before it sleeps on its condition variable: long enough to
+// catch a partner that is a few microseconds behind, short enough not to starve it on few cores.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+}  // namespace
+
 LocalWorld::LocalWorld(int size, double timeout_seconds)
-    : size_(size), timeout_(timeout_seconds), wakeups_(size), ranks_(size) {}
+    : size_(size),
+      timeout_(timeout_seconds),
+      wakeups_(size),
+      wakeup_counts_(std::make_unique<std::atomic<uint64_t>[]>(size)),
+      ranks_(size) {}
+
+void LocalWorld::wake(int rank) {
+  wakeup_counts_[rank].fetch_add(1, std::memory_order_release);
+  wakeups_[rank].notify_all();
+}
+
+bool LocalWorld::spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank) {
+  const uint64_t seen = wakeup_counts_[rank].load(std::memory_order_acquire);
+  lock.unlock();
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  bool woken = false;
+  while (!(woken = wakeup_counts_[rank].load(std::memory_order_acquire) != seen) &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  lock.lock();
+  return woken;
+}
 
 void LocalWorld::begin_run() {
   std::lock_guard lock(mutex_);
@@ -30,32 +71,139 @@ void LocalWorld::rank_failed(int world_rank) {
   std::lock_guard lock(mutex_);
   ranks_[world_rank] = RankWait{State::finished, "failed", {}};
   if (failed_rank_ < 0) failed_rank_ = world_rank;
-  for (auto& cv : wakeups_) cv.notify_all();
+  for (int r = 0; r < size_; ++r) wake(r);
 }
 
-void LocalWorld::post(const MailboxKey& key, Message message) {
+LocalWorld::Slot& LocalWorld::slot_locked(Mailbox& box, int64_t number) {
+  auto it = box.slots.find(number);
+  if (it != box.slots.end()) return it->second;
+  if (box.spare_slots.empty()) return box.slots[number];
+  Slots::node_type node = std::move(box.spare_slots.back());
+  box.spare_slots.pop_back();
+  node.key() = number;
+  node.mapped() = Slot{};
+  return box.slots.insert(std::move(node)).position->second;
+}
+
+void LocalWorld::finish_slot_locked(Mailbox& box, int64_t number) {
+  auto it = box.slots.find(number);
+  if (!it->second.sender_done || !it->second.receiver_done) return;
+  if (it->second.spare.capacity() > 0) box.spare_buffers.push_back(std::move(it->second.spare));
+  box.spare_slots.push_back(box.slots.extract(it));
+}
+
+int64_t LocalWorld::post(const MailboxKey& key, const Outgoing& message) {
+  std::unique_lock lock(mutex_);
+  throw_if_stopped_locked();
+  Mailbox& box = mailboxes_[key];  // std::map: references stay valid while others insert
+  const int64_t number = box.arrived++;
+  Slot& slot = slot_locked(box, number);
+  slot.message = message;
+  slot.sender_posted = true;
+  if (slot.receiver_posted && slot.target.bytes == message.bytes) {
+    // The receive is already posted: copy straight into it, and the message is done.
+    slot.stage = Stage::copying;
+    lock.unlock();
+    copy_bytes(slot.target.data, slot.target.kind, message.data, message.kind, message.bytes);
+    lock.lock();
+    slot.stage = Stage::delivered;
+    slot.sender_done = true;
+    wake(key.dst);
+  } else {
+    slot.stage = Stage::offered;  // the receiver copies from our buffer, or release() buffers it
+    wake(key.dst);
+  }
+  return number;
+}
+
+void LocalWorld::release(const MailboxKey& key, int64_t number) {
+  std::unique_lock lock(mutex_);
+  Mailbox& box = mailboxes_[key];
+  auto it = box.slots.find(number);
+  if (it == box.slots.end() || it->second.sender_done) return;  // delivered (and maybe gone)
+  Slot& slot = it->second;
+  // Give a receiver that is about to arrive the chance to copy from our buffer (one copy).
+  if (slot.stage == Stage::offered) spin_for_wakeup(lock, key.src);
+  if (slot.stage == Stage::offered) {
+    // The receiver is late: keep the data in a spare buffer, so our buffer is free again.
+    slot.stage = Stage::copying;
+    if (!box.spare_buffers.empty()) {
+      slot.spare = std::move(box.spare_buffers.back());
+      box.spare_buffers.pop_back();
+    }
+    lock.unlock();
+    if (slot.message.data) {
+      if (slot.spare.size() < static_cast<size_t>(slot.message.bytes))
+        slot.spare.resize(static_cast<size_t>(slot.message.bytes));
+      copy_bytes(slot.spare.data(), DeviceKind::cpu, slot.message.data, slot.message.kind,
+                 slot.message.bytes);
+      slot.message.data = slot.spare.data();
+      slot.message.kind = DeviceKind::cpu;
+    }
+    lock.lock();
+    slot.stage = Stage::buffered;
+    wake(key.dst);
+  } else {
+    wait_copy_locked(lock, key.src, slot);  // the receiver is copying from our buffer
+  }
+  slot.sender_done = true;
+  finish_slot_locked(box, number);
+}
+
+int64_t LocalWorld::reserve(const MailboxKey& key, const Incoming& target) {
   std::lock_guard lock(mutex_);
   throw_if_stopped_locked();
   Mailbox& box = mailboxes_[key];
-  box.messages.emplace(box.arrived++, std::move(message));
-  wakeups_[key.dst].notify_all();
+  const int64_t number = box.reserved++;
+  Slot& slot = slot_locked(box, number);
+  slot.target = target;
+  slot.receiver_posted = true;
+  return number;
 }
 
-int64_t LocalWorld::reserve(const MailboxKey& key) {
-  std::lock_guard lock(mutex_);
-  throw_if_stopped_locked();
-  return mailboxes_[key].reserved++;
-}
-
-Message LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
-                         const std::string& what) {
+Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
+                         const std::function<std::string()>& describe) {
   std::unique_lock lock(mutex_);
-  Mailbox& box = mailboxes_[key];  // std::map: the reference stays valid while others insert
-  wait_locked(lock, waiter, what, [&box, ticket] { return box.messages.count(ticket) > 0; });
-  auto it = box.messages.find(ticket);
-  Message message = std::move(it->second);
-  box.messages.erase(it);
-  return message;
+  Mailbox& box = mailboxes_[key];
+  Slot& slot = box.slots.at(ticket);
+  try {
+    wait_locked(lock, waiter, describe, [&slot] {
+      return slot.stage == Stage::offered || slot.stage == Stage::buffered ||
+             slot.stage == Stage::delivered;
+    });
+  } catch (...) {
+    // Leaving on an error: nobody may copy into our buffer after we are gone.
+    wait_copy_locked(lock, waiter, slot);
+    slot.receiver_posted = false;
+    slot.target = Incoming{};
+    throw;
+  }
+  Arrived arrived{slot.message.bytes, slot.message.sent};
+  if (slot.message.bytes != slot.target.bytes) {
+    slot.receiver_done = true;  // a size mismatch: the caller reports it
+    if (slot.stage == Stage::buffered) finish_slot_locked(box, ticket);
+    return arrived;
+  }
+  if (slot.stage != Stage::delivered) {
+    const Stage was = slot.stage;
+    slot.stage = Stage::copying;
+    lock.unlock();
+    copy_bytes(slot.target.data, slot.target.kind, slot.message.data, slot.message.kind,
+               slot.message.bytes);
+    lock.lock();
+    slot.stage = Stage::delivered;
+    if (was == Stage::offered) wake(key.src);  // the sender may wait for its buffer back
+  }
+  slot.receiver_done = true;
+  finish_slot_locked(box, ticket);
+  return arrived;
+}
+
+void LocalWorld::wait_copy_locked(std::unique_lock<std::mutex>& lock, int waiter,
+                                  const Slot& slot) {
+  while (slot.stage == Stage::copying)
+    if (!spin_for_wakeup(lock, waiter) && slot.stage == Stage::copying)
+      wakeups_[waiter].wait_for(lock, std::chrono::milliseconds(1));
 }
 
 void LocalWorld::check_collective(const std::string& group_key, const std::string& group_name,
@@ -90,19 +238,25 @@ std::vector<std::pair<int, int>> LocalWorld::exchange(const std::string& group_k
   rv.values.resize(members.size());
   rv.values[my_index] = value;
   ++rv.arrived;
-  for (int m : members) wakeups_[m].notify_all();
+  for (int m : members) wake(m);
   int n = static_cast<int>(members.size());
-  wait_locked(lock, members[my_index], what, [&rv, n] { return rv.arrived == n; });
+  wait_locked(
+      lock, members[my_index], [&what] { return what; }, [&rv, n] { return rv.arrived == n; });
   auto values = rv.values;
   if (++rv.departed == n) rendezvous_.erase(key);
   return values;
 }
 
 void LocalWorld::wait_locked(std::unique_lock<std::mutex>& lock, int waiter,
-                             const std::string& what, const std::function<bool()>& ready) {
+                             const std::function<std::string()>& describe,
+                             const std::function<bool()>& ready) {
   throw_if_stopped_locked();
   if (ready()) return;
-  ranks_[waiter] = RankWait{State::blocked, what, ready};
+  // Most partners are microseconds away: spin a little before registering as blocked.
+  spin_for_wakeup(lock, waiter);
+  throw_if_stopped_locked();
+  if (ready()) return;
+  ranks_[waiter] = RankWait{State::blocked, describe(), ready};
   struct Unblock {  // back to running however we leave (message, error or abort)
     RankWait& w;
     ~Unblock() {
@@ -147,7 +301,7 @@ void LocalWorld::detect_deadlock_locked() {
 
 void LocalWorld::fail_locked(const std::string& message) {
   if (!comm_error_) comm_error_ = message;
-  for (auto& cv : wakeups_) cv.notify_all();
+  for (int r = 0; r < size_; ++r) wake(r);
 }
 
 std::string LocalWorld::table_locked() const {

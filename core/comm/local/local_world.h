@@ -6,6 +6,7 @@
 //  - a wait longer than the timeout reports the same table;
 //  - each group checks that all members call the same collective with the same arguments.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -19,13 +20,28 @@
 
 #include "core/comm/comm.h"
 #include "core/runtime/context.h"
+#include "core/tensor/allocator.h"
 
 namespace mgpu::comm::local {
 
-// A message in flight: a copy of the sent bytes plus the sender's modeled issue time.
-struct Message {
-  std::vector<std::byte> payload;  // empty for phantom tensors (shapes only)
+// Point-to-point costs one copy. A send offers a pointer to its own buffer; whichever side comes
+// second copies straight from the sender's buffer into the receiver's: the sender when the
+// receive is already posted, the receiver when the offer is already there. Only a receiver that
+// is late when the sender must leave (a blocking send, or isend's wait) makes the sender copy
+// into a spare buffer of the mailbox, which is reused: no allocation per message.
+struct Outgoing {
+  const void* data = nullptr;  // null for phantom tensors (shapes only)
   int64_t bytes = 0;
+  DeviceKind kind = DeviceKind::cpu;
+  double sent = 0;  // the sender's modeled issue time
+};
+struct Incoming {
+  void* data = nullptr;
+  int64_t bytes = 0;
+  DeviceKind kind = DeviceKind::cpu;
+};
+struct Arrived {
+  int64_t bytes = 0;  // what the sender sent (may differ from the receive buffer: an error)
   double sent = 0;
 };
 
@@ -48,11 +64,17 @@ class LocalWorld {
   void rank_finished(int world_rank);
   void rank_failed(int world_rank);
 
-  // Point-to-point. A receive first reserves its place in the mailbox's order (a ticket), so
-  // irecvs posted in order receive in order whatever order they are waited in.
-  void post(const MailboxKey& key, Message message);
-  int64_t reserve(const MailboxKey& key);
-  Message take(const MailboxKey& key, int64_t ticket, int waiter, const std::string& what);
+  // Point-to-point. Messages and receives are numbered in mailbox order: message k goes to the
+  // k-th receive posted, so irecvs posted in order receive in order whatever order they are
+  // waited in. post() offers the sender's buffer (or copies into an already posted receive) and
+  // returns the message number; release() must follow before the sender's buffer changes: it
+  // returns at once if the data was delivered, else after a short spin copies it into a spare
+  // buffer. reserve() posts a receive buffer; take() waits for the data to be in it.
+  int64_t post(const MailboxKey& key, const Outgoing& message);
+  void release(const MailboxKey& key, int64_t number);
+  int64_t reserve(const MailboxKey& key, const Incoming& target);
+  Arrived take(const MailboxKey& key, int64_t ticket, int waiter,
+               const std::function<std::string()>& describe);
 
   // Collective checks: the first member to reach collective #seq registers its call; later
   // members compare without blocking. A mismatch raises CommError on every member.
@@ -65,10 +87,24 @@ class LocalWorld {
                                             std::pair<int, int> value, const std::string& what);
 
  private:
+  // One message's meeting point. `copying` means one side is copying outside the lock; the
+  // other side waits for it to finish before its buffer may go away.
+  enum class Stage { waiting, offered, copying, buffered, delivered };
+  struct Slot {
+    Stage stage = Stage::waiting;
+    Outgoing message;  // valid once the sender posted
+    bool sender_posted = false, sender_done = false;
+    Incoming target;  // valid once the receiver posted
+    bool receiver_posted = false, receiver_done = false;
+    std::vector<std::byte> spare;  // holds the data when the receiver was late
+  };
+  using Slots = std::map<int64_t, Slot>;  // by message number
   struct Mailbox {
-    std::map<int64_t, Message> messages;  // by arrival number
+    Slots slots;
     int64_t arrived = 0;
     int64_t reserved = 0;
+    std::vector<Slots::node_type> spare_slots;          // finished slots, reused
+    std::vector<std::vector<std::byte>> spare_buffers;  // reused for late receivers
   };
   enum class State { running, blocked, finished };
   struct RankWait {
@@ -85,8 +121,16 @@ class LocalWorld {
     int arrived = 0, departed = 0;
   };
 
-  void wait_locked(std::unique_lock<std::mutex>& lock, int waiter, const std::string& what,
+  void wait_locked(std::unique_lock<std::mutex>& lock, int waiter,
+                   const std::function<std::string()>& describe,
                    const std::function<bool()>& ready);
+  // Waits, uninterruptibly, while the other side of `slot` copies (a copy always finishes).
+  void wait_copy_locked(std::unique_lock<std::mutex>& lock, int waiter, const Slot& slot);
+  // Spins briefly (lock released) for a wake-up of `rank`; true if one came.
+  bool spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank);
+  void wake(int rank);
+  Slot& slot_locked(Mailbox& box, int64_t number);
+  void finish_slot_locked(Mailbox& box, int64_t number);
   void throw_if_stopped_locked() const;
   void detect_deadlock_locked();
   void fail_locked(const std::string& message);
@@ -96,6 +140,8 @@ class LocalWorld {
   double timeout_;
   mutable std::mutex mutex_;
   std::vector<std::condition_variable> wakeups_;  // one per rank: only the receiver is woken
+  // Bumped with every wake-up of a rank, so a waiter can spin on it without the lock.
+  std::unique_ptr<std::atomic<uint64_t>[]> wakeup_counts_;
   std::vector<RankWait> ranks_;
   std::map<MailboxKey, Mailbox> mailboxes_;
   std::map<std::pair<std::string, int64_t>, CollectiveCalls> collectives_;

@@ -1,17 +1,28 @@
 // The MPI backend: each process is one rank. Data moves with MPI (non-blocking calls polled
-// with MPI_Test, so a stuck wait becomes a clear timeout instead of a hang). On the modeled
-// clock, p2p messages carry their send time in a small header; collectives agree on their start
-// (MPI_Allreduce max of the members' issue times) and charge the alpha-beta time of the ring
-// (or tree) algorithm the local backend would run.
+// with MPI_Test, so a stuck wait becomes a diagnosis instead of a hang).
+//
+// Faults: MPI cannot cancel a collective, and a process that died or stopped never completes
+// one. So a wait that passes the comm timeout asks every other process what it waits for (on a
+// private duplicate of the world communicator, answered from their own wait loops), prints the
+// local backend's "who waits for whom" table and ends the whole job with MPI_Abort. Before each
+// collective the members compare a hash of their call (folded into one small all-reduce); on a
+// difference they gather the calls and every member raises the local backend's mismatch table. On
+// the modeled clock, p2p messages carry their send time in a small header; collectives agree on
+// their start (MPI_Allreduce max of the members' issue times) and charge the alpha-beta time of the
+// ring (or tree) algorithm the local backend would run.
 #include "core/comm/mpi/mpi_comm.h"
 
 #include <mpi.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,6 +33,77 @@ namespace {
 void check(int code, const char* what) {
   if (code != MPI_SUCCESS) throw CommError(fmt::format("{} failed (MPI error {})", what, code));
 }
+
+// ---- Who waits for whom, across processes ----
+namespace diagnosis {
+MPI_Comm channel = MPI_COMM_NULL;  // a duplicate of MPI_COMM_WORLD: never mixes with user traffic
+constexpr int kAsk = 1, kAnswer = 2;
+std::string waiting_for;  // this process's current wait, as the table prints it ("" = running)
+
+// Answers every pending "what do you wait for?" (called from the wait loops).
+void answer_questions() {
+  int pending = 0;
+  MPI_Status status;
+  while (MPI_Iprobe(MPI_ANY_SOURCE, kAsk, channel, &pending, &status) == MPI_SUCCESS && pending) {
+    int token = 0;
+    MPI_Recv(&token, 1, MPI_INT, status.MPI_SOURCE, kAsk, channel, MPI_STATUS_IGNORE);
+    const std::string line = waiting_for.empty() ? "running" : waiting_for;
+    MPI_Send(line.data(), static_cast<int>(line.size()), MPI_CHAR, status.MPI_SOURCE, kAnswer,
+             channel);
+  }
+}
+
+// Asks the others, waits a moment for their answers, prints the table and ends the job.
+[[noreturn]] void abort_with_table(const std::string& headline) {
+  int me = 0, size = 1;
+  MPI_Comm_rank(channel, &me);
+  MPI_Comm_size(channel, &size);
+  std::vector<MPI_Request> asks;
+  int token = 0;
+  for (int r = 0; r < size; ++r) {
+    if (r == me) continue;
+    asks.emplace_back();
+    MPI_Isend(&token, 1, MPI_INT, r, kAsk, channel, &asks.back());
+  }
+  std::vector<std::string> lines(size);
+  std::vector<char> answered(size, 0);
+  lines[me] = waiting_for;
+  answered[me] = 1;
+  int missing = size - 1;
+  // A process that waits in communication answers within microseconds; one that is stopped,
+  // dead, finished or computing does not answer at all, so a short grace period tells them apart.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (missing > 0 && std::chrono::steady_clock::now() < until) {
+    answer_questions();
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, channel, &arrived, &status);
+    if (!arrived) {
+      std::this_thread::yield();  // polling MPI_Iprobe, not sleeping as synchronization
+      continue;
+    }
+    int length = 0;
+    MPI_Get_count(&status, MPI_CHAR, &length);
+    std::string line(static_cast<size_t>(length), '\0');
+    MPI_Recv(line.data(), length, MPI_CHAR, status.MPI_SOURCE, kAnswer, channel, MPI_STATUS_IGNORE);
+    if (!answered[status.MPI_SOURCE]) --missing;
+    answered[status.MPI_SOURCE] = 1;
+    lines[status.MPI_SOURCE] = line;
+  }
+  std::string table;
+  for (int r = 0; r < size; ++r)
+    table += fmt::format("  rank {}: {}\n", r,
+                         answered[r] ? lines[r]
+                                     : "no answer: stopped, dead, finished, or busy outside "
+                                       "communication");
+  std::fprintf(stderr, "error: %s; who waits for whom:\n%s", headline.c_str(), table.c_str());
+  std::fprintf(stderr, "error: rank %d ends the MPI job (MPI_Abort): MPI cannot cancel the wait\n",
+               me);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);  // MPI_Abort does not return; this satisfies [[noreturn]]
+}
+}  // namespace diagnosis
 
 float* host_floats(Tensor& t) {
   return t.has_data() && t.numel() > 0 ? t.f32() : nullptr;
@@ -106,15 +188,17 @@ class MpiComm final : public Comm {
       auto [b, e] = chunk_range(in.numel(), size_, r);
       counts[r] = static_cast<int>(e - b);
     }
-    double end = collective("reduce_scatter", in.bytes(), (size_ - 1.0) / size_, size_ - 1, [&] {
-      Tensor src = in;
-      MPI_Request req;
-      check(MPI_Ireduce_scatter(host_floats(src), host_floats(out), counts.data(), MPI_FLOAT,
-                                MPI_SUM, comm_, &req),
-            "MPI_Ireduce_scatter");
-      wait(req, "reduce_scatter");
-      if (op == ReduceOp::avg) divide(out);
-    });
+    double end =
+        collective("reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(),
+                   (size_ - 1.0) / size_, size_ - 1, [&] {
+                     Tensor src = in;
+                     MPI_Request req;
+                     check(MPI_Ireduce_scatter(host_floats(src), host_floats(out), counts.data(),
+                                               MPI_FLOAT, MPI_SUM, comm_, &req),
+                           "MPI_Ireduce_scatter");
+                     wait(req, label_);
+                     if (op == ReduceOp::avg) divide(out);
+                   });
     ctx_->clock.wait_compute_until(end);
   }
   void all_gather(const Tensor& in, Tensor& out) override {
@@ -124,33 +208,38 @@ class MpiComm final : public Comm {
       counts[r] = static_cast<int>(e - b);
       displs[r] = static_cast<int>(b);
     }
-    double end = collective("all_gather", out.bytes(), (size_ - 1.0) / size_, size_ - 1, [&] {
-      Tensor src = in;
-      MPI_Request req;
-      check(MPI_Iallgatherv(host_floats(src), counts[rank_], MPI_FLOAT, host_floats(out),
-                            counts.data(), displs.data(), MPI_FLOAT, comm_, &req),
-            "MPI_Iallgatherv");
-      wait(req, "all_gather");
-    });
+    double end = collective(
+        "all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
+        (size_ - 1.0) / size_, size_ - 1, [&] {
+          Tensor src = in;
+          MPI_Request req;
+          check(MPI_Iallgatherv(host_floats(src), counts[rank_], MPI_FLOAT, host_floats(out),
+                                counts.data(), displs.data(), MPI_FLOAT, comm_, &req),
+                "MPI_Iallgatherv");
+          wait(req, label_);
+        });
     ctx_->clock.wait_compute_until(end);
   }
   void broadcast(Tensor& t, int root) override {
     int rounds = static_cast<int>(std::ceil(std::log2(std::max(size_, 1))));
-    double end = collective("broadcast", t.bytes(), rounds, rounds, [&] {
-      MPI_Request req;
-      check(MPI_Ibcast(host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT, root, comm_, &req),
-            "MPI_Ibcast");
-      wait(req, "broadcast");
-    });
+    double end = collective("broadcast", describe_collective("broadcast", &t, nullptr, root),
+                            t.bytes(), rounds, rounds, [&] {
+                              MPI_Request req;
+                              check(MPI_Ibcast(host_floats(t), static_cast<int>(t.numel()),
+                                               MPI_FLOAT, root, comm_, &req),
+                                    "MPI_Ibcast");
+                              wait(req, label_);
+                            });
     ctx_->clock.wait_compute_until(end);
   }
   void barrier() override {
     int rounds = static_cast<int>(std::ceil(std::log2(std::max(size_, 1))));
-    double end = collective("barrier", 0, 0, rounds, [&] {
-      MPI_Request req;
-      check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
-      wait(req, "barrier");
-    });
+    double end =
+        collective("barrier", describe_collective("barrier", nullptr, nullptr), 0, 0, rounds, [&] {
+          MPI_Request req;
+          check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+          wait(req, label_);
+        });
     ctx_->clock.wait_compute_until(end);
   }
   std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
@@ -163,23 +252,53 @@ class MpiComm final : public Comm {
 
  private:
   // Polls until `req` completes; past the timeout, names this rank and what it waited for.
+  // `what` completes "rank 2 waits ..." in the table: "for recv from rank 1 (tag 7) in group
+  // world", "in all_reduce #3 of group world: all_reduce(count=4, f32, sum)".
   void wait(MPI_Request& req, const std::string& what) {
-    auto start = std::chrono::steady_clock::now();
     int done = 0;
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    diagnosis::waiting_for = "waits " + what;
+    auto start = std::chrono::steady_clock::now();
     while (true) {
       check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return;
+      if (done) break;
+      diagnosis::answer_questions();
       double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeout_) {
-        MPI_Cancel(&req);
-        throw CommError(fmt::format(
-            "timeout: rank {} waited more than {} s (comm_timeout) in {} of group {}; check that "
-            "every rank of the group makes the matching call",
-            world_rank(rank_), timeout_, what, name_));
-      }
+      if (waited > timeout_)
+        diagnosis::abort_with_table(
+            fmt::format("timeout: rank {} waited more than {} s "
+                        "(comm_timeout)",
+                        world_rank(rank_), timeout_));
       std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
     }
+    diagnosis::waiting_for.clear();
+  }
+
+  // Every member hashes its call; one all-reduce of {issue time, hash, -hash} (max) gives the
+  // collective's modeled start and tells whether all hashes agree. If not, the members gather
+  // their calls and all raise the same table the local backend raises.
+  double agree_on_call(int64_t seq, const std::string& call, double issue) {
+    const double hash = static_cast<double>(std::hash<std::string>{}(call) & ((1ull << 52) - 1));
+    double mine[3] = {issue, hash, -hash}, all[3];
+    MPI_Request req;
+    check(MPI_Iallreduce(mine, all, 3, MPI_DOUBLE, MPI_MAX, comm_, &req), "MPI_Iallreduce");
+    wait(req, label_);
+    if (all[1] == -all[2]) return all[0];
+    constexpr int kWidth = 120;
+    std::vector<char> calls(static_cast<size_t>(kWidth) * size_, '\0');
+    std::vector<char> my_call(kWidth, '\0');
+    std::memcpy(my_call.data(), call.data(), std::min<size_t>(call.size(), kWidth - 1));
+    check(MPI_Iallgather(my_call.data(), kWidth, MPI_CHAR, calls.data(), kWidth, MPI_CHAR, comm_,
+                         &req),
+          "MPI_Iallgather");
+    wait(req, label_);
+    std::string message = fmt::format("collective #{} in group {} does not match:", seq, name_);
+    for (int r = 0; r < size_; ++r)
+      message += fmt::format("{} rank {} called {}", r ? ";" : "", world_rank(r),
+                             std::string(calls.data() + static_cast<size_t>(r) * kWidth));
+    throw CommError(message);
   }
 
   // A send handed to MPI: the buffer must live until the request completes.
@@ -200,14 +319,15 @@ class MpiComm final : public Comm {
       std::memcpy(buffer.data() + sizeof(double), t.raw(), static_cast<size_t>(t.bytes()));
     PostedSend posted;
     posted.buffer = std::move(buffer);
-    posted.what = fmt::format("send to rank {} (tag {})", world_rank(dst), tag);
+    posted.what =
+        fmt::format("for send to rank {} (tag {}) in group {}", world_rank(dst), tag, name_);
     check(MPI_Isend(posted.buffer.data(), static_cast<int>(posted.buffer.size()), MPI_BYTE, dst,
                     tag, comm_, &posted.request),
           "MPI_Isend");
     double transfer = ctx_->profile.transfer_time(world_rank(rank_), world_rank(dst), t.bytes());
     posted.end = clock.modeled() ? sent + transfer : clock.wall_now();
     clock.wait_comm_until(posted.end);
-    record("send", world_rank(dst), t.bytes(), sent, posted.end, -1);
+    record("send", world_rank(dst), t.bytes(), t.bytes(), sent, posted.end, -1);
     return posted;
   }
 
@@ -219,7 +339,8 @@ class MpiComm final : public Comm {
     check(
         MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, tag, comm_, &req),
         "MPI_Irecv");
-    wait(req, fmt::format("recv from rank {} (tag {})", world_rank(src), tag));
+    wait(req,
+         fmt::format("for recv from rank {} (tag {}) in group {}", world_rank(src), tag, name_));
     double sent;
     std::memcpy(&sent, buffer.data(), sizeof(double));
     if (t.has_data() && t.bytes() > 0)
@@ -227,19 +348,21 @@ class MpiComm final : public Comm {
     double transfer = ctx_->profile.transfer_time(world_rank(src), world_rank(rank_), t.bytes());
     double end = clock.modeled() ? std::max(posted, sent + transfer) : clock.wall_now();
     clock.wait_comm_until(end);
-    record("recv", world_rank(src), t.bytes(), posted, end, -1);
+    record("recv", world_rank(src), t.bytes(), 0, posted, end, -1);
     return end;
   }
 
   double all_reduce_comm_lane(Tensor& t, ReduceOp op) {
-    return collective("all_reduce", t.bytes(), 2.0 * (size_ - 1) / size_, 2 * (size_ - 1), [&] {
-      MPI_Request req;
-      check(MPI_Iallreduce(MPI_IN_PLACE, host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT,
-                           MPI_SUM, comm_, &req),
-            "MPI_Iallreduce");
-      wait(req, "all_reduce");
-      if (op == ReduceOp::avg) divide(t);
-    });
+    return collective(
+        "all_reduce", describe_collective("all_reduce", &t, &op), t.bytes(),
+        2.0 * (size_ - 1) / size_, 2 * (size_ - 1), [&] {
+          MPI_Request req;
+          check(MPI_Iallreduce(MPI_IN_PLACE, host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT,
+                               MPI_SUM, comm_, &req),
+                "MPI_Iallreduce");
+          wait(req, label_);
+          if (op == ReduceOp::avg) divide(t);
+        });
   }
 
   void divide(Tensor& t) {
@@ -250,12 +373,14 @@ class MpiComm final : public Comm {
   // Runs `body`; modeled time: starts when the last member issues it, and costs
   // `messages` latencies plus `bytes * volume` over the slowest link of the ring.
   template <class Body>
-  double collective(const char* kind, int64_t bytes, double volume, int messages, Body&& body) {
+  double collective(const char* kind, const std::string& call, int64_t bytes, double volume,
+                    int messages, Body&& body) {
     RankClock& clock = ctx_->clock;
-    double issue = clock.comm_issue_time(), start = issue;
+    double issue = clock.comm_issue_time();
     int64_t seq = seq_++;
-    if (clock.modeled())
-      check(MPI_Allreduce(&issue, &start, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
+    label_ = fmt::format("in {} #{} of group {}: {}", kind, seq, name_, call);
+    const double last_issue = agree_on_call(seq, call, issue);  // the modeled start
+    double start = issue;
     body();
     double end = clock.wall_now();
     if (clock.modeled()) {
@@ -265,15 +390,19 @@ class MpiComm final : public Comm {
         alpha = std::max(alpha, l.latency);
         inv_bw = std::max(inv_bw, l.bandwidth > 0 ? 1.0 / l.bandwidth : 0.0);
       }
-      end = start + messages * alpha + static_cast<double>(bytes) * volume * inv_bw;
-      start = issue;  // the event spans from this rank's entry (waiting included)
+      // The event spans from this rank's entry (waiting included) to the algorithm's end.
+      end = last_issue + messages * alpha + static_cast<double>(bytes) * volume * inv_bw;
     }
     clock.wait_comm_until(end);
-    record(kind, -1, bytes, start, end, seq);
+    // MPI's collectives send inside the library, out of our sight: sent_bytes is what the ring
+    // (or tree) the local backend runs would send, the one figure here that is computed.
+    record(kind, -1, bytes, static_cast<int64_t>(static_cast<double>(bytes) * volume), start, end,
+           seq);
     return end;
   }
 
-  void record(const char* op, int peer, int64_t bytes, double start, double end, int64_t seq) {
+  void record(const char* op, int peer, int64_t bytes, int64_t sent_bytes, double start, double end,
+              int64_t seq) {
     trace::Event e;
     e.name = op;
     e.op = op;
@@ -283,6 +412,7 @@ class MpiComm final : public Comm {
     e.dur = end - start;
     e.peer = peer;
     e.bytes = bytes;
+    e.sent_bytes = sent_bytes;
     e.group = name_;
     e.seq = seq;
     ctx_->tracer.record(std::move(e));
@@ -307,13 +437,27 @@ class MpiComm final : public Comm {
   int rank_ = 0, size_ = 1;
   std::vector<int> world_ranks_;
   int64_t seq_ = 0;
+  std::string label_;  // the running collective, as the wait table prints it
 };
 
 nlohmann::json event_to_json(const trace::Event& e) {
-  return {{"name", e.name},   {"cat", e.cat},     {"rank", e.rank},     {"lane", int(e.lane)},
-          {"start", e.start}, {"dur", e.dur},     {"mb", e.microbatch}, {"layer", e.layer},
-          {"chunk", e.chunk}, {"step", e.step},   {"peer", e.peer},     {"bytes", e.bytes},
-          {"flops", e.flops}, {"group", e.group}, {"op", e.op},         {"seq", e.seq}};
+  return {{"name", e.name},
+          {"cat", e.cat},
+          {"rank", e.rank},
+          {"lane", int(e.lane)},
+          {"start", e.start},
+          {"dur", e.dur},
+          {"mb", e.microbatch},
+          {"layer", e.layer},
+          {"chunk", e.chunk},
+          {"step", e.step},
+          {"peer", e.peer},
+          {"bytes", e.bytes},
+          {"sent_bytes", e.sent_bytes},
+          {"flops", e.flops},
+          {"group", e.group},
+          {"op", e.op},
+          {"seq", e.seq}};
 }
 
 trace::Event event_from_json(const nlohmann::json& j) {
@@ -330,6 +474,7 @@ trace::Event event_from_json(const nlohmann::json& j) {
   e.step = j["step"];
   e.peer = j["peer"];
   e.bytes = j["bytes"];
+  e.sent_bytes = j["sent_bytes"];
   e.flops = j["flops"];
   e.group = j["group"];
   e.op = j["op"];
@@ -358,6 +503,7 @@ Process init_process() {
 }
 
 std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds) {
+  if (diagnosis::channel == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &diagnosis::channel);
   return std::make_unique<MpiComm>(MPI_COMM_WORLD, &ctx, "world", timeout_seconds);
 }
 

@@ -1,0 +1,50 @@
+// Run under mpirun -n K with one fault: rank 1 misbehaves while the others all-reduce.
+//   exit      rank 1 returns before the all-reduce (the others would wait for it forever)
+//   raise     rank 1 throws inside its rank function
+//   stall     rank 1 stops itself (SIGSTOP), as a hung or debugged process would
+//   mismatch  rank 1 all-reduces a different element count
+// Every process must end non-zero within the comm timeout plus a few seconds, with the
+// diagnosis on stderr (tests/mpi/expect_fault.sh checks both).
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "core/comm/comm.h"
+#include "core/runtime/world.h"
+
+using namespace mgpu;
+
+int main(int argc, char** argv) {
+  const std::string fault = argc > 1 ? argv[1] : "";
+  if (fault != "exit" && fault != "raise" && fault != "stall" && fault != "mismatch") {
+    std::fprintf(stderr, "usage: mpi_faults exit|raise|stall|mismatch (under mpirun)\n");
+    return 2;
+  }
+  WorldOptions o;
+  o.backend = "mpi";
+  o.comm_timeout = 3;
+  World world(o);
+  try {
+    world.run([&](RankContext& ctx) {
+      Tensor warm = Tensor::zeros({16}, MemCategory::comm_buffers);
+      ctx.comm->all_reduce(warm);  // everyone is up and talking
+      if (ctx.rank == 0) {         // the clock for "within timeout + 5 s" starts now, not at launch
+        std::printf("fault injected at %lld\n", static_cast<long long>(std::time(nullptr)));
+        std::fflush(stdout);
+      }
+      const bool culprit = ctx.rank == 1;
+      if (culprit && fault == "exit") return;
+      if (culprit && fault == "raise") throw std::runtime_error("rank 1 raised on purpose");
+      if (culprit && fault == "stall") std::raise(SIGSTOP);
+      Tensor t = Tensor::zeros({culprit && fault == "mismatch" ? 8 : 4}, MemCategory::comm_buffers);
+      ctx.comm->all_reduce(t);
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
