@@ -3,6 +3,8 @@
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/runtime/context.h"
+#include "lessons/lesson.h"
+#include "lessons/training.h"
 
 namespace mgpu::lessons {
 
@@ -65,6 +67,35 @@ PrecisionRun train_precision_run(const PrecisionRunOptions& o, const data::Task&
     if (e.cat == trace::cat::recompute) run.recompute_seconds += e.dur / steps;
   run.memory = ctx.allocator.stats();
   return run;
+}
+
+PrecisionRunOptions precision_run_options(const CommonOptions& c, const data::Task& task) {
+  auto refuse = [](bool bad, const char* what) {
+    if (bad) throw UsageError(what);
+  };
+  refuse(c.ranks != 1,
+         "this lesson trains on one rank: drop --ranks (precision and recompute "
+         "are per-device choices)");
+  refuse(c.device == "cuda",
+         "this lesson emulates bf16/fp16 on the CPU: use --device cpu or --device phantom");
+  refuse(!c.clock.empty() && c.clock != "modeled",
+         "this lesson reports modeled step times: drop --clock or use --clock modeled");
+  refuse(!c.checkpoint.empty() || !c.resume.empty(),
+         "this lesson does not write or read checkpoints: drop --checkpoint/--resume");
+  refuse(!c.trace_path.empty() || c.viz,
+         "this lesson compares several runs and writes no trace: drop --trace/--viz");
+  refuse(c.optimizer != "adamw", "this lesson's memory table is for AdamW: use --optimizer adamw");
+  refuse(c.impl != "reference", "this lesson has no exercise implementation: drop --impl");
+  WorldOptions w = c.world_options();  // validates device, profile, capacity
+  PrecisionRunOptions o;
+  o.model = model_config(c, task);
+  o.steps = c.steps;
+  o.batch = c.batch;
+  o.lr = static_cast<float>(c.lr);
+  o.profile = w.profile;
+  o.device = c.device == "phantom" ? Device::phantom() : Device::cpu();
+  o.capacity = w.capacity_override >= 0 ? w.capacity_override : w.profile.memory_capacity;
+  return o;
 }
 
 }  // namespace mgpu::lessons

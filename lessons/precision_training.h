@@ -4,6 +4,7 @@
 // optim::make_adamw for fp32 master weights, optim::LossScaler for fp16.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,14 @@ struct PrecisionRun {
 
 // Trains on `task` for options.steps steps; throws OutOfMemory when capacity is exceeded.
 PrecisionRun train_precision_run(const PrecisionRunOptions& options, const data::Task& task);
+
+struct CommonOptions;
+// Run options from the common ones; refuses (UsageError) what this stand-in loop does not do:
+// more than one rank, --device cuda, a non-modeled clock, checkpoints, traces, sgd.
+PrecisionRunOptions precision_run_options(const CommonOptions& c, const data::Task& task);
+
+class Lesson;
+std::unique_ptr<Lesson> make_mixed_precision_lesson();
+std::unique_ptr<Lesson> make_activation_checkpointing_lesson();
 
 }  // namespace mgpu::lessons
