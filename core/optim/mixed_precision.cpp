@@ -72,6 +72,14 @@ void MixedPrecision::copy_master_to_model() {
   }
 }
 
+void check_precision_supported(DType precision, DeviceKind device) {
+  if (precision != DType::f32 && device == DeviceKind::cuda)
+    throw std::invalid_argument(fmt::format(
+        "--precision {} runs on --device cpu or phantom (bf16/fp16 are emulated there; the CUDA "
+        "kernels are fp32 only): use --precision fp32 on --device cuda",
+        precision_name(precision)));
+}
+
 std::unique_ptr<Optimizer> make_adamw(std::vector<ParamSlice> slices, DType precision,
                                       AdamWOptions options) {
   if (precision == DType::f32) return std::make_unique<AdamW>(std::move(slices), options);
@@ -97,10 +105,12 @@ bool LossScaler::found_inf(const std::vector<ParamSlice>& slices,
   std::set<Param*> done;
   for (const ParamSlice& s : slices)
     if (done.insert(s.param).second) bad += ops::count_nonfinite(s.param->grad);
-  // One float per group: sum of the ranks' flags, > 0 when any rank overflowed.
+  if (groups.empty()) return bad > 0;
+  // One float per group: sum of the ranks' flags, > 0 when any rank overflowed. (On the phantom
+  // device there are no values: the all-reduce is timed, nothing overflows.)
   Tensor flag = Tensor::from({1}, {bad > 0 ? 1.0f : 0.0f}, MemCategory::comm_buffers);
   for (comm::Comm* group : groups) group->all_reduce(flag, comm::ReduceOp::sum);
-  return flag.to_vector()[0] > 0.0f;
+  return flag.has_data() && flag.to_vector()[0] > 0.0f;
 }
 
 bool LossScaler::update(bool found_inf) {
