@@ -209,6 +209,8 @@ void Tensor::fill(float value) {
     return;
   }
   if (device().kind != DeviceKind::cpu) {
+    if (dtype_ != DType::f32)
+      throw std::logic_error("fill of a non-f32 CUDA tensor (bf16/fp16 are emulated on the CPU)");
     std::vector<float> host(static_cast<size_t>(numel_), value);
     device_memory_hooks(DeviceKind::cuda).copy(raw(), host.data(), bytes());
     return;
