@@ -4,6 +4,7 @@
 #include "lessons/ddp.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
+#include "lessons/precision_training.h"
 #include "lessons/single_device.h"
 
 namespace mgpu::lessons {
@@ -17,6 +18,8 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_grad_accum_lesson());
   lessons.push_back(make_model_parallel_lesson());
   lessons.push_back(make_pipeline_lesson());
+  lessons.push_back(make_mixed_precision_lesson());
+  lessons.push_back(make_activation_checkpointing_lesson());
   return lessons;
 }
 

@@ -8,10 +8,23 @@
 #include <stdexcept>
 
 #include "core/ops/ops.h"
+#include "core/runtime/context.h"
 
 namespace mgpu {
 
 // ---------------------------------------------------------------------------------- config
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
+Recompute parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::none;
+  if (text == "selective") return Recompute::selective;
+  if (text == "full") return Recompute::full;
+  throw std::invalid_argument("unknown recompute mode '" + text +
+                              "' (use none, selective or full)");
+}
 
 namespace {
 // The divisors of `dim` up to 16, as "1, 2, 4, 8", for the error message.
@@ -42,11 +55,15 @@ void GPTConfig::validate() const {
 // ---------------------------------------------------------------------------------- helpers
 
 namespace {
-Tensor activation(const Shape& shape) {
-  return Tensor::empty(shape, MemCategory::activations);
+Tensor activation(const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, MemCategory::activations, dtype);
 }
-Tensor workspace(const Shape& shape) {
-  return Tensor::empty(shape, MemCategory::workspace);
+Tensor workspace(const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, MemCategory::workspace, dtype);
+}
+// Layernorm statistics stay fp32 in every precision (as fused GPU layernorm kernels keep them).
+Tensor statistics(const Shape& shape) {
+  return Tensor::empty(shape, MemCategory::activations, DType::f32);
 }
 
 void fill_normal(Tensor& t, std::mt19937_64& rng, float stddev) {
@@ -137,22 +154,35 @@ void Embedding::collect(ParamList& list) {
 // ---------------------------------------------------------------------------------- Block
 
 BlockActivations BlockActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
-  const int64_t b = batch, t = seq, c = cfg.dim;
   BlockActivations a;
-  a.ln1 = activation({b, t, c});
-  a.ln1_mean = activation({b, t});
-  a.ln1_rstd = activation({b, t});
-  a.qkv = activation({b, t, 3 * c});
-  a.att = activation({b, cfg.heads, t, t});
-  a.attn_out = activation({b, t, c});
-  a.res1 = activation({b, t, c});
-  a.ln2 = activation({b, t, c});
-  a.ln2_mean = activation({b, t});
-  a.ln2_rstd = activation({b, t});
-  a.fc = activation({b, t, 4 * c});
-  a.fc_gelu = activation({b, t, 4 * c});
-  a.out = activation({b, t, c});
+  a.out = activation({batch, seq, cfg.dim}, cfg.dtype);  // the next block's input: always kept
+  if (cfg.recompute == Recompute::full) return a;
+  a.allocate_missing(cfg, batch, seq);
+  if (cfg.recompute == Recompute::selective) a.att = Tensor();  // made in forward, then dropped
   return a;
+}
+
+void BlockActivations::allocate_missing(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+  const int64_t b = batch, t = seq, c = cfg.dim;
+  auto need = [&](Tensor& x, const Shape& shape) {
+    if (!x.defined()) x = activation(shape, cfg.dtype);
+  };
+  auto need_stat = [&](Tensor& x) {
+    if (!x.defined()) x = statistics({b, t});
+  };
+  need(ln1, {b, t, c});
+  need_stat(ln1_mean);
+  need_stat(ln1_rstd);
+  need(qkv, {b, t, 3 * c});
+  need(att, {b, cfg.heads, t, t});
+  need(attn_out, {b, t, c});
+  need(res1, {b, t, c});
+  need(ln2, {b, t, c});
+  need_stat(ln2_mean);
+  need_stat(ln2_rstd);
+  need(fc, {b, t, 4 * c});
+  need(fc_gelu, {b, t, 4 * c});
+  need(out, {b, t, c});
 }
 
 int64_t BlockActivations::bytes() const {
@@ -163,7 +193,7 @@ int64_t BlockActivations::bytes() const {
   return total;
 }
 
-Block::Block(const GPTConfig& cfg, int index) : heads(cfg.heads) {
+Block::Block(const GPTConfig& cfg, int index) : heads(cfg.heads), config(cfg) {
   const std::string p = fmt::format("blocks.{}.", index);
   const int64_t c = cfg.dim;
   ln1 = LayerNorm(p + "ln1", c);
@@ -187,6 +217,19 @@ void Block::init(std::mt19937_64& rng, int layers) {
 }
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
+  a.allocate_missing(config, x.dim(0), x.dim(1));
+  forward_math(x, a);
+  // Activation checkpointing: free what the backward will recompute.
+  if (config.recompute == Recompute::selective) a.att = Tensor();
+  if (config.recompute == Recompute::full) {
+    Tensor out = a.out;
+    a = BlockActivations{};
+    a.input = x;
+    a.out = out;
+  }
+}
+
+void Block::forward_math(const Tensor& x, BlockActivations& a) const {
   a.input = x;
   // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
@@ -202,13 +245,32 @@ void Block::forward(const Tensor& x, BlockActivations& a) const {
   ops::add(a.out, a.out, a.res1);
 }
 
-void Block::backward(Tensor& dx, const Tensor& dout, const BlockActivations& a) {
-  const Shape& shape = a.out.shape();  // [B,T,C]
-  Tensor d_fc = workspace(a.fc.shape());
-  Tensor d_ln = workspace(shape);
-  Tensor d_res1 = workspace(shape);
-  Tensor d_attn_out = workspace(shape);
-  Tensor d_qkv = workspace(a.qkv.shape());
+BlockActivations Block::recomputed(const BlockActivations& kept) const {
+  if (config.recompute == Recompute::none) return kept;
+  const int64_t batch = kept.input.dim(0), seq = kept.input.dim(1);
+  ComputeScope scope({.name = "recompute", .cat = trace::cat::recompute});
+  BlockActivations a = kept;
+  if (config.recompute == Recompute::full) {
+    a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
+    a.allocate_missing(config, batch, seq);
+    forward_math(kept.input, a);
+  } else {  // selective: only the attention probabilities, from the kept qkv
+    a.att = activation({batch, config.heads, seq, seq}, config.dtype);
+    Tensor attn_out = workspace(kept.attn_out.shape(), config.dtype);  // same values as kept
+    ops::attention_forward(attn_out, a.att, a.qkv, heads);
+  }
+  return a;
+}
+
+void Block::backward(Tensor& dx, const Tensor& dout, const BlockActivations& kept) {
+  const BlockActivations a = recomputed(kept);  // lives until the end of this backward
+  const Shape& shape = a.out.shape();           // [B,T,C]
+  const DType dt = a.out.dtype();
+  Tensor d_fc = workspace(a.fc.shape(), dt);
+  Tensor d_ln = workspace(shape, dt);
+  Tensor d_res1 = workspace(shape, dt);
+  Tensor d_attn_out = workspace(shape, dt);
+  Tensor d_qkv = workspace(a.qkv.shape(), dt);
 
   // MLP branch, bottom-up. out = res1 + mlp(res1): res1 gets dout directly plus the branch.
   mlp_proj.backward(d_fc, dout, a.fc_gelu);
@@ -238,11 +300,11 @@ void Block::collect(ParamList& list) {
 
 HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
   HeadActivations a;
-  a.ln = activation({batch, seq, cfg.dim});
-  a.ln_mean = activation({batch, seq});
-  a.ln_rstd = activation({batch, seq});
-  a.logits = activation({batch, seq, cfg.vocab});
-  a.dlogits = activation({batch, seq, cfg.vocab});
+  a.ln = activation({batch, seq, cfg.dim}, cfg.dtype);
+  a.ln_mean = statistics({batch, seq});
+  a.ln_rstd = statistics({batch, seq});
+  a.logits = activation({batch, seq, cfg.vocab}, cfg.dtype);
+  a.dlogits = activation({batch, seq, cfg.vocab}, cfg.dtype);
   return a;
 }
 
@@ -263,7 +325,7 @@ float Head::forward_loss(const Tensor& x, std::span<const int32_t> targets, Head
 }
 
 void Head::backward(Tensor& dx, const HeadActivations& a) {
-  Tensor d_ln = workspace(a.ln.shape());
+  Tensor d_ln = workspace(a.ln.shape(), a.ln.dtype());
   lm_head.backward(d_ln, a.dlogits, a.ln);
   ln_f.backward(dx, d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
@@ -281,7 +343,7 @@ GPTActivations GPTActivations::allocate(const GPTConfig& cfg, int64_t batch, int
         "GPT activations: batch ({}) must be positive and seq ({}) in [1, seq_len = {}]", batch,
         seq, cfg.seq_len));
   GPTActivations a;
-  a.embedded = activation({batch, seq, cfg.dim});
+  a.embedded = activation({batch, seq, cfg.dim}, cfg.dtype);
   for (int i = 0; i < cfg.layers; i++)
     a.blocks.push_back(BlockActivations::allocate(cfg, batch, seq));
   a.head = HeadActivations::allocate(cfg, batch, seq);
@@ -303,6 +365,14 @@ GPT::GPT(const GPTConfig& cfg) : embedding(validated(cfg)), head(cfg), config_(c
   embedding.init(rng);
   for (Block& block : blocks) block.init(rng, cfg.layers);
   head.init(rng);
+  // Mixed precision: the fp32 initial values rounded once into 2-byte parameters (the optimizer's
+  // fp32 master weights start from these rounded values too, so every precision starts alike).
+  if (cfg.dtype != DType::f32)
+    for (Param* p : params()) {
+      Tensor low = Tensor::empty(p->data.shape(), MemCategory::parameters, cfg.dtype);
+      ops::convert(low, p->data);
+      p->data = low;
+    }
 }
 
 ParamList GPT::params() {
@@ -341,7 +411,7 @@ float GPT::forward(std::span<const int32_t> tokens, std::span<const int32_t> tar
 
 void GPT::backward(std::span<const int32_t> tokens, GPTActivations& acts) {
   // One gradient buffer for the residual stream, reused by every layer (dx may alias dout).
-  Tensor dx = workspace(acts.embedded.shape());
+  Tensor dx = workspace(acts.embedded.shape(), acts.embedded.dtype());
   head.backward(dx, acts.head);
   for (size_t i = blocks.size(); i-- > 0;) blocks[i].backward(dx, dx, acts.blocks[i]);
   embedding.backward(dx, tokens);

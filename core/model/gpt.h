@@ -31,6 +31,16 @@
 
 namespace mgpu {
 
+// Activation checkpointing (what a block keeps from its forward for its backward):
+//   none:      everything;
+//   selective: everything but the attention probabilities [B,H,T,T] (the T^2 part), which the
+//              backward recomputes from qkv (Korthikanti et al. 2022);
+//   full:      only the block's input and output; the backward re-runs the block's forward.
+// Recomputation is deterministic, so every mode gives bit-identical gradients.
+enum class Recompute : uint8_t { none, selective, full };
+const char* recompute_name(Recompute r);
+Recompute parse_recompute(const std::string& text);  // throws std::invalid_argument
+
 struct GPTConfig {
   int vocab = 64;    // number of token ids
   int seq_len = 64;  // maximum sequence length T (rows of the position embedding)
@@ -38,6 +48,11 @@ struct GPTConfig {
   int dim = 64;      // channels C
   int heads = 4;     // attention heads; must divide dim
   uint64_t seed = 1337;
+  // Mixed precision: parameters and activations are stored in `dtype` (f32, bf16, f16);
+  // gradients stay fp32 (accumulated across micro-batches and all-reduced in fp32), and the
+  // optimizer keeps fp32 master weights (optim::MixedPrecision).
+  DType dtype = DType::f32;
+  Recompute recompute = Recompute::none;
 
   // Throws std::invalid_argument with one line saying what is wrong and what would work.
   void validate() const;
@@ -94,12 +109,17 @@ struct BlockActivations {
   Tensor fc_gelu;                  // [B,T,4C] after GELU
   Tensor out;                      // [B,T,C] res1 + MLP branch: the block's output
 
+  // Allocates what cfg.recompute keeps across forward and backward (the rest is allocated
+  // transiently by Block::forward/backward).
   static BlockActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
   int64_t bytes() const;  // total bytes held (excluding the input view)
+  // Allocates every tensor that is still undefined (shapes from cfg, batch and seq).
+  void allocate_missing(const GPTConfig& cfg, int64_t batch, int64_t seq);
 };
 
 struct Block {
   int heads = 1;
+  GPTConfig config;  // shapes, dtype and recompute mode of the activations it keeps
   LayerNorm ln1;
   Linear qkv;        // C -> 3C
   Linear attn_proj;  // C -> C (residual projection)
@@ -113,7 +133,12 @@ struct Block {
   // Reads x [B,T,C], fills `acts` (acts.out is the result; acts.input keeps a view of x).
   void forward(const Tensor& x, BlockActivations& acts) const;
   // dx = d loss / d x (overwritten; dx may be the same tensor as dout); parameter grads += .
+  // Under config.recompute, first re-makes what forward dropped (a "recompute" trace event).
   void backward(Tensor& dx, const Tensor& dout, const BlockActivations& acts);
+  // The forward's math alone, into fully allocated `acts` (forward = allocate, this, drop).
+  void forward_math(const Tensor& x, BlockActivations& acts) const;
+  // `kept` completed with what the recompute mode dropped (a copy of `kept` under none).
+  BlockActivations recomputed(const BlockActivations& kept) const;
   void collect(ParamList& list);
 };
 

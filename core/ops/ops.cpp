@@ -5,7 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <deque>
 #include <stdexcept>
+#include <vector>
 
 #include "core/ops/cpu/kernels.h"
 #include "core/ops/cuda_table.h"
@@ -31,7 +35,51 @@ namespace ops {
 
 namespace {
 
-constexpr double kF = 4.0;  // bytes per f32
+// Bytes per element of the op's main tensor: the modeled clock charges memory traffic by size.
+double elem_bytes(const Tensor& t) {
+  return static_cast<double>(dtype_size(t.dtype()));
+}
+
+// Mixed precision on the CPU: the kernels compute in fp32. A 2-byte tensor is widened into an
+// fp32 scratch copy before the kernel and, when the kernel writes it, rounded back afterwards, so
+// every store rounds exactly once: what a GPU kernel does when it loads bf16, computes in fp32
+// registers and stores bf16. The scratch is host memory outside the allocator because on a GPU it
+// would be registers, not part of the model's memory. fp32 tensors pass straight through.
+class Fp32Staging {
+ public:
+  Fp32Staging() = default;
+  Fp32Staging(const Fp32Staging&) = delete;
+  Fp32Staging& operator=(const Fp32Staging&) = delete;
+  float* in(const Tensor& t) { return stage(t, false); }
+  float* out(Tensor& t) { return stage(t, true); }  // loaded too: some kernels accumulate
+  ~Fp32Staging() {
+    for (Staged& s : staged_)
+      if (s.written) s.tensor.write_f32(s.values.data(), s.tensor.numel());
+  }
+
+ private:
+  struct Staged {
+    Tensor tensor;
+    std::vector<float> values;
+    bool written;
+  };
+  float* stage(const Tensor& t, bool written) {
+    if (t.dtype() == DType::f32) return const_cast<float*>(t.f32());
+    if (t.device().kind != DeviceKind::cpu)
+      throw std::runtime_error(
+          "bf16/fp16 kernels are emulated on the CPU only: use --device cpu or phantom, or "
+          "--precision fp32 on --device cuda");
+    for (Staged& s : staged_)  // the same tensor passed twice (in place): one buffer, as in fp32
+      if (s.tensor.same_view(t)) {
+        s.written = s.written || written;
+        return s.values.data();
+      }
+    Staged& s = staged_.emplace_back(Staged{t, std::vector<float>(size_t(t.numel())), written});
+    t.read_f32(s.values.data(), t.numel());
+    return s.values.data();
+  }
+  std::deque<Staged> staged_;  // a deque: earlier buffers keep their address
+};
 
 void check(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::invalid_argument(fmt::format("{}: {}", op, what));
@@ -74,6 +122,8 @@ bool has_math(const Tensor& t) {
 }  // namespace
 
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float beta) {
+  const double kF = elem_bytes(a);
+  const DType kT = a.dtype();
   const int64_t a_rows = row_count(a), a_cols = last_dim(a);
   const int64_t b_rows = row_count(b), b_cols = last_dim(b);
   const int64_t m = trans_a ? a_cols : a_rows, k = trans_a ? a_rows : a_cols;
@@ -83,9 +133,11 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
                     trans_a ? "^T" : "", shape_str(b.shape()), trans_b ? "^T" : ""));
   check(out.numel() == m * n && last_dim(out) == n, "matmul",
         fmt::format("out {} should hold [{}, {}]", shape_str(out.shape()), m, n));
-  KernelScope ks("matmul", 2.0 * m * n * k, kF * (m * k + k * n + (beta != 0.0f ? 2 : 1) * m * n));
+  KernelScope ks("matmul", 2.0 * m * n * k, kF * (m * k + k * n + (beta != 0.0f ? 2 : 1) * m * n),
+                 kT);
   if (!has_math(out)) return;
-  run(out, "matmul", cpu::matmul, &CudaKernels::matmul, out.f32(), a.f32(), b.f32(), m, n, k,
+  Fp32Staging st;
+  run(out, "matmul", cpu::matmul, &CudaKernels::matmul, st.out(out), st.in(a), st.in(b), m, n, k,
       trans_a, trans_b, beta);
 }
 
@@ -102,104 +154,164 @@ void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor&
 }
 
 void bias_add(Tensor& out, const Tensor& bias) {
+  const double kF = elem_bytes(out);
+  const DType kT = out.dtype();
   const int64_t n = row_count(out), c = last_dim(out);
   check(bias.numel() == c, "bias_add", "bias size must equal the last dim of out");
-  KernelScope ks("bias_add", double(n * c), kF * (2 * n * c + c));
+  KernelScope ks("bias_add", double(n * c), kF * (2 * n * c + c), kT);
   if (!has_math(out)) return;
-  run(out, "bias_add", cpu::bias_add, &CudaKernels::bias_add, out.f32(), bias.f32(), n, c);
+  Fp32Staging st;
+  run(out, "bias_add", cpu::bias_add, &CudaKernels::bias_add, st.out(out), st.in(bias), n, c);
 }
 
 void bias_grad(Tensor& dbias, const Tensor& dout) {
+  const double kF = elem_bytes(dout);
+  const DType kT = dout.dtype();
   const int64_t n = row_count(dout), c = last_dim(dout);
   check(dbias.numel() == c, "bias_grad", "dbias size must equal the last dim of dout");
-  KernelScope ks("bias_grad", double(n * c), kF * (n * c + 2 * c));
+  KernelScope ks("bias_grad", double(n * c), kF * (n * c + 2 * c), kT);
   if (!has_math(dout)) return;
-  run(dout, "bias_grad", cpu::bias_grad, &CudaKernels::bias_grad, dbias.f32(), dout.f32(), n, c);
+  Fp32Staging st;
+  run(dout, "bias_grad", cpu::bias_grad, &CudaKernels::bias_grad, st.out(dbias), st.in(dout), n, c);
 }
 
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
+  const double kF = elem_bytes(out);
+  const DType kT = out.dtype();
   check(a.numel() == b.numel() && out.numel() == a.numel(), "add", "sizes differ");
-  KernelScope ks("add", double(out.numel()), kF * 3 * out.numel());
+  KernelScope ks("add", double(out.numel()), kF * 3 * out.numel(), kT);
   if (!has_math(out)) return;
-  run(out, "add", cpu::add, &CudaKernels::add, out.f32(), a.f32(), b.f32(), out.numel());
+  Fp32Staging st;
+  run(out, "add", cpu::add, &CudaKernels::add, st.out(out), st.in(a), st.in(b), out.numel());
 }
 
 void axpy(Tensor& y, float alpha, const Tensor& x) {
+  const double kF = elem_bytes(y);
+  const DType kT = y.dtype();
   check(x.numel() == y.numel(), "axpy", "sizes differ");
-  KernelScope ks("axpy", 2.0 * y.numel(), kF * 3 * y.numel());
+  KernelScope ks("axpy", 2.0 * y.numel(), kF * 3 * y.numel(), kT);
   if (!has_math(y)) return;
-  run(y, "axpy", cpu::axpy, &CudaKernels::axpy, y.f32(), alpha, x.f32(), y.numel());
+  Fp32Staging st;
+  run(y, "axpy", cpu::axpy, &CudaKernels::axpy, st.out(y), alpha, st.in(x), y.numel());
 }
 
 void scale(Tensor& x, float alpha) {
-  KernelScope ks("scale", double(x.numel()), kF * 2 * x.numel());
+  const double kF = elem_bytes(x);
+  const DType kT = x.dtype();
+  KernelScope ks("scale", double(x.numel()), kF * 2 * x.numel(), kT);
   if (!has_math(x)) return;
-  run(x, "scale", cpu::scale, &CudaKernels::scale, x.f32(), alpha, x.numel());
+  Fp32Staging st;
+  run(x, "scale", cpu::scale, &CudaKernels::scale, st.out(x), alpha, x.numel());
+}
+
+void convert(Tensor& dst, const Tensor& src) {
+  check(dst.numel() == src.numel(), "convert", "sizes differ");
+  KernelScope ks("convert", 0.0, elem_bytes(src) * src.numel() + elem_bytes(dst) * dst.numel(),
+                 src.dtype());
+  if (!has_math(dst)) return;
+  if (dst.dtype() == src.dtype()) {
+    dst.copy_from(src);
+    return;
+  }
+  Fp32Staging st;  // widen src, store rounded into dst
+  const float* from = st.in(src);
+  float* to = st.out(dst);
+  std::copy(from, from + src.numel(), to);
+}
+
+int64_t count_nonfinite(const Tensor& x) {
+  KernelScope ks("count_nonfinite", double(x.numel()), elem_bytes(x) * x.numel(), x.dtype());
+  if (!has_math(x)) return 0;
+  if (x.device().kind != DeviceKind::cpu) {
+    std::vector<float> host = x.to_vector();
+    return std::count_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
+  }
+  Fp32Staging st;
+  const float* v = st.in(x);
+  return std::count_if(v, v + x.numel(), [](float e) { return !std::isfinite(e); });
 }
 
 // GELU costs ~10 FLOPs an element forward (cube, tanh, products), ~18 backward.
 void gelu_forward(Tensor& out, const Tensor& inp) {
+  const double kF = elem_bytes(inp);
+  const DType kT = inp.dtype();
   check(out.numel() == inp.numel(), "gelu_forward", "sizes differ");
-  KernelScope ks("gelu_forward", 10.0 * inp.numel(), kF * 2 * inp.numel());
+  KernelScope ks("gelu_forward", 10.0 * inp.numel(), kF * 2 * inp.numel(), kT);
   if (!has_math(out)) return;
-  run(out, "gelu_forward", cpu::gelu_forward, &CudaKernels::gelu_forward, out.f32(), inp.f32(),
+  Fp32Staging st;
+  run(out, "gelu_forward", cpu::gelu_forward, &CudaKernels::gelu_forward, st.out(out), st.in(inp),
       inp.numel());
 }
 
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  const double kF = elem_bytes(inp);
+  const DType kT = inp.dtype();
   check(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), "gelu_backward",
         "sizes differ");
-  KernelScope ks("gelu_backward", 18.0 * inp.numel(), kF * 3 * inp.numel());
+  KernelScope ks("gelu_backward", 18.0 * inp.numel(), kF * 3 * inp.numel(), kT);
   if (!has_math(dinp)) return;
-  run(dinp, "gelu_backward", cpu::gelu_backward, &CudaKernels::gelu_backward, dinp.f32(), inp.f32(),
-      dout.f32(), inp.numel());
+  Fp32Staging st;
+  run(dinp, "gelu_backward", cpu::gelu_backward, &CudaKernels::gelu_backward, st.out(dinp),
+      st.in(inp), st.in(dout), inp.numel());
 }
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias) {
+  const double kF = elem_bytes(inp);
+  const DType kT = inp.dtype();
   const int64_t n = row_count(inp), c = last_dim(inp);
   check(out.numel() == inp.numel() && mean.numel() == n && rstd.numel() == n &&
             weight.numel() == c && bias.numel() == c,
         "layernorm_forward",
         fmt::format("inp {} needs out of the same size, mean/rstd [{}], weight/bias [{}]",
                     shape_str(inp.shape()), n, c));
-  KernelScope ks("layernorm_forward", 8.0 * n * c, kF * (2 * n * c + 2 * c + 2 * n));
+  KernelScope ks("layernorm_forward", 8.0 * n * c, kF * (2 * n * c + 2 * c + 2 * n), kT);
   if (!has_math(out)) return;
-  run(out, "layernorm_forward", cpu::layernorm_forward, &CudaKernels::layernorm_forward, out.f32(),
-      mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), n, c);
+  Fp32Staging st;
+  run(out, "layernorm_forward", cpu::layernorm_forward, &CudaKernels::layernorm_forward,
+      st.out(out), st.out(mean), st.out(rstd), st.in(inp), st.in(weight), st.in(bias), n, c);
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd) {
+  const double kF = elem_bytes(inp);
+  const DType kT = inp.dtype();
   const int64_t n = row_count(inp), c = last_dim(inp);
   check(dinp.numel() == inp.numel() && dout.numel() == inp.numel() && dweight.numel() == c &&
             dbias.numel() == c,
         "layernorm_backward", "gradient sizes must match inp and weight");
-  KernelScope ks("layernorm_backward", 14.0 * n * c, kF * (3 * n * c + 4 * c + 2 * n));
+  KernelScope ks("layernorm_backward", 14.0 * n * c, kF * (3 * n * c + 4 * c + 2 * n), kT);
   if (!has_math(dinp)) return;
+  Fp32Staging st;
   run(dinp, "layernorm_backward", cpu::layernorm_backward, &CudaKernels::layernorm_backward,
-      dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
-      rstd.f32(), n, c);
+      st.out(dinp), st.out(dweight), st.out(dbias), st.in(dout), st.in(inp), st.in(weight),
+      st.in(mean), st.in(rstd), n, c);
 }
 
 void softmax_forward(Tensor& out, const Tensor& inp) {
+  const double kF = elem_bytes(inp);
+  const DType kT = inp.dtype();
   const int64_t n = row_count(inp), c = last_dim(inp);
   check(out.numel() == inp.numel(), "softmax_forward", "sizes differ");
-  KernelScope ks("softmax_forward", 5.0 * n * c, kF * 2 * n * c);
+  KernelScope ks("softmax_forward", 5.0 * n * c, kF * 2 * n * c, kT);
   if (!has_math(out)) return;
-  run(out, "softmax_forward", cpu::softmax_forward, &CudaKernels::softmax_forward, out.f32(),
-      inp.f32(), n, c);
+  Fp32Staging st;
+  run(out, "softmax_forward", cpu::softmax_forward, &CudaKernels::softmax_forward, st.out(out),
+      st.in(inp), n, c);
 }
 
 void softmax_backward(Tensor& dinp, const Tensor& out, const Tensor& dout) {
+  const double kF = elem_bytes(out);
+  const DType kT = out.dtype();
   const int64_t n = row_count(out), c = last_dim(out);
   check(dinp.numel() == out.numel() && dout.numel() == out.numel(), "softmax_backward",
         "sizes differ");
-  KernelScope ks("softmax_backward", 4.0 * n * c, kF * 3 * n * c);
+  KernelScope ks("softmax_backward", 4.0 * n * c, kF * 3 * n * c, kT);
   if (!has_math(dinp)) return;
-  run(dinp, "softmax_backward", cpu::softmax_backward, &CudaKernels::softmax_backward, dinp.f32(),
-      out.f32(), dout.f32(), n, c);
+  Fp32Staging st;
+  run(dinp, "softmax_backward", cpu::softmax_backward, &CudaKernels::softmax_backward, st.out(dinp),
+      st.in(out), st.in(dout), n, c);
 }
 
 namespace {
@@ -222,29 +334,35 @@ AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& at
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads) {
+  const double kF = elem_bytes(qkv);
+  const DType kT = qkv.dtype();
   const AttentionDims d = attention_dims("attention_forward", qkv, att, heads);
   check(out.numel() == d.b * d.t * d.c, "attention_forward", "out must be [B, T, C]");
   const double hs = double(d.c / heads);
   // per pair: q.k (2 hs), softmax (~5), att * v (2 hs)
   KernelScope ks("attention_forward", d.pairs() * (4.0 * hs + 5.0),
-                 kF * (d.b * d.t * 4.0 * d.c + double(att.numel())));
+                 kF * (d.b * d.t * 4.0 * d.c + double(att.numel())), kT);
   if (!has_math(out)) return;
-  run(out, "attention_forward", cpu::attention_forward, &CudaKernels::attention_forward, out.f32(),
-      att.f32(), qkv.f32(), d.b, d.t, d.c, d.heads);
+  Fp32Staging st;
+  run(out, "attention_forward", cpu::attention_forward, &CudaKernels::attention_forward,
+      st.out(out), st.out(att), st.in(qkv), d.b, d.t, d.c, d.heads);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int heads) {
+  const double kF = elem_bytes(qkv);
+  const DType kT = qkv.dtype();
   const AttentionDims d = attention_dims("attention_backward", qkv, att, heads);
   check(dqkv.numel() == qkv.numel() && dout.numel() == d.b * d.t * d.c, "attention_backward",
         "dqkv must match qkv and dout must be [B, T, C]");
   const double hs = double(d.c / heads);
   // per pair: dP (2 hs), dV (2 hs), softmax backward (~4), dQ and dK (4 hs)
   KernelScope ks("attention_backward", d.pairs() * (8.0 * hs + 4.0),
-                 kF * (d.b * d.t * 7.0 * d.c + double(att.numel())));
+                 kF * (d.b * d.t * 7.0 * d.c + double(att.numel())), kT);
   if (!has_math(dqkv)) return;
+  Fp32Staging st;
   run(dqkv, "attention_backward", cpu::attention_backward, &CudaKernels::attention_backward,
-      dqkv.f32(), dout.f32(), qkv.f32(), att.f32(), d.b, d.t, d.c, d.heads);
+      st.out(dqkv), st.in(dout), st.in(qkv), st.in(att), d.b, d.t, d.c, d.heads);
 }
 
 namespace {
@@ -257,6 +375,8 @@ void check_ids(const char* op, std::span<const int32_t> ids, int64_t vocab) {
 
 void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
                        const Tensor& wpe) {
+  const double kF = elem_bytes(out);
+  const DType kT = out.dtype();
   check(out.ndim() == 3, "embedding_forward", "out must be [B, T, C]");
   const int64_t b = out.dim(0), t = out.dim(1), c = out.dim(2);
   check(int64_t(tokens.size()) == b * t, "embedding_forward",
@@ -264,47 +384,57 @@ void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tenso
   check(last_dim(wte) == c && last_dim(wpe) == c && row_count(wpe) >= t, "embedding_forward",
         fmt::format("wte/wpe must be [*, {}] and wpe must have at least T = {} rows", c, t));
   check_ids("embedding_forward", tokens, row_count(wte));
-  KernelScope ks("embedding_forward", double(b * t * c), kF * (3.0 * b * t * c + b * t));
+  KernelScope ks("embedding_forward", double(b * t * c), kF * (3.0 * b * t * c + b * t), kT);
   if (!has_math(out)) return;
-  run(out, "embedding_forward", cpu::embedding_forward, &CudaKernels::embedding_forward, out.f32(),
-      tokens.data(), wte.f32(), wpe.f32(), b, t, c);
+  Fp32Staging st;
+  run(out, "embedding_forward", cpu::embedding_forward, &CudaKernels::embedding_forward,
+      st.out(out), tokens.data(), st.in(wte), st.in(wpe), b, t, c);
 }
 
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
                         std::span<const int32_t> tokens) {
+  const double kF = elem_bytes(dout);
+  const DType kT = dout.dtype();
   check(dout.ndim() == 3, "embedding_backward", "dout must be [B, T, C]");
   const int64_t b = dout.dim(0), t = dout.dim(1), c = dout.dim(2);
   check(int64_t(tokens.size()) == b * t, "embedding_backward", "need B*T token ids");
   check_ids("embedding_backward", tokens, row_count(dwte));
-  KernelScope ks("embedding_backward", 2.0 * b * t * c, kF * (5.0 * b * t * c + b * t));
+  KernelScope ks("embedding_backward", 2.0 * b * t * c, kF * (5.0 * b * t * c + b * t), kT);
   if (!has_math(dout)) return;
+  Fp32Staging st;
   run(dout, "embedding_backward", cpu::embedding_backward, &CudaKernels::embedding_backward,
-      dwte.f32(), dwpe.f32(), dout.f32(), tokens.data(), b, t, c);
+      st.out(dwte), st.out(dwpe), st.in(dout), tokens.data(), b, t, c);
 }
 
 float cross_entropy_forward_backward(Tensor& dlogits, const Tensor& logits,
                                      std::span<const int32_t> targets, float grad_scale) {
+  const double kF = elem_bytes(logits);
+  const DType kT = logits.dtype();
   const int64_t n = row_count(logits), v = last_dim(logits);
   check(dlogits.numel() == logits.numel(), "cross_entropy", "dlogits must match logits");
   check(int64_t(targets.size()) == n, "cross_entropy",
         fmt::format("{} targets given for {} rows of logits", targets.size(), n));
   check_ids("cross_entropy", targets, v);
-  KernelScope ks("cross_entropy", 7.0 * n * v, kF * (2.0 * n * v + n));
+  KernelScope ks("cross_entropy", 7.0 * n * v, kF * (2.0 * n * v + n), kT);
   if (!has_math(logits)) return 0.0f;
+  Fp32Staging st;
   return run(logits, "cross_entropy", cpu::cross_entropy_forward_backward,
-             &CudaKernels::cross_entropy_forward_backward, dlogits.f32(), logits.f32(),
+             &CudaKernels::cross_entropy_forward_backward, st.out(dlogits), st.in(logits),
              targets.data(), n, v, grad_scale);
 }
 
 float cross_entropy_loss(const Tensor& logits, std::span<const int32_t> targets) {
+  const double kF = elem_bytes(logits);
+  const DType kT = logits.dtype();
   const int64_t n = row_count(logits), v = last_dim(logits);
   check(int64_t(targets.size()) == n, "cross_entropy_loss",
         fmt::format("{} targets given for {} rows of logits", targets.size(), n));
   check_ids("cross_entropy_loss", targets, v);
-  KernelScope ks("cross_entropy_loss", 4.0 * n * v, kF * (double(n * v) + n));
+  KernelScope ks("cross_entropy_loss", 4.0 * n * v, kF * (double(n * v) + n), kT);
   if (!has_math(logits)) return 0.0f;
+  Fp32Staging st;
   return run(logits, "cross_entropy_loss", cpu::cross_entropy_loss,
-             &CudaKernels::cross_entropy_loss, logits.f32(), targets.data(), n, v);
+             &CudaKernels::cross_entropy_loss, st.in(logits), targets.data(), n, v);
 }
 
 }  // namespace ops

@@ -5,7 +5,9 @@
 //   3. runs the CPU kernel (core/ops/cpu/kernels.h) or the CUDA one (core/ops/cuda_table.h).
 //
 // Conventions (same as the kernels):
-//  - Tensors are contiguous f32; "rows" means all leading dims flattened, "C" the last dim.
+//  - Tensors are contiguous; "rows" means all leading dims flattened, "C" the last dim.
+//  - Mixed precision: any tensor may be f32, bf16 or f16 (mixed freely). Kernels compute in fp32
+//    and round each stored element to its tensor's type (bf16/f16 are CPU-only, emulated exactly).
 //  - Activation gradients (dinp, dqkv, dlogits, ...) are OVERWRITTEN; parameter gradients
 //    (dweight, dbias, dwte, dwpe) are ACCUMULATED (+=) so micro-batches can add up.
 //  - Linear weights are [out_features, in_features] (PyTorch / llm.c layout): y = x @ W^T + b.
@@ -34,6 +36,10 @@ void bias_grad(Tensor& dbias, const Tensor& dout);        // dbias += column sum
 void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (residual add)
 void axpy(Tensor& y, float alpha, const Tensor& x);       // y += alpha * x
 void scale(Tensor& x, float alpha);                       // x *= alpha
+// dst = src converted to dst's dtype (rounded to nearest even; fp16 overflows to inf), any dtypes.
+void convert(Tensor& dst, const Tensor& src);
+// Number of inf/NaN elements of x (the loss scaler's overflow check).
+int64_t count_nonfinite(const Tensor& x);
 
 void gelu_forward(Tensor& out, const Tensor& inp);  // tanh approximation
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);

@@ -49,7 +49,7 @@ class Optimizer {
 
   virtual std::string name() const = 0;  // "sgd", "adamw"
   // One update of every slice from its gradient; increments step_count() first.
-  void step();
+  virtual void step();
   // Zeroes the gradients of every parameter this optimizer touches (whole gradients: after a
   // sharded step the rest of the gradient is stale too).
   void zero_grad();

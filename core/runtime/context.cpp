@@ -81,15 +81,15 @@ ScopedRank::~ScopedRank() {
   t_current = previous_;
 }
 
-KernelScope::KernelScope(const char* op, double flops, double bytes)
-    : ctx_(current_rank()), op_(op), flops_(flops), bytes_(bytes) {
+KernelScope::KernelScope(const char* op, double flops, double bytes, DType dtype)
+    : ctx_(current_rank()), op_(op), flops_(flops), bytes_(bytes), dtype_(dtype) {
   if (ctx_.scopes.empty()) sync_if_cuda_clock(ctx_);  // a kernel outside scopes is its own event
   start_ = ctx_.clock.compute_now();
 }
 
 KernelScope::~KernelScope() {
   if (ctx_.scopes.empty()) sync_if_cuda_clock(ctx_);
-  ctx_.clock.advance_compute(ctx_.profile.kernel_time(flops_, bytes_));
+  ctx_.clock.advance_compute(ctx_.profile.kernel_time(flops_, bytes_, dtype_));
   double end = ctx_.clock.compute_now();
   if (!ctx_.scopes.empty()) {
     ctx_.scopes.back().flops += flops_;

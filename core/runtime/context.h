@@ -79,10 +79,11 @@ class ScopedRank {
 
 // Every kernel opens one of these (one line at the top of the op): on the modeled clock it
 // advances the compute lane by the roofline cost of (flops, bytes); it adds both to the
-// enclosing ComputeScope; with no scope open it records an event of its own.
+// enclosing ComputeScope; with no scope open it records an event of its own. `dtype` is the type
+// the kernel computes in: its FLOPs are charged at the profile's peak for that type.
 class KernelScope {
  public:
-  KernelScope(const char* op, double flops, double bytes);
+  KernelScope(const char* op, double flops, double bytes, DType dtype = DType::f32);
   ~KernelScope();
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
@@ -91,6 +92,7 @@ class KernelScope {
   RankContext& ctx_;
   const char* op_;
   double flops_, bytes_, start_;
+  DType dtype_;
 };
 
 // A named region of compute on this rank's compute lane, e.g. forward of micro-batch 3 on

@@ -21,7 +21,7 @@ std::vector<HardwareProfile> presets() {
   LinkSpec pcie4_host{"PCIe 4.0 x16 via host (no P2P)", 12e9, 10e-6};
   LinkSpec shm{"shared memory", 20e9, 1e-6};
   LinkSpec ether{"10G Ethernet", 1.25e9, 30e-6};
-  return {
+  std::vector<HardwareProfile> list = {
       {"8xH100-NVLink", "8x H100 SXM 80GB in one node, NVSwitch", 495e12, 3.35e12, 3e-6, 80 * GiB,
        8, nvlink4, ib400},
       {"2x8xH100-IB", "2 nodes x 8 H100 SXM, NVLink inside, 400G InfiniBand between", 495e12,
@@ -33,6 +33,16 @@ std::vector<HardwareProfile> presets() {
       {"laptop-cpu", "a laptop CPU running the virtual GPUs", 0.2e12, 50e9, 1e-6, 16 * GiB, 64, shm,
        ether},
   };
+  // Dense bf16/fp16 tensor-core peaks (fp32 accumulate): H100 SXM 989, A100 312, RTX 4090 165.
+  auto half_peak = [&](const char* name, double flops) {
+    for (HardwareProfile& p : list)
+      if (p.name == name) p.peak_flops_bf16 = p.peak_flops_fp16 = flops;
+  };
+  half_peak("8xH100-NVLink", 989e12);
+  half_peak("2x8xH100-IB", 989e12);
+  half_peak("4xA100-PCIe", 312e12);
+  half_peak("2xRTX4090-PCIe", 165.2e12);
+  return list;
 }
 
 void check_non_negative(const std::string& what, double v) {
@@ -60,8 +70,14 @@ const LinkSpec& HardwareProfile::link(int a, int b) const {
   return a / per_node == b / per_node ? intra_node : inter_node;
 }
 
-double HardwareProfile::kernel_time(double flops, double bytes) const {
-  double math = peak_flops > 0 ? flops / peak_flops : 0;
+double HardwareProfile::peak_for(DType t) const {
+  const double half = t == DType::bf16 ? peak_flops_bf16 : t == DType::f16 ? peak_flops_fp16 : 0;
+  return half > 0 ? half : peak_flops;
+}
+
+double HardwareProfile::kernel_time(double flops, double bytes, DType dtype) const {
+  const double peak = peak_for(dtype);
+  double math = peak > 0 ? flops / peak : 0;
   double memory = mem_bandwidth > 0 ? bytes / mem_bandwidth : 0;
   return launch_overhead + std::max(math, memory);
 }
@@ -75,6 +91,8 @@ nlohmann::json HardwareProfile::to_json() const {
   return {{"name", name},
           {"description", description},
           {"peak_TFLOPs", peak_flops / 1e12},
+          {"peak_TFLOPs_bf16", peak_flops_bf16 / 1e12},
+          {"peak_TFLOPs_fp16", peak_flops_fp16 / 1e12},
           {"mem_bandwidth_GBps", mem_bandwidth / 1e9},
           {"launch_overhead_us", launch_overhead * 1e6},
           {"memory_capacity_GiB", static_cast<double>(memory_capacity) / GiB},
@@ -89,6 +107,8 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
     p.name = j.value("name", std::string("custom"));
     p.description = j.value("description", std::string());
     p.peak_flops = j.at("peak_TFLOPs").get<double>() * 1e12;
+    p.peak_flops_bf16 = j.value("peak_TFLOPs_bf16", 0.0) * 1e12;  // optional: older files lack it
+    p.peak_flops_fp16 = j.value("peak_TFLOPs_fp16", 0.0) * 1e12;
     p.mem_bandwidth = j.at("mem_bandwidth_GBps").get<double>() * 1e9;
     p.launch_overhead = j.value("launch_overhead_us", 0.0) * 1e-6;
     p.memory_capacity = static_cast<int64_t>(j.value("memory_capacity_GiB", 0.0) * GiB);
@@ -97,6 +117,8 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
     p.inter_node =
         j.contains("inter_node") ? link_from(j.at("inter_node"), "inter_node") : p.intra_node;
     check_non_negative("peak_TFLOPs", p.peak_flops);
+    check_non_negative("peak_TFLOPs_bf16", p.peak_flops_bf16);
+    check_non_negative("peak_TFLOPs_fp16", p.peak_flops_fp16);
     check_non_negative("mem_bandwidth_GBps", p.mem_bandwidth);
     check_non_negative("launch_overhead_us", p.launch_overhead);
     check_non_negative("memory_capacity_GiB", static_cast<double>(p.memory_capacity));

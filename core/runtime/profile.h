@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/tensor/dtype.h"
+
 namespace mgpu {
 
 struct LinkSpec {
@@ -19,18 +21,25 @@ struct LinkSpec {
 struct HardwareProfile {
   std::string name;  // "8xH100-NVLink"
   std::string description;
-  double peak_flops = 0;        // FLOP/s per device for the training dtype; 0 = unbounded
+  double peak_flops = 0;  // FLOP/s per device for fp32 training (TF32 tensor cores); 0 = unbounded
   double mem_bandwidth = 0;     // bytes/s per device; 0 = unbounded
   double launch_overhead = 0;   // seconds added to every kernel
   int64_t memory_capacity = 0;  // bytes per device; 0 = unlimited
   int ranks_per_node = 8;
   LinkSpec intra_node;  // between ranks of one node
   LinkSpec inter_node;  // between nodes
+  // Dense tensor-core FLOP/s of the 2-byte types; 0 = same as peak_flops (JSON
+  // "peak_TFLOPs_bf16"/"peak_TFLOPs_fp16", optional: files without them keep working).
+  double peak_flops_bf16 = 0;
+  double peak_flops_fp16 = 0;
 
   // The link a message from rank a to rank b crosses.
   const LinkSpec& link(int a, int b) const;
-  // Roofline time of one kernel: launch + max(flops / peak, bytes / bandwidth).
-  double kernel_time(double flops, double bytes) const;
+  // The peak FLOP/s a kernel computing in `t` gets.
+  double peak_for(DType t) const;
+  // Roofline time of one kernel: launch + max(flops / peak_for(dtype), bytes / bandwidth). Bytes
+  // are counted by the caller at each tensor's element size, so 2-byte types move half as much.
+  double kernel_time(double flops, double bytes, DType dtype = DType::f32) const;
   // alpha + bytes / bandwidth over link(a, b).
   double transfer_time(int a, int b, double bytes) const;
 

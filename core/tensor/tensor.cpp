@@ -2,6 +2,7 @@
 
 #include "core/ops/cuda_table.h"
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -131,12 +132,57 @@ Tensor Tensor::flat_range(int64_t begin, int64_t end) const {
   return t;
 }
 
+StoreCounters& store_counters() {
+  thread_local StoreCounters counters;
+  return counters;
+}
+
+void Tensor::read_f32(float* dst, int64_t n) const {
+  if (n != numel_) throw std::invalid_argument("read_f32: wrong element count");
+  if (n == 0) return;
+  if (device().kind != DeviceKind::cpu)
+    throw std::logic_error("read_f32 of a non-CPU tensor (bf16/fp16 are emulated on the CPU)");
+  if (dtype_ == DType::f32) {
+    std::memcpy(dst, raw(), static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto* bits = static_cast<const uint16_t*>(raw());
+  if (dtype_ == DType::bf16)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(bits[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(bits[i]);
+}
+
+void Tensor::write_f32(const float* src, int64_t n) {
+  if (n != numel_) throw std::invalid_argument("write_f32: wrong element count");
+  if (n == 0) return;
+  if (device().kind != DeviceKind::cpu)
+    throw std::logic_error("write_f32 of a non-CPU tensor (bf16/fp16 are emulated on the CPU)");
+  if (dtype_ == DType::f32) {
+    std::memmove(raw(), src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* bits = static_cast<uint16_t*>(raw());
+  int64_t flushed = 0, overflowed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = dtype_ == DType::bf16 ? f32_to_bf16_bits(src[i]) : f32_to_f16_bits(src[i]);
+    bits[i] = b;
+    const bool zero = (b & 0x7FFFu) == 0;
+    const bool inf = (b & 0x7FFFu) == (dtype_ == DType::bf16 ? 0x7F80u : 0x7C00u);
+    flushed += zero && src[i] != 0.0f;
+    overflowed += inf && std::isfinite(src[i]);
+  }
+  store_counters().flushed_to_zero += flushed;
+  store_counters().overflowed_to_inf += overflowed;
+}
+
 std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
   if (device().kind == DeviceKind::cpu) {
-    std::memcpy(out.data(), f32(), out.size() * sizeof(float));
+    read_f32(out.data(), numel_);
   } else if (device().kind == DeviceKind::cuda) {
+    if (dtype_ != DType::f32) throw std::logic_error("to_vector of a non-f32 CUDA tensor");
     device_memory_hooks(DeviceKind::cuda).copy(out.data(), raw(), bytes());
   } else {
     throw std::logic_error("to_vector() of a phantom tensor");
@@ -163,8 +209,15 @@ void Tensor::fill(float value) {
     return;
   }
   if (device().kind != DeviceKind::cpu) {
+    if (dtype_ != DType::f32)
+      throw std::logic_error("fill of a non-f32 CUDA tensor (bf16/fp16 are emulated on the CPU)");
     std::vector<float> host(static_cast<size_t>(numel_), value);
     device_memory_hooks(DeviceKind::cuda).copy(raw(), host.data(), bytes());
+    return;
+  }
+  if (dtype_ != DType::f32) {  // rounded once, stored everywhere
+    std::vector<float> values(static_cast<size_t>(numel_), value);
+    write_f32(values.data(), numel_);
     return;
   }
   float* p = f32();

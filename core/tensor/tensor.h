@@ -53,11 +53,19 @@ class Tensor {
   Tensor rows(int64_t begin, int64_t end) const;        // [begin, end) along dim 0
   Tensor flat_range(int64_t begin, int64_t end) const;  // 1-D elements [begin, end)
 
-  // Host-side helpers (tests, checkpoints, lessons).
+  // Host-side helpers (tests, checkpoints, lessons). to_vector widens bf16/f16 to fp32 exactly.
   std::vector<float> to_vector() const;
+  // Any dtype <-> fp32 on the host (CPU tensors): read widens exactly, write rounds each value to
+  // the tensor's type (round to nearest even; f16 overflows to inf and flushes to 0), counted in
+  // store_counters(). `n` must equal numel().
+  void read_f32(float* dst, int64_t n) const;
+  void write_f32(const float* src, int64_t n);
   void copy_from(const Tensor& src);  // same numel; host or device copy
   void fill(float value);
   bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  bool same_view(const Tensor& o) const {
+    return storage_ == o.storage_ && offset_ == o.offset_ && numel_ == o.numel_;
+  }
 
  private:
   std::shared_ptr<Storage> storage_;
@@ -66,5 +74,13 @@ class Tensor {
   int64_t numel_ = 0;
   DType dtype_ = DType::f32;
 };
+
+// What rounding did on this thread's 2-byte stores since the last reset: the fp16 lesson counts
+// values that were nonzero in fp32 and became 0 (underflow) or turned into inf (overflow).
+struct StoreCounters {
+  int64_t flushed_to_zero = 0;
+  int64_t overflowed_to_inf = 0;
+};
+StoreCounters& store_counters();
 
 }  // namespace mgpu

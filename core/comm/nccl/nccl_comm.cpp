@@ -26,7 +26,7 @@ void check(cudaError_t r, const char* what) {
 }
 
 ncclDataType_t nccl_type(DType t) {
-  return t == DType::f32 ? ncclFloat32 : ncclBfloat16;
+  return t == DType::f32 ? ncclFloat32 : t == DType::bf16 ? ncclBfloat16 : ncclFloat16;
 }
 ncclRedOp_t nccl_op(ReduceOp op) {
   return op == ReduceOp::sum ? ncclSum : ncclAvg;

@@ -1,0 +1,165 @@
+// Lesson — activation checkpointing. Backward needs what forward computed; keeping it all costs
+// memory that grows with batch x sequence x layers (and x T for attention's probabilities).
+// Recompute trades compute for memory: `selective` drops only the T x T attention probabilities
+// and recomputes them from q, k (Korthikanti et al. 2022); `full` keeps only each block's input
+// and output and re-runs the whole block forward in backward (~1/3 more compute). No
+// communication changes; every mode gives bit-identical results.
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/runtime/context.h"
+#include "core/tensor/allocator.h"
+#include "lessons/lesson.h"
+#include "lessons/precision_training.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+constexpr Recompute kModes[] = {Recompute::none, Recompute::selective, Recompute::full};
+
+// Bytes one block keeps from forward to backward, measured: the allocator's activation bytes
+// after a forward, minus the embedding's and head's, over the layers.
+int64_t measured_bytes_per_layer(const GPTConfig& cfg, int batch) {
+  RankContext ctx(0, 1, Device::phantom(), HardwareProfile::ideal(0), ClockKind::modeled);
+  ctx.tracer.enabled = false;
+  ScopedRank installed(ctx);
+  GPT model(cfg);
+  std::vector<int32_t> tokens(size_t(batch) * cfg.seq_len, 0);
+  const int64_t before = ctx.allocator.stats().current[int(MemCategory::activations)];
+  GPTActivations acts = GPTActivations::allocate(cfg, batch, cfg.seq_len);
+  model.forward(tokens, tokens, acts);
+  int64_t held = ctx.allocator.stats().current[int(MemCategory::activations)] - before;
+  held -= acts.embedded.bytes();
+  for (const Tensor* t : {&acts.head.ln, &acts.head.ln_mean, &acts.head.ln_rstd, &acts.head.logits,
+                          &acts.head.dlogits})
+    held -= t->bytes();
+  return held / cfg.layers;
+}
+
+// The formula for this model: B T [ s (16 C + H T) + 16 ] for none (s = bytes per element;
+// 16 C: ln1, qkv 3C, attention out, residual, ln2, fc 4C, gelu 4C, block output; H T: the
+// probabilities; 16: four fp32 layernorm statistics), s 16 C + 16 for selective, s C for full.
+std::string formula(const GPTConfig& cfg, int batch, Recompute mode, int64_t* bytes) {
+  const int64_t bt = int64_t(batch) * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
+  const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
+  if (mode == Recompute::none) {
+    *bytes = bt * (s * (16 * c + h * t) + 16);
+    return fmt::format("BT[s(16C+HT)+16] = {}x[{}x({}+{})+16]", bt, s, 16 * c, h * t);
+  }
+  if (mode == Recompute::selective) {
+    *bytes = bt * (s * 16 * c + 16);
+    return fmt::format("BT[s16C+16] = {}x[{}x{}+16]", bt, s, 16 * c);
+  }
+  *bytes = bt * s * c;
+  return fmt::format("BTsC = {}x{}x{}", bt, s, c);
+}
+
+// Largest batch whose one training step fits `capacity` (phantom device: shapes and bytes).
+int largest_batch(PrecisionRunOptions o, const data::Task& task, int64_t capacity) {
+  o.device = Device::phantom();
+  o.capacity = capacity;
+  o.steps = 1;
+  auto fits = [&](int batch) {
+    o.batch = batch;
+    try {
+      train_precision_run(o, task);
+      return true;
+    } catch (const OutOfMemory&) {
+      return false;
+    }
+  };
+  if (!fits(1)) return 0;
+  int lo = 1, hi = 2;
+  while (hi <= (1 << 20) && fits(hi)) lo = hi, hi *= 2;
+  if (hi > (1 << 20)) return lo;
+  while (hi - lo > 1) {
+    int mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+class ActivationCheckpointingLesson : public Lesson {
+ public:
+  std::string name() const override { return "activation_checkpointing"; }
+  std::string summary() const override {
+    return "recompute none/selective/full: activation bytes per layer, step time, largest batch";
+  }
+  LessonDefaults defaults() const override { return {.steps = 3, .batch = 16, .layers = 4}; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--precision", precision_, "fp32 | bf16 | fp16 (storage type)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  }
+
+  int run(const CommonOptions& c, std::ostream& out) override {
+    fmt::print(out, "== activation_checkpointing: recompute activations instead of storing ==\n");
+    auto task = make_task(c);
+    PrecisionRunOptions base = precision_run_options(c, *task);
+    base.model.dtype = parse_precision(precision_);
+    fmt::print(out, "model: {}; batch {}, {} precision\n\n",
+               describe_model(base.model, count_params(base.model)), c.batch, precision_);
+
+    fmt::print(out, "activation bytes one block keeps for backward (measured by the allocator):\n");
+    std::vector<PrecisionRun> runs;
+    for (Recompute mode : kModes) {
+      PrecisionRunOptions o = base;
+      o.model.recompute = mode;
+      int64_t predicted = 0;
+      std::string f = formula(o.model, c.batch, mode, &predicted);
+      const int64_t measured = measured_bytes_per_layer(o.model, c.batch);
+      fmt::print(out, "  {:<9} {:>12} per layer   formula {} = {}{}\n", recompute_name(mode),
+                 format_bytes(measured), f, format_bytes(predicted),
+                 measured == predicted ? "" : "  (differs: see docs)");
+      runs.push_back(train_precision_run(o, *task));
+    }
+
+    fmt::print(out, "\npeak activations and step time ({} steps, modeled on {}):\n", c.steps,
+               base.profile.name);
+    const double base_time = runs[0].modeled_step_seconds;
+    for (size_t i = 0; i < runs.size(); ++i)
+      fmt::print(out,
+                 "  {:<9} activations peak {:>12}   step {:>10} ({:+.1f}%), of which recompute "
+                 "{}\n",
+                 recompute_name(kModes[i]),
+                 format_bytes(runs[i].memory.peak[int(MemCategory::activations)]),
+                 format_seconds(runs[i].modeled_step_seconds),
+                 100.0 * (runs[i].modeled_step_seconds / base_time - 1.0),
+                 format_seconds(runs[i].recompute_seconds));
+    fmt::print(out,
+               "  full recompute re-runs every block's forward: about +1/3 of a forward+backward "
+               "(forward ~1/3 of the FLOPs) when compute-bound\n");
+    if (base.device.has_data())
+      fmt::print(out,
+                 "  final loss: none {:.6f}, selective {:.6f}, full {:.6f} (bit-identical: {})\n",
+                 runs[0].losses.back(), runs[1].losses.back(), runs[2].losses.back(),
+                 runs[1].final_params == runs[0].final_params &&
+                         runs[2].final_params == runs[0].final_params
+                     ? "yes"
+                     : "NO");
+
+    const int64_t capacity = c.capacity.empty() ? int64_t(64) << 20 : base.capacity;
+    fmt::print(out, "\nlargest batch whose training step fits {} per device{}:\n",
+               format_bytes(capacity), c.capacity.empty() ? " (set with --capacity)" : "");
+    for (Recompute mode : kModes) {
+      PrecisionRunOptions o = base;
+      o.model.recompute = mode;
+      fmt::print(out, "  {:<9} {}\n", recompute_name(mode), largest_batch(o, *task, capacity));
+    }
+    return 0;
+  }
+
+ private:
+  std::string precision_ = "fp32";
+};
+
+}  // namespace
+
+std::unique_ptr<Lesson> make_activation_checkpointing_lesson() {
+  return std::make_unique<ActivationCheckpointingLesson>();
+}
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,133 @@
+// Lesson — mixed precision. The model computes and stores its weights and activations in a
+// 2-byte type (bf16 or fp16) while the optimizer keeps fp32 master weights, so a step's small
+// updates are not rounded away. No communication changes: gradients stay fp32 (4 B/param), so
+// DDP all-reduces them exactly as before. fp16's 5 exponent bits flush small backward values to
+// zero; dynamic loss scaling multiplies the loss by S (2^16 to start) to lift them into range.
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "lessons/lesson.h"
+#include "lessons/precision_training.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+struct Variant {
+  const char* label;
+  DType dtype;
+  bool scaling;
+};
+constexpr Variant kVariants[] = {{"fp32", DType::f32, false},
+                                 {"bf16", DType::bf16, false},
+                                 {"fp16, no loss scaling", DType::f16, false},
+                                 {"fp16 + loss scaling", DType::f16, true}};
+
+double per_param(const PrecisionRun& r, MemCategory c) {
+  return double(r.memory.peak[int(c)]) / double(r.params);
+}
+
+class MixedPrecisionLesson : public Lesson {
+ public:
+  std::string name() const override { return "mixed_precision"; }
+  std::string summary() const override {
+    return "bf16/fp16 with fp32 master weights: bytes per parameter, loss curves, loss scaling";
+  }
+
+  int run(const CommonOptions& c, std::ostream& out) override {
+    fmt::print(out, "== mixed_precision: bf16 and fp16 training with fp32 master weights ==\n");
+    auto task = make_task(c);
+    PrecisionRunOptions base = precision_run_options(c, *task);
+    const bool phantom = !base.device.has_data();
+    std::vector<PrecisionRun> runs;
+    for (const Variant& v : kVariants) {
+      PrecisionRunOptions o = base;
+      o.model.dtype = v.dtype;
+      o.loss_scaling = v.scaling;
+      runs.push_back(train_precision_run(o, *task));
+    }
+    const int64_t n = runs[0].params;
+    fmt::print(out, "model: {}; {} steps of {} x {} tokens, AdamW lr {}\n\n",
+               describe_model(base.model, n), c.steps, c.batch, c.seq, c.lr);
+
+    fmt::print(out, "bytes per parameter, measured by the allocator (peak / {} params):\n",
+               with_commas(n));
+    fmt::print(out, "  {:<22} {:>8} {:>10} {:>10} {:>7}   formula\n", "precision", "weights",
+               "gradients", "optimizer", "total");
+    for (size_t i = 0; i < 3; ++i) {
+      const PrecisionRun& r = runs[i];
+      const double w = per_param(r, MemCategory::parameters),
+                   g = per_param(r, MemCategory::gradients),
+                   s = per_param(r, MemCategory::optimizer_state);
+      const char* formula = kVariants[i].dtype == DType::f32
+                                ? "4 weights + 4 grads + 8 (m, v) = 16"
+                                : "2 weights + 4 fp32 grads + 12 (master 4, m 4, v 4) = 18";
+      fmt::print(out, "  {:<22} {:>8.2f} {:>10.2f} {:>10.2f} {:>7.2f}   {}\n",
+                 precision_name(kVariants[i].dtype), w, g, s, w + g + s, formula);
+    }
+    fmt::print(
+        out,
+        "  gradients are kept in fp32 (accumulated and all-reduced in fp32); the saving is in "
+        "the activations:\n");
+    for (size_t i = 0; i < 2; ++i)
+      fmt::print(out, "  activations peak, {}: {}\n", kVariants[i].label,
+                 format_bytes(runs[i].memory.peak[int(MemCategory::activations)]));
+
+    if (!phantom) {
+      fmt::print(out, "\nloss by step (same seed, same batches):\n  {:>6}", "step");
+      for (const Variant& v : kVariants) fmt::print(out, " {:>22}", v.label);
+      fmt::print(out, "\n");
+      const int every = std::max(1, c.steps / 6);
+      for (int s = 0; s < c.steps; ++s) {
+        if (s % every != 0 && s + 1 != c.steps) continue;
+        fmt::print(out, "  {:>6}", s + 1);
+        for (const PrecisionRun& r : runs) fmt::print(out, " {:>22.4f}", r.losses[size_t(s)]);
+        fmt::print(out, "\n");
+      }
+      fmt::print(out,
+                 "\nbackward values flushed to zero (nonzero in fp32, 0 after rounding), "
+                 "summed over the run:\n");
+      for (size_t i = 1; i < runs.size(); ++i)
+        fmt::print(out, "  {:<22} {:>12}\n", kVariants[i].label,
+                   with_commas(runs[i].flushed_in_backward));
+      const PrecisionRun& scaled = runs[3];
+      fmt::print(out,
+                 "loss scaler: {} steps skipped on inf/NaN, final scale {} (start 2^16, halve on "
+                 "overflow, double after 2000 clean steps)\n",
+                 scaled.skipped_steps, scaled.final_scale);
+    } else {
+      fmt::print(out, "\n(phantom device: no values, so no loss curves; timing and memory only)\n");
+    }
+
+    fmt::print(out, "\nstep time on the modeled clock ({}):\n", base.profile.name);
+    const double tokens = double(c.batch) * c.seq;
+    // GPT::flops_per_token: 6N (forward 2N + backward 4N) + 6 layers T C (attention)
+    const double flops =
+        (6.0 * double(n) + 6.0 * base.model.layers * double(c.seq) * base.model.dim) * tokens;
+    for (size_t i = 0; i < 3; ++i) {
+      const DType t = kVariants[i].dtype;
+      fmt::print(out,
+                 "  {:<5} measured {:>10} per step   compute-bound formula 6N+attn FLOPs / peak "
+                 "= {:.3g} / {:.0f} TFLOP/s = {} (computed)\n",
+                 precision_name(t), format_seconds(runs[i].modeled_step_seconds), flops,
+                 base.profile.peak_for(t) / 1e12,
+                 base.profile.peak_for(t) > 0 ? format_seconds(flops / base.profile.peak_for(t))
+                                              : std::string("0 (unbounded peak)"));
+    }
+    fmt::print(out,
+               "  a model this small is bound by kernel launches and memory traffic, not FLOPs; "
+               "try --device phantom --dim 2048 --layers 8 --seq 512 to see the peaks' ratio\n");
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Lesson> make_mixed_precision_lesson() {
+  return std::make_unique<MixedPrecisionLesson>();
+}
+
+}  // namespace mgpu::lessons

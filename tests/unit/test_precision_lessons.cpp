@@ -1,0 +1,44 @@
+// The mixed_precision and activation_checkpointing lessons: what they print is measured, and
+// options they cannot honour are refused with exit code 2.
+#include <catch2/catch.hpp>
+
+#include "unit/mgpu_cli.h"
+
+using namespace mgpu::testing;
+
+TEST_CASE("mixed_precision prints measured bytes per parameter and the four loss curves",
+          "[precision][lesson]") {
+  CliResult r = run_mgpu(with_tiny_model({"run", "mixed_precision", "--batch", "4"}));
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // fp32 4+4+8, bf16 2+4+12 measured from the allocator, beside the formulas.
+  CHECK_THAT(r.out, Catch::Contains("4.00       4.00       8.00   16.00   4 weights"));
+  CHECK_THAT(r.out, Catch::Contains("2.00       4.00      12.00   18.00   2 weights"));
+  CHECK_THAT(r.out, Catch::Contains("fp16 + loss scaling"));
+  CHECK_THAT(r.out, Catch::Contains("flushed to zero"));
+  CHECK_THAT(r.out, Catch::Contains("989 TFLOP/s"));  // bf16 peak of the default H100 profile
+}
+
+TEST_CASE("activation_checkpointing: measured bytes per layer equal the formula",
+          "[recompute][lesson]") {
+  CliResult r = run_mgpu(
+      with_tiny_model({"run", "activation_checkpointing", "--batch", "4", "--capacity", "4MiB"}));
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("bit-identical: yes"));
+  CHECK_THAT(r.out, !Catch::Contains("differs"));
+  CHECK_THAT(r.out, Catch::Contains("largest batch"));
+}
+
+TEST_CASE("precision lessons refuse what they cannot honour", "[precision][lesson]") {
+  for (auto args :
+       {std::vector<std::string>{"run", "mixed_precision", "--ranks", "2"},
+        std::vector<std::string>{"run", "mixed_precision", "--device", "cuda"},
+        std::vector<std::string>{"run", "activation_checkpointing", "--trace", "x.json"},
+        std::vector<std::string>{"run", "activation_checkpointing", "--precision", "fp8"}}) {
+    CliResult r = run_mgpu(args);
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+  }
+}
