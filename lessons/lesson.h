@@ -39,6 +39,8 @@ struct CommonOptions {
   int dim = 64;
   int heads = 4;
   int seq = 32;
+  std::string model = "";  // a preset (gpt2-small, ...) or a JSON file; "" = the options above
+  int vocab = 0;           // 0 = what the task needs
   // training
   int steps = 150;
   int batch = 16;
@@ -90,6 +92,13 @@ void add_common_options(CLI::App& app, CommonOptions& common, const LessonDefaul
 // size (absent or equal to it; another value throws UsageError). `ranks_given`: the user typed
 // --ranks. Without mpirun nothing changes.
 void apply_mpi_world_size(CommonOptions& common, bool ranks_given);
+// --model NAME|FILE.json: fills layers, dim, heads, seq and vocab from a published preset or a
+// file, except those the user typed (`given`: the option names used, e.g. "--layers"). Throws
+// UsageError for an unknown preset or a bad file.
+void apply_model_preset(CommonOptions& common, const std::vector<std::string>& given);
+// The presets, in size order: name and (layers, dim, heads, seq, vocab).
+std::vector<std::string> model_preset_names();
+
 // Launched by mpirun/srun (this process is one rank of a process world).
 bool launched_by_mpi();
 // The process that prints and writes files: always true without mpirun, world rank 0 under it.
