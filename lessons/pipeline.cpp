@@ -96,6 +96,8 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
       pipeline::partition_layers(c.layers, P * p.virtual_stages);
 
   PipelineResult result;
+  // MERGE (exercise 04 seam): with --impl mine, the bubble theory comes from the student's
+  // bubble accounting (exercises engineer's seam) instead of bubble_fraction_theory.
   result.theory_bubble =
       pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, p.virtual_stages);
   result.expected_peak =

@@ -61,6 +61,8 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
     fmt::print(out, "\n");
   }
   print_memory(out, world);
+  // MERGE (exercise 05 seam): the memory estimator's predictions (the student's with --impl
+  // mine) go here, one line per category beside the allocator's measured peaks.
   MemoryStats s = world.rank(0).allocator.stats();
   auto cat = [&](MemCategory m) { return s.peak[static_cast<int>(m)]; };
   fmt::print(
