@@ -145,7 +145,7 @@ TEST_CASE("bad checkpoints and impossible checkpoint requests: one line, exit 2"
   }
 }
 
-TEST_CASE("--weight-decay reaches the optimizer in every lesson", "[lesson][checkpoint]") {
+TEST_CASE("the weight decay option reaches the optimizer in every lesson", "[lesson][checkpoint]") {
   for (const std::string& lesson : kLessons) {
     INFO(lesson);
     auto plain = load(checkpoint_of(lesson, 2, "wd_default"));
