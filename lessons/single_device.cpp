@@ -17,7 +17,9 @@ namespace mgpu::lessons {
 SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out) {
   WorldOptions wopt = c.world_options();
   if (wopt.ranks != 1)
-    throw UsageError("single_device runs on one rank: drop --ranks or use --ranks 1");
+    throw UsageError(launched_by_mpi()
+                         ? "single_device runs on one rank: use mpirun -n 1, or no mpirun"
+                         : "single_device runs on one rank: drop --ranks or use --ranks 1");
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
 
