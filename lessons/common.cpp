@@ -1,7 +1,12 @@
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/runtime/profile.h"
 #include "lessons/lesson.h"
@@ -43,6 +48,14 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->check(positive)
         ->group("Model");
     app.add_option("--seq", c.seq, "sequence length")->check(positive)->group("Model");
+    app.add_option("--model", c.model,
+                   "tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
+                   "gpt3-6.7b | gpt3-13b | gpt3-175b, or a JSON file {layers, dim, heads, vocab, "
+                   "seq}; --layers etc. override it")
+        ->group("Model");
+    app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
+        ->check(positive)
+        ->group("Model");
 
     app.add_option("--steps", c.steps, "training steps")->check(positive)->group("Training");
     app.add_option("--batch", c.batch, "global batch (sequences per step)")
@@ -57,6 +70,11 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->check(CLI::IsMember({"adamw", "sgd"}))
         ->group("Training");
     app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
+    app.add_option(
+           "--weight-decay", c.weight_decay,
+           "AdamW's decoupled weight decay (PyTorch's default 0.01); SGD: L2 on the gradient")
+        ->check(CLI::NonNegativeNumber)
+        ->group("Training");
     app.add_option("--seed", c.seed, "seed for init and data")->group("Training");
     app.add_option("--checkpoint", c.checkpoint,
                    "save parameters + optimizer state here at the end")
@@ -70,6 +88,105 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
       ->group("Output");
   app.add_flag("--viz", c.viz, "open the dashboard on the trace when done")->group("Output");
   app.add_flag("--quiet,-q", c.quiet, "print only the summary")->group("Output");
+}
+
+namespace {
+
+struct ModelPreset {
+  const char* name;
+  int layers, dim, heads, seq, vocab;  // vocab 0: the task's
+};
+
+// As published: GPT-2 (Radford et al. 2019) and GPT-3 (Brown et al. 2020, table 2.1). GPT-3 13B's
+// published d_model 5140 is not divisible by its 40 heads; the trained model used 5120.
+constexpr ModelPreset kPresets[] = {
+    {"tiny", 2, 64, 4, 32, 0},
+    {"gpt2-small", 12, 768, 12, 1024, 50257},
+    {"gpt2-medium", 24, 1024, 16, 1024, 50257},
+    {"gpt2-large", 36, 1280, 20, 1024, 50257},
+    {"gpt2-xl", 48, 1600, 25, 1024, 50257},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 50257},
+    {"gpt3-6.7b", 32, 4096, 32, 2048, 50257},
+    {"gpt3-13b", 40, 5120, 40, 2048, 50257},
+    {"gpt3-175b", 96, 12288, 96, 2048, 50257},
+};
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const ModelPreset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given) {
+  if (c.model.empty()) return;
+  ModelPreset chosen{"", c.layers, c.dim, c.heads, c.seq, c.vocab};
+  bool found = false;
+  for (const ModelPreset& p : kPresets)
+    if (c.model == p.name) chosen = p, found = true;
+  if (!found) {
+    if (c.model.size() < 5 || c.model.substr(c.model.size() - 5) != ".json")
+      throw UsageError(fmt::format("unknown --model '{}': use one of {} or a JSON file", c.model,
+                                   fmt::join(model_preset_names(), ", ")));
+    std::ifstream in(c.model);
+    if (!in) throw UsageError(fmt::format("--model {}: cannot open the file", c.model));
+    try {
+      nlohmann::json j = nlohmann::json::parse(in);
+      chosen.layers = j.at("layers").get<int>();
+      chosen.dim = j.at("dim").get<int>();
+      chosen.heads = j.at("heads").get<int>();
+      chosen.seq = j.at("seq").get<int>();
+      chosen.vocab = j.value("vocab", 0);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(fmt::format(
+          "--model {}: not a model file ({}); it needs {{\"layers\", \"dim\", \"heads\", "
+          "\"seq\", \"vocab\"}}",
+          c.model, e.what()));
+    }
+    if (chosen.layers <= 0 || chosen.dim <= 0 || chosen.heads <= 0 || chosen.seq <= 0 ||
+        chosen.vocab < 0)
+      throw UsageError(
+          fmt::format("--model {}: layers, dim, heads, seq must be positive", c.model));
+  }
+  auto typed = [&](const char* name) {
+    return std::find(given.begin(), given.end(), name) != given.end();
+  };
+  if (!typed("--layers")) c.layers = chosen.layers;
+  if (!typed("--dim")) c.dim = chosen.dim;
+  if (!typed("--heads")) c.heads = chosen.heads;
+  if (!typed("--seq")) c.seq = chosen.seq;
+  const bool real_data = !c.data_file.empty() || c.task == "text";  // keeps its own vocabulary
+  if (!typed("--vocab") && !real_data) c.vocab = chosen.vocab;
+}
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+namespace {
+int env_int(std::initializer_list<const char*> vars, int fallback) {
+  for (const char* var : vars)
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return fallback;
+}
+}  // namespace
+
+bool root_process() {
+  return !launched_by_mpi() || env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0) == 0;
+}
+
+void apply_mpi_world_size(CommonOptions& c, bool ranks_given) {
+  if (!launched_by_mpi()) return;
+  const int size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, c.ranks);
+  if (ranks_given && c.ranks != size)
+    throw UsageError(fmt::format(
+        "--ranks {} but mpirun started {} processes (one per rank): drop --ranks or use "
+        "mpirun -n {}",
+        c.ranks, size, c.ranks));
+  c.ranks = size;
 }
 
 int64_t parse_bytes(const std::string& text) {
@@ -101,6 +218,7 @@ WorldOptions CommonOptions::world_options() const {
     throw UsageError("the phantom device does no work, so only --clock modeled can time it");
   w.profile = HardwareProfile::load(profile);  // throws invalid_argument listing presets
   w.comm_timeout = comm_timeout;
+  w.backend = backend;
   if (!capacity.empty()) w.capacity_override = parse_bytes(capacity);
   return w;
 }
@@ -115,11 +233,14 @@ nlohmann::json CommonOptions::to_json() const {
           {"dim", dim},
           {"heads", heads},
           {"seq", seq},
+          {"vocab", vocab},
+          {"model", model},
           {"steps", steps},
           {"batch", batch},
           {"task", task},
           {"optimizer", optimizer},
           {"lr", lr},
+          {"weight_decay", weight_decay},
           {"seed", seed}};
 }
 

@@ -31,12 +31,38 @@ std::unique_ptr<data::Task> make_task(const CommonOptions& c) {
 GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   GPTConfig cfg;
   cfg.vocab = task.vocab_size();
+  if (c.vocab > 0 && task.name() == "text" && c.vocab != task.vocab_size())
+    throw UsageError(
+        fmt::format("--vocab {} does not match the text task's byte-level "
+                    "vocabulary of {}: leave --vocab out",
+                    c.vocab, task.vocab_size()));
+  if (c.vocab > 0) {  // a larger vocabulary is fine (ids the task never uses); smaller is not
+    if (c.vocab < task.vocab_size())
+      throw UsageError(
+          fmt::format("--vocab {} is too small for the {} task, whose tokens need {}: "
+                      "use --vocab {} or more (or leave it out)",
+                      c.vocab, task.name(), task.vocab_size(), task.vocab_size()));
+    cfg.vocab = c.vocab;
+  }
   cfg.seq_len = c.seq;
   cfg.layers = c.layers;
   cfg.dim = c.dim;
   cfg.heads = c.heads;
   cfg.seed = c.seed;
   cfg.validate();  // std::invalid_argument -> exit 2 with its one line
+  if (!c.model.empty() && c.device != "phantom") {
+    // Weights + gradients + optimizer state of the whole model must fit one device (the
+    // data-parallel lessons and single_device hold all of it on every rank).
+    WorldOptions w = c.world_options();
+    const int64_t capacity =
+        w.capacity_override > 0 ? w.capacity_override : w.profile.memory_capacity;
+    const int64_t bytes = count_params(cfg) * (c.optimizer == "sgd" ? 12 : 16);
+    if (capacity > 0 && bytes > capacity)
+      throw UsageError(fmt::format(
+          "--model {} needs {} for weights, gradients and {} state on one device, more than the "
+          "{} of {}: add --device phantom to run it as shapes and times only",
+          c.model, format_bytes(bytes), c.optimizer, format_bytes(capacity), w.profile.name));
+  }
   return cfg;
 }
 
@@ -51,12 +77,39 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const P
   if (c.optimizer == "sgd") {
     optim::SGDOptions o;
     o.lr = static_cast<float>(c.lr);
+    o.weight_decay = static_cast<float>(c.weight_decay);
     return std::make_unique<optim::SGD>(optim::whole_params(params), o);
   }
   optim::AdamWOptions o;
   o.lr = static_cast<float>(c.lr);
-  o.weight_decay = 0.0f;  // keeps the equivalence tests exact and the lessons simple
+  o.weight_decay = static_cast<float>(c.weight_decay);
   return std::make_unique<optim::AdamW>(optim::whole_params(params), o);
+}
+
+train::OptimizerFactory optimizer_factory(const CommonOptions& c) {
+  return [c](const ParamList& params) { return make_optimizer(c, params); };
+}
+
+train::TrainOptions train_options(const CommonOptions& c, int global_batch, const GPTConfig& cfg,
+                                  nlohmann::json config) {
+  train::TrainOptions t;
+  t.steps = c.steps;
+  t.global_batch = global_batch;
+  t.seq = c.seq;
+  t.resume = c.resume;
+  t.checkpoint = c.checkpoint;
+  t.config = config.is_null() ? c.to_json() : std::move(config);
+  t.model_params = c.resume.empty() ? -1 : count_params(cfg);
+  return t;
+}
+
+void print_checkpoint_lines(std::ostream& out, const CommonOptions& c,
+                            const train::TrainResult& r) {
+  if (r.first_step > 0) fmt::print(out, "resumed from {} at step {}\n", c.resume, r.first_step);
+  if (r.checkpoint_written)
+    fmt::print(out,
+               "checkpoint: {} (the full model + {} state, gathered from every rank, step {})\n",
+               c.checkpoint, c.optimizer, c.steps);
 }
 
 LossLog::LossLog(const CommonOptions& c, std::ostream& out)

@@ -1,0 +1,168 @@
+// Every option a training lesson accepts is honoured or refused: the test walks each lesson's
+// option list as CLI11 builds it (so a new option is walked automatically), runs the lesson with
+// a non-default value, and checks that the printed report (wall-clock lines aside), the trace's
+// events or the checkpoint's tensors change, or that the run is refused with exit code 2.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/model/checkpoint.h"
+#include "lessons/lesson.h"
+#include "unit/mgpu_cli.h"
+
+using mgpu::testing::run_mgpu;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kDir = fs::temp_directory_path() / "mgpu_test_lesson_options";
+const std::string kTrace = (kDir / "run.json").string();
+const std::string kCheckpoint = (kDir / "run.ckpt").string();
+
+// Options that cannot show a difference in a short healthy run, and where they are tested.
+const std::map<std::string, std::string> kExempt = {
+    {"--help", "prints the help"},
+    {"--comm-timeout", "only acts when a rank is stuck: tests/unit/test_comm_diagnosis.cpp"},
+    {"--viz", "opens a window: tests/viz"},
+    {"--impl", "picks exercise implementations: tests/grade and the exercises' --impl tests"},
+};
+
+// A non-default value for each option (lesson-specific ones included).
+const std::map<std::string, std::vector<std::string>> kTry = {
+    {"--ranks", {"3"}},
+    {"--device", {"phantom"}},
+    {"--clock", {"wall"}},
+    {"--profile", {"4xA100-PCIe"}},
+    {"--capacity", {"64KiB"}},
+    {"--impl", {"mine"}},
+    {"--layers", {"6"}},
+    {"--dim", {"32"}},
+    {"--heads", {"4"}},
+    {"--seq", {"12"}},
+    {"--model", {"gpt2-small"}},  // the typed sizes win; its 50257-token vocabulary remains
+    {"--vocab", {"100"}},
+    {"--steps", {"4"}},
+    {"--batch", {"24"}},
+    {"--task", {"reverse"}},
+    {"--data", {MGPU_SOURCE_DIR "/README.md"}},
+    {"--optimizer", {"sgd"}},
+    {"--lr", {"0.01"}},
+    {"--weight-decay", {"0.3"}},
+    {"--seed", {"7"}},
+    {"--resume", {"/nonexistent/run.ckpt"}},
+    {"--log-every", {"2"}},
+    {"--quiet", {}},
+    {"--overlap", {"off"}},
+    {"--bucket-mb", {"0.001"}},
+    {"--accum", {"3"}},
+    {"--batch-per-rank", {"2"}},
+    {"--schedule", {"gpipe"}},
+    {"--microbatches", {"2"}},
+    {"--virtual-stages", {"2"}},
+    {"--stages", {"2"}},
+    {"--theory", {}},
+};
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// What a run shows: its exit code, the report without wall-clock lines, the trace's events (the
+// metadata repeats the options, so it would always differ) and the checkpoint's tensors.
+struct Observed {
+  int code = 0;
+  std::string report, events, tensors;
+};
+
+Observed observe(std::vector<std::string> args) {
+  fs::remove(kTrace);
+  fs::remove(kCheckpoint);
+  auto r = run_mgpu(args);
+  Observed o{r.code, "", "", ""};
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("wall") == std::string::npos && line.find("this machine") == std::string::npos)
+      o.report += line + "\n";
+  std::string trace = read(kTrace);
+  if (auto at = trace.find("\"traceEvents\""); at != std::string::npos) o.events = trace.substr(at);
+  if (fs::exists(kCheckpoint))
+    for (auto& t : mgpu::load_checkpoint_tensors(kCheckpoint).tensors)
+      o.tensors += t.name + std::string(reinterpret_cast<const char*>(t.values.data()),
+                                        t.values.size() * sizeof(float));
+  return o;
+}
+
+std::vector<std::string> base_args(const std::string& lesson) {
+  std::vector<std::string> a = {"run",     lesson, "--steps", "3",    "--layers",     "4",
+                                "--dim",   "16",   "--heads", "2",    "--seq",        "8",
+                                "--batch", "12",   "--trace", kTrace, "--checkpoint", kCheckpoint};
+  if (lesson == "pipeline") a.insert(a.end(), {"--microbatches", "4"});
+  if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
+  return a;
+}
+
+// The options as `mgpu run LESSON` registers them.
+std::vector<std::string> option_names(mgpu::lessons::Lesson& lesson) {
+  CLI::App app;
+  mgpu::lessons::CommonOptions common;
+  mgpu::lessons::add_common_options(app, common, lesson.defaults());
+  lesson.add_options(app);
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    std::string name = o->get_name();  // "--ranks,-n" -> "--ranks"
+    if (auto comma = name.find(','); comma != std::string::npos) name = name.substr(0, comma);
+    names.push_back(name);
+  }
+  return names;
+}
+
+// `args` with `option value` set: replaces the value when the base already has the option.
+std::vector<std::string> with_option(std::vector<std::string> args, const std::string& option,
+                                     const std::vector<std::string>& value) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == option && !value.empty()) {
+      args[i + 1] = value[0];
+      return args;
+    }
+  args.push_back(option);
+  args.insert(args.end(), value.begin(), value.end());
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("every option of every training lesson changes the run or is refused with exit 2",
+          "[lesson][options]") {
+  fs::create_directories(kDir);
+  for (auto& lesson : mgpu::lessons::all_lessons()) {
+    if (!lesson->defaults().model_options) continue;  // collectives: not a training lesson
+    const std::string name = lesson->name();
+    const Observed base = observe(base_args(name));
+    INFO(name);
+    REQUIRE(base.code == 0);
+    REQUIRE(!base.tensors.empty());
+    for (const std::string& option : option_names(*lesson)) {
+      if (kExempt.count(option)) continue;
+      if (option == "--trace" || option == "--checkpoint") {  // outputs: the base run wrote them
+        CHECK(!(option == "--trace" ? base.events : base.tensors).empty());
+        continue;
+      }
+      INFO(name << " " << option);
+      auto it = kTry.find(option);
+      REQUIRE(it != kTry.end());  // a new option needs a value to try here
+      const Observed run = observe(with_option(base_args(name), option, it->second));
+      const bool changed = run.code != base.code || run.report != base.report ||
+                           run.events != base.events || run.tensors != base.tensors;
+      const bool refused = run.code == 2;
+      CHECK((changed || refused));
+      if (run.code != 0) CHECK(refused);  // never a crash: a refusal is exit 2
+    }
+  }
+}
