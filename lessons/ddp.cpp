@@ -208,9 +208,8 @@ void print_ddp_report(std::ostream& out, const CommonOptions& c, const DataParal
   fmt::print(out, "  all-reduced      {} B per step (gradient bytes 4 x params = {} B){}\n",
              with_commas(measured), with_commas(r.gradient_bytes),
              measured == r.gradient_bytes ? "" : "  <- differs!");
-  // MERGE: with trace::RankSummary::wire_bytes ("comm"), set sent = r0.wire_bytes: the bytes
-  // rank 0 really sent, printed beside the formula.
-  std::optional<int64_t> sent;
+  // The bytes rank 0 really put on the wire (counted in its sends), beside the formula.
+  std::optional<int64_t> sent = r0.wire_bytes;
   fmt::print(
       out, "  ring traffic     2(N-1)/N x {} B = {} B sent per rank (the same for any N > 1){}\n",
       with_commas(r.gradient_bytes),

@@ -15,6 +15,7 @@
 
 #include "core/parallel/pipeline/simulate.h"
 #include "core/trace/analysis.h"
+#include "lessons/exercise_views.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -96,8 +97,6 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
       pipeline::partition_layers(c.layers, P * p.virtual_stages);
 
   PipelineResult result;
-  // MERGE (exercise 04 seam): with --impl mine, the bubble theory comes from the student's
-  // bubble accounting (exercises engineer's seam) instead of bubble_fraction_theory.
   result.theory_bubble =
       pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, p.virtual_stages);
   result.expected_peak =
@@ -161,8 +160,8 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
                          {"predictions", {{"bubble_fraction", result.theory_bubble}}}};
   result.trace = world.collect_trace(meta);
   if (!world.is_root()) return result;  // under mpirun the merged trace is on rank 0's process
-  const trace::TraceSummary summary = trace::analyze(result.trace, c.steps - 1);
-  for (const auto& r : summary.ranks) result.measured_bubble.push_back(r.bubble_fraction);
+  // Measured by exercise 04's bubble accounting: the student's own with --impl mine.
+  result.measured_bubble = measured_bubble_fractions(result.trace, c.steps - 1);
   return result;
 }
 
@@ -174,6 +173,7 @@ void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
   const int P = static_cast<int>(r.last_step.size());
   fmt::print(out, "\nbubble per rank, step {} (idle / step time), measured vs theory {}:\n",
              c.steps, theory_formula(p.schedule, P, p.microbatches, p.virtual_stages));
+  fmt::print(out, "  (measured by {})\n", bubble_accounting_credit());
   for (int s = 0; s < P; ++s)
     fmt::print(out, "  rank {}  bubble measured {:>6}  theory {:>6}\n", s,
                percent(r.measured_bubble[s]), percent(r.theory_bubble));

@@ -10,6 +10,7 @@
 
 #include "core/train/single_device.h"
 #include "lessons/single_device.h"
+#include "lessons/exercise_views.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -63,8 +64,6 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
     fmt::print(out, "\n");
   }
   print_memory(out, world);
-  // MERGE (exercise 05 seam): the memory estimator's predictions (the student's with --impl
-  // mine) go here, one line per category beside the allocator's measured peaks.
   MemoryStats s = world.rank(0).allocator.stats();
   auto cat = [&](MemCategory m) { return s.peak[static_cast<int>(m)]; };
   fmt::print(
@@ -79,6 +78,8 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
           result.params,
       format_bytes(cat(MemCategory::activations)),
       double(cat(MemCategory::activations)) / cat(MemCategory::parameters));
+  // Predicted by exercise 05's memory estimator (the student's own with --impl mine).
+  print_memory_prediction(out, {cfg, c.optimizer}, s);
   result.memory = s;
 
   nlohmann::json meta = {{"lesson", "single_device"}, {"config", c.to_json()}};

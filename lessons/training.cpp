@@ -211,7 +211,7 @@ void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optiona
   for (const trace::RankSummary& r : s.ranks)
     fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>7.1f}% {:>8.1f}% {:>11} {:>12}\n", r.rank,
                format_seconds(r.busy), format_seconds(r.comm), format_seconds(r.idle),
-               100 * r.bubble_fraction, 100 * r.overlap_fraction, format_bytes(r.bytes_sent),
+               100 * r.bubble_fraction, 100 * r.overlap_fraction, format_bytes(r.wire_bytes),
                format_bytes(r.peak_memory.total));
 }
 

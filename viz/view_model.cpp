@@ -219,7 +219,7 @@ void TraceView::compute_gaps_and_summary() {
       s.idle = a.idle;
       s.bubble = a.bubble_fraction;
       s.overlap = a.overlap_fraction;
-      s.bytes_sent = a.bytes_sent;
+      s.bytes_sent = a.wire_bytes;  // measured: what the rank put on the wire
     }
     for (const StackedSample& m : memory_[r]) {
       if (m.total() > s.peak_bytes) {
