@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 APT_PACKAGES=(cmake g++ pkg-config catch2 libimgui-dev libglfw3-dev libgl-dev libopenmpi-dev
-  openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev xvfb xauth
+  openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev zlib1g-dev xvfb xauth
   libgl1-mesa-dri)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
