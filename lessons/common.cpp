@@ -5,6 +5,7 @@
 
 #include "core/runtime/profile.h"
 #include "lessons/lesson.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -13,7 +14,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   c.steps = d.steps;
   c.batch = d.batch;
   c.layers = d.layers;
-  auto positive = CLI::PositiveNumber;
+  const CLI::Validator& positive = Positive;  // finite and > 0 (lessons/validate.h)
 
   app.add_option("--ranks,-n", c.ranks, "number of ranks (virtual GPUs on cpu)")
       ->check(CLI::Range(1, 64))
@@ -31,6 +32,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
       ->group("World");
   app.add_option("--comm-timeout", c.comm_timeout, "seconds before a stuck wait is reported")
       ->check(positive)
+      ->check(AtMost(86400))
       ->group("World");
   app.add_option("--impl", c.impl, "which exercise implementations to use: reference | mine")
       ->check(CLI::IsMember({"reference", "mine"}))
@@ -57,36 +59,25 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->check(CLI::IsMember({"adamw", "sgd"}))
         ->group("Training");
     app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
-    app.add_option("--seed", c.seed, "seed for init and data")->group("Training");
+    app.add_option("--seed", c.seed, "seed for init and data")->check(Unsigned)->group("Training");
     app.add_option("--checkpoint", c.checkpoint,
                    "save parameters + optimizer state here at the end")
+        ->check(OutputFile)
         ->group("Training");
     app.add_option("--resume", c.resume, "start from this checkpoint")->group("Training");
     app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(NonNegative)
         ->group("Output");
   }
   app.add_option("--trace", c.trace_path, "write the Chrome/Perfetto trace JSON here")
+      ->check(OutputFile)
       ->group("Output");
   app.add_flag("--viz", c.viz, "open the dashboard on the trace when done")->group("Output");
   app.add_flag("--quiet,-q", c.quiet, "print only the summary")->group("Output");
 }
 
 int64_t parse_bytes(const std::string& text) {
-  static const std::regex re(R"(^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([KMGT]i?B|B)?\s*$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw UsageError(fmt::format("cannot read '{}' as a size: use e.g. 512MiB, 2GiB or 1e9", text));
-  double value = std::stod(m[1]);
-  std::string unit = m[2];
-  double scale = 1;
-  if (!unit.empty() && unit != "B") {
-    bool binary = unit.size() == 3;
-    double base = binary ? 1024 : 1000;
-    int power = std::string("KMGT").find(unit[0]) + 1;
-    scale = std::pow(base, power);
-  }
-  return static_cast<int64_t>(value * scale);
+  return parse_size(text);
 }
 
 WorldOptions CommonOptions::world_options() const {
