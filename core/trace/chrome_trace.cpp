@@ -395,6 +395,8 @@ Trace parse_chrome_trace(std::string_view text, std::string_view source) {
     throw TraceFormatError(fmt::format("{}: {} JSON at byte {} of {}{}", source,
                                        truncated ? "truncated" : "invalid", e.byte, text.size(),
                                        truncated ? "" : fmt::format(" ({})", e.what())));
+  } catch (const json::exception& e) {  // e.g. a number too large for a double (found by fuzzing)
+    throw TraceFormatError(fmt::format("{}: invalid JSON ({})", source, e.what()));
   }
   return from_chrome_json(doc, source);
 }
