@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -328,4 +329,21 @@ TEST_CASE("writing renames only over a regular file or nothing, and leaves no te
   CHECK(fs::is_symlink(link));
   CHECK(read_checkpoint_info(f.path).step == 42);
   CHECK(leftovers() == 0);
+}
+
+TEST_CASE("shapes whose element count would overflow are refused, not wrapped", "[checkpoint]") {
+  const int64_t big = int64_t{1} << 40;
+  CHECK_THAT(error_of([&] {
+               shape_numel({big, big});
+             }),
+             Catch::Contains("has more than 2^60 elements"));
+  CHECK(shape_numel({big, 0, big}) == 0);
+  CHECK(shape_numel({int64_t{1} << 30, 1 << 30}) == int64_t{1} << 60);
+}
+
+TEST_CASE("the optimizer's step count cannot overflow", "[checkpoint]") {
+  Fixture f;
+  optim::SGD opt(f.params());
+  opt.set_step_count(std::numeric_limits<int64_t>::max() - 1);
+  CHECK_THAT(error_of([&] { opt.step(); }), Catch::Contains("step count"));
 }
