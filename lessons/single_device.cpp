@@ -59,7 +59,7 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
     if (!c.quiet) {
       fmt::print(out, "model:  {}\n", describe_model(cfg, model.num_params()));
       fmt::print(out, "data:   {} task, {} sequences x {} tokens = {} tokens per step\n",
-                 task->name(), c.batch, c.seq, int64_t{c.batch} * c.seq);  // int64: no overflow at huge --batch
+                 task->name(), c.batch, c.seq, int64_t{c.batch} * c.seq);
       fmt::print(out, "device: {}\n", describe_world(wopt));
       fmt::print(out, "optim:  {} lr {}\n\n", opt->name(), c.lr);
     }
