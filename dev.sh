@@ -2,19 +2,24 @@
 # mgpu-lab entry point. On a fresh Debian 12 machine this installs what is missing, builds, and
 #   ./dev.sh demo    runs the main demo (pipeline bubbles on 4 CPU virtual GPUs: ASCII timeline,
 #                    trace JSON and a dashboard PNG under out/)
-#   ./dev.sh test    runs the whole test suite (under a virtual X server for the dashboard tests)
+#   ./dev.sh test    runs the whole test suite (under a virtual X server for the dashboard tests),
+#                    then the sanitizer job: clang + ASan/UBSan build (build-sanitize/) of the
+#                    core-only unit tests and the fuzz targets, each fuzzed for 30 s
+#                    (MGPU_FUZZ_SECONDS to change; tests/fuzz/CMakeLists.txt says how to fuzz longer)
 #   ./dev.sh build   just installs and builds
 set -euo pipefail
 cd "$(dirname "$0")"
 
 APT_PACKAGES=(cmake g++ pkg-config catch2 libimgui-dev libglfw3-dev libgl-dev libopenmpi-dev
-  openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev xvfb xauth
+  openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev zlib1g-dev xvfb xauth
   libgl1-mesa-dri)
+# The sanitizer job's compiler: libFuzzer and its ASan/UBSan runtimes come with Debian's clang.
+SANITIZE_PACKAGES=(clang libclang-rt-14-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "${APT_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -26,10 +31,24 @@ install_missing() {
 }
 
 build() {
-  install_missing
+  install_missing "$@"
   echo "==> configuring and building (build/)"
   cmake --preset default
   cmake --build --preset default -j"$JOBS"
+}
+
+# Readers of user files under ASan/UBSan: the unit tests that need only the core library, the
+# fuzz corpus replays, and a bounded libFuzzer run per reader (label fuzz).
+sanitize_job() {
+  echo "==> sanitizer job: clang + ASan/UBSan (build-sanitize/), unit tests + fuzzing"
+  cmake --preset sanitize -DMGPU_FUZZ_SECONDS="${MGPU_FUZZ_SECONDS:-30}"
+  local targets=(asan_test_checkpoint asan_test_checkpoint_hostile asan_test_trace
+    asan_test_trace_hostile asan_test_runtime asan_test_tensor)
+  for t in trace_reader checkpoint_reader profile_parser; do
+    targets+=("fuzz_$t" "fuzz_replay_$t")
+  done
+  cmake --build --preset sanitize -j"$JOBS" --target "${targets[@]}"
+  (cd build-sanitize && ctest -L 'sanitize|fuzz' --output-on-failure -j"$JOBS")
 }
 
 case "${1:-}" in
@@ -44,10 +63,10 @@ case "${1:-}" in
     fi
     ;;
   test)
-    build
+    build "${SANITIZE_PACKAGES[@]}"
     echo "==> running the test suite"
-    cd build
-    xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600
+    (cd build && xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600)
+    sanitize_job
     ;;
   build) build ;;
   *)

@@ -167,6 +167,10 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string& cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
+  // `list` and `profiles` take no arguments: anything after them is a mistake, not ignored.
+  if ((cmd == "list" || cmd == "profiles") && !rest.empty())
+    return usage_error(err, cmd,
+                       fmt::format("takes no arguments, got '{}'", rest[0].substr(0, 40)));
   if (cmd == "list") return cmd_list(out);
   if (cmd == "profiles") return cmd_profiles(out);
   if (cmd == "run") return cmd_run(rest, out, err);

@@ -20,6 +20,7 @@
 #include "core/trace/analysis.h"
 #include "lessons/collectives.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -284,7 +285,7 @@ class CollectivesLesson : public Lesson {
     app.add_option("--max-bytes", max_bytes_, "largest buffer, e.g. 16MiB")->group("Lesson");
     app.add_option("--iters", options_.iters,
                    "repetitions per size on the wall clock (best is kept)")
-        ->check(CLI::PositiveNumber)
+        ->check(Positive)
         ->group("Lesson");
   }
   int run(const CommonOptions& c, std::ostream& out) override {

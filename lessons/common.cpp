@@ -10,6 +10,7 @@
 
 #include "core/runtime/profile.h"
 #include "lessons/lesson.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -18,7 +19,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   c.steps = d.steps;
   c.batch = d.batch;
   c.layers = d.layers;
-  auto positive = CLI::PositiveNumber;
+  const CLI::Validator& positive = Positive;  // finite and > 0 (lessons/validate.h)
 
   app.add_option("--ranks,-n", c.ranks, "number of ranks (virtual GPUs on cpu)")
       ->check(CLI::Range(1, 64))
@@ -36,6 +37,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
       ->group("World");
   app.add_option("--comm-timeout", c.comm_timeout, "seconds before a stuck wait is reported")
       ->check(positive)
+      ->check(AtMost(86400))
       ->group("World");
   app.add_option("--impl", c.impl,
                  "exercise implementations: reference | mine | ex01=mine,ex03=mine,...")
@@ -73,18 +75,20 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
     app.add_option(
            "--weight-decay", c.weight_decay,
            "AdamW's decoupled weight decay (PyTorch's default 0.01); SGD: L2 on the gradient")
-        ->check(CLI::NonNegativeNumber)
+        ->check(NonNegative)
         ->group("Training");
-    app.add_option("--seed", c.seed, "seed for init and data")->group("Training");
+    app.add_option("--seed", c.seed, "seed for init and data")->check(Unsigned)->group("Training");
     app.add_option("--checkpoint", c.checkpoint,
                    "save parameters + optimizer state here at the end")
+        ->check(OutputFile)
         ->group("Training");
     app.add_option("--resume", c.resume, "start from this checkpoint")->group("Training");
     app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(NonNegative)
         ->group("Output");
   }
   app.add_option("--trace", c.trace_path, "write the Chrome/Perfetto trace JSON here")
+      ->check(OutputFile)
       ->group("Output");
   app.add_flag("--viz", c.viz, "open the dashboard on the trace when done")->group("Output");
   app.add_flag("--quiet,-q", c.quiet, "print only the summary")->group("Output");
@@ -190,20 +194,7 @@ void apply_mpi_world_size(CommonOptions& c, bool ranks_given) {
 }
 
 int64_t parse_bytes(const std::string& text) {
-  static const std::regex re(R"(^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([KMGT]i?B|B)?\s*$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw UsageError(fmt::format("cannot read '{}' as a size: use e.g. 512MiB, 2GiB or 1e9", text));
-  double value = std::stod(m[1]);
-  std::string unit = m[2];
-  double scale = 1;
-  if (!unit.empty() && unit != "B") {
-    bool binary = unit.size() == 3;
-    double base = binary ? 1024 : 1000;
-    int power = std::string("KMGT").find(unit[0]) + 1;
-    scale = std::pow(base, power);
-  }
-  return static_cast<int64_t>(value * scale);
+  return parse_size(text);
 }
 
 WorldOptions CommonOptions::world_options() const {

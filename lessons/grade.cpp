@@ -18,6 +18,8 @@
 #include <fmt/ostream.h>
 #include <CLI/CLI.hpp>
 
+#include "lessons/validate.h"
+
 extern char** environ;
 
 namespace mgpu::lessons {
@@ -324,7 +326,8 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
   app.add_option("--timeout", timeout, "seconds each graded check may run")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive)
+      ->check(AtMost(86400))
       ->capture_default_str();
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 wants it reversed

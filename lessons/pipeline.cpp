@@ -17,6 +17,7 @@
 #include "core/trace/analysis.h"
 #include "lessons/exercise_views.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -225,7 +226,8 @@ class PipelineLesson : public Lesson {
                      "model chunks per stage (V, interleaved only)")
           ->capture_default_str();
     }
-    app.add_option("--stages", options_.stages, "pipeline stages P (default: --ranks)");
+    app.add_option("--stages", options_.stages, "pipeline stages P (default: --ranks)")
+        ->check(Positive);
     ranks_option_ = app.get_option("--ranks");
     app.add_flag("--theory", options_.theory,
                  "theory mode: fixed 1 ms per F and 2 ms per B, equal stages, exact formulas");

@@ -30,7 +30,7 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, result.params));
     fmt::print(out, "data:   {} task, {} sequences x {} tokens = {} tokens per step\n",
-               task->name(), c.batch, c.seq, c.batch * c.seq);
+               task->name(), c.batch, c.seq, int64_t{c.batch} * c.seq);
     fmt::print(out, "device: {}\n", describe_world(wopt));
     fmt::print(out, "optim:  {} lr {} weight decay {}\n\n", c.optimizer, c.lr, c.weight_decay);
   }

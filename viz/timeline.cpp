@@ -110,10 +110,13 @@ void centred_text(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 colour, const char* 
               text);
 }
 
+// `a`, `b` must already be clamped to the visible lane: the line count is then bounded by the
+// window width / spacing, whatever the trace's timestamps are.
 void hatched_rect(ImDrawList* dl, ImVec2 a, ImVec2 b, const Palette& pal, float spacing) {
   dl->AddRectFilled(a, b, pal.idle);
   dl->PushClipRect(a, b, true);
   const float h = b.y - a.y;
+  spacing = std::max(spacing, 2.0f);
   // Start on a multiple of the spacing so the hatching does not shimmer while panning a gap.
   for (float x = std::floor((a.x - h) / spacing) * spacing; x < b.x; x += spacing) {
     dl->AddLine({x, b.y}, {x + h, a.y}, pal.idle_hatch);
@@ -162,7 +165,13 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
   const TimeAxis& axis = ctx.axis;
   const float x_left = static_cast<float>(axis.x0),
               x_right = static_cast<float>(axis.x0 + axis.width);
-  auto px = [&](double t) { return static_cast<float>(axis.to_px(t)); };
+  // Pixel x of time t, clamped just outside the lane: far-away times (a zoomed-in view of a long
+  // trace) become short off-screen coordinates, so nothing loops over or allocates for them.
+  auto px = [&](double t) {
+    const double x = axis.to_px(t);
+    return static_cast<float>(
+        std::clamp(std::isfinite(x) ? x : 0.0, axis.x0 - 64.0, axis.x0 + axis.width + 64.0));
+  };
 
   // The whole area is one invisible button: hover, click, drag and wheel are handled below.
   ImGui::SetCursorScreenPos({x_left, origin.y});

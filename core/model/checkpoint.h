@@ -1,13 +1,17 @@
 // Checkpoints: parameters, optimizer state, step and the run's config in one file.
 //
-// The format is safetensors-like and documented in docs/checkpoint-format.md:
-//   "MGPUCKPT" | u32 version | u64 header length | JSON header | raw little-endian tensor data
-// The JSON header lists every tensor (name, kind, dtype, shape, byte offset, byte length) so a
-// reader (or a student with a hex dump) can find any tensor without knowing the model.
+// The file is a real safetensors file (docs/checkpoint-format.md), so PyTorch / Hugging Face
+// tools open it:  u64 header length | JSON header | raw little-endian tensor data.
+// The header maps each tensor name to {dtype "F32", shape, data_offsets}; mgpu's own header
+// (format, version, step, config, optimizer, precision, tensor kinds, CRC32 of the data) lives in
+// "__metadata__" as string values, as the safetensors spec requires. Files of the older
+// "MGPUCKPT" format (version 1) still load.
 //
 // Loading checks everything before it writes anything: a checkpoint of another model (a missing
-// tensor, a different shape), a truncated or corrupt file all raise std::runtime_error with a
-// sentence naming the file and the problem, and leave the model untouched.
+// tensor, a different shape), a truncated, inconsistent or corrupt file (offsets, alignment,
+// overlaps, duplicate names, absurd shapes or step, non-finite values, checksum) all raise
+// std::invalid_argument (bad input: exit 2 in the CLI) with a sentence naming the file and the
+// problem, and leave the model untouched.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -24,33 +28,41 @@ class Optimizer;
 }
 
 inline constexpr char kCheckpointMagic[8] = {'M', 'G', 'P', 'U', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kCheckpointVersion = 1;
+inline constexpr uint32_t kLegacyCheckpointVersion = 1;  // the "MGPUCKPT" format, read only
+inline constexpr uint32_t kCheckpointVersion = 2;        // safetensors + mgpu __metadata__
+// Limits a loaded file must respect (a corrupt or hostile header cannot overflow or exhaust).
+inline constexpr int64_t kCheckpointMaxStep = int64_t{1} << 40;
+inline constexpr int64_t kCheckpointMaxHeaderBytes = int64_t{100} << 20;
+inline constexpr int kCheckpointMaxRank = 8;
 
 // One tensor as the header describes it. offset is counted from the start of the data section.
 struct CheckpointEntry {
   std::string name;   // "blocks.0.attn.qkv.weight", "adamw.m.blocks.0.attn.qkv.weight"
   std::string kind;   // "param" or "optimizer_state"
-  std::string dtype;  // "f32"
+  std::string dtype;  // "f32" (safetensors spells it "F32" in the file)
   Shape shape;
-  int64_t offset = 0;
-  int64_t length = 0;  // bytes
+  int64_t offset = 0;  // data_offsets[0]
+  int64_t length = 0;  // bytes: data_offsets[1] - data_offsets[0]
 };
 
 struct CheckpointInfo {
   int64_t step = 0;          // training steps done when it was saved
   nlohmann::json config;     // whatever the caller saved (model and run config)
   nlohmann::json optimizer;  // hyper-parameters + "step_count", or null when saved without one
-  std::vector<CheckpointEntry> tensors;
+  std::string precision = "fp32";         // the training precision the run used
+  uint32_t version = kCheckpointVersion;  // 1: legacy MGPUCKPT file, 2: safetensors
+  std::vector<CheckpointEntry> tensors;   // in data order
 };
 
-// Writes `params` (and `optimizer`'s state, when given) to `path`, through a temporary file
-// renamed into place so a crash never leaves half a checkpoint under the real name. Throws
-// std::runtime_error when a tensor has no data (phantom device) or the file cannot be written.
+// Writes `params` (and `optimizer`'s state, when given) to `path`, through a temporary file in
+// the same folder renamed into place so a crash never leaves half a checkpoint under the real
+// name; it renames only over a regular file or nothing (never a device, folder or fifo). Throws
+// std::invalid_argument when a tensor has no data (phantom device) or the file cannot be written.
 void save_checkpoint(const std::string& path, const ParamList& params,
                      const optim::Optimizer* optimizer, int64_t step,
                      const nlohmann::json& config = nlohmann::json::object());
 
-// Reads and validates the header only (magic, version, JSON, tensor extents vs. file size).
+// Reads and validates the header only (format, version, JSON, every tensor's extent).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
 // Restores `params` (names and shapes must match exactly, no tensor missing or extra) and, when
@@ -82,5 +94,9 @@ struct CheckpointContents {
 // Reads and fully validates a checkpoint (throws std::invalid_argument, a std::runtime_error's
 // sibling the CLI reports as bad input, with one sentence naming the file and the problem).
 CheckpointContents load_checkpoint_tensors(const std::string& path);
+
+// Validates a checkpoint held in memory (the fuzz target's entry; `name` stands for the path in
+// messages). Same checks as load_checkpoint_tensors.
+CheckpointContents parse_checkpoint_bytes(const std::string& name, const std::string& bytes);
 
 }  // namespace mgpu

@@ -1,5 +1,6 @@
 #include "core/optim/optimizer.h"
 
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -27,6 +28,9 @@ Optimizer::Optimizer(std::vector<ParamSlice> slices, float lr)
 }
 
 void Optimizer::step() {
+  // A resumed count comes from a file: never let ++ overflow (undefined behaviour).
+  if (step_count_ >= std::numeric_limits<int64_t>::max() - 1)
+    throw std::overflow_error(fmt::format("{}: step count {} cannot grow", name(), step_count_));
   ++step_count_;
   for (size_t i = 0; i < slices_.size(); ++i) update_slice(i);
 }

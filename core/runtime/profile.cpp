@@ -1,5 +1,6 @@
 #include "core/runtime/profile.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -45,9 +46,27 @@ std::vector<HardwareProfile> presets() {
   return list;
 }
 
-void check_non_negative(const std::string& what, double v) {
-  if (!(v >= 0))
-    throw std::invalid_argument(fmt::format("profile: {} must be >= 0, got {}", what, v));
+// A profile is user input: every number is checked for type, finiteness and range, so a typo
+// (0 peak, a string, 1e400) is one clear line, never an infinitely fast device or an overflow.
+// `scale` converts the file's unit (TFLOP/s, GB/s, us) to the struct's (FLOP/s, B/s, s).
+double number_in(const nlohmann::json& j, const std::string& where, const char* key, double lo,
+                 double hi, double scale, bool lo_inclusive, const double* fallback = nullptr) {
+  const std::string what = where.empty() ? key : where + "." + key;
+  if (!j.contains(key)) {
+    if (fallback) return *fallback * scale;
+    throw std::invalid_argument(fmt::format(
+        "profile: '{}' is missing (needs peak_TFLOPs, mem_bandwidth_GBps, intra_node{{bandwidth_"
+        "GBps, latency_us}}; see `mgpu profiles`)",
+        what));
+  }
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number())
+    throw std::invalid_argument(fmt::format("profile: {} must be a number", what));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x > hi || (lo_inclusive ? x < lo : x <= lo))
+    throw std::invalid_argument(fmt::format("profile: {} must be {} {} and at most {}, got {:.6g}",
+                                            what, lo_inclusive ? ">=" : ">", lo, hi, x));
+  return x * scale;
 }
 
 nlohmann::json link_json(const LinkSpec& l) {
@@ -55,12 +74,12 @@ nlohmann::json link_json(const LinkSpec& l) {
 }
 
 LinkSpec link_from(const nlohmann::json& j, const char* what) {
+  if (!j.is_object())
+    throw std::invalid_argument(fmt::format("profile: {} must be an object", what));
   LinkSpec l;
-  l.name = j.value("name", std::string(what));
-  l.bandwidth = j.at("bandwidth_GBps").get<double>() * 1e9;
-  l.latency = j.at("latency_us").get<double>() * 1e-6;
-  check_non_negative(std::string(what) + ".bandwidth_GBps", l.bandwidth);
-  check_non_negative(std::string(what) + ".latency_us", l.latency);
+  l.name = j.value("name", std::string(what)).substr(0, 80);
+  l.bandwidth = number_in(j, what, "bandwidth_GBps", 0, 1e6, 1e9, false);
+  l.latency = number_in(j, what, "latency_us", 0, 1e6, 1e-6, true);
   return l;
 }
 }  // namespace
@@ -103,26 +122,26 @@ nlohmann::json HardwareProfile::to_json() const {
 
 HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
   try {
+    if (!j.is_object()) throw std::invalid_argument("profile: the JSON must be an object");
     HardwareProfile p;
-    p.name = j.value("name", std::string("custom"));
-    p.description = j.value("description", std::string());
-    p.peak_flops = j.at("peak_TFLOPs").get<double>() * 1e12;
-    p.peak_flops_bf16 = j.value("peak_TFLOPs_bf16", 0.0) * 1e12;  // optional: older files lack it
-    p.peak_flops_fp16 = j.value("peak_TFLOPs_fp16", 0.0) * 1e12;
-    p.mem_bandwidth = j.at("mem_bandwidth_GBps").get<double>() * 1e9;
-    p.launch_overhead = j.value("launch_overhead_us", 0.0) * 1e-6;
-    p.memory_capacity = static_cast<int64_t>(j.value("memory_capacity_GiB", 0.0) * GiB);
-    p.ranks_per_node = j.value("ranks_per_node", 8);
+    p.name = j.value("name", std::string("custom")).substr(0, 80);
+    p.description = j.value("description", std::string()).substr(0, 200);
+    const double zero = 0, eight = 8;
+    p.peak_flops = number_in(j, "", "peak_TFLOPs", 0, 1e6, 1e12, false);
+    // Optional (older files lack them): 0 = use peak_TFLOPs for that dtype too.
+    p.peak_flops_bf16 = number_in(j, "", "peak_TFLOPs_bf16", 0, 1e6, 1e12, true, &zero);
+    p.peak_flops_fp16 = number_in(j, "", "peak_TFLOPs_fp16", 0, 1e6, 1e12, true, &zero);
+    p.mem_bandwidth = number_in(j, "", "mem_bandwidth_GBps", 0, 1e7, 1e9, false);
+    p.launch_overhead = number_in(j, "", "launch_overhead_us", 0, 1e6, 1e-6, true, &zero);
+    p.memory_capacity =
+        static_cast<int64_t>(number_in(j, "", "memory_capacity_GiB", 0, 1 << 30, GiB, true, &zero));
+    p.ranks_per_node =
+        static_cast<int>(number_in(j, "", "ranks_per_node", 1, 1 << 20, 1, true, &eight));
+    if (!j.contains("intra_node"))
+      throw std::invalid_argument("profile: 'intra_node' is missing (see `mgpu profiles`)");
     p.intra_node = link_from(j.at("intra_node"), "intra_node");
     p.inter_node =
         j.contains("inter_node") ? link_from(j.at("inter_node"), "inter_node") : p.intra_node;
-    check_non_negative("peak_TFLOPs", p.peak_flops);
-    check_non_negative("peak_TFLOPs_bf16", p.peak_flops_bf16);
-    check_non_negative("peak_TFLOPs_fp16", p.peak_flops_fp16);
-    check_non_negative("mem_bandwidth_GBps", p.mem_bandwidth);
-    check_non_negative("launch_overhead_us", p.launch_overhead);
-    check_non_negative("memory_capacity_GiB", static_cast<double>(p.memory_capacity));
-    if (p.ranks_per_node < 1) throw std::invalid_argument("profile: ranks_per_node must be >= 1");
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(fmt::format(
@@ -135,20 +154,30 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
 HardwareProfile HardwareProfile::load(const std::string& name_or_path) {
   for (auto& p : presets())
     if (p.name == name_or_path) return p;
-  if (std::filesystem::exists(name_or_path)) {
+  // Shown names are cut short: a 100k-character name must not flood the terminal.
+  const std::string shown =
+      name_or_path.size() > 60 ? name_or_path.substr(0, 57) + "..." : name_or_path;
+  std::error_code ec;
+  const auto status = std::filesystem::status(name_or_path, ec);  // no throw on absurd names
+  if (std::filesystem::exists(status)) {
+    if (!std::filesystem::is_regular_file(status))
+      throw std::invalid_argument(
+          fmt::format("profile '{}' is not a JSON file (a folder or device); name a preset or a "
+                      "file",
+                      shown));
     std::ifstream in(name_or_path);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {
       throw std::invalid_argument(
-          fmt::format("profile file {}: not valid JSON ({})", name_or_path, e.what()));
+          fmt::format("profile file {}: not valid JSON ({})", shown, e.what()));
     }
     return from_json(j);
   }
   std::vector<std::string> names = preset_names();
   throw std::invalid_argument(fmt::format("unknown profile '{}' (presets: {}; or a JSON file path)",
-                                          name_or_path, fmt::join(names, ", ")));
+                                          shown, fmt::join(names, ", ")));
 }
 
 std::vector<std::string> HardwareProfile::preset_names() {

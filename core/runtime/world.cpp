@@ -3,6 +3,8 @@
 // RankError after every rank has stopped (no orphan threads, no hang).
 #include "core/runtime/world.h"
 
+#include "core/runtime/host_memory.h"
+
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -60,6 +62,9 @@ struct World::Impl {
   std::unique_ptr<RankContext> make_rank(int r, RankClock::Epoch epoch) const {
     HardwareProfile profile = options.profile;
     if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
+    if (options.device == DeviceKind::cpu)  // real host memory: never more than this host has
+      profile.memory_capacity =
+          cpu_rank_capacity(profile.memory_capacity, world_size, host_available_bytes());
     auto ctx = std::make_unique<RankContext>(
         r, world_size, device_for_rank(options.device, r, gpus), profile, options.clock, epoch);
     ctx->profile = options.profile;  // the allocator keeps the overridden capacity

@@ -13,9 +13,14 @@
 namespace mgpu {
 
 int64_t shape_numel(const Shape& s) {
+  // At most 2^60 elements, so numel x 8 bytes still fits an int64: a shape from a file or an
+  // option can never overflow (a signed overflow would be undefined behaviour).
+  constexpr int64_t kMaxElements = int64_t{1} << 60;
   int64_t n = 1;
   for (int64_t d : s) {
     if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(s));
+    if (d != 0 && n > kMaxElements / d)
+      throw std::invalid_argument("shape " + shape_str(s) + " has more than 2^60 elements");
     n *= d;
   }
   return n;

@@ -1,6 +1,7 @@
 #include "core/trace/chrome_trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -113,10 +114,30 @@ class Reader {
     if (!is_mgpu_) assign_generic_ranks(*events);
     for (size_t i = 0; i < events->size(); ++i) read_event((*events)[i], i, trace);
     if (!is_mgpu_) trace.num_ranks = static_cast<int>(rank_of_pid_.size());
+    check_span(trace);
     return trace;
   }
 
  private:
+  // Events from 0 to 1e12 s are each fine, but a trace spanning more than kMaxTraceSpan is a
+  // corrupt one (the dashboard would lay out days of nanosecond kernels).
+  void check_span(const Trace& trace) const {
+    double first = kMaxTraceSeconds, last = 0;
+    for (const Event& e : trace.events) {
+      first = std::min(first, e.start);
+      last = std::max(last, e.start + e.dur);
+    }
+    for (const CounterSample& c : trace.counters) {
+      first = std::min(first, c.time);
+      last = std::max(last, c.time);
+    }
+    if (last - first > kMaxTraceSpan)
+      fail(
+          fmt::format("events span {:.6g} s (from {:.6g} s to {:.6g} s), more than {:.0e} s: "
+                      "corrupt timestamps?",
+                      last - first, first, last, kMaxTraceSpan));
+  }
+
   void read_header(const json& doc, Trace& trace) {
     auto mgpu = doc.find("mgpu");
     if (mgpu == doc.end()) return;  // a plain Chrome trace
@@ -132,8 +153,8 @@ class Reader {
                        kTraceVersion));
     }
     const int64_t num_ranks = required_int(*mgpu, "num_ranks", where);
-    if (num_ranks < 0 || num_ranks > std::numeric_limits<int>::max()) {
-      fail(fmt::format("{}.num_ranks {} out of range", where, num_ranks));
+    if (num_ranks < 0 || num_ranks > kMaxTraceRanks) {
+      fail(fmt::format("{}.num_ranks {} out of range (0 to {})", where, num_ranks, kMaxTraceRanks));
     }
     trace.num_ranks = static_cast<int>(num_ranks);
     if (auto meta = mgpu->find("metadata"); meta != mgpu->end()) {
@@ -149,6 +170,9 @@ class Reader {
       if (!is_kept_phase(e)) continue;
       rank_of_pid_.emplace(required_int(e, "pid", event_where(i)), 0);
     }
+    if (rank_of_pid_.size() > static_cast<size_t>(kMaxTraceRanks))
+      fail(fmt::format("{} distinct pids; the dashboard shows at most {} ranks",
+                       rank_of_pid_.size(), kMaxTraceRanks));
     int next = 0;
     for (auto& [pid, rank] : rank_of_pid_) rank = next++;
   }
@@ -184,6 +208,7 @@ class Reader {
     e.start = read_seconds(j, "ts", "ts_s", where);
     e.dur = read_seconds(j, "dur", "dur_s", where);
     if (e.dur < 0) fail(fmt::format("{}.dur is negative ({})", where, e.dur));
+
     if (auto args = j.find("args"); args != j.end()) read_args(*args, where + ".args", e);
     return e;
   }
@@ -238,11 +263,19 @@ class Reader {
   double read_seconds(const json& j, const char* us_key, const char* exact_key,
                       const std::string& where) {
     const double micros = required_number(j, us_key, where);
+    double seconds = to_seconds(micros);
+    const char* key = us_key;
     if (auto exact = j.find(exact_key); exact != j.end()) {
       if (!exact->is_number()) fail(fmt::format("{}.{} must be a number", where, exact_key));
-      return exact->get<double>();
+      seconds = exact->get<double>();
+      key = exact_key;
     }
-    return to_seconds(micros);
+    // Finite and within [0, kMaxTraceSeconds]; the value is shown short (%.6g).
+    if (seconds < 0) fail(fmt::format("{}.{} is negative ({:.6g} s)", where, key, seconds));
+    if (!std::isfinite(seconds) || seconds > kMaxTraceSeconds)
+      fail(fmt::format("{}.{} = {:.6g} s is outside [0, {:.0e}] s", where, key, seconds,
+                       kMaxTraceSeconds));
+    return seconds;
   }
 
   // Field accessors: `where` names the enclosing object for the message.
@@ -364,7 +397,7 @@ Trace parse_chrome_trace(std::string_view text, std::string_view source) {
     throw TraceFormatError(fmt::format("{}: {} JSON at byte {} of {}{}", source,
                                        truncated ? "truncated" : "invalid", e.byte, text.size(),
                                        truncated ? "" : fmt::format(" ({})", e.what())));
-  } catch (const json::out_of_range& e) {  // e.g. a number too large for a double: 1e6789
+  } catch (const json::exception& e) {  // e.g. a number too large for a double (found by fuzzing)
     throw TraceFormatError(fmt::format("{}: invalid JSON ({})", source, e.what()));
   }
   return from_chrome_json(doc, source);

@@ -43,6 +43,12 @@ namespace mgpu::trace {
 
 inline constexpr const char* kTraceFormat = "mgpu-trace";
 inline constexpr int kTraceVersion = 1;
+// What the reader accepts (a hostile or corrupt trace must not make the dashboard draw forever or
+// allocate per rank without bound): timestamps finite in [0, 1e12] s (profilers count from the
+// Unix epoch), the whole trace spanning at most 1e7 s (115 days), and at most 4096 ranks.
+inline constexpr double kMaxTraceSeconds = 1e12;
+inline constexpr double kMaxTraceSpan = 1e7;
+inline constexpr int kMaxTraceRanks = 4096;
 
 // Everything the reader rejects: one line naming the source and what is wrong with it.
 class TraceFormatError : public std::runtime_error {

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -105,11 +106,45 @@ TEST_CASE("the header describes every tensor", "[checkpoint]") {
   CHECK(info.tensors[2].name == "sgd.momentum.blocks.0.attn.weight");
   CHECK(info.tensors[2].kind == "optimizer_state");
   CHECK(info.step == 7);
+  CHECK(info.version == 2);
+  CHECK(info.precision == "fp32");
+}
 
+TEST_CASE("a checkpoint is a safetensors file: u64 header length, JSON, data", "[checkpoint]") {
+  Fixture f;
+  TinyModel m;
+  m.fill(0.5f);
+  optim::AdamW opt(m.params());
+  save_checkpoint(f.path, m.params(), &opt, 12, {{"task", "markov"}});
   std::ifstream in(f.path, std::ios::binary);
-  char magic[9] = {};
-  in.read(magic, 8);
-  CHECK(std::string(magic) == "MGPUCKPT");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK((8 + n) % 8 == 0);  // data 8-byte aligned, header padded with spaces
+  nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+  const nlohmann::json& w = h["blocks.0.attn.weight"];
+  CHECK(w["dtype"] == "F32");
+  CHECK(w["shape"] == nlohmann::json({4, 6}));
+  CHECK(w["data_offsets"] == nlohmann::json({0, 96}));
+  CHECK(h["blocks.0.attn.bias"]["data_offsets"] == nlohmann::json({96, 120}));
+  // Every __metadata__ value is a string, as the safetensors spec requires.
+  for (auto& [key, value] : h["__metadata__"].items()) CHECK(value.is_string());
+  CHECK(h["__metadata__"]["format"] == "mgpu-checkpoint");
+  CHECK(h["__metadata__"]["step"] == "12");
+  CHECK(nlohmann::json::parse(h["__metadata__"]["optimizer"].get<std::string>())["name"] ==
+        "adamw");
+  CHECK(nlohmann::json::parse(h["__metadata__"]["kinds"].get<std::string>())["adamw.m.blocks.0."
+                                                                             "attn.bias"] ==
+        "optimizer_state");
+  CHECK(h["__metadata__"]["crc32"].get<std::string>().size() == 8);
+  float first = 0;
+  std::memcpy(&first, bytes.data() + 8 + n, 4);
+  CHECK(first == 0.5f);
+  // The total is exactly header + tensors: nothing else in the file.
+  int64_t end = 0;
+  for (auto& [name, t] : h.items())
+    if (name != "__metadata__") end = std::max<int64_t>(end, t["data_offsets"][1]);
+  CHECK(static_cast<int64_t>(bytes.size()) == 8 + static_cast<int64_t>(n) + end);
 }
 
 TEST_CASE("a checkpoint of another shape is refused with both shapes", "[checkpoint]") {
@@ -151,7 +186,7 @@ TEST_CASE("truncated, corrupt and missing files give clear errors", "[checkpoint
              Catch::Contains("is truncated: tensor 'blocks.0.attn.bias'"));
   std::filesystem::resize_file(f.path, 30);
   CHECK_THAT(error_of([&] { load_checkpoint(f.path, m.params()); }),
-             Catch::Contains("is truncated: the header says"));
+             Catch::Contains("is truncated): its first 8 bytes give a"));
   std::filesystem::resize_file(f.path, 5);
   CHECK_THAT(error_of([&] { load_checkpoint(f.path, m.params()); }),
              Catch::Contains("is truncated"));
@@ -166,7 +201,7 @@ TEST_CASE("truncated, corrupt and missing files give clear errors", "[checkpoint
   save_checkpoint(f.path, m.params(), nullptr, 0);
   {
     std::fstream io(f.path, std::ios::binary | std::ios::in | std::ios::out);
-    io.seekp(20);
+    io.seekp(9);
     io.write("#", 1);  // break the JSON
   }
   CHECK_THAT(error_of([&] { load_checkpoint(f.path, m.params()); }),

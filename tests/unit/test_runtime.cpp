@@ -83,8 +83,22 @@ TEST_CASE("profiles: presets, JSON round trip, links, clear errors", "[runtime][
   std::ofstream(bad)
       << R"({"peak_TFLOPs": 1, "mem_bandwidth_GBps": -5, "intra_node": {"bandwidth_GBps": 1, "latency_us": 1}})";
   CHECK_THROWS_WITH(HardwareProfile::load(bad.string()),
-                    Catch::Contains("mem_bandwidth_GBps must be >= 0"));
+                    Catch::Contains("mem_bandwidth_GBps must be > 0"));
   std::ofstream(bad) << R"({"peak_TFLOPs": 1})";
   CHECK_THROWS_WITH(HardwareProfile::load(bad.string()), Catch::Contains("needs peak_TFLOPs"));
   std::filesystem::remove(bad);
+}
+
+#include "core/runtime/host_memory.h"
+
+TEST_CASE("cpu ranks never get more capacity than their share of the host's memory",
+          "[runtime][hostile]") {
+  const int64_t GiB = int64_t{1} << 30;
+  CHECK(mgpu::cpu_rank_capacity(80 * GiB, 1, 24 * GiB) == 18 * GiB);
+  CHECK(mgpu::cpu_rank_capacity(80 * GiB, 4, 24 * GiB) == 18 * GiB / 4);
+  CHECK(mgpu::cpu_rank_capacity(2 * GiB, 4, 24 * GiB) == 2 * GiB);  // --capacity below the share
+  CHECK(mgpu::cpu_rank_capacity(0, 2, 8 * GiB) == 3 * GiB);         // 0 = unlimited profile
+  CHECK(mgpu::cpu_rank_capacity(80 * GiB, 1, -1) == 80 * GiB);      // unknown host
+  const int64_t available = mgpu::host_available_bytes();
+  CHECK(available != 0);  // this Linux host reports MemAvailable
 }

@@ -111,7 +111,8 @@ class LocalComm final : public Comm {
   }
 
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    auto [begin, end] = chunk_range(in.numel(), size(), rank_);
+    const auto [begin_, end_] = chunk_range(in.numel(), size(), rank_);
+    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
     check_my_chunk("reduce_scatter", "out", out.numel(), in.numel(), end - begin);
     double finish = collective(
         "reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(), [&] {
@@ -126,7 +127,8 @@ class LocalComm final : public Comm {
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
-    auto [begin, end] = chunk_range(out.numel(), size(), rank_);
+    const auto [begin_, end_] = chunk_range(out.numel(), size(), rank_);
+    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
     check_my_chunk("all_gather", "in", in.numel(), out.numel(), end - begin);
     double finish = collective("all_gather", describe_collective("all_gather", &out, nullptr),
                                out.bytes(), [&] {

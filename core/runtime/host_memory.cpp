@@ -1,0 +1,27 @@
+#include "core/runtime/host_memory.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+namespace mgpu {
+
+int64_t host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+int64_t cpu_rank_capacity(int64_t capacity, int ranks, int64_t available) {
+  if (available < 0) return capacity;
+  // A quarter stays for what the allocator does not see (data, gathers, the program itself).
+  const int64_t share = available / 4 * 3 / std::max(1, ranks);
+  return capacity > 0 ? std::min(capacity, share) : share;
+}
+
+}  // namespace mgpu

@@ -1,0 +1,142 @@
+#include "core/runtime/output_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace mgpu {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxPathChars = 4096;  // PATH_MAX on Linux
+
+std::invalid_argument bad(const std::string& option, const std::string& path,
+                          const std::string& what) {
+  return std::invalid_argument(fmt::format("{} '{}' {}", option, path, what));
+}
+
+const char* type_name(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::directory:
+      return "a folder";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::fifo:
+      return "a fifo";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+// The folder a new file at `path` goes into ("." for a bare name).
+fs::path folder_of(const fs::path& path) {
+  fs::path dir = path.parent_path();
+  return dir.empty() ? fs::path(".") : dir;
+}
+
+// Removes the temporary file unless released (after the rename).
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    if (!path.empty()) ::unlink(path.c_str());
+  }
+};
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& option) {
+  // Shown paths are cut short: a 100k-character name must not flood the terminal.
+  const std::string shown = path.size() > 80 ? path.substr(0, 77) + "..." : path;
+  if (path.empty()) throw std::invalid_argument(fmt::format("{} needs a file name", option));
+  if (path.size() > kMaxPathChars)
+    throw bad(
+        option, shown,
+        fmt::format("is {} characters long; paths are limited to {}", path.size(), kMaxPathChars));
+  std::error_code ec;
+  const fs::file_status st =
+      fs::status(path, ec);  // follows symlinks: the file written is the target
+  if (fs::exists(st)) {
+    if (st.type() != fs::file_type::regular)
+      throw bad(option, shown,
+                fmt::format("is {}, not a regular file: name a new file or an existing one",
+                            type_name(st.type())));
+    if (::access(path.c_str(), W_OK) != 0)
+      throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+  }
+  const fs::path dir = folder_of(fs::path(path));
+  const fs::file_status dst = fs::status(dir, ec);
+  if (!fs::exists(dst))
+    throw bad(
+        option, shown,
+        fmt::format("cannot be created: folder '{}' does not exist", dir.string().substr(0, 80)));
+  if (dst.type() != fs::file_type::directory)
+    throw bad(option, shown,
+              fmt::format("cannot be created: '{}' is not a folder", dir.string().substr(0, 80)));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw bad(option, shown,
+              fmt::format("cannot be created in folder '{}': {}", dir.string().substr(0, 80),
+                          std::strerror(errno)));
+}
+
+void write_file_atomically(const std::string& path, const std::string& option,
+                           const std::function<void(std::FILE*)>& write) {
+  check_output_path(path, option);
+  const std::string shown = path.size() > 80 ? path.substr(0, 77) + "..." : path;
+  // A symlink to a regular file: write the file it points to, keep the link.
+  std::error_code ec;
+  fs::path target = path;
+  if (fs::is_symlink(fs::symlink_status(target, ec))) target = fs::weakly_canonical(target, ec);
+
+  std::string pattern =
+      (folder_of(target) / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+  TempFile tmp{name.data()};
+  ::fchmod(fd, 0644);  // mkstemp makes 0600; an output file is as readable as any other
+  std::FILE* file = ::fdopen(fd, "wb");
+  if (!file) {
+    ::close(fd);
+    throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+  }
+  try {
+    write(file);
+  } catch (...) {
+    std::fclose(file);
+    throw;
+  }
+  errno = 0;
+  bool ok = std::fflush(file) == 0 && !std::ferror(file) && ::fsync(fd) == 0;
+  const int write_errno = errno;
+  ok = (std::fclose(file) == 0) && ok;
+  if (!ok)
+    throw bad(
+        option, shown,
+        fmt::format("cannot be written: {}", std::strerror(write_errno ? write_errno : errno)));
+  // Rename only over a regular file or nothing (the target may have changed since the check).
+  const fs::file_status now = fs::symlink_status(target, ec);
+  if (fs::exists(now) && now.type() != fs::file_type::regular)
+    throw bad(
+        option, shown,
+        fmt::format("is {}, not a regular file: nothing was replaced", type_name(now.type())));
+  if (std::rename(tmp.path.c_str(), target.c_str()) != 0)
+    throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+  tmp.path.clear();
+}
+
+}  // namespace mgpu

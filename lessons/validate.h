@@ -1,0 +1,27 @@
+// Validators for command-line options: every number is finite and in range, every output file can
+// be written, and the message shows the value as the user typed it (never a 309-digit bound).
+// CLI11 prefixes the option name: "--lr: 'nan' is not a finite number".
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace mgpu::lessons {
+
+// A finite number > 0 (replaces CLI::PositiveNumber, which lets nan through).
+extern const CLI::Validator Positive;
+// A finite number >= 0.
+extern const CLI::Validator NonNegative;
+// A finite number <= `max`, shown as typed ("--comm-timeout: 1e300 is above 86400").
+CLI::Validator AtMost(double max);
+// An integer option that must not start with '-' (CLI11 wraps "-1" to 2^64-1 for unsigned).
+extern const CLI::Validator Unsigned;
+// A file the run will write (--checkpoint, --trace): checked before any work is done.
+extern const CLI::Validator OutputFile;
+
+// A size such as "2GiB", "512MiB" or "1e9" in bytes; std::invalid_argument with one line when it
+// is not a size, not finite, or above 2^62 bytes.
+int64_t parse_size(const std::string& text);
+
+}  // namespace mgpu::lessons
