@@ -8,6 +8,7 @@
 #include "core/model/gpt.h"
 #include "core/parallel/ddp_seams.h"
 #include "core/parallel/pipeline/schedule.h"
+#include "core/parallel/tensor_parallel.h"
 #include "core/tensor/tensor.h"
 #include "core/trace/event.h"
 #include "exercises/types.h"

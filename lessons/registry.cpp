@@ -5,6 +5,7 @@
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
 #include "lessons/single_device.h"
+#include "lessons/tensor_parallel.h"
 
 namespace mgpu::lessons {
 
@@ -17,6 +18,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_grad_accum_lesson());
   lessons.push_back(make_model_parallel_lesson());
   lessons.push_back(make_pipeline_lesson());
+  lessons.push_back(make_tensor_parallel_lesson());
   return lessons;
 }
 

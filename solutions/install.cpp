@@ -1,6 +1,7 @@
 // Installs the reference implementations into core's seams (the default, `--impl reference`).
 #include "core/comm/seams.h"
 #include "core/parallel/pipeline/seams.h"
+#include "core/parallel/tensor_parallel.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::reference {
@@ -10,6 +11,9 @@ void install_seams() {
   comm::install_comm_seams({"reference", &reference::ring_all_reduce});
   pipeline::install_pipeline_seams(
       {"reference", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
+  parallel::install_tp_seams({"reference", &reference::column_parallel_forward,
+                              &reference::column_parallel_backward,
+                              &reference::row_parallel_forward, &reference::row_parallel_backward});
 }
 
 }  // namespace mgpu::reference
