@@ -189,14 +189,14 @@ namespace {
 
 void print_communication(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
                          const trace::Trace& trace) {
-  const std::optional<int> step = last_step(trace);
+  const trace::Interval window = trace::analyze(trace, last_step(trace)).window;
   int count = 0;
   int64_t bytes = 0, first = -1;
   bool same_size = true;
   for (const trace::Event& e : trace.events) {
     if (e.rank != 0 || e.lane != trace::Lane::comm || e.op != "all_reduce" || e.group != "tp0")
       continue;
-    if (step && e.step != *step) continue;
+    if (e.start < window.begin || e.start >= window.end) continue;
     ++count;
     bytes += e.bytes;
     if (first < 0) first = e.bytes;

@@ -153,27 +153,42 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
 // ---------------------------------------------------------------------------------- the
 // all-reduces
 
+template <class Fn>
+void TensorParallel::outside_phase(Fn&& fn) {
+  const bool open = phase_.has_value();
+  phase_.reset();  // the linear's kernels record their own events, the all-reduce its own
+  fn();
+  if (open) phase_.emplace(phase_proto_);
+}
+
 void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
+  outside_phase(
+      [&] { tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_); });
 }
 
 void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                      const Tensor& inp) {
-  tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                             linear.weight.data, tp_);
+  outside_phase([&] {
+    tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                               linear.weight.data, tp_);
+  });
 }
 
 void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
   const Tensor no_bias;
-  tp_seams().row_forward(out, inp, linear.weight.data, tp_.rank() == 0 ? linear.bias.data : no_bias,
-                         tp_);
+  outside_phase([&] {
+    tp_seams().row_forward(out, inp, linear.weight.data,
+                           tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
+  });
 }
 
 void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                   const Tensor& inp) {
-  tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
-                          tp_);
+  outside_phase([&] {
+    tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                            linear.weight.data, tp_);
+  });
 }
 
 // ---------------------------------------------------------------------------------- one step
@@ -183,15 +198,13 @@ train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
   // Every tp rank trains on the whole batch: TP splits the model, not the data.
   optimizer_->zero_grad();
   GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T);
-  float loss;
-  {
-    ComputeScope s({.name = "forward", .cat = trace::cat::forward});
-    loss = model_->forward(batch.tokens, batch.targets, acts);
-  }
-  {
-    ComputeScope s({.name = "backward", .cat = trace::cat::backward});
-    model_->backward(batch.tokens, acts);
-  }
+  phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
+  phase_.emplace(phase_proto_);
+  const float loss = model_->forward(batch.tokens, batch.targets, acts);
+  phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
+  phase_.emplace(phase_proto_);
+  model_->backward(batch.tokens, acts);
+  phase_.reset();
   // No gradient synchronisation: the sharded weights' gradients are complete on their owner,
   // and the replicated parts (layernorms, embeddings, head, row biases) see the same inputs and
   // the same all-reduced output gradients on every rank, so their gradients are already equal.

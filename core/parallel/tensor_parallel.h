@@ -9,11 +9,13 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/comm/comm.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/context.h"
 #include "core/train/layout.h"
 
 namespace mgpu::parallel {
@@ -91,6 +93,13 @@ class TensorParallel : public train::Layout, private BlockHooks {
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
 
   std::vector<train::ShardRun> runs_of(const std::string& param_name, const Shape& full) const;
+  // The forward/backward region on the timeline is closed while a linear and its all-reduce run,
+  // so the trace shows the compute lane waiting for the tp group (not "busy" through it).
+  template <class Fn>
+  void outside_phase(Fn&& fn);
+
+  trace::Event phase_proto_;
+  std::optional<ComputeScope> phase_;
 
   GPTConfig config_;
   comm::Comm& tp_;

@@ -4,11 +4,15 @@
 // AdamW, and fits again at a larger tp); a 24-layer dim-2048 phantom run; --impl mine on the stub.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "core/model/checkpoint.h"
+#include "core/model/gpt.h"
+#include "core/optim/optimizer.h"
 #include "core/runtime/world.h"
 #include "unit/mgpu_cli.h"
 
