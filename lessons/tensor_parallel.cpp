@@ -343,7 +343,6 @@ class TensorParallelLesson : public Lesson {
         "(NVLink); try --profile docs/lessons/slow-1GBps.json to see it across a slow link.\n",
         format_seconds(r0.exposed_comm));
     r.trace.metadata["predictions"]["all_reduces_per_step"] = 4 * cfg.layers;
-    r.trace.metadata["predictions"]["speedup"] = one_step / r.step_seconds;
     return finish_run(c, r.trace, name(), out);
   }
 };
