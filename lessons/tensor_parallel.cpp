@@ -180,6 +180,7 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
   });
   nlohmann::json meta = {{"lesson", "tensor_parallel"}, {"config", c.to_json()}};
   result.trace = world.collect_trace(meta);
+  result.under_mpi = world.is_mpi();
   return result;
 }
 
@@ -284,7 +285,21 @@ void explain_out_of_memory(std::ostream& out, const CommonOptions& c, const GPTC
                  "at the same capacity)\n",
                  c.optimizer, tp, with_commas(n.per_rank(tp)));
       return;
-    } catch (const std::exception&) {
+    } catch (const RankError& e) {
+      bool out_of_memory = false;
+      try {
+        if (e.cause()) std::rethrow_exception(e.cause());
+      } catch (const OutOfMemory&) {
+        out_of_memory = true;
+      } catch (...) {
+      }
+      if (!out_of_memory) {
+        fmt::print(out, "  (could not probe tp={} here: {})\n", tp, e.what());
+        return;
+      }
+    } catch (const std::exception& e) {  // e.g. under mpirun, where the world size is fixed
+      fmt::print(out, "  (could not probe tp={} here: {})\n", tp, e.what());
+      return;
     }
   }
   fmt::print(out, "  no tp up to {} heads fits: raise --capacity or shrink the model\n", cfg.heads);
@@ -328,14 +343,21 @@ class TensorParallelLesson : public Lesson {
     one.trace_path.clear();
     one.capacity.clear();  // a timing reference: the profile's capacity, whatever --capacity says
     std::ostringstream ignored;
-    const double one_step = train_tensor_parallel(one, ignored).step_seconds;
     const trace::TraceSummary s = trace::analyze(r.trace, last_step(r.trace));
     const trace::RankSummary& r0 = s.ranks.at(0);
-    fmt::print(out,
-               "\nstep time: {} on {} GPUs vs {} on 1 GPU (same profile, same batch): {:.2f}x "
-               "(ideal {}x)\n",
-               format_seconds(r.step_seconds), c.ranks, format_seconds(one_step),
-               one_step / r.step_seconds, c.ranks);
+    if (r.under_mpi) {  // the world size is fixed by mpirun: no one-GPU run in this process
+      fmt::print(out,
+                 "\nstep time: {} on {} GPUs (run `mgpu run tensor_parallel --ranks 1` without "
+                 "mpirun for the 1-GPU reference)\n",
+                 format_seconds(r.step_seconds), c.ranks);
+    } else {
+      const double one_step = train_tensor_parallel(one, ignored).step_seconds;
+      fmt::print(out,
+                 "\nstep time: {} on {} GPUs vs {} on 1 GPU (same profile, same batch): {:.2f}x "
+                 "(ideal {}x)\n",
+                 format_seconds(r.step_seconds), c.ranks, format_seconds(one_step),
+                 one_step / r.step_seconds, c.ranks);
+    }
     fmt::print(
         out,
         "  communication {} of the step is exposed: TP's all-reduces sit between the "

@@ -16,6 +16,7 @@ struct TensorParallelResult {
   double step_seconds = 0;    // the last step on rank 0's clock
   MemoryStats memory;         // rank 0, peaks from after set-up
   trace::Trace trace;
+  bool under_mpi = false;  // ranks were processes (mpirun)
 };
 
 // Trains with tensor parallelism over --ranks ranks (tp = ranks). Throws UsageError /
