@@ -69,17 +69,8 @@ struct FullModel {
   }
 };
 
-struct CapacityLifted {
-  Allocator& allocator;
-  int64_t capacity;
-  explicit CapacityLifted(Allocator& a) : allocator(a), capacity(a.capacity()) {
-    allocator.set_capacity(0);
-  }
-  ~CapacityLifted() { allocator.set_capacity(capacity); }
-};
-
 int resume_layout(train::Layout& layout, const CommonOptions& c, const GPTConfig& cfg) {
-  CapacityLifted lifted(current_rank().allocator);
+  parallel::CapacityLifted lifted(current_rank().allocator);
   FullModel full(c, cfg);
   CheckpointInfo info = load_checkpoint(c.resume, full.model->params(), full.optimizer.get());
   for (train::TensorShard& s : layout.shards())
@@ -112,7 +103,7 @@ void save_gathered(train::Layout& layout, const CommonOptions& c, const GPTConfi
   }
   world.barrier();  // every rank's shards are in
   if (world.rank() != 0) return;
-  CapacityLifted lifted(current_rank().allocator);
+  parallel::CapacityLifted lifted(current_rank().allocator);
   FullModel full(c, cfg);
   for (auto& [name, tensor] : full.by_name)
     tensor.copy_from(Tensor::from(tensor.shape(), gathered.values.at(name)));

@@ -124,14 +124,7 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
     // Every rank cuts its slice out of the same seeded full model, so a TP run starts exactly
     // where the single-device run starts. The full copy is set-up, not training: the capacity is
     // lifted while it exists (lessons measure peaks from after this point).
-    Allocator& allocator = current_rank().allocator;
-    const int64_t capacity = allocator.capacity();
-    allocator.set_capacity(0);
-    struct RestoreCapacity {
-      Allocator& allocator;
-      int64_t capacity;
-      ~RestoreCapacity() { allocator.set_capacity(capacity); }
-    } restore{allocator, capacity};
+    CapacityLifted lifted(current_rank().allocator);
     GPT full(cfg);
     ParamList full_params = full.params(), mine = model_->params();
     for (size_t i = 0; i < mine.size(); ++i) {
