@@ -95,6 +95,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (done) return rc;
 
   try {
+    const CLI::Option* ranks = app.get_option_no_throw("--ranks");
+    apply_mpi_world_size(common, ranks && ranks->count() > 0);
     select_impl(common.impl);
     return lesson.run(common, out);
   } catch (const UsageError& e) {

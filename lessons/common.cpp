@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstdlib>
+#include <initializer_list>
 #include <regex>
 
 #include <fmt/format.h>
@@ -57,6 +59,11 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->check(CLI::IsMember({"adamw", "sgd"}))
         ->group("Training");
     app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
+    app.add_option(
+           "--weight-decay", c.weight_decay,
+           "AdamW's decoupled weight decay (PyTorch's default 0.01); SGD: L2 on the gradient")
+        ->check(CLI::NonNegativeNumber)
+        ->group("Training");
     app.add_option("--seed", c.seed, "seed for init and data")->group("Training");
     app.add_option("--checkpoint", c.checkpoint,
                    "save parameters + optimizer state here at the end")
@@ -70,6 +77,35 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
       ->group("Output");
   app.add_flag("--viz", c.viz, "open the dashboard on the trace when done")->group("Output");
   app.add_flag("--quiet,-q", c.quiet, "print only the summary")->group("Output");
+}
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+namespace {
+int env_int(std::initializer_list<const char*> vars, int fallback) {
+  for (const char* var : vars)
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return fallback;
+}
+}  // namespace
+
+bool root_process() {
+  return !launched_by_mpi() || env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0) == 0;
+}
+
+void apply_mpi_world_size(CommonOptions& c, bool ranks_given) {
+  if (!launched_by_mpi()) return;
+  const int size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, c.ranks);
+  if (ranks_given && c.ranks != size)
+    throw UsageError(fmt::format(
+        "--ranks {} but mpirun started {} processes (one per rank): drop --ranks or use "
+        "mpirun -n {}",
+        c.ranks, size, c.ranks));
+  c.ranks = size;
 }
 
 int64_t parse_bytes(const std::string& text) {
@@ -101,6 +137,7 @@ WorldOptions CommonOptions::world_options() const {
     throw UsageError("the phantom device does no work, so only --clock modeled can time it");
   w.profile = HardwareProfile::load(profile);  // throws invalid_argument listing presets
   w.comm_timeout = comm_timeout;
+  w.backend = backend;
   if (!capacity.empty()) w.capacity_override = parse_bytes(capacity);
   return w;
 }
@@ -120,6 +157,7 @@ nlohmann::json CommonOptions::to_json() const {
           {"task", task},
           {"optimizer", optimizer},
           {"lr", lr},
+          {"weight_decay", weight_decay},
           {"seed", seed}};
 }
 

@@ -31,6 +31,8 @@ class DataParallelLesson : public Lesson {
     naive.naive = true;
     int batch = resolve_global_batch(c, naive);
     DataParallelResult r = train_data_parallel(c, naive, out);
+    print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
+    if (!root_process()) return 0;  // under mpirun rank 0's process reports
     fmt::print(out, "data:   global batch {} scattered by rank 0: {} sequences per rank\n", batch,
                batch / c.ranks);
     print_loss_summary(out, c, r.losses);
@@ -52,7 +54,11 @@ class DataParallelLesson : public Lesson {
                  format_seconds(s.ranks[0].busy), format_seconds(s.ranks[1].busy));
 
     DataParallelOptions ddp = d_;  // the same run as DDP, for the contrast
+    ddp.log_losses = false;
     CommonOptions quiet = c;
+    quiet.checkpoint.clear();
+    quiet.backend = "local";  // threads on this process: mpirun's other ranks are done
+    quiet.resume.clear();
     quiet.steps = std::min(c.steps, 2);
     quiet.trace_path.clear();
     double ddp_step = train_data_parallel(quiet, ddp, out).step_seconds;

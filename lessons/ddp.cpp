@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/ddp.h"
 #include "core/trace/analysis.h"
+#include "core/train/single_device.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -34,22 +36,6 @@ std::vector<std::vector<float>> copy_params(GPT& model) {
 
 int64_t gradient_bytes_of(const GPTConfig& cfg) {
   return 4 * count_params(cfg);
-}
-
-// One DDP optimizer step on this rank: k micro-steps, communicating only on the last (no_sync).
-float ddp_step(parallel::DistributedDataParallel& ddp, GPT& model, optim::Optimizer& opt,
-               const data::Batch& shard, int accum) {
-  model.zero_grad();
-  float loss = 0;
-  std::vector<data::Batch> micro = data::split_micro_batches(shard, accum);
-  for (int m = 0; m < accum; ++m) {
-    bool last = m + 1 == accum;  // earlier micro-steps only accumulate locally
-    loss += ddp.forward_backward(micro[m], /*sync=*/last, 1.0f / accum) / accum;
-  }
-  ddp.wait_for_gradients();
-  ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-  opt.step();
-  return loss;
 }
 
 }  // namespace
@@ -85,7 +71,6 @@ int64_t resolve_bucket_bytes(const DataParallelOptions& d, int64_t gradient_byte
 
 DataParallelResult train_data_parallel(const CommonOptions& c, const DataParallelOptions& d,
                                        std::ostream& out) {
-  (void)out;  // the runner is quiet; the lessons narrate its result
   WorldOptions wopt = c.world_options();
   DataParallelResult result;
   result.global_batch = resolve_global_batch(c, d);
@@ -97,49 +82,40 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
 
   World world(wopt);
   const int ranks = world.size();
-  std::vector<std::vector<float>> losses(ranks);  // per rank, per step (shard means)
   std::vector<data::Batch> last_shards(ranks);
+  std::mutex mutex;
+  LossLog log(c, out);
   auto wall_start = std::chrono::steady_clock::now();
-  world.run([&](RankContext& ctx) {
-    GPT model(cfg);  // same seed on every rank: the replicas start identical
-    if (d.naive) {
-      parallel::DataParallel dp(model, *ctx.comm);
-      auto opt = ctx.rank == 0 ? make_optimizer(c, model.params()) : nullptr;
-      for (int step = 0; step < c.steps; ++step) {
-        StepScope scope(step);
-        data::Batch global;
-        if (ctx.rank == 0) global = task->sample(step, result.global_batch, c.seq);
-        losses[ctx.rank].push_back(dp.step(ctx.rank == 0 ? &global : nullptr, opt.get()));
-      }
-    } else {
-      parallel::DistributedDataParallel ddp(
-          model, *ctx.comm, {.overlap = d.overlap, .bucket_bytes = result.bucket_bytes});
-      auto opt = make_optimizer(c, model.params());  // after DDP: grads are bucket views now
-      int sampler_rank = d.planted_same_shard ? 0 : ctx.rank;  // the planted bug: all use shard 0
-      data::ShardedSampler sampler(*task, result.global_batch, c.seq, sampler_rank, ranks);
-      if (ctx.rank == 0) result.buckets = static_cast<int>(ddp.plan().buckets.size());
-      for (int step = 0; step < c.steps; ++step) {
-        StepScope scope(step);
-        data::Batch shard = sampler.shard(step);
-        losses[ctx.rank].push_back(ddp_step(ddp, model, *opt, shard, d.accum));
-        if (step + 1 == c.steps) last_shards[ctx.rank] = shard;
-      }
-    }
-    if (ctx.rank == 0) result.params = copy_params(model);
-  });
+  train::LayoutFactory factory = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+    if (d.naive)
+      return std::make_unique<parallel::DataParallelLayout>(cfg, *ctx.comm, optimizer_factory(c));
+    int shard = d.planted_same_shard ? 0 : ctx.rank;  // the planted bug: every rank uses shard 0
+    return std::make_unique<parallel::DdpLayout>(
+        cfg, *ctx.comm,
+        parallel::DdpOptions{.overlap = d.overlap, .bucket_bytes = result.bucket_bytes}, d.accum,
+        optimizer_factory(c), shard);
+  };
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, result.global_batch, cfg), factory,
+      [&](int step, float loss) {
+        if (d.log_losses) log.record(step, loss);
+      },
+      [&](RankContext& ctx, train::Layout& layout) {
+        std::lock_guard lock(mutex);
+        if (auto* ddp = dynamic_cast<parallel::DdpLayout*>(&layout)) {
+          if (ctx.rank == 0) result.buckets = static_cast<int>(ddp->ddp().plan().buckets.size());
+          last_shards[ctx.rank] = ddp->last_shard();
+          if (ctx.rank == 0) result.params = copy_params(ddp->model());
+        } else if (auto* dp = dynamic_cast<parallel::DataParallelLayout*>(&layout)) {
+          if (ctx.rank == 0) result.params = copy_params(dp->model());
+        }
+      });
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-
-  for (int step = 0; step < c.steps; ++step) {  // equal shards: mean of means = global mean
-    double sum = 0;
-    int counted = 0;  // under MPI this process only holds its own rank's losses
-    for (int r = 0; r < ranks; ++r)
-      if (step < static_cast<int>(losses[r].size())) sum += losses[r][step], ++counted;
-    if (d.naive && !losses[0].empty())
-      sum = losses[0][step], counted = 1;  // the driver's is global
-    result.losses.push_back(static_cast<float>(sum / std::max(counted, 1)));
-  }
-  if (!d.naive && !world.is_mpi())
+  result.losses = trained.losses;
+  result.first_step = trained.first_step;
+  result.checkpoint_written = trained.checkpoint_written;
+  if (!d.naive && !world.is_mpi() && trained.first_step < c.steps)
     result.shard_problem = data::check_shards_partition(
         task->sample(c.steps - 1, result.global_batch, c.seq), last_shards);
 
@@ -159,8 +135,10 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
         {"bytes_per_rank", d.naive ? 0.0 : 2 * (n - 1) / n * result.gradient_bytes},
         {"ideal_speedup", n}}}};
   result.trace = world.collect_trace(meta);
-  trace::Interval w = trace::analysis_window(result.trace, c.steps - 1);
-  result.step_seconds = w.end - w.begin;
+  if (world.is_root()) {  // under mpirun the merged trace is on the root process only
+    trace::Interval w = trace::analysis_window(result.trace, c.steps - 1);
+    result.step_seconds = w.end - w.begin;
+  }
   return result;
 }
 
@@ -168,21 +146,21 @@ std::vector<std::vector<float>> train_single_device_params(const CommonOptions& 
                                                            int global_batch) {
   CommonOptions one = c;
   one.ranks = 1;
+  one.backend = "local";  // under mpirun: this process alone, no collectives the others skip
+  one.checkpoint.clear();
   World world(one.world_options());
   auto task = make_task(one);
   GPTConfig cfg = model_config(one, *task);
   std::vector<std::vector<float>> params;
-  world.run([&](RankContext&) {
-    GPT model(cfg);
-    auto opt = make_optimizer(one, model.params());
-    for (int step = 0; step < one.steps; ++step) {
-      model.zero_grad();
-      data::Batch batch = task->sample(step, global_batch, one.seq);
-      model.forward_backward(batch.tokens, batch.targets, batch.B, batch.T);
-      opt->step();
-    }
-    params = copy_params(model);
-  });
+  train::train(
+      world, *task, train_options(one, global_batch, cfg),
+      [&](RankContext&) {
+        return std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(one));
+      },
+      {},
+      [&](RankContext&, train::Layout& layout) {
+        params = copy_params(static_cast<train::SingleDeviceLayout&>(layout).model());
+      });
   return params;
 }
 
@@ -272,6 +250,7 @@ class DdpLesson : public Lesson {
     fmt::print(out, "== ddp: every rank a replica, gradients averaged by all-reduce ==\n");
     int batch = resolve_global_batch(c, d_);
     DataParallelResult r = train_data_parallel(c, d_, out);
+    print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
     fmt::print(out, "data:   global batch {} = {} per rank x {} ranks x {} accumulation steps\n",
                batch, batch / (c.ranks * d_.accum), c.ranks, d_.accum);
     if (d_.overlap)
@@ -288,12 +267,17 @@ class DdpLesson : public Lesson {
                  "sync:   --overlap off: one blocking all-reduce per parameter tensor after "
                  "backward\n");
     if (!r.shard_problem.empty()) fmt::print(out, "WARNING: {}\n", r.shard_problem);
+    if (!root_process()) return 0;  // under mpirun rank 0's process reports
 
-    CommonOptions one = c;  // the same global batch on one rank, for the speedup
+    CommonOptions one = c;  // on this process alone (threads), so mpirun's other ranks are free
+    one.backend = "local";  // the same global batch on one rank, for the speedup
     one.ranks = 1;
     one.steps = std::min(c.steps, 2);
     one.trace_path.clear();
+    one.checkpoint.clear();
+    one.resume.clear();
     DataParallelOptions one_d = d_;
+    one_d.log_losses = false;
     one_d.batch_per_rank = 0;
     one.batch = batch;
     double one_rank_step = train_data_parallel(one, one_d, out).step_seconds;

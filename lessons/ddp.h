@@ -20,6 +20,7 @@ struct DataParallelOptions {
   int accum = 1;                   // micro-steps per optimizer step (--accum)
   int batch_per_rank = 0;  // 0: --batch is the global batch; else global = this x ranks x accum
   bool planted_same_shard = false;  // a sampler bug for tests: every rank trains on shard 0
+  bool log_losses = true;           // print the loss log (off for the lessons' comparison runs)
 };
 
 struct DataParallelResult {
@@ -33,6 +34,8 @@ struct DataParallelResult {
   double step_seconds = 0;  // the last step's span (modeled or wall)
   double wall_seconds = 0;
   std::string shard_problem;  // check_shards_partition on the last step ("" = a partition)
+  int first_step = 0;         // > 0 when resumed (--resume)
+  bool checkpoint_written = false;
 };
 
 // The global batch the options describe; throws UsageError when it does not divide into ranks x

@@ -32,6 +32,7 @@ struct CommonOptions {
   std::string profile = "8xH100-NVLink";
   std::string capacity = "";  // per-rank memory capacity override, e.g. "2GiB"
   double comm_timeout = 30;
+  std::string backend = "auto";  // not an option: "local" runs a comparison on this process alone
   std::string impl = "reference";
   // model
   int layers = 2;
@@ -45,6 +46,7 @@ struct CommonOptions {
   std::string data_file = "";
   std::string optimizer = "adamw";
   double lr = 3e-3;
+  double weight_decay = 0.01;  // AdamW: decoupled (PyTorch's default); SGD: L2 on the gradient
   uint64_t seed = 1234;
   std::string checkpoint = "";
   std::string resume = "";
@@ -83,6 +85,15 @@ std::vector<std::unique_ptr<Lesson>> all_lessons();
 
 // Adds the shared options to a lesson's command, with the lesson's defaults.
 void add_common_options(CLI::App& app, CommonOptions& common, const LessonDefaults& defaults);
+
+// Under mpirun the world is the MPI job: every process is one rank, so --ranks becomes the MPI
+// size (absent or equal to it; another value throws UsageError). `ranks_given`: the user typed
+// --ranks. Without mpirun nothing changes.
+void apply_mpi_world_size(CommonOptions& common, bool ranks_given);
+// Launched by mpirun/srun (this process is one rank of a process world).
+bool launched_by_mpi();
+// The process that prints and writes files: always true without mpirun, world rank 0 under it.
+bool root_process();
 
 // "2GiB", "512MiB", "1e9" -> bytes; throws UsageError.
 int64_t parse_bytes(const std::string& text);

@@ -65,6 +65,11 @@ void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
 
 PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out) {
   const int P = p.stages > 0 ? p.stages : c.ranks;
+  if (launched_by_mpi() && P != c.ranks)
+    throw UsageError(
+        fmt::format("--stages {} but mpirun started {} processes (one per stage): "
+                    "use mpirun -n {}",
+                    P, c.ranks, P));
   try {
     pipeline::validate_pipeline_config(p.schedule, P, p.microbatches, p.virtual_stages, c.layers);
   } catch (const std::invalid_argument& e) {
@@ -116,34 +121,44 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   std::mutex mutex;
   result.last_step.resize(P);
   if (!c.quiet) fmt::print(out, "\ntraining {} steps:\n", c.steps);
-  world.run([&](RankContext& ctx) {
-    pipeline::StageModel stage = pipeline::StageModel::build(cfg, ctx.rank, P, p.virtual_stages);
-    auto optimizer = make_optimizer(c, stage.params());
-    ctx.allocator.reset_peaks();
-    LossLog log(c, out);
-    pipeline::StageStepStats stats;
-    for (int step = 0; step < c.steps; ++step) {
-      data::Batch batch = task->sample(step, c.batch, c.seq);
-      stats = pipeline::train_step(stage, *optimizer, schedule, batch, *ctx.comm, step, exec);
-      if (ctx.rank == P - 1) log.record(step, stats.loss);  // only the last stage knows the loss
-    }
-    std::lock_guard lock(mutex);
-    result.last_step[ctx.rank] = stats;
-    if (ctx.rank == P - 1) result.losses = log.losses();
-    if (ctx.device.has_data())  // phantom runs have shapes and times, no values to compare
-      for (Param* param : stage.params()) result.params[param->name] = param->data.to_vector();
-  });
-
   nlohmann::json config = c.to_json();
   config["schedule"] = p.schedule;
   config["stages"] = P;
   config["microbatches"] = p.microbatches;
   config["virtual_stages"] = p.virtual_stages;
   config["theory_mode"] = p.theory;
+  LossLog log(c, out);
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, c.batch, cfg, config),
+      [&](RankContext& ctx) {
+        auto layout = std::make_unique<pipeline::PipelineLayout>(
+            cfg, *ctx.comm, schedule, p.virtual_stages, optimizer_factory(c), exec);
+        ctx.allocator.reset_peaks();
+        return layout;
+      },
+      [&](int step, float loss) { log.record(step, loss); },
+      [&](RankContext& ctx, train::Layout& layout) {
+        auto& stage = static_cast<pipeline::PipelineLayout&>(layout);
+        const pipeline::StageStepStats& st = stage.last_stats();
+        // Every stage's stats to rank 0 (under mpirun the stages are other processes).
+        std::vector<std::vector<int64_t>> all =
+            train::gather_to_root(ctx, {st.peak_stashed, st.stash_bytes, st.peak_activation_bytes});
+        std::lock_guard lock(mutex);
+        if (ctx.rank == 0)
+          for (int r = 0; r < P; ++r)
+            result.last_step[r] = {0, static_cast<int>(all[r][0]), all[r][1], all[r][2]};
+        if (ctx.device.has_data())  // phantom runs have shapes and times, no values to compare
+          for (Param* param : stage.stage().params())
+            result.params[param->name] = param->data.to_vector();
+      });
+  result.losses = trained.losses;
+  print_checkpoint_lines(out, c, trained);
+
   nlohmann::json meta = {{"lesson", p.schedule == "naive" ? "model_parallel" : "pipeline"},
                          {"config", config},
                          {"predictions", {{"bubble_fraction", result.theory_bubble}}}};
   result.trace = world.collect_trace(meta);
+  if (!world.is_root()) return result;  // under mpirun the merged trace is on rank 0's process
   const trace::TraceSummary summary = trace::analyze(result.trace, c.steps - 1);
   for (const auto& r : summary.ranks) result.measured_bubble.push_back(r.bubble_fraction);
   return result;
@@ -223,6 +238,7 @@ class PipelineLesson : public Lesson {
     fmt::print(out, "== {}: {} over {} stages, {} micro-batch(es) ==\n", name(), options_.schedule,
                P, options_.microbatches);
     PipelineResult r = train_pipeline(c, options_, out);
+    if (!root_process()) return 0;  // under mpirun rank 0's process reports
     report(out, c, options_, r);
     return finish_run(c, r.trace, name(), out);
   }

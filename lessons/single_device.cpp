@@ -8,35 +8,11 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/model/checkpoint.h"
+#include "core/train/single_device.h"
 #include "lessons/single_device.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
-
-namespace {
-
-// One training step: forward, backward, optimizer. Each phase is a scope on the timeline.
-float train_step(GPT& model, optim::Optimizer& opt, const data::Batch& batch) {
-  model.zero_grad();
-  GPTActivations acts = GPTActivations::allocate(model.config(), batch.B, batch.T);
-  float loss;
-  {
-    ComputeScope s({.name = "forward", .cat = trace::cat::forward});
-    loss = model.forward(batch.tokens, batch.targets, acts);
-  }
-  {
-    ComputeScope s({.name = "backward", .cat = trace::cat::backward});
-    model.backward(batch.tokens, acts);
-  }
-  {
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    opt.step();
-  }
-  return loss;
-}
-
-}  // namespace
 
 SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out) {
   WorldOptions wopt = c.world_options();
@@ -47,39 +23,28 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
 
   World world(wopt);
   SingleDeviceResult result;
+  result.params = count_params(cfg);
+  if (!c.quiet) {
+    fmt::print(out, "model:  {}\n", describe_model(cfg, result.params));
+    fmt::print(out, "data:   {} task, {} sequences x {} tokens = {} tokens per step\n",
+               task->name(), c.batch, c.seq, c.batch * c.seq);
+    fmt::print(out, "device: {}\n", describe_world(wopt));
+    fmt::print(out, "optim:  {} lr {} weight decay {}\n\n", c.optimizer, c.lr, c.weight_decay);
+  }
+  LossLog log(c, out);
   auto wall_start = std::chrono::steady_clock::now();
-  world.run([&](RankContext& ctx) {
-    GPT model(cfg);
-    auto opt = make_optimizer(c, model.params());
-    int first_step = 0;
-    if (!c.resume.empty()) {
-      first_step = static_cast<int>(load_checkpoint(c.resume, model.params(), opt.get()).step);
-      fmt::print(out, "resumed from {} at step {}\n", c.resume, first_step);
-    }
-    if (!c.quiet) {
-      fmt::print(out, "model:  {}\n", describe_model(cfg, model.num_params()));
-      fmt::print(out, "data:   {} task, {} sequences x {} tokens = {} tokens per step\n",
-                 task->name(), c.batch, c.seq, c.batch * c.seq);
-      fmt::print(out, "device: {}\n", describe_world(wopt));
-      fmt::print(out, "optim:  {} lr {}\n\n", opt->name(), c.lr);
-    }
-    LossLog log(c, out);
-    for (int step = first_step; step < c.steps; ++step) {
-      StepScope scope(step);
-      data::Batch batch = task->sample(step, c.batch, c.seq);
-      log.record(step, train_step(model, *opt, batch));
-    }
-    result.losses = log.losses();
-    result.params = model.num_params();
-    result.modeled_seconds = ctx.clock.compute_now();
-    if (!c.checkpoint.empty()) {
-      save_checkpoint(c.checkpoint, model.params(), opt.get(), c.steps, c.to_json());
-      fmt::print(out, "\ncheckpoint: {} (parameters + {} state, step {})\n", c.checkpoint,
-                 opt->name(), c.steps);
-    }
-  });
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, c.batch, cfg),
+      [&](RankContext&) {
+        return std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(c));
+      },
+      [&](int step, float loss) { log.record(step, loss); },
+      [&](RankContext& ctx, train::Layout&) { result.modeled_seconds = ctx.clock.compute_now(); });
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result.losses = trained.losses;
+  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, trained);
 
   int steps_run = static_cast<int>(result.losses.size());
   if (steps_run > 0) {

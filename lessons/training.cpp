@@ -51,12 +51,39 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const P
   if (c.optimizer == "sgd") {
     optim::SGDOptions o;
     o.lr = static_cast<float>(c.lr);
+    o.weight_decay = static_cast<float>(c.weight_decay);
     return std::make_unique<optim::SGD>(optim::whole_params(params), o);
   }
   optim::AdamWOptions o;
   o.lr = static_cast<float>(c.lr);
-  o.weight_decay = 0.0f;  // keeps the equivalence tests exact and the lessons simple
+  o.weight_decay = static_cast<float>(c.weight_decay);
   return std::make_unique<optim::AdamW>(optim::whole_params(params), o);
+}
+
+train::OptimizerFactory optimizer_factory(const CommonOptions& c) {
+  return [c](const ParamList& params) { return make_optimizer(c, params); };
+}
+
+train::TrainOptions train_options(const CommonOptions& c, int global_batch, const GPTConfig& cfg,
+                                  nlohmann::json config) {
+  train::TrainOptions t;
+  t.steps = c.steps;
+  t.global_batch = global_batch;
+  t.seq = c.seq;
+  t.resume = c.resume;
+  t.checkpoint = c.checkpoint;
+  t.config = config.is_null() ? c.to_json() : std::move(config);
+  t.model_params = c.resume.empty() ? -1 : count_params(cfg);
+  return t;
+}
+
+void print_checkpoint_lines(std::ostream& out, const CommonOptions& c,
+                            const train::TrainResult& r) {
+  if (r.first_step > 0) fmt::print(out, "resumed from {} at step {}\n", c.resume, r.first_step);
+  if (r.checkpoint_written)
+    fmt::print(out,
+               "checkpoint: {} (the full model + {} state, gathered from every rank, step {})\n",
+               c.checkpoint, c.optimizer, c.steps);
 }
 
 LossLog::LossLog(const CommonOptions& c, std::ostream& out)

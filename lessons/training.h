@@ -11,6 +11,7 @@
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
 #include "core/trace/event.h"
+#include "core/train/trainer.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {
@@ -22,6 +23,13 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task);
 // the host never allocates a model it only wants to describe.
 int64_t count_params(const GPTConfig& cfg);
 std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
+train::OptimizerFactory optimizer_factory(const CommonOptions& c);
+// The trainer's options from the common ones (--steps, --resume, --checkpoint); `config` goes into
+// the checkpoint header (default: the common options).
+train::TrainOptions train_options(const CommonOptions& c, int global_batch, const GPTConfig& cfg,
+                                  nlohmann::json config = nullptr);
+// "resumed from ... at step k" / "checkpoint: ..." when they happened.
+void print_checkpoint_lines(std::ostream& out, const CommonOptions& c, const train::TrainResult& r);
 
 // Prints "step  k/N  loss x.xxxx" about ten times per run (or every --log-every steps).
 class LossLog {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -55,33 +56,24 @@ nlohmann::json entry_to_json(const CheckpointEntry& e) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const ParamList& params,
-                     const optim::Optimizer* optimizer, int64_t step,
-                     const nlohmann::json& config) {
-  // 1. Lay out the data section: parameters first (model order), then optimizer state.
-  std::vector<Source> sources;
-  int64_t offset = 0;
-  for (const Param* p : params) add_source(sources, offset, p->name, "param", p->data, path);
-  if (optimizer)
-    for (const optim::NamedTensor& s : optimizer->state())
-      add_source(sources, offset, s.name, "optimizer_state", s.tensor, path);
+namespace {
 
-  // 2. The JSON header, padded with spaces so the data starts 8-byte aligned (mmap-friendly).
+// Writes preamble, header and data to a temporary file renamed into place when complete, so a
+// crash never leaves half a checkpoint under the real name. values(i) gives entry i's floats.
+void write_checkpoint_file(const std::string& path, const std::vector<CheckpointEntry>& entries,
+                           const std::function<std::vector<float>(size_t)>& values, int64_t step,
+                           const nlohmann::json& config, const nlohmann::json& optimizer) {
+  // The JSON header, padded with spaces so the data starts 8-byte aligned (mmap-friendly).
   nlohmann::json header;
   header["format"] = "mgpu-checkpoint";
   header["step"] = step;
   header["config"] = config;
-  header["optimizer"] = nullptr;
-  if (optimizer) {
-    header["optimizer"] = optimizer->hyperparams();
-    header["optimizer"]["step_count"] = optimizer->step_count();
-  }
+  header["optimizer"] = optimizer;
   header["tensors"] = nlohmann::json::array();
-  for (const Source& s : sources) header["tensors"].push_back(entry_to_json(s.entry));
+  for (const CheckpointEntry& e : entries) header["tensors"].push_back(entry_to_json(e));
   std::string text = header.dump();
   while ((kPreambleBytes + static_cast<int64_t>(text.size())) % 8 != 0) text.push_back(' ');
 
-  // 3. Write preamble, header, data to a temporary file; rename it into place when complete.
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -92,14 +84,54 @@ void save_checkpoint(const std::string& path, const ParamList& params,
     out.write(reinterpret_cast<const char*>(&version), sizeof version);
     out.write(reinterpret_cast<const char*>(&header_len), sizeof header_len);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const Source& s : sources) {
-      std::vector<float> values = s.tensor.to_vector();  // device -> host when needed
-      out.write(reinterpret_cast<const char*>(values.data()), s.entry.length);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      std::vector<float> v = values(i);
+      out.write(reinterpret_cast<const char*>(v.data()), entries[i].length);
     }
     out.flush();
     if (!out) throw error(path, "cannot be written: write failed (disk full?)");
   }
   std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const ParamList& params,
+                     const optim::Optimizer* optimizer, int64_t step,
+                     const nlohmann::json& config) {
+  // Parameters first (model order), then optimizer state.
+  std::vector<Source> sources;
+  int64_t offset = 0;
+  for (const Param* p : params) add_source(sources, offset, p->name, "param", p->data, path);
+  if (optimizer)
+    for (const optim::NamedTensor& s : optimizer->state())
+      add_source(sources, offset, s.name, "optimizer_state", s.tensor, path);
+  nlohmann::json hyper = nullptr;
+  if (optimizer) {
+    hyper = optimizer->hyperparams();
+    hyper["step_count"] = optimizer->step_count();
+  }
+  std::vector<CheckpointEntry> entries;
+  for (const Source& s : sources) entries.push_back(s.entry);
+  write_checkpoint_file(
+      path, entries, [&](size_t i) { return sources[i].tensor.to_vector(); }, step, config, hyper);
+}
+
+void save_checkpoint_tensors(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                             int64_t step, const nlohmann::json& config,
+                             const nlohmann::json& optimizer) {
+  std::vector<CheckpointEntry> entries;
+  int64_t offset = 0;
+  for (const CheckpointTensor& t : tensors) {
+    if (static_cast<int64_t>(t.values.size()) != shape_numel(t.shape))
+      throw error(path, fmt::format("cannot be saved: tensor '{}' {} has {} values", t.name,
+                                    shape_str(t.shape), t.values.size()));
+    const int64_t bytes = static_cast<int64_t>(t.values.size()) * 4;
+    entries.push_back({t.name, t.kind, "f32", t.shape, offset, bytes});
+    offset += bytes;
+  }
+  write_checkpoint_file(
+      path, entries, [&](size_t i) { return tensors[i].values; }, step, config, optimizer);
 }
 
 namespace {
@@ -255,6 +287,26 @@ CheckpointInfo load_checkpoint(const std::string& path, const ParamList& params,
     optimizer->set_step_count(info.optimizer.value("step_count", info.step));
   }
   return info;
+}
+
+CheckpointContents load_checkpoint_tensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Layout layout = read_layout(path, in);
+  std::vector<char> data(static_cast<size_t>(layout.data_bytes));
+  in.seekg(layout.data_start);
+  in.read(data.data(), layout.data_bytes);
+  if (!in) throw error(path, "could not be read to the end");
+  CheckpointContents contents;
+  for (const CheckpointEntry& e : layout.info.tensors) {
+    if (e.kind != "param" && e.kind != "optimizer_state")
+      throw error(path, fmt::format("has tensor '{}' of unknown kind '{}'", e.name, e.kind));
+    CheckpointTensor t{e.name, e.kind, e.shape,
+                       std::vector<float>(static_cast<size_t>(e.length / 4))};
+    std::memcpy(t.values.data(), data.data() + e.offset, static_cast<size_t>(e.length));
+    contents.tensors.push_back(std::move(t));
+  }
+  contents.info = std::move(layout.info);
+  return contents;
 }
 
 }  // namespace mgpu

@@ -59,4 +59,28 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 CheckpointInfo load_checkpoint(const std::string& path, const ParamList& params,
                                optim::Optimizer* optimizer = nullptr);
 
+// One tensor of the full single-device model, on the host, fp32 (what the trainer gathers on rank
+// 0 from every rank's shards, and what every rank reads back when it resumes).
+struct CheckpointTensor {
+  std::string name;  // "blocks.0.attn.qkv.weight", "adamw.m.blocks.0.attn.qkv.weight"
+  std::string kind;  // "param" or "optimizer_state"
+  Shape shape;
+  std::vector<float> values;
+};
+
+// Writes a full-model checkpoint from host tensors; the same file format as save_checkpoint.
+// `optimizer` is the hyper-parameters JSON (with "step_count"), or null.
+void save_checkpoint_tensors(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                             int64_t step, const nlohmann::json& config,
+                             const nlohmann::json& optimizer);
+
+struct CheckpointContents {
+  CheckpointInfo info;                    // step, config, optimizer hyper-parameters (+ step_count)
+  std::vector<CheckpointTensor> tensors;  // every tensor, validated
+};
+
+// Reads and fully validates a checkpoint (throws std::invalid_argument, a std::runtime_error's
+// sibling the CLI reports as bad input, with one sentence naming the file and the problem).
+CheckpointContents load_checkpoint_tensors(const std::string& path);
+
 }  // namespace mgpu

@@ -130,4 +130,22 @@ float DataParallel::reduce_gradients_to_driver(float my_loss) {
   return static_cast<float>(loss_sum / ranks);
 }
 
+DataParallelLayout::DataParallelLayout(const GPTConfig& config, comm::Comm& comm,
+                                       const train::OptimizerFactory& make_optimizer)
+    : comm_(comm),
+      model_(config),
+      dp_(model_, comm),
+      optimizer_(comm.rank() == 0 ? make_optimizer(model_.params()) : nullptr) {}
+
+train::StepOutcome DataParallelLayout::step(const data::Batch& global_batch, int) {
+  const bool driver = comm_.rank() == 0;  // only the driver reads the batch and the loss
+  float loss = dp_.step(driver ? &global_batch : nullptr, optimizer_.get());
+  if (driver) return {.loss = loss};
+  return {};
+}
+
+std::vector<train::TensorShard> DataParallelLayout::shards() {
+  return train::whole_tensor_shards(model_.params(), optimizer_.get(), comm_.rank() == 0);
+}
+
 }  // namespace mgpu::parallel

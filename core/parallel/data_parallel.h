@@ -14,6 +14,7 @@
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
+#include "core/train/trainer.h"
 
 namespace mgpu::parallel {
 
@@ -35,6 +36,25 @@ class DataParallel {
 
   GPT& model_;
   comm::Comm& comm_;
+};
+
+// The naive scheme as the trainer runs it. Rank 0 holds the master model and the only optimizer
+// (its copy is the checkpoint's); the replicas get fresh weights every step and keep nothing.
+class DataParallelLayout : public train::Layout {
+ public:
+  DataParallelLayout(const GPTConfig& config, comm::Comm& comm,
+                     const train::OptimizerFactory& make_optimizer);
+  std::string name() const override { return "data_parallel"; }
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+  GPT& model() { return model_; }
+
+ private:
+  comm::Comm& comm_;
+  GPT model_;
+  DataParallel dp_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // rank 0 only
 };
 
 }  // namespace mgpu::parallel

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "core/data/sampler.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -123,6 +124,35 @@ void DistributedDataParallel::wait_for_gradients() {
                            " never became ready (is every gradient in some bucket?)");
   for (comm::Work& w : in_flight_) w.wait();
   in_flight_.clear();
+}
+
+DdpLayout::DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions options, int accum,
+                     const train::OptimizerFactory& make_optimizer, int shard_index)
+    : comm_(comm),
+      model_(config),
+      ddp_(model_, comm, options),
+      optimizer_(make_optimizer(model_.params())),
+      accum_(accum),
+      shard_index_(shard_index) {}
+
+// One optimizer step: k micro-steps on this rank's shard, communicating only on the last.
+train::StepOutcome DdpLayout::step(const data::Batch& global_batch, int) {
+  last_shard_ = data::split_micro_batches(global_batch, comm_.size())[shard_index_];
+  model_.zero_grad();
+  float loss = 0;
+  std::vector<data::Batch> micro = data::split_micro_batches(last_shard_, accum_);
+  for (int m = 0; m < accum_; ++m) {
+    bool last = m + 1 == accum_;  // earlier micro-steps only accumulate locally
+    loss += ddp_.forward_backward(micro[m], /*sync=*/last, 1.0f / accum_) / accum_;
+  }
+  ddp_.wait_for_gradients();
+  ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
+  optimizer_->step();
+  return {.shard_loss = loss};  // equal shards: the trainer's mean of them is the global mean
+}
+
+std::vector<train::TensorShard> DdpLayout::shards() {
+  return train::whole_tensor_shards(model_.params(), optimizer_.get(), comm_.rank() == 0);
 }
 
 }  // namespace mgpu::parallel

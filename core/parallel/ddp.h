@@ -13,6 +13,7 @@
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/parallel/ddp_seams.h"
+#include "core/train/trainer.h"
 
 namespace mgpu::parallel {
 
@@ -54,6 +55,30 @@ class DistributedDataParallel {
   std::vector<bool> grad_final_;
   size_t next_bucket_ = 0;  // buckets launch in plan order: every rank issues the same sequence
   std::vector<comm::Work> in_flight_;
+};
+
+// DDP as the trainer runs it: this rank's replica, DDP over it, and its optimizer. Each step takes
+// shard `shard_index` (normally the rank) of the global batch in `accum` micro-steps, talking
+// only on the last one (no_sync before). Rank 0's replica is the one checkpoints take.
+class DdpLayout : public train::Layout {
+ public:
+  DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions options, int accum,
+            const train::OptimizerFactory& make_optimizer, int shard_index);
+  std::string name() const override { return "ddp"; }
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+  const DistributedDataParallel& ddp() const { return ddp_; }
+  GPT& model() { return model_; }
+  const data::Batch& last_shard() const { return last_shard_; }
+
+ private:
+  comm::Comm& comm_;
+  GPT model_;  // same seed on every rank: the replicas start identical
+  DistributedDataParallel ddp_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // after DDP: grads are bucket views by now
+  int accum_, shard_index_;
+  data::Batch last_shard_;
 };
 
 }  // namespace mgpu::parallel

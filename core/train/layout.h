@@ -46,7 +46,10 @@ struct TensorShard {
 
 struct StepOutcome {
   std::optional<float> loss;  // the global batch's mean loss, on the ranks that know it
-  bool skipped = false;       // no update this step (e.g. the fp16 loss scaler found inf/nan)
+  // This rank's mean loss over its equal share of the batch, when no rank knows the global one
+  // (DDP): the trainer averages the shares over the ranks.
+  std::optional<float> shard_loss;
+  bool skipped = false;  // no update this step (e.g. the fp16 loss scaler found inf/nan)
 };
 
 class Layout {
@@ -56,6 +59,9 @@ class Layout {
   // One optimizer step on the global batch (the layout takes this rank's share of it): forward,
   // backward, gradient synchronisation and the optimizer update.
   virtual StepOutcome step(const data::Batch& global_batch, int step) = 0;
+  // Runs before each step, outside its window on the timeline (a pipeline's barrier, so every
+  // stage starts the step together and its bubble is measured from a common start).
+  virtual void before_step(int step) { (void)step; }
   // This rank's parameters and optimizer state, each mapped into the full model.
   virtual std::vector<TensorShard> shards() = 0;
   // The optimizer (hyper-parameters and step count for checkpoints), or null on ranks without

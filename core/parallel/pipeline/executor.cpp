@@ -331,13 +331,12 @@ StageStepStats run_schedule(StageModel& model, const Schedule& schedule,
   return StageRunner(model, schedule, microbatches, comm, options).run();
 }
 
-StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const Schedule& schedule,
-                          const data::Batch& batch, comm::Comm& comm, int step,
-                          const ExecutorOptions& options) {
-  // Stages finish a step at different times (stage 0 runs the last backward); the barrier lines
-  // them up so each step's window, and its bubble, is measured from a common start.
-  comm.barrier();
-  StepScope scope(step);
+namespace {
+
+// The body of a step, inside its window: zero_grad, the schedule, the optimizer.
+StageStepStats step_body(StageModel& model, optim::Optimizer& optimizer, const Schedule& schedule,
+                         const data::Batch& batch, comm::Comm& comm,
+                         const ExecutorOptions& options) {
   model.zero_grad();
   StageStepStats stats = run_schedule(
       model, schedule, data::split_micro_batches(batch, schedule.microbatches), comm, options);
@@ -346,6 +345,41 @@ StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const 
     optimizer.step();  // each stage updates only its own parameters: no communication needed
   }
   return stats;
+}
+
+}  // namespace
+
+StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const Schedule& schedule,
+                          const data::Batch& batch, comm::Comm& comm, int step,
+                          const ExecutorOptions& options) {
+  // Stages finish a step at different times (stage 0 runs the last backward); the barrier lines
+  // them up so each step's window, and its bubble, is measured from a common start.
+  comm.barrier();
+  StepScope scope(step);
+  return step_body(model, optimizer, schedule, batch, comm, options);
+}
+
+PipelineLayout::PipelineLayout(const GPTConfig& config, comm::Comm& comm, Schedule schedule,
+                               int virtual_stages, const train::OptimizerFactory& make_optimizer,
+                               ExecutorOptions options)
+    : comm_(comm),
+      stage_(StageModel::build(config, comm.rank(), comm.size(), virtual_stages)),
+      optimizer_(make_optimizer(stage_.params())),
+      schedule_(std::move(schedule)),
+      options_(options) {}
+
+void PipelineLayout::before_step(int) {
+  comm_.barrier();  // as in train_step: every stage starts the step together
+}
+
+train::StepOutcome PipelineLayout::step(const data::Batch& global_batch, int) {
+  stats_ = step_body(stage_, *optimizer_, schedule_, global_batch, comm_, options_);
+  if (comm_.rank() == comm_.size() - 1) return {.loss = stats_.loss};  // only it has the loss
+  return {};
+}
+
+std::vector<train::TensorShard> PipelineLayout::shards() {
+  return train::whole_tensor_shards(stage_.params(), optimizer_.get(), /*writer=*/true);
 }
 
 }  // namespace mgpu::pipeline

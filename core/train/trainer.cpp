@@ -1,0 +1,331 @@
+#include "core/train/trainer.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/comm/comm.h"
+#include "core/optim/optimizer.h"
+
+namespace mgpu::train {
+
+namespace {
+
+// Tags of the trainer's own messages, after the last step (far from any paradigm's tags).
+constexpr int kLossTag = 1 << 20;
+constexpr int kShardHeaderTag = kLossTag + 1;
+constexpr int kShardDataTag = kLossTag + 2;
+constexpr int kStatsTag = kLossTag + 3;
+
+// The bookkeeping after training (loss log, checkpoint gather) is not part of the lesson: it
+// leaves no events on the timeline, so a run with --checkpoint draws the same trace as one without.
+class UntracedScope {
+ public:
+  explicit UntracedScope(RankContext& ctx) : ctx_(ctx), was_(ctx.tracer.enabled) {
+    ctx.tracer.enabled = false;
+  }
+  ~UntracedScope() { ctx_.tracer.enabled = was_; }
+  UntracedScope(const UntracedScope&) = delete;
+  UntracedScope& operator=(const UntracedScope&) = delete;
+
+ private:
+  RankContext& ctx_;
+  bool was_;
+};
+
+// Floats travel exactly through every backend, so a small message is floats: a length, then
+// the values. Text (a JSON description) goes one byte per float.
+void send_floats(comm::Comm& comm, const std::vector<float>& values, int dst, int tag) {
+  Tensor size = Tensor::from({1}, {static_cast<float>(values.size())}, MemCategory::workspace);
+  comm.send(size, dst, tag);
+  if (!values.empty())
+    comm.send(Tensor::from({static_cast<int64_t>(values.size())}, values, MemCategory::workspace),
+              dst, tag);
+}
+
+std::vector<float> recv_floats(comm::Comm& comm, int src, int tag) {
+  Tensor size = Tensor::zeros({1}, MemCategory::workspace);
+  comm.recv(size, src, tag);
+  const auto n = static_cast<int64_t>(size.to_vector()[0]);
+  if (n == 0) return {};
+  Tensor values = Tensor::zeros({n}, MemCategory::workspace);
+  comm.recv(values, src, tag);
+  return values.to_vector();
+}
+
+std::vector<float> text_to_floats(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+
+std::string floats_to_text(const std::vector<float>& values) {
+  std::string text;
+  for (float v : values) text.push_back(static_cast<char>(static_cast<int>(v)));
+  return text;
+}
+
+// One step's outcome on one rank, as four floats: has loss, loss, has shard loss, shard loss.
+void append_outcome(std::vector<float>& out, const StepOutcome& o) {
+  out.insert(out.end(), {o.loss ? 1.0f : 0.0f, o.loss.value_or(0), o.shard_loss ? 1.0f : 0.0f,
+                         o.shard_loss.value_or(0)});
+}
+
+// The global loss of each step from every rank's outcomes: the lowest rank that knows it, or
+// the mean of the equal shards' losses.
+std::vector<float> global_losses(const std::vector<std::vector<float>>& per_rank, int steps) {
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    std::optional<float> global;
+    double shard_sum = 0;
+    int shards = 0;
+    for (const auto& rank : per_rank) {
+      const float* o = rank.data() + 4 * s;
+      if (o[0] != 0 && !global) global = o[1];
+      if (o[2] != 0) shard_sum += o[3], ++shards;
+    }
+    losses.push_back(global ? *global : static_cast<float>(shards ? shard_sum / shards : 0.0));
+  }
+  return losses;
+}
+
+// Copies this rank's shards out of the full tensors of a checkpoint.
+void restore_shards(Layout& layout, const CheckpointContents& ckpt, const std::string& path) {
+  std::map<std::string, const CheckpointTensor*> by_name;
+  for (const CheckpointTensor& t : ckpt.tensors) by_name[t.name] = &t;
+  for (TensorShard& shard : layout.shards()) {
+    auto it = by_name.find(shard.full_name);
+    if (it == by_name.end())
+      throw std::invalid_argument(fmt::format(
+          "checkpoint '{}' has no tensor '{}' that this run needs (saved from another model or "
+          "optimizer?)",
+          path, shard.full_name));
+    const CheckpointTensor& full = *it->second;
+    if (full.shape != shard.full_shape)
+      throw std::invalid_argument(
+          fmt::format("checkpoint '{}' has {} {} but this model's is {} (another model?)", path,
+                      full.name, shape_str(full.shape), shape_str(shard.full_shape)));
+    if (!shard.local.has_data()) continue;  // phantom: shapes only
+    std::vector<float> local;
+    local.reserve(static_cast<size_t>(shard.local.numel()));
+    for (const ShardRun& run : shard.runs)
+      local.insert(local.end(), full.values.begin() + run.full_offset,
+                   full.values.begin() + run.full_offset + run.length);
+    shard.local.copy_from(Tensor::from(shard.local.shape(), local, MemCategory::workspace));
+  }
+  if (optim::Optimizer* opt = layout.optimizer()) {
+    const nlohmann::json& saved = ckpt.info.optimizer;
+    if (saved.is_null())
+      throw std::invalid_argument(fmt::format(
+          "checkpoint '{}' holds no optimizer state; this run needs {}'s", path, opt->name()));
+    if (saved.value("name", std::string("?")) != opt->name())
+      throw std::invalid_argument(fmt::format("checkpoint '{}' holds {} state but this run uses {}",
+                                              path, saved.value("name", std::string("?")),
+                                              opt->name()));
+    opt->set_step_count(saved.value("step_count", ckpt.info.step));
+  }
+}
+
+// This rank's writer shards: a JSON description (names, shapes, runs) and their values in order.
+std::pair<std::string, std::vector<float>> describe_writer_shards(Layout& layout) {
+  nlohmann::json desc = nlohmann::json::array();
+  std::vector<float> values;
+  for (TensorShard& shard : layout.shards()) {
+    if (!shard.writer) continue;
+    nlohmann::json runs = nlohmann::json::array();
+    for (const ShardRun& r : shard.runs) runs.push_back({r.full_offset, r.length});
+    desc.push_back({{"name", shard.full_name},
+                    {"kind", shard.kind},
+                    {"shape", shard.full_shape},
+                    {"runs", runs}});
+    std::vector<float> v = shard.local.to_vector();
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  return {desc.dump(), std::move(values)};
+}
+
+// Rank 0: every rank's writer shards placed into full tensors, parameters first, each tensor in
+// the order it first appears (rank 0's first). Every element must be written exactly once.
+std::vector<CheckpointTensor> assemble(
+    const std::vector<std::pair<std::string, std::vector<float>>>& per_rank) {
+  std::vector<CheckpointTensor> tensors;
+  std::map<std::string, size_t> index;
+  std::vector<int64_t> covered;
+  for (const auto& [text, values] : per_rank) {
+    size_t at = 0;
+    for (const nlohmann::json& d : nlohmann::json::parse(text)) {
+      const std::string name = d.at("name");
+      auto [it, fresh] = index.try_emplace(name, tensors.size());
+      if (fresh) {
+        Shape shape = d.at("shape").get<Shape>();
+        tensors.push_back({name, d.at("kind"), shape,
+                           std::vector<float>(static_cast<size_t>(shape_numel(shape)))});
+        covered.push_back(0);
+      }
+      CheckpointTensor& t = tensors[it->second];
+      for (const nlohmann::json& run : d.at("runs")) {
+        const int64_t offset = run[0], length = run[1];
+        if (offset < 0 || offset + length > static_cast<int64_t>(t.values.size()) ||
+            at + length > values.size())
+          throw std::logic_error(
+              fmt::format("checkpoint gather: a shard of '{}' lies outside it", name));
+        std::copy_n(values.begin() + static_cast<int64_t>(at), length, t.values.begin() + offset);
+        at += static_cast<size_t>(length);
+        covered[it->second] += length;
+      }
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (covered[i] != static_cast<int64_t>(tensors[i].values.size()))
+      throw std::logic_error(fmt::format(
+          "checkpoint gather: the ranks' writer shards cover {} of the {} elements of '{}'",
+          covered[i], tensors[i].values.size(), tensors[i].name));
+  std::stable_partition(tensors.begin(), tensors.end(),
+                        [](const CheckpointTensor& t) { return t.kind == "param"; });
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<TensorShard> whole_tensor_shards(const ParamList& params,
+                                             const optim::Optimizer* optimizer, bool writer) {
+  std::vector<TensorShard> shards;
+  auto whole = [&](const std::string& name, const std::string& kind, const Tensor& t) {
+    shards.push_back({name, kind, t.shape(), {{0, t.numel()}}, t, writer});
+  };
+  for (Param* p : params) whole(p->name, "param", p->data);
+  if (optimizer)
+    for (const optim::NamedTensor& s : optimizer->state())
+      whole(s.name, "optimizer_state", s.tensor);
+  return shards;
+}
+
+std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,
+                                                 const std::vector<int64_t>& values) {
+  // An int64 travels as two floats of 24 bits each (exact); enough for byte counts < 2^48.
+  auto encode = [](const std::vector<int64_t>& v) {
+    std::vector<float> f;
+    for (int64_t x : v)
+      f.insert(f.end(), {static_cast<float>(x >> 24), static_cast<float>(x & 0xFFFFFF)});
+    return f;
+  };
+  auto decode = [](const std::vector<float>& f) {
+    std::vector<int64_t> v;
+    for (size_t i = 0; i + 1 < f.size(); i += 2)
+      v.push_back((static_cast<int64_t>(f[i]) << 24) + static_cast<int64_t>(f[i + 1]));
+    return v;
+  };
+  UntracedScope untraced(ctx);
+  comm::Comm& comm = *ctx.comm;
+  if (comm.rank() != 0) {
+    send_floats(comm, encode(values), 0, kStatsTag);
+    return {};
+  }
+  std::vector<std::vector<int64_t>> all{values};
+  for (int r = 1; r < comm.size(); ++r) all.push_back(decode(recv_floats(comm, r, kStatsTag)));
+  return all;
+}
+
+CheckpointContents read_resume_checkpoint(const TrainOptions& options) {
+  CheckpointContents ckpt = load_checkpoint_tensors(options.resume);
+  if (options.model_params >= 0) {
+    int64_t saved = 0;
+    for (const CheckpointTensor& t : ckpt.tensors)
+      if (t.kind == "param") saved += static_cast<int64_t>(t.values.size());
+    if (saved != options.model_params)
+      throw std::invalid_argument(fmt::format(
+          "checkpoint '{}' holds a model of {} parameters but this run's has {}: resume with the "
+          "options it was saved with (its header has them)",
+          options.resume, saved, options.model_params));
+  }
+  if (ckpt.info.step >= options.steps)
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}' is already at step {}: ask for more --steps than that to "
+                    "continue training",
+                    options.resume, ckpt.info.step));
+  return ckpt;
+}
+
+TrainResult train(World& world, const data::Task& task, const TrainOptions& options,
+                  const LayoutFactory& factory, const LossCallback& on_loss,
+                  const RankDone& on_done) {
+  const bool phantom = world.options().device == DeviceKind::phantom;
+  if (phantom && !options.checkpoint.empty())
+    throw std::invalid_argument(
+        "--checkpoint needs parameter values, and the phantom device has none: drop --checkpoint "
+        "or use --device cpu");
+  CheckpointContents resume;
+  TrainResult result;
+  if (!options.resume.empty()) {
+    resume = read_resume_checkpoint(options);
+    result.first_step = static_cast<int>(resume.info.step);
+  }
+  const int first = result.first_step;
+  const int steps_run = options.steps - first;
+
+  std::mutex mutex;
+  std::vector<bool> reported(static_cast<size_t>(std::max(steps_run, 0)), false);
+  world.run([&](RankContext& ctx) {
+    std::unique_ptr<Layout> layout = factory(ctx);
+    if (!options.resume.empty()) restore_shards(*layout, resume, options.resume);
+
+    std::vector<float> outcomes;  // 4 floats per step (append_outcome)
+    for (int step = first; step < options.steps; ++step) {
+      data::Batch batch = task.sample(step, options.global_batch, options.seq);
+      layout->before_step(step);
+      StepOutcome outcome;
+      {
+        StepScope scope(step);
+        outcome = layout->step(batch, step);
+      }
+      append_outcome(outcomes, outcome);
+      if (outcome.loss && on_loss && world.is_root()) {
+        std::lock_guard lock(mutex);
+        if (!reported[step - first]) reported[step - first] = true, on_loss(step, *outcome.loss);
+      }
+    }
+    if (on_done) on_done(ctx, *layout);
+
+    UntracedScope untraced(ctx);
+    comm::Comm& comm = *ctx.comm;
+    if (ctx.device.has_data()) {  // the loss log, gathered to rank 0
+      if (ctx.rank != 0) {
+        send_floats(comm, outcomes, 0, kLossTag);
+      } else {
+        std::vector<std::vector<float>> per_rank{outcomes};
+        for (int r = 1; r < comm.size(); ++r) per_rank.push_back(recv_floats(comm, r, kLossTag));
+        std::lock_guard lock(mutex);
+        result.losses = global_losses(per_rank, steps_run);
+      }
+    } else if (ctx.rank == 0) {
+      result.losses.assign(static_cast<size_t>(steps_run), 0.0f);  // phantom: timing only
+    }
+    if (!options.checkpoint.empty()) {  // the full model, gathered to rank 0
+      auto [text, values] = describe_writer_shards(*layout);
+      if (ctx.rank != 0) {
+        send_floats(comm, text_to_floats(text), 0, kShardHeaderTag);
+        send_floats(comm, values, 0, kShardDataTag);
+      } else {
+        std::vector<std::pair<std::string, std::vector<float>>> per_rank{{text, values}};
+        for (int r = 1; r < comm.size(); ++r)
+          per_rank.emplace_back(floats_to_text(recv_floats(comm, r, kShardHeaderTag)),
+                                recv_floats(comm, r, kShardDataTag));
+        nlohmann::json hyper = nullptr;
+        if (const optim::Optimizer* opt = layout->optimizer()) {
+          hyper = opt->hyperparams();
+          hyper["step_count"] = opt->step_count();
+        }
+        save_checkpoint_tensors(options.checkpoint, assemble(per_rank), options.steps,
+                                options.config, hyper);
+        result.checkpoint_written = true;
+      }
+    }
+  });
+  if (on_loss && world.is_root())
+    for (int s = 0; s < steps_run && s < static_cast<int>(result.losses.size()); ++s)
+      if (!reported[s]) on_loss(first + s, result.losses[s]);
+  return result;
+}
+
+}  // namespace mgpu::train

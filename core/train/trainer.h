@@ -1,0 +1,74 @@
+// The one training loop. Every paradigm trains through it: the trainer builds the paradigm's
+// Layout on each rank of a World (threads or MPI processes), samples the same seeded global batch
+// every step, runs layout.step inside a StepScope, and afterwards gathers the loss log and (with
+// a checkpoint path) every rank's shards into the full single-device model on rank 0.
+//
+// How a paradigm plugs in: implement train::Layout (layout.h) next to the paradigm, and give the
+// trainer a factory that builds it on a rank. Checkpoints, resume, losses and the trace then come
+// for free, and match every other paradigm's; the lesson only picks options and narrates.
+//
+//   train::TrainOptions opt{.steps = 20, .global_batch = 16, .seq = 32, ...};
+//   train::TrainResult r = train::train(world, task, opt, [&](RankContext& ctx) {
+//     return std::make_unique<MyLayout>(cfg, *ctx.comm);
+//   });
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model/checkpoint.h"
+#include "core/model/param.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/world.h"
+#include "core/train/layout.h"
+
+namespace mgpu::train {
+
+struct TrainOptions {
+  int steps = 1;         // train until this many steps are done (a resumed run continues)
+  int global_batch = 1;  // sequences per optimizer step, over all ranks
+  int seq = 1;
+  std::string resume;         // a checkpoint to start from ("" = fresh)
+  std::string checkpoint;     // where to write the gathered model at the end ("" = nowhere)
+  nlohmann::json config;      // saved in the checkpoint header (the run's options)
+  int64_t model_params = -1;  // the full model's parameter count, checked against --resume
+};
+
+struct TrainResult {
+  int first_step = 0;         // > 0 when resumed
+  std::vector<float> losses;  // per step run, global-batch means (root process; empty on phantom)
+  bool checkpoint_written = false;
+};
+
+// Builds a rank's optimizer over the parameters it updates (the lesson's --optimizer, --lr, ...).
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const ParamList&)>;
+using LayoutFactory = std::function<std::unique_ptr<Layout>(RankContext&)>;
+// Called on the rank holding each step's global loss as soon as it is known, on the root process
+// (progress printing); steps whose loss is only known after the gather are reported then.
+using LossCallback = std::function<void(int step, float loss)>;
+// Called on every rank after the last step, with the layout still alive (lesson-specific stats).
+using RankDone = std::function<void(RankContext&, Layout&)>;
+
+TrainResult train(World& world, const data::Task& task, const TrainOptions& options,
+                  const LayoutFactory& factory, const LossCallback& on_loss = {},
+                  const RankDone& on_done = {});
+
+// Whole-tensor shards of a rank that holds complete parameters (single device, DDP replicas,
+// pipeline stages) and the optimizer state over them. `writer`: this rank's copy is the one the
+// checkpoint takes (replicas: rank 0 only).
+std::vector<TensorShard> whole_tensor_shards(const ParamList& params,
+                                             const optim::Optimizer* optimizer, bool writer);
+
+// Every rank's `values` on rank 0 (rank order; empty elsewhere), through the world's comm and
+// off the timeline. Collective: every rank calls it. For small per-rank stats.
+std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,
+                                                 const std::vector<int64_t>& values);
+
+// Reads --resume once per process, validated (throws std::invalid_argument, one line).
+CheckpointContents read_resume_checkpoint(const TrainOptions& options);
+
+}  // namespace mgpu::train

@@ -1,0 +1,156 @@
+// The one training loop's promises, through every training lesson's command line: --checkpoint
+// writes the gathered full model in the single-device format (the same parameters single_device
+// trains to), --resume continues from ANY lesson's checkpoint, and bad checkpoints or options are
+// one line with exit code 2.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/model/checkpoint.h"
+#include "unit/mgpu_cli.h"
+
+using mgpu::testing::run_mgpu;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kLessons = {"single_device", "data_parallel",  "ddp",
+                                           "grad_accum",    "model_parallel", "pipeline"};
+
+fs::path scratch() {
+  fs::path dir = fs::temp_directory_path() / "mgpu_test_lesson_checkpoints";
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A tiny model every lesson can run: 4 layers (two per pipeline stage), global batch 8.
+std::vector<std::string> tiny_run(const std::string& lesson, int steps) {
+  std::vector<std::string> a = {"run",      lesson, "--steps", std::to_string(steps),
+                                "--layers", "4",    "--dim",   "16",
+                                "--heads",  "2",    "--seq",   "8",
+                                "--batch",  "8",    "-q"};
+  if (lesson != "single_device") a.insert(a.end(), {"--ranks", "2"});
+  if (lesson == "pipeline") a.insert(a.end(), {"--microbatches", "4"});
+  if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
+  return a;
+}
+
+std::map<std::string, mgpu::CheckpointTensor> load(const fs::path& path) {
+  std::map<std::string, mgpu::CheckpointTensor> by_name;
+  for (auto& t : mgpu::load_checkpoint_tensors(path.string()).tensors) by_name[t.name] = t;
+  return by_name;
+}
+
+// Largest |a - b| over every tensor of `kind`; infinity when the names or shapes differ.
+float max_difference(const std::map<std::string, mgpu::CheckpointTensor>& a,
+                     const std::map<std::string, mgpu::CheckpointTensor>& b,
+                     const std::string& kind) {
+  float worst = 0;
+  int compared = 0;
+  for (auto& [name, t] : a) {
+    if (t.kind != kind) continue;
+    auto it = b.find(name);
+    if (it == b.end() || it->second.shape != t.shape) return INFINITY;
+    for (size_t i = 0; i < t.values.size(); ++i)
+      worst = std::max(worst, std::abs(t.values[i] - it->second.values[i]));
+    ++compared;
+  }
+  for (auto& [name, t] : b)
+    if (t.kind == kind && !a.count(name)) return INFINITY;
+  return compared > 0 ? worst : INFINITY;
+}
+
+// Same global-batch gradient, summed in another order (shards, micro-batches): fp32 rounding,
+// amplified by AdamW's 1/sqrt(v) (see test_ddp.cpp).
+constexpr float kTolerance = 2e-5f;
+
+fs::path checkpoint_of(const std::string& lesson, int steps, const std::string& tag,
+                       const std::string& resume = "") {
+  fs::path path = scratch() / (lesson + "_" + tag + ".ckpt");
+  auto args = tiny_run(lesson, steps);
+  args.insert(args.end(), {"--checkpoint", path.string()});
+  if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+  auto r = run_mgpu(args);
+  INFO(lesson << ": " << r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(fs::exists(path));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("every lesson's checkpoint is the single-device model after the same steps",
+          "[lesson][checkpoint]") {
+  auto reference = load(checkpoint_of("single_device", 3, "straight"));
+  for (const std::string& lesson : kLessons) {
+    INFO(lesson);
+    auto mine = load(checkpoint_of(lesson, 3, "straight"));
+    CHECK(max_difference(mine, reference, "param") <= kTolerance);
+    CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
+    CHECK(mgpu::read_checkpoint_info((scratch() / (lesson + "_straight.ckpt")).string())
+              .optimizer.at("step_count") == 3);
+  }
+}
+
+TEST_CASE("a DDP checkpoint resumed by any lesson continues the same training",
+          "[lesson][checkpoint]") {
+  auto straight = load(checkpoint_of("single_device", 4, "four"));
+  fs::path half = checkpoint_of("ddp", 2, "half");
+  for (const std::string& lesson : kLessons) {
+    INFO("ddp for 2 steps, then " << lesson << " for 2 more");
+    auto resumed = load(checkpoint_of(lesson, 4, "resumed", half.string()));
+    CHECK(max_difference(resumed, straight, "param") <= kTolerance);
+    CHECK(max_difference(resumed, straight, "optimizer_state") <= kTolerance);
+  }
+  // And without resuming, two more steps from the start are not the same training.
+  auto restarted = load(checkpoint_of("pipeline", 2, "restarted"));
+  CHECK(max_difference(restarted, straight, "param") > 1e-4f);
+}
+
+TEST_CASE("bad checkpoints and impossible checkpoint requests: one line, exit 2",
+          "[lesson][checkpoint]") {
+  fs::path corrupt = scratch() / "corrupt.ckpt";
+  std::ofstream(corrupt) << "MGPUCKPT but not really";
+  fs::path good = checkpoint_of("single_device", 2, "small");
+  for (const std::string& lesson : kLessons) {
+    struct Case {
+      std::string what;
+      std::vector<std::string> extra;
+      std::string says;
+    };
+    std::vector<Case> cases = {
+        {"missing file", {"--resume", "/nonexistent/run.ckpt"}, "cannot be opened"},
+        {"corrupt file", {"--resume", corrupt.string()}, "checkpoint"},
+        {"another model", {"--resume", good.string(), "--dim", "32"}, "parameters"},
+        {"already past --steps", {"--resume", good.string(), "--steps", "2"}, "already at step"},
+        {"phantom device", {"--device", "phantom", "--checkpoint", "x.ckpt"}, "phantom"},
+    };
+    for (const Case& c : cases) {
+      INFO(lesson << ": " << c.what);
+      auto args = tiny_run(lesson, 3);
+      args.insert(args.end(), c.extra.begin(), c.extra.end());
+      auto r = run_mgpu(args);
+      INFO(r.err);
+      CHECK(r.code == 2);
+      CHECK(mgpu::testing::count_lines(r.err) == 1);
+      CHECK(r.err.find(c.says) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("--weight-decay reaches the optimizer in every lesson", "[lesson][checkpoint]") {
+  for (const std::string& lesson : kLessons) {
+    INFO(lesson);
+    auto plain = load(checkpoint_of(lesson, 2, "wd_default"));
+    fs::path path = scratch() / (lesson + "_wd.ckpt");
+    auto args = tiny_run(lesson, 2);
+    args.insert(args.end(), {"--weight-decay", "0.5", "--checkpoint", path.string()});
+    REQUIRE(run_mgpu(args).code == 0);
+    CHECK(max_difference(load(path), plain, "param") > 1e-5f);
+    CHECK(mgpu::read_checkpoint_info(path.string()).optimizer.at("weight_decay") == 0.5);
+  }
+}
