@@ -37,21 +37,35 @@ class UntracedScope {
 };
 
 // Floats travel exactly through every backend, so a small message is floats: a length, then
-// the values. Text (a JSON description) goes one byte per float.
+// the values. Text (a JSON description) goes one byte per float. The messages live in host
+// memory outside the rank's allocator (a phantom tensor holds no values, and the bookkeeping
+// must not show in the lesson's memory figures); on CUDA devices they are device tensors.
+Allocator& host_memory() {
+  static Allocator host(Device::cpu());
+  return host;
+}
+
+Tensor message(int64_t n) {
+  Allocator* where = current_rank().device.kind == DeviceKind::cuda ? nullptr : &host_memory();
+  return Tensor::zeros({n}, MemCategory::comm_buffers, DType::f32, where);
+}
+
 void send_floats(comm::Comm& comm, const std::vector<float>& values, int dst, int tag) {
-  Tensor size = Tensor::from({1}, {static_cast<float>(values.size())}, MemCategory::workspace);
+  Tensor size = message(1);
+  size.fill(static_cast<float>(values.size()));
   comm.send(size, dst, tag);
-  if (!values.empty())
-    comm.send(Tensor::from({static_cast<int64_t>(values.size())}, values, MemCategory::workspace),
-              dst, tag);
+  if (values.empty()) return;
+  Tensor t = message(static_cast<int64_t>(values.size()));
+  t.copy_from(Tensor::from(t.shape(), values, MemCategory::comm_buffers, &host_memory()));
+  comm.send(t, dst, tag);
 }
 
 std::vector<float> recv_floats(comm::Comm& comm, int src, int tag) {
-  Tensor size = Tensor::zeros({1}, MemCategory::workspace);
+  Tensor size = message(1);
   comm.recv(size, src, tag);
   const auto n = static_cast<int64_t>(size.to_vector()[0]);
   if (n == 0) return {};
-  Tensor values = Tensor::zeros({n}, MemCategory::workspace);
+  Tensor values = message(n);
   comm.recv(values, src, tag);
   return values.to_vector();
 }
@@ -308,9 +322,10 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
         send_floats(comm, values, 0, kShardDataTag);
       } else {
         std::vector<std::pair<std::string, std::vector<float>>> per_rank{{text, values}};
-        for (int r = 1; r < comm.size(); ++r)
-          per_rank.emplace_back(floats_to_text(recv_floats(comm, r, kShardHeaderTag)),
-                                recv_floats(comm, r, kShardDataTag));
+        for (int r = 1; r < comm.size(); ++r) {  // header first, then data: the order they come
+          std::string header = floats_to_text(recv_floats(comm, r, kShardHeaderTag));
+          per_rank.emplace_back(std::move(header), recv_floats(comm, r, kShardDataTag));
+        }
         nlohmann::json hyper = nullptr;
         if (const optim::Optimizer* opt = layout->optimizer()) {
           hyper = opt->hyperparams();

@@ -28,9 +28,10 @@ fs::path scratch() {
 }
 
 // A tiny model every lesson can run: 4 layers (two per pipeline stage), global batch 8.
-std::vector<std::string> tiny_run(const std::string& lesson, int steps) {
+std::vector<std::string> tiny_run(const std::string& lesson, int steps,
+                                  const std::string& dim = "16") {
   std::vector<std::string> a = {"run",      lesson, "--steps", std::to_string(steps),
-                                "--layers", "4",    "--dim",   "16",
+                                "--layers", "4",    "--dim",   dim,
                                 "--heads",  "2",    "--seq",   "8",
                                 "--batch",  "8",    "-q"};
   if (lesson != "single_device") a.insert(a.end(), {"--ranks", "2"});
@@ -116,22 +117,24 @@ TEST_CASE("bad checkpoints and impossible checkpoint requests: one line, exit 2"
   fs::path corrupt = scratch() / "corrupt.ckpt";
   std::ofstream(corrupt) << "MGPUCKPT but not really";
   fs::path good = checkpoint_of("single_device", 2, "small");
+  fs::path done = checkpoint_of("single_device", 3, "done");
   for (const std::string& lesson : kLessons) {
     struct Case {
       std::string what;
       std::vector<std::string> extra;
       std::string says;
+      std::string dim = "16";
     };
     std::vector<Case> cases = {
         {"missing file", {"--resume", "/nonexistent/run.ckpt"}, "cannot be opened"},
         {"corrupt file", {"--resume", corrupt.string()}, "checkpoint"},
-        {"another model", {"--resume", good.string(), "--dim", "32"}, "parameters"},
-        {"already past --steps", {"--resume", good.string(), "--steps", "2"}, "already at step"},
+        {"another model", {"--resume", good.string()}, "parameters", "32"},
+        {"already past --steps", {"--resume", done.string()}, "already at step"},
         {"phantom device", {"--device", "phantom", "--checkpoint", "x.ckpt"}, "phantom"},
     };
     for (const Case& c : cases) {
       INFO(lesson << ": " << c.what);
-      auto args = tiny_run(lesson, 3);
+      auto args = tiny_run(lesson, 3, c.dim);
       args.insert(args.end(), c.extra.begin(), c.extra.end());
       auto r = run_mgpu(args);
       INFO(r.err);
