@@ -6,15 +6,12 @@
 // allocator, and answers "my TP model trains with SGD but Adam runs out of memory — why?".
 #include "lessons/tensor_parallel.h"
 
-#include <map>
-#include <mutex>
 #include <ostream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/model/checkpoint.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/trace/analysis.h"
@@ -43,73 +40,17 @@ int optimizer_bytes_per_param(const std::string& optimizer) {
   return optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
 }
 
-// ---- checkpoints of the full model ---------------------------------------------------------
-// Interim: the one training loop (core/train/trainer) will own gathered save/resume for every
-// layout; until it lands, these two helpers do it for threads-as-ranks through Layout::shards().
+// The tp layout together with the mesh it takes its group from (the group must outlive it).
+class MeshLayout : public parallel::TensorParallel {
+ public:
+  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
+             const parallel::OptimizerFactory& make_optimizer)
+      : TensorParallel(cfg, mesh->group(parallel::Axis::tp), make_optimizer),
+        mesh_(std::move(mesh)) {}
 
-void copy_runs(Tensor& local, const Tensor& full, const std::vector<train::ShardRun>& runs) {
-  int64_t pos = 0;
-  for (const train::ShardRun& run : runs) {
-    local.flat_range(pos, pos + run.length)
-        .copy_from(full.flat_range(run.full_offset, run.full_offset + run.length));
-    pos += run.length;
-  }
-}
-
-// A full model + optimizer, set up outside the capacity (it exists only to read or write a file).
-struct FullModel {
-  std::unique_ptr<GPT> model;
-  std::unique_ptr<optim::Optimizer> optimizer;
-  std::map<std::string, Tensor> by_name;
-  FullModel(const CommonOptions& c, const GPTConfig& cfg) {
-    model = std::make_unique<GPT>(cfg);
-    optimizer = make_optimizer(c, model->params());
-    for (Param* p : model->params()) by_name[p->name] = p->data;
-    for (const auto& s : optimizer->state()) by_name[s.name] = s.tensor;
-  }
+ private:
+  std::shared_ptr<parallel::Mesh> mesh_;
 };
-
-int resume_layout(train::Layout& layout, const CommonOptions& c, const GPTConfig& cfg) {
-  parallel::CapacityLifted lifted(current_rank().allocator);
-  FullModel full(c, cfg);
-  CheckpointInfo info = load_checkpoint(c.resume, full.model->params(), full.optimizer.get());
-  for (train::TensorShard& s : layout.shards())
-    copy_runs(s.local, full.by_name.at(s.full_name), s.runs);
-  layout.optimizer()->set_step_count(full.optimizer->step_count());
-  return static_cast<int>(info.step);
-}
-
-struct Gathered {
-  std::mutex mutex;
-  std::map<std::string, std::vector<float>> values;  // full tensors, written by the writers
-};
-
-void save_gathered(train::Layout& layout, const CommonOptions& c, const GPTConfig& cfg,
-                   Gathered& gathered, comm::Comm& world, int steps) {
-  {
-    std::lock_guard lock(gathered.mutex);
-    for (const train::TensorShard& s : layout.shards()) {
-      if (!s.writer) continue;
-      int64_t numel = 1;
-      for (int64_t d : s.full_shape) numel *= d;
-      auto& full = gathered.values[s.full_name];
-      full.resize(static_cast<size_t>(numel));
-      const std::vector<float> local = s.local.to_vector();
-      size_t pos = 0;
-      for (const train::ShardRun& run : s.runs)
-        for (int64_t i = 0; i < run.length; ++i)
-          full[static_cast<size_t>(run.full_offset + i)] = local[pos++];
-    }
-  }
-  world.barrier();  // every rank's shards are in
-  if (world.rank() != 0) return;
-  parallel::CapacityLifted lifted(current_rank().allocator);
-  FullModel full(c, cfg);
-  for (auto& [name, tensor] : full.by_name)
-    tensor.copy_from(Tensor::from(tensor.shape(), gathered.values.at(name)));
-  full.optimizer->set_step_count(layout.optimizer()->step_count());
-  save_checkpoint(c.checkpoint, full.model->params(), full.optimizer.get(), steps, c.to_json());
-}
 
 }  // namespace
 
@@ -120,57 +61,40 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
   parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
-  if (c.device == "phantom" && (!c.checkpoint.empty() || !c.resume.empty()))
-    throw UsageError("a phantom run has no values to save or load: drop --checkpoint/--resume");
   World world(wopt);
-  if (world.is_mpi() && c.ranks > 1 && (!c.checkpoint.empty() || !c.resume.empty()))
-    throw UsageError(
-        "--checkpoint/--resume of tensor_parallel under mpirun needs the shared trainer "
-        "(core/train): run it without mpirun for now");
-
+  if (!c.quiet) {
+    fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
+    fmt::print(out,
+               "split:  tp={}: each GPU holds {} of {} heads and {} of {} MLP units per block\n",
+               c.ranks, cfg.heads / c.ranks, cfg.heads, 4 * cfg.dim / c.ranks, 4 * cfg.dim);
+    fmt::print(out, "data:   {} task, the same {} sequences x {} tokens on every GPU\n",
+               task->name(), c.batch, c.seq);
+    fmt::print(out, "device: {}\n", describe_world(wopt));
+    fmt::print(out, "optim:  {} lr {}\n\n", c.optimizer, c.lr);
+  }
   TensorParallelResult result;
-  Gathered gathered;
-  world.run([&](RankContext& ctx) {
-    parallel::Mesh mesh(*ctx.comm, {.tp = c.ranks});
-    parallel::TensorParallel layout(cfg, mesh.group(parallel::Axis::tp),
-                                    [&](const ParamList& p) { return make_optimizer(c, p); });
-    int first_step = c.resume.empty() ? 0 : resume_layout(layout, c, cfg);
-    ctx.allocator.reset_peaks();  // what training needs, not the set-up's full copy
-    const bool narrator = ctx.rank == 0;
-    if (narrator && !c.quiet) {
-      if (first_step > 0) fmt::print(out, "resumed from {} at step {}\n", c.resume, first_step);
-      fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
-      fmt::print(out,
-                 "split:  tp={}: each GPU holds {} of {} heads and {} of {} MLP units per block\n",
-                 c.ranks, cfg.heads / c.ranks, cfg.heads, 4 * cfg.dim / c.ranks, 4 * cfg.dim);
-      fmt::print(out, "data:   {} task, the same {} sequences x {} tokens on every GPU\n",
-                 task->name(), c.batch, c.seq);
-      fmt::print(out, "device: {}\n", describe_world(wopt));
-      fmt::print(out, "optim:  {} lr {}\n\n", c.optimizer, c.lr);
-    }
-    // Interim training loop: the one trainer (core/train/trainer) replaces it at merge.
-    LossLog log(c, out);
-    for (int step = first_step; step < c.steps; ++step) {
-      StepScope scope(step);
-      const double start = ctx.clock.compute_now();
-      train::StepOutcome outcome = layout.step(task->sample(step, c.batch, c.seq), step);
-      if (narrator) {
-        result.step_seconds = ctx.clock.compute_now() - start;
-        log.record(step, outcome.loss.value_or(0.0f));
-      }
-    }
-    if (!c.checkpoint.empty()) save_gathered(layout, c, cfg, gathered, *ctx.comm, c.steps);
-    if (narrator) {
-      result.losses = log.losses();
-      result.local_params = layout.model().num_params();
-      result.memory = ctx.allocator.stats();
-      if (!c.checkpoint.empty())
-        fmt::print(out, "\ncheckpoint: {} (the gathered full model + {} state, step {})\n",
-                   c.checkpoint, c.optimizer, c.steps);
-    }
-  });
+  LossLog log(c, out);
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, c.batch, cfg),
+      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+        auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = c.ranks});
+        auto layout = std::make_unique<MeshLayout>(mesh, cfg, optimizer_factory(c));
+        ctx.allocator.reset_peaks();  // what training needs, not the set-up's full copy
+        return layout;
+      },
+      [&](int step, float loss) { log.record(step, loss); },
+      [&](RankContext& ctx, train::Layout& layout) {
+        if (ctx.rank != 0) return;
+        result.local_params = static_cast<MeshLayout&>(layout).model().num_params();
+        result.memory = ctx.allocator.stats();
+      });
+  result.losses = trained.losses;
+  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, trained);
   nlohmann::json meta = {{"lesson", "tensor_parallel"}, {"config", c.to_json()}};
   result.trace = world.collect_trace(meta);
+  if (auto last = last_step(result.trace))
+    result.step_seconds = trace::analyze(result.trace, last).window.length();
   result.under_mpi = world.is_mpi();
   return result;
 }

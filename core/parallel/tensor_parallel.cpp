@@ -237,14 +237,17 @@ std::vector<train::TensorShard> TensorParallel::shards() {
     out.push_back(
         {p->name, "param", full, runs_of(p->name, full), p->data, sharded || tp_.rank() == 0});
   }
-  // Optimizer state is named "<prefix>.<param name>" and shaped like its parameter.
+  // Optimizer state is named "<prefix>.<param name>", one flat element per parameter element.
   for (const optim::NamedTensor& state : optimizer_->state()) {
     for (Param* p : params) {
       if (!ends_with(state.name, "." + p->name)) continue;
       const Shape full = full_shape(*p);
       const bool sharded = full != p->data.shape();
-      out.push_back({state.name, "optimizer_state", full, runs_of(p->name, full), state.tensor,
-                     sharded || tp_.rank() == 0});
+      // optimizer state is flat (one element per parameter element, same order)
+      int64_t numel = 1;
+      for (int64_t d : full) numel *= d;
+      out.push_back({state.name, "optimizer_state", Shape{numel}, runs_of(p->name, full),
+                     state.tensor, sharded || tp_.rank() == 0});
       break;
     }
   }
