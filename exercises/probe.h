@@ -28,4 +28,28 @@ inline void probe_all_reduce(void (*all_reduce)(comm::Comm&, Tensor&, comm::Redu
   }
 }
 
+// The probe of exercise 06: the column-parallel forward on a one-rank group (f and the local
+// linear, nothing to wait for).
+using ColumnForward = void (*)(Tensor&, const Tensor&, const Tensor&, const Tensor&, comm::Comm&);
+inline void probe_column_parallel(ColumnForward column_forward) {
+  WorldOptions options;
+  options.ranks = 1;
+  options.backend = "local";
+  options.trace = false;
+  options.comm_timeout = 10;
+  World world(options);
+  try {
+    world.run([&](RankContext& ctx) {
+      Tensor x = Tensor::from({1, 1, 2}, {1.0f, 2.0f});
+      Tensor w = Tensor::from({2, 2}, {1.0f, 0.0f, 0.0f, 1.0f});
+      Tensor b = Tensor::from({2}, {0.0f, 0.0f});
+      Tensor y = Tensor::zeros({1, 1, 2}, MemCategory::activations);
+      column_forward(y, x, w, b, *ctx.comm);
+    });
+  } catch (const RankError& e) {
+    if (e.cause()) std::rethrow_exception(e.cause());
+    throw;
+  }
+}
+
 }  // namespace mgpu::ex

@@ -56,6 +56,9 @@ const std::vector<ExerciseInfo>& exercises() {
       {"ex05", "memory estimator", "docs/exercises/05-memory-estimator.md",
        "bytes per parameter: fp32 4+4+8, mixed bf16 2+2+12; ZeRO stage k shards the last k of "
        "(optimizer, gradients, parameters) to ceil(params / dp)"},
+      {"ex06", "tensor-parallel linear", "docs/exercises/06-tensor-parallel.md",
+       "column: f (identity) then the local linear, backward all-reduces dx; row: the local "
+       "linear (bias only where given) then all-reduce y, backward is the plain linear backward"},
   };
   return list;
 }
@@ -321,7 +324,7 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");
   std::string exercise, impl = "mine";
   double timeout = 120;
-  app.add_option("exercise", exercise, "one exercise: ex01 .. ex05 (default: all)");
+  app.add_option("exercise", exercise, "one exercise: ex01 .. ex06 (default: all)");
   app.add_option("--impl", impl, "whose code to grade")
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
@@ -346,7 +349,7 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (selected.empty()) {
     fmt::print(err,
                "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
-               "ex05)\n",
+               "ex05, ex06)\n",
                exercise);
     return kExitUsage;
   }

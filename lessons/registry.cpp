@@ -6,6 +6,7 @@
 #include "lessons/pipeline.h"
 #include "lessons/precision_training.h"
 #include "lessons/single_device.h"
+#include "lessons/tensor_parallel.h"
 
 namespace mgpu::lessons {
 
@@ -18,6 +19,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_grad_accum_lesson());
   lessons.push_back(make_model_parallel_lesson());
   lessons.push_back(make_pipeline_lesson());
+  lessons.push_back(make_tensor_parallel_lesson());
   lessons.push_back(make_mixed_precision_lesson());
   lessons.push_back(make_activation_checkpointing_lesson());
   return lessons;

@@ -7,6 +7,7 @@ namespace mgpu::reference {
 namespace {
 constexpr const char* kSide = "reference";
 using ex::probe_all_reduce;
+using ex::probe_column_parallel;
 }  // namespace
 
 #include "exercises/exercise_table.inc"

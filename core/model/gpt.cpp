@@ -154,16 +154,23 @@ void Embedding::collect(ParamList& list) {
 // ---------------------------------------------------------------------------------- Block
 
 BlockActivations BlockActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+  return allocate(cfg, BlockShard::whole(cfg), batch, seq);
+}
+
+BlockActivations BlockActivations::allocate(const GPTConfig& cfg, const BlockShard& shard,
+                                            int64_t batch, int64_t seq) {
   BlockActivations a;
   a.out = activation({batch, seq, cfg.dim}, cfg.dtype);  // the next block's input: always kept
   if (cfg.recompute == Recompute::full) return a;
-  a.allocate_missing(cfg, batch, seq);
+  a.allocate_missing(cfg, shard, batch, seq);
   if (cfg.recompute == Recompute::selective) a.att = Tensor();  // made in forward, then dropped
   return a;
 }
 
-void BlockActivations::allocate_missing(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& shard,
+                                        int64_t batch, int64_t seq) {
   const int64_t b = batch, t = seq, c = cfg.dim;
+  const int64_t local_c = int64_t{shard.heads} * cfg.head_size();  // channels of my heads
   auto need = [&](Tensor& x, const Shape& shape) {
     if (!x.defined()) x = activation(shape, cfg.dtype);
   };
@@ -173,15 +180,15 @@ void BlockActivations::allocate_missing(const GPTConfig& cfg, int64_t batch, int
   need(ln1, {b, t, c});
   need_stat(ln1_mean);
   need_stat(ln1_rstd);
-  need(qkv, {b, t, 3 * c});
-  need(att, {b, cfg.heads, t, t});
-  need(attn_out, {b, t, c});
+  need(qkv, {b, t, 3 * local_c});
+  need(att, {b, shard.heads, t, t});
+  need(attn_out, {b, t, local_c});
   need(res1, {b, t, c});
   need(ln2, {b, t, c});
   need_stat(ln2_mean);
   need_stat(ln2_rstd);
-  need(fc, {b, t, 4 * c});
-  need(fc_gelu, {b, t, 4 * c});
+  need(fc, {b, t, shard.hidden});
+  need(fc_gelu, {b, t, shard.hidden});
   need(out, {b, t, c});
 }
 
@@ -193,16 +200,27 @@ int64_t BlockActivations::bytes() const {
   return total;
 }
 
-Block::Block(const GPTConfig& cfg, int index) : heads(cfg.heads), config(cfg) {
+Block::Block(const GPTConfig& cfg, int index) : Block(cfg, index, BlockShard::whole(cfg)) {}
+
+Block::Block(const GPTConfig& cfg, int index, const BlockShard& shard_)
+    : heads(shard_.heads), config(cfg), shard(shard_) {
   const std::string p = fmt::format("blocks.{}.", index);
   const int64_t c = cfg.dim;
+  const int64_t local_c = int64_t{shard.heads} * cfg.head_size();
   ln1 = LayerNorm(p + "ln1", c);
-  qkv = Linear(p + "attn.qkv", c, 3 * c);
-  attn_proj = Linear(p + "attn.proj", c, c);
+  qkv = Linear(p + "attn.qkv", c, 3 * local_c);
+  attn_proj = Linear(p + "attn.proj", local_c, c);
   ln2 = LayerNorm(p + "ln2", c);
-  fc = Linear(p + "mlp.fc", c, 4 * c);
-  mlp_proj = Linear(p + "mlp.proj", 4 * c, c);
+  fc = Linear(p + "mlp.fc", c, shard.hidden);
+  mlp_proj = Linear(p + "mlp.proj", shard.hidden, c);
 }
+
+namespace {
+BlockHooks& hooks_or_identity(BlockHooks* hooks) {
+  static BlockHooks identity;
+  return hooks ? *hooks : identity;
+}
+}  // namespace
 
 void Block::init(std::mt19937_64& rng, int layers) {
   // GPT-2: the projections that write into the residual stream are scaled by 1/sqrt(2 layers),
@@ -217,7 +235,7 @@ void Block::init(std::mt19937_64& rng, int layers) {
 }
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
-  a.allocate_missing(config, x.dim(0), x.dim(1));
+  a.allocate_missing(config, shard, x.dim(0), x.dim(1));
   forward_math(x, a);
   // Activation checkpointing: free what the backward will recompute.
   if (config.recompute == Recompute::selective) a.att = Tensor();
@@ -230,18 +248,20 @@ void Block::forward(const Tensor& x, BlockActivations& a) const {
 }
 
 void Block::forward_math(const Tensor& x, BlockActivations& a) const {
+  BlockHooks& at = hooks_or_identity(hooks);
   a.input = x;
   // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
-  qkv.forward(a.qkv, a.ln1);
+  at.column_forward(qkv, a.qkv, a.ln1);
+  at.attention_kv(a.qkv);
   ops::attention_forward(a.attn_out, a.att, a.qkv, heads);
-  attn_proj.forward(a.res1, a.attn_out);
+  at.row_forward(attn_proj, a.res1, a.attn_out);
   ops::add(a.res1, a.res1, x);
   // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
-  fc.forward(a.fc, a.ln2);
+  at.column_forward(fc, a.fc, a.ln2);
   ops::gelu_forward(a.fc_gelu, a.fc);
-  mlp_proj.forward(a.out, a.fc_gelu);
+  at.row_forward(mlp_proj, a.out, a.fc_gelu);
   ops::add(a.out, a.out, a.res1);
 }
 
@@ -252,10 +272,10 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
   BlockActivations a = kept;
   if (config.recompute == Recompute::full) {
     a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
-    a.allocate_missing(config, batch, seq);
-    forward_math(kept.input, a);
+    a.allocate_missing(config, shard, batch, seq);
+    forward_math(kept.input, a);  // a layout's hooks communicate again, as Megatron's recompute
   } else {  // selective: only the attention probabilities, from the kept qkv
-    a.att = activation({batch, config.heads, seq, seq}, config.dtype);
+    a.att = activation({batch, heads, seq, seq}, config.dtype);
     Tensor attn_out = workspace(kept.attn_out.shape(), config.dtype);  // same values as kept
     ops::attention_forward(attn_out, a.att, a.qkv, heads);
   }
@@ -269,20 +289,22 @@ void Block::backward(Tensor& dx, const Tensor& dout, const BlockActivations& kep
   Tensor d_fc = workspace(a.fc.shape(), dt);
   Tensor d_ln = workspace(shape, dt);
   Tensor d_res1 = workspace(shape, dt);
-  Tensor d_attn_out = workspace(shape, dt);
+  Tensor d_attn_out = workspace(a.attn_out.shape(), dt);
   Tensor d_qkv = workspace(a.qkv.shape(), dt);
 
   // MLP branch, bottom-up. out = res1 + mlp(res1): res1 gets dout directly plus the branch.
-  mlp_proj.backward(d_fc, dout, a.fc_gelu);
+  BlockHooks& at = hooks_or_identity(hooks);
+  at.row_backward(mlp_proj, d_fc, dout, a.fc_gelu);
   ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
-  fc.backward(d_ln, d_fc, a.ln2);
+  at.column_backward(fc, d_ln, d_fc, a.ln2);
   ln2.backward(d_res1, d_ln, a.res1, a.ln2_mean, a.ln2_rstd);
   ops::axpy(d_res1, 1.0f, dout);  // the residual path
 
   // attention branch. res1 = x + attn(x): x gets d_res1 directly plus the branch.
-  attn_proj.backward(d_attn_out, d_res1, a.attn_out);
+  at.row_backward(attn_proj, d_attn_out, d_res1, a.attn_out);
   ops::attention_backward(d_qkv, d_attn_out, a.qkv, a.att, heads);
-  qkv.backward(d_ln, d_qkv, a.ln1);
+  at.attention_kv_grad(d_qkv);
+  at.column_backward(qkv, d_ln, d_qkv, a.ln1);
   ln1.backward(dx, d_ln, a.input, a.ln1_mean, a.ln1_rstd);  // dout is not read after this
   ops::axpy(dx, 1.0f, d_res1);
 }
@@ -338,6 +360,11 @@ void Head::collect(ParamList& list) {
 // ---------------------------------------------------------------------------------- GPT
 
 GPTActivations GPTActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+  return allocate(cfg, BlockShard::whole(cfg), batch, seq);
+}
+
+GPTActivations GPTActivations::allocate(const GPTConfig& cfg, const BlockShard& shard,
+                                        int64_t batch, int64_t seq) {
   if (batch <= 0 || seq <= 0 || seq > cfg.seq_len)
     throw std::invalid_argument(fmt::format(
         "GPT activations: batch ({}) must be positive and seq ({}) in [1, seq_len = {}]", batch,
@@ -345,7 +372,7 @@ GPTActivations GPTActivations::allocate(const GPTConfig& cfg, int64_t batch, int
   GPTActivations a;
   a.embedded = activation({batch, seq, cfg.dim}, cfg.dtype);
   for (int i = 0; i < cfg.layers; i++)
-    a.blocks.push_back(BlockActivations::allocate(cfg, batch, seq));
+    a.blocks.push_back(BlockActivations::allocate(cfg, shard, batch, seq));
   a.head = HeadActivations::allocate(cfg, batch, seq);
   return a;
 }
@@ -357,9 +384,13 @@ const GPTConfig& validated(const GPTConfig& cfg) {
 }
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg) : embedding(validated(cfg)), head(cfg), config_(cfg) {
+GPT::GPT(const GPTConfig& cfg) : GPT(cfg, BlockShard::whole(validated(cfg))) {}
+
+GPT::GPT(const GPTConfig& cfg, const BlockShard& shard)
+    : embedding(validated(cfg)), head(cfg), config_(cfg), shard_(shard) {
   blocks.reserve(static_cast<size_t>(cfg.layers));
-  for (int i = 0; i < cfg.layers; i++) blocks.emplace_back(cfg, i);
+  for (int i = 0; i < cfg.layers; i++) blocks.emplace_back(cfg, i, shard);
+  if (shard != BlockShard::whole(cfg)) return;  // the layout fills it from the full model
   // One random stream in forward order: the same seed gives the same weights.
   std::mt19937_64 rng(cfg.seed);
   embedding.init(rng);
@@ -373,6 +404,10 @@ GPT::GPT(const GPTConfig& cfg) : embedding(validated(cfg)), head(cfg), config_(c
       ops::convert(low, p->data);
       p->data = low;
     }
+}
+
+void GPT::set_block_hooks(BlockHooks* hooks) {
+  for (Block& block : blocks) block.hooks = hooks;
 }
 
 ParamList GPT::params() {
@@ -419,7 +454,7 @@ void GPT::backward(std::span<const int32_t> tokens, GPTActivations& acts) {
 
 float GPT::forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
                             int64_t batch, int64_t seq, float grad_scale) {
-  GPTActivations acts = GPTActivations::allocate(config_, batch, seq);
+  GPTActivations acts = GPTActivations::allocate(config_, shard_, batch, seq);
   float loss_value = forward(tokens, targets, acts, grad_scale);
   backward(tokens, acts);
   return loss_value;
@@ -427,7 +462,7 @@ float GPT::forward_backward(std::span<const int32_t> tokens, std::span<const int
 
 float GPT::loss(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t batch,
                 int64_t seq) {
-  GPTActivations acts = GPTActivations::allocate(config_, batch, seq);
+  GPTActivations acts = GPTActivations::allocate(config_, shard_, batch, seq);
   return forward(tokens, targets, acts);
 }
 

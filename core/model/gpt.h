@@ -16,6 +16,11 @@
 // range of weight COLUMNS, bias added once. attn.qkv.weight is [3C, C]: rows [0,C) make q,
 // [C,2C) k, [2C,3C) v, and within each, head h owns rows [h*hs, (h+1)*hs).
 //
+// Parallel layouts: a Block is parametrised by its shard (BlockShard: the heads and MLP hidden
+// units this rank computes; all of them on one device) and runs its four big linears through
+// BlockHooks, the few places where a parallel layout communicates. The default hooks just run the
+// linear, so on one device every point is the identity; the model never names a paradigm.
+//
 // Gradients: parameter .grad tensors ACCUMULATE (+=) across backward calls (gradient
 // accumulation); call zero_grad() between steps. Activation gradients are overwritten.
 // Token ids and targets: std::span<const int32_t> of length B*T, row-major [B, T].
@@ -96,39 +101,79 @@ struct Embedding {
   void collect(ParamList& list);
 };
 
+// The part of a block one rank computes: its attention heads and its MLP hidden units. The
+// whole block on one device; a contiguous range of both under tensor parallelism.
+struct BlockShard {
+  int heads = 0;   // attention heads computed here (each of head_size channels)
+  int hidden = 0;  // MLP hidden units computed here (4 * dim for the whole block)
+  static BlockShard whole(const GPTConfig& cfg) { return {cfg.heads, 4 * cfg.dim}; }
+  bool operator==(const BlockShard&) const = default;
+};
+
+// The places inside a block where a parallel layout communicates. Column linears (attn.qkv,
+// mlp.fc) read the block's full-width input and write this shard's output columns; row linears
+// (attn.proj, mlp.proj) read this shard's columns and write full-width partial results. A layout
+// wraps them with its communication (tensor parallelism: f before a column linear, g after a row
+// linear). attention_kv / attention_kv_grad sit around attention's K/V (for context parallelism).
+// Every default is the plain linear / the identity.
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+    linear.forward(out, inp);
+  }
+  virtual void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                               const Tensor& inp) {
+    linear.backward(dinp, dout, inp);
+  }
+  virtual void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+    linear.forward(out, inp);
+  }
+  virtual void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+    linear.backward(dinp, dout, inp);
+  }
+  virtual void attention_kv(Tensor& qkv) { (void)qkv; }
+  virtual void attention_kv_grad(Tensor& dqkv) { (void)dqkv; }
+};
+
 // Everything one block's backward needs, kept from its forward (MemCategory::activations).
 struct BlockActivations {
   Tensor input;                    // [B,T,C] the block's input (a view, not a copy)
   Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B,T], [B,T]
-  Tensor qkv;                      // [B,T,3C]
-  Tensor att;                      // [B,H,T,T] attention probabilities
-  Tensor attn_out;                 // [B,T,C] heads' outputs, before the projection
+  Tensor qkv;                      // [B,T,3C]  (3 x local heads x head_size under a shard)
+  Tensor att;                      // [B,H,T,T] attention probabilities (H: local heads)
+  Tensor attn_out;                 // [B,T,C] heads' outputs, before the projection (local heads)
   Tensor res1;                     // [B,T,C] input + attention branch
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B,T], [B,T]
-  Tensor fc;                       // [B,T,4C] before GELU
+  Tensor fc;                       // [B,T,4C] before GELU (local hidden units)
   Tensor fc_gelu;                  // [B,T,4C] after GELU
   Tensor out;                      // [B,T,C] res1 + MLP branch: the block's output
 
   // Allocates what cfg.recompute keeps across forward and backward (the rest is allocated
   // transiently by Block::forward/backward).
   static BlockActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
+  static BlockActivations allocate(const GPTConfig& cfg, const BlockShard& shard, int64_t batch,
+                                   int64_t seq);
   int64_t bytes() const;  // total bytes held (excluding the input view)
   // Allocates every tensor that is still undefined (shapes from cfg, batch and seq).
-  void allocate_missing(const GPTConfig& cfg, int64_t batch, int64_t seq);
+  void allocate_missing(const GPTConfig& cfg, const BlockShard& shard, int64_t batch, int64_t seq);
 };
 
 struct Block {
-  int heads = 1;
+  int heads = 1;      // heads computed here (all of them unless sharded)
   GPTConfig config;  // shapes, dtype and recompute mode of the activations it keeps
+  BlockShard shard;  // the heads and hidden units this block computes
   LayerNorm ln1;
-  Linear qkv;        // C -> 3C
-  Linear attn_proj;  // C -> C (residual projection)
+  Linear qkv;        // C -> 3C      (column linear: 3 x local heads x head_size outputs)
+  Linear attn_proj;  // C -> C       (row linear: residual projection)
   LayerNorm ln2;
-  Linear fc;        // C -> 4C
-  Linear mlp_proj;  // 4C -> C (residual projection)
+  Linear fc;                    // C -> 4C      (column linear: local hidden units)
+  Linear mlp_proj;              // 4C -> C      (row linear: residual projection)
+  BlockHooks* hooks = nullptr;  // where a layout communicates; null = one device (identity)
 
   Block() = default;
   Block(const GPTConfig& cfg, int index);
+  Block(const GPTConfig& cfg, int index, const BlockShard& shard);
   void init(std::mt19937_64& rng, int layers);
   // Reads x [B,T,C], fills `acts` (acts.out is the result; acts.input keeps a view of x).
   void forward(const Tensor& x, BlockActivations& acts) const;
@@ -170,15 +215,25 @@ struct GPTActivations {
   std::vector<BlockActivations> blocks;
   HeadActivations head;
   static GPTActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
+  static GPTActivations allocate(const GPTConfig& cfg, const BlockShard& shard, int64_t batch,
+                                 int64_t seq);
 };
 
 class GPT {
  public:
   explicit GPT(const GPTConfig& cfg);  // validates cfg; seeded init (same seed, same weights)
-  GPT(const GPT&) = delete;            // params() hands out pointers into this object
+  // A model whose blocks hold only `shard` (the rest replicated). Its parameters start at zero:
+  // the layout copies them out of the seeded full model, so every shard is cut from the same
+  // initialisation. With the whole shard this is GPT(cfg).
+  GPT(const GPTConfig& cfg, const BlockShard& shard);
+  GPT(const GPT&) = delete;  // params() hands out pointers into this object
   GPT& operator=(const GPT&) = delete;
 
   const GPTConfig& config() const { return config_; }
+  const BlockShard& shard() const { return shard_; }
+  // Every block runs its linears through `hooks` (null: the identity). The hooks must outlive
+  // the model's use.
+  void set_block_hooks(BlockHooks* hooks);
   ParamList params();  // forward order: embedding, blocks[0..L), head
   void zero_grad();
   int64_t num_params() const;
@@ -204,6 +259,7 @@ class GPT {
 
  private:
   GPTConfig config_;
+  BlockShard shard_;
 };
 
 }  // namespace mgpu

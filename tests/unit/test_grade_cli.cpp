@@ -62,7 +62,7 @@ TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
   CHECK(r.exit_code == 2);
   CHECK(r.output ==
         "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
-        "ex04, ex05)\n");
+        "ex04, ex05, ex06)\n");
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
 

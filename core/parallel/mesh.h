@@ -1,0 +1,54 @@
+// The device mesh: the world's ranks arranged on four named axes, tp x cp x dp x pp, with tp
+// varying fastest (as in Megatron), so the ranks of one tensor-parallel group are neighbours -
+// on a real machine, GPUs of one node joined by the fast link. Each rank gets its coordinates,
+// one group Comm per axis (named "tp0", "dp1", ... in traces and errors) and its pipeline
+// neighbours. The mesh is built once per run; paradigms take their groups from it and nothing
+// else calls Comm::split.
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+
+#include "core/comm/comm.h"
+
+namespace mgpu::parallel {
+
+enum class Axis { tp = 0, cp = 1, dp = 2, pp = 3 };
+inline constexpr std::array<Axis, 4> kAxes = {Axis::tp, Axis::cp, Axis::dp, Axis::pp};
+const char* axis_name(Axis axis);  // "tp", "cp", "dp", "pp"
+
+struct MeshShape {
+  int tp = 1, cp = 1, dp = 1, pp = 1;
+  int size(Axis axis) const;
+  int ranks() const { return tp * cp * dp * pp; }
+  std::string describe() const;  // "tp=2 cp=1 dp=4 pp=1"
+  // Throws std::invalid_argument with one line when an axis is not positive or the product is
+  // not `world_size` (the line names factorisations that work).
+  void validate(int world_size) const;
+};
+
+// A rank's coordinates on the mesh, and back (tp fastest, then cp, dp, pp).
+std::array<int, 4> mesh_coords(const MeshShape& shape, int world_rank);
+int mesh_rank(const MeshShape& shape, const std::array<int, 4>& coords);
+
+class Mesh {
+ public:
+  // Collective over `world` (every rank calls it, in the same order as its other collectives).
+  Mesh(comm::Comm& world, MeshShape shape);
+
+  const MeshShape& shape() const { return shape_; }
+  int coord(Axis axis) const { return coords_[static_cast<int>(axis)]; }
+  // The ranks that differ from this one only along `axis`, ordered by their coordinate on it.
+  comm::Comm& group(Axis axis) const { return *groups_[static_cast<int>(axis)]; }
+  // World ranks of the previous / next pipeline stage (same tp, cp, dp), or -1 at the ends.
+  int pp_prev() const { return pp_prev_; }
+  int pp_next() const { return pp_next_; }
+
+ private:
+  MeshShape shape_;
+  std::array<int, 4> coords_{};
+  std::array<std::unique_ptr<comm::Comm>, 4> groups_;
+  int pp_prev_ = -1, pp_next_ = -1;
+};
+
+}  // namespace mgpu::parallel

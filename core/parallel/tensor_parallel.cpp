@@ -1,0 +1,257 @@
+// Tensor parallelism, top to bottom (see tensor_parallel.h for the idea):
+//   1. sharding: which heads and hidden units each tp rank owns, cut from the seeded full model;
+//   2. where the all-reduces go: f before the column-parallel linears, g after the row-parallel
+//      ones (the model calls them through its BlockHooks, so the block's math is not repeated);
+//   3. one step: forward, backward, optimizer - no gradient synchronisation at all;
+//   4. the map of every local tensor into the full model, for gathered checkpoints.
+#include "core/parallel/tensor_parallel.h"
+
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/runtime/context.h"
+
+namespace mgpu::parallel {
+
+// ---------------------------------------------------------------------------------- f and g
+
+void f_forward(Tensor& x, comm::Comm& tp) {
+  (void)x;  // every rank already holds the whole input of a column-parallel linear
+  (void)tp;
+}
+
+void f_backward(Tensor& dx, comm::Comm& tp) {
+  // Each rank's column slice contributes its own part of d(input): the sum is the full gradient.
+  tp.all_reduce(dx, comm::ReduceOp::sum);
+}
+
+void g_forward(Tensor& y, comm::Comm& tp) {
+  // Each rank multiplied only its input columns: the partial products sum to x @ W^T.
+  tp.all_reduce(y, comm::ReduceOp::sum);
+}
+
+void g_backward(Tensor& dy, comm::Comm& tp) {
+  (void)dy;  // the output was replicated, so its gradient already is the same on every rank
+  (void)tp;
+}
+
+// ---------------------------------------------------------------------------------- seams
+
+namespace {
+std::optional<TpSeams>& installed_seams() {
+  static std::optional<TpSeams> seams;
+  return seams;
+}
+}  // namespace
+
+void install_tp_seams(TpSeams seams) {
+  installed_seams() = std::move(seams);
+}
+
+const TpSeams& tp_seams() {
+  const auto& s = installed_seams();
+  const char* missing = !s || !s->column_forward ? "column_forward"
+                        : !s->column_backward    ? "column_backward"
+                        : !s->row_forward        ? "row_forward"
+                        : !s->row_backward       ? "row_backward"
+                                                 : nullptr;
+  if (missing)
+    throw std::logic_error(std::string("tensor-parallel seam '") + missing +
+                           "' is not installed: call mgpu::reference::install_seams() or "
+                           "mgpu::mine::install_seams() first");
+  return *s;
+}
+
+// ---------------------------------------------------------------------------------- sharding
+
+void check_tp_size(const GPTConfig& cfg, int tp) {
+  if (tp >= 1 && cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0) return;
+  std::string works;
+  for (int t = 1; t <= cfg.heads; ++t)
+    if (cfg.heads % t == 0 && (4 * cfg.dim) % t == 0)
+      works += (works.empty() ? "" : ", ") + std::to_string(t);
+  throw std::invalid_argument(fmt::format(
+      "tensor parallelism over {} ranks needs {} to divide the heads ({}) and the MLP width 4*dim "
+      "({}): use {} ranks (or change --heads)",
+      tp, tp, cfg.heads, 4 * cfg.dim, works));
+}
+
+TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank) {
+  check_tp_size(cfg, tp);
+  const int heads = cfg.heads / tp, hidden = 4 * cfg.dim / tp;
+  return {rank * heads, (rank + 1) * heads, rank * hidden, (rank + 1) * hidden};
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+// Where a local tensor's elements sit in the full tensor of the same name (row-major).
+std::vector<train::ShardRun> TensorParallel::runs_of(const std::string& name,
+                                                     const Shape& full) const {
+  const int64_t c = config_.dim, hs = config_.head_size();
+  const int64_t in = full.size() == 2 ? full[1] : 1;  // elements per row
+  const int64_t h0 = slice_.head_begin * hs, h1 = slice_.head_end * hs;
+  std::vector<train::ShardRun> runs;
+  if (ends_with(name, "attn.qkv.weight") || ends_with(name, "attn.qkv.bias")) {
+    // column-parallel: rows [h0, h1) of each of q, k and v (my heads' channels)
+    for (int64_t part = 0; part < 3; ++part) runs.push_back({(part * c + h0) * in, (h1 - h0) * in});
+  } else if (ends_with(name, "mlp.fc.weight") || ends_with(name, "mlp.fc.bias")) {
+    runs.push_back({slice_.hidden_begin * in, (slice_.hidden_end - slice_.hidden_begin) * in});
+  } else if (ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.proj.weight")) {
+    // row-parallel: my input columns, one run per output row
+    const bool attn = ends_with(name, "attn.proj.weight");
+    const int64_t c0 = attn ? h0 : slice_.hidden_begin, c1 = attn ? h1 : slice_.hidden_end;
+    for (int64_t row = 0; row < full[0]; ++row) runs.push_back({row * in + c0, c1 - c0});
+  } else {
+    int64_t numel = 1;
+    for (int64_t d : full) numel *= d;
+    runs.push_back({0, numel});  // replicated: layernorms, embeddings, head, row biases
+  }
+  return runs;
+}
+
+TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
+                               const OptimizerFactory& make_optimizer)
+    : config_(cfg), tp_(tp), slice_(tp_slice(cfg, tp.size(), tp.rank())) {
+  model_ = std::make_unique<GPT>(cfg, slice_.block());
+  {
+    // Every rank cuts its slice out of the same seeded full model, so a TP run starts exactly
+    // where the single-device run starts. The full copy is set-up, not training: the capacity is
+    // lifted while it exists (lessons measure peaks from after this point).
+    CapacityLifted lifted(current_rank().allocator);
+    GPT full(cfg);
+    ParamList full_params = full.params(), mine = model_->params();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
+      int64_t pos = 0;
+      for (const train::ShardRun& run : runs_of(mine[i]->name, full_params[i]->data.shape())) {
+        mine[i]
+            ->data.flat_range(pos, pos + run.length)
+            .copy_from(
+                full_params[i]->data.flat_range(run.full_offset, run.full_offset + run.length));
+        pos += run.length;
+      }
+    }
+  }
+  if (tp.size() > 1) model_->set_block_hooks(this);  // one rank: the plain model
+  optimizer_ = make_optimizer(model_->params());
+}
+
+// ---------------------------------------------------------------------------------- the
+// all-reduces
+
+template <class Fn>
+void TensorParallel::outside_phase(Fn&& fn) {
+  const bool open = phase_.has_value();
+  phase_.reset();  // the linear's kernels record their own events, the all-reduce its own
+  fn();
+  if (open) phase_.emplace(phase_proto_);
+}
+
+void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  outside_phase(
+      [&] { tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_); });
+}
+
+void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                     const Tensor& inp) {
+  outside_phase([&] {
+    tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                               linear.weight.data, tp_);
+  });
+}
+
+void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
+  const Tensor no_bias;
+  outside_phase([&] {
+    tp_seams().row_forward(out, inp, linear.weight.data,
+                           tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
+  });
+}
+
+void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                  const Tensor& inp) {
+  outside_phase([&] {
+    tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                            linear.weight.data, tp_);
+  });
+}
+
+// ---------------------------------------------------------------------------------- one step
+
+train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
+  (void)step;
+  // Every tp rank trains on the whole batch: TP splits the model, not the data.
+  optimizer_->zero_grad();
+  GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T);
+  phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
+  phase_.emplace(phase_proto_);
+  const float loss = model_->forward(batch.tokens, batch.targets, acts);
+  phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
+  phase_.emplace(phase_proto_);
+  model_->backward(batch.tokens, acts);
+  phase_.reset();
+  // No gradient synchronisation: the sharded weights' gradients are complete on their owner,
+  // and the replicated parts (layernorms, embeddings, head, row biases) see the same inputs and
+  // the same all-reduced output gradients on every rank, so their gradients are already equal.
+  {
+    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
+    optimizer_->step();
+  }
+  return {.loss = loss};
+}
+
+// ---------------------------------------------------------------------------------- the map
+
+std::vector<train::TensorShard> TensorParallel::shards() {
+  std::vector<train::TensorShard> out;
+  // Full shapes come from a shapes-only description of the full block.
+  auto full_shape = [&](const Param& p) {
+    Shape s = p.data.shape();
+    const int64_t c = config_.dim;
+    if (ends_with(p.name, "attn.qkv.weight"))
+      s = {3 * c, c};
+    else if (ends_with(p.name, "attn.qkv.bias"))
+      s = {3 * c};
+    else if (ends_with(p.name, "mlp.fc.weight"))
+      s = {4 * c, c};
+    else if (ends_with(p.name, "mlp.fc.bias"))
+      s = {4 * c};
+    else if (ends_with(p.name, "attn.proj.weight"))
+      s = {c, c};
+    else if (ends_with(p.name, "mlp.proj.weight"))
+      s = {c, 4 * c};
+    return s;
+  };
+  const ParamList params = model_->params();
+  for (Param* p : params) {
+    const Shape full = full_shape(*p);
+    const bool sharded = full != p->data.shape();
+    out.push_back(
+        {p->name, "param", full, runs_of(p->name, full), p->data, sharded || tp_.rank() == 0});
+  }
+  // Optimizer state is named "<prefix>.<param name>", one flat element per parameter element.
+  for (const optim::NamedTensor& state : optimizer_->state()) {
+    for (Param* p : params) {
+      if (!ends_with(state.name, "." + p->name)) continue;
+      const Shape full = full_shape(*p);
+      const bool sharded = full != p->data.shape();
+      // optimizer state is flat (one element per parameter element, same order)
+      int64_t numel = 1;
+      for (int64_t d : full) numel *= d;
+      out.push_back({state.name, "optimizer_state", Shape{numel}, runs_of(p->name, full),
+                     state.tensor, sharded || tp_.rank() == 0});
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace mgpu::parallel

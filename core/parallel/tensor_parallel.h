@@ -1,0 +1,129 @@
+// Tensor parallelism (Megatron-LM): every rank of a tp group holds a slice of every block and all
+// of them work on the same batch at once. Attention's QKV and the MLP's first linear are
+// column-parallel (each rank owns heads / hidden units: its rows of W), the attention projection
+// and the MLP's second linear are row-parallel (each rank owns the matching input columns, and
+// the partial outputs are summed). Two conjugate operators place the communication:
+//   f: identity forward, all-reduce backward      (before a column-parallel linear)
+//   g: all-reduce forward, identity backward      (after a row-parallel linear)
+// So per block: 2 all-reduces forward + 2 backward, each of B*T*C elements, in the tp group.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/comm/comm.h"
+#include "core/model/gpt.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/context.h"
+#include "core/train/layout.h"
+
+namespace mgpu::parallel {
+
+// ------------------------------------------------------------------ f and g (Megatron's names)
+void f_forward(Tensor& x, comm::Comm& tp);    // identity
+void f_backward(Tensor& dx, comm::Comm& tp);  // all-reduce (sum) of the input's gradient
+void g_forward(Tensor& y, comm::Comm& tp);    // all-reduce (sum) of the partial outputs
+void g_backward(Tensor& dy, comm::Comm& tp);  // identity
+
+// ------------------------------------------------------------------ exercise 06 seams
+// The column- and row-parallel linear (docs/exercises/06-tensor-parallel.md): solutions/ holds
+// the reference, exercises/ the student's; `--impl` picks which one the layout runs.
+//   column: y_local = f(x) @ w_local^T + b_local          w_local: my rows of W [out/t, in]
+//   row:    y       = g(x_local @ w_local^T) + b          w_local: my columns of W [out, in/t];
+//                                                         b is defined on one rank only
+// Backward: the linear's backward (dw_local, db ACCUMULATE; dx overwritten), then the conjugate.
+using ColumnForwardFn = std::function<void(Tensor& y_local, const Tensor& x, const Tensor& w_local,
+                                           const Tensor& b_local, comm::Comm& tp)>;
+using ColumnBackwardFn =
+    std::function<void(Tensor& dx, Tensor& dw_local, Tensor& db_local, const Tensor& dy_local,
+                       const Tensor& x, const Tensor& w_local, comm::Comm& tp)>;
+using RowForwardFn = std::function<void(Tensor& y, const Tensor& x_local, const Tensor& w_local,
+                                        const Tensor& b, comm::Comm& tp)>;
+using RowBackwardFn =
+    std::function<void(Tensor& dx_local, Tensor& dw_local, Tensor& db, const Tensor& dy,
+                       const Tensor& x_local, const Tensor& w_local, comm::Comm& tp)>;
+
+struct TpSeams {
+  std::string impl_name;  // "reference" or "mine"
+  ColumnForwardFn column_forward;
+  ColumnBackwardFn column_backward;
+  RowForwardFn row_forward;
+  RowBackwardFn row_backward;
+};
+void install_tp_seams(TpSeams seams);
+// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
+const TpSeams& tp_seams();
+
+// ------------------------------------------------------------------ sharding
+// Throws std::invalid_argument (one line, naming the tp sizes that work) unless tp >= 1 divides
+// both the heads and the MLP width 4 * dim.
+void check_tp_size(const GPTConfig& cfg, int tp);
+// tp rank `rank`'s heads [head_begin, head_end) and hidden units [hidden_begin, hidden_end).
+struct TpSlice {
+  int head_begin = 0, head_end = 0;
+  int hidden_begin = 0, hidden_end = 0;
+  BlockShard block() const { return {head_end - head_begin, hidden_end - hidden_begin}; }
+};
+TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank);
+
+// Lifts the rank's memory capacity while it lives: for set-up copies that are not part of
+// training (the full model a shard is cut from, a checkpoint's full model), then restores it.
+// (core/parallel/pipeline/executor.cpp has the same lines; a shared home belongs in allocator.h.)
+class CapacityLifted {
+ public:
+  explicit CapacityLifted(Allocator& allocator)
+      : allocator_(allocator), capacity_(allocator.capacity()) {
+    allocator_.set_capacity(0);
+  }
+  ~CapacityLifted() { allocator_.set_capacity(capacity_); }
+  CapacityLifted(const CapacityLifted&) = delete;
+  CapacityLifted& operator=(const CapacityLifted&) = delete;
+
+ private:
+  Allocator& allocator_;
+  int64_t capacity_;
+};
+
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const ParamList&)>;
+
+// One rank of a tensor-parallel run, as the training loop sees it (core/train/layout.h).
+class TensorParallel : public train::Layout, private BlockHooks {
+ public:
+  // Collective over `tp` only in the sense that every member builds its own slice of the same
+  // seeded full model. `tp` must outlive the layout.
+  TensorParallel(const GPTConfig& cfg, comm::Comm& tp, const OptimizerFactory& make_optimizer);
+
+  std::string name() const override { return "tensor_parallel"; }
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+
+  GPT& model() { return *model_; }
+  const TpSlice& slice() const { return slice_; }
+
+ private:
+  // BlockHooks: where the all-reduces go.
+  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
+  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                       const Tensor& inp) override;
+  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
+  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
+
+  std::vector<train::ShardRun> runs_of(const std::string& param_name, const Shape& full) const;
+  // The forward/backward region on the timeline is closed while a linear and its all-reduce run,
+  // so the trace shows the compute lane waiting for the tp group (not "busy" through it).
+  template <class Fn>
+  void outside_phase(Fn&& fn);
+
+  trace::Event phase_proto_;
+  std::optional<ComputeScope> phase_;
+
+  GPTConfig config_;
+  comm::Comm& tp_;
+  TpSlice slice_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace mgpu::parallel

@@ -1,0 +1,293 @@
+// Lesson 7 — tensor parallelism. Megatron splits every block over the GPUs of a node: attention
+// heads and MLP hidden units are divided, each GPU multiplies its slice, and 2 all-reduces in the
+// forward pass (g after attn.proj and mlp.proj) plus 2 in the backward pass (f before attn.qkv
+// and mlp.fc) put the activations back together. The lesson measures that traffic from the trace,
+// the per-GPU memory (the block's weights, gradients and optimizer state at 1/t) from the
+// allocator, and answers "my TP model trains with SGD but Adam runs out of memory — why?".
+#include "lessons/tensor_parallel.h"
+
+#include <ostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/parallel/mesh.h"
+#include "core/parallel/tensor_parallel.h"
+#include "core/trace/analysis.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+// Parameters of the model, split into what every tp rank holds in full and what is divided.
+struct TpParamCount {
+  int64_t replicated = 0;  // embeddings, layernorms, row-parallel biases, head
+  int64_t sharded = 0;     // qkv, attn.proj, fc, mlp.proj weights (+ column biases), all ranks
+  int64_t per_rank(int tp) const { return replicated + sharded / tp; }
+};
+
+TpParamCount tp_param_count(const GPTConfig& cfg) {
+  const int64_t c = cfg.dim, v = cfg.vocab, t = cfg.seq_len, l = cfg.layers;
+  TpParamCount n;
+  n.replicated = v * c + t * c + l * (2 * c + 2 * c + c + c) + 2 * c + v * c;
+  n.sharded = l * ((3 * c * c + 3 * c) + c * c + (4 * c * c + 4 * c) + 4 * c * c);
+  return n;
+}
+
+int optimizer_bytes_per_param(const std::string& optimizer) {
+  return optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
+}
+
+// The tp layout together with the mesh it takes its group from (the group must outlive it).
+class MeshLayout : public parallel::TensorParallel {
+ public:
+  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
+             const parallel::OptimizerFactory& make_optimizer)
+      : TensorParallel(cfg, mesh->group(parallel::Axis::tp), make_optimizer),
+        mesh_(std::move(mesh)) {}
+
+ private:
+  std::shared_ptr<parallel::Mesh> mesh_;
+};
+
+}  // namespace
+
+// ---- the run -------------------------------------------------------------------------------
+
+TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out) {
+  WorldOptions wopt = c.world_options();
+  auto task = make_task(c);
+  GPTConfig cfg = model_config(c, *task);
+  parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
+  World world(wopt);
+  if (!c.quiet) {
+    fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
+    fmt::print(out,
+               "split:  tp={}: each GPU holds {} of {} heads and {} of {} MLP units per block\n",
+               c.ranks, cfg.heads / c.ranks, cfg.heads, 4 * cfg.dim / c.ranks, 4 * cfg.dim);
+    fmt::print(out, "data:   {} task, the same {} sequences x {} tokens on every GPU\n",
+               task->name(), c.batch, c.seq);
+    fmt::print(out, "device: {}\n", describe_world(wopt));
+    fmt::print(out, "optim:  {} lr {}\n\n", c.optimizer, c.lr);
+  }
+  TensorParallelResult result;
+  LossLog log(c, out);
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, c.batch, cfg),
+      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+        auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = c.ranks});
+        auto layout = std::make_unique<MeshLayout>(mesh, cfg, optimizer_factory(c));
+        ctx.allocator.reset_peaks();  // what training needs, not the set-up's full copy
+        return layout;
+      },
+      [&](int step, float loss) { log.record(step, loss); },
+      [&](RankContext& ctx, train::Layout& layout) {
+        if (ctx.rank != 0) return;
+        result.local_params = static_cast<MeshLayout&>(layout).model().num_params();
+        result.memory = ctx.allocator.stats();
+      });
+  result.losses = trained.losses;
+  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, trained);
+  nlohmann::json meta = {{"lesson", "tensor_parallel"}, {"config", c.to_json()}};
+  result.trace = world.collect_trace(meta);
+  if (auto last = last_step(result.trace))
+    result.step_seconds = trace::analyze(result.trace, last).window.length();
+  result.under_mpi = world.is_mpi();
+  return result;
+}
+
+// ---- the report ----------------------------------------------------------------------------
+
+namespace {
+
+void print_communication(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
+                         const trace::Trace& trace) {
+  const trace::Interval window = trace::analyze(trace, last_step(trace)).window;
+  int count = 0;
+  int64_t bytes = 0, first = -1;
+  bool same_size = true;
+  for (const trace::Event& e : trace.events) {
+    if (e.rank != 0 || e.lane != trace::Lane::comm || e.op != "all_reduce" || e.group != "tp0")
+      continue;
+    if (e.start < window.begin || e.start >= window.end) continue;
+    ++count;
+    bytes += e.bytes;
+    if (first < 0) first = e.bytes;
+    same_size = same_size && e.bytes == first;
+  }
+  const int64_t btc = int64_t{c.batch} * c.seq * cfg.dim;
+  const double t = c.ranks;
+  fmt::print(out, "\ncommunication per step, rank 0, group tp0 (measured from the trace):\n");
+  fmt::print(out,
+             "  all-reduces  {} = {:.1f} per layer   formula: 2 forward (g) + 2 backward (f) = 4 "
+             "per layer x {} layers = {}\n",
+             count, double(count) / cfg.layers, cfg.layers, 4 * cfg.layers);
+  fmt::print(out, "  each         {} elements{}   formula: B*T*C = {}*{}*{} = {}\n",
+             with_commas(first / 4), same_size ? "" : " (sizes differ!)", c.batch, c.seq, cfg.dim,
+             with_commas(btc));
+  fmt::print(out, "  all-reduced  {} per step\n", format_bytes(bytes));
+  fmt::print(out,
+             "  on the wire  ring: 2(t-1)/t x {} = {} sent per GPU per step (computed from the "
+             "ring's formula){}\n",
+             format_bytes(bytes),
+             format_bytes(static_cast<int64_t>(2 * (t - 1) / t * double(bytes))),
+             c.ranks == 1 ? "; tp=1 sends nothing" : "");
+}
+
+void print_memory_split(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
+                        const TensorParallelResult& r) {
+  const TpParamCount n = tp_param_count(cfg);
+  const int64_t local = n.per_rank(c.ranks);
+  const int ob = optimizer_bytes_per_param(c.optimizer);
+  auto peak = [&](MemCategory m) { return r.memory.peak[static_cast<int>(m)]; };
+  fmt::print(out, "\nmemory per GPU, rank 0 (measured by the allocator vs formula):\n");
+  fmt::print(out, "  parameters held  {} (measured)   formula: {} replicated + {} / {} = {}\n",
+             with_commas(r.local_params), with_commas(n.replicated), with_commas(n.sharded),
+             c.ranks, with_commas(local));
+  fmt::print(out, "  {:<16} {:>12} {:>12}   {}\n", "", "measured", "formula", "(1 GPU)");
+  auto row = [&](const char* what, MemCategory m, int bytes_per_param) {
+    fmt::print(out, "  {:<16} {:>12} {:>12}   ({} = {} B x {} params)\n", what,
+               format_bytes(peak(m)), format_bytes(int64_t{bytes_per_param} * local),
+               format_bytes(int64_t{bytes_per_param} * (n.replicated + n.sharded)), bytes_per_param,
+               with_commas(n.replicated + n.sharded));
+  };
+  row("weights", MemCategory::parameters, 4);
+  row("gradients", MemCategory::gradients, 4);
+  row(c.optimizer == "sgd" ? "sgd momentum" : "adamw m + v", MemCategory::optimizer_state, ob);
+  fmt::print(out, "  {:<16} {:>12}   (activations: only the heads' and MLP units' share shrinks)\n",
+             "activations", format_bytes(peak(MemCategory::activations)));
+  fmt::print(out, "  {:<16} {:>12}\n", "all at once", format_bytes(r.memory.peak_total));
+}
+
+// The Adam question: the run did not fit. Say why, and find the tp at which it fits again.
+void explain_out_of_memory(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
+                           const OutOfMemory& oom) {
+  const TpParamCount n = tp_param_count(cfg);
+  const int64_t local = n.per_rank(c.ranks);
+  const int ob = optimizer_bytes_per_param(c.optimizer);
+  fmt::print(out, "\nout of memory at tp={} with {} (capacity {} per GPU):\n", c.ranks, c.optimizer,
+             c.capacity.empty() ? "the profile's" : c.capacity);
+  fmt::print(
+      out,
+      "  per GPU: {} params x (4 B weights + 4 B gradients + {} B {}) = {} before activations\n",
+      with_commas(local), ob, c.optimizer == "sgd" ? "momentum" : "AdamW m and v",
+      format_bytes(local * (8 + ob)));
+  fmt::print(out,
+             "  AdamW keeps 8 B/param of state (two moments) where momentum SGD keeps 4: {} "
+             "more per GPU\n",
+             format_bytes(local * 4));
+  fmt::print(out, "  allocator when it failed:\n{}\n", oom.what());
+  // Try larger tp sizes on the phantom device (shapes and bytes only, one step each).
+  for (int tp = c.ranks + 1; tp <= std::min(64, cfg.heads); ++tp) {
+    if (cfg.heads % tp != 0 || (4 * cfg.dim) % tp != 0) continue;
+    CommonOptions probe = c;
+    probe.ranks = tp;
+    probe.device = "phantom";
+    probe.clock = "modeled";
+    probe.steps = 1;
+    probe.quiet = true;
+    probe.checkpoint.clear();
+    probe.resume.clear();
+    probe.trace_path.clear();
+    try {
+      std::ostringstream ignored;
+      train_tensor_parallel(probe, ignored);
+      fmt::print(out,
+                 "  {} fits again at tp={}: {} params per GPU (checked by a one-step phantom run "
+                 "at the same capacity)\n",
+                 c.optimizer, tp, with_commas(n.per_rank(tp)));
+      return;
+    } catch (const RankError& e) {
+      bool out_of_memory = false;
+      try {
+        if (e.cause()) std::rethrow_exception(e.cause());
+      } catch (const OutOfMemory&) {
+        out_of_memory = true;
+      } catch (...) {
+      }
+      if (!out_of_memory) {
+        fmt::print(out, "  (could not probe tp={} here: {})\n", tp, e.what());
+        return;
+      }
+    } catch (const std::exception& e) {  // e.g. under mpirun, where the world size is fixed
+      fmt::print(out, "  (could not probe tp={} here: {})\n", tp, e.what());
+      return;
+    }
+  }
+  fmt::print(out, "  no tp up to {} heads fits: raise --capacity or shrink the model\n", cfg.heads);
+}
+
+class TensorParallelLesson : public Lesson {
+ public:
+  std::string name() const override { return "tensor_parallel"; }
+  std::string summary() const override {
+    return "Megatron TP: heads and MLP split over GPUs, 4 all-reduces per layer, weights at 1/t";
+  }
+  LessonDefaults defaults() const override { return {.ranks = 2, .steps = 20, .batch = 8}; }
+
+  int run(const CommonOptions& c, std::ostream& out) override {
+    fmt::print(out, "== tensor_parallel: every block split over {} GPUs (Megatron column/row) ==\n",
+               c.ranks);
+    auto task = make_task(c);
+    const GPTConfig cfg = model_config(c, *task);
+    TensorParallelResult r;
+    try {
+      r = train_tensor_parallel(c, out);
+    } catch (const RankError& e) {
+      try {
+        if (e.cause()) std::rethrow_exception(e.cause());
+      } catch (const OutOfMemory& oom) {
+        explain_out_of_memory(out, c, cfg, oom);
+      } catch (...) {
+      }
+      throw;  // the CLI reports it (exit 2 for out of memory)
+    }
+    print_loss_summary(out, c, r.losses, " (the same global batch on every GPU)");
+    print_communication(out, c, cfg, r.trace);
+    print_memory_split(out, c, cfg, r);
+
+    CommonOptions one = c;  // the same model and batch on one GPU, for the step time
+    one.ranks = 1;
+    one.steps = std::min(c.steps, 2);
+    one.quiet = true;
+    one.checkpoint.clear();
+    one.resume.clear();
+    one.trace_path.clear();
+    one.capacity.clear();  // a timing reference: the profile's capacity, whatever --capacity says
+    std::ostringstream ignored;
+    const trace::TraceSummary s = trace::analyze(r.trace, last_step(r.trace));
+    const trace::RankSummary& r0 = s.ranks.at(0);
+    if (r.under_mpi) {  // the world size is fixed by mpirun: no one-GPU run in this process
+      fmt::print(out,
+                 "\nstep time: {} on {} GPUs (run `mgpu run tensor_parallel --ranks 1` without "
+                 "mpirun for the 1-GPU reference)\n",
+                 format_seconds(r.step_seconds), c.ranks);
+    } else {
+      const double one_step = train_tensor_parallel(one, ignored).step_seconds;
+      fmt::print(out,
+                 "\nstep time: {} on {} GPUs vs {} on 1 GPU (same profile, same batch): {:.2f}x "
+                 "(ideal {}x)\n",
+                 format_seconds(r.step_seconds), c.ranks, format_seconds(one_step),
+                 one_step / r.step_seconds, c.ranks);
+    }
+    fmt::print(
+        out,
+        "  communication {} of the step is exposed: TP's all-reduces sit between the "
+        "layers that need them, nothing hides them.\n  That is why TP stays inside a node "
+        "(NVLink); try --profile docs/lessons/slow-1GBps.json to see it across a slow link.\n",
+        format_seconds(r0.exposed_comm));
+    r.trace.metadata["predictions"]["all_reduces_per_step"] = 4 * cfg.layers;
+    return finish_run(c, r.trace, name(), out);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Lesson> make_tensor_parallel_lesson() {
+  return std::make_unique<TensorParallelLesson>();
+}
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,99 @@
+// The device mesh: for every factorisation of 8 ranks into tp x cp x dp x pp, each rank's
+// coordinates, each axis group (members, order, name) and the pipeline neighbours are what the
+// tp-fastest layout says; bad meshes are one clear std::invalid_argument.
+#include <catch2/catch.hpp>
+
+#include <mutex>
+#include <set>
+
+#include "core/parallel/mesh.h"
+#include "core/runtime/world.h"
+
+using namespace mgpu;
+using namespace mgpu::parallel;
+
+namespace {
+std::vector<MeshShape> factorisations(int n) {
+  std::vector<MeshShape> shapes;
+  for (int tp = 1; tp <= n; ++tp)
+    for (int cp = 1; cp <= n; ++cp)
+      for (int dp = 1; dp <= n; ++dp)
+        for (int pp = 1; pp <= n; ++pp)
+          if (tp * cp * dp * pp == n) shapes.push_back({tp, cp, dp, pp});
+  return shapes;
+}
+}  // namespace
+
+TEST_CASE("a mesh over 8 ranks, for every factorisation", "[mesh]") {
+  const auto shapes = factorisations(8);
+  REQUIRE(shapes.size() == 20);  // ordered factorisations of 2^3 into 4 factors: C(6,3)
+  World world(WorldOptions{.ranks = 8});
+  for (const MeshShape& shape : shapes) {
+    INFO(shape.describe());
+    std::mutex mutex;
+    std::set<std::string> group_names;
+    world.run([&](RankContext& ctx) {
+      Mesh mesh(*ctx.comm, shape);
+      const int me = ctx.rank;
+      // tp varies fastest, then cp, dp, pp
+      CHECK(mesh.coord(Axis::tp) == me % shape.tp);
+      CHECK(mesh.coord(Axis::cp) == me / shape.tp % shape.cp);
+      CHECK(mesh.coord(Axis::dp) == me / (shape.tp * shape.cp) % shape.dp);
+      CHECK(mesh.coord(Axis::pp) == me / (shape.tp * shape.cp * shape.dp));
+      CHECK(mesh_rank(shape, mesh_coords(shape, me)) == me);
+      for (Axis axis : kAxes) {
+        comm::Comm& g = mesh.group(axis);
+        CHECK(g.size() == shape.size(axis));
+        CHECK(g.rank() == mesh.coord(axis));
+        // member i differs from me only along `axis`, where its coordinate is i
+        for (int i = 0; i < g.size(); ++i) {
+          auto c = mesh_coords(shape, me);
+          c[static_cast<int>(axis)] = i;
+          CHECK(g.world_rank(i) == mesh_rank(shape, c));
+        }
+        CHECK(g.name().rfind(axis_name(axis), 0) == 0);
+        std::lock_guard lock(mutex);
+        group_names.insert(g.name());
+      }
+      // the group really works: all-reduce of the world ranks along tp
+      Tensor t = Tensor::from({1}, {static_cast<float>(me)});
+      mesh.group(Axis::tp).all_reduce(t);
+      float expected = 0;
+      for (int i = 0; i < shape.tp; ++i)
+        expected += static_cast<float>(me - mesh.coord(Axis::tp) + i);
+      CHECK(t.to_vector()[0] == expected);
+      // pipeline neighbours: same tp, cp, dp; one stage before / after
+      const int stage_stride = shape.tp * shape.cp * shape.dp;
+      CHECK(mesh.pp_prev() == (mesh.coord(Axis::pp) > 0 ? me - stage_stride : -1));
+      CHECK(mesh.pp_next() == (mesh.coord(Axis::pp) + 1 < shape.pp ? me + stage_stride : -1));
+    });
+    // every axis has ranks / size groups, named <axis>0, <axis>1, ...
+    for (Axis axis : kAxes)
+      for (int i = 0; i < 8 / shape.size(axis); ++i)
+        CHECK(group_names.count(std::string(axis_name(axis)) + std::to_string(i)) == 1);
+    size_t groups = 0;
+    for (Axis axis : kAxes) groups += static_cast<size_t>(8 / shape.size(axis));
+    CHECK(group_names.size() == groups);
+  }
+}
+
+TEST_CASE("bad meshes are one clear line", "[mesh]") {
+  auto message = [](MeshShape shape, int world) {
+    try {
+      shape.validate(world);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  std::string wrong_product = message({.tp = 3, .dp = 2}, 8);
+  CHECK_THAT(wrong_product, Catch::Contains("holds 6 ranks but the world has 8"));
+  CHECK(wrong_product.find('\n') == std::string::npos);
+  CHECK_THAT(message({.tp = 0}, 8), Catch::Contains("axis tp has size 0"));
+  CHECK_THAT(message({.tp = 2, .pp = -1}, 8), Catch::Contains("axis pp has size -1"));
+  CHECK(message({.tp = 2, .cp = 2, .dp = 2}, 8) == "(accepted)");
+  // and the Mesh constructor refuses it on every rank before any split
+  World world(WorldOptions{.ranks = 4});
+  CHECK_THROWS_WITH(world.run([&](RankContext& ctx) { Mesh mesh(*ctx.comm, {.tp = 3}); }),
+                    Catch::Contains("holds 3 ranks but the world has 4"));
+}
