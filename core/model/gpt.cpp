@@ -274,7 +274,7 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
     a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
     a.allocate_missing(config, shard, batch, seq);
     forward_math(kept.input, a);  // a layout's hooks communicate again, as Megatron's recompute
-  } else {  // selective: only the attention probabilities, from the kept qkv
+  } else {                        // selective: only the attention probabilities, from the kept qkv
     a.att = activation({batch, heads, seq, seq}, config.dtype);
     Tensor attn_out = workspace(kept.attn_out.shape(), config.dtype);  // same values as kept
     ops::attention_forward(attn_out, a.att, a.qkv, heads);

@@ -160,7 +160,7 @@ struct BlockActivations {
 };
 
 struct Block {
-  int heads = 1;      // heads computed here (all of them unless sharded)
+  int heads = 1;     // heads computed here (all of them unless sharded)
   GPTConfig config;  // shapes, dtype and recompute mode of the activations it keeps
   BlockShard shard;  // the heads and hidden units this block computes
   LayerNorm ln1;

@@ -168,8 +168,9 @@ TEST_CASE("a 24-layer dim-2048 model runs on phantom GPUs", "[tp][lesson][phanto
   CHECK_THAT(r.out, Catch::Contains("all-reduces  96 = 4.0 per layer"));
 }
 
-TEST_CASE("--impl mine runs the student's stub and fails clearly", "[tp][lesson]") {
+TEST_CASE("impl mine with exercise 06 still a stub: tensor_parallel says so and uses the reference",
+          "[tp][lesson]") {
   auto r = run_mgpu(tiny({"run", "tensor_parallel", "--ranks", "2", "--impl", "mine"}));
-  CHECK(r.code != 0);
-  CHECK_THAT(r.err, Catch::Contains("not implemented: see docs/exercises/06-tensor-parallel.md"));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ex06 not implemented yet: using the reference"));
 }
