@@ -90,16 +90,17 @@ class ActivationCheckpointingLesson : public Lesson {
     return "recompute none/selective/full: activation bytes per layer, step time, largest batch";
   }
   LessonDefaults defaults() const override { return {.steps = 3, .batch = 16, .layers = 4}; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--precision", precision_, "fp32 | bf16 | fp16 (storage type)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  }
+  // --precision (the storage type) is a common option; --recompute is what the lesson varies.
 
   int run(const CommonOptions& c, std::ostream& out) override {
     fmt::print(out, "== activation_checkpointing: recompute activations instead of storing ==\n");
+    if (c.recompute != "none")
+      throw UsageError(
+          "activation_checkpointing runs --recompute none, selective and full side by side: "
+          "drop --recompute");
+    const std::string& precision_ = c.precision;
     auto task = make_task(c);
     PrecisionRunOptions base = precision_run_options(c, *task);
-    base.model.dtype = parse_precision(precision_);
     fmt::print(out, "model: {}; batch {}, {} precision\n\n",
                describe_model(base.model, count_params(base.model)), c.batch, precision_);
 
@@ -153,7 +154,6 @@ class ActivationCheckpointingLesson : public Lesson {
   }
 
  private:
-  std::string precision_ = "fp32";
 };
 
 }  // namespace

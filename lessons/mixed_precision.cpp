@@ -39,6 +39,10 @@ class MixedPrecisionLesson : public Lesson {
 
   int run(const CommonOptions& c, std::ostream& out) override {
     fmt::print(out, "== mixed_precision: bf16 and fp16 training with fp32 master weights ==\n");
+    if (c.precision != "fp32")
+      throw UsageError(
+          "mixed_precision runs fp32, bf16 and fp16 side by side: drop --precision "
+          "(--recompute applies to all three)");
     auto task = make_task(c);
     PrecisionRunOptions base = precision_run_options(c, *task);
     const bool phantom = !base.device.has_data();

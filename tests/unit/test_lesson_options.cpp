@@ -54,6 +54,8 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--weight-decay", {"0.3"}},
     {"--seed", {"7"}},
     {"--resume", {"/nonexistent/run.ckpt"}},
+    {"--precision", {"bf16"}},
+    {"--recompute", {"full"}},
     {"--log-every", {"2"}},
     {"--quiet", {}},
     {"--overlap", {"off"}},
