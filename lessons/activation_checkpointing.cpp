@@ -98,6 +98,10 @@ class ActivationCheckpointingLesson : public Lesson {
       throw UsageError(
           "activation_checkpointing runs --recompute none, selective and full side by side: "
           "drop --recompute");
+    if (c.log_every > 0)
+      throw UsageError(
+          "activation_checkpointing prints no per-step loss (it compares final results): drop "
+          "--log-every");
     const std::string& precision_ = c.precision;
     auto task = make_task(c);
     PrecisionRunOptions base = precision_run_options(c, *task);
@@ -130,9 +134,10 @@ class ActivationCheckpointingLesson : public Lesson {
                  format_seconds(runs[i].modeled_step_seconds),
                  100.0 * (runs[i].modeled_step_seconds / base_time - 1.0),
                  format_seconds(runs[i].recompute_seconds));
-    fmt::print(out,
-               "  full recompute re-runs every block's forward: about +1/3 of a forward+backward "
-               "(forward ~1/3 of the FLOPs) when compute-bound\n");
+    if (!c.quiet)  // --quiet: the measurements without the explanation
+      fmt::print(out,
+                 "  full recompute re-runs every block's forward: about +1/3 of a "
+                 "forward+backward (forward ~1/3 of the FLOPs) when compute-bound\n");
     if (base.device.has_data())
       fmt::print(out,
                  "  final loss: none {:.6f}, selective {:.6f}, full {:.6f} (bit-identical: {})\n",
