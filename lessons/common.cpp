@@ -81,7 +81,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->group("Training");
     app.add_option("--resume", c.resume, "start from this checkpoint")->group("Training");
     app.add_option("--precision", c.precision,
-                   "fp32 | bf16 | fp16: weights and activations (fp32 master weights otherwise)")
+                   "fp32 | bf16 | fp16: weights and activations (bf16/fp16 keep fp32 master weights)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->group("Training");
     app.add_option("--recompute", c.recompute,
