@@ -78,7 +78,7 @@ float max_difference(const std::map<std::string, mgpu::CheckpointTensor>& a,
 
 }  // namespace
 
-TEST_CASE("--recompute selective and full write bit-identical checkpoints to none",
+TEST_CASE("recompute selective and full write bit-identical checkpoints to none",
           "[lesson][precision][recompute]") {
   for (const std::string lesson : {"single_device", "ddp", "pipeline"}) {
     INFO(lesson);
@@ -99,7 +99,7 @@ TEST_CASE("--recompute selective and full write bit-identical checkpoints to non
 // checkpoint test (test_lesson_checkpoints.cpp); a bf16 rounding step would be ~8e-3.
 constexpr float kBf16Tolerance = 2e-5f;
 
-TEST_CASE("--precision bf16 trains in ddp and pipeline to the single-device bf16 checkpoint",
+TEST_CASE("precision bf16 trains in ddp and pipeline to the single-device bf16 checkpoint",
           "[lesson][precision][bf16]") {
   fs::path ref_path = checkpoint_of("single_device", {"--precision", "bf16"}, "bf16");
   auto reference = load(ref_path);
@@ -130,7 +130,7 @@ TEST_CASE("a bf16 checkpoint resumes into bf16 training from its fp32 master wei
   CHECK(max_difference(resumed, straight, "param") <= kBf16Tolerance);
 }
 
-TEST_CASE("--precision and --recompute combinations that cannot run: one line, exit 2",
+TEST_CASE("precision and recompute combinations that cannot run: one line, exit 2",
           "[lesson][precision]") {
   struct Case {
     std::string lesson;
