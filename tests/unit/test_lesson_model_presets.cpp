@@ -21,7 +21,7 @@ TEST_CASE("a preset sets the published shape; typed options override it", "[less
   CHECK_THAT(o.out, Catch::Contains("2 layers, dim 768, 12 heads, seq 1024, vocab 50257"));
 }
 
-TEST_CASE("--model FILE.json and --vocab", "[lesson][model]") {
+TEST_CASE("model FILE.json and --vocab", "[lesson][model]") {
   const std::string path = "/tmp/mgpu_test_model_preset.json";
   std::ofstream(path) << R"({"layers": 3, "dim": 48, "heads": 3, "seq": 16, "vocab": 100})";
   auto r = run_mgpu({"run", "single_device", "--model", path, "--steps", "1"});
