@@ -90,16 +90,21 @@ class ActivationCheckpointingLesson : public Lesson {
     return "recompute none/selective/full: activation bytes per layer, step time, largest batch";
   }
   LessonDefaults defaults() const override { return {.steps = 3, .batch = 16, .layers = 4}; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--precision", precision_, "fp32 | bf16 | fp16 (storage type)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  }
+  // --precision (the storage type) is a common option; --recompute is what the lesson varies.
 
   int run(const CommonOptions& c, std::ostream& out) override {
     fmt::print(out, "== activation_checkpointing: recompute activations instead of storing ==\n");
+    if (c.recompute != "none")
+      throw UsageError(
+          "activation_checkpointing runs --recompute none, selective and full side by side: "
+          "drop --recompute");
+    if (c.log_every > 0)
+      throw UsageError(
+          "activation_checkpointing prints no per-step loss (it compares final results): drop "
+          "--log-every");
+    const std::string& precision_ = c.precision;
     auto task = make_task(c);
     PrecisionRunOptions base = precision_run_options(c, *task);
-    base.model.dtype = parse_precision(precision_);
     fmt::print(out, "model: {}; batch {}, {} precision\n\n",
                describe_model(base.model, count_params(base.model)), c.batch, precision_);
 
@@ -129,9 +134,10 @@ class ActivationCheckpointingLesson : public Lesson {
                  format_seconds(runs[i].modeled_step_seconds),
                  100.0 * (runs[i].modeled_step_seconds / base_time - 1.0),
                  format_seconds(runs[i].recompute_seconds));
-    fmt::print(out,
-               "  full recompute re-runs every block's forward: about +1/3 of a forward+backward "
-               "(forward ~1/3 of the FLOPs) when compute-bound\n");
+    if (!c.quiet)  // --quiet: the measurements without the explanation
+      fmt::print(out,
+                 "  full recompute re-runs every block's forward: about +1/3 of a "
+                 "forward+backward (forward ~1/3 of the FLOPs) when compute-bound\n");
     if (base.device.has_data())
       fmt::print(out,
                  "  final loss: none {:.6f}, selective {:.6f}, full {:.6f} (bit-identical: {})\n",
@@ -153,7 +159,6 @@ class ActivationCheckpointingLesson : public Lesson {
   }
 
  private:
-  std::string precision_ = "fp32";
 };
 
 }  // namespace

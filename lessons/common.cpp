@@ -83,6 +83,14 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->check(OutputFile)
         ->group("Training");
     app.add_option("--resume", c.resume, "start from this checkpoint")->group("Training");
+    app.add_option("--precision", c.precision,
+                   "fp32 | bf16 | fp16: weights and activations (bf16/fp16 keep fp32 master weights)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->group("Training");
+    app.add_option("--recompute", c.recompute,
+                   "none | selective | full: activations recomputed in backward instead of kept")
+        ->check(CLI::IsMember({"none", "selective", "full"}))
+        ->group("Training");
     app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
         ->check(NonNegative)
         ->group("Output");
@@ -232,7 +240,9 @@ nlohmann::json CommonOptions::to_json() const {
           {"optimizer", optimizer},
           {"lr", lr},
           {"weight_decay", weight_decay},
-          {"seed", seed}};
+          {"seed", seed},
+          {"precision", precision},
+          {"recompute", recompute}};
 }
 
 }  // namespace mgpu::lessons

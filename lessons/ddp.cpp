@@ -31,7 +31,7 @@ std::vector<std::vector<float>> copy_params(GPT& model) {
   std::vector<std::vector<float>> values;
   for (Param* p : model.params())
     if (p->data.has_data())  // phantom parameters have no values to compare
-      values.emplace_back(p->data.f32(), p->data.f32() + p->data.numel());
+      values.push_back(p->data.to_vector());  // bf16/fp16 parameters read as floats
   return values;
 }
 

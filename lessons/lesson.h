@@ -52,6 +52,8 @@ struct CommonOptions {
   uint64_t seed = 1234;
   std::string checkpoint = "";
   std::string resume = "";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16: storage type of weights and activations
+  std::string recompute = "none";  // none | selective | full: activation checkpointing
   // output
   std::string trace_path = "";
   bool viz = false;

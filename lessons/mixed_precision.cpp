@@ -39,6 +39,10 @@ class MixedPrecisionLesson : public Lesson {
 
   int run(const CommonOptions& c, std::ostream& out) override {
     fmt::print(out, "== mixed_precision: bf16 and fp16 training with fp32 master weights ==\n");
+    if (c.precision != "fp32")
+      throw UsageError(
+          "mixed_precision runs fp32, bf16 and fp16 side by side: drop --precision "
+          "(--recompute applies to all three)");
     auto task = make_task(c);
     PrecisionRunOptions base = precision_run_options(c, *task);
     const bool phantom = !base.device.has_data();
@@ -77,10 +81,11 @@ class MixedPrecisionLesson : public Lesson {
                  format_bytes(runs[i].memory.peak[int(MemCategory::activations)]));
 
     if (!phantom) {
+      // --quiet: the first and last steps only; --log-every K: every K steps.
+      const int every = c.quiet ? c.steps : c.log_every > 0 ? c.log_every : std::max(1, c.steps / 6);
       fmt::print(out, "\nloss by step (same seed, same batches):\n  {:>6}", "step");
       for (const Variant& v : kVariants) fmt::print(out, " {:>22}", v.label);
       fmt::print(out, "\n");
-      const int every = std::max(1, c.steps / 6);
       for (int s = 0; s < c.steps; ++s) {
         if (s % every != 0 && s + 1 != c.steps) continue;
         fmt::print(out, "  {:>6}", s + 1);

@@ -17,7 +17,7 @@ PrecisionRun train_precision_run(const PrecisionRunOptions& o, const data::Task&
   GPT model(o.model);
   optim::AdamWOptions adam;
   adam.lr = o.lr;
-  adam.weight_decay = 0.0f;
+  adam.weight_decay = o.weight_decay;
   auto opt = optim::make_adamw(optim::whole_params(model.params()), o.model.dtype, adam);
   optim::LossScaler scaler(optim::LossScalerOptions{.initial_scale = o.initial_scale});
 
@@ -92,6 +92,7 @@ PrecisionRunOptions precision_run_options(const CommonOptions& c, const data::Ta
   o.steps = c.steps;
   o.batch = c.batch;
   o.lr = static_cast<float>(c.lr);
+  o.weight_decay = static_cast<float>(c.weight_decay);
   o.profile = w.profile;
   o.device = c.device == "phantom" ? Device::phantom() : Device::cpu();
   o.capacity = w.capacity_override >= 0 ? w.capacity_override : w.profile.memory_capacity;

@@ -20,6 +20,7 @@ struct PrecisionRunOptions {
   int steps = 150;
   int batch = 16;
   float lr = 3e-3f;
+  float weight_decay = 0.01f;  // AdamW's decoupled weight decay (--weight-decay)
   bool loss_scaling = false;  // dynamic loss scaling (start 2^16)
   float initial_scale = 65536.0f;
   HardwareProfile profile = HardwareProfile::ideal(0);

@@ -79,7 +79,13 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
       format_bytes(cat(MemCategory::activations)),
       double(cat(MemCategory::activations)) / cat(MemCategory::parameters));
   // Predicted by exercise 05's memory estimator (the student's own with --impl mine).
-  print_memory_prediction(out, {cfg, c.optimizer}, s);
+  // (bf16: the estimator's mixed_bf16 has 2-byte gradients; this trainer keeps them in fp32, so
+  // the measured gradients are twice the prediction.)
+  print_memory_prediction(
+      out,
+      {cfg, c.optimizer,
+       cfg.dtype == DType::f32 ? memory::Precision::fp32 : memory::Precision::mixed_bf16},
+      s);
   result.memory = s;
 
   nlohmann::json meta = {{"lesson", "single_device"}, {"config", c.to_json()}};

@@ -24,6 +24,10 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task);
 int64_t count_params(const GPTConfig& cfg);
 std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
 train::OptimizerFactory optimizer_factory(const CommonOptions& c);
+// Refuses (UsageError, one line) --precision combinations the training loop cannot run: SGD
+// without fp32 (no master-weight wrapper) and fp16 (its loss scaler is not in the layouts yet).
+// train_options calls it.
+void check_training_precision(const CommonOptions& c);
 // The trainer's options from the common ones (--steps, --resume, --checkpoint); `config` goes into
 // the checkpoint header (default: the common options).
 train::TrainOptions train_options(const CommonOptions& c, int global_batch, const GPTConfig& cfg,

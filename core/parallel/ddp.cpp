@@ -75,7 +75,8 @@ float DistributedDataParallel::forward_backward(const data::Batch& batch, bool s
   std::fill(grad_final_.begin(), grad_final_.end(), false);
   next_bucket_ = 0;
   // The layers of GPT::backward, one scope each, so buckets can launch between them.
-  Tensor dx = Tensor::empty(acts.embedded.shape(), MemCategory::workspace);
+  // (in the activations' dtype, as GPT::backward: bf16 training rounds the residual gradient too)
+  Tensor dx = Tensor::empty(acts.embedded.shape(), MemCategory::workspace, acts.embedded.dtype());
   const int layers = static_cast<int>(model_.blocks.size());
   size_t layer = 0;
   {

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/comm/comm.h"
+#include "core/ops/ops.h"
+#include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
 
 namespace mgpu::train {
@@ -126,8 +128,15 @@ void restore_shards(Layout& layout, const CheckpointContents& ckpt, const std::s
     for (const ShardRun& run : shard.runs)
       local.insert(local.end(), full.values.begin() + run.full_offset,
                    full.values.begin() + run.full_offset + run.length);
-    shard.local.copy_from(Tensor::from(shard.local.shape(), local, MemCategory::workspace));
+    Tensor values = Tensor::from(shard.local.shape(), local, MemCategory::workspace);
+    if (shard.local.dtype() == DType::f32)
+      shard.local.copy_from(values);
+    else  // a bf16/fp16 parameter without master weights on this rank: rounded
+      ops::convert(shard.local, values);
   }
+  // Mixed precision: the checkpoint held the fp32 master weights; the model gets them rounded.
+  if (auto* mixed = dynamic_cast<optim::MixedPrecision*>(layout.optimizer()))
+    mixed->copy_master_to_model();
   if (optim::Optimizer* opt = layout.optimizer()) {
     const nlohmann::json& saved = ckpt.info.optimizer;
     if (saved.is_null())
@@ -202,16 +211,33 @@ std::vector<CheckpointTensor> assemble(
 
 }  // namespace
 
-std::vector<TensorShard> whole_tensor_shards(const ParamList& params,
-                                             const optim::Optimizer* optimizer, bool writer) {
+std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
+                                             bool writer) {
   std::vector<TensorShard> shards;
   auto whole = [&](const std::string& name, const std::string& kind, const Tensor& t) {
     shards.push_back({name, kind, t.shape(), {{0, t.numel()}}, t, writer});
   };
-  for (Param* p : params) whole(p->name, "param", p->data);
+  // Mixed precision: the fp32 master weights are the parameters a checkpoint stores (under the
+  // parameters' names, as single_device fp32 would), not their 2-byte rounding in the model.
+  auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer);
+  if (mixed) {
+    ParamList masters = mixed->master_params();
+    if (masters.size() != params.size())
+      throw std::logic_error("whole_tensor_shards: master weights do not match the parameters");
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (masters[i]->name != params[i]->name)
+        throw std::logic_error("whole_tensor_shards: master " + masters[i]->name + " is not " +
+                               params[i]->name);
+      whole(params[i]->name, "param", masters[i]->data);
+    }
+  } else {
+    for (Param* p : params) whole(p->name, "param", p->data);
+  }
   if (optimizer)
-    for (const optim::NamedTensor& s : optimizer->state())
+    for (const optim::NamedTensor& s : optimizer->state()) {
+      if (mixed && s.name.rfind("master.", 0) == 0) continue;  // stored above as the params
       whole(s.name, "optimizer_state", s.tensor);
+    }
   return shards;
 }
 

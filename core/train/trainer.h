@@ -60,8 +60,10 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
 // Whole-tensor shards of a rank that holds complete parameters (single device, DDP replicas,
 // pipeline stages) and the optimizer state over them. `writer`: this rank's copy is the one the
 // checkpoint takes (replicas: rank 0 only).
-std::vector<TensorShard> whole_tensor_shards(const ParamList& params,
-                                             const optim::Optimizer* optimizer, bool writer);
+// With optim::MixedPrecision the "param" shards are its fp32 master weights (what checkpoints
+// store), and resume rounds them into the model.
+std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
+                                             bool writer);
 
 // Every rank's `values` on rank 0 (rank order; empty elsewhere), through the world's comm and
 // off the timeline. Collective: every rank calls it. For small per-rank stats.

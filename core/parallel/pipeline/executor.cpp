@@ -139,7 +139,8 @@ class StageRunner {
   void execute(const Action& a) {
     switch (a.kind) {
       case ActionKind::recv_activation: {
-        Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::activations);
+        Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::activations,
+                               model_.config.dtype);
         comm_.recv(t, a.peer, tag(a));
         received_activations_[{a.microbatch, a.chunk}] = std::move(t);
         break;
@@ -152,7 +153,8 @@ class StageRunner {
         break;
       }
       case ActionKind::recv_grad: {
-        Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::comm_buffers);
+        Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::comm_buffers,
+                               model_.config.dtype);
         comm_.recv(t, a.peer, tag(a));
         received_grads_[{a.microbatch, a.chunk}] = std::move(t);
         break;
@@ -193,7 +195,8 @@ class StageRunner {
     const int64_t before = activation_bytes();
     Stash stash;
     if (is_first(chunk)) {
-      stash.input = Tensor::empty(activation_shape(mb), MemCategory::activations);
+      stash.input = Tensor::empty(activation_shape(mb), MemCategory::activations,
+                               model_.config.dtype);
       model_.embedding->forward(stash.input, batch.tokens);
     } else {
       stash.input = std::move(received_activations_.at({mb, chunk}));
@@ -231,7 +234,8 @@ class StageRunner {
     grad_send_buffer_ = Tensor();
     Tensor grad;  // d loss / d (current activation), updated in place block by block
     if (is_last(chunk)) {
-      grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers);
+      grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers,
+                               model_.config.dtype);
       if (input_only)
         head_backward_input(*model_.head, grad, *stash.head, stash.head_keep.emplace());
       else
