@@ -58,6 +58,11 @@ class MeshLayout : public parallel::TensorParallel {
 
 TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out) {
   WorldOptions wopt = c.world_options();
+  if (c.precision != "fp32")  // the shards are cut from the fp32 full model; no 2-byte copy yet
+    throw UsageError(fmt::format(
+        "tensor_parallel trains in --precision fp32 only so far, got {}: drop --precision, or "
+        "see bf16 in single_device, ddp or pipeline",
+        c.precision));
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
   parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
