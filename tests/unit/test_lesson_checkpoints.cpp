@@ -9,12 +9,16 @@
 #include <fstream>
 #include <map>
 
+#include "common/checkpoints.h"
 #include "core/model/checkpoint.h"
 #include "unit/mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
 
 namespace {
+
+using mgpu::testing::load_checkpoint_by_name;
+using mgpu::testing::max_difference;
 
 namespace fs = std::filesystem;
 
@@ -40,31 +44,6 @@ std::vector<std::string> tiny_run(const std::string& lesson, int steps,
   return a;
 }
 
-std::map<std::string, mgpu::CheckpointTensor> load(const fs::path& path) {
-  std::map<std::string, mgpu::CheckpointTensor> by_name;
-  for (auto& t : mgpu::load_checkpoint_tensors(path.string()).tensors) by_name[t.name] = t;
-  return by_name;
-}
-
-// Largest |a - b| over every tensor of `kind`; infinity when the names or shapes differ.
-float max_difference(const std::map<std::string, mgpu::CheckpointTensor>& a,
-                     const std::map<std::string, mgpu::CheckpointTensor>& b,
-                     const std::string& kind) {
-  float worst = 0;
-  int compared = 0;
-  for (auto& [name, t] : a) {
-    if (t.kind != kind) continue;
-    auto it = b.find(name);
-    if (it == b.end() || it->second.shape != t.shape) return INFINITY;
-    for (size_t i = 0; i < t.values.size(); ++i)
-      worst = std::max(worst, std::abs(t.values[i] - it->second.values[i]));
-    ++compared;
-  }
-  for (auto& [name, t] : b)
-    if (t.kind == kind && !a.count(name)) return INFINITY;
-  return compared > 0 ? worst : INFINITY;
-}
-
 // Same global-batch gradient, summed in another order (shards, micro-batches): fp32 rounding,
 // amplified by AdamW's 1/sqrt(v) (see test_ddp.cpp).
 constexpr float kTolerance = 2e-5f;
@@ -86,10 +65,10 @@ fs::path checkpoint_of(const std::string& lesson, int steps, const std::string& 
 
 TEST_CASE("every lesson's checkpoint is the single-device model after the same steps",
           "[lesson][checkpoint]") {
-  auto reference = load(checkpoint_of("single_device", 3, "straight"));
+  auto reference = load_checkpoint_by_name(checkpoint_of("single_device", 3, "straight"));
   for (const std::string& lesson : kLessons) {
     INFO(lesson);
-    auto mine = load(checkpoint_of(lesson, 3, "straight"));
+    auto mine = load_checkpoint_by_name(checkpoint_of(lesson, 3, "straight"));
     CHECK(max_difference(mine, reference, "param") <= kTolerance);
     CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
     CHECK(mgpu::read_checkpoint_info((scratch() / (lesson + "_straight.ckpt")).string())
@@ -99,16 +78,16 @@ TEST_CASE("every lesson's checkpoint is the single-device model after the same s
 
 TEST_CASE("a DDP checkpoint resumed by any lesson continues the same training",
           "[lesson][checkpoint]") {
-  auto straight = load(checkpoint_of("single_device", 4, "four"));
+  auto straight = load_checkpoint_by_name(checkpoint_of("single_device", 4, "four"));
   fs::path half = checkpoint_of("ddp", 2, "half");
   for (const std::string& lesson : kLessons) {
     INFO("ddp for 2 steps, then " << lesson << " for 2 more");
-    auto resumed = load(checkpoint_of(lesson, 4, "resumed", half.string()));
+    auto resumed = load_checkpoint_by_name(checkpoint_of(lesson, 4, "resumed", half.string()));
     CHECK(max_difference(resumed, straight, "param") <= kTolerance);
     CHECK(max_difference(resumed, straight, "optimizer_state") <= kTolerance);
   }
   // And without resuming, two more steps from the start are not the same training.
-  auto restarted = load(checkpoint_of("pipeline", 2, "restarted"));
+  auto restarted = load_checkpoint_by_name(checkpoint_of("pipeline", 2, "restarted"));
   CHECK(max_difference(restarted, straight, "param") > 1e-4f);
 }
 
@@ -148,12 +127,12 @@ TEST_CASE("bad checkpoints and impossible checkpoint requests: one line, exit 2"
 TEST_CASE("the weight decay option reaches the optimizer in every lesson", "[lesson][checkpoint]") {
   for (const std::string& lesson : kLessons) {
     INFO(lesson);
-    auto plain = load(checkpoint_of(lesson, 2, "wd_default"));
+    auto plain = load_checkpoint_by_name(checkpoint_of(lesson, 2, "wd_default"));
     fs::path path = scratch() / (lesson + "_wd.ckpt");
     auto args = tiny_run(lesson, 2);
     args.insert(args.end(), {"--weight-decay", "0.5", "--checkpoint", path.string()});
     REQUIRE(run_mgpu(args).code == 0);
-    CHECK(max_difference(load(path), plain, "param") > 1e-5f);
+    CHECK(max_difference(load_checkpoint_by_name(path), plain, "param") > 1e-5f);
     CHECK(mgpu::read_checkpoint_info(path.string()).optimizer.at("weight_decay") == 0.5);
   }
 }

@@ -9,12 +9,16 @@
 #include <filesystem>
 #include <map>
 
+#include "common/checkpoints.h"
 #include "core/model/checkpoint.h"
 #include "unit/mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
 
 namespace {
+
+using mgpu::testing::load_checkpoint_by_name;
+using mgpu::testing::max_difference;
 
 namespace fs = std::filesystem;
 
@@ -26,20 +30,14 @@ fs::path scratch() {
 
 // 4 layers (two per pipeline stage), global batch 8, 2 ranks outside single_device.
 std::vector<std::string> tiny_run(const std::string& lesson, int steps) {
-  std::vector<std::string> a = {"run",     lesson, "--steps", std::to_string(steps),
-                                "--layers", "4",   "--dim",   "16",
-                                "--heads", "2",    "--seq",   "8",
-                                "--batch", "8",    "-q"};
+  std::vector<std::string> a = {"run",      lesson, "--steps", std::to_string(steps),
+                                "--layers", "4",    "--dim",   "16",
+                                "--heads",  "2",    "--seq",   "8",
+                                "--batch",  "8",    "-q"};
   if (lesson != "single_device") a.insert(a.end(), {"--ranks", "2"});
   if (lesson == "pipeline") a.insert(a.end(), {"--microbatches", "4", "--schedule", "1f1b"});
   if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
   return a;
-}
-
-std::map<std::string, mgpu::CheckpointTensor> load(const fs::path& path) {
-  std::map<std::string, mgpu::CheckpointTensor> by_name;
-  for (auto& t : mgpu::load_checkpoint_tensors(path.string()).tensors) by_name[t.name] = t;
-  return by_name;
 }
 
 fs::path checkpoint_of(const std::string& lesson, const std::vector<std::string>& extra,
@@ -55,37 +53,16 @@ fs::path checkpoint_of(const std::string& lesson, const std::vector<std::string>
   return path;
 }
 
-// Largest |a - b| over every tensor of `kind`; infinity when names or shapes differ.
-float max_difference(const std::map<std::string, mgpu::CheckpointTensor>& a,
-                     const std::map<std::string, mgpu::CheckpointTensor>& b,
-                     const std::string& kind) {
-  float worst = 0;
-  int compared = 0;
-  for (auto& [name, t] : a) {
-    if (t.kind != kind) continue;
-    auto it = b.find(name);
-    if (it == b.end() || it->second.shape != t.shape) return INFINITY;
-    for (size_t i = 0; i < t.values.size(); ++i) {
-      const float d = std::abs(t.values[i] - it->second.values[i]);
-      if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
-    }
-    ++compared;
-  }
-  for (auto& [name, t] : b)
-    if (t.kind == kind && !a.count(name)) return INFINITY;
-  return compared > 0 ? worst : INFINITY;
-}
-
 }  // namespace
 
 TEST_CASE("recompute selective and full write bit-identical checkpoints to none",
           "[lesson][precision][recompute]") {
   for (const std::string lesson : {"single_device", "ddp", "pipeline"}) {
     INFO(lesson);
-    auto none = load(checkpoint_of(lesson, {"--recompute", "none"}, "none"));
+    auto none = load_checkpoint_by_name(checkpoint_of(lesson, {"--recompute", "none"}, "none"));
     for (const std::string mode : {"selective", "full"}) {
       INFO("--recompute " << mode);
-      auto mine = load(checkpoint_of(lesson, {"--recompute", mode}, mode));
+      auto mine = load_checkpoint_by_name(checkpoint_of(lesson, {"--recompute", mode}, mode));
       CHECK(max_difference(mine, none, "param") == 0.0f);
       CHECK(max_difference(mine, none, "optimizer_state") == 0.0f);
     }
@@ -102,8 +79,8 @@ constexpr float kBf16Tolerance = 2e-5f;
 TEST_CASE("precision bf16 trains in ddp and pipeline to the single-device bf16 checkpoint",
           "[lesson][precision][bf16]") {
   fs::path ref_path = checkpoint_of("single_device", {"--precision", "bf16"}, "bf16");
-  auto reference = load(ref_path);
-  auto fp32 = load(checkpoint_of("single_device", {}, "fp32"));
+  auto reference = load_checkpoint_by_name(ref_path);
+  auto fp32 = load_checkpoint_by_name(checkpoint_of("single_device", {}, "fp32"));
   // fp32 master weights under the parameters' names, plus AdamW's m and v; no "master." copies.
   for (auto& [name, t] : reference) CHECK(name.rfind("master.", 0) != 0);
   CHECK(max_difference(reference, fp32, "param") < INFINITY);  // same names and shapes
@@ -114,7 +91,7 @@ TEST_CASE("precision bf16 trains in ddp and pipeline to the single-device bf16 c
 
   for (const std::string lesson : {"ddp", "pipeline", "grad_accum", "data_parallel"}) {
     INFO(lesson);
-    auto mine = load(checkpoint_of(lesson, {"--precision", "bf16"}, "bf16"));
+    auto mine = load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", "bf16"}, "bf16"));
     CHECK(max_difference(mine, reference, "param") <= kBf16Tolerance);
     CHECK(max_difference(mine, reference, "optimizer_state") <= kBf16Tolerance);
   }
@@ -122,11 +99,11 @@ TEST_CASE("precision bf16 trains in ddp and pipeline to the single-device bf16 c
 
 TEST_CASE("a bf16 checkpoint resumes into bf16 training from its fp32 master weights",
           "[lesson][precision][bf16]") {
-  auto straight = load(checkpoint_of("single_device", {"--precision", "bf16"}, "bf16_four", 4));
+  auto straight = load_checkpoint_by_name(
+      checkpoint_of("single_device", {"--precision", "bf16"}, "bf16_four", 4));
   fs::path half = checkpoint_of("ddp", {"--precision", "bf16"}, "bf16_half", 2);
-  auto resumed = load(
-      checkpoint_of("single_device", {"--precision", "bf16", "--resume", half.string()},
-                    "bf16_resumed", 4));
+  auto resumed = load_checkpoint_by_name(checkpoint_of(
+      "single_device", {"--precision", "bf16", "--resume", half.string()}, "bf16_resumed", 4));
   CHECK(max_difference(resumed, straight, "param") <= kBf16Tolerance);
 }
 
