@@ -241,6 +241,11 @@ void Dashboard::frame(float display_w, float display_h) {
       }
     }
     axis_.fit(start, end);
+    // The ruler reads 0 at the start of the step the summary describes (the last one of a
+    // multi-step run), else at the start of the run.
+    axis_.origin = views_[0].run_start();
+    if (const auto step = views_[0].summary_step())
+      axis_.origin = trace::analysis_window(views_[0].trace(), *step).begin;
     fit_pending_ = false;
     fit_last_step_pending_ = false;
   }

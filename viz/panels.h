@@ -54,6 +54,11 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
 // Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);
 
+// Per-rank bars for the summarised step (or run): busy and idle share of the compute lane, the
+// comm lane's share under it, and measured vs theory (metadata "predictions") as bars. Called by
+// draw_summary under its table.
+void draw_time_bars(const PanelContext& ctx, const TraceView& view);
+
 // Colour keys: event categories and idle; memory categories and the capacity line.
 void draw_legend(const PanelContext& ctx);
 void draw_memory_legend(const PanelContext& ctx);

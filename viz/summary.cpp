@@ -2,6 +2,7 @@
 // percentages and peak memory, and under it what the lesson's theory predicted (trace metadata
 // "predictions"), e.g. "bubble 27.3% (theory 27.3%)".
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -89,7 +90,71 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     }
   }
   ImGui::EndTable();
-  (void)ctx;
+  draw_time_bars(ctx, view);
+}
+
+void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
+  if (view.num_ranks() == 0) return;
+  const Palette& pal = ctx.pal;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float line = ImGui::GetTextLineHeight();
+  const float label_w = ImGui::CalcTextSize("GPU 00").x + 10 * ctx.scale;
+  // As wide as fits beside the longest caption (compare mode puts two summaries side by side).
+  const float caption_w = ImGui::CalcTextSize("busy 100.0%   comm 100.0%   idle 100.0%").x;
+  const float bar_w = std::round(std::clamp(
+                  ImGui::GetContentRegionAvail().x - label_w - caption_w - 24 * ctx.scale,
+                  120 * ctx.scale, 420 * ctx.scale)),
+              bar_h = std::round(line * 0.9f), comm_h = std::round(line * 0.45f),
+              gap = std::round(6 * ctx.scale);
+  ImGui::Spacing();
+  ImGui::TextDisabled(view.summary_step() ? "where the shown step's time goes, per GPU"
+                                          : "where the run's time goes, per GPU");
+  auto bar = [&](float x, float y, float w, float h, double fraction, ImU32 colour) {
+    const float len = static_cast<float>(std::clamp(fraction, 0.0, 1.0)) * w;
+    if (len > 0) dl->AddRectFilled({x, y}, {x + len, y + h}, colour);
+    return x + len;
+  };
+  for (int r = 0; r < view.num_ranks(); ++r) {
+    const RankSummary& s = view.summary(r);
+    const double window = s.busy + s.idle;
+    const double busy = window > 0 ? s.busy / window : 0, comm = window > 0 ? s.comm / window : 0;
+    const ImVec2 at = ImGui::GetCursorScreenPos();
+    char label[16];
+    std::snprintf(label, sizeof label, "GPU %d", r);
+    dl->AddText({at.x, at.y + (bar_h + comm_h + 1 - line) / 2}, pal.ruler_text, label);
+    const float x0 = at.x + label_w;
+    // Compute lane: busy, then idle (bubble); under it a thinner bar: the comm lane's share.
+    dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h + comm_h + 1}, pal.lane_background);
+    const float xb = bar(x0, at.y, bar_w, bar_h, busy, pal.compute);
+    bar(xb, at.y, bar_w, bar_h, 1 - busy, pal.idle_hatch);
+    bar(x0, at.y + bar_h + 1, bar_w, comm_h, comm, pal.comm);
+    char text[96];
+    std::snprintf(text, sizeof text, "busy %.1f%%   comm %.1f%%   idle %.1f%%", 100 * busy,
+                  100 * comm, 100 * (1 - busy));
+    dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h + comm_h + 1 - line) / 2},
+                pal.ruler_text, text);
+    ImGui::Dummy(
+        {label_w + bar_w + 8 * ctx.scale + ImGui::CalcTextSize(text).x, bar_h + comm_h + 1 + gap});
+  }
+  // Theory vs measured, as bars on one 0..100% scale.
+  for (const Measured& m : kMeasured) {
+    const auto theory = view.prediction(m.key);
+    if (!theory) continue;
+    const double measured = m.measure(view);
+    for (int k = 0; k < 2; ++k) {
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      const std::string name = std::string(m.label) + (k == 0 ? " measured" : " theory");
+      const double value = k == 0 ? measured : *theory;
+      const float x0 = at.x + label_w;
+      dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h}, pal.lane_background);
+      bar(x0, at.y, bar_w, bar_h, value, k == 0 ? pal.idle_hatch : pal.ruler_line);
+      const std::string text = name + " " + percent(value);
+      dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h - line) / 2}, pal.ruler_text,
+                  text.c_str());
+      ImGui::Dummy(
+          {label_w + bar_w + 8 * ctx.scale + ImGui::CalcTextSize(text.c_str()).x, bar_h + gap});
+    }
+  }
 }
 
 void draw_legend(const PanelContext& ctx) {

@@ -87,7 +87,7 @@ float draw_ruler(const PanelContext& ctx) {
   for (double t : ticks.times) {
     const float x = static_cast<float>(ctx.axis.to_px(t));
     dl->AddLine({x, y_bottom - 5 * ctx.scale}, {x, y_bottom}, ctx.pal.ruler_line);
-    const std::string label = format_time(t, ticks.step);
+    const std::string label = format_time(t - ctx.axis.origin, ticks.step);
     if (x + 3 + ImGui::CalcTextSize(label.c_str()).x > ctx.axis.x0 + ctx.axis.width) continue;
     dl->AddText({x + 3, origin.y}, ctx.pal.ruler_text, label.c_str());
   }
@@ -128,13 +128,13 @@ std::string tooltip_line(const char* key, const std::string& value) {
   return std::string(key) + ": " + value;
 }
 
-void event_tooltip(const TraceView& view, int i) {
+void event_tooltip(const TraceView& view, int i, double origin) {
   const Event& e = view.event(i);
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(e.name.c_str());
   ImGui::Separator();
   ImGui::Text("GPU %d, %s lane, %s", e.rank, trace::lane_name(e.lane), e.cat.c_str());
-  ImGui::TextUnformatted(tooltip_line("start", format_duration(e.start)).c_str());
+  ImGui::TextUnformatted(tooltip_line("start", format_duration(e.start - origin)).c_str());
   ImGui::TextUnformatted(tooltip_line("duration", format_duration(e.dur)).c_str());
   if (e.microbatch >= 0) ImGui::Text("micro-batch: %d", e.microbatch);
   if (e.layer >= 0) ImGui::Text("layer: %d", e.layer);
@@ -268,7 +268,8 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
     const double slack = 2 * axis.seconds_per_pixel();
     const int under =
         hit ? view.event_at(hit->first, hit->second, axis.to_time(io.MousePos.x), slack) : -1;
-    if (under >= 0 && !ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2)) event_tooltip(view, under);
+    if (under >= 0 && !ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2))
+      event_tooltip(view, under, ctx.axis.origin);
     if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MouseDragMaxDistanceSqr[0] < 9) {
       clicked = under;
     }

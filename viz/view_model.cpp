@@ -95,8 +95,12 @@ Ticks ruler_ticks(const TimeAxis& axis, double min_spacing_px) {
     ticks.step = m * pow10;
     if (ticks.step >= min_step) break;
   }
-  for (double t = std::ceil(axis.t0 / ticks.step) * ticks.step; t <= axis.t1; t += ticks.step) {
-    ticks.times.push_back(std::abs(t) < ticks.step * 1e-9 ? 0.0 : t);
+  for (double k = std::ceil((axis.t0 - axis.origin) / ticks.step);; k += 1) {
+    double rel = k * ticks.step;
+    if (std::abs(rel) < ticks.step * 1e-9) rel = 0.0;
+    const double t = axis.origin + rel;
+    if (t > axis.t1) break;
+    ticks.times.push_back(t);
   }
   return ticks;
 }
@@ -363,16 +367,22 @@ std::vector<MemorySpan> TraceView::visible_memory(int rank, const TimeAxis& axis
   size_t i = std::upper_bound(samples.begin(), samples.end(), axis.t0,
                               [](double t, const StackedSample& s) { return t < s.time; }) -
              samples.begin();
+  // A rank that exits releases everything: the lessons write a last, empty sample at teardown.
+  // That is not what the step holds (the next step would find the model still there), so
+  // trailing empty samples are not drawn and the last sample that holds memory runs on.
+  size_t n = samples.size();
+  while (n > 1 && samples[n - 1].total() == 0) --n;
+  if (n > 0 && samples[n - 1].total() == 0) n = samples.size();  // nothing held at all
+  if (i > n) i = n;
   if (i > 0) --i;
-  const double end_of_run = std::max(run_end_, samples.empty() ? 0 : samples.back().time);
-  auto held_until = [&](size_t k) {
-    return k + 1 < samples.size() ? samples[k + 1].time : end_of_run;
-  };
-  while (i < samples.size() && samples[i].time <= axis.t1) {
+  // The last sample holds to the end of the run, or of the window when it shows more.
+  const double end_of_run = std::max({run_end_, axis.t1, n > 0 ? samples[n - 1].time : 0.0});
+  auto held_until = [&](size_t k) { return k + 1 < n ? samples[k + 1].time : end_of_run; };
+  while (i < n && samples[i].time <= axis.t1) {
     MemorySpan span{samples[i].time, held_until(i), static_cast<int>(i)};
     ++i;
     // Several samples within one pixel: keep the tallest so peaks never disappear when zoomed out.
-    while (i < samples.size() && samples[i].time - span.start < px) {
+    while (i < n && samples[i].time - span.start < px) {
       if (samples[i].total() > samples[span.sample].total()) span.sample = static_cast<int>(i);
       span.end = held_until(i);
       ++i;

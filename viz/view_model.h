@@ -30,6 +30,8 @@ namespace mgpu::viz {
 struct TimeAxis {
   double t0 = 0, t1 = 1;     // visible time range
   double x0 = 0, width = 1;  // pixels
+  // The time the ruler calls 0 (the shown step's start): labels read t - origin.
+  double origin = 0;
 
   double seconds_per_pixel() const { return (t1 - t0) / width; }
   double to_px(double t) const { return x0 + (t - t0) / (t1 - t0) * width; }
@@ -51,10 +53,11 @@ std::string format_duration(double seconds);
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string format_bytes(double bytes);
 
-// Ruler ticks for an axis: a 1/2/5 x 10^k step so that ticks are at least `min_spacing_px` apart.
+// Ruler ticks for an axis: a 1/2/5 x 10^k step so that ticks are at least `min_spacing_px` apart,
+// placed at axis.origin + k * step, so one tick sits on the origin.
 struct Ticks {
   double step = 0;
-  std::vector<double> times;
+  std::vector<double> times;  // absolute times (for to_px); label them with time - axis.origin
 };
 Ticks ruler_ticks(const TimeAxis& axis, double min_spacing_px);
 
@@ -84,7 +87,8 @@ struct StackedSample {
   int64_t total() const { return cumulative.back(); }
 };
 
-// A span of memory to draw: a sample held from `start` until the next sample (or run end).
+// A span of memory to draw: a sample held from `start` until the next sample; the last sample is
+// held to the end of the run or of the visible window, whichever is later.
 // When several samples fall within one pixel the one with the largest total stands for them.
 struct MemorySpan {
   double start = 0, end = 0;

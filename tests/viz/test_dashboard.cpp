@@ -274,27 +274,3 @@ TEST_CASE("without a display: one clear line and exit code 2", "[viz]") {
   if (!saved.empty()) setenv("DISPLAY", saved.c_str(), 1);
   if (!saved_wayland.empty()) setenv("WAYLAND_DISPLAY", saved_wayland.c_str(), 1);
 }
-
-// Not run by ctest (hidden tag): regenerates the figures in docs/figures.
-//   xvfb-run -a ./build/test_dashboard "[.figures]"
-TEST_CASE("docs figures", "[.figures]") {
-  const auto figures = std::filesystem::path(MGPU_SOURCE_DIR) / "docs" / "figures";
-  std::filesystem::create_directories(figures);
-  // 1F1B with the activation send of micro-batch 2 from GPU 1 selected (its recv on GPU 2 linked).
-  Dashboard one_f_one_b(one_f_one_b_options());
-  const TraceView& view = one_f_one_b.views()[0];
-  for (int i = 0; i < static_cast<int>(view.trace().events.size()); ++i) {
-    const trace::Event& e = view.event(i);
-    if (e.op == "send" && e.rank == 1 && e.peer == 2 && e.microbatch == 2) one_f_one_b.select(0, i);
-  }
-  REQUIRE(render_screenshot(one_f_one_b, (figures / "dashboard-1f1b.png").string(), 1400, 720) ==
-          0);
-  testing::PipelineSpec gpipe;
-  gpipe.schedule = testing::Schedule::gpipe;
-  DashboardOptions compare = one_f_one_b_options();
-  compare.title = "mgpu-lab - GPipe vs 1F1B, 4 GPUs, 8 micro-batches";
-  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
-  compare.labels = {"GPipe", "1F1B"};
-  REQUIRE(render_screenshot(compare, (figures / "dashboard-gpipe-vs-1f1b.png").string(), 1400,
-                            1060) == 0);
-}

@@ -281,3 +281,51 @@ TEST_CASE("a multi-step trace is summarised by its last step, like the lesson's 
   CHECK(view.summary(0).bubble == Approx(0.5));
   CHECK(view.summary(0).bubble == Approx(trace::analyze(t, 1).ranks[0].bubble_fraction));
 }
+
+TEST_CASE("the ruler reads 0 at the axis origin (the shown step's start)", "[viz]") {
+  TimeAxis axis;
+  axis.width = 1000;
+  axis.origin = 1.00037;  // a step that starts off the tick grid
+  axis.fit(axis.origin, axis.origin + 0.033, 0.01);
+  const Ticks ticks = ruler_ticks(axis, 90);
+  CHECK(ticks.step == Approx(5e-3));
+  // One tick sits on the origin and reads "0" (the margin before it is narrower than a step),
+  // the next reads "5 ms".
+  REQUIRE(ticks.times.size() >= 2);
+  CHECK(ticks.times[0] == Approx(axis.origin));
+  CHECK(format_time(ticks.times[0] - axis.origin, ticks.step) == "0");
+  CHECK(format_time(ticks.times[1] - axis.origin, ticks.step) == "5 ms");
+  for (double t : ticks.times) {
+    CHECK(t >= axis.t0);
+    CHECK(t <= axis.t1);
+  }
+}
+
+TEST_CASE("a rank's memory runs to the end of the window, past its last counter sample", "[viz]") {
+  trace::Trace t;
+  t.num_ranks = 2;
+  t.events.push_back(make_event(0, Lane::compute, 0.0, 1.0));
+  t.events.push_back(make_event(1, Lane::compute, 0.0, 2.0));
+  trace::CounterSample c;
+  c.rank = 0;
+  c.time = 0.25;  // rank 0's only (and last) sample, long before the window ends
+  c.bytes[0] = 100;
+  t.counters.push_back(c);
+  // ... and the empty sample a lesson writes when the rank exits (its thread frees the model).
+  c.time = 1.0;
+  c.bytes[0] = 0;
+  t.counters.push_back(c);
+  TraceView view(std::move(t));
+  REQUIRE(view.run_end() == Approx(2.0));
+  REQUIRE(view.memory(0).size() == 2);
+
+  TimeAxis axis;
+  axis.width = 1000;
+  axis.fit(view.run_start(), view.run_end(), 0.05);  // the window shows past the run's end
+  const auto spans = view.visible_memory(0, axis);
+  REQUIRE(spans.size() == 1);
+  CHECK(spans.back().start == Approx(0.25));
+  CHECK(view.memory(0)[spans.back().sample].total() == 100);
+  CHECK(spans.back().end == Approx(axis.t1));
+  CHECK(axis.to_px(spans.back().end) == Approx(axis.x0 + axis.width));
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Regenerates the dashboard figures of docs/dashboard.md from real lesson runs:
+#   docs/figures/make_dashboard_figures.sh [BUILD_DIR]      (default: build-cpu)
+# Two pipeline runs (GPipe and 1F1B, 4 ranks, 8 micro-batches, the lesson's default 20 steps),
+# then `mgpu viz --screenshot` of each; the dashboard opens on the last step.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mgpu="$root/${1:-build-cpu}/mgpu"
+figures="$root/docs/figures"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+for schedule in gpipe 1f1b; do
+  "$mgpu" run pipeline --ranks 4 --schedule "$schedule" --microbatches 8 \
+    --profile 8xH100-NVLink --trace "$schedule.json" >/dev/null
+done
+xvfb-run -a "$mgpu" viz 1f1b.json --screenshot "$figures/dashboard-1f1b.png" --width 1400 --height 900
+xvfb-run -a "$mgpu" viz --compare gpipe.json 1f1b.json \
+  --title "mgpu-lab - GPipe vs 1F1B, 4 GPUs, 8 micro-batches" \
+  --screenshot "$figures/dashboard-gpipe-vs-1f1b.png" --width 1400 --height 1280
