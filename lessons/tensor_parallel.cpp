@@ -112,7 +112,7 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
                          const trace::Trace& trace) {
   const trace::Interval window = trace::analyze(trace, last_step(trace)).window;
   int count = 0;
-  int64_t bytes = 0, first = -1;
+  int64_t bytes = 0, sent = 0, first = -1;
   bool same_size = true;
   for (const trace::Event& e : trace.events) {
     if (e.rank != 0 || e.lane != trace::Lane::comm || e.op != "all_reduce" || e.group != "tp0")
@@ -120,6 +120,7 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
     if (e.start < window.begin || e.start >= window.end) continue;
     ++count;
     bytes += e.bytes;
+    sent += e.sent_bytes;  // what rank 0 really put on the wire for this all-reduce
     if (first < 0) first = e.bytes;
     same_size = same_size && e.bytes == first;
   }
@@ -135,9 +136,8 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
              with_commas(btc));
   fmt::print(out, "  all-reduced  {} per step\n", format_bytes(bytes));
   fmt::print(out,
-             "  on the wire  ring: 2(t-1)/t x {} = {} sent per GPU per step (computed from the "
-             "ring's formula){}\n",
-             format_bytes(bytes),
+             "  on the wire  {} sent by rank 0 (measured)   formula: ring 2(t-1)/t x {} = {}{}\n",
+             format_bytes(sent), format_bytes(bytes),
              format_bytes(static_cast<int64_t>(2 * (t - 1) / t * double(bytes))),
              c.ranks == 1 ? "; tp=1 sends nothing" : "");
 }

@@ -118,6 +118,9 @@ TEST_CASE("tensor_parallel prints the measured communication beside the formula"
   // 2 layers: 8 all-reduces of B*T*C = 4*8*24 = 768 elements, measured from the trace
   CHECK_THAT(r.out, Catch::Contains("all-reduces  8 = 4.0 per layer"));
   CHECK_THAT(r.out, Catch::Contains("each         768 elements   formula: B*T*C = 4*8*24 = 768"));
+  // bytes on the wire counted in rank 0's sends: the 2-rank ring sends 2(t-1)/t = 1 x 24 KiB
+  CHECK_THAT(r.out, Catch::Contains("on the wire  24.00 KiB sent by rank 0 (measured)   formula: "
+                                    "ring 2(t-1)/t x 24.00 KiB = 24.00 KiB"));
   CHECK_THAT(r.out, Catch::Contains("step time:"));
 }
 
