@@ -75,37 +75,50 @@ int all_reduces_on_rank0(const World& world) {
   return n;
 }
 
+// What one rank computed: checked on the main thread after the run, since Catch's assertions
+// are not thread-safe (rank threads only compute and store).
+struct RankResult {
+  int64_t begin = 0, end = 0;  // the rank's slice: output rows (column) or input columns (row)
+  std::vector<float> y, dx, dw, db;
+};
+
 // Column-parallel: rank r owns output rows [r*OUT/t, (r+1)*OUT/t) of W and b.
 void check_column(int tp, bool backward) {
   INFO("tp = " << tp);
   const auto x = values(B * T * IN, 1.0f), w = values(OUT * IN, 0.5f), b = values(OUT, 0.3f),
              dy = values(B * T * OUT, 0.8f);
   const Full want = unsharded(x, w, b, dy, IN, OUT);
+  std::vector<RankResult> got(static_cast<size_t>(tp));
   World world(world_of(tp));
   world.run([&](RankContext& ctx) {
     comm::Comm& group = *ctx.comm;
+    RankResult& mine = got[static_cast<size_t>(ctx.rank)];
     const int64_t o0 = group.rank() * OUT / tp, o1 = (group.rank() + 1) * OUT / tp;
+    mine.begin = o0, mine.end = o1;
     Tensor X = Tensor::from({B, T, IN}, x);
     Tensor W =
         Tensor::from({o1 - o0, IN}, std::vector<float>(w.begin() + o0 * IN, w.begin() + o1 * IN));
     Tensor Bi = Tensor::from({o1 - o0}, std::vector<float>(b.begin() + o0, b.begin() + o1));
     Tensor Y = Tensor::zeros({B, T, o1 - o0}, MemCategory::activations);
     parallel::tp_seams().column_forward(Y, X, W, Bi, group);
-    check_close(Y.to_vector(), columns(want.y, OUT, o0, o1), "y_local: my output columns");
+    mine.y = Y.to_vector();
     if (!backward) return;
     Tensor DY = Tensor::from({B, T, o1 - o0}, columns(dy, OUT, o0, o1));
     Tensor DX = Tensor::zeros({B, T, IN}, MemCategory::workspace);
     Tensor DW = Tensor::zeros(W.shape(), MemCategory::gradients);
     Tensor DB = Tensor::zeros(Bi.shape(), MemCategory::gradients);
     parallel::tp_seams().column_backward(DX, DW, DB, DY, X, W, group);
-    check_close(DX.to_vector(), want.dx,
-                "dx: the full input gradient on every rank (f's backward)");
-    check_close(DW.to_vector(),
-                std::vector<float>(want.dw.begin() + o0 * IN, want.dw.begin() + o1 * IN),
-                "dw_local");
-    check_close(DB.to_vector(), std::vector<float>(want.db.begin() + o0, want.db.begin() + o1),
-                "db_local");
+    mine.dx = DX.to_vector(), mine.dw = DW.to_vector(), mine.db = DB.to_vector();
   });
+  for (const RankResult& r : got) {
+    const int64_t o0 = r.begin, o1 = r.end;
+    check_close(r.y, columns(want.y, OUT, o0, o1), "y_local: my output columns");
+    if (!backward) continue;
+    check_close(r.dx, want.dx, "dx: the full input gradient on every rank (f's backward)");
+    check_close(r.dw, std::vector<float>(want.dw.begin() + o0 * IN, want.dw.begin() + o1 * IN),
+                "dw_local");
+    check_close(r.db, std::vector<float>(want.db.begin() + o0, want.db.begin() + o1), "db_local");
+  }
   // forward: f is the identity, no communication; backward: one all-reduce (on one rank it may
   // be skipped)
   const int issued = all_reduces_on_rank0(world);
@@ -123,26 +136,35 @@ void check_row(int tp, bool backward) {
   const auto x = values(B * T * IN, 0.9f), w = values(OUT * IN, 0.6f), b = values(OUT, 0.4f),
              dy = values(B * T * OUT, 0.7f);
   const Full want = unsharded(x, w, b, dy, IN, OUT);
+  std::vector<RankResult> got(static_cast<size_t>(tp));
   World world(world_of(tp));
   world.run([&](RankContext& ctx) {
     comm::Comm& group = *ctx.comm;
+    RankResult& mine = got[static_cast<size_t>(ctx.rank)];
     const int64_t c0 = group.rank() * IN / tp, c1 = (group.rank() + 1) * IN / tp;
+    mine.begin = c0, mine.end = c1;
     Tensor X = Tensor::from({B, T, c1 - c0}, columns(x, IN, c0, c1));
     Tensor W = Tensor::from({OUT, c1 - c0}, columns(w, IN, c0, c1));
     Tensor Bi = group.rank() == 0 ? Tensor::from({OUT}, b) : Tensor();
     Tensor Y = Tensor::zeros({B, T, OUT}, MemCategory::activations);
     parallel::tp_seams().row_forward(Y, X, W, Bi, group);
-    check_close(Y.to_vector(), want.y, "y: the full output on every rank (g's forward, bias once)");
+    mine.y = Y.to_vector();
     if (!backward) return;
     Tensor DY = Tensor::from({B, T, OUT}, dy);
     Tensor DX = Tensor::zeros({B, T, c1 - c0}, MemCategory::workspace);
     Tensor DW = Tensor::zeros(W.shape(), MemCategory::gradients);
     Tensor DB = Tensor::zeros({OUT}, MemCategory::gradients);
     parallel::tp_seams().row_backward(DX, DW, DB, DY, X, W, group);
-    check_close(DX.to_vector(), columns(want.dx, IN, c0, c1), "dx_local: my input columns");
-    check_close(DW.to_vector(), columns(want.dw, IN, c0, c1), "dw_local");
-    check_close(DB.to_vector(), want.db, "db: the whole bias gradient on every rank");
+    mine.dx = DX.to_vector(), mine.dw = DW.to_vector(), mine.db = DB.to_vector();
   });
+  for (const RankResult& r : got) {
+    const int64_t c0 = r.begin, c1 = r.end;
+    check_close(r.y, want.y, "y: the full output on every rank (g's forward, bias once)");
+    if (!backward) continue;
+    check_close(r.dx, columns(want.dx, IN, c0, c1), "dx_local: my input columns");
+    check_close(r.dw, columns(want.dw, IN, c0, c1), "dw_local");
+    check_close(r.db, want.db, "db: the whole bias gradient on every rank");
+  }
   // forward: one all-reduce (g; on one rank it may be skipped); backward: none (g's backward is
   // the identity)
   const int issued = all_reduces_on_rank0(world);

@@ -13,6 +13,15 @@ using namespace mgpu;
 using namespace mgpu::parallel;
 
 namespace {
+
+// Catch's assertions are not thread-safe: rank threads take this lock around each check.
+std::mutex catch_mutex;
+#define CHECK_LOCKED(...)                    \
+  do {                                       \
+    std::lock_guard catch_lock(catch_mutex); \
+    CHECK(__VA_ARGS__);                      \
+  } while (0)
+
 std::vector<MeshShape> factorisations(int n) {
   std::vector<MeshShape> shapes;
   for (int tp = 1; tp <= n; ++tp)
@@ -36,22 +45,22 @@ TEST_CASE("a mesh over 8 ranks, for every factorisation", "[mesh]") {
       Mesh mesh(*ctx.comm, shape);
       const int me = ctx.rank;
       // tp varies fastest, then cp, dp, pp
-      CHECK(mesh.coord(Axis::tp) == me % shape.tp);
-      CHECK(mesh.coord(Axis::cp) == me / shape.tp % shape.cp);
-      CHECK(mesh.coord(Axis::dp) == me / (shape.tp * shape.cp) % shape.dp);
-      CHECK(mesh.coord(Axis::pp) == me / (shape.tp * shape.cp * shape.dp));
-      CHECK(mesh_rank(shape, mesh_coords(shape, me)) == me);
+      CHECK_LOCKED(mesh.coord(Axis::tp) == me % shape.tp);
+      CHECK_LOCKED(mesh.coord(Axis::cp) == me / shape.tp % shape.cp);
+      CHECK_LOCKED(mesh.coord(Axis::dp) == me / (shape.tp * shape.cp) % shape.dp);
+      CHECK_LOCKED(mesh.coord(Axis::pp) == me / (shape.tp * shape.cp * shape.dp));
+      CHECK_LOCKED(mesh_rank(shape, mesh_coords(shape, me)) == me);
       for (Axis axis : kAxes) {
         comm::Comm& g = mesh.group(axis);
-        CHECK(g.size() == shape.size(axis));
-        CHECK(g.rank() == mesh.coord(axis));
+        CHECK_LOCKED(g.size() == shape.size(axis));
+        CHECK_LOCKED(g.rank() == mesh.coord(axis));
         // member i differs from me only along `axis`, where its coordinate is i
         for (int i = 0; i < g.size(); ++i) {
           auto c = mesh_coords(shape, me);
           c[static_cast<int>(axis)] = i;
-          CHECK(g.world_rank(i) == mesh_rank(shape, c));
+          CHECK_LOCKED(g.world_rank(i) == mesh_rank(shape, c));
         }
-        CHECK(g.name().rfind(axis_name(axis), 0) == 0);
+        CHECK_LOCKED(g.name().rfind(axis_name(axis), 0) == 0);
         std::lock_guard lock(mutex);
         group_names.insert(g.name());
       }
@@ -61,11 +70,12 @@ TEST_CASE("a mesh over 8 ranks, for every factorisation", "[mesh]") {
       float expected = 0;
       for (int i = 0; i < shape.tp; ++i)
         expected += static_cast<float>(me - mesh.coord(Axis::tp) + i);
-      CHECK(t.to_vector()[0] == expected);
+      CHECK_LOCKED(t.to_vector()[0] == expected);
       // pipeline neighbours: same tp, cp, dp; one stage before / after
       const int stage_stride = shape.tp * shape.cp * shape.dp;
-      CHECK(mesh.pp_prev() == (mesh.coord(Axis::pp) > 0 ? me - stage_stride : -1));
-      CHECK(mesh.pp_next() == (mesh.coord(Axis::pp) + 1 < shape.pp ? me + stage_stride : -1));
+      CHECK_LOCKED(mesh.pp_prev() == (mesh.coord(Axis::pp) > 0 ? me - stage_stride : -1));
+      CHECK_LOCKED(mesh.pp_next() ==
+                   (mesh.coord(Axis::pp) + 1 < shape.pp ? me + stage_stride : -1));
     });
     // every axis has ranks / size groups, named <axis>0, <axis>1, ...
     for (Axis axis : kAxes)
