@@ -71,7 +71,8 @@ int main() {
       const int64_t block = n;
       std::vector<float> blocks(block * N);
       for (int j = 0; j < N; ++j)
-        for (int64_t i = 0; i < block; ++i) blocks[j * block + i] = float(r * 100000 + j * 2000 + i);
+        for (int64_t i = 0; i < block; ++i)
+          blocks[j * block + i] = float(r * 100000 + j * 2000 + i);
       Tensor to_all = Tensor::from({block * N}, blocks);
       Tensor from_all = Tensor::empty({block * N}, MemCategory::workspace);
       ctx.comm->all_to_all(to_all, from_all);
