@@ -1,21 +1,27 @@
-# One lesson under mpirun (one process per rank) against the same lesson on threads: both exit 0
-# and write byte-identical checkpoints (the gathered full model + optimizer state).
-# -DMPIEXEC=... -DMGPU=... -DNP=N -DLESSON=name -DARGS="a;b;c" -DWORK=dir
+# One lesson under mpirun (one process per rank) against the same lesson on threads: both exit 0,
+# write byte-identical checkpoints (the gathered full model + optimizer state) and, on the modeled
+# clock, the same trace event for event (the merged trace of the processes vs the thread run's,
+# compared parsed by TRACE_COMPARE: names, ts, dur, ranks, sent_bytes, memory samples).
+# -DMPIEXEC=... -DMGPU=... -DTRACE_COMPARE=... -DNP=N -DLESSON=name -DARGS="a;b;c" -DWORK=dir
+# -DNAME=case name (files in WORK are named after it)
 file(MAKE_DIRECTORY ${WORK})
-set(threads_ckpt ${WORK}/${LESSON}_np${NP}_threads.ckpt)
-set(mpi_ckpt ${WORK}/${LESSON}_np${NP}_mpi.ckpt)
-file(REMOVE ${threads_ckpt} ${mpi_ckpt})
+set(threads_ckpt ${WORK}/${NAME}_threads.ckpt)
+set(mpi_ckpt ${WORK}/${NAME}_mpi.ckpt)
+set(threads_trace ${WORK}/${NAME}_threads.json)
+set(mpi_trace ${WORK}/${NAME}_mpi.json)
+file(REMOVE ${threads_ckpt} ${mpi_ckpt} ${threads_trace} ${mpi_trace})
 set(ranks --ranks ${NP})
 if(LESSON STREQUAL "single_device")
   set(ranks "")
 endif()
 execute_process(COMMAND ${MGPU} run ${LESSON} ${ARGS} ${ranks} --checkpoint ${threads_ckpt}
+                        --trace ${threads_trace}
                 RESULT_VARIABLE rc_threads OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 if(NOT rc_threads EQUAL 0)
   message(FATAL_ERROR "thread run failed (${rc_threads}):\n${out}\n${err}")
 endif()
 execute_process(COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -n ${NP} ${MGPU} run ${LESSON}
-                        ${ARGS} --checkpoint ${mpi_ckpt} --comm-timeout 20
+                        ${ARGS} --checkpoint ${mpi_ckpt} --trace ${mpi_trace} --comm-timeout 20
                 RESULT_VARIABLE rc_mpi OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
 if(NOT rc_mpi EQUAL 0)
   message(FATAL_ERROR "mpirun -n ${NP} failed (${rc_mpi}):\n${out}\n${err}")
@@ -25,4 +31,11 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${threads_ckpt} ${mpi_
 if(NOT differ EQUAL 0)
   message(FATAL_ERROR "mpirun -n ${NP} ${LESSON}: checkpoint differs from the thread run's")
 endif()
-message(STATUS "mpirun -n ${NP} ${LESSON}: exit 0, checkpoint identical to the thread run's")
+execute_process(COMMAND ${TRACE_COMPARE} ${threads_trace} ${mpi_trace}
+                RESULT_VARIABLE trace_differs OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+if(NOT trace_differs EQUAL 0)
+  message(FATAL_ERROR "mpirun -n ${NP} ${LESSON}: trace differs from the thread run's "
+                      "(A = threads, B = mpirun):\n${out}${err}")
+endif()
+message(STATUS "mpirun -n ${NP} ${LESSON}: exit 0, checkpoint and trace identical to the thread "
+               "run's (${out})")
