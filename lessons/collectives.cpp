@@ -131,9 +131,9 @@ std::vector<int64_t> sweep(int64_t min_bytes, int64_t max_bytes) {
 }
 
 std::string format_size(int64_t bytes) {
-  if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
-  if (bytes >= (1 << 10)) return fmt::format("{} KiB", bytes >> 10);
-  return fmt::format("{} B", bytes);
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);  // all_to_all's sizes, rounded to N blocks, are not round
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ bool same_sequence(const char* what, const std::vector<T>& a, const std::vector<
   if (a.size() != b.size()) {
     const auto& longer = a.size() > b.size() ? a : b;
     fmt::print(stderr, "{}: A has {}, B has {}; the first extra one ({}): {}\n", what, a.size(),
-               b.size(), a.size() > b.size() ? "A" : "B", describe(longer[std::min(a.size(), b.size())]));
+               b.size(), a.size() > b.size() ? "A" : "B",
+               describe(longer[std::min(a.size(), b.size())]));
     return false;
   }
   return true;
