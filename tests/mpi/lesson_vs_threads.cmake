@@ -37,8 +37,8 @@ if(mpi_report MATCHES " NO\n")
   message(FATAL_ERROR "mpirun -n ${NP} ${LESSON}: a result is wrong (NO):\n${mpi_report}")
 endif()
 # Rank 0's report equals the thread run's line for line, but for the file names and what only
-# one of them can print: the collectives lesson's race against MPI_Allreduce (mpirun only),
-# tensor_parallel's 1-GPU reference step (threads only) and wall-clock throughput.
+# one of them can print: the collectives lesson's race against MPI_Allreduce (mpirun only) and
+# wall-clock throughput.
 foreach(side threads mpi)
   set(report "${${side}_report}")
   string(REPLACE "${${side}_ckpt}" "CHECKPOINT" report "${report}")
@@ -47,7 +47,6 @@ foreach(side threads mpi)
          report "${report}")
   string(REGEX REPLACE "[0-9,]+ tokens/s on this machine \\([^)]*\\)" "(wall clock)" report
          "${report}")
-  string(REGEX REPLACE "\nstep time: [^\n]*" "" report "${report}")
   set(${side}_report "${report}")
 endforeach()
 if(NOT threads_report STREQUAL mpi_report)
