@@ -60,6 +60,8 @@ void answer_questions() {
   }
 }
 
+void wait_for_everyone_to_finish();  // below
+
 // Asks the others, waits a moment for their answers, prints the table and ends the job.
 [[noreturn]] void abort_with_table(const std::string& headline) {
   int me = 0, size = 1;
@@ -111,6 +113,24 @@ void answer_questions() {
   std::_Exit(3);  // MPI_Abort does not return; this satisfies [[noreturn]]
 }
 }  // namespace diagnosis
+
+// A process that is done (returned, or raised) waits for the others before MPI_Finalize, still
+// answering "what do you wait for?": the others' tables then say it finished instead of "no
+// answer", and if they end the job (MPI_Abort) it is killed like any running process. (Sitting
+// in MPI_Finalize instead, Open MPI's mpirun sometimes never ended the job after the others'
+// MPI_Abort: the survivors' diagnosis printed, then mpirun hung.)
+void diagnosis::wait_for_everyone_to_finish() {
+  if (channel == MPI_COMM_NULL) return;
+  waiting_for = "finished: left its rank function (returned or raised), will never send";
+  MPI_Request req;
+  if (MPI_Ibarrier(channel, &req) != MPI_SUCCESS) return;
+  int done = 0;
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    answer_questions();
+    std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
+  }
+  waiting_for.clear();
+}
 
 float* host_floats(Tensor& t) {
   return t.has_data() && t.numel() > 0 ? t.f32() : nullptr;
@@ -520,7 +540,9 @@ Process init_process() {
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
-      if (!finalized) MPI_Finalize();
+      if (finalized) return;
+      diagnosis::wait_for_everyone_to_finish();
+      MPI_Finalize();
     });
   }
   Process p;
