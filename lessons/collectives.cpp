@@ -19,6 +19,7 @@
 #include "core/comm/seams.h"
 #include "core/trace/analysis.h"
 #include "lessons/collectives.h"
+#include "lessons/host_memory_check.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -131,6 +132,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
           fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
                       "all_gather, broadcast)",
                       k));
+  check_collectives_fit_host(c, o.max_bytes);  // before any buffer is allocated
   const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
   const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
 
