@@ -17,3 +17,11 @@
 #else
 #define MGPU_VECTOR_CLONES
 #endif
+
+// On the declarations in kernels.h: clang clones a function only when every declaration says so,
+// while GCC would emit a second resolver in each file that includes the header.
+#if defined(__clang__)
+#define MGPU_VECTOR_CLONES_DECL MGPU_VECTOR_CLONES
+#else
+#define MGPU_VECTOR_CLONES_DECL
+#endif
