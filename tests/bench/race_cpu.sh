@@ -27,7 +27,9 @@ threads="${THREADS:-1}"
 export OPENBLAS_NUM_THREADS="$threads" OMP_NUM_THREADS="$threads"
 
 echo "timed: the steady-state steps only, after untimed warm-up steps, on both sides (weight init,"
-echo "       batch and first allocations excluded); tokens/s = batch x seq x timed steps / seconds"
+echo "       batch and first allocations excluded); tokens/s = batch x seq x timed steps / seconds;"
+echo "       per CPU second: the same over the process's CPU time (on a loaded host the wall clock"
+echo "       also counts the time other processes held the core)"
 race() {
   local label="$1"; shift
   echo "== $label: $* (threads: mgpu 1, pytorch $threads)"
@@ -37,10 +39,13 @@ race() {
   p="$("$py" "$here/pytorch_gpt.py" --device cpu "$@")"
   echo "$p"
   python3 - "$(sed -n 's/^RESULT mgpu tokens_per_s=//p' <<<"$m")" \
-    "$(sed -n 's/^RESULT pytorch tokens_per_s=//p' <<<"$p")" <<'PY'
+    "$(sed -n 's/^RESULT pytorch tokens_per_s=//p' <<<"$p")" \
+    "$(sed -n 's/^RESULT mgpu tokens_per_cpu_s=//p' <<<"$m")" \
+    "$(sed -n 's/^RESULT pytorch tokens_per_cpu_s=//p' <<<"$p")" <<'PY'
 import sys
-m, p = map(float, sys.argv[1:])
-print(f"mgpu / pytorch = {m / p:.2f}x  ({m:.0f} vs {p:.0f} tokens/s)")
+m, p, mc, pc = map(float, sys.argv[1:])
+print(f"mgpu / pytorch = {m / p:.2f}x  ({m:.0f} vs {p:.0f} tokens/s, wall clock)")
+print(f"mgpu / pytorch = {mc / pc:.2f}x  ({mc:.0f} vs {pc:.0f} tokens per CPU second)")
 PY
 }
 race "tiny (the lessons' default model)" --layers 2 --dim 64 --heads 4 --seq 64 --vocab 64 \
