@@ -64,7 +64,7 @@ std::string HostFootprint::breakdown() const {
 }
 
 HostFootprint training_footprint(const GPTConfig& cfg, const std::string& optimizer, int64_t batch,
-                                 int local_ranks) {
+                                 int local_ranks, int state_copies) {
   // Training state from exercise 05's estimator (always the reference, whatever --impl says: a
   // stub must not let a run past the check). This trainer initialises weights and keeps
   // gradients in fp32 under bf16 too, so those come from the fp32 row; bf16's optimizer state
@@ -83,17 +83,21 @@ HostFootprint training_footprint(const GPTConfig& cfg, const std::string& optimi
   f.activations = step.activations;
   f.workspace = step.workspace;
   f.data = sampled_batch_bytes(batch, cfg.seq_len, local_ranks);
+  f.parameters *= state_copies;
+  f.gradients *= state_copies;
+  f.optimizer_state *= state_copies;
   return f;
 }
 
-void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int64_t available) {
+void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int64_t available,
+                              int state_copies) {
   if (c.device == "cuda" || available < 0) return;
   const bool phantom = c.device == "phantom";
   const int64_t budget = host_memory_budget(available);
   const int ranks = local_ranks(c);
   const std::string or_phantom =
       phantom ? "" : ", or add --device phantom to run it as shapes and times only";
-  if (!phantom && rough_bytes(cfg, c.batch) > kLargestCountable)
+  if (!phantom && rough_bytes(cfg, c.batch) * state_copies > kLargestCountable)
     throw UsageError(
         fmt::format("this run needs more than {:.0e} bytes on this host, which can give {}: shrink "
                     "--batch/--layers/--dim/--seq/--vocab{}",
@@ -101,10 +105,15 @@ void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int6
   // The phantom device allocates shapes only; its sampled batches are real host memory.
   auto footprint = [&](const GPTConfig& g, int64_t batch) {
     return phantom ? HostFootprint{.data = sampled_batch_bytes(batch, g.seq_len, ranks)}
-                   : training_footprint(g, c.optimizer, batch, ranks);
+                   : training_footprint(g, c.optimizer, batch, ranks, state_copies);
   };
   const HostFootprint need = footprint(cfg, c.batch);
   if (need.total() <= budget) return;
+  const std::string replicas =
+      state_copies > 1 && !phantom
+          ? fmt::format(" with a replica (weights, gradients, optimizer) on each of {} ranks",
+                        state_copies)
+          : "";
 
   // Every category is affine in the batch, and (at a fixed batch) in the layers.
   auto total_at = [&](const GPTConfig& g, int64_t batch) { return footprint(g, batch).total(); };
@@ -112,8 +121,9 @@ void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int6
   if (one_sequence <= budget) {
     const int64_t fixed = total_at(cfg, 0), per_sequence = one_sequence - fixed;
     const int64_t largest = (budget - fixed) / per_sequence;
-    throw UsageError(fmt::format("--batch {} {}; the largest --batch that fits is {}{}", c.batch,
-                                 fits_message(need, budget, available), largest, or_phantom));
+    throw UsageError(fmt::format("--batch {}{} {}; the largest --batch that fits is {}{}", c.batch,
+                                 replicas, fits_message(need, budget, available), largest,
+                                 or_phantom));
   }
   // The model does not fit with a single sequence: name the most layers that do, at the batch
   // asked for if any, else at batch 1.
@@ -127,7 +137,7 @@ void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int6
   };
   const int64_t at_batch = largest_layers(c.batch), at_one = largest_layers(1);
   throw UsageError(fmt::format(
-      "this model {}; {}{}", fits_message(need, budget, available),
+      "this model{} {}; {}{}", replicas, fits_message(need, budget, available),
       at_batch >= 1 ? fmt::format("at most --layers {} fit at --batch {}", at_batch, c.batch)
       : at_one >= 1 ? fmt::format("at most --layers {} fit at --batch 1", at_one)
                     : std::string("even one layer at --batch 1 does not fit: shrink --dim/--vocab"),
@@ -136,6 +146,10 @@ void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int6
 
 void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg) {
   check_training_fits_host(c, cfg, host_available_bytes());
+}
+
+void check_replicas_fit_host(const CommonOptions& c, const GPTConfig& cfg) {
+  check_training_fits_host(c, cfg, host_available_bytes(), local_ranks(c));
 }
 
 void check_collectives_fit_host(const CommonOptions& c, int64_t max_bytes, int64_t available) {

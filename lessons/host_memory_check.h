@@ -25,19 +25,24 @@ struct HostFootprint {
 };
 
 // One training step of `cfg` on a global batch of `batch` sequences, `local_ranks` ranks in this
-// process. Training state is counted once: every layout holds at least one full copy (replicating
-// layouts such as DDP hold more, which the per-rank capacity then catches). Activations are the
-// global batch's on one device: every rank's share of it under data parallelism; layouts that
-// keep fewer micro-batches at once (1F1B, accumulation) hold less. Every rank samples the global
-// batch (tokens and targets, 4 B each).
+// process. Training state is counted `state_copies` times: every layout holds at least one full
+// copy; replicating layouts (DDP) hold one per rank. Activations are the global batch's on one
+// device: every rank's share of it under data parallelism; layouts that keep fewer micro-batches
+// at once (1F1B, accumulation) hold less. Every rank samples the global batch (tokens and
+// targets, 4 B each).
 HostFootprint training_footprint(const GPTConfig& cfg, const std::string& optimizer, int64_t batch,
-                                 int local_ranks);
+                                 int local_ranks, int state_copies = 1);
 
 // Throws UsageError (one line with the breakdown and the largest --batch or --layers that fits)
 // when a cpu run of the training lesson `c` over `cfg` does not fit `available` bytes
 // (MemAvailable; -1 = unknown: no check). On the phantom device only the data is counted.
-void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int64_t available);
+// model_config calls it for every training lesson with one copy of the training state; a lesson
+// whose ranks each replicate the model calls it again with `state_copies` = its ranks here.
+void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int64_t available,
+                              int state_copies = 1);
 void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg);  // this host
+// Every rank of this process holds a full replica of the model and its optimizer (DDP).
+void check_replicas_fit_host(const CommonOptions& c, const GPTConfig& cfg);
 
 // The collectives lesson: every rank holds a buffer of up to `max_bytes` and the other end of a
 // gather or scatter, and the local backend stages one chunk per late receiver.

@@ -156,3 +156,29 @@ TEST_CASE("collectives buffers are checked against the host", "[host_memory]") {
   c.device = "phantom";
   CHECK(refused(100 * GiB).empty());
 }
+
+TEST_CASE("replicating layouts count one copy of the training state per rank", "[host_memory]") {
+  CommonOptions c = tiny_run();
+  c.ranks = 4;
+  c.layers = 24, c.dim = 256, c.heads = 4;  // ~19M parameters: 300 MiB of state per copy
+  const GPTConfig cfg = config_of(c);
+  const HostFootprint one = training_footprint(cfg, "adamw", c.batch, 4);
+  const HostFootprint four = training_footprint(cfg, "adamw", c.batch, 4, 4);
+  CHECK(four.parameters == 4 * one.parameters);
+  CHECK(four.optimizer_state == 4 * one.optimizer_state);
+  CHECK(four.activations == one.activations);  // each replica holds its share of the batch
+  // Between the two totals: one copy fits, a replica on each of 4 ranks does not.
+  const int64_t available = (one.total() + four.total()) / 2 * 4 / 3;
+  auto refused = [&](int copies) -> std::string {
+    try {
+      check_training_fits_host(c, cfg, available, copies);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(refused(1).empty());
+  const std::string said = refused(4);
+  CAPTURE(said);
+  CHECK_THAT(said, Catch::Contains("on each of 4 ranks"));
+}
