@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/memory/activations.h"
 #include "core/runtime/context.h"
 #include "core/tensor/allocator.h"
 #include "lessons/lesson.h"
@@ -40,21 +41,19 @@ int64_t measured_bytes_per_layer(const GPTConfig& cfg, int batch) {
   return held / cfg.layers;
 }
 
-// The formula for this model: B T [ s (16 C + H T) + 16 ] for none (s = bytes per element;
-// 16 C: ln1, qkv 3C, attention out, residual, ln2, fc 4C, gelu 4C, block output; H T: the
-// probabilities; 16: four fp32 layernorm statistics), s 16 C + 16 for selective, s C for full.
-std::string formula(const GPTConfig& cfg, int batch, Recompute mode, int64_t* bytes) {
+// The formula for this model (core/memory/activations.h): B T [ s (16 C + H T) + 16 ] for none
+// (s = bytes per element; 16 C: ln1, qkv 3C, attention out, residual, ln2, fc 4C, gelu 4C, block
+// output; H T: the probabilities; 16: four fp32 layernorm statistics), s 16 C + 16 for
+// selective, s C for full.
+std::string formula(GPTConfig cfg, int batch, Recompute mode, int64_t* bytes) {
   const int64_t bt = int64_t(batch) * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
   const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
-  if (mode == Recompute::none) {
-    *bytes = bt * (s * (16 * c + h * t) + 16);
+  cfg.recompute = mode;
+  *bytes = memory::block_kept_bytes(cfg, batch);
+  if (mode == Recompute::none)
     return fmt::format("BT[s(16C+HT)+16] = {}x[{}x({}+{})+16]", bt, s, 16 * c, h * t);
-  }
-  if (mode == Recompute::selective) {
-    *bytes = bt * (s * 16 * c + 16);
+  if (mode == Recompute::selective)
     return fmt::format("BT[s16C+16] = {}x[{}x{}+16]", bt, s, 16 * c);
-  }
-  *bytes = bt * s * c;
   return fmt::format("BTsC = {}x{}x{}", bt, s, c);
 }
 

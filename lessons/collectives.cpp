@@ -23,6 +23,7 @@
 #endif
 #include "core/trace/analysis.h"
 #include "lessons/collectives.h"
+#include "lessons/host_memory_check.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -167,6 +168,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
           fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
                       "all_gather, all_to_all, broadcast)",
                       k));
+  check_collectives_fit_host(c, o.max_bytes);  // before any buffer is allocated
   const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
   const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
 

@@ -21,6 +21,7 @@
 #include "core/parallel/ddp.h"
 #include "core/trace/analysis.h"
 #include "core/train/single_device.h"
+#include "lessons/host_memory_check.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -77,6 +78,7 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
   result.global_batch = resolve_global_batch(c, d);
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
+  if (!d.naive) check_replicas_fit_host(c, cfg);  // every rank holds the model and its AdamW
   result.gradient_bytes = gradient_bytes_of(cfg);
   result.bucket_bytes = resolve_bucket_bytes(d, result.gradient_bytes);
   if (d.naive && d.accum != 1) throw UsageError("data_parallel runs without --accum: use ddp");

@@ -12,6 +12,7 @@
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
 #include "core/trace/chrome_trace.h"
+#include "lessons/host_memory_check.h"
 #include "lessons/viz_command.h"
 
 namespace mgpu::lessons {
@@ -59,7 +60,8 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  cfg.validate();  // std::invalid_argument -> exit 2 with its one line
+  cfg.validate();                    // std::invalid_argument -> exit 2 with its one line
+  check_training_fits_host(c, cfg);  // before anything large is allocated
   if (!c.model.empty() && c.device != "phantom") {
     // Weights + gradients + optimizer state of the whole model must fit one device (the
     // data-parallel lessons and single_device hold all of it on every rank).

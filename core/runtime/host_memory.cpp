@@ -17,10 +17,14 @@ int64_t host_available_bytes() {
   return -1;
 }
 
+int64_t host_memory_budget(int64_t available) {
+  return available < 0 ? available : available / 4 * 3;
+}
+
 int64_t cpu_rank_capacity(int64_t capacity, int ranks, int64_t available) {
   if (available < 0) return capacity;
   // A quarter stays for what the allocator does not see (data, gathers, the program itself).
-  const int64_t share = available / 4 * 3 / std::max(1, ranks);
+  const int64_t share = host_memory_budget(available) / std::max(1, ranks);
   return capacity > 0 ? std::min(capacity, share) : share;
 }
 

@@ -9,7 +9,8 @@ Attention is written out (matmul, mask, softmax, matmul) as mgpu does; --sdpa us
 fused scaled_dot_product_attention instead, to show what a fused kernel buys.
 
     python3 tests/bench/pytorch_gpt.py --layers 12 --dim 768 --heads 12 --seq 1024 --batch 4
-Last line:  RESULT pytorch tokens_per_s=12345.6
+Last lines:  RESULT pytorch tokens_per_s=12345.6 (wall clock), RESULT pytorch tokens_per_cpu_s=...
+(this process's CPU time, steadier on a shared host)
 """
 import argparse
 import math
@@ -109,11 +110,13 @@ def main():
     for _ in range(args.warmup):
         step()
     sync()
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
     sync()
     secs = time.perf_counter() - t0
+    cpu_secs = time.process_time() - cpu0
     tps = args.batch * args.seq * args.steps / secs
     n = sum(p.numel() for p in model.parameters())
     where = torch.cuda.get_device_name() if dev == "cuda" else f"cpu, {torch.get_num_threads()} threads"
@@ -125,6 +128,7 @@ def main():
           + (f", memory peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
              if dev == "cuda" else ""))
     print(f"RESULT pytorch tokens_per_s={tps:.1f}")
+    print(f"RESULT pytorch tokens_per_cpu_s={args.batch * args.seq * args.steps / cpu_secs:.1f}")
 
 
 if __name__ == "__main__":

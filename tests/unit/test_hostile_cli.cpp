@@ -1,10 +1,12 @@
-// Hostile command lines (issue #18, items 5-7): NaN, infinities, negative and absurd values,
-// unwritable outputs and bad profiles are one clear line and exit 2, before any training.
+// Hostile command lines (issue #18, items 4-7): NaN, infinities, negative and absurd values,
+// sizes the host cannot hold, unwritable outputs and bad profiles are one clear line and exit 2,
+// before any training.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "mgpu_cli.h"
@@ -108,4 +110,42 @@ TEST_CASE("profiles with zero peaks, folders and huge names are refused", "[cli]
                 "profile '/tmp' is not a JSON file");
   check_refused(with_tiny_model({"run", "single_device", "--profile", std::string(100000, 'x')}),
                 "unknown profile 'xxx");
+}
+
+namespace {
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t{usage.ru_maxrss} * 1024;
+}
+}  // namespace
+
+TEST_CASE("sizes the host cannot hold are refused with the breakdown before allocating",
+          "[cli][hostile][host_memory]") {
+  // Each of these allocated until the kernel's OOM killer ended it (~24 GB, 30-50 s). Now: one
+  // line naming what each category would take and what fits, exit 2, and this process's peak
+  // memory does not grow by more than a small run's.
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {{"run", "single_device", "--batch", "100000000"},
+       {"--batch 100000000 needs about", "activations", "workspace", "data",
+        "the largest --batch that fits is"}},
+      {{"run", "single_device", "--layers", "1000000"},
+       {"this model needs about", "parameters", "optimizer_state", "at most --layers"}},
+      {{"run", "collectives", "--max-bytes", "100GiB"},
+       {"--max-bytes 100.00 GiB over 4 rank(s) needs about", "comm_buffers", "use --max-bytes"}},
+  };
+  const int64_t rss_before = peak_rss_bytes();
+  for (const Case& k : cases) {
+    Result r = run_mgpu(k.args);
+    CAPTURE(k.args, r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    for (const std::string& s : k.says) CHECK_THAT(r.err, Catch::Contains(s));
+    CHECK_THAT(r.out, !Catch::Contains("loss"));
+  }
+  CHECK(peak_rss_bytes() - rss_before < (int64_t{256} << 20));
 }

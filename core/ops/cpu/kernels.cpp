@@ -2,6 +2,8 @@
 // per element. GEMMs go to OpenBLAS; everything else is a few lines of arithmetic.
 #include "core/ops/cpu/kernels.h"
 
+#include "core/ops/cpu/vectorize.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -37,29 +39,29 @@ void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int6
               c, static_cast<int>(n));
 }
 
-void bias_add(float* out, const float* bias, int64_t n, int64_t c) {
+MGPU_VECTOR_CLONES void bias_add(float* out, const float* bias, int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     float* row = out + i * c;
     for (int64_t j = 0; j < c; j++) row[j] += bias[j];
   }
 }
 
-void bias_grad(float* dbias, const float* dout, int64_t n, int64_t c) {
+MGPU_VECTOR_CLONES void bias_grad(float* dbias, const float* dout, int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     const float* row = dout + i * c;
     for (int64_t j = 0; j < c; j++) dbias[j] += row[j];
   }
 }
 
-void add(float* out, const float* a, const float* b, int64_t count) {
+MGPU_VECTOR_CLONES void add(float* out, const float* a, const float* b, int64_t count) {
   for (int64_t i = 0; i < count; i++) out[i] = a[i] + b[i];
 }
 
-void axpy(float* y, float alpha, const float* x, int64_t count) {
+MGPU_VECTOR_CLONES void axpy(float* y, float alpha, const float* x, int64_t count) {
   for (int64_t i = 0; i < count; i++) y[i] += alpha * x[i];
 }
 
-void scale(float* x, float alpha, int64_t count) {
+MGPU_VECTOR_CLONES void scale(float* x, float alpha, int64_t count) {
   for (int64_t i = 0; i < count; i++) x[i] *= alpha;
 }
 
@@ -73,7 +75,7 @@ inline float fast_tanh(float u) {
   return 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f);
 }
 
-void gelu_forward(float* out, const float* inp, int64_t count) {
+MGPU_VECTOR_CLONES void gelu_forward(float* out, const float* inp, int64_t count) {
   for (int64_t i = 0; i < count; i++) {
     float x = inp[i];
     float u = kGeluScale * (x + kGeluCube * x * x * x);
@@ -81,7 +83,8 @@ void gelu_forward(float* out, const float* inp, int64_t count) {
   }
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t count) {
+MGPU_VECTOR_CLONES void gelu_backward(float* dinp, const float* inp, const float* dout,
+                                      int64_t count) {
   for (int64_t i = 0; i < count; i++) {
     float x = inp[i];
     float u = kGeluScale * (x + kGeluCube * x * x * x);
@@ -95,8 +98,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t cou
 
 // LayerNorm over the last dim: y = (x - mean) * rstd * w + b. mean and rstd are saved so the
 // backward pass need not recompute them.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t n, int64_t c) {
+MGPU_VECTOR_CLONES void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                          const float* weight, const float* bias, int64_t n,
+                                          int64_t c) {
   constexpr float eps = 1e-5f;
   for (int64_t i = 0; i < n; i++) {
     const float* x = inp + i * c;
@@ -116,9 +120,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 // With xhat = (x - mean) * rstd and g = w * dy:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dy * xhat,  db += dy.
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t n, int64_t c) {
+MGPU_VECTOR_CLONES void layernorm_backward(float* dinp, float* dweight, float* dbias,
+                                           const float* dout, const float* inp, const float* weight,
+                                           const float* mean, const float* rstd, int64_t n,
+                                           int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     const float* x = inp + i * c;
     const float* dy = dout + i * c;
@@ -144,7 +149,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 // Softmax over the last dim; subtracting the row max keeps exp() from overflowing.
-void softmax_forward(float* out, const float* inp, int64_t n, int64_t c) {
+MGPU_VECTOR_CLONES void softmax_forward(float* out, const float* inp, int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     const float* x = inp + i * c;
     float* y = out + i * c;
@@ -160,7 +165,8 @@ void softmax_forward(float* out, const float* inp, int64_t n, int64_t c) {
 }
 
 // dx_j = y_j * (dy_j - sum_k y_k dy_k)
-void softmax_backward(float* dinp, const float* out, const float* dout, int64_t n, int64_t c) {
+MGPU_VECTOR_CLONES void softmax_backward(float* dinp, const float* out, const float* dout,
+                                         int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     const float* y = out + i * c;
     const float* dy = dout + i * c;
@@ -187,8 +193,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // look only at tokens 0..t: entries above the diagonal get probability exactly 0. The two
 // products are GEMMs on the head's slices of qkv; the masked half is computed then discarded,
 // which on a CPU is still much faster than a hand loop over the causal half.
-void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
-                       int64_t heads) {
+MGPU_VECTOR_CLONES void attention_forward(float* out, float* att, const float* qkv, int64_t b,
+                                          int64_t t, int64_t c, int64_t heads) {
   const int64_t hs = c / heads;  // head size
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int64_t bi = 0; bi < b; bi++) {
@@ -218,8 +224,9 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t b, int6
 // The forward pass in reverse, per (batch, head), with P = att and dO = dout's head slice:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)) / sqrt(hs)  (softmax backward),
 //   dQ = dS K,    dK = dS^T Q.  Masked entries have P = 0, so dS is 0 there too.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                        int64_t b, int64_t t, int64_t c, int64_t heads) {
+MGPU_VECTOR_CLONES void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                           const float* att, int64_t b, int64_t t, int64_t c,
+                                           int64_t heads) {
   const int64_t hs = c / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::vector<float> ds(static_cast<size_t>(t * t));  // dP, then dS, for one (batch, head)
@@ -249,8 +256,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   }
 }
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int64_t b, int64_t t, int64_t c) {
+MGPU_VECTOR_CLONES void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                          const float* wpe, int64_t b, int64_t t, int64_t c) {
   for (int64_t bi = 0; bi < b; bi++) {
     for (int64_t ti = 0; ti < t; ti++) {
       const float* tok = wte + static_cast<int64_t>(tokens[bi * t + ti]) * c;
@@ -262,8 +269,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 }
 
 // Scatter-add: a token id that appears several times collects the gradient of every occurrence.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t b, int64_t t, int64_t c) {
+MGPU_VECTOR_CLONES void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                           const int32_t* tokens, int64_t b, int64_t t, int64_t c) {
   for (int64_t bi = 0; bi < b; bi++) {
     for (int64_t ti = 0; ti < t; ti++) {
       const float* d = dout + (bi * t + ti) * c;
@@ -278,8 +285,9 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 }
 
 // loss_i = logsumexp(logits_i) - logits_i[target]; d loss_i / d logits_i = softmax - onehot.
-float cross_entropy_forward_backward(float* dlogits, const float* logits, const int32_t* targets,
-                                     int64_t n, int64_t v, float grad_scale) {
+MGPU_VECTOR_CLONES float cross_entropy_forward_backward(float* dlogits, const float* logits,
+                                                        const int32_t* targets, int64_t n,
+                                                        int64_t v, float grad_scale) {
   double total = 0.0;                                  // double: a sum over many tokens
   const float g = grad_scale / static_cast<float>(n);  // the mean over tokens
   for (int64_t i = 0; i < n; i++) {
@@ -299,7 +307,8 @@ float cross_entropy_forward_backward(float* dlogits, const float* logits, const 
   return static_cast<float>(total / static_cast<double>(n));
 }
 
-float cross_entropy_loss(const float* logits, const int32_t* targets, int64_t n, int64_t v) {
+MGPU_VECTOR_CLONES float cross_entropy_loss(const float* logits, const int32_t* targets, int64_t n,
+                                            int64_t v) {
   double total = 0.0;
   for (int64_t i = 0; i < n; i++) {
     const float* x = logits + i * v;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ops/cpu/vectorize.h"
 #include "core/ops/cuda_table.h"
 #include "core/runtime/context.h"
 
@@ -41,6 +42,34 @@ bool on_cuda(const Tensor& t) {
   return t.device().kind == DeviceKind::cuda;
 }
 
+// The update loops, separate so they can be compiled per vector width (vectorize.h).
+MGPU_VECTOR_CLONES void sgd_loop(float* __restrict p, const float* __restrict g,
+                                 float* __restrict buf, int64_t n, float lr, float momentum,
+                                 float weight_decay) {
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i] + weight_decay * p[i];
+    if (buf) {
+      buf[i] = momentum * buf[i] + d;
+      d = buf[i];
+    }
+    p[i] -= lr * d;
+  }
+}
+
+MGPU_VECTOR_CLONES void adamw_loop(float* __restrict p, const float* __restrict g,
+                                   float* __restrict mp, float* __restrict vp, int64_t n, float lr,
+                                   float beta1, float beta2, float eps, float decay, double bias1,
+                                   double bias2) {
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] *= decay;  // decoupled weight decay: shrink the weight, independent of the gradient
+    mp[i] = beta1 * mp[i] + (1.0f - beta1) * g[i];
+    vp[i] = beta2 * vp[i] + (1.0f - beta2) * g[i] * g[i];
+    const float m_hat = static_cast<float>(mp[i] / bias1);
+    const float v_hat = static_cast<float>(vp[i] / bias2);
+    p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+}
+
 }  // namespace
 
 void sgd_momentum_update(Tensor param, Tensor grad, Tensor momentum_buf, float lr, float momentum,
@@ -60,17 +89,8 @@ void sgd_momentum_update(Tensor param, Tensor grad, Tensor momentum_buf, float l
   }
   check_host("sgd_momentum_update", param);
 
-  float* p = param.f32();
-  const float* g = grad.f32();
-  float* buf = use_momentum ? momentum_buf.f32() : nullptr;
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i] + weight_decay * p[i];
-    if (use_momentum) {
-      buf[i] = momentum * buf[i] + d;
-      d = buf[i];
-    }
-    p[i] -= lr * d;
-  }
+  sgd_loop(param.f32(), grad.f32(), use_momentum ? momentum_buf.f32() : nullptr, n, lr, momentum,
+           weight_decay);
 }
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float beta1, float beta2,
@@ -97,18 +117,8 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float
   check_host("adamw_update", param);
   const float decay = 1.0f - lr * weight_decay;
 
-  float* p = param.f32();
-  const float* g = grad.f32();
-  float* mp = m.f32();
-  float* vp = v.f32();
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] *= decay;  // decoupled weight decay: shrink the weight, independent of the gradient
-    mp[i] = beta1 * mp[i] + (1.0f - beta1) * g[i];
-    vp[i] = beta2 * vp[i] + (1.0f - beta2) * g[i] * g[i];
-    const float m_hat = static_cast<float>(mp[i] / bias1);
-    const float v_hat = static_cast<float>(vp[i] / bias2);
-    p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
-  }
+  adamw_loop(param.f32(), grad.f32(), m.f32(), v.f32(), n, lr, beta1, beta2, eps, decay, bias1,
+             bias2);
 }
 
 }  // namespace mgpu::ops
