@@ -25,16 +25,6 @@ namespace {
 // of stages 2-3 exist only while their layer computes or communicates; the lesson names them.
 constexpr MemCategory kTransient = MemCategory::comm_buffers;
 
-comm::Work reduce_scatter_async(comm::Comm& comm, const Tensor& in, Tensor& out) {
-  comm.reduce_scatter(in, out, comm::ReduceOp::avg);
-  return {};
-}
-
-comm::Work all_gather_async(comm::Comm& comm, const Tensor& in, Tensor& out) {
-  comm.all_gather(in, out);
-  return {};
-}
-
 // Points each parameter's data (or grad) at its place in a flat unit-sized tensor.
 void view_params(ZeroUnit& u, Tensor flat, bool grads) {
   for (size_t i = 0; i < u.params.size(); ++i) {
@@ -176,7 +166,7 @@ void ZeroLayout::gather(int unit) {
   ZeroUnit& u = units_[unit];
   if (u.gathered.defined()) return;  // prefetched already
   u.gathered = Tensor::empty({u.numel}, kTransient, config_.dtype);
-  u.gathering = all_gather_async(dp_, u.param_shard, u.gathered);
+  u.gathering = dp_.all_gather_async(u.param_shard, u.gathered);
 }
 
 void ZeroLayout::attach(int unit) {
@@ -205,10 +195,10 @@ void ZeroLayout::reduce(int unit) {
       break;
     case 1:  // my chunk arrives in a small buffer, then goes to its place in the gradient
       u.received = Tensor::empty({u.end - u.begin}, kTransient);
-      u.reducing = reduce_scatter_async(dp_, u.flat_grads, u.received);
+      u.reducing = dp_.reduce_scatter_async(u.flat_grads, u.received, comm::ReduceOp::avg);
       break;
     default:  // stages 2-3: the bucket goes as soon as its reduce-scatter is done
-      u.reducing = reduce_scatter_async(dp_, u.bucket, u.grad_shard);
+      u.reducing = dp_.reduce_scatter_async(u.bucket, u.grad_shard, comm::ReduceOp::avg);
       drop_params(u, /*grads=*/true);
       // At most two buckets live at once: the previous layer's (in backward order) is done.
       if (unit < last_unit()) {
@@ -235,7 +225,7 @@ void ZeroLayout::gather_updated_params() {
   for (ZeroUnit& u : units_) {
     Tensor chunk = Tensor::empty({u.end - u.begin}, kTransient, config_.dtype);
     chunk.copy_from(u.flat_params.flat_range(u.begin, u.end));
-    u.gathering = all_gather_async(dp_, chunk, u.flat_params);
+    u.gathering = dp_.all_gather_async(chunk, u.flat_params);
     chunks.push_back(chunk);
   }
   for (ZeroUnit& u : units_) u.gathering.wait();

@@ -201,3 +201,21 @@ TEST_CASE("zero refuses what it cannot run, in one line with exit code 2", "[zer
     CHECK(mgpu::testing::count_lines(r.err) == 1);
   }
 }
+
+TEST_CASE("zero --prefetch on hides the all-gathers behind compute; off exposes them",
+          "[zero][lesson][prefetch]") {
+  lessons::CommonOptions c;
+  c.ranks = 4, c.steps = 2, c.batch = 16, c.quiet = true;
+  std::ostringstream out;
+  auto summary = [&](bool prefetch) {
+    lessons::ZeroRunResult r = lessons::train_zero(c, {.stage = 3, .prefetch = prefetch}, out);
+    return trace::analyze(r.trace, 1);
+  };
+  const trace::TraceSummary on = summary(true), off = summary(false);
+  // the same bytes either way; with prefetch most of the communication runs under compute
+  CHECK(on.ranks[0].wire_bytes == off.ranks[0].wire_bytes);
+  CHECK(on.ranks[0].overlap_fraction > 0.3);
+  CHECK(off.ranks[0].overlap_fraction < on.ranks[0].overlap_fraction);
+  CHECK(off.ranks[0].exposed_comm > on.ranks[0].exposed_comm);
+  CHECK(off.window.length() > on.window.length());  // modeled clock: deterministic step times
+}
