@@ -2,12 +2,14 @@
 //   1. cutting: every layer becomes one flat unit; each rank keeps what its stage says of it;
 //   2. forward layer by layer (stage 3: all-gather each unit just before it, free it after);
 //   3. backward layer by layer; after each layer its gradient is averaged: all-reduce (stage 0)
-//      or reduce-scatter into my chunk (stages 1-3), while backward goes on with earlier layers;
+//      or reduce-scatter into my chunk (stages 2-3), while backward goes on with earlier layers;
+//      stage 1 reduce-scatters after backward, in its sharded step (exercise 08);
 //   4. the optimizer updates only my chunk; stages 1-2 all-gather the updated parameters;
 //   5. the map of my chunks into the full model, for gathered checkpoints.
 #include "core/parallel/zero.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -34,11 +36,46 @@ void view_params(ZeroUnit& u, Tensor flat, bool grads) {
   }
 }
 
+// The collectives cut every tensor by comm::chunk_range; an owned chunk cut otherwise would update
+// elements whose averaged gradient never arrives here.
+void check_chunk(const ZeroUnit& u, int ranks, int rank) {
+  if (std::pair{u.begin, u.end} != comm::chunk_range(u.numel, ranks, rank))
+    throw std::logic_error(fmt::format(
+        "owned_chunk({}, {}, {}) returned [{}, {}) but the collectives give rank {} [{}, {})",
+        u.numel, ranks, rank, u.begin, u.end, rank, comm::chunk_range(u.numel, ranks, rank).first,
+        comm::chunk_range(u.numel, ranks, rank).second));
+}
+
 void drop_params(ZeroUnit& u, bool grads) {
   for (Param* p : u.params) (grads ? p->grad : p->data) = Tensor();
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------- seams
+
+namespace {
+std::optional<ZeroSeams>& installed_seams() {
+  static std::optional<ZeroSeams> seams;
+  return seams;
+}
+}  // namespace
+
+void install_zero_seams(ZeroSeams seams) {
+  installed_seams() = std::move(seams);
+}
+
+const ZeroSeams& zero_seams() {
+  const auto& s = installed_seams();
+  const char* missing = !s || !s->owned_chunk ? "owned_chunk"
+                        : !s->sharded_step    ? "sharded_step"
+                                              : nullptr;
+  if (missing)
+    throw std::logic_error(std::string("ZeRO seam '") + missing +
+                           "' is not installed: call mgpu::reference::install_seams() or "
+                           "mgpu::mine::install_seams() first");
+  return *s;
+}
 
 // ---------------------------------------------------------------------------------- cutting
 
@@ -67,7 +104,8 @@ void ZeroLayout::cut_shards() {
       u.shapes.push_back(p->data.shape());
       u.numel += p->data.numel();
     }
-    std::tie(u.begin, u.end) = comm::chunk_range(u.numel, dp_.size(), dp_.rank());
+    std::tie(u.begin, u.end) = zero_seams().owned_chunk(u.numel, dp_.size(), dp_.rank());
+    check_chunk(u, dp_.size(), dp_.rank());
     // The seeded parameters, flat. Stages 0-2 keep the whole unit; stage 3 cuts out its chunk.
     Tensor flat =
         Tensor::empty({u.numel}, stage == 3 ? kTransient : MemCategory::parameters, config_.dtype);
@@ -146,19 +184,28 @@ train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int) {
       reduce(l);
       release(l);
     };
-  } else {
-    if (options_.stage == 2) hooks.before_backward = [&](int l) { open_bucket(l); };
+  } else if (options_.stage == 2) {  // each bucket reduce-scattered as backward finishes it
+    hooks.before_backward = [&](int l) { open_bucket(l); };
+    hooks.after_backward = [&](int l) { reduce(l); };
+  } else if (options_.stage == 0) {  // DDP: each unit all-reduced as backward finishes it
     hooks.after_backward = [&](int l) { reduce(l); };
   }
   GPTActivations acts = GPTActivations::allocate(config_, mine.B, mine.T);
   const float loss = forward_by_layer(model_, mine, acts, 1.0f, hooks);
   backward_by_layer(model_, mine, acts, hooks);
-  finish_gradients();
-  {
+  auto update_owned = [&] {
     ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
     optimizer_->step();  // only my chunk (stage 0: the whole replica)
+  };
+  if (options_.stage == 1) {  // after backward: reduce-scatter, update my chunk, all-gather
+    std::vector<FlatUnit> flat;
+    for (ZeroUnit& u : units_) flat.push_back({u.flat_params, u.flat_grads});
+    zero_seams().sharded_step(dp_, flat, update_owned);
+    return {.shard_loss = loss};
   }
-  if (options_.stage == 1 || options_.stage == 2) gather_updated_params();
+  finish_gradients();
+  update_owned();
+  if (options_.stage == 2) gather_updated_params();
   return {.shard_loss = loss};  // equal shards: the trainer's mean of them is the global mean
 }
 
@@ -193,10 +240,6 @@ void ZeroLayout::reduce(int unit) {
     case 0:
       u.reducing = dp_.all_reduce_async(u.flat_grads, comm::ReduceOp::avg);
       break;
-    case 1:  // my chunk arrives in a small buffer, then goes to its place in the gradient
-      u.received = Tensor::empty({u.end - u.begin}, kTransient);
-      u.reducing = dp_.reduce_scatter_async(u.flat_grads, u.received, comm::ReduceOp::avg);
-      break;
     default:  // stages 2-3: the bucket goes as soon as its reduce-scatter is done
       u.reducing = dp_.reduce_scatter_async(u.bucket, u.grad_shard, comm::ReduceOp::avg);
       drop_params(u, /*grads=*/true);
@@ -212,8 +255,6 @@ void ZeroLayout::reduce(int unit) {
 void ZeroLayout::finish_gradients() {
   for (ZeroUnit& u : units_) {
     u.reducing.wait();
-    if (u.received.defined()) u.flat_grads.flat_range(u.begin, u.end).copy_from(u.received);
-    u.received = Tensor();
     u.bucket = Tensor();
   }
 }
@@ -222,11 +263,11 @@ void ZeroLayout::gather_updated_params() {
   // Each rank's updated chunk, to every rank. (The chunk is copied out first: it is a view
   // into the very tensor the all-gather writes.)
   std::vector<Tensor> chunks;
+  chunks.reserve(units_.size());  // alive, and in place, until every all-gather is done
   for (ZeroUnit& u : units_) {
-    Tensor chunk = Tensor::empty({u.end - u.begin}, kTransient, config_.dtype);
-    chunk.copy_from(u.flat_params.flat_range(u.begin, u.end));
-    u.gathering = dp_.all_gather_async(chunk, u.flat_params);
-    chunks.push_back(chunk);
+    chunks.push_back(Tensor::empty({u.end - u.begin}, kTransient, config_.dtype));
+    chunks.back().copy_from(u.flat_params.flat_range(u.begin, u.end));
+    u.gathering = dp_.all_gather_async(chunks.back(), u.flat_params);
   }
   for (ZeroUnit& u : units_) u.gathering.wait();
 }

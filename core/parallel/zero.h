@@ -8,10 +8,14 @@
 //
 // How shards are cut: each unit (the embedding, every block, the head) is one flat vector of its
 // parameters in forward order; rank r owns elements chunk_range(n, N, r) of it (consecutive
-// chunks, the first n % N ranks one element more), so any parameter count works.
+// chunks, the first n % N ranks one element more), so any parameter count works. Stage 1 runs its
+// optimizer step through exercise 08's seam.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/comm.h"
@@ -19,6 +23,41 @@
 #include "core/train/trainer.h"
 
 namespace mgpu::parallel {
+
+// ------------------------------------------------------------------ exercise 08 seams
+// Exercise 08 (docs/exercises/08-zero-sharded-step.md): stage 1's sharded optimizer step. Which
+// chunk of a unit a rank owns, and the step itself, are the pieces a student re-implements: core
+// declares them here, solutions/zero_shard_step.cpp holds the reference,
+// exercises/zero_shard_step.cpp the student's, and the program installs one (`--impl`).
+
+// One unit as the sharded step sees it: its whole flat parameters (the model's dtype) and this
+// rank's whole flat gradient (fp32, the mean over this rank's share of the batch).
+struct FlatUnit {
+  Tensor params;
+  Tensor grads;
+};
+
+// [begin, end) of the elements of a flat unit of `numel` that rank `rank` of `ranks` owns. Must cut
+// as the collectives do (comm::chunk_range): consecutive chunks, the first numel % ranks one more.
+using OwnedChunkFn = std::function<std::pair<int64_t, int64_t>(int64_t numel, int ranks, int rank)>;
+// After backward, on every rank of `dp`: (1) reduce-scatter each unit's gradient so that my owned
+// chunk of units[i].grads holds the MEAN over the ranks; (2) call update_owned() exactly once (the
+// optimizer updates my chunks of the parameters from those gradients); (3) all-gather, so that
+// every rank's units[i].params hold every rank's updated chunk.
+using ShardedStepFn = std::function<void(comm::Comm& dp, const std::vector<FlatUnit>& units,
+                                         const std::function<void()>& update_owned)>;
+
+struct ZeroSeams {
+  std::string impl_name;  // "reference" or "mine"
+  OwnedChunkFn owned_chunk;
+  ShardedStepFn sharded_step;
+};
+
+void install_zero_seams(ZeroSeams seams);
+// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
+const ZeroSeams& zero_seams();
+
+// ------------------------------------------------------------------ the layout
 
 struct ZeroOptions {
   int stage = 1;         // 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters: FSDP)
@@ -38,7 +77,6 @@ struct ZeroUnit {
   Tensor grad_shard;             // stages 2-3: my chunk of the averaged gradient
   Tensor gathered;               // stage 3, transient: the whole unit while it computes
   Tensor bucket;                 // stages 2-3, transient: the unit's gradient during backward
-  Tensor received;               // stage 1, transient: my chunk of the reduce-scatter
   comm::Work gathering, reducing;
 };
 
@@ -74,7 +112,7 @@ class ZeroLayout : public train::Layout {
   int last_unit() const {
     return static_cast<int>(units_.size()) - 1;
   }                              // wait for every reduction; gradients are final
-  void gather_updated_params();  // stages 1-2: every rank's updated chunk, to every rank
+  void gather_updated_params();  // stage 2: every rank's updated chunk, to every rank
 
   GPTConfig config_;
   comm::Comm& dp_;
