@@ -5,6 +5,7 @@
 // gradient buckets are freed; bad stages are refused.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "core/parallel/zero.h"
 #include "core/runtime/world.h"
 #include "core/trace/analysis.h"
+#include "exercises/exercises.h"
 
 using namespace mgpu;
 using namespace mgpu::parallel;
@@ -233,4 +235,27 @@ TEST_CASE("a ZeRO stage other than 0-3 is refused", "[zero][errors]") {
     }
   });
   CHECK(message == "ZeRO stage must be 0, 1, 2 or 3, got 4");
+}
+
+TEST_CASE("stage 1 cuts its chunks and takes its step through exercise 08's seams",
+          "[zero][seams]") {
+  auto task = data::make_task("markov", 7, {.seq_len = kSeq});
+  const GPTConfig cfg = small_model(*task);
+  std::atomic<int> chunks{0}, steps{0};
+  install_zero_seams({"counting",
+                      [&](int64_t n, int ranks, int rank) {
+                        ++chunks;
+                        return reference::zero_owned_chunk(n, ranks, rank);
+                      },
+                      [&](comm::Comm& dp, const std::vector<FlatUnit>& units,
+                          const std::function<void()>& update) {
+                        ++steps;
+                        reference::zero_sharded_step(dp, units, update);
+                      }});
+  const FullTensors reference_run = train_single_device(cfg, *task, 4);
+  ZeroRun run = train_zero(cfg, *task, 2, {.stage = 1}, 4);
+  reference::install_seams();
+  CHECK(chunks == 2 * (cfg.layers + 2));  // every unit on both ranks
+  CHECK(steps == 2 * kSteps);
+  CHECK(worst_difference(reference_run, run.full) < 2e-5f);
 }

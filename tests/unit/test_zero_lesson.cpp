@@ -219,3 +219,13 @@ TEST_CASE("zero --prefetch on hides the all-gathers behind compute; off exposes 
   CHECK(off.ranks[0].exposed_comm > on.ranks[0].exposed_comm);
   CHECK(off.window.length() > on.window.length());  // modeled clock: deterministic step times
 }
+
+TEST_CASE("zero --impl mine on the untouched stub falls back to the reference in one line",
+          "[zero][lesson][impl]") {
+  auto args = tiny_run("zero", 2, 1);
+  args.insert(args.end(), {"--stage", "1", "--impl", "ex08=mine"});
+  auto r = run_mgpu(args);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out + r.err, Catch::Contains("ex08 not implemented yet: using the reference"));
+}
