@@ -7,6 +7,7 @@
 #include "lessons/zero.h"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <ostream>
 #include <sstream>
@@ -71,6 +72,10 @@ double wire_formula(int stage, const StateBytes& b, double psi, double n) {
   if (stage == 0) return 2 * f * grads;
   if (stage < 3) return f * grads + f * params;
   return f * grads + 2 * f * params;
+}
+
+std::string stage_name(int stage) {
+  return stage == 0 ? "baseline" : fmt::format("stage {}", stage);
 }
 
 std::string gb(double bytes) {
@@ -279,19 +284,38 @@ int print_paper_figure(const CommonOptions& c, std::ostream& out) {
   fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n", "", "(measured)", "", "(measured)",
              "(from the measured B/param)");
   const double n = p.ranks;
+  std::vector<CategoryBytes> measured;
   for (int stage = 0; stage <= 3; ++stage) {
     std::ostringstream quiet;
     ZeroRunResult r = train_zero(p, {.stage = stage, .prefetch = true}, quiet);
     const CategoryBytes& m = r.peak.at(0);
+    measured.push_back(m);
     const double states = at(m, MemCategory::parameters) + at(m, MemCategory::gradients) +
                           at(m, MemCategory::optimizer_state);
     const double other = at(m, MemCategory::comm_buffers) + at(m, MemCategory::activations);
     const StageFormula paper = stage_formula(stage, {2, 2, 12}, static_cast<double>(psi), n);
     const double bytes_per_param = states / static_cast<double>(psi);
-    fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n",
-               stage == 0 ? "baseline" : fmt::format("stage {}", stage), gb(states),
+    fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n", stage_name(stage), gb(states),
                gb(paper.total()), gb(other),
                fmt::format("{:.1f}B params", 80e9 / bytes_per_param / 1e9));
+  }
+  // The same measurements as bars: one character per 2.5 GB of rank 0's model states.
+  fmt::print(out,
+             "\n  model states of rank 0, measured (P parameters, G gradients, O optimizer "
+             "state; one character = 2.5 GB, | = 80 GB):\n");
+  for (int stage = 0; stage <= 3; ++stage) {
+    const CategoryBytes& m = measured[static_cast<size_t>(stage)];
+    std::string bar;
+    double upto = 0;  // rounded at the category ends, so the whole bar is the rounded total
+    for (auto [category, letter] :
+         {std::pair{MemCategory::parameters, 'P'}, std::pair{MemCategory::gradients, 'G'},
+          std::pair{MemCategory::optimizer_state, 'O'}}) {
+      upto += static_cast<double>(at(m, category));
+      bar.resize(static_cast<size_t>(std::lround(upto / 2.5e9)), letter);
+    }
+    if (bar.size() > 32) bar.insert(32, "|");  // 32 characters = 80 GB
+    bar += fmt::format(" {}", gb(upto));
+    fmt::print(out, "  {:<10} {}\n", stage_name(stage), bar);
   }
   fmt::print(out,
              "\n  (ours differ from the paper's 2+2+K in the gradients: they stay fp32 here (4 B), "

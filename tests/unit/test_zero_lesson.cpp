@@ -179,6 +179,9 @@ TEST_CASE("zero --paper: 7.5B parameters on 64 phantom GPUs, every stage",
   CHECK_THAT(r.out, Catch::Contains("stage 1                   46.2 GB                  31.3 GB"));
   CHECK_THAT(r.out, Catch::Contains("stage 2                   16.8 GB                  16.6 GB"));
   CHECK_THAT(r.out, Catch::Contains("stage 3                    2.1 GB                   1.9 GB"));
+  // the bars: 2.5 GB per character, the baseline past the 80 GB mark, stage 3 one character
+  CHECK_THAT(r.out, Catch::Contains("baseline   PPPPPPGGGGGGGGGGGGOOOOOOOOOOOOOO|OOOO"));
+  CHECK_THAT(r.out, Catch::Contains("stage 3    O 2.1 GB"));
 }
 
 TEST_CASE("zero refuses what it cannot run, in one line with exit code 2", "[zero][lesson]") {
