@@ -245,10 +245,21 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
                                 b.grads, b.params);
   fmt::print(out, "  sent {} (measured)   formula: {} = {}\n", format_bytes(r0.wire_bytes), how,
              format_bytes(static_cast<int64_t>(wire_formula(stage, b, psi, n))));
-  fmt::print(out, "  in Psi: {:.2f} x {} B x (N-1)/N   (the paper: {} Psi{})\n",
-             n > 1 ? double(r0.wire_bytes) / (b.grads * psi * (n - 1) / n) : 0.0, b.grads,
-             stage < 3 ? 2 : 3,
-             stage < 3 ? ", as DDP" : ": 1.5x DDP, the price of sharding the parameters");
+  if (b.params == b.grads)
+    fmt::print(out, "  in Psi: {:.2f} x {} B x (N-1)/N   (the paper: {} Psi{})\n",
+               n > 1 ? double(r0.wire_bytes) / (b.grads * psi * (n - 1) / n) : 0.0, b.grads,
+               stage < 3 ? 2 : 3,
+               stage < 3 ? ", as DDP" : ": 1.5x DDP, the price of sharding the parameters");
+  else if (stage == 0)
+    fmt::print(out,
+               "  (the paper's 2 Psi counts every transfer at 2 B; here the all-reduce moves "
+               "{}-B gradients)\n",
+               b.grads);
+  else
+    fmt::print(out,
+               "  (the paper's {} Psi counts every transfer at 2 B; here the all-gathers move {}-B "
+               "parameters and the\n   reduce-scatters {}-B gradients)\n",
+               stage < 3 ? 2 : 3, b.params, b.grads);
   fmt::print(out, "  comm {} of which hidden behind compute {} ({:.1f}% overlap), exposed {}\n",
              format_seconds(r0.comm), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
              format_seconds(r0.exposed_comm));
