@@ -175,7 +175,7 @@ TEST_CASE("ZeRO cuts uneven shards: the first n % N ranks own one element more",
   }
 }
 
-TEST_CASE("ZeRO memory: AdamW state is 8 B per owned element, 8 Psi / N per rank",
+TEST_CASE("ZeRO memory: AdamW state is 8 B per owned element - 8 Psi / N per rank",
           "[zero][memory]") {
   auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);
@@ -205,7 +205,7 @@ TEST_CASE("ZeRO memory: AdamW state is 8 B per owned element, 8 Psi / N per rank
   }
 }
 
-TEST_CASE("ZeRO-3 sends 1.5x the bytes of ZeRO-0 per step; stages 1-2 the same as stage 0",
+TEST_CASE("ZeRO-3 sends 1.5x the bytes of ZeRO-0 per step and stages 1-2 the same as stage 0",
           "[zero][traffic]") {
   auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);

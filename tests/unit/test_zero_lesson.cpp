@@ -106,7 +106,7 @@ TEST_CASE("zero checkpoints resume at any stage and rank count", "[zero][lesson]
   CHECK(max_difference(load_checkpoint_by_name(single_done), want, "param") < kTolerance);
 }
 
-TEST_CASE("zero bf16: single-device masters, and K = 12 optimizer bytes per parameter over N",
+TEST_CASE("zero bf16: single-device masters and K = 12 optimizer bytes per parameter over N",
           "[zero][lesson][bf16]") {
   const auto single = load_checkpoint_by_name(
       checkpoint_of("single_device", 4, {"--precision", "bf16"}, "single_bf16"));
@@ -168,7 +168,7 @@ TEST_CASE("zero prints the measured memory and wire bytes beside the formulas", 
   CHECK_THAT(r.out, Catch::Contains("in Psi: 3.00 x 4 B x (N-1)/N"));
 }
 
-TEST_CASE("zero --paper: 7.5B parameters on 64 phantom GPUs, every stage",
+TEST_CASE("zero --paper: 7.5B parameters on 64 phantom GPUs at every stage",
           "[zero][lesson][paper]") {
   auto r = run_mgpu({"run", "zero", "--paper"});
   INFO(r.err);
@@ -184,7 +184,7 @@ TEST_CASE("zero --paper: 7.5B parameters on 64 phantom GPUs, every stage",
   CHECK_THAT(r.out, Catch::Contains("stage 3    O 2.1 GB"));
 }
 
-TEST_CASE("zero refuses what it cannot run, in one line with exit code 2", "[zero][lesson]") {
+TEST_CASE("zero refuses what it cannot run in one line with exit code 2", "[zero][lesson]") {
   struct Case {
     std::vector<std::string> extra;
     std::string says;
@@ -205,7 +205,7 @@ TEST_CASE("zero refuses what it cannot run, in one line with exit code 2", "[zer
   }
 }
 
-TEST_CASE("zero --prefetch on hides the all-gathers behind compute; off exposes them",
+TEST_CASE("zero --prefetch on hides the all-gathers behind compute and off exposes them",
           "[zero][lesson][prefetch]") {
   lessons::CommonOptions c;
   c.ranks = 4, c.steps = 2, c.batch = 16, c.quiet = true;
