@@ -360,10 +360,16 @@ class ZeroLesson : public Lesson {
 
   int run(const CommonOptions& c, std::ostream& out) override {
     if (paper_) {
-      for (const char* typed : {"--stage", "--prefetch", "--checkpoint", "--resume", "--trace"})
+      // The figure fixes the model, precision, optimizer and device; only --ranks may change.
+      for (const char* typed :
+           {"--stage",     "--prefetch",  "--checkpoint", "--resume",   "--trace",
+            "--device",    "--clock",     "--model",      "--layers",   "--dim",
+            "--heads",     "--seq",       "--vocab",      "--batch",    "--steps",
+            "--precision", "--optimizer", "--recompute",  "--capacity", "--profile"})
         if (app_->count(typed) > 0)
           throw UsageError(fmt::format(
-              "--paper compares every stage of a fixed 7.5B model on phantom GPUs: drop {}",
+              "--paper compares every stage of a fixed 7.5B model (bf16, AdamW) on phantom GPUs: "
+              "drop {} (only --ranks applies)",
               typed));
       CommonOptions p = c;
       if (app_->count("--ranks") == 0) p.ranks = 64;
