@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <ostream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -17,6 +18,9 @@
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/comm/seams.h"
+#ifdef MGPU_HAVE_MPI
+#include "core/comm/mpi/mpi_comm.h"
+#endif
 #include "core/trace/analysis.h"
 #include "lessons/collectives.h"
 #include "lessons/training.h"
@@ -127,15 +131,27 @@ std::vector<int64_t> sweep(int64_t min_bytes, int64_t max_bytes) {
 }
 
 std::string format_size(int64_t bytes) {
-  if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
-  if (bytes >= (1 << 10)) return fmt::format("{} KiB", bytes >> 10);
-  return fmt::format("{} B", bytes);
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);  // all_to_all's sizes, rounded to N blocks, are not round
 }
 
 }  // namespace
 
 void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int iters,
                         std::ostream& out);
+
+namespace {
+// MPI_Allreduce on the world's processes (is_mpi() worlds only, so an MPI build).
+void library_all_reduce(comm::Comm& comm, Tensor& t) {
+#ifdef MGPU_HAVE_MPI
+  comm::mpi::library_all_reduce(comm, t);
+#else
+  (void)t;
+  throw std::logic_error("MPI_Allreduce needs an MPI build; backend is " + comm.backend());
+#endif
+}
+}  // namespace
 
 CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptions& o,
                                   std::ostream& out) {
@@ -274,7 +290,7 @@ void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int it
     for (size_t k = 0; k < counts.size(); ++k) {
       Tensor t = Tensor::zeros({counts[k]}, MemCategory::comm_buffers);
       double ring = time_it([&] { comm::comm_seams().all_reduce(comm, t, comm::ReduceOp::sum); });
-      double mpi = time_it([&] { comm.all_reduce(t); });
+      double mpi = time_it([&] { library_all_reduce(comm, t); });
       seconds[k] = {ring, mpi};
     }
   });

@@ -261,23 +261,17 @@ class TensorParallelLesson : public Lesson {
     one.checkpoint.clear();
     one.resume.clear();
     one.trace_path.clear();
-    one.capacity.clear();  // a timing reference: the profile's capacity, whatever --capacity says
+    one.capacity.clear();   // a timing reference: the profile's capacity, whatever --capacity says
+    one.backend = "local";  // under mpirun: this process alone, no collectives the others skip
     std::ostringstream ignored;
     const trace::TraceSummary s = trace::analyze(r.trace, last_step(r.trace));
     const trace::RankSummary& r0 = s.ranks.at(0);
-    if (r.under_mpi) {  // the world size is fixed by mpirun: no one-GPU run in this process
-      fmt::print(out,
-                 "\nstep time: {} on {} GPUs (run `mgpu run tensor_parallel --ranks 1` without "
-                 "mpirun for the 1-GPU reference)\n",
-                 format_seconds(r.step_seconds), c.ranks);
-    } else {
-      const double one_step = train_tensor_parallel(one, ignored).step_seconds;
-      fmt::print(out,
-                 "\nstep time: {} on {} GPUs vs {} on 1 GPU (same profile, same batch): {:.2f}x "
-                 "(ideal {}x)\n",
-                 format_seconds(r.step_seconds), c.ranks, format_seconds(one_step),
-                 one_step / r.step_seconds, c.ranks);
-    }
+    const double one_step = train_tensor_parallel(one, ignored).step_seconds;
+    fmt::print(out,
+               "\nstep time: {} on {} GPUs vs {} on 1 GPU (same profile, same batch): {:.2f}x "
+               "(ideal {}x)\n",
+               format_seconds(r.step_seconds), c.ranks, format_seconds(one_step),
+               one_step / r.step_seconds, c.ranks);
     fmt::print(
         out,
         "  communication {} of the step is exposed: TP's all-reduces sit between the "

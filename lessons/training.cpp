@@ -255,6 +255,9 @@ int finish_run(const CommonOptions& c, const trace::Trace& trace, const std::str
 
 int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
                  std::ostream& out) {
+  // Under mpirun only rank 0's process holds the merged trace (the others' is empty): it alone
+  // writes the file and opens the dashboard, whatever lesson calls this.
+  if (!root_process()) return 0;
   if (!c.trace_path.empty()) {
     // `--trace out/run.json` should just work: create the folder if it is missing.
     const auto folder = std::filesystem::path(c.trace_path).parent_path();

@@ -32,7 +32,10 @@ int resolve_width(int requested) {
 
 bool resolve_colour(std::optional<bool> requested) {
   if (requested) return *requested;
-  return std::getenv("NO_COLOR") == nullptr && isatty(STDOUT_FILENO);
+  // Under mpirun a process's stdout is a pseudo-terminal of mpirun's even when mpirun's own output
+  // goes to a file: there colour codes would land in the file, so plain text.
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+  return std::getenv("NO_COLOR") == nullptr && !under_mpirun && isatty(STDOUT_FILENO);
 }
 
 // ---- How each kind of event looks ----

@@ -71,7 +71,8 @@ int main() {
       const int64_t block = n;
       std::vector<float> blocks(block * N);
       for (int j = 0; j < N; ++j)
-        for (int64_t i = 0; i < block; ++i) blocks[j * block + i] = float(r * 100000 + j * 2000 + i);
+        for (int64_t i = 0; i < block; ++i)
+          blocks[j * block + i] = float(r * 100000 + j * 2000 + i);
       Tensor to_all = Tensor::from({block * N}, blocks);
       Tensor from_all = Tensor::empty({block * N}, MemCategory::workspace);
       ctx.comm->all_to_all(to_all, from_all);
@@ -90,6 +91,20 @@ int main() {
     ctx.comm->send(token, (r + 1) % N, 9);
     w.wait();
     expect(got.to_vector()[0] == float((r - 1 + N) % N), "send/recv ring", 1);
+    // irecvs match messages in the order they were posted, whatever order they are waited in.
+    if (N >= 2 && r < 2) {
+      if (r == 0) {
+        for (int i = 0; i < 3; ++i) ctx.comm->send(Tensor::from({1}, {float(10 + i)}), 1, 5);
+      } else {
+        std::vector<Tensor> bufs;
+        std::vector<comm::Work> works;
+        for (int i = 0; i < 3; ++i) bufs.push_back(Tensor::empty({1}, MemCategory::workspace));
+        for (int i = 0; i < 3; ++i) works.push_back(ctx.comm->irecv(bufs[i], 0, 5));
+        for (int i = 2; i >= 0; --i) works[i].wait();
+        for (int i = 0; i < 3; ++i)
+          expect(bufs[i].to_vector()[0] == float(10 + i), "irecv post order", i);
+      }
+    }
     auto half = ctx.comm->split(r % 2, r);
     Tensor h = Tensor::from({1}, {1.0f});
     half->all_reduce(h);

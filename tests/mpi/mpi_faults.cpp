@@ -3,6 +3,7 @@
 //   raise     rank 1 throws inside its rank function
 //   stall     rank 1 stops itself (SIGSTOP), as a hung or debugged process would
 //   mismatch  rank 1 all-reduces a different element count
+//   mismatch_all_to_all  rank 1 calls all_gather where the others call all_to_all
 // Every process must end non-zero within the comm timeout plus a few seconds, with the
 // diagnosis on stderr (tests/mpi/expect_fault.sh checks both).
 #include <csignal>
@@ -23,8 +24,10 @@ using namespace mgpu;
 
 int main(int argc, char** argv) {
   const std::string fault = argc > 1 ? argv[1] : "";
-  if (fault != "exit" && fault != "raise" && fault != "stall" && fault != "mismatch") {
-    std::fprintf(stderr, "usage: mpi_faults exit|raise|stall|mismatch (under mpirun)\n");
+  if (fault != "exit" && fault != "raise" && fault != "stall" && fault != "mismatch" &&
+      fault != "mismatch_all_to_all") {
+    std::fprintf(
+        stderr, "usage: mpi_faults exit|raise|stall|mismatch|mismatch_all_to_all (under mpirun)\n");
     return 2;
   }
   WorldOptions o;
@@ -44,6 +47,15 @@ int main(int argc, char** argv) {
       if (culprit && fault == "exit") return;
       if (culprit && fault == "raise") throw std::runtime_error("rank 1 raised on purpose");
       if (culprit && fault == "stall") std::raise(SIGSTOP);
+      if (fault == "mismatch_all_to_all") {
+        const int64_t n = 4 * ctx.world_size;
+        Tensor out = Tensor::zeros({n}, MemCategory::comm_buffers);
+        if (culprit)
+          ctx.comm->all_gather(Tensor::zeros({4}, MemCategory::comm_buffers), out);
+        else
+          ctx.comm->all_to_all(Tensor::zeros({n}, MemCategory::comm_buffers), out);
+        return;
+      }
       Tensor t = Tensor::zeros({culprit && fault == "mismatch" ? 8 : 4}, MemCategory::comm_buffers);
       ctx.comm->all_reduce(t);
     });

@@ -14,6 +14,13 @@ void ring_all_gather(Comm& comm, Tensor& buffer);
 // Pairwise-exchange all-to-all (N-1 steps): block j of `in` goes to rank j; block j of `out`
 // comes from rank j. in.numel() must divide by N (the caller checks).
 void pairwise_all_to_all(Comm& comm, const Tensor& in, Tensor& out);
+// Comm::reduce_scatter / all_gather on top of the two rings, for backends that run their own
+// algorithms (local, mpi): the same comm buffer, messages and summation order on both.
+// check_my_chunk throws the CommError a wrong chunk length deserves.
+void check_my_chunk(const Comm& comm, const char* op, const char* side, int64_t got, int64_t total);
+void ring_reduce_scatter_into(Comm& comm, const Tensor& in, Tensor& out, ReduceOp op,
+                              Allocator* allocator);
+void ring_all_gather_from(Comm& comm, const Tensor& in, Tensor& out);
 // Binomial-tree broadcast from `root`: ceil(log2 N) rounds.
 void tree_broadcast(Comm& comm, Tensor& t, int root);
 // Dissemination barrier: ceil(log2 N) rounds of empty messages.

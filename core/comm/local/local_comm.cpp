@@ -100,16 +100,6 @@ class LocalComm final : public Comm {
     return wait_until(all_reduce_on_comm_lane(t, op));
   }
 
-  // The chunk side of reduce_scatter/all_gather must hold exactly this rank's chunk_range.
-  void check_my_chunk(const char* op, const char* side, int64_t got, int64_t total,
-                      int64_t expected) const {
-    if (got != expected)
-      throw CommError(
-          fmt::format("{} on rank {} of group {}: {} has {} elements, "
-                      "expected chunk_range({}, {}, {}) = {}",
-                      op, rank_, name_, side, got, total, size(), rank_, expected));
-  }
-
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
     ctx_->clock.wait_compute_until(reduce_scatter_on_comm_lane(in, out, op));
   }
@@ -256,30 +246,15 @@ class LocalComm final : public Comm {
   }
 
   double reduce_scatter_on_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
-    const auto [begin_, end_] = chunk_range(in.numel(), size(), rank_);
-    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
-    check_my_chunk("reduce_scatter", "out", out.numel(), in.numel(), end - begin);
-    return collective(
-        "reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(), [&] {
-          Tensor work =
-              Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), &ctx_->allocator);
-          work.copy_from(in);
-          ring_reduce_scatter(*this, work);
-          out.copy_from(work.flat_range(begin, end));
-          if (op == ReduceOp::avg) scale(out, 1.0f / size());
-        });
+    check_my_chunk(*this, "reduce_scatter", "out", out.numel(), in.numel());
+    return collective("reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(),
+                      [&] { ring_reduce_scatter_into(*this, in, out, op, &ctx_->allocator); });
   }
 
   double all_gather_on_comm_lane(const Tensor& in, Tensor& out) {
-    const auto [begin_, end_] = chunk_range(out.numel(), size(), rank_);
-    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
-    check_my_chunk("all_gather", "in", in.numel(), out.numel(), end - begin);
+    check_my_chunk(*this, "all_gather", "in", in.numel(), out.numel());
     return collective("all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
-                      [&] {
-                        Tensor mine = out.flat_range(begin, end);
-                        mine.copy_from(in);
-                        ring_all_gather(*this, out);
-                      });
+                      [&] { ring_all_gather_from(*this, in, out); });
   }
 
   // Checks the call against the other members, runs `body` (sends/recvs on the comm lane),

@@ -1,15 +1,18 @@
-// The MPI backend: each process is one rank. Data moves with MPI (non-blocking calls polled
-// with MPI_Test, so a stuck wait becomes a diagnosis instead of a hang).
+// The MPI backend: each process is one rank. It runs the very algorithms the local backend runs
+// (the ring all-reduce of the seam, the rings, the tree, the pairwise all-to-all, all on this
+// Comm's send/recv), so a run under mpirun sums in the same order, sends the same messages and,
+// on the modeled clock, draws the same timeline as the thread run, bit for bit. Messages a
+// collective sends travel on a private duplicate of the communicator, apart from user p2p.
+// MPI_Allreduce itself is kept for the collectives lesson's race (library_all_reduce).
 //
-// Faults: MPI cannot cancel a collective, and a process that died or stopped never completes
-// one. So a wait that passes the comm timeout asks every other process what it waits for (on a
-// private duplicate of the world communicator, answered from their own wait loops), prints the
-// local backend's "who waits for whom" table and ends the whole job with MPI_Abort. Before each
+// Faults: MPI cannot cancel a wait, and a process that died or stopped never completes one. So a
+// wait that passes the comm timeout asks every other process what it waits for (on a private
+// duplicate of the world communicator, answered from their own wait loops), prints the local
+// backend's "who waits for whom" table and ends the whole job with MPI_Abort. Before each
 // collective the members compare a hash of their call (folded into one small all-reduce); on a
-// difference they gather the calls and every member raises the local backend's mismatch table. On
-// the modeled clock, p2p messages carry their send time in a small header; collectives agree on
-// their start (MPI_Allreduce max of the members' issue times) and charge the alpha-beta time of the
-// ring (or tree) algorithm the local backend would run.
+// difference they gather the calls and every member raises the local backend's mismatch table.
+// On the modeled clock every message carries its send time in a small header, as in the local
+// backend's mailboxes.
 #include "core/comm/mpi/mpi_comm.h"
 
 #include <mpi.h>
@@ -20,11 +23,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "core/comm/local/algorithms.h"
+#include "core/comm/seams.h"
 
 namespace mgpu::comm::mpi {
 
@@ -52,6 +59,8 @@ void answer_questions() {
              channel);
   }
 }
+
+void wait_for_everyone_to_finish();  // below
 
 // Asks the others, waits a moment for their answers, prints the table and ends the job.
 [[noreturn]] void abort_with_table(const std::string& headline) {
@@ -105,6 +114,24 @@ void answer_questions() {
 }
 }  // namespace diagnosis
 
+// A process that is done (returned, or raised) waits for the others before MPI_Finalize, still
+// answering "what do you wait for?": the others' tables then say it finished instead of "no
+// answer", and if they end the job (MPI_Abort) it is killed like any running process. (Sitting
+// in MPI_Finalize instead, Open MPI's mpirun sometimes never ended the job after the others'
+// MPI_Abort: the survivors' diagnosis printed, then mpirun hung.)
+void diagnosis::wait_for_everyone_to_finish() {
+  if (channel == MPI_COMM_NULL) return;
+  waiting_for = "finished: left its rank function (returned or raised), will never send";
+  MPI_Request req;
+  if (MPI_Ibarrier(channel, &req) != MPI_SUCCESS) return;
+  int done = 0;
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    answer_questions();
+    std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
+  }
+  waiting_for.clear();
+}
+
 float* host_floats(Tensor& t) {
   return t.has_data() && t.numel() > 0 ? t.f32() : nullptr;
 }
@@ -115,6 +142,7 @@ class MpiComm final : public Comm {
       : comm_(comm), ctx_(ctx), name_(std::move(name)), timeout_(timeout) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    MPI_Comm_dup(comm_, &collective_comm_);
     MPI_Group world_group, group;
     MPI_Comm_group(MPI_COMM_WORLD, &world_group);
     MPI_Comm_group(comm_, &group);
@@ -126,6 +154,7 @@ class MpiComm final : public Comm {
     MPI_Group_free(&world_group);
   }
   ~MpiComm() override {
+    MPI_Comm_free(&collective_comm_);
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
@@ -135,13 +164,25 @@ class MpiComm final : public Comm {
   std::string name() const override { return name_; }
   std::string backend() const override { return "mpi"; }
 
+  // Open MPI's own all-reduce on this group's buffers (the collectives lesson races the ring
+  // against it): untraced and off the modeled clock, but still a wait the watchdog can diagnose.
+  void library_all_reduce(Tensor& t) {
+    MPI_Request req;
+    check(MPI_Iallreduce(MPI_IN_PLACE, host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT,
+                         MPI_SUM, comm_, &req),
+          "MPI_Iallreduce");
+    wait(req, fmt::format("in MPI_Allreduce of group {}", name_));
+  }
+
+  // ---- point-to-point ----
   void send(const Tensor& t, int dst, int tag) override {
     PostedSend posted = post(t, dst, tag);
     wait(posted.request, posted.what);
-    ctx_->clock.wait_compute_until(posted.end);
+    compute_waits_for(posted.end);
   }
   void recv(Tensor& t, int src, int tag) override {
-    ctx_->clock.wait_compute_until(receive(t, src, tag));
+    PostedRecv posted = post_recv(t, src, tag);
+    compute_waits_for(finish_recv(posted));
   }
   // The message (a copy with its header) is handed to MPI now; wait() completes the request, so
   // every rank can post its send before any of them blocks in a recv (the ring pattern).
@@ -151,7 +192,7 @@ class MpiComm final : public Comm {
       PostedSend posted;
       void wait() override {
         comm->wait(posted.request, posted.what);
-        comm->ctx_->clock.wait_compute_until(posted.end);
+        comm->compute_waits_for(posted.end);
       }
     };
     auto p = std::make_unique<Pending>();
@@ -159,76 +200,55 @@ class MpiComm final : public Comm {
     p->posted = post(t, dst, tag);
     return Work(std::move(p));
   }
+  // Posted now, so irecvs match messages in the order they were posted (as in the local backend).
   Work irecv(Tensor& t, int src, int tag) override {
     struct Pending : Work::Impl {
       MpiComm* comm;
-      Tensor target;
-      int src, tag;
-      void wait() override {
-        comm->ctx_->clock.wait_compute_until(comm->receive(target, src, tag));
-      }
+      PostedRecv posted;
+      void wait() override { comm->compute_waits_for(comm->finish_recv(posted)); }
     };
     auto p = std::make_unique<Pending>();
     p->comm = this;
-    p->target = t;
-    p->src = src;
-    p->tag = tag;
+    p->posted = post_recv(t, src, tag);
     return Work(std::move(p));
   }
 
+  // ---- collectives: the local backend's algorithms, on this Comm's send/recv ----
   void all_reduce(Tensor& t, ReduceOp op) override {
-    ctx_->clock.wait_compute_until(all_reduce_comm_lane(t, op));
+    ctx_->clock.wait_compute_until(all_reduce_on_comm_lane(t, op));
   }
   Work all_reduce_async(Tensor& t, ReduceOp op) override {
-    return wait_until(all_reduce_comm_lane(t, op));
+    // Runs now; on the modeled clock only the comm lane is busy until the caller waits.
+    return wait_until(all_reduce_on_comm_lane(t, op));
   }
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    ctx_->clock.wait_compute_until(reduce_scatter_comm_lane(in, out, op));
+    ctx_->clock.wait_compute_until(reduce_scatter_on_comm_lane(in, out, op));
   }
   Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
-    return wait_until(reduce_scatter_comm_lane(in, out, op));  // runs now, like all_reduce_async
+    return wait_until(reduce_scatter_on_comm_lane(in, out, op));
   }
   void all_gather(const Tensor& in, Tensor& out) override {
-    ctx_->clock.wait_compute_until(all_gather_comm_lane(in, out));
+    ctx_->clock.wait_compute_until(all_gather_on_comm_lane(in, out));
   }
   Work all_gather_async(const Tensor& in, Tensor& out) override {
-    return wait_until(all_gather_comm_lane(in, out));
+    return wait_until(all_gather_on_comm_lane(in, out));
   }
   void all_to_all(const Tensor& in, Tensor& out) override {
     check_all_to_all_sizes(in, out, size_, rank_, name_);
-    const int block = static_cast<int>(in.numel() / size_);
-    double end = collective("all_to_all", describe_collective("all_to_all", &in, nullptr),
-                            in.bytes(), (size_ - 1.0) / size_, size_ - 1, [&] {
-                              Tensor src = in;
-                              MPI_Request req;
-                              check(MPI_Ialltoall(host_floats(src), block, MPI_FLOAT,
-                                                  host_floats(out), block, MPI_FLOAT, comm_, &req),
-                                    "MPI_Ialltoall");
-                              wait(req, label_);
-                            });
-    ctx_->clock.wait_compute_until(end);
+    ctx_->clock.wait_compute_until(
+        collective("all_to_all", describe_collective("all_to_all", &in, nullptr), in.bytes(),
+                   [&] { local::pairwise_all_to_all(*this, in, out); }));
   }
   void broadcast(Tensor& t, int root) override {
-    int rounds = static_cast<int>(std::ceil(std::log2(std::max(size_, 1))));
-    double end = collective("broadcast", describe_collective("broadcast", &t, nullptr, root),
-                            t.bytes(), rounds, rounds, [&] {
-                              MPI_Request req;
-                              check(MPI_Ibcast(host_floats(t), static_cast<int>(t.numel()),
-                                               MPI_FLOAT, root, comm_, &req),
-                                    "MPI_Ibcast");
-                              wait(req, label_);
-                            });
-    ctx_->clock.wait_compute_until(end);
+    check_peer(root, "broadcast from root");
+    ctx_->clock.wait_compute_until(
+        collective("broadcast", describe_collective("broadcast", &t, nullptr, root), t.bytes(),
+                   [&] { local::tree_broadcast(*this, t, root); }));
   }
   void barrier() override {
-    int rounds = static_cast<int>(std::ceil(std::log2(std::max(size_, 1))));
-    double end =
-        collective("barrier", describe_collective("barrier", nullptr, nullptr), 0, 0, rounds, [&] {
-          MPI_Request req;
-          check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
-          wait(req, label_);
-        });
-    ctx_->clock.wait_compute_until(end);
+    ctx_->clock.wait_compute_until(collective("barrier",
+                                              describe_collective("barrier", nullptr, nullptr), 0,
+                                              [&] { local::dissemination_barrier(*this); }));
   }
   std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
     MPI_Comm sub;
@@ -241,7 +261,7 @@ class MpiComm final : public Comm {
  private:
   // Polls until `req` completes; past the timeout, names this rank and what it waited for.
   // `what` completes "rank 2 waits ..." in the table: "for recv from rank 1 (tag 7) in group
-  // world", "in all_reduce #3 of group world: all_reduce(count=4, f32, sum)".
+  // world", "in all_reduce #3 of group world: all_reduce(count=4, f32, sum) (recv from rank 1)".
   void wait(MPI_Request& req, const std::string& what) {
     int done = 0;
     check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -264,16 +284,16 @@ class MpiComm final : public Comm {
     diagnosis::waiting_for.clear();
   }
 
-  // Every member hashes its call; one all-reduce of {issue time, hash, -hash} (max) gives the
-  // collective's modeled start and tells whether all hashes agree. If not, the members gather
-  // their calls and all raise the same table the local backend raises.
-  double agree_on_call(int64_t seq, const std::string& call, double issue) {
+  // Every member hashes its call; one all-reduce of {hash, -hash} (max) tells whether all hashes
+  // agree. If not, the members gather their calls and all raise the same table the local backend
+  // raises. (It moves no modeled time: the local backend's check is free too.)
+  void agree_on_call(int64_t seq, const std::string& call) {
     const double hash = static_cast<double>(std::hash<std::string>{}(call) & ((1ull << 52) - 1));
-    double mine[3] = {issue, hash, -hash}, all[3];
+    double mine[2] = {hash, -hash}, all[2];
     MPI_Request req;
-    check(MPI_Iallreduce(mine, all, 3, MPI_DOUBLE, MPI_MAX, comm_, &req), "MPI_Iallreduce");
+    check(MPI_Iallreduce(mine, all, 2, MPI_DOUBLE, MPI_MAX, comm_, &req), "MPI_Iallreduce");
     wait(req, label_);
-    if (all[1] == -all[2]) return all[0];
+    if (all[0] == -all[1]) return;
     constexpr int kWidth = 120;
     std::vector<char> calls(static_cast<size_t>(kWidth) * size_, '\0');
     std::vector<char> my_call(kWidth, '\0');
@@ -289,6 +309,27 @@ class MpiComm final : public Comm {
     throw CommError(message);
   }
 
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size_)
+      throw CommError(fmt::format("rank {} of group {} ({} ranks): {} rank {} is out of range",
+                                  rank_, name_, size_, what, peer));
+  }
+
+  // A blocking p2p makes the compute lane wait for it, except inside a collective: there only
+  // the comm lane moves, and the collective decides (blocking now, async at Work::wait()).
+  void compute_waits_for(double end) {
+    if (depth_ == 0) ctx_->clock.wait_compute_until(end);
+  }
+
+  // Inside a collective its messages go on the private duplicate, never meeting user p2p.
+  MPI_Comm channel() const { return depth_ > 0 ? collective_comm_ : comm_; }
+
+  std::string describe_wait(const char* direction, int peer, int tag) const {
+    return depth_ > 0 ? fmt::format("{} ({} rank {})", label_, direction, world_rank(peer))
+                      : fmt::format("for {} rank {} (tag {}) in group {}", direction,
+                                    world_rank(peer), tag, name_);
+  }
+
   // A send handed to MPI: the buffer must live until the request completes.
   struct PostedSend {
     std::vector<char> buffer;
@@ -296,9 +337,20 @@ class MpiComm final : public Comm {
     std::string what;
     double end = 0;  // when the transfer ends on this rank's clock
   };
+  struct PostedRecv {
+    std::vector<char> buffer;
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::string what;
+    Tensor target;  // shares storage with the caller's tensor
+    int src = 0;
+    double posted = 0;  // when the receive was posted on this rank's clock
+    bool traced = true;
+  };
 
-  // Header: the sender's modeled issue time, then the payload.
+  // Header: the sender's modeled issue time, then the payload. This is the one place bytes leave
+  // a rank, so it is where they are counted for the trace.
   PostedSend post(const Tensor& t, int dst, int tag) {
+    check_peer(dst, "send to");
     RankClock& clock = ctx_->clock;
     double sent = clock.comm_issue_time();
     std::vector<char> buffer(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
@@ -307,120 +359,89 @@ class MpiComm final : public Comm {
       std::memcpy(buffer.data() + sizeof(double), t.raw(), static_cast<size_t>(t.bytes()));
     PostedSend posted;
     posted.buffer = std::move(buffer);
-    posted.what =
-        fmt::format("for send to rank {} (tag {}) in group {}", world_rank(dst), tag, name_);
+    posted.what = describe_wait("send to", dst, tag);
     check(MPI_Isend(posted.buffer.data(), static_cast<int>(posted.buffer.size()), MPI_BYTE, dst,
-                    tag, comm_, &posted.request),
+                    tag, channel(), &posted.request),
           "MPI_Isend");
     double transfer = ctx_->profile.transfer_time(world_rank(rank_), world_rank(dst), t.bytes());
     posted.end = clock.modeled() ? sent + transfer : clock.wall_now();
     clock.wait_comm_until(posted.end);
-    record("send", world_rank(dst), t.bytes(), t.bytes(), sent, posted.end, -1);
+    sent_bytes_ += t.bytes();
+    if (depth_ == 0) record("send", world_rank(dst), t.bytes(), t.bytes(), sent, posted.end, -1);
     return posted;
   }
 
-  double receive(Tensor& t, int src, int tag) {
-    RankClock& clock = ctx_->clock;
-    double posted = clock.comm_issue_time();
-    std::vector<char> buffer(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
-    MPI_Request req;
-    check(
-        MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, tag, comm_, &req),
-        "MPI_Irecv");
-    wait(req,
-         fmt::format("for recv from rank {} (tag {}) in group {}", world_rank(src), tag, name_));
+  PostedRecv post_recv(Tensor& t, int src, int tag) {
+    check_peer(src, "recv from");
+    PostedRecv p;
+    p.posted = ctx_->clock.comm_issue_time();
+    p.buffer.resize(sizeof(double) + static_cast<size_t>(t.has_data() ? t.bytes() : 0));
+    p.what = describe_wait("recv from", src, tag);
+    p.target = t;
+    p.src = src;
+    p.traced = depth_ == 0;
+    check(MPI_Irecv(p.buffer.data(), static_cast<int>(p.buffer.size()), MPI_BYTE, src, tag,
+                    channel(), &p.request),
+          "MPI_Irecv");
+    return p;
+  }
+
+  // Receive ends at max(posted, sent + transfer), as in the local backend's mailboxes.
+  double finish_recv(PostedRecv& p) {
+    wait(p.request, p.what);
+    Tensor& t = p.target;
     double sent;
-    std::memcpy(&sent, buffer.data(), sizeof(double));
+    std::memcpy(&sent, p.buffer.data(), sizeof(double));
     if (t.has_data() && t.bytes() > 0)
-      std::memcpy(t.raw(), buffer.data() + sizeof(double), static_cast<size_t>(t.bytes()));
-    double transfer = ctx_->profile.transfer_time(world_rank(src), world_rank(rank_), t.bytes());
-    double end = clock.modeled() ? std::max(posted, sent + transfer) : clock.wall_now();
+      std::memcpy(t.raw(), p.buffer.data() + sizeof(double), static_cast<size_t>(t.bytes()));
+    RankClock& clock = ctx_->clock;
+    double transfer = ctx_->profile.transfer_time(world_rank(p.src), world_rank(rank_), t.bytes());
+    double end = clock.modeled() ? std::max(p.posted, sent + transfer) : clock.wall_now();
     clock.wait_comm_until(end);
-    record("recv", world_rank(src), t.bytes(), 0, posted, end, -1);
+    if (p.traced) record("recv", world_rank(p.src), t.bytes(), 0, p.posted, end, -1);
     return end;
   }
 
-  double reduce_scatter_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
-    std::vector<int> counts(size_);
-    for (int r = 0; r < size_; ++r) {
-      auto [b, e] = chunk_range(in.numel(), size_, r);
-      counts[r] = static_cast<int>(e - b);
-    }
-    return collective("reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(),
-                      (size_ - 1.0) / size_, size_ - 1, [&] {
-                        Tensor src = in;
-                        MPI_Request req;
-                        check(MPI_Ireduce_scatter(host_floats(src), host_floats(out), counts.data(),
-                                                  MPI_FLOAT, MPI_SUM, comm_, &req),
-                              "MPI_Ireduce_scatter");
-                        wait(req, label_);
-                        if (op == ReduceOp::avg) divide(out);
-                      });
+  double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
+    return collective("all_reduce", describe_collective("all_reduce", &t, &op), t.bytes(),
+                      [&] { comm_seams().all_reduce(*this, t, op); });
   }
-  double all_gather_comm_lane(const Tensor& in, Tensor& out) {
-    std::vector<int> counts(size_), displs(size_);
-    for (int r = 0; r < size_; ++r) {
-      auto [b, e] = chunk_range(out.numel(), size_, r);
-      counts[r] = static_cast<int>(e - b);
-      displs[r] = static_cast<int>(b);
-    }
+  double reduce_scatter_on_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
+    local::check_my_chunk(*this, "reduce_scatter", "out", out.numel(), in.numel());
     return collective(
-        "all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
-        (size_ - 1.0) / size_, size_ - 1, [&] {
-          Tensor src = in;
-          MPI_Request req;
-          check(MPI_Iallgatherv(host_floats(src), counts[rank_], MPI_FLOAT, host_floats(out),
-                                counts.data(), displs.data(), MPI_FLOAT, comm_, &req),
-                "MPI_Iallgatherv");
-          wait(req, label_);
-        });
+        "reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(),
+        [&] { local::ring_reduce_scatter_into(*this, in, out, op, &ctx_->allocator); });
   }
-  double all_reduce_comm_lane(Tensor& t, ReduceOp op) {
-    return collective(
-        "all_reduce", describe_collective("all_reduce", &t, &op), t.bytes(),
-        2.0 * (size_ - 1) / size_, 2 * (size_ - 1), [&] {
-          MPI_Request req;
-          check(MPI_Iallreduce(MPI_IN_PLACE, host_floats(t), static_cast<int>(t.numel()), MPI_FLOAT,
-                               MPI_SUM, comm_, &req),
-                "MPI_Iallreduce");
-          wait(req, label_);
-          if (op == ReduceOp::avg) divide(t);
-        });
+  double all_gather_on_comm_lane(const Tensor& in, Tensor& out) {
+    local::check_my_chunk(*this, "all_gather", "in", in.numel(), out.numel());
+    return collective("all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
+                      [&] { local::ring_all_gather_from(*this, in, out); });
   }
 
-  void divide(Tensor& t) {
-    if (float* v = host_floats(t))
-      for (int64_t i = 0; i < t.numel(); ++i) v[i] /= static_cast<float>(size_);
-  }
-
-  // Runs `body`; modeled time: starts when the last member issues it, and costs
-  // `messages` latencies plus `bytes * volume` over the slowest link of the ring.
+  // Checks the call against the other members, runs `body` (sends/recvs on the comm lane),
+  // records one trace event, and returns the collective's end time on this rank: the local
+  // backend's collective(), step for step.
   template <class Body>
-  double collective(const char* kind, const std::string& call, int64_t bytes, double volume,
-                    int messages, Body&& body) {
+  double collective(const char* kind, const std::string& call, int64_t bytes, Body&& body) {
     RankClock& clock = ctx_->clock;
-    double issue = clock.comm_issue_time();
+    if (depth_ > 0) {  // a collective used inside another one is part of it
+      body();
+      return clock.comm_now();
+    }
     int64_t seq = seq_++;
     label_ = fmt::format("in {} #{} of group {}: {}", kind, seq, name_, call);
-    const double last_issue = agree_on_call(seq, call, issue);  // the modeled start
-    double start = issue;
+    agree_on_call(seq, call);
+    double start = clock.comm_issue_time();
+    const int64_t sent_before = sent_bytes_;
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     body();
-    double end = clock.wall_now();
-    if (clock.modeled()) {
-      double alpha = 0, inv_bw = 0;
-      for (int r = 0; r < size_ && size_ > 1; ++r) {
-        const LinkSpec& l = ctx_->profile.link(world_rank(r), world_rank((r + 1) % size_));
-        alpha = std::max(alpha, l.latency);
-        inv_bw = std::max(inv_bw, l.bandwidth > 0 ? 1.0 / l.bandwidth : 0.0);
-      }
-      // The event spans from this rank's entry (waiting included) to the algorithm's end.
-      end = last_issue + messages * alpha + static_cast<double>(bytes) * volume * inv_bw;
-    }
+    double end = clock.modeled() ? std::max(start, clock.comm_now()) : clock.wall_now();
     clock.wait_comm_until(end);
-    // MPI's collectives send inside the library, out of our sight: sent_bytes is what the ring
-    // (or tree) the local backend runs would send, the one figure here that is computed.
-    record(kind, -1, bytes, static_cast<int64_t>(static_cast<double>(bytes) * volume), start, end,
-           seq);
+    record(kind, -1, bytes, sent_bytes_ - sent_before, start, end, seq);
     return end;
   }
 
@@ -454,13 +475,16 @@ class MpiComm final : public Comm {
   }
 
   MPI_Comm comm_;
+  MPI_Comm collective_comm_ = MPI_COMM_NULL;  // the collectives' own messages
   RankContext* ctx_;
   std::string name_;
   double timeout_;
   int rank_ = 0, size_ = 1;
   std::vector<int> world_ranks_;
-  int64_t seq_ = 0;
-  std::string label_;  // the running collective, as the wait table prints it
+  int64_t seq_ = 0;         // this group's collective counter (same on every member)
+  int depth_ = 0;           // > 0 while inside a collective
+  int64_t sent_bytes_ = 0;  // bytes this rank has sent in this group, ever
+  std::string label_;       // the running collective, as the wait table prints it
 };
 
 nlohmann::json event_to_json(const trace::Event& e) {
@@ -516,7 +540,9 @@ Process init_process() {
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
-      if (!finalized) MPI_Finalize();
+      if (finalized) return;
+      diagnosis::wait_for_everyone_to_finish();
+      MPI_Finalize();
     });
   }
   Process p;
@@ -528,6 +554,14 @@ Process init_process() {
 std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds) {
   if (diagnosis::channel == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &diagnosis::channel);
   return std::make_unique<MpiComm>(MPI_COMM_WORLD, &ctx, "world", timeout_seconds);
+}
+
+void library_all_reduce(Comm& comm, Tensor& t) {
+  auto* mpi = dynamic_cast<MpiComm*>(&comm);
+  if (!mpi)
+    throw std::logic_error("library_all_reduce needs a Comm of the mpi backend, not " +
+                           comm.backend());
+  mpi->library_all_reduce(t);
 }
 
 void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out) {

@@ -1,6 +1,7 @@
-// The MPI backend: one rank per process, CPU tensors, MPI point-to-point and collectives behind
-// the Comm interface. Built only when MPI is found (MGPU_HAVE_MPI); MPI_Init happens only when a
-// World with backend mpi is made (i.e. under mpirun), so normal binaries never start MPI.
+// The MPI backend: one rank per process, CPU tensors; the local backend's collective algorithms
+// on MPI point-to-point, behind the Comm interface. Built only when MPI is found (MGPU_HAVE_MPI);
+// MPI_Init happens only when a World with backend mpi is made (i.e. under mpirun), so normal
+// binaries never start MPI.
 #pragma once
 #include <memory>
 
@@ -18,6 +19,11 @@ struct Process {
 Process init_process();
 
 std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds);
+
+// Open MPI's own MPI_Allreduce (sum, in place) over an mpi-backend comm's processes: untraced,
+// off the modeled clock. The collectives lesson races the ring against it; everything else runs
+// the ring (so results equal the thread run's bit for bit).
+void library_all_reduce(Comm& comm, Tensor& t);
 
 // Gathers every process's events and counters into `root_out` on rank 0 (as JSON strings).
 void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out);

@@ -1,0 +1,37 @@
+// reduce_scatter and all_gather with Comm's chunk convention, on top of the in-place rings:
+// every backend that runs its own algorithms (local, mpi) calls these, so a reduce-scatter sums
+// in the same order, allocates the same comm buffer and sends the same messages on threads and
+// under mpirun.
+#include <fmt/format.h>
+
+#include "core/comm/local/algorithms.h"
+
+namespace mgpu::comm::local {
+
+void check_my_chunk(const Comm& comm, const char* op, const char* side, int64_t got,
+                    int64_t total) {
+  const auto [begin, end] = chunk_range(total, comm.size(), comm.rank());
+  if (got != end - begin)
+    throw CommError(fmt::format(
+        "{} on rank {} of group {}: {} has {} elements, expected chunk_range({}, {}, {}) = {}", op,
+        comm.rank(), comm.name(), side, got, total, comm.size(), comm.rank(), end - begin));
+}
+
+void ring_reduce_scatter_into(Comm& comm, const Tensor& in, Tensor& out, ReduceOp op,
+                              Allocator* allocator) {
+  const auto [begin, end] = chunk_range(in.numel(), comm.size(), comm.rank());
+  Tensor work = Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), allocator);
+  work.copy_from(in);
+  ring_reduce_scatter(comm, work);
+  out.copy_from(work.flat_range(begin, end));
+  if (op == ReduceOp::avg) scale(out, 1.0f / comm.size());
+}
+
+void ring_all_gather_from(Comm& comm, const Tensor& in, Tensor& out) {
+  const auto [begin, end] = chunk_range(out.numel(), comm.size(), comm.rank());
+  Tensor mine = out.flat_range(begin, end);
+  mine.copy_from(in);
+  ring_all_gather(comm, out);
+}
+
+}  // namespace mgpu::comm::local
