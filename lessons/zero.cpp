@@ -219,7 +219,8 @@ void print_memory_table(std::ostream& out, const CommonOptions& c, int stage,
   fmt::print(out,
              "  (transient: stage 3 holds the unit computing plus the one prefetched, stages 2-3 "
              "the gradient bucket of\n   the unit in backward plus the one still reducing; "
-             "stage 1 the chunks it reduce-scatters and all-gathers)\n");
+             "stage 1 the chunks it reduce-scatters and all-gathers; every stage\n   the "
+             "collectives' own working buffers: stage 0 shows those alone)\n");
   fmt::print(out,
              "  model states at every stage for this model on {} ranks (formula, computed):\n ",
              c.ranks);
