@@ -2,6 +2,8 @@
 // (exercises/) share one list of declarations.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/comm/comm.h"
@@ -12,6 +14,7 @@
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
+#include "core/parallel/zero.h"
 #include "core/tensor/tensor.h"
 #include "core/trace/bubble_seams.h"
 #include "core/trace/event.h"

@@ -8,6 +8,7 @@ namespace {
 constexpr const char* kSide = "mine";
 using ex::probe_all_reduce;
 using ex::probe_column_parallel;
+using ex::probe_sharded_step;
 }  // namespace
 
 #include "exercises/exercise_table.inc"

@@ -3,8 +3,11 @@
 // rank before sending anything; that cause is what the caller sees.
 #pragma once
 #include <exception>
+#include <functional>
+#include <vector>
 
 #include "core/comm/comm.h"
+#include "core/parallel/zero.h"
 #include "core/runtime/world.h"
 #include "core/tensor/tensor.h"
 
@@ -45,6 +48,28 @@ inline void probe_column_parallel(ColumnForward column_forward) {
       Tensor b = Tensor::from({2}, {0.0f, 0.0f});
       Tensor y = Tensor::zeros({1, 1, 2}, MemCategory::activations);
       column_forward(y, x, w, b, *ctx.comm);
+    });
+  } catch (const RankError& e) {
+    if (e.cause()) std::rethrow_exception(e.cause());
+    throw;
+  }
+}
+
+// The probe of exercise 08: the sharded step on a one-rank group with one small unit.
+using ShardedStep = void (*)(comm::Comm&, const std::vector<parallel::FlatUnit>&,
+                             const std::function<void()>&);
+inline void probe_sharded_step(ShardedStep sharded_step) {
+  WorldOptions options;
+  options.ranks = 1;
+  options.backend = "local";
+  options.trace = false;
+  options.comm_timeout = 10;
+  World world(options);
+  try {
+    world.run([&](RankContext& ctx) {
+      std::vector<parallel::FlatUnit> units = {
+          {Tensor::from({3}, {1.0f, 2.0f, 3.0f}), Tensor::from({3}, {0.5f, 0.5f, 0.5f})}};
+      sharded_step(*ctx.comm, units, [] {});
     });
   } catch (const RankError& e) {
     if (e.cause()) std::rethrow_exception(e.cause());

@@ -7,6 +7,7 @@
 #include "lessons/precision_training.h"
 #include "lessons/single_device.h"
 #include "lessons/tensor_parallel.h"
+#include "lessons/zero.h"
 
 namespace mgpu::lessons {
 
@@ -22,6 +23,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_tensor_parallel_lesson());
   lessons.push_back(make_mixed_precision_lesson());
   lessons.push_back(make_activation_checkpointing_lesson());
+  lessons.push_back(make_zero_lesson());
   return lessons;
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/data/sampler.h"
+#include "core/parallel/layerwise.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -74,28 +75,13 @@ float DistributedDataParallel::forward_backward(const data::Batch& batch, bool s
   }
   std::fill(grad_final_.begin(), grad_final_.end(), false);
   next_bucket_ = 0;
-  // The layers of GPT::backward, one scope each, so buckets can launch between them.
-  // (in the activations' dtype, as GPT::backward: bf16 training rounds the residual gradient too)
-  Tensor dx = Tensor::empty(acts.embedded.shape(), MemCategory::workspace, acts.embedded.dtype());
-  const int layers = static_cast<int>(model_.blocks.size());
-  size_t layer = 0;
-  {
-    ComputeScope s({.name = "backward head", .cat = trace::cat::backward, .layer = layers});
-    model_.head.backward(dx, acts.head);
-  }
-  backward_layer_done(layer_grads_[layer++], sync);
-  for (int i = layers - 1; i >= 0; --i) {
-    {
-      ComputeScope s({.name = "backward", .cat = trace::cat::backward, .layer = i});
-      model_.blocks[i].backward(dx, dx, acts.blocks[i]);
-    }
-    backward_layer_done(layer_grads_[layer++], sync);
-  }
-  {
-    ComputeScope s({.name = "backward embedding", .cat = trace::cat::backward, .layer = -1});
-    model_.embedding.backward(dx, batch.tokens);
-  }
-  backward_layer_done(layer_grads_[layer++], sync);
+  // Backward layer by layer, so buckets can launch between layers. layer_grads_ is in backward
+  // order (head first), the hooks count layers in forward order (embedding first).
+  const int last_layer = layer_count(model_) - 1;
+  LayerHooks hooks{.after_backward = [&](int layer) {
+    backward_layer_done(layer_grads_[last_layer - layer], sync);
+  }};
+  backward_by_layer(model_, batch, acts, hooks);
 
   if (sync && !options_.overlap)  // after backward, one blocking all-reduce per tensor
     for (Param* p : grads_in_backward_order_) comm_.all_reduce(p->grad, comm::ReduceOp::avg);

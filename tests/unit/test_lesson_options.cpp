@@ -67,6 +67,9 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--virtual-stages", {"2"}},
     {"--stages", {"2"}},
     {"--theory", {}},
+    {"--stage", {"1"}},
+    {"--prefetch", {"off"}},
+    {"--paper", {}},
 };
 
 std::string read(const std::string& path) {

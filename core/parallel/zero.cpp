@@ -1,0 +1,322 @@
+// ZeRO step, top to bottom (see zero.h for the idea):
+//   1. cutting: every layer becomes one flat unit; each rank keeps what its stage says of it;
+//   2. forward layer by layer (stage 3: all-gather each unit just before it, free it after);
+//   3. backward layer by layer; after each layer its gradient is averaged: all-reduce (stage 0)
+//      or reduce-scatter into my chunk (stages 2-3), while backward goes on with earlier layers;
+//      stage 1 reduce-scatters after backward, in its sharded step (exercise 08);
+//   4. the optimizer updates only my chunk; stages 1-2 all-gather the updated parameters;
+//   5. the map of my chunks into the full model, for gathered checkpoints.
+#include "core/parallel/zero.h"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/data/sampler.h"
+#include "core/optim/mixed_precision.h"
+#include "core/parallel/layerwise.h"
+#include "core/runtime/context.h"
+
+namespace mgpu::parallel {
+
+namespace {
+
+// Memory tags of the transient tensors: the gathered units of stage 3 and the gradient buckets
+// of stages 2-3 exist only while their layer computes or communicates; the lesson names them.
+constexpr MemCategory kTransient = MemCategory::comm_buffers;
+
+// Points each parameter's data (or grad) at its place in a flat unit-sized tensor.
+void view_params(ZeroUnit& u, Tensor flat, bool grads) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    Tensor view =
+        flat.flat_range(u.offsets[i], u.offsets[i] + shape_numel(u.shapes[i])).reshape(u.shapes[i]);
+    (grads ? u.params[i]->grad : u.params[i]->data) = view;
+  }
+}
+
+// The collectives cut every tensor by comm::chunk_range; an owned chunk cut otherwise would update
+// elements whose averaged gradient never arrives here.
+void check_chunk(const ZeroUnit& u, int ranks, int rank) {
+  if (std::pair{u.begin, u.end} != comm::chunk_range(u.numel, ranks, rank))
+    throw std::logic_error(fmt::format(
+        "owned_chunk({}, {}, {}) returned [{}, {}) but the collectives give rank {} [{}, {})",
+        u.numel, ranks, rank, u.begin, u.end, rank, comm::chunk_range(u.numel, ranks, rank).first,
+        comm::chunk_range(u.numel, ranks, rank).second));
+}
+
+void drop_params(ZeroUnit& u, bool grads) {
+  for (Param* p : u.params) (grads ? p->grad : p->data) = Tensor();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------- seams
+
+namespace {
+std::optional<ZeroSeams>& installed_seams() {
+  static std::optional<ZeroSeams> seams;
+  return seams;
+}
+}  // namespace
+
+void install_zero_seams(ZeroSeams seams) {
+  installed_seams() = std::move(seams);
+}
+
+const ZeroSeams& zero_seams() {
+  const auto& s = installed_seams();
+  const char* missing = !s || !s->owned_chunk ? "owned_chunk"
+                        : !s->sharded_step    ? "sharded_step"
+                                              : nullptr;
+  if (missing)
+    throw std::logic_error(std::string("ZeRO seam '") + missing +
+                           "' is not installed: call mgpu::reference::install_seams() or "
+                           "mgpu::mine::install_seams() first");
+  return *s;
+}
+
+// ---------------------------------------------------------------------------------- cutting
+
+ZeroLayout::ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
+                       const train::OptimizerFactory& make_optimizer)
+    : config_(config), dp_(dp), options_(options), model_(config) {
+  if (options_.stage < 0 || options_.stage > 3)
+    throw std::invalid_argument(
+        fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", options_.stage));
+  cut_shards();
+  ParamList updated;  // stage 0: the whole replica; otherwise my slices only
+  if (options_.stage == 0)
+    updated = model_.params();
+  else
+    for (OwnedSlice& s : owned_) updated.push_back(s.shard.get());
+  optimizer_ = make_optimizer(updated);
+}
+
+void ZeroLayout::cut_shards() {
+  const int stage = options_.stage;
+  for (int layer = 0; layer < layer_count(model_); ++layer) {
+    ZeroUnit u;
+    u.params = layer_params(model_, layer);
+    for (Param* p : u.params) {
+      u.offsets.push_back(u.numel);
+      u.shapes.push_back(p->data.shape());
+      u.numel += p->data.numel();
+    }
+    std::tie(u.begin, u.end) = zero_seams().owned_chunk(u.numel, dp_.size(), dp_.rank());
+    check_chunk(u, dp_.size(), dp_.rank());
+    // The seeded parameters, flat. Stages 0-2 keep the whole unit; stage 3 cuts out its chunk.
+    Tensor flat =
+        Tensor::empty({u.numel}, stage == 3 ? kTransient : MemCategory::parameters, config_.dtype);
+    for (size_t i = 0; i < u.params.size(); ++i)
+      flat.flat_range(u.offsets[i], u.offsets[i] + u.params[i]->data.numel())
+          .copy_from(u.params[i]->data);
+    if (stage < 3) {
+      u.flat_params = flat;
+      view_params(u, flat, /*grads=*/false);
+    } else {
+      u.param_shard = Tensor::empty({u.end - u.begin}, MemCategory::parameters, config_.dtype);
+      u.param_shard.copy_from(flat.flat_range(u.begin, u.end));
+      drop_params(u, /*grads=*/false);
+    }
+    if (stage < 2) {  // the whole gradient stays
+      u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
+      view_params(u, u.flat_grads, /*grads=*/true);
+    } else {  // only my chunk of it; the whole one lives in a bucket during backward
+      u.grad_shard = Tensor::zeros({u.end - u.begin}, MemCategory::gradients);
+      drop_params(u, /*grads=*/true);
+    }
+    if (stage >= 1) {  // the slices of this unit's parameters that fall in my chunk
+      for (size_t i = 0; i < u.params.size(); ++i) {
+        const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
+        const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
+        if (lo >= hi) continue;
+        OwnedSlice s{u.params[i], u.shapes[i], lo - first, hi - first, std::make_unique<Param>()};
+        s.shard->name = u.params[i]->name;
+        s.shard->data = stage == 3 ? u.param_shard.flat_range(lo - u.begin, hi - u.begin)
+                                   : u.flat_params.flat_range(lo, hi);
+        s.shard->grad = stage < 2 ? u.flat_grads.flat_range(lo, hi)
+                                  : u.grad_shard.flat_range(lo - u.begin, hi - u.begin);
+        owned_.push_back(std::move(s));
+      }
+    }
+    units_.push_back(std::move(u));
+  }
+}
+
+std::string ZeroLayout::name() const {
+  return "zero-" + std::to_string(options_.stage);
+}
+
+int64_t ZeroLayout::owned_elements() const {
+  int64_t n = 0;
+  for (const ZeroUnit& u : units_) n += options_.stage == 0 ? u.numel : u.end - u.begin;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------- one step
+
+train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int) {
+  data::Batch mine = data::split_micro_batches(global_batch, dp_.size())[dp_.rank()];
+  for (ZeroUnit& u : units_)
+    if (u.flat_grads.defined()) u.flat_grads.fill(0.0f);
+
+  LayerHooks hooks;
+  const int last = layer_count(model_) - 1;
+  const bool prefetch = options_.prefetch;
+  if (options_.stage == 3) {
+    // Each unit is whole only while it computes; with prefetch the next one is already on its
+    // way, so its all-gather hides behind this unit's compute.
+    hooks.before_forward = [&](int l) {
+      gather(l);
+      attach(l);
+      if (prefetch && l < last) gather(l + 1);
+    };
+    hooks.after_forward = [&](int l) { release(l); };
+    hooks.before_backward = [&](int l) {
+      gather(l);
+      attach(l);
+      if (prefetch && l > 0) gather(l - 1);
+      open_bucket(l);
+    };
+    hooks.after_backward = [&](int l) {
+      reduce(l);
+      release(l);
+    };
+  } else if (options_.stage == 2) {  // each bucket reduce-scattered as backward finishes it
+    hooks.before_backward = [&](int l) { open_bucket(l); };
+    hooks.after_backward = [&](int l) { reduce(l); };
+  } else if (options_.stage == 0) {  // DDP: each unit all-reduced as backward finishes it
+    hooks.after_backward = [&](int l) { reduce(l); };
+  }
+  GPTActivations acts = GPTActivations::allocate(config_, mine.B, mine.T);
+  const float loss = forward_by_layer(model_, mine, acts, 1.0f, hooks);
+  backward_by_layer(model_, mine, acts, hooks);
+  auto update_owned = [&] {
+    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
+    optimizer_->step();  // only my chunk (stage 0: the whole replica)
+  };
+  if (options_.stage == 1) {  // after backward: reduce-scatter, update my chunk, all-gather
+    std::vector<FlatUnit> flat;
+    for (ZeroUnit& u : units_) flat.push_back({u.flat_params, u.flat_grads});
+    zero_seams().sharded_step(dp_, flat, update_owned);
+    return {.shard_loss = loss};
+  }
+  finish_gradients();
+  update_owned();
+  if (options_.stage == 2) gather_updated_params();
+  return {.shard_loss = loss};  // equal shards: the trainer's mean of them is the global mean
+}
+
+void ZeroLayout::gather(int unit) {
+  ZeroUnit& u = units_[unit];
+  if (u.gathered.defined()) return;  // prefetched already
+  u.gathered = Tensor::empty({u.numel}, kTransient, config_.dtype);
+  u.gathering = dp_.all_gather_async(u.param_shard, u.gathered);
+}
+
+void ZeroLayout::attach(int unit) {
+  ZeroUnit& u = units_[unit];
+  u.gathering.wait();
+  view_params(u, u.gathered, /*grads=*/false);
+}
+
+void ZeroLayout::release(int unit) {
+  ZeroUnit& u = units_[unit];
+  drop_params(u, /*grads=*/false);
+  u.gathered = Tensor();
+}
+
+void ZeroLayout::open_bucket(int unit) {
+  ZeroUnit& u = units_[unit];
+  u.bucket = Tensor::zeros({u.numel}, kTransient);
+  view_params(u, u.bucket, /*grads=*/true);
+}
+
+void ZeroLayout::reduce(int unit) {
+  ZeroUnit& u = units_[unit];
+  switch (options_.stage) {
+    case 0:
+      u.reducing = dp_.all_reduce_async(u.flat_grads, comm::ReduceOp::avg);
+      break;
+    default:  // stages 2-3: the bucket goes as soon as its reduce-scatter is done
+      u.reducing = dp_.reduce_scatter_async(u.bucket, u.grad_shard, comm::ReduceOp::avg);
+      drop_params(u, /*grads=*/true);
+      // At most two buckets live at once: the previous layer's (in backward order) is done.
+      if (unit < last_unit()) {
+        ZeroUnit& previous = units_[unit + 1];
+        previous.reducing.wait();
+        previous.bucket = Tensor();
+      }
+  }
+}
+
+void ZeroLayout::finish_gradients() {
+  for (ZeroUnit& u : units_) {
+    u.reducing.wait();
+    u.bucket = Tensor();
+  }
+}
+
+void ZeroLayout::gather_updated_params() {
+  // Each rank's updated chunk, to every rank. (The chunk is copied out first: it is a view
+  // into the very tensor the all-gather writes.)
+  std::vector<Tensor> chunks;
+  chunks.reserve(units_.size());  // alive, and in place, until every all-gather is done
+  for (ZeroUnit& u : units_) {
+    chunks.push_back(Tensor::empty({u.end - u.begin}, kTransient, config_.dtype));
+    chunks.back().copy_from(u.flat_params.flat_range(u.begin, u.end));
+    u.gathering = dp_.all_gather_async(chunks.back(), u.flat_params);
+  }
+  for (ZeroUnit& u : units_) u.gathering.wait();
+}
+
+// ---------------------------------------------------------------------------------- shards
+
+std::vector<train::TensorShard> ZeroLayout::shards() {
+  if (options_.stage == 0)
+    return train::whole_tensor_shards(model_.params(), optimizer_.get(), dp_.rank() == 0);
+  std::vector<train::TensorShard> shards;
+  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps.
+  auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer_.get());
+  ParamList masters = mixed ? mixed->master_params() : ParamList{};
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const OwnedSlice& s = owned_[i];
+    shards.push_back({s.full->name,
+                      "param",
+                      s.shape,
+                      {{s.begin, s.end - s.begin}},
+                      mixed ? masters[i]->data : s.shard->data,
+                      /*writer=*/true});
+  }
+  // Stages 1-2 hold every parameter in full too: a resume fills them as well (not written).
+  if (options_.stage < 3)
+    for (Param* p : model_.params())
+      shards.push_back({p->name,
+                        "param",
+                        p->data.shape(),
+                        {{0, p->data.numel()}},
+                        p->data,
+                        /*writer=*/false});
+  // Optimizer state "<prefix>.<param name>" of my slice: the same elements of the full state,
+  // which a single-device run keeps flat ([numel]).
+  for (const optim::NamedTensor& state : optimizer_->state()) {
+    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
+    const OwnedSlice* slice = nullptr;
+    for (const OwnedSlice& s : owned_) {
+      const std::string& n = s.full->name;
+      if (state.name.size() > n.size() && state.name.ends_with("." + n)) slice = &s;
+    }
+    if (!slice) throw std::logic_error("ZeRO: optimizer state " + state.name + " matches no slice");
+    shards.push_back({state.name,
+                      "optimizer_state",
+                      {shape_numel(slice->shape)},
+                      {{slice->begin, slice->end - slice->begin}},
+                      state.tensor,
+                      true});
+  }
+  return shards;
+}
+
+}  // namespace mgpu::parallel

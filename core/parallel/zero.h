@@ -1,0 +1,126 @@
+// ZeRO (Rajbhandari et al., 2020) and FSDP: data parallelism without the replicas' redundancy.
+// Every rank trains on its own shard of the global batch, as in DDP, but the model states are cut
+// into N shards and each rank keeps only its own: stage 1 the optimizer state, stage 2 also the
+// gradients, stage 3 (FSDP) also the parameters. Stage 0 is plain DDP, for comparison.
+// Communication per step and rank: stages 0-2 move 2 x model bytes (an all-reduce is a
+// reduce-scatter plus an all-gather); stage 3 moves 3 x (parameters all-gathered before forward
+// and again before backward, gradients reduce-scattered): 1.5x, the price of 1/N parameters.
+//
+// How shards are cut: each unit (the embedding, every block, the head) is one flat vector of its
+// parameters in forward order; rank r owns elements chunk_range(n, N, r) of it (consecutive
+// chunks, the first n % N ranks one element more), so any parameter count works. Stage 1 runs its
+// optimizer step through exercise 08's seam.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm/comm.h"
+#include "core/model/gpt.h"
+#include "core/train/trainer.h"
+
+namespace mgpu::parallel {
+
+// ------------------------------------------------------------------ exercise 08 seams
+// Exercise 08 (docs/exercises/08-zero-sharded-step.md): stage 1's sharded optimizer step. Which
+// chunk of a unit a rank owns, and the step itself, are the pieces a student re-implements: core
+// declares them here, solutions/zero_shard_step.cpp holds the reference,
+// exercises/zero_shard_step.cpp the student's, and the program installs one (`--impl`).
+
+// One unit as the sharded step sees it: its whole flat parameters (the model's dtype) and this
+// rank's whole flat gradient (fp32, the mean over this rank's share of the batch).
+struct FlatUnit {
+  Tensor params;
+  Tensor grads;
+};
+
+// [begin, end) of the elements of a flat unit of `numel` that rank `rank` of `ranks` owns. Must cut
+// as the collectives do (comm::chunk_range): consecutive chunks, the first numel % ranks one more.
+using OwnedChunkFn = std::function<std::pair<int64_t, int64_t>(int64_t numel, int ranks, int rank)>;
+// After backward, on every rank of `dp`: (1) reduce-scatter each unit's gradient so that my owned
+// chunk of units[i].grads holds the MEAN over the ranks; (2) call update_owned() exactly once (the
+// optimizer updates my chunks of the parameters from those gradients); (3) all-gather, so that
+// every rank's units[i].params hold every rank's updated chunk.
+using ShardedStepFn = std::function<void(comm::Comm& dp, const std::vector<FlatUnit>& units,
+                                         const std::function<void()>& update_owned)>;
+
+struct ZeroSeams {
+  std::string impl_name;  // "reference" or "mine"
+  OwnedChunkFn owned_chunk;
+  ShardedStepFn sharded_step;
+};
+
+void install_zero_seams(ZeroSeams seams);
+// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
+const ZeroSeams& zero_seams();
+
+// ------------------------------------------------------------------ the layout
+
+struct ZeroOptions {
+  int stage = 1;         // 0 (DDP), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters: FSDP)
+  bool prefetch = true;  // stage 3: issue the next unit's all-gather before this unit computes
+};
+
+// What one rank holds of one unit (a layer: the embedding, a block or the head).
+struct ZeroUnit {
+  ParamList params;              // the model's parameters of this layer, in forward order
+  std::vector<int64_t> offsets;  // each parameter's first element in the flat unit
+  std::vector<Shape> shapes;     // each parameter's shape (stage 3 drops the tensors)
+  int64_t numel = 0;             // elements of the flat unit
+  int64_t begin = 0, end = 0;    // the chunk this rank owns: chunk_range(numel, N, rank)
+  Tensor flat_params;            // stages 0-2: the whole unit; the parameters are views into it
+  Tensor flat_grads;             // stages 0-1: the whole unit's gradient (the grads are views)
+  Tensor param_shard;            // stage 3: my chunk of the parameters, the only copy kept
+  Tensor grad_shard;             // stages 2-3: my chunk of the averaged gradient
+  Tensor gathered;               // stage 3, transient: the whole unit while it computes
+  Tensor bucket;                 // stages 2-3, transient: the unit's gradient during backward
+  comm::Work gathering, reducing;
+};
+
+class ZeroLayout : public train::Layout {
+ public:
+  ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
+             const train::OptimizerFactory& make_optimizer);
+  std::string name() const override;  // "zero-1", ...
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+
+  const ZeroOptions& options() const { return options_; }
+  const std::vector<ZeroUnit>& units() const { return units_; }
+  int64_t owned_elements() const;  // parameter elements this rank's optimizer updates
+
+ private:
+  // The slice of one model parameter this rank owns, as a parameter of its own (1-D, the same
+  // name) that the optimizer updates: its data and grad are views of this rank's chunk.
+  struct OwnedSlice {
+    Param* full = nullptr;
+    Shape shape;                 // the full parameter's
+    int64_t begin = 0, end = 0;  // in the full parameter
+    std::unique_ptr<Param> shard;
+  };
+  void cut_shards();
+  void gather(int unit);   // stage 3: all-gather the unit (async), if not already in flight
+  void attach(int unit);   // stage 3: wait for the gather, point the parameters at it
+  void release(int unit);  // stage 3: drop the gathered unit
+  void open_bucket(int unit);
+  void reduce(int unit);  // after the unit's backward: average its gradient
+  void finish_gradients();
+  int last_unit() const {
+    return static_cast<int>(units_.size()) - 1;
+  }                              // wait for every reduction; gradients are final
+  void gather_updated_params();  // stage 2: every rank's updated chunk, to every rank
+
+  GPTConfig config_;
+  comm::Comm& dp_;
+  ZeroOptions options_;
+  GPT model_;  // same seed on every rank; stage 3 keeps only its shards of it
+  std::vector<ZeroUnit> units_;
+  std::vector<OwnedSlice> owned_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace mgpu::parallel

@@ -1,0 +1,34 @@
+// The ZeRO / FSDP lesson's runs, callable from tests.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <vector>
+
+#include "core/parallel/zero.h"
+#include "core/tensor/allocator.h"
+#include "core/trace/event.h"
+#include "lessons/lesson.h"
+
+namespace mgpu::lessons {
+
+struct ZeroRunResult {
+  std::vector<float> losses;           // one per step run
+  int64_t params = 0;                  // Psi: the full model's parameter count
+  int param_bytes = 4;                 // bytes per parameter in the model (4 fp32, 2 bf16)
+  std::vector<CategoryBytes> peak;     // per rank, peaks by category from after set-up
+  std::vector<CategoryBytes> settled;  // per rank, current by category after the last step
+  std::vector<int64_t> owned;          // per rank, parameter elements its optimizer updates
+  int64_t largest_unit = 0;            // elements of the largest unit (a block, or the embedding)
+  trace::Trace trace;
+  bool checkpoint_written = false;
+  int first_step = 0;
+};
+
+// Trains --ranks data-parallel ranks at `options.stage`. Throws UsageError for impossible
+// configurations (a global batch that does not divide by the ranks).
+ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& options,
+                         std::ostream& out);
+std::unique_ptr<Lesson> make_zero_lesson();
+
+}  // namespace mgpu::lessons
