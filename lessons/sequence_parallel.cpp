@@ -71,22 +71,22 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
   fmt::print(out,
              "\ncommunication per step, rank 0, group tp0 (measured from the trace; TP run with "
              "the same model and batch):\n");
-  fmt::print(out, "  {:<34} {:>6} {:>12} {:>14}   {}\n", "", "count", "each", "sent by rank 0",
+  fmt::print(out, "  {:<37} {:>6} {:>12} {:>14}   {}\n", "", "count", "each", "sent by rank 0",
              "formula");
-  fmt::print(out, "  {:<34} {:>6} {:>12} {:>14}   {}\n", "TP     all-reduce (f, g)", ar.count,
+  fmt::print(out, "  {:<37} {:>6} {:>12} {:>14}   {}\n", "TP     all-reduce (f, g)", ar.count,
              format_bytes(ar.first_bytes), format_bytes(ar.sent),
              fmt::format("4 per layer x {}; ring 2(t-1)/t x B*T*C*4 B each = {}", layers,
                          format_bytes(4 * layers * 2 * (t - 1) * btc_bytes / t)));
-  fmt::print(out, "  {:<34} {:>6} {:>12} {:>14}   {}\n", "TP+SP  reduce-scatter (g-bar, g bwd)",
+  fmt::print(out, "  {:<37} {:>6} {:>12} {:>14}   {}\n", "TP+SP  reduce-scatter (g-bar, g bwd)",
              rs.count, format_bytes(rs.first_bytes), format_bytes(rs.sent),
              fmt::format("4 per layer; (t-1)/t x B*T*C*4 B each = {}",
                          format_bytes(4 * layers * (t - 1) * btc_bytes / t)));
-  fmt::print(out, "  {:<34} {:>6} {:>12} {:>14}   {}\n", "TP+SP  all-gather (all)", ag.count,
+  fmt::print(out, "  {:<37} {:>6} {:>12} {:>14}   {}\n", "TP+SP  all-gather (all)", ag.count,
              format_bytes(ag.first_bytes), format_bytes(ag.sent),
              fmt::format("4 (g, g-bar bwd) + 2 (re-gather) per layer + 2 at the edges = {}",
                          6 * layers + 2));
   fmt::print(
-      out, "  {:<34} {:>6} {:>12} {:>14}   {}\n", "TP+SP  all-reduce (layernorm grads)", ln.count,
+      out, "  {:<37} {:>6} {:>12} {:>14}   {}\n", "TP+SP  all-reduce (layernorm grads)", ln.count,
       format_bytes(std::max<int64_t>(ln.first_bytes, 0)), format_bytes(ln.sent),
       fmt::format("1 of 4*C*layers floats = {}", format_bytes(16 * int64_t{cfg.dim} * layers)));
   fmt::print(out,
@@ -134,13 +134,13 @@ void print_activations(std::ostream& out, const CommonOptions& c, const GPTConfi
   auto bytes = [](double x) { return format_bytes(static_cast<int64_t>(x)); };
   fmt::print(out, "\none layer, s={} b={} h={} a={} t={} (bytes):\n", c.seq, c.batch, cfg.dim,
              cfg.heads, t);
-  fmt::print(out, "  {:<22} {:<34} {:<30}\n", "", "TP", "TP+SP");
-  fmt::print(out, "  {:<22} {:<34} {:<30}\n", "this model (fp32)",
+  fmt::print(out, "  {:<19} {:<51} {}\n", "", "TP", "TP+SP");
+  fmt::print(out, "  {:<19} {:<51} {}\n", "this model (fp32)",
              fmt::format("sbh(16 + 48/t + 4as/(ht)) + 16sb = {}",
                          bytes(sbh * (16 + 48 / double(t) + 4 * a * s / (h * t)) + 16 * s * b)),
              fmt::format("sbh/t(64 + 4as/h) + 16sb/t = {}",
                          bytes(sbh / t * (64 + 4 * a * s / h) + 16 * s * b / t)));
-  fmt::print(out, "  {:<22} {:<34} {:<30}\n", "Korthikanti et al.",
+  fmt::print(out, "  {:<19} {:<51} {}\n", "Korthikanti et al.",
              fmt::format("sbh(10 + 24/t + 5as/(ht)) = {}",
                          bytes(sbh * (10 + 24 / double(t) + 5 * a * s / (h * t)))),
              fmt::format("sbh/t(34 + 5as/h) = {}", bytes(sbh / t * (34 + 5 * a * s / h))));
