@@ -155,6 +155,16 @@ void print_activations(std::ostream& out, const CommonOptions& c, const GPTConfi
              "term is now 1/t.\n");
 }
 
+bool out_of_memory(const RankError& e) {
+  try {
+    if (e.cause()) std::rethrow_exception(e.cause());
+  } catch (const OutOfMemory&) {
+    return true;
+  } catch (...) {
+  }
+  return false;
+}
+
 class SequenceParallelLesson : public Lesson {
  public:
   std::string name() const override { return "sequence_parallel"; }
@@ -182,7 +192,20 @@ class SequenceParallelLesson : public Lesson {
     plain.resume.clear();
     plain.trace_path.clear();
     std::ostringstream ignored;
-    const TensorParallelResult tp = train_tensor_parallel(plain, ignored, false);
+    TensorParallelResult tp;
+    try {
+      tp = train_tensor_parallel(plain, ignored, false);
+    } catch (const RankError& e) {
+      if (!out_of_memory(e)) throw;
+      // What SP is for: the run fits with it and not without. Compare against TP without the cap.
+      plain.capacity.clear();
+      tp = train_tensor_parallel(plain, ignored, false);
+      fmt::print(out,
+                 "\nplain TP does not fit in --capacity {} per GPU, TP+SP does (peaks: TP {}, "
+                 "TP+SP {}); the TP\n  numbers below come from a run without the cap.\n",
+                 c.capacity, format_bytes(tp.memory.peak_total),
+                 format_bytes(sp.memory.peak_total));
+    }
 
     print_communication(out, c, cfg, sp.trace, tp.trace);
     print_activations(out, c, cfg, sp, tp);

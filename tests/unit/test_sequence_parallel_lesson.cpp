@@ -71,3 +71,23 @@ TEST_CASE("a --seq that does not divide over the ranks exits 2 in one line", "[s
   CHECK_THAT(r.err, Catch::Contains("--seq 10 is not a multiple of 4: use --seq 8 or 12"));
   CHECK(mgpu::testing::count_lines(r.err) == 1);
 }
+
+TEST_CASE("what SP is for: a run that fits with it and not without", "[sp][lesson][memory]") {
+  // phantom device: shapes and bytes only. 4 layers, dim 64, 64 tokens x 8 sequences, tp=4:
+  // peaks about 6.6 MiB per GPU under TP and 5.5 MiB under TP+SP.
+  const std::vector<std::string> model = {
+      "--device", "phantom", "--ranks", "4", "--steps",  "1", "--dim", "64",         "--heads", "8",
+      "--seq",    "64",      "--batch", "8", "--layers", "4", "-q",    "--capacity", "6MiB"};
+  auto with = [&](const char* lesson) {
+    std::vector<std::string> args = {"run", lesson};
+    args.insert(args.end(), model.begin(), model.end());
+    return run_mgpu(args);
+  };
+  auto tp = with("tensor_parallel");
+  CHECK(tp.code == 2);  // out of memory
+  auto sp = with("sequence_parallel");
+  INFO(sp.out << sp.err);
+  CHECK(sp.code == 0);
+  CHECK_THAT(sp.out,
+             Catch::Contains("plain TP does not fit in --capacity 6MiB per GPU, TP+SP does"));
+}
