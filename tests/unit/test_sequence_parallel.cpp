@@ -296,3 +296,20 @@ TEST_CASE("a sequence that does not divide over the tp group is one clear line",
   CHECK_NOTHROW(check_sp_size(cfg, 4, 12));
   CHECK_THROWS_AS(check_sp_size(cfg, 5, 10), std::invalid_argument);  // 5 does not divide heads
 }
+
+TEST_CASE("activation peaks equal the formula under every recompute mode", "[sp][memory]") {
+  auto task = data::make_task("markov", 7, {.seq_len = kSeq});
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    INFO("recompute " << recompute_name(mode));
+    const GPTConfig cfg = small_model(*task, mode);
+    std::vector<int64_t> tp_peaks, sp_peaks;
+    one_step<TensorParallel>(cfg, *task, 2, tp_peaks);
+    one_step<SequenceParallel>(cfg, *task, 2, sp_peaks);
+    for (int rank = 0; rank < 2; ++rank) {
+      INFO("rank " << rank);
+      CHECK(tp_peaks[size_t(rank)] == lessons::activation_bytes(cfg, kBatch, kSeq, 2, false).peak);
+      CHECK(sp_peaks[size_t(rank)] == lessons::activation_bytes(cfg, kBatch, kSeq, 2, true).peak);
+      CHECK(sp_peaks[size_t(rank)] < tp_peaks[size_t(rank)]);
+    }
+  }
+}
