@@ -214,7 +214,10 @@ class SequenceParallelLesson : public Lesson {
                "all-gathers above\n  are exposed here (nothing overlaps them in this code); "
                "what SP buys is memory, not speed.\n",
                format_seconds(sp.step_seconds), format_seconds(tp.step_seconds), c.ranks);
-    return finish_run(c, sp.trace, name(), out);
+    trace::Trace trace = sp.trace;
+    trace.metadata["predictions"]["reduce_scatters_per_step"] = 4 * cfg.layers;
+    trace.metadata["predictions"]["all_gathers_per_step"] = 6 * cfg.layers + 2;
+    return finish_run(c, trace, name(), out);
   }
 };
 
