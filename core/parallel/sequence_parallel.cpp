@@ -76,7 +76,10 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts) {
 
 SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
                                    const OptimizerFactory& make_optimizer)
-    : TensorParallel(cfg, tp, make_optimizer, tp.size()) {}
+    : TensorParallel(cfg, tp, make_optimizer, tp.size()) {
+  if (cfg.dtype != DType::f32)  // the sequence collectives and their copies are written for fp32
+    throw std::invalid_argument("sequence parallelism runs in fp32 only so far (--precision fp32)");
+}
 
 Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
   return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,

@@ -91,3 +91,10 @@ TEST_CASE("what SP is for: a run that fits with it and not without", "[sp][lesso
   CHECK_THAT(sp.out,
              Catch::Contains("plain TP does not fit in --capacity 6MiB per GPU, TP+SP does"));
 }
+
+TEST_CASE("sequence_parallel refuses a precision it cannot run in one line", "[sp][lesson]") {
+  auto r = run_mgpu(tiny({"run", "sequence_parallel", "--ranks", "2", "--precision", "bf16"}));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("sequence_parallel trains in --precision fp32 only so far"));
+  CHECK(mgpu::testing::count_lines(r.err) == 1);
+}
