@@ -5,6 +5,7 @@
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
 #include "lessons/precision_training.h"
+#include "lessons/sequence_parallel.h"
 #include "lessons/single_device.h"
 #include "lessons/tensor_parallel.h"
 #include "lessons/zero.h"
@@ -21,6 +22,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_model_parallel_lesson());
   lessons.push_back(make_pipeline_lesson());
   lessons.push_back(make_tensor_parallel_lesson());
+  lessons.push_back(make_sequence_parallel_lesson());
   lessons.push_back(make_mixed_precision_lesson());
   lessons.push_back(make_activation_checkpointing_lesson());
   lessons.push_back(make_zero_lesson());

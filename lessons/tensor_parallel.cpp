@@ -13,6 +13,7 @@
 #include <fmt/ostream.h>
 
 #include "core/parallel/mesh.h"
+#include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/trace/analysis.h"
 #include "lessons/training.h"
@@ -40,38 +41,55 @@ int optimizer_bytes_per_param(const std::string& optimizer) {
   return optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
 }
 
-// The tp layout together with the mesh it takes its group from (the group must outlive it).
-class MeshLayout : public parallel::TensorParallel {
+// A tp layout (TensorParallel, or SequenceParallel on top of it) together with the mesh it takes
+// its group from (the group must outlive it).
+template <class TpLayout>
+class MeshLayout : public TpLayout {
  public:
   MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
              const parallel::OptimizerFactory& make_optimizer)
-      : TensorParallel(cfg, mesh->group(parallel::Axis::tp), make_optimizer),
-        mesh_(std::move(mesh)) {}
+      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer), mesh_(std::move(mesh)) {}
 
  private:
   std::shared_ptr<parallel::Mesh> mesh_;
 };
 
+template <class TpLayout>
+std::unique_ptr<parallel::TensorParallel> make_mesh_layout(RankContext& ctx, int tp,
+                                                           const GPTConfig& cfg,
+                                                           const CommonOptions& c) {
+  auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = tp});
+  return std::make_unique<MeshLayout<TpLayout>>(mesh, cfg, optimizer_factory(c));
+}
+
 }  // namespace
 
 // ---- the run -------------------------------------------------------------------------------
 
-TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out) {
+TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out,
+                                           bool sequence_parallel) {
+  const char* lesson = sequence_parallel ? "sequence_parallel" : "tensor_parallel";
   WorldOptions wopt = c.world_options();
   if (c.precision != "fp32")  // the shards are cut from the fp32 full model; no 2-byte copy yet
-    throw UsageError(fmt::format(
-        "tensor_parallel trains in --precision fp32 only so far, got {}: drop --precision, or "
-        "see bf16 in single_device, ddp or pipeline",
-        c.precision));
+    throw UsageError(
+        fmt::format("{} trains in --precision fp32 only so far, got {}: drop --precision, or "
+                    "see bf16 in single_device, ddp or pipeline",
+                    lesson, c.precision));
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
   parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
+  if (sequence_parallel) parallel::check_sp_size(cfg, c.ranks, c.seq);
   World world(wopt);
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
     fmt::print(out,
                "split:  tp={}: each GPU holds {} of {} heads and {} of {} MLP units per block\n",
                c.ranks, cfg.heads / c.ranks, cfg.heads, 4 * cfg.dim / c.ranks, 4 * cfg.dim);
+    if (sequence_parallel)
+      fmt::print(out,
+                 "        sp:   and {} of {} tokens of each sequence in the layernorm/residual "
+                 "regions\n",
+                 c.seq / c.ranks, c.seq);
     fmt::print(out, "data:   {} task, the same {} sequences x {} tokens on every GPU\n",
                task->name(), c.batch, c.seq);
     fmt::print(out, "device: {}\n", describe_world(wopt));
@@ -82,21 +100,22 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = c.ranks});
-        auto layout = std::make_unique<MeshLayout>(mesh, cfg, optimizer_factory(c));
+        auto layout = sequence_parallel
+                          ? make_mesh_layout<parallel::SequenceParallel>(ctx, c.ranks, cfg, c)
+                          : make_mesh_layout<parallel::TensorParallel>(ctx, c.ranks, cfg, c);
         ctx.allocator.reset_peaks();  // what training needs, not the set-up's full copy
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {
         if (ctx.rank != 0) return;
-        result.local_params = static_cast<MeshLayout&>(layout).model().num_params();
+        result.local_params = static_cast<parallel::TensorParallel&>(layout).model().num_params();
         result.memory = ctx.allocator.stats();
       });
   result.losses = trained.losses;
   if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
   print_checkpoint_lines(out, c, trained);
-  nlohmann::json meta = {{"lesson", "tensor_parallel"}, {"config", c.to_json()}};
+  nlohmann::json meta = {{"lesson", lesson}, {"config", c.to_json()}};
   result.trace = world.collect_trace(meta);
   if (auto last = last_step(result.trace))
     result.step_seconds = trace::analyze(result.trace, last).window.length();
@@ -106,24 +125,29 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
 
 // ---- the report ----------------------------------------------------------------------------
 
+CollectiveTraffic last_step_traffic(const trace::Trace& trace, const std::string& op) {
+  CollectiveTraffic t;
+  const trace::Interval window = trace::analyze(trace, last_step(trace)).window;
+  for (const trace::Event& e : trace.events) {
+    if (e.rank != 0 || e.lane != trace::Lane::comm || e.op != op || e.group != "tp0") continue;
+    if (e.start < window.begin || e.start >= window.end) continue;
+    ++t.count;
+    t.bytes += e.bytes;
+    t.sent += e.sent_bytes;  // what rank 0 really put on the wire for it
+    if (t.first_bytes < 0) t.first_bytes = e.bytes;
+    t.same_size = t.same_size && e.bytes == t.first_bytes;
+  }
+  return t;
+}
+
 namespace {
 
 void print_communication(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
                          const trace::Trace& trace) {
-  const trace::Interval window = trace::analyze(trace, last_step(trace)).window;
-  int count = 0;
-  int64_t bytes = 0, sent = 0, first = -1;
-  bool same_size = true;
-  for (const trace::Event& e : trace.events) {
-    if (e.rank != 0 || e.lane != trace::Lane::comm || e.op != "all_reduce" || e.group != "tp0")
-      continue;
-    if (e.start < window.begin || e.start >= window.end) continue;
-    ++count;
-    bytes += e.bytes;
-    sent += e.sent_bytes;  // what rank 0 really put on the wire for this all-reduce
-    if (first < 0) first = e.bytes;
-    same_size = same_size && e.bytes == first;
-  }
+  const CollectiveTraffic ar = last_step_traffic(trace, "all_reduce");
+  const int count = ar.count;
+  const int64_t bytes = ar.bytes, sent = ar.sent, first = ar.first_bytes;
+  const bool same_size = ar.same_size;
   const int64_t btc = int64_t{c.batch} * c.seq * cfg.dim;
   const double t = c.ranks;
   fmt::print(out, "\ncommunication per step, rank 0, group tp0 (measured from the trace):\n");

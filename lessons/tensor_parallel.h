@@ -2,6 +2,7 @@
 #pragma once
 #include <iosfwd>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor/allocator.h"
@@ -19,9 +20,21 @@ struct TensorParallelResult {
   bool under_mpi = false;  // ranks were processes (mpirun)
 };
 
-// Trains with tensor parallelism over --ranks ranks (tp = ranks). Throws UsageError /
-// std::invalid_argument for impossible configurations, RankError(OutOfMemory) when it does not fit.
-TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out);
+// Trains with tensor parallelism over --ranks ranks (tp = ranks), with sequence parallelism on top
+// when `sequence_parallel`. Throws UsageError / std::invalid_argument for impossible
+// configurations, RankError(OutOfMemory) when it does not fit.
+TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out,
+                                           bool sequence_parallel = false);
 std::unique_ptr<Lesson> make_tensor_parallel_lesson();
+
+// One kind of collective (op "all_reduce", "all_gather", ...) rank 0 ran in group tp0 during the
+// last step, from the trace: how many, their bytes, and what rank 0 itself sent (sent_bytes).
+struct CollectiveTraffic {
+  int count = 0;
+  int64_t bytes = 0, sent = 0;
+  int64_t first_bytes = -1;  // the first one's size
+  bool same_size = true;     // all of them that size
+};
+CollectiveTraffic last_step_traffic(const trace::Trace& trace, const std::string& op);
 
 }  // namespace mgpu::lessons

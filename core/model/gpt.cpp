@@ -160,7 +160,8 @@ BlockActivations BlockActivations::allocate(const GPTConfig& cfg, int64_t batch,
 BlockActivations BlockActivations::allocate(const GPTConfig& cfg, const BlockShard& shard,
                                             int64_t batch, int64_t seq) {
   BlockActivations a;
-  a.out = activation({batch, seq, cfg.dim}, cfg.dtype);  // the next block's input: always kept
+  // the next block's input: always kept
+  a.out = activation({batch, seq / shard.seq_parts, cfg.dim}, cfg.dtype);
   if (cfg.recompute == Recompute::full) return a;
   a.allocate_missing(cfg, shard, batch, seq);
   if (cfg.recompute == Recompute::selective) a.att = Tensor();  // made in forward, then dropped
@@ -170,26 +171,27 @@ BlockActivations BlockActivations::allocate(const GPTConfig& cfg, const BlockSha
 void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& shard,
                                         int64_t batch, int64_t seq) {
   const int64_t b = batch, t = seq, c = cfg.dim;
+  const int64_t t_mine = seq / shard.seq_parts;  // tokens of the layernorm/residual regions
   const int64_t local_c = int64_t{shard.heads} * cfg.head_size();  // channels of my heads
   auto need = [&](Tensor& x, const Shape& shape) {
     if (!x.defined()) x = activation(shape, cfg.dtype);
   };
   auto need_stat = [&](Tensor& x) {
-    if (!x.defined()) x = statistics({b, t});
+    if (!x.defined()) x = statistics({b, t_mine});
   };
-  need(ln1, {b, t, c});
+  need(ln1, {b, t_mine, c});
   need_stat(ln1_mean);
   need_stat(ln1_rstd);
   need(qkv, {b, t, 3 * local_c});
   need(att, {b, shard.heads, t, t});
   need(attn_out, {b, t, local_c});
-  need(res1, {b, t, c});
-  need(ln2, {b, t, c});
+  need(res1, {b, t_mine, c});
+  need(ln2, {b, t_mine, c});
   need_stat(ln2_mean);
   need_stat(ln2_rstd);
   need(fc, {b, t, shard.hidden});
   need(fc_gelu, {b, t, shard.hidden});
-  need(out, {b, t, c});
+  need(out, {b, t_mine, c});
 }
 
 int64_t BlockActivations::bytes() const {
@@ -235,7 +237,7 @@ void Block::init(std::mt19937_64& rng, int layers) {
 }
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
-  a.allocate_missing(config, shard, x.dim(0), x.dim(1));
+  a.allocate_missing(config, shard, x.dim(0), x.dim(1) * shard.seq_parts);
   forward_math(x, a);
   // Activation checkpointing: free what the backward will recompute.
   if (config.recompute == Recompute::selective) a.att = Tensor();
@@ -267,7 +269,7 @@ void Block::forward_math(const Tensor& x, BlockActivations& a) const {
 
 BlockActivations Block::recomputed(const BlockActivations& kept) const {
   if (config.recompute == Recompute::none) return kept;
-  const int64_t batch = kept.input.dim(0), seq = kept.input.dim(1);
+  const int64_t batch = kept.input.dim(0), seq = kept.input.dim(1) * shard.seq_parts;
   ComputeScope scope({.name = "recompute", .cat = trace::cat::recompute});
   BlockActivations a = kept;
   if (config.recompute == Recompute::full) {
@@ -370,7 +372,11 @@ GPTActivations GPTActivations::allocate(const GPTConfig& cfg, const BlockShard& 
         "GPT activations: batch ({}) must be positive and seq ({}) in [1, seq_len = {}]", batch,
         seq, cfg.seq_len));
   GPTActivations a;
-  a.embedded = activation({batch, seq, cfg.dim}, cfg.dtype);
+  if (seq % shard.seq_parts != 0)
+    throw std::invalid_argument(fmt::format(
+        "GPT activations: seq ({}) must divide into {} equal parts for sequence parallelism", seq,
+        shard.seq_parts));
+  a.embedded = activation({batch, seq / shard.seq_parts, cfg.dim}, cfg.dtype);
   for (int i = 0; i < cfg.layers; i++)
     a.blocks.push_back(BlockActivations::allocate(cfg, shard, batch, seq));
   a.head = HeadActivations::allocate(cfg, batch, seq);

@@ -102,10 +102,14 @@ struct Embedding {
 };
 
 // The part of a block one rank computes: its attention heads and its MLP hidden units. The
-// whole block on one device; a contiguous range of both under tensor parallelism.
+// whole block on one device; a contiguous range of both under tensor parallelism. Under sequence
+// parallelism the regions outside the four linears (layernorms, residual adds, the block's input
+// and output) also hold only this rank's T/seq_parts tokens; the column linears' hooks then read
+// [B,T/seq_parts,C] and write [B,T,local], the row linears' hooks the reverse.
 struct BlockShard {
-  int heads = 0;   // attention heads computed here (each of head_size channels)
-  int hidden = 0;  // MLP hidden units computed here (4 * dim for the whole block)
+  int heads = 0;      // attention heads computed here (each of head_size channels)
+  int hidden = 0;     // MLP hidden units computed here (4 * dim for the whole block)
+  int seq_parts = 1;  // the replicated regions hold T / seq_parts tokens (1: the whole sequence)
   static BlockShard whole(const GPTConfig& cfg) { return {cfg.heads, 4 * cfg.dim}; }
   bool operator==(const BlockShard&) const = default;
 };
@@ -155,7 +159,8 @@ struct BlockActivations {
   static BlockActivations allocate(const GPTConfig& cfg, const BlockShard& shard, int64_t batch,
                                    int64_t seq);
   int64_t bytes() const;  // total bytes held (excluding the input view)
-  // Allocates every tensor that is still undefined (shapes from cfg, batch and seq).
+  // Allocates every tensor that is still undefined (shapes from cfg, batch and seq; seq is the
+  // whole sequence, of which the layernorm/residual tensors keep seq / shard.seq_parts).
   void allocate_missing(const GPTConfig& cfg, const BlockShard& shard, int64_t batch, int64_t seq);
 };
 
@@ -211,7 +216,7 @@ struct Head {
 
 // All activations of one forward pass of the whole model.
 struct GPTActivations {
-  Tensor embedded;  // [B,T,C]
+  Tensor embedded;  // [B,T,C] (T / seq_parts tokens under sequence parallelism: block 0's input)
   std::vector<BlockActivations> blocks;
   HeadActivations head;
   static GPTActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);

@@ -118,8 +118,14 @@ std::vector<train::ShardRun> TensorParallel::runs_of(const std::string& name,
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
                                const OptimizerFactory& make_optimizer)
+    : TensorParallel(cfg, tp, make_optimizer, 1) {}
+
+TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
+                               const OptimizerFactory& make_optimizer, int seq_parts)
     : config_(cfg), tp_(tp), slice_(tp_slice(cfg, tp.size(), tp.rank())) {
-  model_ = std::make_unique<GPT>(cfg, slice_.block());
+  BlockShard shard = slice_.block();
+  shard.seq_parts = seq_parts;
+  model_ = std::make_unique<GPT>(cfg, shard);
   {
     // Every rank cuts its slice out of the same seeded full model, so a TP run starts exactly
     // where the single-device run starts. The full copy is set-up, not training: the capacity is
@@ -145,14 +151,6 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
 
 // ---------------------------------------------------------------------------------- the
 // all-reduces
-
-template <class Fn>
-void TensorParallel::outside_phase(Fn&& fn) {
-  const bool open = phase_.has_value();
-  phase_.reset();  // the linear's kernels record their own events, the all-reduce its own
-  fn();
-  if (open) phase_.emplace(phase_proto_);
-}
 
 void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   outside_phase(

@@ -102,6 +102,23 @@ class TensorParallel : public train::Layout, private BlockHooks {
   GPT& model() { return *model_; }
   const TpSlice& slice() const { return slice_; }
 
+ protected:
+  // For layouts that are TP with other communication at the same points (sequence parallelism):
+  // the same slices, with the blocks' layernorm/residual regions split into `seq_parts`.
+  TensorParallel(const GPTConfig& cfg, comm::Comm& tp, const OptimizerFactory& make_optimizer,
+                 int seq_parts);
+  BlockShard block_shard() const { return model_->shard(); }
+
+  // The forward/backward region on the timeline is closed while a linear and its communication
+  // run, so the trace shows the compute lane waiting for the tp group (not "busy" through it).
+  template <class Fn>
+  void outside_phase(Fn&& fn) {
+    const bool open = phase_.has_value();
+    phase_.reset();  // the linear's kernels record their own events, the collective its own
+    fn();
+    if (open) phase_.emplace(phase_proto_);
+  }
+
  private:
   // BlockHooks: where the all-reduces go.
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
@@ -111,11 +128,8 @@ class TensorParallel : public train::Layout, private BlockHooks {
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
 
   std::vector<train::ShardRun> runs_of(const std::string& param_name, const Shape& full) const;
-  // The forward/backward region on the timeline is closed while a linear and its all-reduce run,
-  // so the trace shows the compute lane waiting for the tp group (not "busy" through it).
-  template <class Fn>
-  void outside_phase(Fn&& fn);
 
+ protected:
   trace::Event phase_proto_;
   std::optional<ComputeScope> phase_;
 
