@@ -113,6 +113,7 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
       });
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (d.log_losses) print_loss_scaling(out, trained);  // not for the comparison runs
   result.losses = trained.losses;
   result.first_step = trained.first_step;
   result.checkpoint_written = trained.checkpoint_written;
