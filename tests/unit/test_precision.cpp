@@ -5,12 +5,17 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
+#include "core/parallel/ddp.h"
+#include "core/parallel/pipeline/executor.h"
 #include "core/runtime/context.h"
+#include "core/runtime/world.h"
+#include "core/train/trainer.h"
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 
@@ -190,4 +195,67 @@ TEST_CASE("bf16 and fp16 training on the default single-device config end within
   CHECK(bf16.final_params != fp32.final_params);  // and they really ran in 2 bytes
   CHECK(fp16.final_params != fp32.final_params);
   CHECK(fp16.final_params != bf16.final_params);
+}
+
+TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per precision",
+          "[precision][train]") {
+  GPTConfig base;
+  base.layers = 4;
+  base.dim = 16;
+  base.heads = 2;
+  base.seq_len = 8;
+  auto task = data::make_task("markov", 1, {.seq_len = 8});
+  base.vocab = task->vocab_size();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const std::string layout_name : {"ddp", "pipeline"}) {
+      DYNAMIC_SECTION(precision_name(dtype) << " " << layout_name) {
+        GPTConfig cfg = base;
+        cfg.dtype = dtype;
+        train::OptimizerFactory adamw = [dtype](const ParamList& params) {
+          return optim::make_adamw(optim::whole_params(params), dtype);
+        };
+        WorldOptions o;
+        o.ranks = 2;
+        o.backend = "local";
+        o.comm_timeout = 20;
+        World world(o);
+        train::TrainOptions t{.steps = 2, .global_batch = 8, .seq = 8};
+        if (dtype == DType::f16) t.loss_scaling = train::LossScaling{};
+        struct Measured {
+          int64_t params = 0, weights = 0, gradients = 0, optimizer = 0;
+        };
+        std::vector<Measured> ranks(2);
+        std::mutex mutex;
+        train::train(
+            world, *task, t,
+            [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+              if (layout_name == "ddp")
+                return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{},
+                                                             1, adamw, ctx.rank);
+              return std::make_unique<pipeline::PipelineLayout>(
+                  cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1), 1, adamw);
+            },
+            {}, [&](RankContext& ctx, train::Layout& layout) {  // after training, still alive
+              const MemoryStats s = ctx.allocator.stats();
+              Measured m;
+              for (const train::TensorShard& shard : layout.shards())
+                if (shard.kind == "param") m.params += shard.local.numel();
+              m.weights = s.current[int(MemCategory::parameters)];
+              m.gradients = s.current[int(MemCategory::gradients)];
+              m.optimizer = s.current[int(MemCategory::optimizer_state)];
+              std::lock_guard lock(mutex);
+              ranks[static_cast<size_t>(ctx.rank)] = m;
+            });
+        const int64_t low = dtype == DType::f32 ? 4 : 2;
+        const int64_t state = dtype == DType::f32 ? 8 : 12;  // m, v (+ the fp32 master)
+        for (const Measured& m : ranks) {
+          CAPTURE(m.params, m.weights, m.gradients, m.optimizer);
+          REQUIRE(m.params > 0);
+          CHECK(m.weights == low * m.params);
+          CHECK(m.gradients == 4 * m.params);  // fp32 gradients in every precision
+          CHECK(m.optimizer == state * m.params);
+        }
+      }
+    }
+  }
 }
