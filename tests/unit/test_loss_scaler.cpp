@@ -282,3 +282,38 @@ TEST_CASE("the loss scaler's state round-trips through a checkpoint: resume cont
   };
   CHECK(tensors(resumed.checkpoint) == tensors(straight.checkpoint));
 }
+
+TEST_CASE("fp16 in a layout that does not run the loss scaler is refused with one line",
+          "[loss_scaler][train]") {
+  // A layout written before loss scaling: it steps its optimizer itself, so a scale would never
+  // be applied or removed. The trainer notices after the first step and says what to use.
+  class PlainLayout : public train::SingleDeviceLayout {
+   public:
+    using SingleDeviceLayout::SingleDeviceLayout;
+    train::StepOutcome step(const data::Batch& batch, int) override {
+      const float loss = train::forward_backward_traced(model(), batch);
+      optimizer()->step();
+      return {.loss = loss};
+    }
+  };
+  const GPTConfig cfg = fp16_config();
+  auto plain = [&](RankContext&) -> std::unique_ptr<train::Layout> {
+    return std::make_unique<PlainLayout>(cfg, fp16_adamw());
+  };
+  std::string error;
+  try {
+    train_scaled(1, scaled_options(2, {}), plain);
+  } catch (const RankError& e) {
+    try {
+      std::rethrow_exception(e.cause());
+    } catch (const std::invalid_argument& bad) {
+      error = bad.what();
+    }
+  }
+  CHECK_THAT(error, Catch::Contains("does not run yet") && Catch::Contains("--precision bf16"));
+  CHECK(error.find('\n') == std::string::npos);
+  // The same layout without loss scaling trains.
+  train::TrainOptions bf16 = scaled_options(2, {});
+  bf16.loss_scaling.reset();
+  CHECK(train_scaled(1, bf16, plain).result.losses.size() == 2);
+}
