@@ -344,7 +344,9 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
       }
     }
     if (on_done) on_done(ctx, *layout);
-    if (ctx.rank == 0 && layout->loss_scaler()) {  // every rank skipped the same steps
+    // Every rank skipped the same steps. (Phantom devices hold no values: nothing overflows, so
+    // there is nothing to report.)
+    if (ctx.rank == 0 && layout->loss_scaler() && ctx.device.has_data()) {
       std::lock_guard lock(mutex);
       result.skipped_steps = skipped;
       result.loss_scale = layout->loss_scaler()->scale();

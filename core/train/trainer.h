@@ -45,7 +45,8 @@ struct TrainResult {
   int first_step = 0;         // > 0 when resumed
   std::vector<float> losses;  // per step run, global-batch means (root process; empty on phantom)
   bool checkpoint_written = false;
-  // With loss scaling: the steps every rank skipped on inf/NaN, and the scale after the last step.
+  // With loss scaling (devices with values): the steps every rank skipped on inf/NaN, and the
+  // scale after the last step.
   std::vector<int> skipped_steps;
   float loss_scale = 0;  // 0 = no loss scaling
 };
