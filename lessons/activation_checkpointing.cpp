@@ -13,7 +13,7 @@
 #include "core/runtime/context.h"
 #include "core/tensor/allocator.h"
 #include "lessons/lesson.h"
-#include "lessons/precision_training.h"
+#include "lessons/precision_lessons.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -58,14 +58,17 @@ std::string formula(GPTConfig cfg, int batch, Recompute mode, int64_t* bytes) {
 }
 
 // Largest batch whose one training step fits `capacity` (phantom device: shapes and bytes).
-int largest_batch(PrecisionRunOptions o, const data::Task& task, int64_t capacity) {
-  o.device = Device::phantom();
-  o.capacity = capacity;
+int largest_batch(const CommonOptions& c, const GPTConfig& cfg, const data::Task& task,
+                  int64_t capacity) {
+  CommonOptions o = c;
+  o.device = "phantom";
+  o.capacity = std::to_string(capacity);
   o.steps = 1;
+  o.quiet = true;
   auto fits = [&](int batch) {
     o.batch = batch;
     try {
-      train_precision_run(o, task);
+      train_measured(o, cfg, task);
       return true;
     } catch (const OutOfMemory&) {
       return false;
@@ -101,28 +104,29 @@ class ActivationCheckpointingLesson : public Lesson {
       throw UsageError(
           "activation_checkpointing prints no per-step loss (it compares final results): drop "
           "--log-every");
-    const std::string& precision_ = c.precision;
+    check_side_by_side_options(c);
     auto task = make_task(c);
-    PrecisionRunOptions base = precision_run_options(c, *task);
+    const GPTConfig base = model_config(c, *task);
+    const WorldOptions world = c.world_options();
     fmt::print(out, "model: {}; batch {}, {} precision\n\n",
-               describe_model(base.model, count_params(base.model)), c.batch, precision_);
+               describe_model(base, count_params(base)), c.batch, c.precision);
 
     fmt::print(out, "activation bytes one block keeps for backward (measured by the allocator):\n");
-    std::vector<PrecisionRun> runs;
+    std::vector<MeasuredRun> runs;  // each one single-device run of the one training loop
     for (Recompute mode : kModes) {
-      PrecisionRunOptions o = base;
-      o.model.recompute = mode;
+      GPTConfig cfg = base;
+      cfg.recompute = mode;
       int64_t predicted = 0;
-      std::string f = formula(o.model, c.batch, mode, &predicted);
-      const int64_t measured = measured_bytes_per_layer(o.model, c.batch);
+      std::string f = formula(cfg, c.batch, mode, &predicted);
+      const int64_t measured = measured_bytes_per_layer(cfg, c.batch);
       fmt::print(out, "  {:<9} {:>12} per layer   formula {} = {}{}\n", recompute_name(mode),
                  format_bytes(measured), f, format_bytes(predicted),
                  measured == predicted ? "" : "  (differs: see docs)");
-      runs.push_back(train_precision_run(o, *task));
+      runs.push_back(train_measured(c, cfg, *task));
     }
 
     fmt::print(out, "\npeak activations and step time ({} steps, modeled on {}):\n", c.steps,
-               base.profile.name);
+               world.profile.name);
     const double base_time = runs[0].modeled_step_seconds;
     for (size_t i = 0; i < runs.size(); ++i)
       fmt::print(out,
@@ -137,7 +141,7 @@ class ActivationCheckpointingLesson : public Lesson {
       fmt::print(out,
                  "  full recompute re-runs every block's forward: about +1/3 of a "
                  "forward+backward (forward ~1/3 of the FLOPs) when compute-bound\n");
-    if (base.device.has_data())
+    if (c.device != "phantom")
       fmt::print(out,
                  "  final loss: none {:.6f}, selective {:.6f}, full {:.6f} (bit-identical: {})\n",
                  runs[0].losses.back(), runs[1].losses.back(), runs[2].losses.back(),
@@ -146,13 +150,13 @@ class ActivationCheckpointingLesson : public Lesson {
                      ? "yes"
                      : "NO");
 
-    const int64_t capacity = c.capacity.empty() ? int64_t(64) << 20 : base.capacity;
+    const int64_t capacity = c.capacity.empty() ? int64_t(64) << 20 : world.capacity_override;
     fmt::print(out, "\nlargest batch whose training step fits {} per device{}:\n",
                format_bytes(capacity), c.capacity.empty() ? " (set with --capacity)" : "");
     for (Recompute mode : kModes) {
-      PrecisionRunOptions o = base;
-      o.model.recompute = mode;
-      fmt::print(out, "  {:<9} {}\n", recompute_name(mode), largest_batch(o, *task, capacity));
+      GPTConfig cfg = base;
+      cfg.recompute = mode;
+      fmt::print(out, "  {:<9} {}\n", recompute_name(mode), largest_batch(c, cfg, *task, capacity));
     }
     return 0;
   }

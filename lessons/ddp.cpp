@@ -31,7 +31,7 @@ namespace {
 std::vector<std::vector<float>> copy_params(GPT& model) {
   std::vector<std::vector<float>> values;
   for (Param* p : model.params())
-    if (p->data.has_data())  // phantom parameters have no values to compare
+    if (p->data.has_data())                   // phantom parameters have no values to compare
       values.push_back(p->data.to_vector());  // bf16/fp16 parameters read as floats
   return values;
 }
@@ -115,6 +115,7 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
       });
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (d.log_losses) print_loss_scaling(out, trained);  // not for the comparison runs
   result.losses = trained.losses;
   result.first_step = trained.first_step;
   result.checkpoint_written = trained.checkpoint_written;
@@ -207,9 +208,11 @@ void print_ddp_report(std::ostream& out, const CommonOptions& c, const DataParal
   int64_t measured = r0.bytes_sent;  // sum of all-reduce buffer sizes in the step, rank 0
   print_loss_summary(out, c, r.losses, " (mean over the global batch)");
   fmt::print(out, "gradient sync, rank 0, last step:\n");
-  fmt::print(out, "  all-reduced      {} B per step (gradient bytes 4 x params = {} B){}\n",
+  const int64_t flag = c.precision == "fp16" ? 4 : 0;  // the loss scaler's found-inf flag
+  fmt::print(out, "  all-reduced      {} B per step (gradient bytes 4 x params = {} B{}){}\n",
              with_commas(measured), with_commas(r.gradient_bytes),
-             measured == r.gradient_bytes ? "" : "  <- differs!");
+             flag ? " + 4 B fp16 found-inf flag" : "",
+             measured == r.gradient_bytes + flag ? "" : "  <- differs!");
   // The bytes rank 0 really put on the wire (counted in its sends), beside the formula.
   std::optional<int64_t> sent = r0.wire_bytes;
   fmt::print(

@@ -9,7 +9,7 @@
 #include <fmt/ostream.h>
 
 #include "lessons/lesson.h"
-#include "lessons/precision_training.h"
+#include "lessons/precision_lessons.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -26,7 +26,7 @@ constexpr Variant kVariants[] = {{"fp32", DType::f32, false},
                                  {"fp16, no loss scaling", DType::f16, false},
                                  {"fp16 + loss scaling", DType::f16, true}};
 
-double per_param(const PrecisionRun& r, MemCategory c) {
+double per_param(const MeasuredRun& r, MemCategory c) {
   return double(r.memory.peak[int(c)]) / double(r.params);
 }
 
@@ -43,26 +43,27 @@ class MixedPrecisionLesson : public Lesson {
       throw UsageError(
           "mixed_precision runs fp32, bf16 and fp16 side by side: drop --precision "
           "(--recompute applies to all three)");
+    check_side_by_side_options(c);
     auto task = make_task(c);
-    PrecisionRunOptions base = precision_run_options(c, *task);
-    const bool phantom = !base.device.has_data();
-    std::vector<PrecisionRun> runs;
+    const GPTConfig base = model_config(c, *task);
+    const HardwareProfile profile = c.world_options().profile;
+    const bool phantom = c.device == "phantom";
+    std::vector<MeasuredRun> runs;  // each one single-device run of the one training loop
     for (const Variant& v : kVariants) {
-      PrecisionRunOptions o = base;
-      o.model.dtype = v.dtype;
-      o.loss_scaling = v.scaling;
-      runs.push_back(train_precision_run(o, *task));
+      GPTConfig cfg = base;
+      cfg.dtype = v.dtype;
+      runs.push_back(train_measured(c, cfg, *task, /*loss_scaling=*/v.scaling));
     }
     const int64_t n = runs[0].params;
     fmt::print(out, "model: {}; {} steps of {} x {} tokens, AdamW lr {}\n\n",
-               describe_model(base.model, n), c.steps, c.batch, c.seq, c.lr);
+               describe_model(base, n), c.steps, c.batch, c.seq, c.lr);
 
     fmt::print(out, "bytes per parameter, measured by the allocator (peak / {} params):\n",
                with_commas(n));
     fmt::print(out, "  {:<22} {:>8} {:>10} {:>10} {:>7}   formula\n", "precision", "weights",
                "gradients", "optimizer", "total");
     for (size_t i = 0; i < 3; ++i) {
-      const PrecisionRun& r = runs[i];
+      const MeasuredRun& r = runs[i];
       const double w = per_param(r, MemCategory::parameters),
                    g = per_param(r, MemCategory::gradients),
                    s = per_param(r, MemCategory::optimizer_state);
@@ -82,14 +83,16 @@ class MixedPrecisionLesson : public Lesson {
 
     if (!phantom) {
       // --quiet: the first and last steps only; --log-every K: every K steps.
-      const int every = c.quiet ? c.steps : c.log_every > 0 ? c.log_every : std::max(1, c.steps / 6);
+      const int every = c.quiet           ? c.steps
+                        : c.log_every > 0 ? c.log_every
+                                          : std::max(1, c.steps / 6);
       fmt::print(out, "\nloss by step (same seed, same batches):\n  {:>6}", "step");
       for (const Variant& v : kVariants) fmt::print(out, " {:>22}", v.label);
       fmt::print(out, "\n");
       for (int s = 0; s < c.steps; ++s) {
         if (s % every != 0 && s + 1 != c.steps) continue;
         fmt::print(out, "  {:>6}", s + 1);
-        for (const PrecisionRun& r : runs) fmt::print(out, " {:>22.4f}", r.losses[size_t(s)]);
+        for (const MeasuredRun& r : runs) fmt::print(out, " {:>22.4f}", r.losses[size_t(s)]);
         fmt::print(out, "\n");
       }
       fmt::print(out,
@@ -98,29 +101,28 @@ class MixedPrecisionLesson : public Lesson {
       for (size_t i = 1; i < runs.size(); ++i)
         fmt::print(out, "  {:<22} {:>12}\n", kVariants[i].label,
                    with_commas(runs[i].flushed_in_backward));
-      const PrecisionRun& scaled = runs[3];
+      const MeasuredRun& scaled = runs[3];
       fmt::print(out,
-                 "loss scaler: {} steps skipped on inf/NaN, final scale {} (start 2^16, halve on "
-                 "overflow, double after 2000 clean steps)\n",
-                 scaled.skipped_steps, scaled.final_scale);
+                 "loss scaler: {} steps skipped on inf/NaN, final scale {:g} (start 2^16, halve "
+                 "on overflow, double after 2000 clean steps)\n",
+                 scaled.skipped_steps.size(), scaled.loss_scale);
     } else {
       fmt::print(out, "\n(phantom device: no values, so no loss curves; timing and memory only)\n");
     }
 
-    fmt::print(out, "\nstep time on the modeled clock ({}):\n", base.profile.name);
+    fmt::print(out, "\nstep time on the modeled clock ({}):\n", profile.name);
     const double tokens = double(c.batch) * c.seq;
     // GPT::flops_per_token: 6N (forward 2N + backward 4N) + 6 layers T C (attention)
-    const double flops =
-        (6.0 * double(n) + 6.0 * base.model.layers * double(c.seq) * base.model.dim) * tokens;
+    const double flops = (6.0 * double(n) + 6.0 * base.layers * double(c.seq) * base.dim) * tokens;
     for (size_t i = 0; i < 3; ++i) {
       const DType t = kVariants[i].dtype;
       fmt::print(out,
                  "  {:<5} measured {:>10} per step   compute-bound formula 6N+attn FLOPs / peak "
                  "= {:.3g} / {:.0f} TFLOP/s = {} (computed)\n",
                  precision_name(t), format_seconds(runs[i].modeled_step_seconds), flops,
-                 base.profile.peak_for(t) / 1e12,
-                 base.profile.peak_for(t) > 0 ? format_seconds(flops / base.profile.peak_for(t))
-                                              : std::string("0 (unbounded peak)"));
+                 profile.peak_for(t) / 1e12,
+                 profile.peak_for(t) > 0 ? format_seconds(flops / profile.peak_for(t))
+                                         : std::string("0 (unbounded peak)"));
     }
     fmt::print(out,
                "  a model this small is bound by kernel launches and memory traffic, not FLOPs; "

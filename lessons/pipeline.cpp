@@ -77,11 +77,6 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  if (p.schedule == "zb-h1" && c.recompute != "none")
-    throw UsageError(fmt::format(
-        "--schedule zb-h1 splits each backward into B-input and W, which --recompute {} does not "
-        "support yet: use --recompute none, or --schedule 1f1b",
-        c.recompute));
   if (c.batch % p.microbatches != 0)
     throw UsageError(fmt::format("batch {} does not split into {} micro-batches: use --batch {}",
                                  c.batch, p.microbatches,

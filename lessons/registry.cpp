@@ -4,7 +4,7 @@
 #include "lessons/ddp.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
-#include "lessons/precision_training.h"
+#include "lessons/precision_lessons.h"
 #include "lessons/sequence_parallel.h"
 #include "lessons/single_device.h"
 #include "lessons/tensor_parallel.h"

@@ -12,6 +12,7 @@
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
 #include "core/trace/chrome_trace.h"
+#include "core/train/single_device.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/viz_command.h"
 
@@ -111,11 +112,6 @@ void check_training_precision(const CommonOptions& c) {
         "--optimizer sgd has no fp32 master weights for --precision {}: use --optimizer adamw "
         "or --precision fp32",
         c.precision));
-  if (c.precision == "fp16")
-    throw UsageError(
-        "--precision fp16 needs dynamic loss scaling, which only the mixed_precision lesson runs "
-        "so far: use --precision bf16 here (same memory, no scaler), or `mgpu run "
-        "mixed_precision` to see fp16");
 }
 
 train::OptimizerFactory optimizer_factory(const CommonOptions& c) {
@@ -133,6 +129,9 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
   t.checkpoint = c.checkpoint;
   t.config = config.is_null() ? c.to_json() : std::move(config);
   t.model_params = c.resume.empty() ? -1 : count_params(cfg);
+  // fp16 (5 exponent bits) loses small gradients without dynamic loss scaling: every layout
+  // multiplies the loss by the scale and skips steps with inf/NaN gradients.
+  if (c.precision == "fp16") t.loss_scaling = train::LossScaling{};
   return t;
 }
 
@@ -143,6 +142,96 @@ void print_checkpoint_lines(std::ostream& out, const CommonOptions& c,
     fmt::print(out,
                "checkpoint: {} (the full model + {} state, gathered from every rank, step {})\n",
                c.checkpoint, c.optimizer, c.steps);
+  print_loss_scaling(out, r);
+}
+
+void print_loss_scaling(std::ostream& out, const train::TrainResult& r) {
+  if (r.loss_scale == 0) return;  // no loss scaling in this run
+  std::string which;
+  for (size_t i = 0; i < r.skipped_steps.size() && i < 8; ++i)
+    which += fmt::format("{}{}", i ? ", " : "", r.skipped_steps[i] + 1);
+  if (r.skipped_steps.size() > 8) which += ", ...";
+  fmt::print(out,
+             "loss scaling (fp16): {} step{} skipped on inf/NaN gradients{}, every rank together; "
+             "scale now {:g}\n",
+             r.skipped_steps.size(), r.skipped_steps.size() == 1 ? "" : "s",
+             which.empty() ? "" : " (step " + which + ")", r.loss_scale);
+}
+
+namespace {
+train::TrainResult train_measured_on(World& world, const data::Task& task,
+                                     const train::TrainOptions& options, const GPTConfig& cfg,
+                                     const CommonOptions& run, MeasuredRun& m) {
+  return train::train(
+      world, task, options,
+      [&](RankContext& ctx) {
+        auto layout = std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(run));
+        m.params = layout->model().num_params();
+        // Building a 2-byte model rounds fp32 initial values one tensor at a time: measure
+        // training from here.
+        ctx.allocator.reset_peaks();
+        return layout;
+      },
+      {},
+      [&](RankContext& ctx, train::Layout& layout) {
+        auto& single = static_cast<train::SingleDeviceLayout&>(layout);
+        m.flushed_in_backward = single.backward_stores().flushed_to_zero;
+        const double steps = std::max(1, options.steps);
+        m.modeled_step_seconds = ctx.clock.compute_now() / steps;
+        for (const trace::Event& e : ctx.tracer.events())
+          if (e.cat == trace::cat::recompute) m.recompute_seconds += e.dur / steps;
+        m.memory = ctx.allocator.stats();
+        if (!ctx.device.has_data()) return;
+        for (train::TensorShard& shard : layout.shards())  // mixed precision: the fp32 masters
+          if (shard.kind == "param")
+            for (float v : shard.local.to_vector()) m.final_params.push_back(v);
+      });
+}
+}  // namespace
+
+MeasuredRun train_measured(const CommonOptions& c, const GPTConfig& cfg, const data::Task& task,
+                           bool loss_scaling) {
+  WorldOptions w = c.world_options();
+  w.ranks = 1;
+  w.backend = "local";
+  World world(w);
+  CommonOptions run = c;
+  run.precision = precision_name(cfg.dtype);
+  train::TrainOptions options = train_options(run, c.batch, cfg, nullptr);
+  if (!loss_scaling) options.loss_scaling.reset();
+  MeasuredRun m;
+  train::TrainResult trained;
+  try {  // one rank: its error (OutOfMemory for a batch that does not fit) is the run's
+    trained = train_measured_on(world, task, options, cfg, run, m);
+  } catch (const RankError& e) {
+    if (e.cause()) std::rethrow_exception(e.cause());
+    throw;
+  }
+  m.losses = trained.losses;
+  m.skipped_steps = trained.skipped_steps;
+  m.loss_scale = trained.loss_scale == 0 ? 1.0f : trained.loss_scale;
+  return m;
+}
+
+void check_side_by_side_options(const CommonOptions& c) {
+  auto refuse = [](bool bad, const char* what) {
+    if (bad) throw UsageError(what);
+  };
+  refuse(c.ranks != 1,
+         "this lesson trains on one rank: drop --ranks (precision and recompute are per-device "
+         "choices)");
+  refuse(c.device == "cuda",
+         "this lesson emulates bf16/fp16 on the CPU: use --device cpu or --device phantom");
+  refuse(!c.clock.empty() && c.clock != "modeled",
+         "this lesson reports modeled step times: drop --clock or use --clock modeled");
+  refuse(!c.checkpoint.empty() || !c.resume.empty(),
+         "this lesson compares several runs and writes no checkpoint: drop --checkpoint/--resume "
+         "(single_device takes them with --precision and --recompute)");
+  refuse(!c.trace_path.empty() || c.viz,
+         "this lesson compares several runs and writes no trace: drop --trace/--viz");
+  refuse(c.optimizer != "adamw", "this lesson's memory table is for AdamW: use --optimizer adamw");
+  refuse(c.impl != "reference", "this lesson has no exercise implementation: drop --impl");
+  c.world_options();  // validates device, profile, capacity
 }
 
 LossLog::LossLog(const CommonOptions& c, std::ostream& out)

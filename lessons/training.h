@@ -25,15 +25,40 @@ int64_t count_params(const GPTConfig& cfg);
 std::unique_ptr<optim::Optimizer> make_optimizer(const CommonOptions& c, const ParamList& params);
 train::OptimizerFactory optimizer_factory(const CommonOptions& c);
 // Refuses (UsageError, one line) --precision combinations the training loop cannot run: SGD
-// without fp32 (no master-weight wrapper) and fp16 (its loss scaler is not in the layouts yet).
-// train_options calls it.
+// without fp32 (no master-weight wrapper). train_options calls it.
 void check_training_precision(const CommonOptions& c);
 // The trainer's options from the common ones (--steps, --resume, --checkpoint); `config` goes into
-// the checkpoint header (default: the common options).
+// the checkpoint header (default: the common options). --precision fp16 turns on loss scaling.
 train::TrainOptions train_options(const CommonOptions& c, int global_batch, const GPTConfig& cfg,
                                   nlohmann::json config = nullptr);
-// "resumed from ... at step k" / "checkpoint: ..." when they happened.
+// "resumed from ... at step k" / "checkpoint: ..." when they happened, then print_loss_scaling.
 void print_checkpoint_lines(std::ostream& out, const CommonOptions& c, const train::TrainResult& r);
+// fp16 runs: "loss scaling (fp16): 1 step skipped on inf/NaN gradients (step 7), every rank
+// together; scale now 32768" (nothing without loss scaling).
+void print_loss_scaling(std::ostream& out, const train::TrainResult& r);
+
+// One single-device run on the trainer, measured, for the lessons that compare runs of the same
+// model side by side (mixed_precision, activation_checkpointing).
+struct MeasuredRun {
+  std::vector<float> losses;  // per step (zeros on the phantom device)
+  int64_t params = 0;
+  std::vector<int> skipped_steps;   // fp16 loss scaler: steps skipped on inf/NaN
+  float loss_scale = 1;             // after the last step (1 without loss scaling)
+  int64_t flushed_in_backward = 0;  // backward stores of nonzero values that rounded to 0
+  double modeled_step_seconds = 0;  // modeled clock, mean per step
+  double recompute_seconds = 0;     // modeled time in "recompute" scopes, mean per step
+  MemoryStats memory;               // allocator peaks over training (after building the model)
+  std::vector<float> final_params;  // the fp32 master weights (the model's in fp32), in order
+};
+// Trains `cfg` (its dtype and recompute mode) through train::train with SingleDeviceLayout on
+// one rank, with the common options' steps, batch, optimizer, device, profile and capacity.
+// fp16 runs with dynamic loss scaling unless `loss_scaling` is false. Throws OutOfMemory when a
+// step does not fit the capacity.
+MeasuredRun train_measured(const CommonOptions& c, const GPTConfig& cfg, const data::Task& task,
+                           bool loss_scaling = true);
+// What the side-by-side lessons refuse (UsageError, one line): more than one rank, --device
+// cuda, a clock other than modeled, checkpoints, traces, another optimizer than AdamW, --impl.
+void check_side_by_side_options(const CommonOptions& c);
 
 // Prints "step  k/N  loss x.xxxx" about ten times per run (or every --log-every steps).
 class LossLog {

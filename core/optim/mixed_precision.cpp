@@ -137,4 +137,20 @@ bool LossScaler::step(Optimizer& optimizer, const std::vector<comm::Comm*>& grou
   return true;
 }
 
+nlohmann::json LossScaler::state() const {
+  return {{"scale", scale_}, {"good_steps", clean_}, {"skipped_steps", skipped_}};
+}
+
+void LossScaler::load_state(const nlohmann::json& state) {
+  const float scale = state.value("scale", 0.0f);
+  const int64_t good = state.value("good_steps", int64_t{-1});
+  if (!(scale > 0) || good < 0 || good >= options_.growth_interval)
+    throw std::invalid_argument(
+        fmt::format("loss scaler state {} is not a scale > 0 with 0 <= good_steps < {}",
+                    state.dump(), options_.growth_interval));
+  scale_ = scale;
+  clean_ = good;
+  skipped_ = state.value("skipped_steps", int64_t{0});
+}
+
 }  // namespace mgpu::optim

@@ -88,6 +88,11 @@ class LossScaler {
   // the optimizer stepped. Gradients are left as they were when the step is skipped.
   bool step(Optimizer& optimizer, const std::vector<comm::Comm*>& groups = {});
 
+  // What a checkpoint keeps so a resumed run continues bit for bit: {"scale", "good_steps",
+  // "skipped_steps"}; load_state reads it back (throws std::invalid_argument on a bad one).
+  nlohmann::json state() const;
+  void load_state(const nlohmann::json& state);
+
  private:
   LossScalerOptions options_;
   float scale_;

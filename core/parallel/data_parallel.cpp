@@ -8,6 +8,7 @@
 #include "core/data/sampler.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
+#include "core/train/single_device.h"
 
 namespace mgpu::parallel {
 
@@ -41,30 +42,13 @@ std::vector<int32_t> tensor_to_ids(const Tensor& t) {
 
 DataParallel::DataParallel(GPT& model, comm::Comm& comm) : model_(model), comm_(comm) {}
 
-float DataParallel::step(const data::Batch* global_batch, optim::Optimizer* optimizer) {
-  const bool driver = comm_.rank() == kDriver;
-  if (driver && (!global_batch || !optimizer))
-    throw std::invalid_argument("DataParallel: rank 0 drives and needs the batch and optimizer");
+float DataParallel::forward_backward(const data::Batch* global_batch, float grad_scale) {
+  if (comm_.rank() == kDriver && !global_batch)
+    throw std::invalid_argument("DataParallel: rank 0 drives and needs the batch");
   data::Batch shard = scatter_batch(global_batch);
   broadcast_parameters();
-
-  model_.zero_grad();
-  GPTActivations acts = GPTActivations::allocate(model_.config(), shard.B, shard.T);
-  float loss;
-  {
-    ComputeScope s({.name = "forward", .cat = trace::cat::forward});
-    loss = model_.forward(shard.tokens, shard.targets, acts);
-  }
-  {
-    ComputeScope s({.name = "backward", .cat = trace::cat::backward});
-    model_.backward(shard.tokens, acts);
-  }
-  loss = reduce_gradients_to_driver(loss);
-  if (driver) {  // the replicas sit idle through this: only rank 0 has an optimizer
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    optimizer->step();
-  }
-  return loss;
+  const float loss = train::forward_backward_traced(model_, shard, grad_scale);
+  return reduce_gradients_to_driver(loss);
 }
 
 data::Batch DataParallel::scatter_batch(const data::Batch* global_batch) {
@@ -137,11 +121,14 @@ DataParallelLayout::DataParallelLayout(const GPTConfig& config, comm::Comm& comm
       dp_(model_, comm),
       optimizer_(comm.rank() == 0 ? make_optimizer(model_.params()) : nullptr) {}
 
-train::StepOutcome DataParallelLayout::step(const data::Batch& global_batch, int) {
+train::StepOutcome DataParallelLayout::step(const data::Batch& global_batch, int step) {
   const bool driver = comm_.rank() == 0;  // only the driver reads the batch and the loss
-  float loss = dp_.step(driver ? &global_batch : nullptr, optimizer_.get());
-  if (driver) return {.loss = loss};
-  return {};
+  const float loss = dp_.forward_backward(driver ? &global_batch : nullptr, loss_scale());
+  // The replicas sit idle through the update: only rank 0 has an optimizer. (fp16: all agree on
+  // the found-inf flag, so their loss scales stay equal to the driver's.)
+  const bool stepped = optimizer_step(optimizer_.get(), {&comm_}, step);
+  if (driver) return {.loss = loss, .skipped = !stepped};
+  return {.skipped = !stepped};
 }
 
 std::vector<train::TensorShard> DataParallelLayout::shards() {

@@ -23,11 +23,12 @@ class DataParallel {
   // `model` is rank 0's master copy, or a replica elsewhere; the model must outlive this object.
   DataParallel(GPT& model, comm::Comm& comm);
 
-  // One training step. Rank 0 passes the global batch and the optimizer; replicas pass nothing
-  // (they learn their shard from rank 0). Returns the mean loss over the global batch on rank 0
-  // and the replica's shard loss elsewhere. Throws std::invalid_argument (on rank 0) when the
-  // batch does not divide over the ranks.
-  float step(const data::Batch* global_batch, optim::Optimizer* optimizer);
+  // One training step up to the optimizer: on rank 0 the summed, averaged gradients. Rank 0
+  // passes the global batch; replicas pass nothing (they learn their shard from rank 0). The
+  // loss is multiplied by grad_scale before backward (fp16 loss scaling). Returns the mean loss
+  // over the global batch on rank 0 and the replica's shard loss elsewhere. Throws
+  // std::invalid_argument (on rank 0) when the batch does not divide over the ranks.
+  float forward_backward(const data::Batch* global_batch, float grad_scale = 1.0f);
 
  private:
   data::Batch scatter_batch(const data::Batch* global_batch);

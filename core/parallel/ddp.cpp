@@ -123,19 +123,19 @@ DdpLayout::DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions optio
       shard_index_(shard_index) {}
 
 // One optimizer step: k micro-steps on this rank's shard, communicating only on the last.
-train::StepOutcome DdpLayout::step(const data::Batch& global_batch, int) {
+train::StepOutcome DdpLayout::step(const data::Batch& global_batch, int step) {
   last_shard_ = data::split_micro_batches(global_batch, comm_.size())[shard_index_];
   model_.zero_grad();
   float loss = 0;
   std::vector<data::Batch> micro = data::split_micro_batches(last_shard_, accum_);
   for (int m = 0; m < accum_; ++m) {
     bool last = m + 1 == accum_;  // earlier micro-steps only accumulate locally
-    loss += ddp_.forward_backward(micro[m], /*sync=*/last, 1.0f / accum_) / accum_;
+    loss += ddp_.forward_backward(micro[m], /*sync=*/last, loss_scale() / accum_) / accum_;
   }
   ddp_.wait_for_gradients();
-  ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-  optimizer_->step();
-  return {.shard_loss = loss};  // equal shards: the trainer's mean of them is the global mean
+  const bool stepped = optimizer_step(optimizer_.get(), {&comm_}, step);
+  // equal shards: the trainer's mean of them is the global mean
+  return {.shard_loss = loss, .skipped = !stepped};
 }
 
 std::vector<train::TensorShard> DdpLayout::shards() {

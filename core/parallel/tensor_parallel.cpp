@@ -185,13 +185,12 @@ void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& do
 // ---------------------------------------------------------------------------------- one step
 
 train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
-  (void)step;
   // Every tp rank trains on the whole batch: TP splits the model, not the data.
   optimizer_->zero_grad();
   GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T);
   phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
   phase_.emplace(phase_proto_);
-  const float loss = model_->forward(batch.tokens, batch.targets, acts);
+  const float loss = model_->forward(batch.tokens, batch.targets, acts, loss_scale());
   phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
   phase_.emplace(phase_proto_);
   model_->backward(batch.tokens, acts);
@@ -199,11 +198,10 @@ train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
   // No gradient synchronisation: the sharded weights' gradients are complete on their owner,
   // and the replicated parts (layernorms, embeddings, head, row biases) see the same inputs and
   // the same all-reduced output gradients on every rank, so their gradients are already equal.
-  {
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    optimizer_->step();
-  }
-  return {.loss = loss};
+  // (fp16: a sharded weight's overflow is only on its owner, so the found-inf flag is agreed
+  // over the tp group.)
+  const bool stepped = optimizer_step(optimizer_.get(), {&tp_}, step);
+  return {.loss = loss, .skipped = !stepped};
 }
 
 // ---------------------------------------------------------------------------------- the map

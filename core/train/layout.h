@@ -8,15 +8,18 @@
 // trainer a factory that builds it on each rank; the lesson only configures and narrates.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/data/task.h"
+#include "core/optim/mixed_precision.h"
 #include "core/tensor/tensor.h"
 
-namespace mgpu::optim {
-class Optimizer;
+namespace mgpu::comm {
+class Comm;
 }
 
 namespace mgpu::train {
@@ -52,6 +55,15 @@ struct StepOutcome {
   bool skipped = false;  // no update this step (e.g. the fp16 loss scaler found inf/nan)
 };
 
+// fp16's dynamic loss scaling, which the trainer turns on in a layout (TrainOptions::loss_scaling).
+struct LossScaling {
+  optim::LossScalerOptions scaler;  // start 2^16, x2 after 2000 clean steps, /2 on inf/NaN
+  // Injected overflows, for tests and demonstrations: at step s, global rank r's first gradient
+  // element becomes inf just before the found-inf check (after any gradient all-reduce), so only
+  // the flag's all-reduce can make the other ranks skip with it. Pairs (step, rank).
+  std::vector<std::pair<int, int>> inject_overflow;
+};
+
 class Layout {
  public:
   virtual ~Layout() = default;
@@ -67,6 +79,28 @@ class Layout {
   // The optimizer (hyper-parameters and step count for checkpoints), or null on ranks without
   // one (e.g. naive data parallel's non-driver ranks).
   virtual optim::Optimizer* optimizer() = 0;
+
+  // fp16: the trainer turns dynamic loss scaling on before the first step. A layout supports it
+  // by multiplying its loss by loss_scale() and ending its step with optimizer_step(); the
+  // trainer refuses a layout that never calls it.
+  void enable_loss_scaling(const LossScaling& options);
+  optim::LossScaler* loss_scaler() { return scaler_.get(); }  // null when off
+  int64_t optimizer_steps_called() const { return optimizer_steps_called_; }
+
+ protected:
+  // What to multiply the loss by before backward: the loss scale (fp16), else 1.
+  float loss_scale() const;
+  // The end of every layout's step, in an "optimizer" scope. With loss scaling: the found-inf
+  // flag agreed over `model_groups` (every group holding parts of the model: dp, pp, tp), then
+  // unscale and step, or skip on every rank together. Without it: the optimizer step. A rank
+  // without an optimizer (null) still takes part in the agreement. False: the step was skipped.
+  bool optimizer_step(optim::Optimizer* optimizer, const std::vector<comm::Comm*>& model_groups,
+                      int step);
+
+ private:
+  std::unique_ptr<optim::LossScaler> scaler_;
+  std::vector<std::pair<int, int>> inject_overflow_;
+  int64_t optimizer_steps_called_ = 0;
 };
 
 }  // namespace mgpu::train

@@ -9,24 +9,33 @@ SingleDeviceLayout::SingleDeviceLayout(const GPTConfig& config,
                                        const OptimizerFactory& make_optimizer)
     : model_(config), optimizer_(make_optimizer(model_.params())) {}
 
-// One training step: forward, backward, optimizer. Each phase is a scope on the timeline.
-StepOutcome SingleDeviceLayout::step(const data::Batch& batch, int) {
-  model_.zero_grad();
-  GPTActivations acts = GPTActivations::allocate(model_.config(), batch.B, batch.T);
+float forward_backward_traced(GPT& model, const data::Batch& batch, float grad_scale,
+                              StoreCounters* backward_stores) {
+  model.zero_grad();
+  GPTActivations acts = GPTActivations::allocate(model.config(), batch.B, batch.T);
   float loss;
   {
     ComputeScope s({.name = "forward", .cat = trace::cat::forward});
-    loss = model_.forward(batch.tokens, batch.targets, acts);
+    loss = model.forward(batch.tokens, batch.targets, acts, grad_scale);
   }
   {
     ComputeScope s({.name = "backward", .cat = trace::cat::backward});
-    model_.backward(batch.tokens, acts);
+    const StoreCounters before = store_counters();  // per thread: this rank's stores only
+    model.backward(batch.tokens, acts);
+    if (backward_stores) {
+      backward_stores->flushed_to_zero += store_counters().flushed_to_zero - before.flushed_to_zero;
+      backward_stores->overflowed_to_inf +=
+          store_counters().overflowed_to_inf - before.overflowed_to_inf;
+    }
   }
-  {
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    optimizer_->step();
-  }
-  return {.loss = loss};
+  return loss;
+}
+
+// One training step: forward, backward, optimizer (fp16: with the loss scaled, or skipped).
+StepOutcome SingleDeviceLayout::step(const data::Batch& batch, int step) {
+  const float loss = forward_backward_traced(model_, batch, loss_scale(), &backward_stores_);
+  const bool stepped = optimizer_step(optimizer_.get(), /*model_groups=*/{}, step);
+  return {.loss = loss, .skipped = !stepped};
 }
 
 std::vector<TensorShard> SingleDeviceLayout::shards() {

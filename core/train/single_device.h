@@ -11,6 +11,14 @@
 
 namespace mgpu::train {
 
+// The compute of one step on a whole model, shared by the layouts that hold one: zero the
+// gradients, allocate the activations, forward (loss * grad_scale seeds the backward) and
+// backward, each a scope on the timeline. Returns the mean loss over the batch. With
+// `backward_stores`, what the backward's 2-byte stores rounded (flushed to zero, overflowed to
+// inf) is added to it: fp16's lost gradients, counted.
+float forward_backward_traced(GPT& model, const data::Batch& batch, float grad_scale = 1.0f,
+                              StoreCounters* backward_stores = nullptr);
+
 class SingleDeviceLayout : public Layout {
  public:
   SingleDeviceLayout(const GPTConfig& config, const OptimizerFactory& make_optimizer);
@@ -19,9 +27,12 @@ class SingleDeviceLayout : public Layout {
   std::vector<TensorShard> shards() override;
   optim::Optimizer* optimizer() override { return optimizer_.get(); }
   GPT& model() { return model_; }
+  // Summed over the steps run: the backward's stores that rounded to 0 or inf (bf16/fp16).
+  const StoreCounters& backward_stores() const { return backward_stores_; }
 
  private:
   GPT model_;
+  StoreCounters backward_stores_;
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 

@@ -83,6 +83,7 @@ std::string floats_to_text(const std::vector<float>& values) {
 }
 
 // One step's outcome on one rank, as four floats: has loss, loss, has shard loss, shard loss.
+constexpr int kOutcomeFloats = 4;
 void append_outcome(std::vector<float>& out, const StepOutcome& o) {
   out.insert(out.end(), {o.loss ? 1.0f : 0.0f, o.loss.value_or(0), o.shard_loss ? 1.0f : 0.0f,
                          o.shard_loss.value_or(0)});
@@ -97,7 +98,7 @@ std::vector<float> global_losses(const std::vector<std::vector<float>>& per_rank
     double shard_sum = 0;
     int shards = 0;
     for (const auto& rank : per_rank) {
-      const float* o = rank.data() + 4 * s;
+      const float* o = rank.data() + kOutcomeFloats * s;
       if (o[0] != 0 && !global) global = o[1];
       if (o[2] != 0) shard_sum += o[3], ++shards;
     }
@@ -134,6 +135,11 @@ void restore_shards(Layout& layout, const CheckpointContents& ckpt, const std::s
     else  // a bf16/fp16 parameter without master weights on this rank: rounded
       ops::convert(shard.local, values);
   }
+  // fp16: the loss scale and its clean-step count continue where the saved run stopped (a
+  // checkpoint from a run without loss scaling starts the scaler fresh).
+  if (optim::LossScaler* scaler = layout.loss_scaler())
+    if (ckpt.info.optimizer.is_object() && ckpt.info.optimizer.contains("loss_scaler"))
+      scaler->load_state(ckpt.info.optimizer.at("loss_scaler"));
   // Mixed precision: the checkpoint held the fp32 master weights; the model gets them rounded.
   if (auto* mixed = dynamic_cast<optim::MixedPrecision*>(layout.optimizer()))
     mixed->copy_master_to_model();
@@ -308,17 +314,29 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
   std::vector<bool> reported(static_cast<size_t>(std::max(steps_run, 0)), false);
   world.run([&](RankContext& ctx) {
     std::unique_ptr<Layout> layout = factory(ctx);
+    if (options.loss_scaling) layout->enable_loss_scaling(*options.loss_scaling);
     if (!options.resume.empty()) restore_shards(*layout, resume, options.resume);
 
     std::vector<float> outcomes;  // 4 floats per step (append_outcome)
+    std::vector<int> skipped;
     for (int step = first; step < options.steps; ++step) {
       data::Batch batch = task.sample(step, options.global_batch, options.seq);
       layout->before_step(step);
       StepOutcome outcome;
+      const optim::LossScaler* scaler = layout->loss_scaler();
+      const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
+      const int64_t calls_before = layout->optimizer_steps_called();
       {
         StepScope scope(step);
         outcome = layout->step(batch, step);
       }
+      if (scaler && layout->optimizer_steps_called() == calls_before)
+        throw std::invalid_argument(fmt::format(
+            "--precision fp16 needs dynamic loss scaling, which the {} layout does not run yet "
+            "(train::Layout::optimizer_step): use --precision bf16 (same memory, no scaler)",
+            layout->name()));
+      if (scaler && scaler->skipped_steps() > skipped_before) outcome.skipped = true;
+      if (outcome.skipped) skipped.push_back(step);
       append_outcome(outcomes, outcome);
       if (outcome.loss && on_loss && world.is_root()) {
         std::lock_guard lock(mutex);
@@ -326,6 +344,13 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
       }
     }
     if (on_done) on_done(ctx, *layout);
+    // Every rank skipped the same steps. (Phantom devices hold no values: nothing overflows, so
+    // there is nothing to report.)
+    if (ctx.rank == 0 && layout->loss_scaler() && ctx.device.has_data()) {
+      std::lock_guard lock(mutex);
+      result.skipped_steps = skipped;
+      result.loss_scale = layout->loss_scaler()->scale();
+    }
 
     UntracedScope untraced(ctx);
     comm::Comm& comm = *ctx.comm;
@@ -357,6 +382,8 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
           hyper = opt->hyperparams();
           hyper["step_count"] = opt->step_count();
         }
+        if (const optim::LossScaler* scaler = layout->loss_scaler())
+          hyper["loss_scaler"] = scaler->state();
         save_checkpoint_tensors(options.checkpoint, assemble(per_rank), options.steps,
                                 options.config, hyper);
         result.checkpoint_written = true;

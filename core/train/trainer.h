@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,12 +37,18 @@ struct TrainOptions {
   std::string checkpoint;     // where to write the gathered model at the end ("" = nowhere)
   nlohmann::json config;      // saved in the checkpoint header (the run's options)
   int64_t model_params = -1;  // the full model's parameter count, checked against --resume
+  // fp16: dynamic loss scaling in the layout (its state is saved in and resumed from checkpoints).
+  std::optional<LossScaling> loss_scaling;
 };
 
 struct TrainResult {
   int first_step = 0;         // > 0 when resumed
   std::vector<float> losses;  // per step run, global-batch means (root process; empty on phantom)
   bool checkpoint_written = false;
+  // With loss scaling (devices with values): the steps every rank skipped on inf/NaN, and the
+  // scale after the last step.
+  std::vector<int> skipped_steps;
+  float loss_scale = 0;  // 0 = no loss scaling
 };
 
 // Builds a rank's optimizer over the parameters it updates (the lesson's --optimizer, --lr, ...).

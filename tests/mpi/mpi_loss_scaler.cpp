@@ -1,12 +1,20 @@
 // Run under mpirun -n K: the loss scaler's found-inf flag is all-reduced over MPI, so when only
 // the last process overflows every process skips the same step and halves its scale; a clean
-// step afterwards is taken everywhere. Exits non-zero on any disagreement.
+// step afterwards is taken everywhere. Then the same through the one training loop: fp16 DDP
+// with an overflow injected on the last process at step 1, which every process must skip.
+// Exits non-zero on any disagreement.
 #include <cstdio>
 #include <limits>
 
 #include "core/comm/comm.h"
 #include "core/optim/mixed_precision.h"
+#include "core/parallel/ddp.h"
 #include "core/runtime/world.h"
+#include "core/train/trainer.h"
+
+namespace mgpu::reference {
+void install_seams();  // DDP's bucket assignment is an exercise seam: the reference one here
+}
 
 namespace mgpu::reference {
 void install_seams();  // the reference ring all-reduce, which every backend's all_reduce runs
@@ -15,6 +23,7 @@ void install_seams();  // the reference ring all-reduce, which every backend's a
 using namespace mgpu;
 
 int main() {
+  reference::install_seams();
   WorldOptions o;
   o.backend = "mpi";
   o.comm_timeout = 20;
@@ -39,6 +48,44 @@ int main() {
       ++failures;
     }
   });
+
+  // fp16 DDP on the trainer: 3 steps, step 1 overflows on the last process only.
+  GPTConfig cfg;
+  cfg.layers = 2;
+  cfg.dim = 16;
+  cfg.heads = 2;
+  cfg.seq_len = 8;
+  auto task = data::make_task("markov", 1, {.seq_len = 8});
+  cfg.vocab = task->vocab_size();
+  cfg.dtype = DType::f16;
+  train::TrainOptions t;
+  t.steps = 3;
+  t.global_batch = 2 * world.size();
+  t.seq = 8;
+  t.loss_scaling = train::LossScaling{.inject_overflow = {{1, world.size() - 1}}};
+  train::train(
+      world, *task, t,
+      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+        return std::make_unique<parallel::DdpLayout>(
+            cfg, *ctx.comm, parallel::DdpOptions{}, 1,
+            [](const ParamList& params) {
+              return optim::make_adamw(optim::whole_params(params), DType::f16);
+            },
+            ctx.rank);
+      },
+      {},
+      [&](RankContext& ctx, train::Layout& layout) {
+        const optim::LossScaler& s = *layout.loss_scaler();
+        if (s.skipped_steps() != 1 || s.scale() != 32768.0f ||
+            layout.optimizer()->step_count() != 2) {
+          std::fprintf(stderr,
+                       "rank %d: trainer run skipped %lld steps (scale %g, %lld optimizer steps); "
+                       "expected step 1 skipped everywhere\n",
+                       ctx.rank, static_cast<long long>(s.skipped_steps()), s.scale(),
+                       static_cast<long long>(layout.optimizer()->step_count()));
+          ++failures;
+        }
+      });
   if (failures == 0) std::printf("loss scaler: every rank skipped the same step\n");
   return failures == 0 ? 0 : 1;
 }

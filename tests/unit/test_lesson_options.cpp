@@ -104,8 +104,8 @@ Observed observe(std::vector<std::string> args) {
   return o;
 }
 
-// The lessons that compare several single-rank runs on their own loop (lessons/
-// precision_training.h): no trace or checkpoint to observe, so only their report is compared, and
+// The lessons that compare several single-rank runs side by side (lessons/training.h:
+// train_measured): no trace or checkpoint to observe, so only their report is compared, and
 // --trace/--checkpoint must be refused.
 bool writes_no_outputs(const std::string& lesson) {
   return lesson == "mixed_precision" || lesson == "activation_checkpointing";

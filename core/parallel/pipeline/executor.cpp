@@ -140,7 +140,7 @@ class StageRunner {
     switch (a.kind) {
       case ActionKind::recv_activation: {
         Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::activations,
-                               model_.config.dtype);
+                                 model_.config.dtype);
         comm_.recv(t, a.peer, tag(a));
         received_activations_[{a.microbatch, a.chunk}] = std::move(t);
         break;
@@ -154,7 +154,7 @@ class StageRunner {
       }
       case ActionKind::recv_grad: {
         Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::comm_buffers,
-                               model_.config.dtype);
+                                 model_.config.dtype);
         comm_.recv(t, a.peer, tag(a));
         received_grads_[{a.microbatch, a.chunk}] = std::move(t);
         break;
@@ -195,8 +195,8 @@ class StageRunner {
     const int64_t before = activation_bytes();
     Stash stash;
     if (is_first(chunk)) {
-      stash.input = Tensor::empty(activation_shape(mb), MemCategory::activations,
-                               model_.config.dtype);
+      stash.input =
+          Tensor::empty(activation_shape(mb), MemCategory::activations, model_.config.dtype);
       model_.embedding->forward(stash.input, batch.tokens);
     } else {
       stash.input = std::move(received_activations_.at({mb, chunk}));
@@ -212,7 +212,8 @@ class StageRunner {
     if (is_last(chunk)) {
       stash.head = HeadActivations::allocate(model_.config, batch.B, batch.T);
       const float scale = 1.0f / static_cast<float>(microbatches_.size());
-      stats_.loss += scale * model_.head->forward_loss(*x, batch.targets, *stash.head, scale);
+      stats_.loss += scale * model_.head->forward_loss(*x, batch.targets, *stash.head,
+                                                       scale * options_.loss_scale);
     }
     if (options_.theory) charge_theory_time(options_.theory->forward);
     // The input is part of the stash (counted even when it arrived before this scope opened).
@@ -234,8 +235,7 @@ class StageRunner {
     grad_send_buffer_ = Tensor();
     Tensor grad;  // d loss / d (current activation), updated in place block by block
     if (is_last(chunk)) {
-      grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers,
-                               model_.config.dtype);
+      grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers, model_.config.dtype);
       if (input_only)
         head_backward_input(*model_.head, grad, *stash.head, stash.head_keep.emplace());
       else
@@ -248,7 +248,7 @@ class StageRunner {
     if (input_only) stash.blocks_keep.resize(blocks.size());
     for (int i = static_cast<int>(blocks.size()) - 1; i >= 0; --i) {
       if (input_only)
-        block_backward_input(blocks[i], grad, grad, stash.blocks[i], stash.blocks_keep[i]);
+        backward_input_recomputed(blocks[i], grad, stash.blocks[i], stash.blocks_keep[i]);
       else
         blocks[i].backward(grad, grad, stash.blocks[i]);
     }
@@ -261,6 +261,22 @@ class StageRunner {
     if (options_.theory) charge_theory_time(options_.theory->backward * (input_only ? 0.5 : 1.0));
     --awaiting_backward_;
     if (!input_only) release(mb, chunk);
+  }
+
+  // Zero-bubble's B of one block under --recompute: the dropped activations are recomputed once,
+  // here, and what W reads of them stays in the stash until W runs (the attention probabilities,
+  // qkv and the MLP pre-activation do not: only B reads them).
+  void backward_input_recomputed(const Block& block, Tensor& grad, BlockActivations& kept,
+                                 BlockWeightGradInputs& keep) {
+    if (block.config.recompute == Recompute::none) {
+      block_backward_input(block, grad, grad, kept, keep);
+      return;
+    }
+    BlockActivations a = block.recomputed(kept);
+    block_backward_input(block, grad, grad, a, keep);
+    a.qkv = a.att = a.fc = Tensor();
+    a.out = kept.out;  // the forward's output: a send may still be reading it
+    kept = std::move(a);
   }
 
   // Zero-bubble's W: the weight gradients of a micro-batch whose B already ran.
@@ -376,10 +392,19 @@ void PipelineLayout::before_step(int) {
   comm_.barrier();  // as in train_step: every stage starts the step together
 }
 
-train::StepOutcome PipelineLayout::step(const data::Batch& global_batch, int) {
-  stats_ = step_body(stage_, *optimizer_, schedule_, global_batch, comm_, options_);
-  if (comm_.rank() == comm_.size() - 1) return {.loss = stats_.loss};  // only it has the loss
-  return {};
+train::StepOutcome PipelineLayout::step(const data::Batch& global_batch, int step) {
+  stage_.zero_grad();
+  ExecutorOptions options = options_;
+  options.loss_scale = loss_scale();
+  stats_ =
+      run_schedule(stage_, schedule_,
+                   data::split_micro_batches(global_batch, schedule_.microbatches), comm_, options);
+  // Each stage updates only its own parameters; fp16's found-inf flag is agreed over the stages,
+  // so an overflow in one stage's gradients makes every stage skip the step.
+  const bool stepped = optimizer_step(optimizer_.get(), {&comm_}, step);
+  if (comm_.rank() == comm_.size() - 1)  // only it has the loss
+    return {.loss = stats_.loss, .skipped = !stepped};
+  return {.skipped = !stepped};
 }
 
 std::vector<train::TensorShard> PipelineLayout::shards() {

@@ -33,6 +33,7 @@ struct TheoryCosts {
 
 struct ExecutorOptions {
   std::optional<TheoryCosts> theory;  // empty: time comes from the kernels and the profile
+  float loss_scale = 1.0f;            // fp16: the loss is multiplied by this before backward
 };
 
 // The part of the GPT one stage owns. Built from the full model's config and seed, so every stage

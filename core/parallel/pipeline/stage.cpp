@@ -8,24 +8,29 @@ namespace mgpu::pipeline {
 
 namespace {
 
-Tensor kept(const Shape& shape) {
-  return Tensor::empty(shape, MemCategory::activations);
+// The upstream gradients are kept in the activations' type (bf16/fp16 under mixed precision),
+// as Block::backward's are, so B + W round exactly as the fused backward does.
+Tensor kept(const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, MemCategory::activations, dtype);
 }
-Tensor scratch(const Shape& shape) {
-  return Tensor::zeros(shape, MemCategory::workspace);
+// Discarded halves: a weight-gradient half in the gradients' type, an input-gradient half in
+// the activations'.
+Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
+  return Tensor::zeros(shape, MemCategory::workspace, dtype);
 }
 
 // LayerNorm input gradient; the kernel also produces weight grads, which B throws away.
 void layernorm_input_grad(Tensor& dx, const Tensor& dout, const Tensor& inp, const LayerNorm& ln,
                           const Tensor& mean, const Tensor& rstd) {
-  Tensor dw = scratch(ln.weight.data.shape()), db = scratch(ln.bias.data.shape());
+  Tensor dw = scratch(ln.weight.grad.shape(), ln.weight.grad.dtype());
+  Tensor db = scratch(ln.bias.grad.shape(), ln.bias.grad.dtype());
   ops::layernorm_backward(dx, dw, db, dout, inp, ln.weight.data, mean, rstd);
 }
 
 // LayerNorm weight gradient (the input-gradient half of the kernel goes to scratch).
 void layernorm_weight_grad(LayerNorm& ln, const Tensor& dout, const Tensor& inp, const Tensor& mean,
                            const Tensor& rstd) {
-  Tensor dx = scratch(inp.shape());
+  Tensor dx = scratch(inp.shape(), inp.dtype());
   ops::layernorm_backward(dx, ln.weight.grad, ln.bias.grad, dout, inp, ln.weight.data, mean, rstd);
 }
 
@@ -40,14 +45,15 @@ void linear_weight_grad(Linear& linear, const Tensor& dout, const Tensor& inp) {
 void block_backward_input(const Block& block, Tensor& dx, const Tensor& dout,
                           const BlockActivations& a, BlockWeightGradInputs& keep) {
   const Shape& shape = a.out.shape();  // [B,T,C]
-  keep.d_out = kept(shape);
+  const DType dt = a.out.dtype();
+  keep.d_out = kept(shape, dt);
   keep.d_out.copy_from(dout);
-  keep.d_fc = kept(a.fc.shape());
-  keep.d_ln2 = kept(shape);
-  keep.d_res1 = kept(shape);
-  keep.d_qkv = kept(a.qkv.shape());
-  keep.d_ln1 = kept(shape);
-  Tensor d_attn_out = Tensor::empty(shape, MemCategory::workspace);
+  keep.d_fc = kept(a.fc.shape(), dt);
+  keep.d_ln2 = kept(shape, dt);
+  keep.d_res1 = kept(shape, dt);
+  keep.d_qkv = kept(a.qkv.shape(), dt);
+  keep.d_ln1 = kept(shape, dt);
+  Tensor d_attn_out = Tensor::empty(a.attn_out.shape(), MemCategory::workspace, dt);
 
   // MLP branch: dy @ W for each Linear, GELU and LayerNorm input grads in between.
   ops::matmul(keep.d_fc, keep.d_out, block.mlp_proj.weight.data);
@@ -76,7 +82,7 @@ void block_backward_weight(Block& block, const BlockActivations& a,
 
 void head_backward_input(const Head& head, Tensor& dx, const HeadActivations& a,
                          HeadWeightGradInputs& keep) {
-  keep.d_ln = kept(a.ln.shape());
+  keep.d_ln = kept(a.ln.shape(), a.ln.dtype());
   ops::matmul(keep.d_ln, a.dlogits, head.lm_head.weight.data);
   layernorm_input_grad(dx, keep.d_ln, a.input, head.ln_f, a.ln_mean, a.ln_rstd);
 }
