@@ -2,6 +2,8 @@
 // tolerance and why), plus matmul against a naive loop, the causal mask, and phantom runs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -205,6 +207,45 @@ TEST_CASE("cross-entropy: mean loss and fused dlogits", "[ops][gradcheck]") {
   Tensor d2 = ws({n, v});
   REQUIRE(ops::cross_entropy_forward_backward(d2, logits, targets, 0.25f) == Approx(loss0));
   REQUIRE(vec(d2)[2] == Approx(0.25f * vec(dlogits)[2]));
+}
+
+TEST_CASE("gelu and cross-entropy values match double-precision formulas", "[ops]") {
+  // The kernels' exp is a polynomial (vectorisable, ~1 ulp): their values must stay within float
+  // rounding of the exact formulas, over the whole range GELU sees, saturation included.
+  std::vector<float> xs;
+  for (float x = -60.0f; x <= 60.0f; x += 0.0137f) xs.push_back(x);
+  for (float x : {-1e30f, -100.0f, 0.0f, 100.0f, 1e30f}) xs.push_back(x);
+  const int64_t n = int64_t(xs.size());
+  Tensor x = Tensor::from({n}, xs), y = ws({n});
+  ops::gelu_forward(y, x);
+  const std::vector<float> got = vec(y);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = xs[i];
+    const double exact = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    worst = std::max(worst, std::abs(got[i] - exact) / std::max(std::abs(v), 1.0));
+  }
+  CAPTURE(worst);
+  CHECK(worst < 1e-6);         // of max(|x|, 1): both libm's expf and the polynomial give ~1e-7
+  CHECK(got.back() == 1e30f);  // saturated: x itself
+  CHECK(got[n - 5] == -0.0f);  // x = -1e30: 0
+
+  const int64_t rows = 3, v = 50;
+  std::vector<int32_t> targets = {0, 17, 49};
+  Tensor logits = randt({rows, v}, 3, 4.0f), dlogits = ws({rows, v});
+  const float loss = ops::cross_entropy_forward_backward(dlogits, logits, targets);
+  const std::vector<float> l = vec(logits), d = vec(dlogits);
+  double exact_loss = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(double(l[i * v + j]));
+    exact_loss += std::log(sum) - l[i * v + targets[i]];
+    for (int64_t j = 0; j < v; ++j) {
+      const double p = std::exp(double(l[i * v + j])) / sum - (j == targets[i] ? 1 : 0);
+      CHECK(d[i * v + j] == Approx(p / rows).margin(1e-7).epsilon(1e-5));
+    }
+  }
+  CHECK(loss == Approx(exact_loss / rows).epsilon(1e-6));
 }
 
 TEST_CASE("elementwise helpers: add, axpy, scale, bias_grad", "[ops]") {
