@@ -1,9 +1,9 @@
-// Lesson 1 — collectives from scratch. All-reduce, reduce-scatter, all-gather and broadcast,
-// built from nothing but send/recv (core/comm/local/ and the ring all-reduce of the exercise),
-// run over a sweep of buffer sizes. The table is nccl-tests': time, algorithm bandwidth
-// (bytes / time) and bus bandwidth (algbw x 2(N-1)/N for all-reduce, (N-1)/N for reduce-scatter
-// and all-gather) — the number to compare with the link, since a ring moves 2(N-1)/N of the
-// data through every link whatever N is. On the modeled clock the measured time is checked
+// Lesson 1 — collectives from scratch. All-reduce, reduce-scatter, all-gather, all-to-all and
+// broadcast, built from nothing but send/recv (core/comm/local/ and the ring all-reduce of the
+// exercise), run over a sweep of buffer sizes. The table is nccl-tests': time, algorithm bandwidth
+// (bytes / time) and bus bandwidth (algbw x 2(N-1)/N for all-reduce, (N-1)/N for reduce-scatter,
+// all-gather and all-to-all) — the number to compare with the link, since a ring moves 2(N-1)/N of
+// the data through every link whatever N is. On the modeled clock the measured time is checked
 // against the alpha-beta formula; under mpirun the ring also races MPI_Allreduce.
 #include <algorithm>
 #include <chrono>
@@ -67,6 +67,20 @@ bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
     comm.all_gather(in, out);
     expect(
         out, [](int64_t i) { return static_cast<float>(i); }, 0);
+  } else if (kind == "all_to_all") {
+    // Block j of rank r holds values naming (r, j), so a block that reaches the wrong rank or
+    // slot is caught: afterwards block j of rank r must be the one rank j made for r.
+    const int64_t block = n / N;
+    auto value = [block](int src, int dst, int64_t i) {  // i: index in the whole buffer
+      return static_cast<float>((src * 64 + dst) * 7 + (i % block) % 7);
+    };
+    Tensor in = Tensor::empty({n}, MemCategory::comm_buffers);
+    Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
+    if (in.has_data())
+      for (int64_t i = 0; i < n; ++i) in.f32()[i] = value(r, static_cast<int>(i / block), i);
+    comm.all_to_all(in, out);
+    expect(
+        out, [&](int64_t i) { return value(static_cast<int>(i / block), r, i); }, 0);
   } else {  // broadcast from rank 0
     Tensor t = Tensor::empty({n}, MemCategory::comm_buffers);
     if (t.has_data() && r == 0)
@@ -100,6 +114,11 @@ int64_t formula_sent_bytes(const std::string& kind, int64_t bytes, int N) {
   return (N - 1) * bytes / N;
 }
 
+// all_to_all cuts the buffer into N equal blocks: its sizes are rounded down to a multiple of N.
+int64_t elements_for(const std::string& kind, int64_t n, int ranks) {
+  return kind == "all_to_all" ? n - n % ranks : n;
+}
+
 // Element counts from min to max bytes, x4 each row.
 std::vector<int64_t> sweep(int64_t min_bytes, int64_t max_bytes) {
   std::vector<int64_t> counts;
@@ -126,10 +145,11 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
                                  o.min_bytes, o.max_bytes));
   const std::vector<std::string> kinds = o.ops;
   for (auto& k : kinds)
-    if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "broadcast")
+    if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "all_to_all" &&
+        k != "broadcast")
       throw UsageError(
           fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
-                      "all_gather, broadcast)",
+                      "all_gather, all_to_all, broadcast)",
                       k));
   const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
   const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
@@ -149,7 +169,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   std::vector<Issued> issued;
   for (auto& k : kinds)
     for (int64_t n : counts)
-      for (int i = 0; i < iters; ++i) issued.push_back({k, n});
+      for (int i = 0; i < iters; ++i) issued.push_back({k, elements_for(k, n, world.size())});
   std::vector<char> correct(issued.size(), 1);
   std::mutex correct_mutex;
   world.run([&](RankContext& ctx) {
@@ -188,7 +208,9 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   size_t next = 0;
   for (auto& kind : kinds) {
     fmt::print(out, "{} ({})\n", kind,
-               kind == "broadcast" ? "binomial tree, root 0" : "ring on send/recv");
+               kind == "broadcast"    ? "binomial tree, root 0"
+               : kind == "all_to_all" ? "pairwise exchange on send/recv, S = what each rank holds"
+                                      : "ring on send/recv");
     const int N = world.size();
     const std::string formula = kind == "all_reduce"  ? fmt::format("2({0}-1)/{0} x S", N)
                                 : kind == "broadcast" ? fmt::format("ceil(log2 {}) x S, root", N)
@@ -196,7 +218,8 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
     fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>12} {:>12} {:>8}\n", "size (S)", "time",
                "algbw GB/s", "busbw GB/s", modeled ? "alpha-beta" : "", "sent/rank", "formula",
                "correct");
-    for (int64_t n : counts) {
+    for (int64_t sweep_count : counts) {
+      const int64_t n = elements_for(kind, sweep_count, N);
       double best = 1e300;
       int64_t most_sent = 0;
       bool ok = true;
@@ -276,7 +299,8 @@ class CollectivesLesson : public Lesson {
  public:
   std::string name() const override { return "collectives"; }
   std::string summary() const override {
-    return "all-reduce, reduce-scatter, all-gather, broadcast from send/recv; nccl-tests table";
+    return "all-reduce, reduce-scatter, all-gather, all-to-all, broadcast from send/recv; "
+           "nccl-tests table";
   }
   LessonDefaults defaults() const override { return {.ranks = 4, .model_options = false}; }
   void add_options(CLI::App& app) override {

@@ -11,7 +11,8 @@
 namespace mgpu::lessons {
 
 struct CollectivesOptions {
-  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                                  "broadcast"};
   int64_t min_bytes = 1024;
   int64_t max_bytes = 4 << 20;
   int iters = 5;

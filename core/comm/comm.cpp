@@ -33,6 +33,19 @@ std::string describe_collective(const char* kind, const Tensor* t, const ReduceO
   return s + ")";
 }
 
+void check_all_to_all_sizes(const Tensor& in, const Tensor& out, int group_size, int rank,
+                            const std::string& group) {
+  if (in.numel() % group_size != 0)
+    throw CommError(fmt::format(
+        "all_to_all on rank {} of group {}: in has {} elements, not divisible into {} equal "
+        "blocks (one per rank); pad it to a multiple of {}",
+        rank, group, in.numel(), group_size, group_size));
+  if (out.numel() != in.numel() || out.dtype() != in.dtype())
+    throw CommError(fmt::format(
+        "all_to_all on rank {} of group {}: out has {} {} elements, in has {} {}; they must match",
+        rank, group, out.numel(), dtype_name(out.dtype()), in.numel(), dtype_name(in.dtype())));
+}
+
 Tensor ring_chunk(const Tensor& t, int parts, int index) {
   auto [begin, end] = chunk_range(t.numel(), parts, ((index % parts) + parts) % parts);
   return t.flat_range(begin, end);

@@ -1,5 +1,6 @@
 // Comm: one rank's view of a group of ranks. Point-to-point (send/recv, blocking and async) and
-// the collectives training needs (all-reduce, reduce-scatter, all-gather, broadcast, barrier),
+// the collectives training needs (all-reduce, reduce-scatter, all-gather, all-to-all, broadcast,
+// barrier),
 // plus split() to carve the world into process groups (DP/TP/PP/CP groups of a mesh).
 // Backends: local (ranks are threads), mpi (processes), nccl (one GPU per rank).
 //
@@ -28,6 +29,11 @@ Tensor ring_chunk(const Tensor& t, int parts, int index);
 // "all_reduce(count=4, f32, sum)", "broadcast(count=8, f32, root=0)", "barrier()".
 std::string describe_collective(const char* kind, const Tensor* t, const ReduceOp* op,
                                 int root = -1);
+
+// all_to_all's argument check, shared by the backends: `in` and `out` the same length, divisible
+// by the group size; otherwise a CommError naming the sizes.
+void check_all_to_all_sizes(const Tensor& in, const Tensor& out, int group_size, int rank,
+                            const std::string& group);
 
 // A pending async operation. wait() blocks until it completes (and, on the modeled clock, makes
 // the compute lane wait for it too). Waiting twice is harmless; destroying an unwaited Work waits.
@@ -89,6 +95,14 @@ class Comm {
   virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::sum) = 0;
   // in: my chunk (chunk_range(n, size, rank) elements); out: all n elements on every rank.
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  // in: size() equal blocks ordered by destination (block j goes to group rank j); out: the same
+  // size, blocks ordered by source (block j came from group rank j). in.numel() % size() != 0 ->
+  // CommError naming the sizes. (DeepSpeed-Ulysses' sequence <-> head re-sharding.)
+  virtual void all_to_all(const Tensor& in, Tensor& out) = 0;
+  // Like reduce_scatter / all_gather, but issued on the comm lane and returning at once (ZeRO-2's
+  // per-bucket reduce-scatter during backward, FSDP's prefetched all-gather); wait() before use.
+  virtual Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::sum) = 0;
+  virtual Work all_gather_async(const Tensor& in, Tensor& out) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 

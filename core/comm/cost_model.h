@@ -5,6 +5,7 @@
 //   ring all-reduce      2(N-1) (alpha + (n/N) / beta)    each rank sends 2(N-1)/N of the data
 //   ring reduce-scatter   (N-1) (alpha + (n/N) / beta)
 //   ring all-gather       (N-1) (alpha + (n/N) / beta)    n = bytes of the gathered result
+//   pairwise all-to-all  (N-1) (alpha + (n/N) / beta)    n = bytes each rank holds; N-1 blocks
 //   tree broadcast        ceil(log2 N) (alpha + n / beta)   with one kind of link
 // Ring chunks are rounded up to whole elements; when n < N some ring steps carry empty chunks
 // and cost less than the formula says (it is exact for n >= N).
@@ -16,9 +17,9 @@
 
 namespace mgpu::comm {
 
-// Seconds for `kind` ("all_reduce", "reduce_scatter", "all_gather", "broadcast") over the world
-// ranks 0..ranks-1 when everyone starts together; `bytes` is the full buffer (n elements of
-// `elem_bytes`), chunks rounded up to whole elements as chunk_range does.
+// Seconds for `kind` ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast") over
+// the world ranks 0..ranks-1 when everyone starts together; `bytes` is the full buffer (n elements
+// of `elem_bytes`), chunks rounded up to whole elements as chunk_range does.
 double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
                        const HardwareProfile& profile);
 

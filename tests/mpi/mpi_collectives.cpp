@@ -6,6 +6,10 @@
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 
+namespace mgpu::reference {
+void install_seams();  // the reference ring all-reduce, which every backend's all_reduce runs
+}
+
 using namespace mgpu;
 
 namespace {
@@ -20,6 +24,7 @@ int main() {
   WorldOptions o;
   o.backend = "mpi";
   o.comm_timeout = 20;
+  mgpu::reference::install_seams();
   World world(o);
   int failures = 0;
   auto expect = [&](bool ok, const char* what, int64_t n) {
@@ -55,6 +60,27 @@ int main() {
       Tensor bc = Tensor::from({n}, input(r, n));
       ctx.comm->broadcast(bc, N - 1);
       expect(bc.to_vector() == input(N - 1, n), "broadcast", n);
+      // The async forms equal the blocking ones, bit for bit.
+      Tensor out_async = Tensor::empty({e - b}, MemCategory::workspace);
+      ctx.comm->reduce_scatter_async(Tensor::from({n}, input(r, n)), out_async).wait();
+      expect(out_async.to_vector() == out.to_vector(), "reduce_scatter_async", n);
+      Tensor all_async = Tensor::empty({n}, MemCategory::workspace);
+      ctx.comm->all_gather_async(out, all_async).wait();
+      expect(all_async.to_vector() == sum, "all_gather_async", n);
+      // all_to_all: rank r's block j (values naming r and j) must land in block r of rank j.
+      const int64_t block = n;
+      std::vector<float> blocks(block * N);
+      for (int j = 0; j < N; ++j)
+        for (int64_t i = 0; i < block; ++i) blocks[j * block + i] = float(r * 100000 + j * 2000 + i);
+      Tensor to_all = Tensor::from({block * N}, blocks);
+      Tensor from_all = Tensor::empty({block * N}, MemCategory::workspace);
+      ctx.comm->all_to_all(to_all, from_all);
+      auto got_blocks = from_all.to_vector();
+      bool blocks_ok = true;
+      for (int j = 0; j < N; ++j)
+        for (int64_t i = 0; i < block; ++i)
+          blocks_ok = blocks_ok && got_blocks[j * block + i] == float(j * 100000 + r * 2000 + i);
+      expect(blocks_ok, "all_to_all", n);
       ctx.comm->barrier();
     }
     // p2p ring and split

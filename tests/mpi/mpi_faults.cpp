@@ -15,6 +15,10 @@
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 
+namespace mgpu::reference {
+void install_seams();  // the reference ring all-reduce, which every backend's all_reduce runs
+}
+
 using namespace mgpu;
 
 int main(int argc, char** argv) {
@@ -26,6 +30,7 @@ int main(int argc, char** argv) {
   WorldOptions o;
   o.backend = "mpi";
   o.comm_timeout = 3;
+  mgpu::reference::install_seams();
   World world(o);
   try {
     world.run([&](RankContext& ctx) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/comm/comm.h"
+#include "core/comm/cost_model.h"
 #include "core/runtime/world.h"
 
 using namespace mgpu;
@@ -78,6 +79,31 @@ TEST_CASE("4-rank ring all-reduce costs 2(N-1)(alpha + (n/N)*4/bw)", "[clock][co
     CHECK(e.group == "world");
     CHECK(e.bytes == n * 4);
     CHECK(e.lane == trace::Lane::comm);
+  }
+}
+
+TEST_CASE("all_to_all costs (N-1)(alpha + (n/N)*4/bw), emerging from its messages",
+          "[clock][comm][all_to_all]") {
+  for (int N : {2, 3, 4, 8}) {
+    INFO("ranks=" << N);
+    const int64_t n = 1200 * N;  // elements each rank holds: N blocks of 1200
+    World world(options_for(N));
+    world.run([&](RankContext& ctx) {
+      Tensor in = Tensor::zeros({n}, MemCategory::activations);
+      Tensor out = Tensor::zeros({n}, MemCategory::activations);
+      ctx.comm->all_to_all(in, out);
+    });
+    const double by_hand = (N - 1) * (1e-6 + (n / N) * 4 / 1e9);
+    const double model = comm::alpha_beta_time("all_to_all", n, 4, N, test_profile());
+    CHECK(model == Approx(by_hand).epsilon(1e-12));
+    auto trace = world.collect_trace();
+    REQUIRE(trace.events.size() == static_cast<size_t>(N));  // inner messages are not traced
+    for (int r = 0; r < N; ++r) {
+      const auto& e = find(trace, r, "all_to_all");
+      CHECK(e.start == 0);
+      CHECK(e.dur == Approx(model).epsilon(1e-12));
+      CHECK(world.rank(r).clock.compute_now() == Approx(model).epsilon(1e-12));
+    }
   }
 }
 

@@ -11,6 +11,9 @@ namespace mgpu::comm::local {
 void ring_reduce_scatter(Comm& comm, Tensor& buffer);
 // Ring all-gather, in place: rank r's chunk r is valid on entry; all chunks are on exit. N-1 steps.
 void ring_all_gather(Comm& comm, Tensor& buffer);
+// Pairwise-exchange all-to-all (N-1 steps): block j of `in` goes to rank j; block j of `out`
+// comes from rank j. in.numel() must divide by N (the caller checks).
+void pairwise_all_to_all(Comm& comm, const Tensor& in, Tensor& out);
 // Binomial-tree broadcast from `root`: ceil(log2 N) rounds.
 void tree_broadcast(Comm& comm, Tensor& t, int root);
 // Dissemination barrier: ceil(log2 N) rounds of empty messages.

@@ -111,31 +111,23 @@ class LocalComm final : public Comm {
   }
 
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    const auto [begin_, end_] = chunk_range(in.numel(), size(), rank_);
-    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
-    check_my_chunk("reduce_scatter", "out", out.numel(), in.numel(), end - begin);
-    double finish = collective(
-        "reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(), [&] {
-          Tensor work =
-              Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), &ctx_->allocator);
-          work.copy_from(in);
-          ring_reduce_scatter(*this, work);
-          out.copy_from(work.flat_range(begin, end));
-          if (op == ReduceOp::avg) scale(out, 1.0f / size());
-        });
-    ctx_->clock.wait_compute_until(finish);
+    ctx_->clock.wait_compute_until(reduce_scatter_on_comm_lane(in, out, op));
+  }
+  Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
+    return wait_until(reduce_scatter_on_comm_lane(in, out, op));  // runs now, like all_reduce_async
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
-    const auto [begin_, end_] = chunk_range(out.numel(), size(), rank_);
-    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
-    check_my_chunk("all_gather", "in", in.numel(), out.numel(), end - begin);
-    double finish = collective("all_gather", describe_collective("all_gather", &out, nullptr),
-                               out.bytes(), [&] {
-                                 Tensor mine = out.flat_range(begin, end);
-                                 mine.copy_from(in);
-                                 ring_all_gather(*this, out);
-                               });
+    ctx_->clock.wait_compute_until(all_gather_on_comm_lane(in, out));
+  }
+  Work all_gather_async(const Tensor& in, Tensor& out) override {
+    return wait_until(all_gather_on_comm_lane(in, out));
+  }
+
+  void all_to_all(const Tensor& in, Tensor& out) override {
+    check_all_to_all_sizes(in, out, size(), rank_, name_);
+    double finish = collective("all_to_all", describe_collective("all_to_all", &in, nullptr),
+                               in.bytes(), [&] { pairwise_all_to_all(*this, in, out); });
     ctx_->clock.wait_compute_until(finish);
   }
 
@@ -261,6 +253,33 @@ class LocalComm final : public Comm {
   double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
     return collective("all_reduce", describe_collective("all_reduce", &t, &op), t.bytes(),
                       [&] { comm_seams().all_reduce(*this, t, op); });
+  }
+
+  double reduce_scatter_on_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
+    const auto [begin_, end_] = chunk_range(in.numel(), size(), rank_);
+    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
+    check_my_chunk("reduce_scatter", "out", out.numel(), in.numel(), end - begin);
+    return collective(
+        "reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(), [&] {
+          Tensor work =
+              Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), &ctx_->allocator);
+          work.copy_from(in);
+          ring_reduce_scatter(*this, work);
+          out.copy_from(work.flat_range(begin, end));
+          if (op == ReduceOp::avg) scale(out, 1.0f / size());
+        });
+  }
+
+  double all_gather_on_comm_lane(const Tensor& in, Tensor& out) {
+    const auto [begin_, end_] = chunk_range(out.numel(), size(), rank_);
+    const int64_t begin = begin_, end = end_;  // lambdas capture these (clang 14)
+    check_my_chunk("all_gather", "in", in.numel(), out.numel(), end - begin);
+    return collective("all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
+                      [&] {
+                        Tensor mine = out.flat_range(begin, end);
+                        mine.copy_from(in);
+                        ring_all_gather(*this, out);
+                      });
   }
 
   // Checks the call against the other members, runs `body` (sends/recvs on the comm lane),

@@ -183,41 +183,29 @@ class MpiComm final : public Comm {
     return wait_until(all_reduce_comm_lane(t, op));
   }
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    std::vector<int> counts(size_);
-    for (int r = 0; r < size_; ++r) {
-      auto [b, e] = chunk_range(in.numel(), size_, r);
-      counts[r] = static_cast<int>(e - b);
-    }
-    double end =
-        collective("reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(),
-                   (size_ - 1.0) / size_, size_ - 1, [&] {
-                     Tensor src = in;
-                     MPI_Request req;
-                     check(MPI_Ireduce_scatter(host_floats(src), host_floats(out), counts.data(),
-                                               MPI_FLOAT, MPI_SUM, comm_, &req),
-                           "MPI_Ireduce_scatter");
-                     wait(req, label_);
-                     if (op == ReduceOp::avg) divide(out);
-                   });
-    ctx_->clock.wait_compute_until(end);
+    ctx_->clock.wait_compute_until(reduce_scatter_comm_lane(in, out, op));
+  }
+  Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
+    return wait_until(reduce_scatter_comm_lane(in, out, op));  // runs now, like all_reduce_async
   }
   void all_gather(const Tensor& in, Tensor& out) override {
-    std::vector<int> counts(size_), displs(size_);
-    for (int r = 0; r < size_; ++r) {
-      auto [b, e] = chunk_range(out.numel(), size_, r);
-      counts[r] = static_cast<int>(e - b);
-      displs[r] = static_cast<int>(b);
-    }
-    double end = collective(
-        "all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
-        (size_ - 1.0) / size_, size_ - 1, [&] {
-          Tensor src = in;
-          MPI_Request req;
-          check(MPI_Iallgatherv(host_floats(src), counts[rank_], MPI_FLOAT, host_floats(out),
-                                counts.data(), displs.data(), MPI_FLOAT, comm_, &req),
-                "MPI_Iallgatherv");
-          wait(req, label_);
-        });
+    ctx_->clock.wait_compute_until(all_gather_comm_lane(in, out));
+  }
+  Work all_gather_async(const Tensor& in, Tensor& out) override {
+    return wait_until(all_gather_comm_lane(in, out));
+  }
+  void all_to_all(const Tensor& in, Tensor& out) override {
+    check_all_to_all_sizes(in, out, size_, rank_, name_);
+    const int block = static_cast<int>(in.numel() / size_);
+    double end = collective("all_to_all", describe_collective("all_to_all", &in, nullptr),
+                            in.bytes(), (size_ - 1.0) / size_, size_ - 1, [&] {
+                              Tensor src = in;
+                              MPI_Request req;
+                              check(MPI_Ialltoall(host_floats(src), block, MPI_FLOAT,
+                                                  host_floats(out), block, MPI_FLOAT, comm_, &req),
+                                    "MPI_Ialltoall");
+                              wait(req, label_);
+                            });
     ctx_->clock.wait_compute_until(end);
   }
   void broadcast(Tensor& t, int root) override {
@@ -352,6 +340,41 @@ class MpiComm final : public Comm {
     return end;
   }
 
+  double reduce_scatter_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
+    std::vector<int> counts(size_);
+    for (int r = 0; r < size_; ++r) {
+      auto [b, e] = chunk_range(in.numel(), size_, r);
+      counts[r] = static_cast<int>(e - b);
+    }
+    return collective("reduce_scatter", describe_collective("reduce_scatter", &in, &op), in.bytes(),
+                      (size_ - 1.0) / size_, size_ - 1, [&] {
+                        Tensor src = in;
+                        MPI_Request req;
+                        check(MPI_Ireduce_scatter(host_floats(src), host_floats(out), counts.data(),
+                                                  MPI_FLOAT, MPI_SUM, comm_, &req),
+                              "MPI_Ireduce_scatter");
+                        wait(req, label_);
+                        if (op == ReduceOp::avg) divide(out);
+                      });
+  }
+  double all_gather_comm_lane(const Tensor& in, Tensor& out) {
+    std::vector<int> counts(size_), displs(size_);
+    for (int r = 0; r < size_; ++r) {
+      auto [b, e] = chunk_range(out.numel(), size_, r);
+      counts[r] = static_cast<int>(e - b);
+      displs[r] = static_cast<int>(b);
+    }
+    return collective(
+        "all_gather", describe_collective("all_gather", &out, nullptr), out.bytes(),
+        (size_ - 1.0) / size_, size_ - 1, [&] {
+          Tensor src = in;
+          MPI_Request req;
+          check(MPI_Iallgatherv(host_floats(src), counts[rank_], MPI_FLOAT, host_floats(out),
+                                counts.data(), displs.data(), MPI_FLOAT, comm_, &req),
+                "MPI_Iallgatherv");
+          wait(req, label_);
+        });
+  }
   double all_reduce_comm_lane(Tensor& t, ReduceOp op) {
     return collective(
         "all_reduce", describe_collective("all_reduce", &t, &op), t.bytes(),

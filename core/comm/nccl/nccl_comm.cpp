@@ -1,6 +1,6 @@
 // NCCL backend: CUDA tensors, one GPU per rank, every operation enqueued on this rank's comm
 // stream. Blocking calls synchronize that stream (polling, so a stuck collective becomes a
-// timeout naming the rank instead of a hang); async all-reduce returns a Work that does.
+// timeout naming the rank instead of a hang); the async forms return a Work that does.
 #include "core/comm/nccl/nccl_comm.h"
 
 #include <cuda_runtime.h>
@@ -87,22 +87,37 @@ class NcclComm final : public Comm {
     return pending("all_reduce");
   }
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    // NCCL wants equal chunks; chunk_range lengths differ when n % N != 0, so require it here.
-    if (in.numel() % size_ != 0)
-      throw CommError(fmt::format("nccl reduce_scatter needs a length divisible by {} (got {})",
-                                  size_, in.numel()));
-    check(ncclReduceScatter(in.raw(), out.raw(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
-                            comm_, ready()),
-          "ncclReduceScatter");
+    enqueue_reduce_scatter(in, out, op);
     synchronize("reduce_scatter");
   }
+  Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
+    enqueue_reduce_scatter(in, out, op);
+    return pending("reduce_scatter");
+  }
   void all_gather(const Tensor& in, Tensor& out) override {
-    if (out.numel() % size_ != 0)
-      throw CommError(fmt::format("nccl all_gather needs a length divisible by {} (got {})", size_,
-                                  out.numel()));
-    check(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, ready()),
-          "ncclAllGather");
+    enqueue_all_gather(in, out);
     synchronize("all_gather");
+  }
+  Work all_gather_async(const Tensor& in, Tensor& out) override {
+    enqueue_all_gather(in, out);
+    return pending("all_gather");
+  }
+  // NCCL has no all-to-all call: one grouped ncclSend/ncclRecv per peer, which NCCL schedules
+  // together (the pattern NCCL's documentation gives for all-to-all).
+  void all_to_all(const Tensor& in, Tensor& out) override {
+    check_all_to_all_sizes(in, out, size_, rank_, name_);
+    const int64_t block = in.numel() / size_;
+    cudaStream_t stream = ready();
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int peer = 0; peer < size_; ++peer) {
+      Tensor to_peer = in.flat_range(peer * block, (peer + 1) * block);
+      Tensor from_peer = out.flat_range(peer * block, (peer + 1) * block);
+      check(ncclSend(to_peer.raw(), block, nccl_type(in.dtype()), peer, comm_, stream), "ncclSend");
+      check(ncclRecv(from_peer.raw(), block, nccl_type(out.dtype()), peer, comm_, stream),
+            "ncclRecv");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize("all_to_all");
   }
   void broadcast(Tensor& t, int root) override {
     check(ncclBroadcast(t.raw(), t.raw(), t.numel(), nccl_type(t.dtype()), root, comm_, ready()),
@@ -152,6 +167,23 @@ class NcclComm final : public Comm {
     check(ncclAllReduce(t.raw(), t.raw(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_,
                         ready()),
           "ncclAllReduce");
+  }
+
+  void enqueue_reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
+    // NCCL wants equal chunks; chunk_range lengths differ when n % N != 0, so require it here.
+    if (in.numel() % size_ != 0)
+      throw CommError(fmt::format("nccl reduce_scatter needs a length divisible by {} (got {})",
+                                  size_, in.numel()));
+    check(ncclReduceScatter(in.raw(), out.raw(), out.numel(), nccl_type(in.dtype()), nccl_op(op),
+                            comm_, ready()),
+          "ncclReduceScatter");
+  }
+  void enqueue_all_gather(const Tensor& in, Tensor& out) {
+    if (out.numel() % size_ != 0)
+      throw CommError(fmt::format("nccl all_gather needs a length divisible by {} (got {})", size_,
+                                  out.numel()));
+    check(ncclAllGather(in.raw(), out.raw(), in.numel(), nccl_type(in.dtype()), comm_, ready()),
+          "ncclAllGather");
   }
 
   // Polls the stream; past the timeout aborts the communicator with a message naming the rank.
