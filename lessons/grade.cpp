@@ -59,6 +59,9 @@ const std::vector<ExerciseInfo>& exercises() {
       {"ex06", "tensor-parallel linear", "docs/exercises/06-tensor-parallel.md",
        "column: f (identity) then the local linear, backward all-reduces dx; row: the local "
        "linear (bias only where given) then all-reduce y, backward is the plain linear backward"},
+      {"ex07", "online-softmax merge", "docs/exercises/07-online-softmax-merge.md",
+       "lse = m + log(exp(lse_a - m) + exp(lse_b - m)), m the larger; out = exp(lse_a - lse) out_a "
+       "+ exp(lse_b - lse) out_b; -inf parts weigh 0 (and two -inf parts stay empty)"},
   };
   return list;
 }
@@ -324,7 +327,7 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");
   std::string exercise, impl = "mine";
   double timeout = 120;
-  app.add_option("exercise", exercise, "one exercise: ex01 .. ex06 (default: all)");
+  app.add_option("exercise", exercise, "one exercise: ex01 .. ex07 (default: all)");
   app.add_option("--impl", impl, "whose code to grade")
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
@@ -349,7 +352,7 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (selected.empty()) {
     fmt::print(err,
                "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
-               "ex05, ex06)\n",
+               "ex05, ex06, ex07)\n",
                exercise);
     return kExitUsage;
   }

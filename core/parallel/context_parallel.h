@@ -44,11 +44,11 @@ std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout);
 //             (-inf: that part saw no key).
 //   backward: the gradient reaching ONE part (the bonus): d_part_out = w * dout and
 //             d_part_lse = w * (dout . (part_out - out)) per head, w = exp(part_lse - lse).
-using MergeFn = std::function<void(Tensor& out, Tensor& lse, const Tensor& block_out,
-                                   const Tensor& block_lse)>;
-using MergeBackwardFn = std::function<void(
-    Tensor& d_part_out, Tensor& d_part_lse, const Tensor& dout, const Tensor& out,
-    const Tensor& lse, const Tensor& part_out, const Tensor& part_lse)>;
+using MergeFn =
+    std::function<void(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse)>;
+using MergeBackwardFn = std::function<void(Tensor& d_part_out, Tensor& d_part_lse,
+                                           const Tensor& dout, const Tensor& out, const Tensor& lse,
+                                           const Tensor& part_out, const Tensor& part_lse)>;
 struct CpSeams {
   std::string impl_name;  // "reference" or "mine"
   MergeFn merge;
