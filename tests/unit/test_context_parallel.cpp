@@ -173,7 +173,7 @@ TEST_CASE("bad context-parallel sizes and options are one line and exit 2", "[cp
   }
 }
 
-TEST_CASE("--impl mine runs the lesson on the untouched ex07 stub through the reference",
+TEST_CASE("impl mine runs the lesson on the untouched ex07 stub through the reference",
           "[cp][lesson][impl]") {
   const auto r = run_mgpu(tiny(cp_run("zigzag", 2, {"--impl", "mine"})));
   REQUIRE(r.code == 0);
