@@ -177,8 +177,8 @@ void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const 
       }
     }
     if (step + 1 < cp) {
+      recv.wait();  // receive first: a send may only complete once its receive is posted
       send.wait();
-      recv.wait();
       std::swap(kv, kv_next);
     }
   }
@@ -214,15 +214,15 @@ void ContextParallel::ring_backward(Tensor& dqkv, const Tensor& dout, const Tens
       ops::attention_block_backward(dq, dkv, dout, out, q, kv, att, lse, mine, keys, heads);
     }
     if (step + 1 < cp) {
+      recv.wait();  // receive first: a send may only complete once its receive is posted
       send.wait();
-      recv.wait();
       std::swap(kv, kv_next);
     }
     if (cp > 1) {  // the accumulator follows its block; the last hop takes it home
       comm::Work send_d = cp_.isend(dkv, next, kTagDkv);
       comm::Work recv_d = cp_.irecv(dkv_next, prev, kTagDkv);
-      send_d.wait();
       recv_d.wait();
+      send_d.wait();
       std::swap(dkv, dkv_next);
     }
   }
@@ -342,12 +342,10 @@ train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
   model_->backward(tokens, acts);
   phase_.reset();
   // Each rank's gradient is d(its tokens' mean)/dW: their average is d(batch mean)/dW.
-  if (cp_.size() > 1) {
-    std::vector<comm::Work> pending;
-    for (Param* p : model_->params())
-      pending.push_back(cp_.all_reduce_async(p->grad, comm::ReduceOp::avg));
-    for (comm::Work& w : pending) w.wait();
-  }
+  // (Blocking, one tensor at a time: the sum then runs in the same order on threads and under
+  // mpirun, so both give the same bits.)
+  if (cp_.size() > 1)
+    for (Param* p : model_->params()) cp_.all_reduce(p->grad, comm::ReduceOp::avg);
   {
     ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
     optimizer_->step();
