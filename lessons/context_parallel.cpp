@@ -268,17 +268,18 @@ void print_exactness(std::ostream& out, const CommonOptions& c, parallel::CpLayo
              "\nexact vs naive (same seed, data and steps, {} task): final loss {:.4f} with ring "
              "attention, {:.4f} with chunked attention\n",
              c.task, exact, naive);
-  if (naive > exact)
+  if (naive > exact + 0.01f)  // more than the wobble of one run
     fmt::print(
         out,
         "  chunked attention cannot see tokens in other GPUs' chunks: it learns a different, "
         "worse model (+{:.4f})\n",
         naive - exact);
   else
-    fmt::print(out,
-               "  chunked is not worse here: {} does not need tokens from other chunks within {} "
-               "steps (try --task reverse --steps 300, where every answer lies in another chunk)\n",
-               c.task, c.steps);
+    fmt::print(
+        out,
+        "  chunked is not worse here: {} does not need tokens from other chunks within {} "
+        "steps (try --task reverse --batch 16 --steps 300: the answers lie in other chunks)\n",
+        c.task, c.steps);
 }
 
 class ContextParallelLesson : public Lesson {
