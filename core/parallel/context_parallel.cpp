@@ -142,18 +142,16 @@ void ContextParallel::attention_backward(Tensor& dqkv, const Tensor& dout, const
   if (open) phase_.emplace(phase_proto_);
 }
 
-// Forward: at ring step s this rank holds the K/V block of rank (r - s) mod cp. It posts the
-// block's onward send and the next block's receive, computes attention against the block it has,
-// merges that partial result into its running (out, lse), then waits for the next block.
-void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                   int heads) {
+// One pass of the K|V blocks round the ring. At step s this rank holds the block of rank
+// (r - s) mod cp: it posts the block's onward send and the next block's receive, runs
+// on_block(q, kv, keys) on the block in hand (when some key is visible to some query: the mask
+// is by global position), waits for the next block, then runs after_step().
+template <class OnBlock, class AfterStep>
+void ContextParallel::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
-  const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
-  if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
   Tensor q = scratch({b, t, c}, qkv.dtype());
   Tensor kv = scratch({b, t, 2 * c}, qkv.dtype()), kv_next = scratch({b, t, 2 * c}, qkv.dtype());
-  Tensor block_out = scratch({b, t, c}, qkv.dtype()), block_lse = scratch({b, heads, t});
   {
     ComputeScope s({.name = "ring attention: pack q, k|v", .cat = phase_proto_.cat});
     ops::copy_columns(q, 0, qkv, 0, c);
@@ -164,24 +162,41 @@ void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const 
     const std::vector<int32_t>& keys = positions_[(me - step + cp) % cp];
     comm::Work send, recv;
     if (step + 1 < cp) {  // the next block travels while this one is computed on
-      send = cp_.isend(kv, next, kTagKv);
-      recv = cp_.irecv(kv_next, prev, kTagKv);
+      send = cp_.isend(kv, (me + 1) % cp, kTagKv);
+      recv = cp_.irecv(kv_next, (me + cp - 1) % cp, kTagKv);
     }
-    if (keys.front() <= mine.back()) {  // some key of this block is visible to some query
+    if (keys.front() <= mine.back()) {
       ComputeScope s({.name = "ring attention", .cat = phase_proto_.cat});
-      if (step == 0) {  // my own block starts the running result
-        ops::attention_block_forward(out, lse, att, q, kv, mine, keys, heads);
-      } else {
-        ops::attention_block_forward(block_out, block_lse, att, q, kv, mine, keys, heads);
-        cp_seams().merge(out, lse, block_out, block_lse);  // exercise 07
-      }
+      on_block(q, kv, keys);
     }
     if (step + 1 < cp) {
       recv.wait();  // receive first: a send may only complete once its receive is posted
       send.wait();
       std::swap(kv, kv_next);
     }
+    after_step();
   }
+}
+
+// Forward: the first block (my own) starts the running (out, lse); every later one is merged in.
+void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                                   int heads) {
+  const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
+  Tensor block_out = scratch({b, t, c}, qkv.dtype()), block_lse = scratch({b, heads, t});
+  bool first = true;
+  ring_pass(
+      qkv,
+      [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
+        if (first) {
+          ops::attention_block_forward(out, lse, att, q, kv, positions(), keys, heads);
+          first = false;
+        } else {
+          ops::attention_block_forward(block_out, block_lse, att, q, kv, positions(), keys, heads);
+          cp_seams().merge(out, lse, block_out, block_lse);  // exercise 07
+        }
+      },
+      [] {});
 }
 
 // Backward: the K/V blocks go round again, each with a dK/dV accumulator that every rank adds its
@@ -191,41 +206,23 @@ void ContextParallel::ring_backward(Tensor& dqkv, const Tensor& dout, const Tens
                                     int heads) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
-  const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
-  const DType dt = qkv.dtype();
-  Tensor q = scratch({b, t, c}, dt), dq = scratch({b, t, c}, dt);
-  Tensor kv = scratch({b, t, 2 * c}, dt), kv_next = scratch({b, t, 2 * c}, dt);
-  Tensor dkv = scratch({b, t, 2 * c}, dt), dkv_next = scratch({b, t, 2 * c}, dt);
-  {
-    ComputeScope s({.name = "ring attention: pack q, k|v", .cat = phase_proto_.cat});
-    ops::copy_columns(q, 0, qkv, 0, c);
-    ops::copy_columns(kv, 0, qkv, c, 2 * c);
-  }
-  const std::vector<int32_t>& mine = positions();
-  for (int step = 0; step < cp; ++step) {
-    const std::vector<int32_t>& keys = positions_[(me - step + cp) % cp];
-    comm::Work send, recv;
-    if (step + 1 < cp) {
-      send = cp_.isend(kv, next, kTagKv);
-      recv = cp_.irecv(kv_next, prev, kTagKv);
-    }
-    if (keys.front() <= mine.back()) {
-      ComputeScope s({.name = "ring attention", .cat = phase_proto_.cat});
-      ops::attention_block_backward(dq, dkv, dout, out, q, kv, att, lse, mine, keys, heads);
-    }
-    if (step + 1 < cp) {
-      recv.wait();  // receive first: a send may only complete once its receive is posted
-      send.wait();
-      std::swap(kv, kv_next);
-    }
-    if (cp > 1) {  // the accumulator follows its block; the last hop takes it home
-      comm::Work send_d = cp_.isend(dkv, next, kTagDkv);
-      comm::Work recv_d = cp_.irecv(dkv_next, prev, kTagDkv);
-      recv_d.wait();
-      send_d.wait();
-      std::swap(dkv, dkv_next);
-    }
-  }
+  Tensor dq = scratch({b, t, c}, qkv.dtype());
+  Tensor dkv = scratch({b, t, 2 * c}, qkv.dtype()), dkv_next = scratch({b, t, 2 * c}, qkv.dtype());
+  ring_pass(
+      qkv,
+      [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
+        ops::attention_block_backward(dq, dkv, dout, out, q, kv, att, lse, positions(), keys,
+                                      heads);
+      },
+      [&] {
+        if (cp == 1) return;
+        // the accumulator follows its block; the last hop takes it home
+        comm::Work send = cp_.isend(dkv, (me + 1) % cp, kTagDkv);
+        comm::Work recv = cp_.irecv(dkv_next, (me + cp - 1) % cp, kTagDkv);
+        recv.wait();
+        send.wait();
+        std::swap(dkv, dkv_next);
+      });
   ComputeScope s({.name = "ring attention: unpack dq, dk|dv", .cat = phase_proto_.cat});
   ops::copy_columns(dqkv, 0, dq, 0, c);
   ops::copy_columns(dqkv, c, dkv, 0, 2 * c);

@@ -79,6 +79,8 @@ class ContextParallel : public train::Layout, private BlockHooks {
                          int heads) override;
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& att, const Tensor& lse, int heads) override;
+  template <class OnBlock, class AfterStep>
+  void ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step);
   void ring_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads);
   void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& att, const Tensor& lse, int heads);

@@ -93,6 +93,34 @@ TEST_CASE("contiguous zigzag and ulysses train to the single-device parameters a
   std::filesystem::remove(single);
 }
 
+TEST_CASE("ring attention under recompute and resume still gives the single-device parameters",
+          "[cp][lesson][equivalence]") {
+  const std::string single = temp_path("single_r.ckpt"), half = temp_path("half.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  // recompute re-runs the ring (selective: the scores, full: the whole block) in backward
+  for (const std::string mode : {"selective", "full"}) {
+    INFO("recompute " << mode);
+    const std::string path = temp_path("recompute_" + mode + ".ckpt");
+    REQUIRE(run_mgpu(tiny(cp_run("zigzag", 4, {"--recompute", mode, "--checkpoint", path}))).code ==
+            0);
+    CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(path), want,
+                                        "param") < 2e-5f);
+    std::filesystem::remove(path);
+  }
+  // two steps on one device, the last two as a cp=2 ring
+  const std::string resumed = temp_path("resumed.ckpt");
+  std::vector<std::string> first = tiny({"run", "single_device", "--checkpoint", half});
+  first[std::find(first.begin(), first.end(), "--steps") - first.begin() + 1] = "2";
+  REQUIRE(run_mgpu(first).code == 0);
+  REQUIRE(
+      run_mgpu(tiny(cp_run("contiguous", 2, {"--resume", half, "--checkpoint", resumed}))).code ==
+      0);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(resumed), want,
+                                      "param") < 2e-5f);
+  for (const std::string& p : {single, half, resumed}) std::filesystem::remove(p);
+}
+
 TEST_CASE("chunked attention trains to a different model and is worse on the reverse task",
           "[cp][lesson][chunked]") {
   // Different parameters: each rank's queries never see the other chunks' keys.

@@ -67,6 +67,9 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--virtual-stages", {"2"}},
     {"--stages", {"2"}},
     {"--theory", {}},
+    {"--cp", {"4"}},
+    {"--cp-layout", {"contiguous"}},
+    {"--compare", {"off"}},
 };
 
 std::string read(const std::string& path) {
