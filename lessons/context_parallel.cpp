@@ -265,9 +265,10 @@ void print_exactness(std::ostream& out, const CommonOptions& c, parallel::CpLayo
   const float exact = chunked ? r.losses.back() : losses.back();
   const float naive = chunked ? losses.back() : r.losses.back();
   fmt::print(out,
-             "\nexact vs naive (same seed, data and steps, {} task): final loss {:.4f} with ring "
-             "attention, {:.4f} with chunked attention\n",
-             c.task, exact, naive);
+             "\nexact vs naive (same seed, data and steps, {} task): final loss {:.4f} with {}, "
+             "{:.4f} with chunked attention\n",
+             c.task, exact, chunked ? "zigzag ring attention" : parallel::cp_layout_name(layout),
+             naive);
   if (naive > exact + 0.01f)  // more than the wobble of one run
     fmt::print(
         out,

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include "core/ops/ops.h"
-#include "core/parallel/tensor_parallel.h"  // CapacityLifted
 
 namespace mgpu::parallel {
 
