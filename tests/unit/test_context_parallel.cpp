@@ -177,6 +177,22 @@ TEST_CASE("the lesson's measured wire bytes equal the ring formula", "[cp][lesso
   CHECK_THAT(r.out, Catch::Contains("busy spread"));
 }
 
+TEST_CASE("activation memory measured by the allocator equals the formula for cp 1 2 4",
+          "[cp][lesson][memory]") {
+  const auto r = run_mgpu({"run", "context_parallel", "--cp", "2", "--steps", "1", "--seq", "16"});
+  REQUIRE(r.code == 0);
+  INFO(r.out);
+  // every cell of the table reads "measured / formula"; the T^2 part shrinks with cp
+  const std::string table = r.out.substr(r.out.find("activation memory per GPU vs sequence"));
+  const std::regex cell(R"(([0-9.]+ [KMG]?i?B) / ([0-9.]+ [KMG]?i?B))");
+  int cells = 0;
+  for (auto it = std::sregex_iterator(table.begin(), table.end(), cell);
+       it != std::sregex_iterator(); ++it, ++cells)
+    CHECK((*it)[1].str() == (*it)[2].str());
+  CHECK(cells == 9);  // T = 16, 32, 64 x cp = 1, 2, 4
+  CHECK_THAT(r.out, Catch::Contains("peak activations per GPU (allocator)"));
+}
+
 TEST_CASE("bad context-parallel sizes and options are one line and exit 2", "[cp][lesson][usage]") {
   struct Case {
     std::vector<std::string> args;
