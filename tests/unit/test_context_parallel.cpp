@@ -132,16 +132,17 @@ TEST_CASE("chunked attention trains to a different model and is worse on the rev
                                       "param") > 1e-3f);
   std::filesystem::remove(single);
   std::filesystem::remove(chunked);
-  // Worse: reversing a sequence needs tokens from the other half, which chunked cannot see.
-  const std::vector<std::string> reverse = {"--task",  "reverse", "--steps", "300",   "--dim",
-                                            "32",      "--heads", "4",       "--seq", "16",
-                                            "--batch", "16",      "-q"};
-  const auto exact = run_mgpu(cp_run("zigzag", 2, reverse));
-  const auto naive = run_mgpu(cp_run("chunked", 2, reverse));
+  // Worse: reversing needs tokens up to 17 positions back; with 8-token chunks (seq 32 over 4
+  // ranks) most of them sit in another chunk, which chunked attention cannot see. (Settings where
+  // the exact model clearly learns the task; single_device reaches the same 1.32.)
+  const std::vector<std::string> reverse = {"--task", "reverse", "--steps", "300", "--seq",
+                                            "32",     "--batch", "16",      "-q"};
+  const auto exact = run_mgpu(cp_run("zigzag", 4, reverse));
+  const auto naive = run_mgpu(cp_run("chunked", 4, reverse));
   REQUIRE(exact.code == 0);
   REQUIRE(naive.code == 0);
   INFO(exact.out << naive.out);
-  CHECK(final_loss(naive.out) > final_loss(exact.out) + 0.1f);
+  CHECK(final_loss(naive.out) > final_loss(exact.out) + 0.5f);
 }
 
 TEST_CASE("zigzag balances the causal work across ranks and contiguous does not",
