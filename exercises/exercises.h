@@ -13,6 +13,7 @@
 #include "core/parallel/ddp_seams.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/seams.h"
+#include "core/parallel/context_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
 #include "core/tensor/tensor.h"

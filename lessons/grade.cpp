@@ -59,6 +59,9 @@ const std::vector<ExerciseInfo>& exercises() {
       {"ex06", "tensor-parallel linear", "docs/exercises/06-tensor-parallel.md",
        "column: f (identity) then the local linear, backward all-reduces dx; row: the local "
        "linear (bias only where given) then all-reduce y, backward is the plain linear backward"},
+      {"ex07", "online-softmax merge", "docs/exercises/07-online-softmax-merge.md",
+       "lse = m + log(exp(lse_a - m) + exp(lse_b - m)), m the larger; out = exp(lse_a - lse) out_a "
+       "+ exp(lse_b - lse) out_b; -inf parts weigh 0 (and two -inf parts stay empty)"},
       {"ex08", "ZeRO-1 sharded optimizer step", "docs/exercises/08-zero-sharded-step.md",
        "own comm::chunk_range's chunk; reduce_scatter (avg) into a chunk-sized buffer and copy it "
        "into place, update, copy your chunk out and all_gather it into the whole parameters"},
@@ -352,7 +355,7 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (selected.empty()) {
     fmt::print(err,
                "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
-               "ex05, ex06, ex08)\n",
+               "ex05, ex06, ex07, ex08)\n",
                exercise);
     return kExitUsage;
   }

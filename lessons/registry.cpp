@@ -1,6 +1,7 @@
 // Every lesson, in teaching order. Adding a lesson: write lessons/NAME.cpp with a Lesson
 // subclass and a make_NAME_lesson() factory, then list it here.
 #include "lessons/collectives.h"
+#include "lessons/context_parallel.h"
 #include "lessons/ddp.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
@@ -23,6 +24,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_pipeline_lesson());
   lessons.push_back(make_tensor_parallel_lesson());
   lessons.push_back(make_sequence_parallel_lesson());
+  lessons.push_back(make_context_parallel_lesson());
   lessons.push_back(make_mixed_precision_lesson());
   lessons.push_back(make_activation_checkpointing_lesson());
   lessons.push_back(make_zero_lesson());

@@ -138,12 +138,42 @@ void Embedding::init(std::mt19937_64& rng) {
   fill_normal(wpe.data, rng, 0.02f);
 }
 
+namespace {
+// Calls fn(local_row, position, rows) for each run of consecutive positions.
+template <class Fn>
+void for_each_position_run(const std::vector<int32_t>& positions, Fn&& fn) {
+  for (size_t i = 0; i < positions.size();) {
+    size_t j = i + 1;
+    while (j < positions.size() && positions[j] == positions[j - 1] + 1) ++j;
+    fn(int64_t(i), int64_t{positions[i]}, int64_t(j - i));
+    i = j;
+  }
+}
+}  // namespace
+
 void Embedding::forward(Tensor& out, std::span<const int32_t> tokens) const {
-  ops::embedding_forward(out, tokens, wte.data, wpe.data);
+  if (positions.empty()) return ops::embedding_forward(out, tokens, wte.data, wpe.data);
+  // The rows of wpe at my positions, gathered so the op reads them as rows 0..T-1.
+  const int64_t c = wte.data.dim(1);
+  Tensor my_wpe = workspace({int64_t(positions.size()), c}, wpe.data.dtype());
+  if (my_wpe.has_data())
+    for_each_position_run(positions, [&](int64_t row, int64_t pos, int64_t n) {
+      my_wpe.flat_range(row * c, (row + n) * c)
+          .copy_from(wpe.data.flat_range(pos * c, (pos + n) * c));
+    });
+  ops::embedding_forward(out, tokens, wte.data, my_wpe);
 }
 
 void Embedding::backward(const Tensor& dout, std::span<const int32_t> tokens) {
-  ops::embedding_backward(wte.grad, wpe.grad, dout, tokens);
+  if (positions.empty()) return ops::embedding_backward(wte.grad, wpe.grad, dout, tokens);
+  const int64_t c = wte.data.dim(1);
+  Tensor my_dwpe =
+      Tensor::zeros({int64_t(positions.size()), c}, MemCategory::workspace, wpe.grad.dtype());
+  ops::embedding_backward(wte.grad, my_dwpe, dout, tokens);  // zero-filled, so += is =
+  for_each_position_run(positions, [&](int64_t row, int64_t pos, int64_t n) {
+    Tensor rows_of_grad = wpe.grad.flat_range(pos * c, (pos + n) * c);
+    ops::axpy(rows_of_grad, 1.0f, my_dwpe.flat_range(row * c, (row + n) * c));
+  });
 }
 
 void Embedding::collect(ParamList& list) {
@@ -183,7 +213,7 @@ void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& 
   need_stat(ln1_mean);
   need_stat(ln1_rstd);
   need(qkv, {b, t, 3 * local_c});
-  need(att, {b, shard.heads, t, t});
+  need(att, {b, shard.heads, t, shard.attention_keys > 0 ? shard.attention_keys : t});
   need(attn_out, {b, t, local_c});
   need(res1, {b, t_mine, c});
   need(ln2, {b, t_mine, c});
@@ -196,8 +226,8 @@ void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& 
 
 int64_t BlockActivations::bytes() const {
   int64_t total = 0;
-  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &attn_out, &res1, &ln2, &ln2_mean,
-                          &ln2_rstd, &fc, &fc_gelu, &out})
+  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &attn_out, &res1, &ln2,
+                          &ln2_mean, &ln2_rstd, &fc, &fc_gelu, &out})
     total += t->bytes();
   return total;
 }
@@ -218,11 +248,28 @@ Block::Block(const GPTConfig& cfg, int index, const BlockShard& shard_)
 }
 
 namespace {
+int64_t attention_keys(const BlockShard& shard, int64_t seq) {
+  return shard.attention_keys > 0 ? shard.attention_keys : seq;
+}
+
 BlockHooks& hooks_or_identity(BlockHooks* hooks) {
   static BlockHooks identity;
   return hooks ? *hooks : identity;
 }
 }  // namespace
+
+void BlockHooks::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                                   int heads) {
+  (void)lse;  // plain attention keeps the probabilities themselves
+  ops::attention_forward(out, att, qkv, heads);
+}
+
+void BlockHooks::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                    const Tensor& out, const Tensor& att, const Tensor& lse,
+                                    int heads) {
+  (void)out, (void)lse;
+  ops::attention_backward(dqkv, dout, qkv, att, heads);
+}
 
 void Block::init(std::mt19937_64& rng, int layers) {
   // GPT-2: the projections that write into the residual stream are scaled by 1/sqrt(2 layers),
@@ -255,8 +302,7 @@ void Block::forward_math(const Tensor& x, BlockActivations& a) const {
   // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
   at.column_forward(qkv, a.qkv, a.ln1);
-  at.attention_kv(a.qkv);
-  ops::attention_forward(a.attn_out, a.att, a.qkv, heads);
+  at.attention_forward(a.attn_out, a.att, a.lse, a.qkv, heads);
   at.row_forward(attn_proj, a.res1, a.attn_out);
   ops::add(a.res1, a.res1, x);
   // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
@@ -277,9 +323,9 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
     a.allocate_missing(config, shard, batch, seq);
     forward_math(kept.input, a);  // a layout's hooks communicate again, as Megatron's recompute
   } else {                        // selective: only the attention probabilities, from the kept qkv
-    a.att = activation({batch, heads, seq, seq}, config.dtype);
+    a.att = activation({batch, heads, seq, attention_keys(shard, seq)}, config.dtype);
     Tensor attn_out = workspace(kept.attn_out.shape(), config.dtype);  // same values as kept
-    ops::attention_forward(attn_out, a.att, a.qkv, heads);
+    hooks_or_identity(hooks).attention_forward(attn_out, a.att, a.lse, a.qkv, heads);
   }
   return a;
 }
@@ -304,8 +350,7 @@ void Block::backward(Tensor& dx, const Tensor& dout, const BlockActivations& kep
 
   // attention branch. res1 = x + attn(x): x gets d_res1 directly plus the branch.
   at.row_backward(attn_proj, d_attn_out, d_res1, a.attn_out);
-  ops::attention_backward(d_qkv, d_attn_out, a.qkv, a.att, heads);
-  at.attention_kv_grad(d_qkv);
+  at.attention_backward(d_qkv, d_attn_out, a.qkv, a.attn_out, a.att, a.lse, heads);
   at.column_backward(qkv, d_ln, d_qkv, a.ln1);
   ln1.backward(dx, d_ln, a.input, a.ln1_mean, a.ln1_rstd);  // dout is not read after this
   ops::axpy(dx, 1.0f, d_res1);

@@ -89,10 +89,13 @@ struct LayerNorm {
   void collect(ParamList& list);
 };
 
-// Token + position embedding: out[b,t] = wte[token] + wpe[t].
+// Token + position embedding: out[b,t] = wte[token] + wpe[position of t].
 struct Embedding {
   Param wte;  // [vocab, C]
   Param wpe;  // [seq_len, C]
+  // The global position of each of the T tokens a forward sees; empty means 0..T-1. Context
+  // parallelism sets it: a rank holds a chunk (or, zigzag, two chunks) of every sequence.
+  std::vector<int32_t> positions;
   Embedding() = default;
   explicit Embedding(const GPTConfig& cfg);
   void init(std::mt19937_64& rng);
@@ -110,6 +113,9 @@ struct BlockShard {
   int heads = 0;      // attention heads computed here (each of head_size channels)
   int hidden = 0;     // MLP hidden units computed here (4 * dim for the whole block)
   int seq_parts = 1;  // the replicated regions hold T / seq_parts tokens (1: the whole sequence)
+  // Keys per query row that BlockActivations::att keeps (its last dim); 0 = the block's own
+  // tokens. Context parallelism keeps a rank's rows of the whole sequence's T x T matrix.
+  int attention_keys = 0;
   static BlockShard whole(const GPTConfig& cfg) { return {cfg.heads, 4 * cfg.dim}; }
   bool operator==(const BlockShard&) const = default;
 };
@@ -118,8 +124,9 @@ struct BlockShard {
 // mlp.fc) read the block's full-width input and write this shard's output columns; row linears
 // (attn.proj, mlp.proj) read this shard's columns and write full-width partial results. A layout
 // wraps them with its communication (tensor parallelism: f before a column linear, g after a row
-// linear). attention_kv / attention_kv_grad sit around attention's K/V (for context parallelism).
-// Every default is the plain linear / the identity.
+// linear). attention_forward / attention_backward are attention itself: by default causal
+// attention over the block's own tokens; context parallelism brings in the other ranks' K/V
+// (ring attention) or swaps sequence for heads (Ulysses). Every default is the one-device op.
 class BlockHooks {
  public:
   virtual ~BlockHooks() = default;
@@ -136,8 +143,14 @@ class BlockHooks {
   virtual void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) {
     linear.backward(dinp, dout, inp);
   }
-  virtual void attention_kv(Tensor& qkv) { (void)qkv; }
-  virtual void attention_kv_grad(Tensor& dqkv) { (void)dqkv; }
+  // qkv [B,T,3C] -> out [B,T,C], keeping in att (and lse, if the layout needs it; it may
+  // allocate it) what attention_backward reads. Default: ops::attention_forward.
+  virtual void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                                 int heads);
+  // dqkv overwritten from dout and what forward kept (out: forward's output).
+  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& out, const Tensor& att, const Tensor& lse,
+                                  int heads);
 };
 
 // Everything one block's backward needs, kept from its forward (MemCategory::activations).
@@ -146,6 +159,7 @@ struct BlockActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B,T], [B,T]
   Tensor qkv;                      // [B,T,3C]  (3 x local heads x head_size under a shard)
   Tensor att;                      // [B,H,T,T] attention probabilities (H: local heads)
+  Tensor lse;                      // [B,H,T] f32 log-sum-exp per query (ring attention only)
   Tensor attn_out;                 // [B,T,C] heads' outputs, before the projection (local heads)
   Tensor res1;                     // [B,T,C] input + attention branch
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B,T], [B,T]

@@ -365,6 +365,117 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
       st.out(dqkv), st.in(dout), st.in(qkv), st.in(att), d.b, d.t, d.c, d.heads);
 }
 
+// ---- ring attention (context parallelism): one block of keys at a time
+
+namespace {
+struct BlockDims {
+  int64_t b, tq, tk, c, heads, att_cols;
+  double visible_pairs;  // (query, key) pairs the mask lets through, over every batch row and head
+};
+BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Tensor& att,
+                     const Tensor& lse, std::span<const int32_t> q_pos,
+                     std::span<const int32_t> kv_pos, int heads) {
+  check(q.ndim() == 3 && kv.ndim() == 3 && kv.dim(0) == q.dim(0) && kv.dim(2) == 2 * q.dim(2), op,
+        fmt::format("q must be [B, Tq, C] and kv [B, Tk, 2C], got {} and {}", shape_str(q.shape()),
+                    shape_str(kv.shape())));
+  BlockDims d{q.dim(0), q.dim(1), kv.dim(1), q.dim(2), heads, 0, 0};
+  check(heads > 0 && d.c % heads == 0, op,
+        fmt::format("heads ({}) must divide C ({})", heads, d.c));
+  check(int64_t(q_pos.size()) == d.tq && int64_t(kv_pos.size()) == d.tk, op,
+        "one position per query and per key");
+  check(std::is_sorted(q_pos.begin(), q_pos.end()) && std::is_sorted(kv_pos.begin(), kv_pos.end()),
+        op, "positions must be ascending");
+  check(lse.numel() == d.b * heads * d.tq && lse.dtype() == DType::f32, op,
+        "lse must be f32 [B, H, Tq]");
+  check(att.ndim() == 4 && att.numel() == d.b * heads * d.tq * att.dim(3), op,
+        "att must be [B, H, Tq, T]");
+  d.att_cols = att.dim(3);
+  check(kv_pos.empty() || (kv_pos.front() >= 0 && kv_pos.back() < d.att_cols), op,
+        fmt::format("key positions must lie in [0, {})", d.att_cols));
+  double per_row = 0;
+  for (int32_t p : q_pos)
+    per_row += double(std::upper_bound(kv_pos.begin(), kv_pos.end(), p) - kv_pos.begin());
+  d.visible_pairs = per_row * double(d.b * heads);
+  return d;
+}
+}  // namespace
+
+void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor& q,
+                             const Tensor& kv, std::span<const int32_t> q_pos,
+                             std::span<const int32_t> kv_pos, int heads) {
+  const double kF = elem_bytes(q);
+  const BlockDims d = block_dims("attention_block_forward", q, kv, att, lse, q_pos, kv_pos, heads);
+  check(out.numel() == q.numel(), "attention_block_forward", "out must be [B, Tq, C]");
+  const double hs = double(d.c / heads);
+  // per visible pair: q.k (2 hs), softmax (~5), p * v (2 hs); reads q, k, v, writes out and scores
+  KernelScope ks("attention_block_forward", d.visible_pairs * (4.0 * hs + 5.0),
+                 kF * (2.0 * double(q.numel()) + double(kv.numel()) + d.visible_pairs), q.dtype());
+  if (!has_math(out)) return;
+  Fp32Staging st;
+  run(out, "attention_block_forward", cpu::attention_block_forward,
+      &CudaKernels::attention_block_forward, st.out(out), st.out(lse), st.out(att), st.in(q),
+      st.in(kv), q_pos.data(), kv_pos.data(), d.b, d.tq, d.tk, d.c, d.heads, d.att_cols);
+}
+
+void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                              const Tensor& q, const Tensor& kv, const Tensor& att,
+                              const Tensor& lse, std::span<const int32_t> q_pos,
+                              std::span<const int32_t> kv_pos, int heads) {
+  const double kF = elem_bytes(q);
+  const BlockDims d = block_dims("attention_block_backward", q, kv, att, lse, q_pos, kv_pos, heads);
+  check(dq.numel() == q.numel() && dkv.numel() == kv.numel() && dout.numel() == q.numel() &&
+            out.numel() == q.numel(),
+        "attention_block_backward", "dq, dout and out must match q, and dkv must match kv");
+  const double hs = double(d.c / heads);
+  // per visible pair: dP (2 hs), dV (2 hs), dQ (2 hs), dK (2 hs), the softmax terms (~4)
+  KernelScope ks("attention_block_backward", d.visible_pairs * (8.0 * hs + 4.0),
+                 kF * (5.0 * double(q.numel()) + 2.0 * double(kv.numel()) + d.visible_pairs),
+                 q.dtype());
+  if (!has_math(dq)) return;
+  Fp32Staging st;
+  run(dq, "attention_block_backward", cpu::attention_block_backward,
+      &CudaKernels::attention_block_backward, st.out(dq), st.out(dkv), st.in(dout), st.in(out),
+      st.in(q), st.in(kv), st.in(att), st.in(lse), q_pos.data(), kv_pos.data(), d.b, d.tq, d.tk,
+      d.c, d.heads, d.att_cols);
+}
+
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
+  check(out.ndim() == 3 && lse.ndim() == 3 && lse.dim(0) == out.dim(0) &&
+            lse.dim(2) == out.dim(1) && lse.dim(1) > 0 && out.dim(2) % lse.dim(1) == 0,
+        "attention_merge",
+        fmt::format("out must be [B, T, C] and lse [B, H, T] with H dividing C, got {} and {}",
+                    shape_str(out.shape()), shape_str(lse.shape())));
+  check(block_out.shape() == out.shape() && block_lse.shape() == lse.shape() &&
+            lse.dtype() == DType::f32 && block_lse.dtype() == DType::f32,
+        "attention_merge", "the block's out and lse must match out and lse (lse in f32)");
+  const int64_t b = out.dim(0), t = out.dim(1), c = out.dim(2), heads = lse.dim(1);
+  // per (row, head): a max, two exps and a log; per element: two multiply-adds
+  KernelScope ks("attention_merge", 4.0 * double(out.numel()) + 8.0 * double(lse.numel()),
+                 elem_bytes(out) * 3.0 * double(out.numel()) + 12.0 * double(lse.numel()),
+                 out.dtype());
+  if (!has_math(out)) return;
+  Fp32Staging st;
+  run(out, "attention_merge", cpu::attention_merge, &CudaKernels::attention_merge, st.out(out),
+      st.out(lse), st.in(block_out), st.in(block_lse), b, t, c, heads);
+}
+
+void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t width,
+                  bool add) {
+  const int64_t rows = row_count(src), dst_cols = last_dim(dst), src_cols = last_dim(src);
+  check(row_count(dst) == rows && width >= 0 && dst_col >= 0 && src_col >= 0 &&
+            dst_col + width <= dst_cols && src_col + width <= src_cols,
+        "copy_columns",
+        fmt::format("columns [{}, {}) of {} into [{}, {}) of {}: rows or ranges do not fit",
+                    src_col, src_col + width, shape_str(src.shape()), dst_col, dst_col + width,
+                    shape_str(dst.shape())));
+  KernelScope ks("copy_columns", add ? double(rows * width) : 0.0,
+                 elem_bytes(dst) * (add ? 3.0 : 2.0) * double(rows * width), dst.dtype());
+  if (!has_math(dst)) return;
+  Fp32Staging st;
+  run(dst, "copy_columns", cpu::copy_columns, &CudaKernels::copy_columns, st.out(dst), dst_cols,
+      dst_col, st.in(src), src_cols, src_col, width, rows, add);
+}
+
 namespace {
 void check_ids(const char* op, std::span<const int32_t> ids, int64_t vocab) {
   for (int32_t id : ids)

@@ -60,6 +60,29 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int heads);
 
+// Ring attention, one block of keys at a time (context parallelism). q [B,Tq,C] are a rank's
+// queries, kv [B,Tk,2C] one block of keys and values (k | v); key j is visible to query i when
+// kv_pos[j] <= q_pos[i] (global token positions, each list ascending). Forward writes the block's
+// own attention output out [B,Tq,C], its log-sum-exp lse [B,H,Tq] (f32; -inf for a query that
+// sees no key here) and the scaled scores into column kv_pos[j] of att [B,H,Tq,T] (the rank's
+// rows of the full T x T score matrix; -inf where masked). Only visible pairs are computed.
+void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor& q,
+                             const Tensor& kv, std::span<const int32_t> q_pos,
+                             std::span<const int32_t> kv_pos, int heads);
+// The block's share of the gradients given the MERGED out and lse: probabilities are
+// exp(score - lse). dq [B,Tq,C] and dkv [B,Tk,2C] ACCUMULATE (a query block meets every block).
+void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                              const Tensor& q, const Tensor& kv, const Tensor& att,
+                              const Tensor& lse, std::span<const int32_t> q_pos,
+                              std::span<const int32_t> kv_pos, int heads);
+// The online-softmax merge of two partial attention results over disjoint key sets (exercise
+// 07's reference): out [B,T,C], lse [B,H,T] become the result over both key sets.
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);
+// dst[r, dst_col + i] = src[r, src_col + i] (+= with add) for i < width: both viewed as
+// [rows, cols] with the same number of rows (packs k | v out of qkv, and back).
+void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t width,
+                  bool add = false);
+
 // out[B,T,C] = wte[tokens[b,t]] + wpe[t]; tokens has B*T ids in [0, vocab).
 void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
                        const Tensor& wpe);

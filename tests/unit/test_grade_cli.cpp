@@ -62,7 +62,7 @@ TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
   CHECK(r.exit_code == 2);
   CHECK(r.output ==
         "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
-        "ex04, ex05, ex06, ex08)\n");
+        "ex04, ex05, ex06, ex07, ex08)\n");
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
                             {{"MGPU_IMPL", ""}}, 120);
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex08"})
+  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08"})
     CHECK(r.output.find(std::string(ex) + " not implemented yet: using the reference\n") !=
           std::string::npos);
 }
@@ -86,7 +86,7 @@ TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid o
   CHECK(r.exit_code == 2);
   CHECK(r.output.rfind("mgpu run single_device: error: --impl 'ex09=mine': no exercise 'ex09'; "
                        "use reference, mine, or a list like ex01=mine,ex03=mine (exercises: "
-                       "ex01, ex02, ex03, ex04, ex05, ex06, ex08",
+                       "ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08",
                        0) == 0);
   CHECK(r.output.find('\n') == r.output.size() - 1);
 }

@@ -7,6 +7,7 @@
 
 #include "core/comm/seams.h"
 #include "core/memory/seams.h"
+#include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp_seams.h"
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
@@ -26,7 +27,7 @@ std::vector<std::string> installed_names() {
   return {comm::comm_seams().impl_name,         parallel::ddp_seams().impl_name,
           pipeline::pipeline_seams().impl_name, trace::bubble_seams().impl_name,
           memory::memory_seams().impl_name,     parallel::tp_seams().impl_name,
-          parallel::zero_seams().impl_name};
+          parallel::cp_seams().impl_name,       parallel::zero_seams().impl_name};
 }
 
 // A "mine" table in which exercises 01 and 03 are written (the reference's code, installed under
@@ -76,6 +77,7 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
         "ex04 not implemented yet: using the reference\n"
         "ex05 not implemented yet: using the reference\n"
         "ex06 not implemented yet: using the reference\n"
+        "ex07 not implemented yet: using the reference\n"
         "ex08 not implemented yet: using the reference\n");
 }
 
@@ -118,7 +120,7 @@ TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
                                  "ex01=mine,ex01=reference", ""}) {
     INFO("spec '" << spec << "'");
     const std::string message = error(spec);
-    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex08") != std::string::npos);
+    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08") != std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
   CHECK(error("ex09=mine").find("no exercise 'ex09'") != std::string::npos);

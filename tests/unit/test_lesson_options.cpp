@@ -70,6 +70,9 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--stage", {"1"}},
     {"--prefetch", {"off"}},
     {"--paper", {}},
+    {"--cp", {"4"}},
+    {"--cp-layout", {"contiguous"}},
+    {"--compare", {"off"}},
 };
 
 std::string read(const std::string& path) {

@@ -50,6 +50,27 @@ MGPU_VECTOR_CLONES_DECL void attention_backward(float* dqkv, const float* dout, 
                                                 const float* att, int64_t b, int64_t t, int64_t c,
                                                 int64_t heads);
 
+// Ring attention (core/ops/cpu/ring_attention.cpp). Queries q [b,tq,c] against one block of
+// keys and values kv [b,tk,2c] (k | v); key j is visible to query i when kv_pos[j] <= q_pos[i]
+// (global positions, both ascending). out [b,tq,c] is the block's own softmax-weighted sum,
+// lse [b,heads,tq] its log-sum-exp (-inf where no key is visible), and the scaled scores go to
+// column kv_pos[j] of scores [b,heads,tq,score_cols] (-inf where masked).
+void attention_block_forward(float* out, float* lse, float* scores, const float* q, const float* kv,
+                             const int32_t* q_pos, const int32_t* kv_pos, int64_t b, int64_t tq,
+                             int64_t tk, int64_t c, int64_t heads, int64_t score_cols);
+// The block's share of the gradients, from the merged out and lse: dq and dkv ACCUMULATE.
+void attention_block_backward(float* dq, float* dkv, const float* dout, const float* out,
+                              const float* q, const float* kv, const float* scores,
+                              const float* lse, const int32_t* q_pos, const int32_t* kv_pos,
+                              int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
+                              int64_t score_cols);
+// (out, lse) <- the online-softmax merge of (out, lse) and (block_out, block_lse).
+void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
+                     int64_t b, int64_t t, int64_t c, int64_t heads);
+// dst[r, dst_begin + i] = (or +=, with add) src[r, src_begin + i] for i < width, r < rows.
+void copy_columns(float* dst, int64_t dst_cols, int64_t dst_begin, const float* src,
+                  int64_t src_cols, int64_t src_begin, int64_t width, int64_t rows, bool add);
+
 // out[b,t,:] = wte[token] + wpe[t]
 MGPU_VECTOR_CLONES_DECL void embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                                const float* wpe, int64_t b, int64_t t, int64_t c);

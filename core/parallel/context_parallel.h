@@ -1,0 +1,109 @@
+// Context parallelism: the cp ranks of a group split every SEQUENCE of the batch, each holding
+// T/cp of its tokens through the whole model (all weights on every rank). Everything but
+// attention is per token, so it runs locally; attention needs every earlier token's keys and
+// values. Ring attention: K/V blocks travel around the ring cp-1 times (isend/irecv of the next
+// block overlapping attention on the current one), and each block's partial result is merged in
+// with the log-sum-exp (online softmax) rule; backward sends the K/V round again, with their dK/dV
+// accumulating on the way back to their owners. Parameter gradients are all-reduced over cp.
+// Layouts (--cp-layout): contiguous (rank r holds chunk r: the last rank does most of the causal
+// work), zigzag (chunks r and 2cp-1-r: balanced), ulysses (all-to-all from sequence- to
+// head-sharded and back, then plain attention), chunked (attention within the rank's chunk only:
+// no communication, and a different, worse model).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/comm/comm.h"
+#include "core/model/gpt.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/context.h"
+#include "core/train/layout.h"
+#include "core/train/trainer.h"
+
+namespace mgpu::parallel {
+
+enum class CpLayout { contiguous, zigzag, ulysses, chunked };
+const char* cp_layout_name(CpLayout layout);
+// Throws std::invalid_argument naming the layouts.
+CpLayout parse_cp_layout(const std::string& text);
+
+// Throws std::invalid_argument (one line: what is wrong, what would work) unless `seq` splits
+// into the layout's chunks (2*cp for zigzag, cp otherwise) and, for ulysses, cp divides the heads.
+void check_cp_size(const GPTConfig& cfg, int seq, int cp, CpLayout layout);
+// The global positions of cp rank `rank`'s tokens, ascending (zigzag: chunks rank, 2cp-1-rank).
+std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout);
+
+// ------------------------------------------------------------------ exercise 07 seams
+// The online-softmax merge (docs/exercises/07-online-softmax-merge.md): solutions/ holds the
+// reference, exercises/ the student's; `--impl` picks which one ring attention runs.
+//   merge:    (out, lse) <- the attention result over both key sets, from two partial results
+//             over disjoint key sets: out [B,T,C] (H heads of C/H channels), lse [B,H,T] f32
+//             (-inf: that part saw no key).
+//   backward: the gradient reaching ONE part (the bonus): d_part_out = w * dout and
+//             d_part_lse = w * (dout . (part_out - out)) per head, w = exp(part_lse - lse).
+using MergeFn =
+    std::function<void(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse)>;
+using MergeBackwardFn = std::function<void(Tensor& d_part_out, Tensor& d_part_lse,
+                                           const Tensor& dout, const Tensor& out, const Tensor& lse,
+                                           const Tensor& part_out, const Tensor& part_lse)>;
+struct CpSeams {
+  std::string impl_name;  // "reference" or "mine"
+  MergeFn merge;
+  MergeBackwardFn merge_backward;
+};
+void install_cp_seams(CpSeams seams);
+// The installed seams; throws std::logic_error if nothing was installed.
+const CpSeams& cp_seams();
+
+// One rank of a context-parallel run, as the training loop sees it (core/train/layout.h).
+class ContextParallel : public train::Layout, private BlockHooks {
+ public:
+  // `seq` is the global sequence length T (every step's batch has it). `cp` must outlive this.
+  ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
+                  const train::OptimizerFactory& make_optimizer);
+
+  std::string name() const override { return "context_parallel"; }
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+
+  GPT& model() { return *model_; }
+  const std::vector<int32_t>& positions() const { return positions_[cp_.rank()]; }
+
+ private:
+  // BlockHooks: attention is where the ranks meet.
+  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                         int heads) override;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& att, const Tensor& lse, int heads) override;
+  template <class OnBlock, class AfterStep>
+  void ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step);
+  void ring_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads);
+  void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                     const Tensor& att, const Tensor& lse, int heads);
+  void ulysses_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads);
+  void ulysses_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        int heads);
+  // Sequence-sharded [B, T/cp, n*C] <-> head-sharded [B, T, n*C/cp] (n = 3 for qkv, 1 for out).
+  Tensor to_heads(const Tensor& by_sequence, int parts);
+  void to_sequence(Tensor& by_sequence, const Tensor& by_heads, int parts);
+
+  // The forward/backward region on the timeline; closed while the ring runs, whose compute gets
+  // scopes of its own, so waits for a K/V block show as idle rather than busy.
+  trace::Event phase_proto_;
+  std::optional<ComputeScope> phase_;
+
+  GPTConfig config_;
+  comm::Comm& cp_;
+  CpLayout layout_;
+  int seq_;
+  std::vector<std::vector<int32_t>> positions_;  // every cp rank's token positions
+  BlockShard shard_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace mgpu::parallel
