@@ -330,7 +330,7 @@ class ContextParallelLesson : public Lesson {
           out, "\npeak activations per GPU (allocator): {}   formula {}\n",
           format_bytes(*std::max_element(r.peak_activations.begin(), r.peak_activations.end())),
           format_bytes(activation_formula(cfg, c.batch, c.seq, c.ranks, layout)));
-    if (r.under_mpi) {
+    if (compare_ == "on" && r.under_mpi) {
       fmt::print(out,
                  "\n(under mpirun the world size is fixed: run without mpirun for the cp = 1, 2, 4 "
                  "memory table and the exact-vs-chunked comparison)\n");

@@ -55,7 +55,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
   std::ostringstream out;
   const auto choices =
       select_exercises("mine", reference::exercise_table(), mine::exercise_table(), out);
-  REQUIRE(choices.size() == 7);
+  REQUIRE(choices.size() == 8);
   for (const auto& c : choices) {
     INFO(c.name);
     CHECK(c.installed == "reference");
@@ -63,7 +63,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
     CHECK(out.str().find(c.name + " not implemented yet: using the reference\n") !=
           std::string::npos);
   }
-  CHECK(installed_names() == std::vector<std::string>(7, "reference"));
+  CHECK(installed_names() == std::vector<std::string>(8, "reference"));
 }
 
 TEST_CASE("impl mine installs each written exercise and falls back only for the stubs", "[impl]") {
@@ -71,7 +71,8 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
   std::ostringstream out;
   select_exercises("mine", reference::exercise_table(), mine_with_ex01_and_ex03_written(), out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "mine", "reference",
-                                                      "reference", "reference", "reference"});
+                                                      "reference", "reference", "reference",
+                                                      "reference"});
   CHECK(out.str() ==
         "ex02 not implemented yet: using the reference\n"
         "ex04 not implemented yet: using the reference\n"
@@ -87,19 +88,22 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
   std::ostringstream out;
   select_exercises("ex01=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
-                                                      "reference", "reference", "reference"});
+                                                      "reference", "reference", "reference",
+                                                      "reference"});
   CHECK(out.str().empty());
 
   select_exercises("ex03=mine,ex01=reference", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"reference", "reference", "mine", "reference",
-                                                      "reference", "reference", "reference"});
+                                                      "reference", "reference", "reference",
+                                                      "reference"});
   CHECK(out.str().empty());
 
   // Asked for explicitly but still a stub: the same one-line fallback.
   const auto choices =
       select_exercises("ex01=mine,ex04=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
-                                                      "reference", "reference", "reference"});
+                                                      "reference", "reference", "reference",
+                                                      "reference"});
   CHECK(out.str() == "ex04 not implemented yet: using the reference\n");
   CHECK(choices[3].fell_back);
   CHECK_FALSE(choices[0].fell_back);
@@ -120,7 +124,8 @@ TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
                                  "ex01=mine,ex01=reference", ""}) {
     INFO("spec '" << spec << "'");
     const std::string message = error(spec);
-    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08") != std::string::npos);
+    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08") !=
+          std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
   CHECK(error("ex09=mine").find("no exercise 'ex09'") != std::string::npos);
