@@ -70,11 +70,6 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
                                            bool sequence_parallel) {
   const char* lesson = sequence_parallel ? "sequence_parallel" : "tensor_parallel";
   WorldOptions wopt = c.world_options();
-  if (c.precision != "fp32")  // the shards are cut from the fp32 full model; no 2-byte copy yet
-    throw UsageError(
-        fmt::format("{} trains in --precision fp32 only so far, got {}: drop --precision, or "
-                    "see bf16 in single_device, ddp or pipeline",
-                    lesson, c.precision));
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
   parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work

@@ -88,10 +88,6 @@ std::string gb(double bytes) {
 
 ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& options,
                          std::ostream& out) {
-  if (c.precision == "fp16")
-    throw UsageError(
-        "zero trains in --precision fp32 or bf16 so far: fp16 needs the loss scaler, which comes "
-        "to the layouts next; use --precision bf16 (the same 2-byte memory, no scaler)");
   WorldOptions wopt = c.world_options();
   const int global_batch = resolve_global_batch(c, DataParallelOptions{});
   auto task = make_task(c);

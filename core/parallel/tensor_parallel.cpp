@@ -135,6 +135,10 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
     ParamList full_params = full.params(), mine = model_->params();
     for (size_t i = 0; i < mine.size(); ++i) {
       if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
+      // Mixed precision: the slices are cut from the full model's 2-byte parameters (rounded
+      // once from the fp32 initial values), so a shard holds exactly the single-device values.
+      if (mine[i]->data.dtype() != cfg.dtype)
+        mine[i]->data = Tensor::empty(mine[i]->data.shape(), MemCategory::parameters, cfg.dtype);
       int64_t pos = 0;
       for (const train::ShardRun& run : runs_of(mine[i]->name, full_params[i]->data.shape())) {
         mine[i]

@@ -49,6 +49,16 @@ std::vector<std::string> tiny_run(const std::string& lesson, int steps) {
          "4",        "--schedule",
          "zb-h1"};
   if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
+  // The paradigms with variants: "zero-2" is the zero lesson at stage 2, "context_parallel-zigzag"
+  // the context_parallel lesson with that split.
+  if (lesson.rfind("zero-", 0) == 0) {
+    a[1] = "zero";
+    a.insert(a.end(), {"--stage", lesson.substr(5)});
+  }
+  if (lesson.rfind("context_parallel-", 0) == 0) {
+    a[1] = "context_parallel";
+    a.insert(a.end(), {"--split", lesson.substr(17)});
+  }
   return a;
 }
 
@@ -145,6 +155,26 @@ TEST_CASE(
     auto mine = load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", "fp16"}, "fp16", 1));
     CHECK(max_difference(mine, reference, "param") <= kBf16Tolerance);
     CHECK(max_difference(mine, reference, "optimizer_state") <= kBf16Tolerance);
+  }
+}
+
+// The paradigms that split the model or the sequence: their shards are cut from the 2-byte
+// parameters single_device starts from, and each is compared after one step, as above.
+TEST_CASE(
+    "bf16 and fp16 train in tensor sequence and context parallel and zero to the "
+    "single-device checkpoint",
+    "[lesson][precision][paradigms]") {
+  for (const std::string precision : {"bf16", "fp16"}) {
+    INFO("--precision " << precision);
+    auto reference = load_checkpoint_by_name(
+        checkpoint_of("single_device", {"--precision", precision}, precision, 1));
+    for (const std::string lesson : {"zero-1", "zero-2", "zero-3"}) {
+      INFO(lesson);
+      auto mine =
+          load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", precision}, precision, 1));
+      CHECK(max_difference(mine, reference, "param") <= kBf16Tolerance);
+      CHECK(max_difference(mine, reference, "optimizer_state") <= kBf16Tolerance);
+    }
   }
 }
 
