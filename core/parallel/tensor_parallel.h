@@ -128,6 +128,8 @@ class TensorParallel : public train::Layout, private BlockHooks {
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
 
   std::vector<train::ShardRun> runs_of(const std::string& param_name, const Shape& full) const;
+  // An fp32 buffer shaped like `like`, for summing 2-byte partial results in fp32.
+  static Tensor fp32_partial(const Tensor& like);
 
  protected:
   trace::Event phase_proto_;

@@ -207,6 +207,10 @@ TEST_CASE("an overflow on one rank makes every rank skip that step: ddp pipeline
          return std::make_unique<parallel::ZeroLayout>(
              cfg, *ctx.comm, parallel::ZeroOptions{.stage = 2}, fp16_adamw());
        }},
+      {"tensor parallel",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw());
+       }},
       {"zero stage 3",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::ZeroLayout>(
