@@ -179,12 +179,6 @@ class SequenceParallelLesson : public Lesson {
                "== sequence_parallel: TP over {} GPUs with the layernorm/residual regions split "
                "along the sequence ==\n",
                c.ranks);
-    // SequenceParallel's step moves fp32 activations only (whatever TP learns about precision).
-    if (c.precision != "fp32")
-      throw UsageError(fmt::format(
-          "sequence_parallel trains in --precision fp32 only so far, got {}: drop --precision, "
-          "or see bf16 in single_device, ddp or pipeline",
-          c.precision));
     auto task = make_task(c);
     const GPTConfig cfg = model_config(c, *task);
     const TensorParallelResult sp = train_tensor_parallel(c, out, /*sequence_parallel=*/true);

@@ -168,7 +168,8 @@ TEST_CASE(
     INFO("--precision " << precision);
     auto reference = load_checkpoint_by_name(
         checkpoint_of("single_device", {"--precision", precision}, precision, 1));
-    for (const std::string lesson : {"zero-1", "zero-2", "zero-3", "tensor_parallel"}) {
+    for (const std::string lesson :
+         {"zero-1", "zero-2", "zero-3", "tensor_parallel", "sequence_parallel"}) {
       INFO(lesson);
       auto mine =
           load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", precision}, precision, 1));
