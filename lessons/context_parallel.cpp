@@ -50,11 +50,6 @@ void check_run(const CommonOptions& c, const GPTConfig& cfg, parallel::CpLayout 
     throw UsageError(
         "context_parallel: ring attention's block kernels and Ulysses' re-sharding copies have no "
         "CUDA version yet: use --device cpu (or phantom for timing only)");
-  if (c.precision != "fp32")
-    throw UsageError(fmt::format(
-        "context_parallel trains in --precision fp32 only so far, got {}: drop --precision, or "
-        "see bf16 in single_device, ddp or pipeline",
-        c.precision));
   try {
     parallel::check_cp_size(cfg, c.seq, c.ranks, layout);
   } catch (const std::invalid_argument& e) {
