@@ -190,8 +190,7 @@ TEST_CASE("zero refuses what it cannot run in one line with exit code 2", "[zero
     std::string says;
   };
   for (const Case& k :
-       std::vector<Case>{{{"--precision", "fp16"}, "fp16 needs the loss scaler"},
-                         {{"--stage", "2", "--prefetch", "off"}, "--prefetch applies to stage 3"},
+       std::vector<Case>{{{"--stage", "2", "--prefetch", "off"}, "--prefetch applies to stage 3"},
                          {{"--stage", "4"}, "--stage"},
                          {{}, "global batch 7 is not divisible by 4 ranks"},
                          {{"--paper", "--stage", "1"}, "--paper compares every stage"}}) {
