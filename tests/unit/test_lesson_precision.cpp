@@ -245,6 +245,19 @@ TEST_CASE("an fp16 run prints its loss scaling and resumes with its scaler state
             .at("good_steps") == 4);
 }
 
+TEST_CASE("the paradigm lessons print their fp16 loss scaling", "[lesson][precision][fp16]") {
+  for (const std::string lesson :
+       {"zero-1", "zero-3", "tensor_parallel", "sequence_parallel", "context_parallel-zigzag"}) {
+    auto args = tiny_run(lesson, 2);
+    args.insert(args.end(), {"--precision", "fp16"});
+    args.erase(std::find(args.begin(), args.end(), "-q"));
+    auto r = run_mgpu(args);
+    INFO(lesson << ": " << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("loss scaling (fp16): 0 steps skipped") != std::string::npos);
+  }
+}
+
 TEST_CASE("precision and recompute combinations that cannot run: one line, exit 2",
           "[lesson][precision]") {
   struct Case {
