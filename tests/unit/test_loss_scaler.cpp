@@ -10,8 +10,10 @@
 #include "core/comm/comm.h"
 #include "core/model/checkpoint.h"
 #include "core/optim/mixed_precision.h"
+#include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp.h"
 #include "core/parallel/pipeline/executor.h"
+#include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
 #include "core/runtime/world.h"
@@ -173,8 +175,9 @@ train::TrainOptions scaled_options(int steps, std::vector<std::pair<int, int>> i
 
 }  // namespace
 
-TEST_CASE("an overflow on one rank makes every rank skip that step: ddp pipelines zero and tp",
-          "[loss_scaler][train]") {
+TEST_CASE(
+    "an overflow on one rank makes every rank skip that step: ddp pipelines zero tp sp and cp",
+    "[loss_scaler][train]") {
   const GPTConfig cfg = fp16_config();
   struct Case {
     std::string name;
@@ -210,6 +213,15 @@ TEST_CASE("an overflow on one rank makes every rank skip that step: ddp pipeline
       {"tensor parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw());
+       }},
+      {"sequence parallel",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::SequenceParallel>(cfg, *ctx.comm, fp16_adamw());
+       }},
+      {"context parallel zigzag",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::ContextParallel>(
+             cfg, *ctx.comm, parallel::CpLayout::zigzag, cfg.seq_len, fp16_adamw());
        }},
       {"zero stage 3",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
