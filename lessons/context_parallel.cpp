@@ -17,6 +17,7 @@
 
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/mesh.h"
+#include "core/tensor/dtype.h"
 #include "core/trace/analysis.h"
 #include "lessons/training.h"
 
@@ -50,11 +51,6 @@ void check_run(const CommonOptions& c, const GPTConfig& cfg, parallel::CpLayout 
     throw UsageError(
         "context_parallel: ring attention's block kernels and Ulysses' re-sharding copies have no "
         "CUDA version yet: use --device cpu (or phantom for timing only)");
-  if (c.precision != "fp32")
-    throw UsageError(fmt::format(
-        "context_parallel trains in --precision fp32 only so far, got {}: drop --precision, or "
-        "see bf16 in single_device, ddp or pipeline",
-        c.precision));
   try {
     parallel::check_cp_size(cfg, c.seq, c.ranks, layout);
   } catch (const std::invalid_argument& e) {
@@ -156,20 +152,32 @@ void print_wire(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
   }
   const int cp = c.ranks;
   const int64_t tl = c.seq / cp, b = c.batch, ch = cfg.dim, layers = cfg.layers;
+  // K|V blocks travel in the activations' dtype (e bytes); the dK|dV accumulators stay fp32 under
+  // mixed precision (every hop adds to them: context_parallel.cpp), so 4 bytes.
+  const int64_t e = dtype_size(cfg.dtype);
   const int64_t kv = b * tl * 2 * ch * 4;  // one K|V block, fp32
   int64_t formula = 0;
   std::string how;
   switch (layout) {
     case parallel::CpLayout::contiguous:
     case parallel::CpLayout::zigzag:
-      formula = layers * (3 * int64_t{cp} - 2) * kv;
-      how = fmt::format(
-          "{} layers x ({} K|V hops forward + {} backward + {} dK|dV hops) x B*(T/cp)*2C*4 = {} x "
-          "{}*{}*{}*4",
-          layers, cp - 1, cp - 1, cp, layers * (3 * cp - 2), b, tl, 2 * ch);
+      if (e == 4) {
+        formula = layers * (3 * int64_t{cp} - 2) * kv;
+        how = fmt::format(
+            "{} layers x ({} K|V hops forward + {} backward + {} dK|dV hops) x B*(T/cp)*2C*4 = {} "
+            "x {}*{}*{}*4",
+            layers, cp - 1, cp - 1, cp, layers * (3 * cp - 2), b, tl, 2 * ch);
+      } else {
+        formula = layers * (2 * (int64_t{cp} - 1) * kv / 4 * e + int64_t{cp} * kv);
+        how = fmt::format(
+            "{} layers x B*(T/cp)*2C x ({} K|V hops forward + {} backward) x {} B ({}) + {} dK|dV "
+            "hops x 4 B (fp32 accumulators)",
+            layers, cp - 1, cp - 1, e, precision_name(cfg.dtype), cp);
+      }
       break;
     case parallel::CpLayout::ulysses:
-      formula = layers * 11 * b * tl * ch * 4 * (cp - 1) / cp;
+      // the all-to-alls re-shard activations and their gradients: e bytes each
+      formula = layers * 11 * b * tl * ch * e * (cp - 1) / cp;
       how = fmt::format(
           "{} layers x 11 all-to-alls' worth of B*(T/cp)*C (qkv 3 + out 1 forward; qkv 3 + dout 1 "
           "+ "
@@ -204,7 +212,10 @@ int64_t activation_formula(const GPTConfig& cfg, int64_t b, int64_t t, int cp,
       cp > 1 && layout != parallel::CpLayout::ulysses && layout != parallel::CpLayout::chunked
           ? l * b * h * tl
           : 0;
-  return 4 * (b * tl * per_token + scores + lse);
+  // Mixed precision: the activations and scores in their e bytes, the layernorm statistics (4 per
+  // token and layer, 2 in the head) and log-sum-exps in fp32.
+  const int64_t e = dtype_size(cfg.dtype), fp32_per_token = l * 4 + 2;
+  return e * (b * tl * (per_token - fp32_per_token) + scores) + 4 * (b * tl * fp32_per_token + lse);
 }
 
 void print_memory_vs_seq(std::ostream& out, const CommonOptions& c, parallel::CpLayout layout,
@@ -244,13 +255,19 @@ void print_memory_vs_seq(std::ostream& out, const CommonOptions& c, parallel::Cp
         "   {}", format_bytes(int64_t{4} * cfg1.layers * c.batch * cfg1.heads * int64_t{t} * t));
     fmt::print(out, "{}\n", row);
   }
-  fmt::print(out,
-             "  formula: 4 B x [B*(T/cp)*(2C + L*(16C+4) + 2 + 2V) + L*B*H*(T/cp)*{}{}]: each GPU "
-             "keeps its T/cp rows of the T x T score matrix, so the T^2 part shrinks by cp\n",
-             layout == parallel::CpLayout::chunked ? "(T/cp)" : "T",
-             layout == parallel::CpLayout::contiguous || layout == parallel::CpLayout::zigzag
-                 ? " + L*B*H*(T/cp) (log-sum-exps)"
-                 : "");
+  const char* rows = layout == parallel::CpLayout::chunked ? "(T/cp)" : "T";
+  const bool lse = layout == parallel::CpLayout::contiguous || layout == parallel::CpLayout::zigzag;
+  if (c.precision == "fp32")
+    fmt::print(out,
+               "  formula: 4 B x [B*(T/cp)*(2C + L*(16C+4) + 2 + 2V) + L*B*H*(T/cp)*{}{}]: each "
+               "GPU keeps its T/cp rows of the T x T score matrix, so the T^2 part shrinks by cp\n",
+               rows, lse ? " + L*B*H*(T/cp) (log-sum-exps)" : "");
+  else
+    fmt::print(out,
+               "  formula: 2 B x [B*(T/cp)*(2C + L*16C + 2V) + L*B*H*(T/cp)*{}] ({}) + 4 B x "
+               "[B*(T/cp)*(4L + 2) (layernorm statistics){}] (fp32): each GPU keeps its T/cp rows "
+               "of the T x T score matrix, so the T^2 part shrinks by cp\n",
+               rows, c.precision, lse ? " + L*B*H*(T/cp) (log-sum-exps)" : "");
 }
 
 void print_exactness(std::ostream& out, const CommonOptions& c, parallel::CpLayout layout,

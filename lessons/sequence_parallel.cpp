@@ -89,12 +89,24 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
       out, "  {:<37} {:>6} {:>12} {:>14}   {}\n", "TP+SP  all-reduce (layernorm grads)", ln.count,
       format_bytes(std::max<int64_t>(ln.first_bytes, 0)), format_bytes(ln.sent),
       fmt::format("1 of 4*C*layers floats = {}", format_bytes(16 * int64_t{cfg.dim} * layers)));
-  fmt::print(out,
-             "  g and g-bar: reduce-scatters + {} all-gathers sent {}, TP's all-reduces {}: {}\n",
-             g_gathers, format_bytes(g_sent), format_bytes(ar.sent),
-             g_sent == ar.sent ? "the same bytes (a ring all-reduce IS a reduce-scatter + an "
-                                 "all-gather)"
-                               : "they differ!");
+  // Mixed precision: the all-gathers move the 2-byte activations, while the reduce-scatters
+  // (like TP's all-reduces) sum partial products in fp32 and round once (tensor_parallel.cpp).
+  const int64_t e = dtype_size(cfg.dtype);
+  const int64_t g_formula = 4 * layers * (t - 1) * (btc_bytes + btc_bytes / 4 * e) / t;
+  if (e == 4)
+    fmt::print(out,
+               "  g and g-bar: reduce-scatters + {} all-gathers sent {}, TP's all-reduces {}: {}\n",
+               g_gathers, format_bytes(g_sent), format_bytes(ar.sent),
+               g_sent == ar.sent ? "the same bytes (a ring all-reduce IS a reduce-scatter + an "
+                                   "all-gather)"
+                                 : "they differ!");
+  else
+    fmt::print(out,
+               "  g and g-bar: reduce-scatters + {} all-gathers sent {} (formula: 4 per layer x "
+               "(t-1)/t x B*T*C x (4 B summed in fp32 + {} B gathered in {}) = {}),\n  TP's "
+               "all-reduces {}: SP gathers {} activations where TP's all-reduce moves fp32 sums\n",
+               g_gathers, format_bytes(g_sent), e, c.precision, format_bytes(g_formula),
+               format_bytes(ar.sent), c.precision);
   fmt::print(out,
              "  on top: {} all-gathers ({}) SP adds: each layer's two column inputs gathered again "
              "for the weight\n  gradients (Korthikanti et al. keep only the 1/t slice and overlap "
@@ -179,12 +191,6 @@ class SequenceParallelLesson : public Lesson {
                "== sequence_parallel: TP over {} GPUs with the layernorm/residual regions split "
                "along the sequence ==\n",
                c.ranks);
-    // SequenceParallel's step moves fp32 activations only (whatever TP learns about precision).
-    if (c.precision != "fp32")
-      throw UsageError(fmt::format(
-          "sequence_parallel trains in --precision fp32 only so far, got {}: drop --precision, "
-          "or see bf16 in single_device, ddp or pipeline",
-          c.precision));
     auto task = make_task(c);
     const GPTConfig cfg = model_config(c, *task);
     const TensorParallelResult sp = train_tensor_parallel(c, out, /*sequence_parallel=*/true);

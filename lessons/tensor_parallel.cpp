@@ -15,6 +15,7 @@
 #include "core/parallel/mesh.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
+#include "core/tensor/dtype.h"
 #include "core/trace/analysis.h"
 #include "lessons/training.h"
 
@@ -70,11 +71,6 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
                                            bool sequence_parallel) {
   const char* lesson = sequence_parallel ? "sequence_parallel" : "tensor_parallel";
   WorldOptions wopt = c.world_options();
-  if (c.precision != "fp32")  // the shards are cut from the fp32 full model; no 2-byte copy yet
-    throw UsageError(
-        fmt::format("{} trains in --precision fp32 only so far, got {}: drop --precision, or "
-                    "see bf16 in single_device, ddp or pipeline",
-                    lesson, c.precision));
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
   parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
@@ -158,6 +154,13 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
   fmt::print(out, "  each         {} elements{}   formula: B*T*C = {}*{}*{} = {}\n",
              with_commas(first / 4), same_size ? "" : " (sizes differ!)", c.batch, c.seq, cfg.dim,
              with_commas(btc));
+  if (cfg.dtype != DType::f32)
+    fmt::print(
+        out,
+        "  (--precision {}: the partial products are summed in fp32 and rounded once, as the "
+        "single-device linear rounds its one fp32 result, so 4 B per element on the wire, "
+        "not {})\n",
+        c.precision, dtype_size(cfg.dtype));
   fmt::print(out, "  all-reduced  {} per step\n", format_bytes(bytes));
   fmt::print(out,
              "  on the wire  {} sent by rank 0 (measured)   formula: ring 2(t-1)/t x {} = {}{}\n",
@@ -170,7 +173,11 @@ void print_memory_split(std::ostream& out, const CommonOptions& c, const GPTConf
                         const TensorParallelResult& r) {
   const TpParamCount n = tp_param_count(cfg);
   const int64_t local = n.per_rank(c.ranks);
-  const int ob = optimizer_bytes_per_param(c.optimizer);
+  // Mixed precision: 2-byte weights, fp32 gradients, and the optimizer's fp32 master weights
+  // (4 B) beside AdamW's m and v: 2 + 4 + 12 B per parameter.
+  const bool mixed = cfg.dtype != DType::f32;
+  const int wb = static_cast<int>(dtype_size(cfg.dtype));
+  const int ob = optimizer_bytes_per_param(c.optimizer) + (mixed ? 4 : 0);
   auto peak = [&](MemCategory m) { return r.memory.peak[static_cast<int>(m)]; };
   fmt::print(out, "\nmemory per GPU, rank 0 (measured by the allocator vs formula):\n");
   fmt::print(out, "  parameters held  {} (measured)   formula: {} replicated + {} / {} = {}\n",
@@ -183,9 +190,12 @@ void print_memory_split(std::ostream& out, const CommonOptions& c, const GPTConf
                format_bytes(int64_t{bytes_per_param} * (n.replicated + n.sharded)), bytes_per_param,
                with_commas(n.replicated + n.sharded));
   };
-  row("weights", MemCategory::parameters, 4);
+  row(mixed ? "weights (2 B)" : "weights", MemCategory::parameters, wb);
   row("gradients", MemCategory::gradients, 4);
-  row(c.optimizer == "sgd" ? "sgd momentum" : "adamw m + v", MemCategory::optimizer_state, ob);
+  row(c.optimizer == "sgd" ? "sgd momentum"
+      : mixed              ? "adamw m+v+master"
+                           : "adamw m + v",
+      MemCategory::optimizer_state, ob);
   fmt::print(out, "  {:<16} {:>12}   (activations: only the heads' and MLP units' share shrinks)\n",
              "activations", format_bytes(peak(MemCategory::activations)));
   fmt::print(out, "  {:<16} {:>12}\n", "all at once", format_bytes(r.memory.peak_total));
@@ -196,14 +206,19 @@ void explain_out_of_memory(std::ostream& out, const CommonOptions& c, const GPTC
                            const OutOfMemory& oom) {
   const TpParamCount n = tp_param_count(cfg);
   const int64_t local = n.per_rank(c.ranks);
-  const int ob = optimizer_bytes_per_param(c.optimizer);
+  const bool mixed = cfg.dtype != DType::f32;
+  const int wb = static_cast<int>(dtype_size(cfg.dtype));
+  const int ob = optimizer_bytes_per_param(c.optimizer) + (mixed ? 4 : 0);
   fmt::print(out, "\nout of memory at tp={} with {} (capacity {} per GPU):\n", c.ranks, c.optimizer,
              c.capacity.empty() ? "the profile's" : c.capacity);
   fmt::print(
       out,
-      "  per GPU: {} params x (4 B weights + 4 B gradients + {} B {}) = {} before activations\n",
-      with_commas(local), ob, c.optimizer == "sgd" ? "momentum" : "AdamW m and v",
-      format_bytes(local * (8 + ob)));
+      "  per GPU: {} params x ({} B weights + 4 B gradients + {} B {}) = {} before activations\n",
+      with_commas(local), wb, ob,
+      c.optimizer == "sgd" ? "momentum"
+      : mixed              ? "AdamW m, v and fp32 master weights"
+                           : "AdamW m and v",
+      format_bytes(local * (wb + 4 + ob)));
   fmt::print(out,
              "  AdamW keeps 8 B/param of state (two moments) where momentum SGD keeps 4: {} "
              "more per GPU\n",

@@ -88,10 +88,6 @@ std::string gb(double bytes) {
 
 ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& options,
                          std::ostream& out) {
-  if (c.precision == "fp16")
-    throw UsageError(
-        "zero trains in --precision fp32 or bf16 so far: fp16 needs the loss scaler, which comes "
-        "to the layouts next; use --precision bf16 (the same 2-byte memory, no scaler)");
   WorldOptions wopt = c.world_options();
   const int global_batch = resolve_global_batch(c, DataParallelOptions{});
   auto task = make_task(c);
@@ -146,6 +142,8 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
   result.losses = trained.losses;
   result.first_step = trained.first_step;
   result.checkpoint_written = trained.checkpoint_written;
+  result.skipped_steps = trained.skipped_steps;
+  result.loss_scale = trained.loss_scale;
   const StateBytes b = state_bytes(c, result.param_bytes);
   const double psi = static_cast<double>(result.params), n = c.ranks;
   nlohmann::json meta = {
@@ -384,7 +382,8 @@ class ZeroLesson : public Lesson {
     fmt::print(out, "== zero: {} ==\n", stage_title(options_.stage));
     ZeroRunResult r = train_zero(c, options_, out);
     if (r.first_step > 0 || r.checkpoint_written) fmt::print(out, "\n");
-    print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
+    print_checkpoint_lines(out, c,
+                           {r.first_step, {}, r.checkpoint_written, r.skipped_steps, r.loss_scale});
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
     print_loss_summary(out, c, r.losses, " (mean over the global batch)");
     if (options_.stage == 3)

@@ -23,6 +23,8 @@ struct ZeroRunResult {
   trace::Trace trace;
   bool checkpoint_written = false;
   int first_step = 0;
+  std::vector<int> skipped_steps;  // fp16: the steps every rank skipped on inf/NaN gradients
+  float loss_scale = 0;            // fp16: the scale after the last step (0: no loss scaling)
 };
 
 // Trains --ranks data-parallel ranks at `options.stage`. Throws UsageError for impossible

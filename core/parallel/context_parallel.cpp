@@ -182,20 +182,25 @@ void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const 
                                    int heads) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
-  Tensor block_out = scratch({b, t, c}, qkv.dtype()), block_lse = scratch({b, heads, t});
+  // The running output and every block's share are merged in fp32 and rounded once at the end
+  // (mixed precision), as single-device attention rounds its one fp32 result.
+  const bool fp32 = out.dtype() == DType::f32;
+  Tensor running = fp32 ? out : scratch({b, t, c});
+  Tensor block_out = scratch({b, t, c}), block_lse = scratch({b, heads, t});
   bool first = true;
   ring_pass(
       qkv,
       [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
         if (first) {
-          ops::attention_block_forward(out, lse, att, q, kv, positions(), keys, heads);
+          ops::attention_block_forward(running, lse, att, q, kv, positions(), keys, heads);
           first = false;
         } else {
           ops::attention_block_forward(block_out, block_lse, att, q, kv, positions(), keys, heads);
-          cp_seams().merge(out, lse, block_out, block_lse);  // exercise 07
+          cp_seams().merge(running, lse, block_out, block_lse);  // exercise 07
         }
       },
       [] {});
+  if (!fp32) ops::convert(out, running);
 }
 
 // Backward: the K/V blocks go round again, each with a dK/dV accumulator that every rank adds its
@@ -205,8 +210,10 @@ void ContextParallel::ring_backward(Tensor& dqkv, const Tensor& dout, const Tens
                                     int heads) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
-  Tensor dq = scratch({b, t, c}, qkv.dtype());
-  Tensor dkv = scratch({b, t, 2 * c}, qkv.dtype()), dkv_next = scratch({b, t, 2 * c}, qkv.dtype());
+  // fp32 accumulators (mixed precision too): each block adds its share, rounded once at the end.
+  // The dK|dV accumulator that travels the ring is fp32 on the wire for the same reason.
+  Tensor dq = scratch({b, t, c});
+  Tensor dkv = scratch({b, t, 2 * c}), dkv_next = scratch({b, t, 2 * c});
   ring_pass(
       qkv,
       [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
@@ -314,7 +321,6 @@ void ContextParallel::ulysses_backward(Tensor& dqkv, const Tensor& dout, const T
 // ---------------------------------------------------------------------------------- one step
 
 train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
-  (void)step;
   if (batch.T != seq_)
     throw std::invalid_argument(fmt::format(
         "context parallelism was set up for sequences of {} tokens, got {}", seq_, batch.T));
@@ -332,7 +338,7 @@ train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
   phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
   phase_.emplace(phase_proto_);
   // My tokens' mean loss; the ranks' shares are equal, so their mean is the batch's mean.
-  const float loss = model_->forward(tokens, targets, acts);
+  const float loss = model_->forward(tokens, targets, acts, loss_scale());
   phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
   phase_.emplace(phase_proto_);
   model_->backward(tokens, acts);
@@ -342,11 +348,10 @@ train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
   // mpirun, so both give the same bits.)
   if (cp_.size() > 1)
     for (Param* p : model_->params()) cp_.all_reduce(p->grad, comm::ReduceOp::avg);
-  {
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    optimizer_->step();
-  }
-  return {.shard_loss = loss};
+  // fp16: the gradients are averaged over cp, so every rank sees the same overflow; the flag is
+  // still agreed over cp, so a rank's own (injected) overflow skips the step everywhere.
+  const bool stepped = optimizer_step(optimizer_.get(), {&cp_}, step);
+  return {.shard_loss = loss, .skipped = !stepped};
 }
 
 std::vector<train::TensorShard> ContextParallel::shards() {

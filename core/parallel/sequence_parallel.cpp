@@ -76,10 +76,7 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts) {
 
 SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
                                    const OptimizerFactory& make_optimizer)
-    : TensorParallel(cfg, tp, make_optimizer, tp.size()) {
-  if (cfg.dtype != DType::f32)  // the sequence collectives and their copies are written for fp32
-    throw std::invalid_argument("sequence parallelism runs in fp32 only so far (--precision fp32)");
-}
+    : TensorParallel(cfg, tp, make_optimizer, tp.size()) {}
 
 Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
   return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,
@@ -103,23 +100,33 @@ void SequenceParallel::column_backward(Linear& linear, Tensor& dinp, const Tenso
     // Megatron overlaps with the input-gradient GEMM.
     Tensor x = full_sequence(inp);
     all_gather_sequence(x, inp, tp_);
-    Tensor dx = full_sequence(inp);
-    linear.backward(dx, dout, x);
     // g backward: every rank's columns contribute to d(input); sum them and keep my tokens.
-    reduce_scatter_sequence(dinp, dx, tp_);
+    // (2-byte activations: summed in fp32 and rounded once, as in TensorParallel.)
+    const bool fp32 = dinp.dtype() == DType::f32;
+    Tensor dx = fp32 ? full_sequence(inp) : fp32_partial(x);
+    linear.backward(dx, dout, x);
+    Tensor mine = fp32 ? dinp : fp32_partial(dinp);
+    reduce_scatter_sequence(mine, dx, tp_);
+    if (!fp32) ops::convert(dinp, mine);
   });
 }
 
 void SequenceParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   // g-bar forward: each rank's partial product over the whole sequence, summed and cut to my
   // tokens in one reduce-scatter. The bias is added by tp rank 0 only, so the sum holds it once.
+  // (2-byte activations: the partial products are summed in fp32 and rounded once, then the
+  // bias is added on every rank, as the single-device linear does.)
+  const bool fp32 = out.dtype() == DType::f32;
   outside_phase([&] {
-    Tensor partial = full_sequence(out);
+    Tensor partial = fp32 ? full_sequence(out) : fp32_partial(full_sequence(out));
     const Tensor no_bias;
     ops::linear_forward(partial, inp, linear.weight.data,
-                        tp_.rank() == 0 ? linear.bias.data : no_bias);
-    reduce_scatter_sequence(out, partial, tp_);
+                        fp32 && tp_.rank() == 0 ? linear.bias.data : no_bias);
+    Tensor sum = fp32 ? out : fp32_partial(out);
+    reduce_scatter_sequence(sum, partial, tp_);
+    if (!fp32) ops::convert(out, sum);
   });
+  if (!fp32 && linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
 }
 
 void SequenceParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
@@ -159,7 +166,6 @@ void SequenceParallel::all_reduce_layernorm_grads() {
 // ---------------------------------------------------------------------------------- one step
 
 train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
-  (void)step;
   check_sp_size(config_, tp_.size(), static_cast<int>(batch.T));
   const int tp = tp_.size();
   GPT& model = *model_;
@@ -186,7 +192,7 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
   }
   // Leaving the region: the last block's output all-gathered for the head.
   outside_phase([&] { all_gather_sequence(head_input, *x, tp_); });
-  const float loss = model.head.forward_loss(head_input, batch.targets, acts.head);
+  const float loss = model.head.forward_loss(head_input, batch.targets, acts.head, loss_scale());
 
   phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
   phase_.emplace(phase_proto_);
@@ -203,11 +209,9 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
   model.embedding.backward(d_full, batch.tokens);
   phase_.reset();
   all_reduce_layernorm_grads();
-  {
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    optimizer_->step();
-  }
-  return {.loss = loss};
+  // fp16: a sharded weight's overflow is only on its owner: the found-inf flag is agreed over tp.
+  const bool stepped = optimizer_step(optimizer_.get(), {&tp_}, step);
+  return {.loss = loss, .skipped = !stepped};
 }
 
 }  // namespace mgpu::parallel

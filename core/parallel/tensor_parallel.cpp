@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "core/ops/ops.h"
+#include "core/optim/mixed_precision.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -135,6 +137,10 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
     ParamList full_params = full.params(), mine = model_->params();
     for (size_t i = 0; i < mine.size(); ++i) {
       if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
+      // Mixed precision: the slices are cut from the full model's 2-byte parameters (rounded
+      // once from the fp32 initial values), so a shard holds exactly the single-device values.
+      if (mine[i]->data.dtype() != cfg.dtype)
+        mine[i]->data = Tensor::empty(mine[i]->data.shape(), MemCategory::parameters, cfg.dtype);
       int64_t pos = 0;
       for (const train::ShardRun& run : runs_of(mine[i]->name, full_params[i]->data.shape())) {
         mine[i]
@@ -157,21 +163,42 @@ void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Ten
       [&] { tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_); });
 }
 
+// Mixed precision: the two all-reduces that sum partial results (g forward after a row-parallel
+// linear, f backward after a column-parallel one) sum them in fp32 and round once into the
+// 2-byte activation, as the single-device linear rounds its one fp32 result. Summing 2-byte
+// partials instead would round every partial first (bf16 keeps 8 bits), so TP would no longer
+// compute the single-device model's numbers. The price: 4 B per element on the wire, not 2.
+Tensor TensorParallel::fp32_partial(const Tensor& like) {
+  return Tensor::empty(like.shape(), MemCategory::comm_buffers, DType::f32);
+}
+
 void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                      const Tensor& inp) {
+  const bool fp32 = dinp.dtype() == DType::f32;
+  Tensor dx = fp32 ? dinp : fp32_partial(dinp);
   outside_phase([&] {
-    tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+    tp_seams().column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp,
                                linear.weight.data, tp_);
   });
+  if (!fp32) ops::convert(dinp, dx);
 }
 
 void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
   const Tensor no_bias;
-  outside_phase([&] {
-    tp_seams().row_forward(out, inp, linear.weight.data,
-                           tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
-  });
+  if (out.dtype() == DType::f32) {
+    // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
+    outside_phase([&] {
+      tp_seams().row_forward(out, inp, linear.weight.data,
+                             tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
+    });
+    return;
+  }
+  // 2-byte activations: the fp32 sum of the partial products, rounded, then the bias (as the
+  // single-device linear adds it to its rounded product).
+  Tensor sum = fp32_partial(out);
+  outside_phase([&] { tp_seams().row_forward(sum, inp, linear.weight.data, no_bias, tp_); });
+  ops::convert(out, sum);
+  if (linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
 }
 
 void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
@@ -227,14 +254,20 @@ std::vector<train::TensorShard> TensorParallel::shards() {
     return s;
   };
   const ParamList params = model_->params();
-  for (Param* p : params) {
+  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps
+  // (the trainer rounds them back into the model after a resume).
+  auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer_.get());
+  const ParamList masters = mixed ? mixed->master_params() : params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Param* p = params[i];
     const Shape full = full_shape(*p);
     const bool sharded = full != p->data.shape();
-    out.push_back(
-        {p->name, "param", full, runs_of(p->name, full), p->data, sharded || tp_.rank() == 0});
+    out.push_back({p->name, "param", full, runs_of(p->name, full), masters[i]->data,
+                   sharded || tp_.rank() == 0});
   }
   // Optimizer state is named "<prefix>.<param name>", one flat element per parameter element.
   for (const optim::NamedTensor& state : optimizer_->state()) {
+    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
     for (Param* p : params) {
       if (!ends_with(state.name, "." + p->name)) continue;
       const Shape full = full_shape(*p);

@@ -157,7 +157,7 @@ int64_t ZeroLayout::owned_elements() const {
 
 // ---------------------------------------------------------------------------------- one step
 
-train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int) {
+train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int step) {
   data::Batch mine = data::split_micro_batches(global_batch, dp_.size())[dp_.rank()];
   for (ZeroUnit& u : units_)
     if (u.flat_grads.defined()) u.flat_grads.fill(0.0f);
@@ -191,22 +191,24 @@ train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int) {
     hooks.after_backward = [&](int l) { reduce(l); };
   }
   GPTActivations acts = GPTActivations::allocate(config_, mine.B, mine.T);
-  const float loss = forward_by_layer(model_, mine, acts, 1.0f, hooks);
+  const float loss = forward_by_layer(model_, mine, acts, loss_scale(), hooks);
   backward_by_layer(model_, mine, acts, hooks);
-  auto update_owned = [&] {
-    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
-    optimizer_->step();  // only my chunk (stage 0: the whole replica)
-  };
+  // Only my chunk is updated (stage 0: the whole replica). fp16: each rank checks only the
+  // gradient chunk it owns, so the found-inf flag is agreed over the dp group and a skipped step
+  // is skipped on every rank (the all-gather then hands back the unchanged parameters).
+  bool stepped = true;
+  auto update_owned = [&] { stepped = optimizer_step(optimizer_.get(), {&dp_}, step); };
   if (options_.stage == 1) {  // after backward: reduce-scatter, update my chunk, all-gather
     std::vector<FlatUnit> flat;
     for (ZeroUnit& u : units_) flat.push_back({u.flat_params, u.flat_grads});
     zero_seams().sharded_step(dp_, flat, update_owned);
-    return {.shard_loss = loss};
+    return {.shard_loss = loss, .skipped = !stepped};
   }
   finish_gradients();
   update_owned();
   if (options_.stage == 2) gather_updated_params();
-  return {.shard_loss = loss};  // equal shards: the trainer's mean of them is the global mean
+  // equal shards: the trainer's mean of them is the global mean
+  return {.shard_loss = loss, .skipped = !stepped};
 }
 
 void ZeroLayout::gather(int unit) {

@@ -178,20 +178,35 @@ TEST_CASE("the lesson's measured wire bytes equal the ring formula", "[cp][lesso
   CHECK_THAT(r.out, Catch::Contains("busy spread"));
 }
 
-TEST_CASE("activation memory measured by the allocator equals the formula for cp 1 2 4",
-          "[cp][lesson][memory]") {
-  const auto r = run_mgpu({"run", "context_parallel", "--cp", "2", "--steps", "1", "--seq", "16"});
+TEST_CASE("bf16 ring attention sends 2-byte K|V blocks and 4-byte dK|dV accumulators",
+          "[cp][lesson][wire][precision]") {
+  const auto r = run_mgpu(cp_run("zigzag", 2, {"--steps", "2", "--precision", "bf16"}));
   REQUIRE(r.code == 0);
   INFO(r.out);
-  // every cell of the table reads "measured / formula"; the T^2 part shrinks with cp
-  const std::string table = r.out.substr(r.out.find("activation memory per GPU vs sequence"));
-  const std::regex cell(R"(([0-9.]+ [KMG]?i?B) / ([0-9.]+ [KMG]?i?B))");
-  int cells = 0;
-  for (auto it = std::sregex_iterator(table.begin(), table.end(), cell);
-       it != std::sregex_iterator(); ++it, ++cells)
-    CHECK((*it)[1].str() == (*it)[2].str());
-  CHECK(cells == 9);  // T = 16, 32, 64 x cp = 1, 2, 4
-  CHECK_THAT(r.out, Catch::Contains("peak activations per GPU (allocator)"));
+  // 2 layers x 8*16*128 x ((1 + 1) hops x 2 B + 2 hops x 4 B) = 384 KiB, on both ranks
+  CHECK_THAT(r.out, Catch::Contains("rank 0: attention 384.00 KiB"));
+  CHECK_THAT(r.out, Catch::Contains("rank 1: attention 384.00 KiB"));
+  CHECK_THAT(r.out, Catch::Contains("(fp32 accumulators) = 384.00 KiB"));
+}
+
+TEST_CASE("activation memory measured by the allocator equals the formula for cp 1 2 4",
+          "[cp][lesson][memory]") {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    INFO("--precision " << precision);
+    const auto r = run_mgpu({"run", "context_parallel", "--cp", "2", "--steps", "1", "--seq", "16",
+                             "--precision", precision});
+    REQUIRE(r.code == 0);
+    INFO(r.out);
+    // every cell of the table reads "measured / formula"; the T^2 part shrinks with cp
+    const std::string table = r.out.substr(r.out.find("activation memory per GPU vs sequence"));
+    const std::regex cell(R"(([0-9.]+ [KMG]?i?B) / ([0-9.]+ [KMG]?i?B))");
+    int cells = 0;
+    for (auto it = std::sregex_iterator(table.begin(), table.end(), cell);
+         it != std::sregex_iterator(); ++it, ++cells)
+      CHECK((*it)[1].str() == (*it)[2].str());
+    CHECK(cells == 9);  // T = 16, 32, 64 x cp = 1, 2, 4
+    CHECK_THAT(r.out, Catch::Contains("peak activations per GPU (allocator)"));
+  }
 }
 
 TEST_CASE("bad context-parallel sizes and options are one line and exit 2", "[cp][lesson][usage]") {
@@ -207,7 +222,6 @@ TEST_CASE("bad context-parallel sizes and options are one line and exit 2", "[cp
       {cp_run("ring", 2, {}), "unknown --cp-layout 'ring'"},
       {cp_run("zigzag", 2, {"--ranks", "4"}), "--cp 2 but the run has 4 ranks"},
       {cp_run("zigzag", 2, {"--device", "cuda"}), "no CUDA version yet"},
-      {cp_run("zigzag", 2, {"--precision", "bf16"}), "fp32 only"},
   };
   for (const Case& c : cases) {
     const auto r = run_mgpu(c.args);

@@ -49,6 +49,16 @@ std::vector<std::string> tiny_run(const std::string& lesson, int steps) {
          "4",        "--schedule",
          "zb-h1"};
   if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
+  // The paradigms with variants: "zero-2" is the zero lesson at stage 2, "context_parallel-zigzag"
+  // the context_parallel lesson with that split.
+  if (lesson.rfind("zero-", 0) == 0) {
+    a[1] = "zero";
+    a.insert(a.end(), {"--stage", lesson.substr(5)});
+  }
+  if (lesson.rfind("context_parallel-", 0) == 0) {
+    a[1] = "context_parallel";
+    a.insert(a.end(), {"--cp-layout", lesson.substr(17)});
+  }
   return a;
 }
 
@@ -148,6 +158,70 @@ TEST_CASE(
   }
 }
 
+// The paradigms that split the model or the sequence: their shards are cut from the 2-byte
+// parameters single_device starts from, and each is compared after one step, as above.
+TEST_CASE(
+    "bf16 and fp16 train in tensor sequence and context parallel and zero to the "
+    "single-device checkpoint",
+    "[lesson][precision][paradigms]") {
+  for (const std::string precision : {"bf16", "fp16"}) {
+    INFO("--precision " << precision);
+    auto reference = load_checkpoint_by_name(
+        checkpoint_of("single_device", {"--precision", precision}, precision, 1));
+    for (const std::string lesson : {"zero-1", "zero-2", "zero-3", "tensor_parallel",
+                                     "sequence_parallel", "context_parallel-ulysses"}) {
+      INFO(lesson);
+      auto mine =
+          load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", precision}, precision, 1));
+      CHECK(max_difference(mine, reference, "param") <= kBf16Tolerance);
+      CHECK(max_difference(mine, reference, "optimizer_state") <= kBf16Tolerance);
+    }
+  }
+}
+
+namespace {
+// The share of `kind` elements of `a` within `bound` of `b`'s (0 when names or shapes differ).
+double share_within(const mgpu::testing::CheckpointByName& a,
+                    const mgpu::testing::CheckpointByName& b, const std::string& kind,
+                    float bound) {
+  int64_t close = 0, total = 0;
+  for (auto& [name, t] : a) {
+    if (t.kind != kind) continue;
+    auto it = b.find(name);
+    if (it == b.end() || it->second.shape != t.shape) return 0;
+    for (size_t i = 0; i < t.values.size(); ++i, ++total)
+      close += std::abs(t.values[i] - it->second.values[i]) <= bound;
+  }
+  return total > 0 ? double(close) / double(total) : 0;
+}
+}  // namespace
+
+// Ring attention (contiguous, zigzag) merges fp32 per-block results with the online softmax and
+// rounds once, where single-device attention rounds its [T, T] probabilities to 2 bytes before
+// multiplying them with V: the 2-byte numbers differ at the rounding step (measured: about 1 in
+// 200 elements beyond the fp32 bound after one step, where a gradient near zero flips AdamW's
+// first update, up to 2 x lr). So ring attention is held to: at least 99% of the parameters and
+// of the optimizer state within the fp32 reordering bound of single_device's (a wrong merge or a
+// missing rounding moves nearly all of them), and none further than one AdamW step (2 x lr).
+TEST_CASE(
+    "bf16 and fp16 ring attention trains to the single-device checkpoint but at the "
+    "rounding step",
+    "[lesson][precision][paradigms]") {
+  for (const std::string precision : {"bf16", "fp16"}) {
+    INFO("--precision " << precision);
+    auto reference = load_checkpoint_by_name(
+        checkpoint_of("single_device", {"--precision", precision}, precision, 1));
+    for (const std::string lesson : {"context_parallel-contiguous", "context_parallel-zigzag"}) {
+      INFO(lesson);
+      auto mine =
+          load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", precision}, precision, 1));
+      CHECK(share_within(mine, reference, "param", kBf16Tolerance) >= 0.99);
+      CHECK(share_within(mine, reference, "optimizer_state", kBf16Tolerance) >= 0.99);
+      CHECK(max_difference(mine, reference, "param") <= 2 * 3e-3f + kBf16Tolerance);  // --lr 3e-3
+    }
+  }
+}
+
 TEST_CASE("an fp16 run prints its loss scaling and resumes with its scaler state",
           "[lesson][precision][fp16]") {
   auto args = tiny_run("ddp", 2);
@@ -169,6 +243,19 @@ TEST_CASE("an fp16 run prints its loss scaling and resumes with its scaler state
   CHECK(mgpu::read_checkpoint_info(resumed_path.string())
             .optimizer.at("loss_scaler")
             .at("good_steps") == 4);
+}
+
+TEST_CASE("the paradigm lessons print their fp16 loss scaling", "[lesson][precision][fp16]") {
+  for (const std::string lesson :
+       {"zero-1", "zero-3", "tensor_parallel", "sequence_parallel", "context_parallel-zigzag"}) {
+    auto args = tiny_run(lesson, 2);
+    args.insert(args.end(), {"--precision", "fp16"});
+    args.erase(std::find(args.begin(), args.end(), "-q"));
+    auto r = run_mgpu(args);
+    INFO(lesson << ": " << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("loss scaling (fp16): 0 steps skipped") != std::string::npos);
+  }
 }
 
 TEST_CASE("precision and recompute combinations that cannot run: one line, exit 2",

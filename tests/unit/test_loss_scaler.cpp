@@ -10,8 +10,12 @@
 #include "core/comm/comm.h"
 #include "core/model/checkpoint.h"
 #include "core/optim/mixed_precision.h"
+#include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp.h"
 #include "core/parallel/pipeline/executor.h"
+#include "core/parallel/sequence_parallel.h"
+#include "core/parallel/tensor_parallel.h"
+#include "core/parallel/zero.h"
 #include "core/runtime/world.h"
 #include "core/train/single_device.h"
 #include "core/train/trainer.h"
@@ -171,8 +175,9 @@ train::TrainOptions scaled_options(int steps, std::vector<std::pair<int, int>> i
 
 }  // namespace
 
-TEST_CASE("an overflow on one rank makes every rank skip that step: ddp and pipelines",
-          "[loss_scaler][train]") {
+TEST_CASE(
+    "an overflow on one rank makes every rank skip that step: ddp pipelines zero tp sp and cp",
+    "[loss_scaler][train]") {
   const GPTConfig cfg = fp16_config();
   struct Case {
     std::string name;
@@ -193,6 +198,35 @@ TEST_CASE("an overflow on one rank makes every rank skip that step: ddp and pipe
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<pipeline::PipelineLayout>(
              cfg, *ctx.comm, pipeline::make_schedule("zb-h1", 2, 4, 1), 1, fp16_adamw());
+       }},
+      // ZeRO: each rank checks only the gradient chunk it owns; TP: only its weight slices.
+      {"zero stage 1",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::ZeroLayout>(
+             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 1}, fp16_adamw());
+       }},
+      {"zero stage 2",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::ZeroLayout>(
+             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 2}, fp16_adamw());
+       }},
+      {"tensor parallel",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw());
+       }},
+      {"sequence parallel",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::SequenceParallel>(cfg, *ctx.comm, fp16_adamw());
+       }},
+      {"context parallel zigzag",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::ContextParallel>(
+             cfg, *ctx.comm, parallel::CpLayout::zigzag, cfg.seq_len, fp16_adamw());
+       }},
+      {"zero stage 3",
+       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+         return std::make_unique<parallel::ZeroLayout>(
+             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 3}, fp16_adamw());
        }},
   };
   for (const Case& c : cases) {

@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "core/model/checkpoint.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/world.h"
+#include "lessons/tensor_parallel.h"
 #include "unit/mgpu_cli.h"
 
 using namespace mgpu;
@@ -160,6 +162,25 @@ TEST_CASE("the Adam question: fits with SGD, out of memory with AdamW, fits agai
       oom.out,
       Catch::Contains("AdamW keeps 8 B/param of state (two moments) where momentum SGD keeps 4"));
   CHECK_THAT(oom.out, Catch::Contains("adamw fits again at tp=4"));
+}
+
+TEST_CASE("tensor and sequence parallel in bf16 and fp16 hold 2 + 4 + 12 B per local parameter",
+          "[tp][lesson][memory][precision]") {
+  for (const bool sp : {false, true})
+    for (const std::string precision : {"bf16", "fp16"}) {
+      INFO((sp ? "sequence_parallel " : "tensor_parallel ") << precision);
+      lessons::CommonOptions c;
+      c.ranks = 2, c.layers = 2, c.dim = 16, c.heads = 2, c.seq = 8, c.batch = 4, c.steps = 1;
+      c.quiet = true;
+      c.precision = precision;
+      std::ostringstream out;
+      const lessons::TensorParallelResult r = lessons::train_tensor_parallel(c, out, sp);
+      auto peak = [&](MemCategory m) { return r.memory.peak[static_cast<int>(m)]; };
+      // The allocator's peaks: 2-byte weight slices, fp32 gradients, fp32 masters + m + v.
+      CHECK(peak(MemCategory::parameters) == 2 * r.local_params);
+      CHECK(peak(MemCategory::gradients) == 4 * r.local_params);
+      CHECK(peak(MemCategory::optimizer_state) == 12 * r.local_params);
+    }
 }
 
 TEST_CASE("a 24-layer dim-2048 model runs on phantom GPUs", "[tp][lesson][phantom]") {

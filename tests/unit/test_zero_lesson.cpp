@@ -106,7 +106,7 @@ TEST_CASE("zero checkpoints resume at any stage and rank count", "[zero][lesson]
   CHECK(max_difference(load_checkpoint_by_name(single_done), want, "param") < kTolerance);
 }
 
-TEST_CASE("zero bf16: single-device masters and K = 12 optimizer bytes per parameter over N",
+TEST_CASE("zero bf16 and fp16: single-device masters and 2 + 4 + 12 bytes sharded by stage",
           "[zero][lesson][bf16]") {
   const auto single = load_checkpoint_by_name(
       checkpoint_of("single_device", 4, {"--precision", "bf16"}, "single_bf16"));
@@ -117,24 +117,32 @@ TEST_CASE("zero bf16: single-device masters and K = 12 optimizer bytes per param
     CHECK(max_difference(zero, single, "param") < kTolerance);
     CHECK(max_difference(zero, single, "optimizer_state") < kTolerance);
   }
-  lessons::CommonOptions c;
-  c.ranks = 4, c.layers = 3, c.dim = 16, c.heads = 2, c.seq = 8, c.batch = 8, c.steps = 1;
-  c.quiet = true;
-  c.precision = "bf16";
-  std::ostringstream out;
-  lessons::ZeroRunResult r = lessons::train_zero(c, {.stage = 1}, out);
-  REQUIRE(r.peak.size() == 4);
-  int64_t owned = 0;
-  for (int rank = 0; rank < 4; ++rank) {
-    const auto& peak = r.peak[rank];
-    owned += r.owned[rank];
-    // master 4 + m 4 + v 4 per owned element; 2-byte parameters, whole on every rank
-    CHECK(peak[static_cast<int>(MemCategory::optimizer_state)] == 12 * r.owned[rank]);
-    CHECK(peak[static_cast<int>(MemCategory::parameters)] == 2 * r.params);
-    CHECK(r.owned[rank] >= r.params / 4 - 5);  // 5 units, each chunk at most one element more
-    CHECK(r.owned[rank] <= r.params / 4 + 5);
-  }
-  CHECK(owned == r.params);
+  for (const std::string precision : {"bf16", "fp16"})
+    for (int stage = 1; stage <= 3; ++stage) {
+      INFO(precision << " stage " << stage);
+      lessons::CommonOptions c;
+      c.ranks = 4, c.layers = 3, c.dim = 16, c.heads = 2, c.seq = 8, c.batch = 8, c.steps = 1;
+      c.quiet = true;
+      c.precision = precision;
+      std::ostringstream out;
+      lessons::ZeroRunResult r = lessons::train_zero(c, {.stage = stage}, out);
+      REQUIRE(r.peak.size() == 4);
+      int64_t owned = 0;
+      for (int rank = 0; rank < 4; ++rank) {
+        const auto& peak = r.peak[rank];
+        owned += r.owned[rank];
+        // master 4 + m 4 + v 4 per owned element; 2-byte parameters, whole on every rank until
+        // stage 3 shards them; fp32 gradients, whole until stage 2 shards them
+        CHECK(peak[static_cast<int>(MemCategory::optimizer_state)] == 12 * r.owned[rank]);
+        CHECK(peak[static_cast<int>(MemCategory::parameters)] ==
+              2 * (stage == 3 ? r.owned[rank] : r.params));
+        CHECK(peak[static_cast<int>(MemCategory::gradients)] ==
+              4 * (stage >= 2 ? r.owned[rank] : r.params));
+        CHECK(r.owned[rank] >= r.params / 4 - 5);  // 5 units, each chunk at most one more
+        CHECK(r.owned[rank] <= r.params / 4 + 5);
+      }
+      CHECK(owned == r.params);
+    }
 }
 
 TEST_CASE("zero with recompute writes the checkpoint of zero without it",
@@ -190,8 +198,7 @@ TEST_CASE("zero refuses what it cannot run in one line with exit code 2", "[zero
     std::string says;
   };
   for (const Case& k :
-       std::vector<Case>{{{"--precision", "fp16"}, "fp16 needs the loss scaler"},
-                         {{"--stage", "2", "--prefetch", "off"}, "--prefetch applies to stage 3"},
+       std::vector<Case>{{{"--stage", "2", "--prefetch", "off"}, "--prefetch applies to stage 3"},
                          {{"--stage", "4"}, "--stage"},
                          {{}, "global batch 7 is not divisible by 4 ranks"},
                          {{"--paper", "--stage", "1"}, "--paper compares every stage"}}) {
