@@ -69,7 +69,6 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
 HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
                            const train::OptimizerFactory& make_optimizer)
     : config_(cfg),
-      world_(world),
       mesh_(world, options.mesh),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_hooks_(mesh_.group(Axis::tp)),
@@ -91,7 +90,10 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
 }
 
 void HybridLayout::before_step(int) {
-  world_.barrier();  // every rank starts the step together, so bubbles share a common start
+  // Every rank starts the step together, so bubbles share a common start. Barriers on tp, then
+  // pp, then dp add up to a barrier of the world: leaving the last one means every rank of every
+  // pipeline has arrived. (The world comm itself is only used to build the mesh.)
+  for (Axis axis : {Axis::tp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
 }
 
 // ---------------------------------------------------------------------------------- one step

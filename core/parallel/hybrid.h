@@ -51,7 +51,6 @@ class HybridLayout : public train::Layout {
   void average_gradients_over_dp();
 
   GPTConfig config_;
-  comm::Comm& world_;
   Mesh mesh_;
   TpSlice slice_;
   TensorParallelHooks tp_hooks_;
