@@ -77,10 +77,6 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   if (c.precision != "fp32")  // TP's shards are cut from the fp32 full model (as in TP's lesson)
     throw UsageError(fmt::format(
         "hybrid trains in --precision fp32 only so far, got {}: drop --precision", c.precision));
-  if (c.recompute != "none")
-    throw UsageError(fmt::format(
-        "hybrid does not recompute activations yet, got --recompute {}: drop --recompute",
-        c.recompute));
   auto task = make_task(c);
   const GPTConfig cfg = model_config(c, *task);
   parallel::HybridOptions options{.schedule = h.schedule, .microbatches = h.microbatches};
@@ -149,20 +145,24 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   const int64_t act = int64_t{micro_b} * c.seq * cfg.dim * 4;  // one micro-batch's activation
   auto ring = [](int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; };
   const auto sent = sent_by_axis(trace, step, mesh.ranks());
+  // --recompute full reruns each block's forward in backward, g's 2 all-reduces included.
+  const int tp_per_layer = c.recompute == "full" ? 6 : 4;
   fmt::print(out,
              "\nbytes each GPU sent in step {}, by group (measured from the trace | formula):\n"
-             "  tp: 4 all-reduces per layer per micro-batch, ring 2(t-1)/t x B_micro*T*C*4 "
+             "  tp: {} all-reduces per layer per micro-batch{}, ring 2(t-1)/t x B_micro*T*C*4 "
              "= {:.2f} x {}\n"
              "  pp: one activation forward + one gradient back per micro-batch and neighbour, "
              "B_micro*T*C*4 = {}\n"
              "  dp: ring all-reduce of the stage's gradients once per step, 2(d-1)/d = {:.2f} x "
              "gradient bytes\n",
-             step + 1, ring(mesh.tp), format_bytes(act), format_bytes(act), ring(mesh.dp));
+             step + 1, tp_per_layer,
+             c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
+             ring(mesh.tp), format_bytes(act), format_bytes(act), ring(mesh.dp));
   for (int r = 0; r < mesh.ranks(); ++r) {
     const auto coord = parallel::mesh_coords(mesh, r);
     const int s = coord[int(Axis::pp)];
     const int64_t layers = per_rank[r][kNumMemCategories + 2];
-    const double tp_formula = ring(mesh.tp) * 4 * layers * M * act;
+    const double tp_formula = ring(mesh.tp) * tp_per_layer * layers * M * act;
     const int64_t pp_formula = int64_t{M} * act * ((s < P - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
     const double dp_formula = ring(mesh.dp) * per_rank[r][kNumMemCategories + 1];
     auto get = [&](const char* axis) {

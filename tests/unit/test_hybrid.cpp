@@ -64,6 +64,32 @@ TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
   std::remove(single.c_str());
 }
 
+TEST_CASE(
+    "hybrid with --recompute trains to the single-device parameters and counts the "
+    "recomputed all-reduces",
+    "[hybrid][lesson][equivalence]") {
+  for (std::string recompute : {"selective", "full"}) {
+    INFO("--recompute " << recompute);
+    const std::string single = temp_path("single_" + recompute + ".ckpt"),
+                      path = temp_path("hybrid_" + recompute + ".ckpt");
+    REQUIRE(
+        run_mgpu(tiny({"run", "single_device", "--recompute", recompute, "--checkpoint", single}))
+            .code == 0);
+    auto r = run_mgpu(mesh(2, 2, 2, {"--recompute", recompute, "--checkpoint", path}));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto got = mgpu::testing::load_checkpoint_by_name(path),
+               want = mgpu::testing::load_checkpoint_by_name(single);
+    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+    // 8 layers / 2 stages x 2 micro-batches x 2 KiB: 4 all-reduces = 64 KiB, full recompute's 6
+    CHECK_THAT(r.out, Catch::Contains(recompute == "full" ? "tp 96.00 KiB | 96.00 KiB"
+                                                          : "tp 64.00 KiB | 64.00 KiB"));
+    std::remove(single.c_str());
+    std::remove(path.c_str());
+  }
+}
+
 TEST_CASE("hybrid measures each group's bytes equal to its formula", "[hybrid][lesson]") {
   auto r = run_mgpu(mesh(2, 2, 2));
   INFO(r.out << r.err);
