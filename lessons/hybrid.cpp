@@ -29,7 +29,7 @@ using parallel::Axis;
 
 struct HybridLessonOptions {
   int dp = 0;  // 0: whatever --ranks leaves after tp and pp
-  int tp = 1, pp = 1;
+  int tp = 2, pp = 2;
   std::string schedule = "1f1b";
   int microbatches = 4;
 };
