@@ -206,6 +206,23 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
       fmt::print(out, "{:>16}", format_bytes(per_rank[r][k]));
     fmt::print(out, "\n");
   }
+  // The model states by formula: stage s holds its layers' tp slices and replicated parts, plus
+  // the embeddings (stage 0) and the head (the last stage).
+  const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len, t = mesh.tp;
+  const int optimizer_bytes = c.optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
+  fmt::print(out,
+             "model states by formula: P_s = [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + "
+             "[s=P-1](V+2)C parameters, x 4 B weights, 4 B gradients, {} B {} state:\n",
+             optimizer_bytes, c.optimizer);
+  const pipeline::LayerPartition layers = pipeline::partition_layers(cfg.layers, P);
+  for (int s = 0; s < P; ++s) {
+    const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
+    const int64_t params = (s == 0 ? (V + T) * C : 0) + L * (6 * C + (12 * C * C + 7 * C) / t) +
+                           (s == P - 1 ? (V + 2) * C : 0);
+    fmt::print(out, "  stage {}: P_{} = {} -> {} + {} + {}\n", s, s, with_commas(params),
+               format_bytes(4 * params), format_bytes(4 * params),
+               format_bytes(optimizer_bytes * params));
+  }
   fmt::print(out, "\n");
   return finish_run(c, trace, "hybrid", out);
 }

@@ -113,6 +113,15 @@ TEST_CASE("hybrid measures each group's bytes equal to its formula", "[hybrid][l
   }
   CHECK(rows == 8);
   CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(M+P-1) = 1/3"));
+  // Model states: stage 0 = embeddings (64+8)*16 + 4 layers x (6*16 + (12*256+7*16)/2) = 7,904
+  // parameters; the allocator's peaks equal the formula (AdamW: 8 B per parameter).
+  CHECK_THAT(r.out, Catch::Contains("stage 0: P_0 = 7,904 -> 30.88 KiB + 30.88 KiB + 61.75 KiB"));
+  CHECK_THAT(r.out,
+             Catch::Contains("0 dp0 pp0 tp0        30.88 KiB       30.88 KiB       61.75 KiB"));
+  // stage 1: 4 layers + the head (64+2)*16 = 7,808
+  CHECK_THAT(r.out, Catch::Contains("stage 1: P_1 = 7,808 -> 30.50 KiB + 30.50 KiB + 61.00 KiB"));
+  CHECK_THAT(r.out,
+             Catch::Contains("7 dp1 pp1 tp1        30.50 KiB       30.50 KiB       61.00 KiB"));
 }
 
 TEST_CASE("hybrid prints who is who on the mesh", "[hybrid][lesson]") {
