@@ -64,6 +64,35 @@ TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
   std::remove(single.c_str());
 }
 
+TEST_CASE("hybrid resumes from a single-device checkpoint and back",
+          "[hybrid][lesson][equivalence]") {
+  auto steps = [](std::vector<std::string> args, const char* n) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--steps") args[i + 1] = n;
+    return args;
+  };
+  const std::string single = temp_path("single4.ckpt"), half = temp_path("half.ckpt"),
+                    done = temp_path("done.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  // 2 single-device steps, then 2 hybrid steps == 4 single-device steps
+  REQUIRE(run_mgpu(steps(tiny({"run", "single_device", "--checkpoint", half}), "2")).code == 0);
+  auto r = run_mgpu(mesh(2, 2, 2, {"--resume", half, "--checkpoint", done}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want, "param") <
+        2e-5f);
+  // and back: 2 hybrid steps, then 2 single-device steps
+  REQUIRE(run_mgpu(steps(mesh(1, 4, 2, {"--checkpoint", half}), "2")).code == 0);
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--resume", half, "--checkpoint", done})).code ==
+          0);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want, "param") <
+        2e-5f);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want,
+                                      "optimizer_state") < 2e-5f);
+  for (auto* p : {&single, &half, &done}) std::remove(p->c_str());
+}
+
 TEST_CASE(
     "hybrid with --recompute trains to the single-device parameters and counts the "
     "recomputed all-reduces",
@@ -159,6 +188,9 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
     CHECK_THAT(r.err, Catch::Contains(b.works));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+  auto precision = run_mgpu(mesh(2, 2, 2, {"--precision", "bf16"}));
+  CHECK(precision.code == 2);
+  CHECK_THAT(precision.err, Catch::Contains("fp32 only"));
   auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "zb-h1"}));
   CHECK(schedule.code == 2);
   CHECK_THAT(schedule.err, Catch::Contains("gpipe or 1f1b"));
