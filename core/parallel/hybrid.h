@@ -33,7 +33,7 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_
 // One rank of a hybrid run, as the training loop sees it (core/train/layout.h).
 class HybridLayout : public train::Layout {
  public:
-  // Collective over `world` (it builds the mesh). `world` must outlive the layout.
+  // Collective over `world`: every rank builds the mesh (its groups live in the layout).
   HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
                const train::OptimizerFactory& make_optimizer);
   std::string name() const override { return "hybrid"; }
