@@ -94,21 +94,21 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 // Where a local tensor's elements sit in the full tensor of the same name (row-major).
-std::vector<train::ShardRun> TensorParallel::runs_of(const std::string& name,
-                                                     const Shape& full) const {
-  const int64_t c = config_.dim, hs = config_.head_size();
+std::vector<train::ShardRun> tp_shard_runs(const GPTConfig& cfg, const TpSlice& slice,
+                                           const std::string& name, const Shape& full) {
+  const int64_t c = cfg.dim, hs = cfg.head_size();
   const int64_t in = full.size() == 2 ? full[1] : 1;  // elements per row
-  const int64_t h0 = slice_.head_begin * hs, h1 = slice_.head_end * hs;
+  const int64_t h0 = slice.head_begin * hs, h1 = slice.head_end * hs;
   std::vector<train::ShardRun> runs;
   if (ends_with(name, "attn.qkv.weight") || ends_with(name, "attn.qkv.bias")) {
     // column-parallel: rows [h0, h1) of each of q, k and v (my heads' channels)
     for (int64_t part = 0; part < 3; ++part) runs.push_back({(part * c + h0) * in, (h1 - h0) * in});
   } else if (ends_with(name, "mlp.fc.weight") || ends_with(name, "mlp.fc.bias")) {
-    runs.push_back({slice_.hidden_begin * in, (slice_.hidden_end - slice_.hidden_begin) * in});
+    runs.push_back({slice.hidden_begin * in, (slice.hidden_end - slice.hidden_begin) * in});
   } else if (ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.proj.weight")) {
     // row-parallel: my input columns, one run per output row
     const bool attn = ends_with(name, "attn.proj.weight");
-    const int64_t c0 = attn ? h0 : slice_.hidden_begin, c1 = attn ? h1 : slice_.hidden_end;
+    const int64_t c0 = attn ? h0 : slice.hidden_begin, c1 = attn ? h1 : slice.hidden_end;
     for (int64_t row = 0; row < full[0]; ++row) runs.push_back({row * in + c0, c1 - c0});
   } else {
     int64_t numel = 1;
@@ -116,6 +116,81 @@ std::vector<train::ShardRun> TensorParallel::runs_of(const std::string& name,
     runs.push_back({0, numel});  // replicated: layernorms, embeddings, head, row biases
   }
   return runs;
+}
+
+std::vector<train::ShardRun> TensorParallel::runs_of(const std::string& name,
+                                                     const Shape& full) const {
+  return tp_shard_runs(config_, slice_, name, full);
+}
+
+Shape tp_full_shape(const GPTConfig& cfg, const Param& p) {
+  Shape s = p.data.shape();
+  const int64_t c = cfg.dim;
+  if (ends_with(p.name, "attn.qkv.weight"))
+    s = {3 * c, c};
+  else if (ends_with(p.name, "attn.qkv.bias"))
+    s = {3 * c};
+  else if (ends_with(p.name, "mlp.fc.weight"))
+    s = {4 * c, c};
+  else if (ends_with(p.name, "mlp.fc.bias"))
+    s = {4 * c};
+  else if (ends_with(p.name, "attn.proj.weight"))
+    s = {c, c};
+  else if (ends_with(p.name, "mlp.proj.weight"))
+    s = {c, 4 * c};
+  return s;
+}
+
+void copy_tp_slice(const GPTConfig& cfg, const TpSlice& slice, const ParamList& mine,
+                   const ParamList& full) {
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
+    // Mixed precision: the slices are cut from the full model's 2-byte parameters (rounded once
+    // from the fp32 initial values), so a shard holds exactly the single-device values.
+    if (mine[i]->data.dtype() != cfg.dtype)
+      mine[i]->data = Tensor::empty(mine[i]->data.shape(), MemCategory::parameters, cfg.dtype);
+    int64_t pos = 0;
+    for (const train::ShardRun& run :
+         tp_shard_runs(cfg, slice, mine[i]->name, full[i]->data.shape())) {
+      mine[i]
+          ->data.flat_range(pos, pos + run.length)
+          .copy_from(full[i]->data.flat_range(run.full_offset, run.full_offset + run.length));
+      pos += run.length;
+    }
+  }
+}
+
+std::vector<train::TensorShard> tp_shards(const GPTConfig& cfg, const TpSlice& slice,
+                                          const ParamList& params, optim::Optimizer& optimizer,
+                                          bool writes_sharded, bool writes_replicated) {
+  std::vector<train::TensorShard> out;
+  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps
+  // (the trainer rounds them back into the model after a resume).
+  auto* mixed = dynamic_cast<optim::MixedPrecision*>(&optimizer);
+  const ParamList masters = mixed ? mixed->master_params() : params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Param* p = params[i];
+    const Shape full = tp_full_shape(cfg, *p);
+    const bool sharded = full != p->data.shape();
+    out.push_back({p->name, "param", full, tp_shard_runs(cfg, slice, p->name, full),
+                   masters[i]->data, sharded ? writes_sharded : writes_replicated});
+  }
+  // Optimizer state is named "<prefix>.<param name>", one flat element per parameter element.
+  for (const optim::NamedTensor& state : optimizer.state()) {
+    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
+    for (Param* p : params) {
+      if (!ends_with(state.name, "." + p->name)) continue;
+      const Shape full = tp_full_shape(cfg, *p);
+      const bool sharded = full != p->data.shape();
+      int64_t numel = 1;
+      for (int64_t d : full) numel *= d;
+      out.push_back({state.name, "optimizer_state", Shape{numel},
+                     tp_shard_runs(cfg, slice, p->name, full), state.tensor,
+                     sharded ? writes_sharded : writes_replicated});
+      break;
+    }
+  }
+  return out;
 }
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
@@ -134,22 +209,7 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
     // lifted while it exists (lessons measure peaks from after this point).
     CapacityLifted lifted(current_rank().allocator);
     GPT full(cfg);
-    ParamList full_params = full.params(), mine = model_->params();
-    for (size_t i = 0; i < mine.size(); ++i) {
-      if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
-      // Mixed precision: the slices are cut from the full model's 2-byte parameters (rounded
-      // once from the fp32 initial values), so a shard holds exactly the single-device values.
-      if (mine[i]->data.dtype() != cfg.dtype)
-        mine[i]->data = Tensor::empty(mine[i]->data.shape(), MemCategory::parameters, cfg.dtype);
-      int64_t pos = 0;
-      for (const train::ShardRun& run : runs_of(mine[i]->name, full_params[i]->data.shape())) {
-        mine[i]
-            ->data.flat_range(pos, pos + run.length)
-            .copy_from(
-                full_params[i]->data.flat_range(run.full_offset, run.full_offset + run.length));
-        pos += run.length;
-      }
-    }
+    copy_tp_slice(cfg, slice_, model_->params(), full.params());
   }
   if (tp.size() > 1) model_->set_block_hooks(this);  // one rank: the plain model
   optimizer_ = make_optimizer(model_->params());
@@ -158,9 +218,31 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
 // ---------------------------------------------------------------------------------- the
 // all-reduces
 
+void TensorParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
+}
+
+void TensorParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                          const Tensor& inp) {
+  tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                             linear.weight.data, tp_);
+}
+
+void TensorParallelHooks::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
+  const Tensor no_bias;
+  tp_seams().row_forward(out, inp, linear.weight.data, tp_.rank() == 0 ? linear.bias.data : no_bias,
+                         tp_);
+}
+
+void TensorParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                       const Tensor& inp) {
+  tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
+                          tp_);
+}
+
 void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase(
-      [&] { tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_); });
+  outside_phase([&] { TensorParallelHooks(tp_).column_forward(linear, out, inp); });
 }
 
 // Mixed precision: the two all-reduces that sum partial results (g forward after a row-parallel
@@ -203,10 +285,7 @@ void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor
 
 void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                   const Tensor& inp) {
-  outside_phase([&] {
-    tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                            linear.weight.data, tp_);
-  });
+  outside_phase([&] { TensorParallelHooks(tp_).row_backward(linear, dinp, dout, inp); });
 }
 
 // ---------------------------------------------------------------------------------- one step
@@ -234,53 +313,7 @@ train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
 // ---------------------------------------------------------------------------------- the map
 
 std::vector<train::TensorShard> TensorParallel::shards() {
-  std::vector<train::TensorShard> out;
-  // Full shapes come from a shapes-only description of the full block.
-  auto full_shape = [&](const Param& p) {
-    Shape s = p.data.shape();
-    const int64_t c = config_.dim;
-    if (ends_with(p.name, "attn.qkv.weight"))
-      s = {3 * c, c};
-    else if (ends_with(p.name, "attn.qkv.bias"))
-      s = {3 * c};
-    else if (ends_with(p.name, "mlp.fc.weight"))
-      s = {4 * c, c};
-    else if (ends_with(p.name, "mlp.fc.bias"))
-      s = {4 * c};
-    else if (ends_with(p.name, "attn.proj.weight"))
-      s = {c, c};
-    else if (ends_with(p.name, "mlp.proj.weight"))
-      s = {c, 4 * c};
-    return s;
-  };
-  const ParamList params = model_->params();
-  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps
-  // (the trainer rounds them back into the model after a resume).
-  auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer_.get());
-  const ParamList masters = mixed ? mixed->master_params() : params;
-  for (size_t i = 0; i < params.size(); ++i) {
-    Param* p = params[i];
-    const Shape full = full_shape(*p);
-    const bool sharded = full != p->data.shape();
-    out.push_back({p->name, "param", full, runs_of(p->name, full), masters[i]->data,
-                   sharded || tp_.rank() == 0});
-  }
-  // Optimizer state is named "<prefix>.<param name>", one flat element per parameter element.
-  for (const optim::NamedTensor& state : optimizer_->state()) {
-    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
-    for (Param* p : params) {
-      if (!ends_with(state.name, "." + p->name)) continue;
-      const Shape full = full_shape(*p);
-      const bool sharded = full != p->data.shape();
-      // optimizer state is flat (one element per parameter element, same order)
-      int64_t numel = 1;
-      for (int64_t d : full) numel *= d;
-      out.push_back({state.name, "optimizer_state", Shape{numel}, runs_of(p->name, full),
-                     state.tensor, sharded || tp_.rank() == 0});
-      break;
-    }
-  }
-  return out;
+  return tp_shards(config_, slice_, model_->params(), *optimizer_, true, tp_.rank() == 0);
 }
 
 }  // namespace mgpu::parallel

@@ -87,6 +87,38 @@ class CapacityLifted {
 
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const ParamList&)>;
 
+// ------------------------------------------------------------------ pieces for layouts built on TP
+// (hybrid DP x TP x PP builds pipeline stages out of tensor-parallel blocks with these.)
+// Where slice `slice`'s local tensor `param_name` sits in the full tensor of shape `full`.
+std::vector<train::ShardRun> tp_shard_runs(const GPTConfig& cfg, const TpSlice& slice,
+                                           const std::string& param_name, const Shape& full);
+// The full model's shape of a (possibly sharded) local parameter.
+Shape tp_full_shape(const GPTConfig& cfg, const Param& local);
+// Copies this slice's elements of `full` into `mine` (the same parameters, in the same order).
+void copy_tp_slice(const GPTConfig& cfg, const TpSlice& slice, const ParamList& mine,
+                   const ParamList& full);
+// Every parameter and its optimizer state, mapped into the full model. `writes_sharded` /
+// `writes_replicated`: whether this rank's copy of a sharded / tp-replicated tensor is the one
+// the checkpoint takes.
+std::vector<train::TensorShard> tp_shards(const GPTConfig& cfg, const TpSlice& slice,
+                                          const ParamList& params, optim::Optimizer& optimizer,
+                                          bool writes_sharded, bool writes_replicated);
+
+// The BlockHooks of tensor parallelism on its own: the four linears through the installed seams
+// (f before the column-parallel ones, g after the row-parallel ones) on group `tp`.
+class TensorParallelHooks : public BlockHooks {
+ public:
+  explicit TensorParallelHooks(comm::Comm& tp) : tp_(tp) {}
+  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
+  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                       const Tensor& inp) override;
+  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
+  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
+
+ private:
+  comm::Comm& tp_;
+};
+
 // One rank of a tensor-parallel run, as the training loop sees it (core/train/layout.h).
 class TensorParallel : public train::Layout, private BlockHooks {
  public:

@@ -29,3 +29,10 @@ done
 xvfb-run -a "$mgpu" viz --compare cp-contiguous.json cp-zigzag.json \
   --title "mgpu-lab - ring attention, 4 GPUs: contiguous vs zigzag chunks" \
   --screenshot "$figures/dashboard-cp-contiguous-vs-zigzag.png" --width 1400 --height 1280
+# Hybrid DP x TP x PP on 8 GPUs (dp 2, tp 2, pp 2, 1F1B, 4 micro-batches per replica): every
+# row is one GPU; tp all-reduces inside each F/B, the pp sends between stages, and the one dp
+# all-reduce before the optimizer.
+"$mgpu" run hybrid --ranks 8 --dp 2 --tp 2 --pp 2 --profile 8xH100-NVLink --trace hybrid.json \
+  >/dev/null
+xvfb-run -a "$mgpu" viz hybrid.json --screenshot "$figures/dashboard-hybrid-2x2x2.png" \
+  --width 1400 --height 1100

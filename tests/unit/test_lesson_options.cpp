@@ -73,6 +73,9 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--cp", {"4"}},
     {"--cp-layout", {"contiguous"}},
     {"--compare", {"off"}},
+    {"--dp", {"1"}},  // hybrid: with the default tp 2 x pp 2 on 8 ranks, refused
+    {"--tp", {"1"}},
+    {"--pp", {"4"}},
 };
 
 std::string read(const std::string& path) {
@@ -121,6 +124,7 @@ std::vector<std::string> base_args(const std::string& lesson) {
     a.insert(a.end(), {"--trace", kTrace, "--checkpoint", kCheckpoint});
   if (lesson == "pipeline") a.insert(a.end(), {"--microbatches", "4"});
   if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
+  if (lesson == "hybrid") a.insert(a.end(), {"--microbatches", "3"});  // 12 = dp 2 x 3 x 2
   return a;
 }
 

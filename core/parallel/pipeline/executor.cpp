@@ -26,8 +26,14 @@ namespace mgpu::pipeline {
 // ---------------------------------------------------------------------------------- StageModel
 
 StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int virtual_stages) {
+  return build(config, stage, stages, virtual_stages, BlockShard::whole(config), nullptr);
+}
+
+StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int virtual_stages,
+                             const BlockShard& shard, const BlockCut& cut) {
   StageModel m;
   m.config = config;
+  m.shard = shard;
   m.stage = stage;
   m.stages = stages;
   m.virtual_stages = virtual_stages;
@@ -49,7 +55,14 @@ StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int
     const auto [begin, end] = partition.ranges[chunk * stages + stage];
     m.chunk_layers.emplace_back(begin, end);
     std::vector<Block> blocks;
-    for (int layer = begin; layer < end; ++layer) blocks.push_back(std::move(full.blocks[layer]));
+    for (int layer = begin; layer < end; ++layer) {
+      if (!cut) {
+        blocks.push_back(std::move(full.blocks[layer]));
+        continue;
+      }
+      blocks.emplace_back(config, layer, shard);
+      cut(blocks.back(), full.blocks[layer]);
+    }
     m.chunks.push_back(std::move(blocks));
   }
   if (stage == 0) m.embedding = std::move(full.embedding);
@@ -205,7 +218,8 @@ class StageRunner {
     const Tensor* x = &stash.input;
     stash.blocks.reserve(model_.chunks[chunk].size());  // acts[i].input views the previous out
     for (const Block& block : model_.chunks[chunk]) {
-      stash.blocks.push_back(BlockActivations::allocate(model_.config, batch.B, batch.T));
+      stash.blocks.push_back(
+          BlockActivations::allocate(model_.config, model_.shard, batch.B, batch.T));
       block.forward(*x, stash.blocks.back());
       x = &stash.blocks.back().out;
     }

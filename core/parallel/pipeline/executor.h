@@ -6,6 +6,7 @@
 // (isend, waited at the end of the step), receives block: that is exactly what makes bubbles.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -45,8 +46,14 @@ struct StageModel {
   std::vector<std::vector<Block>> chunks;         // the blocks of each chunk
   std::optional<Embedding> embedding;             // on the stage holding virtual stage 0
   std::optional<Head> head;                       // on the stage holding the last virtual stage
+  BlockShard shard;  // what each block computes: the whole block, or a tensor-parallel slice
 
   static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages = 1);
+  // Stages of tensor-parallel blocks (hybrid): every block computes only `shard`, its weights
+  // copied out of the full model's block by `cut(mine, full)` (the block's hooks stay unset).
+  using BlockCut = std::function<void(Block& mine, Block& full)>;
+  static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages,
+                          const BlockShard& shard, const BlockCut& cut);
   ParamList params();  // embedding, chunks in order, head (only what this stage owns)
   void zero_grad();
   int num_layers() const;

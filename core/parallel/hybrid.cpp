@@ -1,0 +1,154 @@
+// Hybrid DP x TP x PP, top to bottom (see hybrid.h for the idea):
+//   1. checking the mesh, and naming the ones that would work;
+//   2. building this rank's stage: the pipeline's layers for its pp coordinate, each block cut to
+//      its tp slice and wired to the tp group's f/g;
+//   3. one step: this replica's share of the batch through the pipeline schedule (the executor,
+//      on the pp group), then ONE gradient all-reduce over dp, then the optimizer;
+//   4. the map of every local tensor into the full model (only dp replica 0 writes).
+#include "core/parallel/hybrid.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/data/sampler.h"
+#include "core/runtime/context.h"
+
+namespace mgpu::parallel {
+
+// ---------------------------------------------------------------------------------- the mesh
+
+namespace {
+
+bool tp_fits(const GPTConfig& cfg, int tp) {
+  return cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0;
+}
+
+// "dp x tp x pp" meshes of `world_size` ranks this model can run.
+std::string meshes_that_work(const GPTConfig& cfg, int world_size) {
+  std::vector<std::string> works;
+  for (int tp = 1; tp <= world_size; ++tp)
+    for (int pp = 1; pp <= world_size / tp; ++pp)
+      if (world_size % (tp * pp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
+        works.push_back(fmt::format("--dp {} --tp {} --pp {}", world_size / (tp * pp), tp, pp));
+  return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
+}
+
+}  // namespace
+
+void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
+  const MeshShape& m = o.mesh;
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what,
+                                            world_size, meshes_that_work(cfg, world_size)));
+  };
+  if (m.cp != 1) fail(fmt::format("hybrid runs cp=1 only (got cp={})", m.cp));
+  if (m.tp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
+    fail(fmt::format("mesh --dp {} --tp {} --pp {} holds {} ranks but the world has {}", m.dp, m.tp,
+                     m.pp, int64_t{m.dp} * m.tp * m.pp, world_size));
+  if (!tp_fits(cfg, m.tp))
+    fail(fmt::format("--tp {} does not divide the {} heads and the MLP width {}", m.tp, cfg.heads,
+                     4 * cfg.dim));
+  if (cfg.layers % m.pp != 0)
+    fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
+  if (o.schedule != "gpipe" && o.schedule != "1f1b")
+    throw std::invalid_argument(fmt::format(
+        "hybrid runs --schedule gpipe or 1f1b, got '{}' (zero-bubble's split backward and the "
+        "interleaved chunks are not wired to tensor parallelism yet)",
+        o.schedule));
+  if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)
+    throw std::invalid_argument(fmt::format(
+        "batch {} does not split into dp {} x {} micro-batches: use --batch {} (or another "
+        "--microbatches)",
+        global_batch, m.dp, o.microbatches, m.dp * std::max(1, o.microbatches)));
+}
+
+// ---------------------------------------------------------------------------------- the stage
+
+HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
+                           const train::OptimizerFactory& make_optimizer)
+    : config_(cfg),
+      mesh_(world, options.mesh),
+      slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
+      tp_hooks_(mesh_.group(Axis::tp)),
+      schedule_(
+          pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches, 1)) {
+  // My pipeline stage, every block cut to my tp slice of the seeded full model (the same
+  // weights the single-device run starts from).
+  stage_ = pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp, 1,
+                                       slice_.block(), [&](Block& mine, Block& full) {
+                                         ParamList mine_params, full_params;
+                                         mine.collect(mine_params);
+                                         full.collect(full_params);
+                                         copy_tp_slice(cfg, slice_, mine_params, full_params);
+                                       });
+  if (options.mesh.tp > 1)  // one tp rank: the plain blocks
+    for (auto& blocks : stage_.chunks)
+      for (Block& block : blocks) block.hooks = &tp_hooks_;
+  optimizer_ = make_optimizer(stage_.params());
+}
+
+void HybridLayout::before_step(int) {
+  // Every rank starts the step together, so bubbles share a common start. Barriers on tp, then
+  // pp, then dp add up to a barrier of the world: leaving the last one means every rank of every
+  // pipeline has arrived. (The world comm itself is only used to build the mesh.)
+  for (Axis axis : {Axis::tp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
+}
+
+// ---------------------------------------------------------------------------------- one step
+
+train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step) {
+  const int dp = mesh_.shape().dp;
+  // My replica's share of the batch; the schedule cuts it into micro-batches.
+  const data::Batch mine = data::split_micro_batches(global_batch, dp)[mesh_.coord(Axis::dp)];
+  stage_.zero_grad();
+  pipeline::ExecutorOptions options{.loss_scale = loss_scale()};
+  stats_ = pipeline::run_schedule(stage_, schedule_,
+                                  data::split_micro_batches(mine, schedule_.microbatches),
+                                  mesh_.group(Axis::pp), options);
+  // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
+  // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
+  // same result (the sum of averages is the average of sums).
+  if (dp > 1) average_gradients_over_dp();
+  const bool stepped = optimizer_step(
+      optimizer_.get(), {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp), &mesh_.group(Axis::tp)},
+      step);
+  // The last stage knows its replica's mean loss; equal replicas: the trainer averages them.
+  if (mesh_.coord(Axis::pp) == mesh_.shape().pp - 1)
+    return {.shard_loss = stats_.loss, .skipped = !stepped};
+  return {.skipped = !stepped};
+}
+
+int64_t HybridLayout::gradient_bytes() {
+  int64_t bytes = 0;
+  for (Param* p : stage_.params()) bytes += p->grad.bytes();
+  return bytes;
+}
+
+void HybridLayout::average_gradients_over_dp() {
+  // One flat buffer, one all-reduce: the ring's 2(d-1)/d x the stage's gradient bytes.
+  const ParamList params = stage_.params();
+  int64_t numel = 0;
+  for (Param* p : params) numel += p->grad.numel();
+  Tensor flat = Tensor::empty({numel}, MemCategory::comm_buffers, params.front()->grad.dtype());
+  auto view = [&](int64_t offset, Param* p) {
+    return flat.flat_range(offset, offset + p->grad.numel()).reshape(p->grad.shape());
+  };
+  int64_t offset = 0;
+  for (Param* p : params) view(offset, p).copy_from(p->grad), offset += p->grad.numel();
+  mesh_.group(Axis::dp).all_reduce(flat, comm::ReduceOp::avg);
+  offset = 0;
+  for (Param* p : params) p->grad.copy_from(view(offset, p)), offset += p->grad.numel();
+}
+
+// ---------------------------------------------------------------------------------- the map
+
+std::vector<train::TensorShard> HybridLayout::shards() {
+  // TP's map for my stage's tensors; the dp replicas hold equal copies: replica 0's is written.
+  const bool replica0 = mesh_.coord(Axis::dp) == 0;
+  return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0,
+                   replica0 && mesh_.coord(Axis::tp) == 0);
+}
+
+}  // namespace mgpu::parallel

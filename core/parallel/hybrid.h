@@ -1,0 +1,63 @@
+// Hybrid DP x TP x PP ("3D parallelism", as Megatron-LM trains the largest models): the ranks sit
+// on a mesh tp x dp x pp (tp fastest, so a tensor-parallel group is neighbours in one node).
+//   pp: the layers are cut into stages; micro-batches flow through them on a schedule (GPipe,
+//       1F1B), each tp rank of stage s sending its (replicated) activation to the SAME tp rank of
+//       stage s+1 over its pp group.
+//   tp: inside a stage every block is split Megatron-style: f/g all-reduces in the tp group, 4
+//       per block per micro-batch (2 forward, 2 backward).
+//   dp: the whole pipeline is replicated; each replica trains on its share of the batch and the
+//       gradients are averaged over the dp group once per step, after the last micro-batch.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/parallel/mesh.h"
+#include "core/parallel/pipeline/executor.h"
+#include "core/parallel/tensor_parallel.h"
+#include "core/train/layout.h"
+
+namespace mgpu::parallel {
+
+struct HybridOptions {
+  MeshShape mesh;                 // tp, dp, pp (cp = 1)
+  std::string schedule = "1f1b";  // gpipe | 1f1b
+  int microbatches = 4;           // per data-parallel replica and step
+};
+
+// Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
+// `world_size`, tp divides the heads and the MLP width, pp divides the layers, the schedule is
+// gpipe or 1f1b, and the global batch splits into dp x microbatches equal parts.
+void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
+                  int global_batch);
+
+// One rank of a hybrid run, as the training loop sees it (core/train/layout.h).
+class HybridLayout : public train::Layout {
+ public:
+  // Collective over `world`: every rank builds the mesh (its groups live in the layout).
+  HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
+               const train::OptimizerFactory& make_optimizer);
+  std::string name() const override { return "hybrid"; }
+  void before_step(int step) override;
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+
+  const Mesh& mesh() const { return mesh_; }
+  pipeline::StageModel& stage() { return stage_; }
+  const pipeline::StageStepStats& last_stats() const { return stats_; }
+  int64_t gradient_bytes();  // what the dp all-reduce carries per step (this stage's gradients)
+
+ private:
+  void average_gradients_over_dp();
+
+  GPTConfig config_;
+  Mesh mesh_;
+  TpSlice slice_;
+  TensorParallelHooks tp_hooks_;
+  pipeline::StageModel stage_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  pipeline::Schedule schedule_;
+  pipeline::StageStepStats stats_;
+};
+
+}  // namespace mgpu::parallel

@@ -1,0 +1,266 @@
+// Lesson 16 — hybrid DP x TP x PP ("3D parallelism"). The ranks form a mesh: tensor-parallel
+// groups (tp, neighbours: one node's fast links) split every block; pipeline stages (pp) split
+// the layers and pass activations point to point; data-parallel replicas (dp) of the whole
+// pipeline split the batch and average gradients once per step. The lesson prints who is who on
+// the mesh, then measures each group's traffic from the trace beside its formula, the pipeline
+// bubble beside theory, and memory per rank by category.
+#include "lessons/hybrid.h"
+
+#include <map>
+#include <mutex>
+#include <ostream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <fmt/ranges.h>
+
+#include "core/parallel/hybrid.h"
+#include "core/parallel/pipeline/simulate.h"
+#include "core/trace/analysis.h"
+#include "lessons/exercise_views.h"
+#include "lessons/training.h"
+#include "lessons/validate.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+using parallel::Axis;
+
+struct HybridLessonOptions {
+  int dp = 0;  // 0: whatever --ranks leaves after tp and pp
+  int tp = 2, pp = 2;
+  std::string schedule = "1f1b";
+  int microbatches = 4;
+};
+
+// "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members.
+void print_mesh(std::ostream& out, const parallel::MeshShape& shape) {
+  fmt::print(out, "mesh:   {} (tp fastest: a tp group is neighbouring GPUs)\n", shape.describe());
+  for (int r = 0; r < shape.ranks(); ++r) {
+    const auto c = parallel::mesh_coords(shape, r);
+    fmt::print(out, "  GPU {:<2} dp{} pp{} tp{}\n", r, c[int(Axis::dp)], c[int(Axis::pp)],
+               c[int(Axis::tp)]);
+  }
+  for (Axis axis : {Axis::tp, Axis::pp, Axis::dp}) {
+    std::map<int, std::vector<int>> groups;  // lowest member -> members
+    for (int r = 0; r < shape.ranks(); ++r) {
+      auto c = parallel::mesh_coords(shape, r);
+      c[int(axis)] = 0;
+      groups[parallel::mesh_rank(shape, c)].push_back(r);
+    }
+    std::vector<std::string> members;
+    for (const auto& [first, ranks] : groups)
+      members.push_back(fmt::format("{{{}}}", fmt::join(ranks, ",")));
+    fmt::print(out, "  {} groups: {}\n", parallel::axis_name(axis), fmt::join(members, " "));
+  }
+}
+
+// Bytes each rank put on the wire in `step`, by the axis of the group ("tp0" -> tp).
+std::vector<std::map<std::string, int64_t>> sent_by_axis(const trace::Trace& trace, int step,
+                                                         int ranks) {
+  std::vector<std::map<std::string, int64_t>> sent(ranks);
+  const trace::Interval window = trace::analyze(trace, step).window;
+  for (const trace::Event& e : trace.events) {
+    if (e.lane != trace::Lane::comm || e.start < window.begin || e.start >= window.end) continue;
+    if (e.rank < 0 || e.rank >= ranks || e.group.size() < 2) continue;
+    sent[e.rank][e.group.substr(0, 2)] += e.sent_bytes;
+  }
+  return sent;
+}
+
+std::string percent(double x) {
+  return fmt::format("{:.1f}%", 100 * x);
+}
+
+int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostream& out) {
+  if (c.precision != "fp32")  // TP's shards are cut from the fp32 full model (as in TP's lesson)
+    throw UsageError(fmt::format(
+        "hybrid trains in --precision fp32 only so far, got {}: drop --precision", c.precision));
+  auto task = make_task(c);
+  const GPTConfig cfg = model_config(c, *task);
+  parallel::HybridOptions options{.schedule = h.schedule, .microbatches = h.microbatches};
+  options.mesh.tp = h.tp;
+  options.mesh.pp = h.pp;
+  options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp));
+  try {
+    parallel::check_hybrid(cfg, options, c.ranks, c.batch);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const parallel::MeshShape& mesh = options.mesh;
+  const int M = h.microbatches, P = mesh.pp, micro_b = c.batch / (mesh.dp * M);
+  const WorldOptions wopt = c.world_options();
+  if (!c.quiet) {
+    fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
+    print_mesh(out, mesh);
+    fmt::print(out,
+               "data:   batch {} = dp {} replicas x {} micro-batches x {} sequences of {} tokens\n",
+               c.batch, mesh.dp, M, micro_b, c.seq);
+    fmt::print(out, "device: {}\n\ntraining {} steps ({} schedule over {} stages):\n",
+               describe_world(wopt), c.steps, h.schedule, P);
+  }
+  World world(wopt);
+  nlohmann::json config = c.to_json();
+  config["dp"] = mesh.dp;
+  config["tp"] = mesh.tp;
+  config["pp"] = mesh.pp;
+  config["schedule"] = h.schedule;
+  config["microbatches"] = M;
+  // Per rank, gathered to rank 0: peak bytes by memory category, then the stage's gradient bytes.
+  std::vector<std::vector<int64_t>> per_rank;
+  std::mutex mutex;
+  LossLog log(c, out);
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, c.batch, cfg, config),
+      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+        auto layout =
+            std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, optimizer_factory(c));
+        ctx.allocator.reset_peaks();  // training's memory, not the set-up's full-model copy
+        return layout;
+      },
+      [&](int step, float loss) { log.record(step, loss); },
+      [&](RankContext& ctx, train::Layout& layout) {
+        auto& hybrid = static_cast<parallel::HybridLayout&>(layout);
+        const MemoryStats mem = ctx.allocator.stats();
+        std::vector<int64_t> mine(mem.peak.begin(), mem.peak.end());
+        mine.push_back(mem.peak_total);
+        mine.push_back(hybrid.gradient_bytes());
+        mine.push_back(hybrid.stage().num_layers());
+        auto all = train::gather_to_root(ctx, mine);
+        std::lock_guard lock(mutex);
+        if (ctx.rank == 0) per_rank = std::move(all);
+      });
+  print_checkpoint_lines(out, c, trained);
+  nlohmann::json meta = {
+      {"lesson", "hybrid"},
+      {"config", config},
+      {"predictions",
+       {{"bubble_fraction", pipeline::bubble_fraction_theory(h.schedule, P, M, 1)}}}};
+  const trace::Trace trace = world.collect_trace(meta);
+  if (!world.is_root()) return 0;  // under mpirun rank 0's process reports
+  const int step = last_step(trace).value_or(0);
+
+  // ---- communication per group, measured beside the formulas
+  const int64_t act = int64_t{micro_b} * c.seq * cfg.dim * 4;  // one micro-batch's activation
+  auto ring = [](int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; };
+  const auto sent = sent_by_axis(trace, step, mesh.ranks());
+  // --recompute full reruns each block's forward in backward, g's 2 all-reduces included.
+  const int tp_per_layer = c.recompute == "full" ? 6 : 4;
+  fmt::print(out,
+             "\nbytes each GPU sent in step {}, by group (measured from the trace | formula):\n"
+             "  tp: {} all-reduces per layer per micro-batch{}, ring 2(t-1)/t x B_micro*T*C*4 "
+             "= {:.2f} x {}\n"
+             "  pp: one activation forward + one gradient back per micro-batch and neighbour, "
+             "B_micro*T*C*4 = {}\n"
+             "  dp: ring all-reduce of the stage's gradients once per step, 2(d-1)/d = {:.2f} x "
+             "gradient bytes\n",
+             step + 1, tp_per_layer,
+             c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
+             ring(mesh.tp), format_bytes(act), format_bytes(act), ring(mesh.dp));
+  for (int r = 0; r < mesh.ranks(); ++r) {
+    const auto coord = parallel::mesh_coords(mesh, r);
+    const int s = coord[int(Axis::pp)];
+    const int64_t layers = per_rank[r][kNumMemCategories + 2];
+    const double tp_formula = ring(mesh.tp) * tp_per_layer * layers * M * act;
+    const int64_t pp_formula = int64_t{M} * act * ((s < P - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
+    const double dp_formula = ring(mesh.dp) * per_rank[r][kNumMemCategories + 1];
+    auto get = [&](const char* axis) {
+      auto it = sent[r].find(axis);
+      return it == sent[r].end() ? int64_t{0} : it->second;
+    };
+    fmt::print(
+        out, "  GPU {:<2} dp{} pp{} tp{}  tp {:>9} | {:>9}   pp {:>9} | {:>9}   dp {:>9} | {:>9}\n",
+        r, coord[int(Axis::dp)], s, coord[int(Axis::tp)], format_bytes(get("tp")),
+        format_bytes(int64_t(tp_formula + 0.5)), format_bytes(get("pp")), format_bytes(pp_formula),
+        format_bytes(get("dp")), format_bytes(int64_t(dp_formula + 0.5)));
+  }
+
+  // ---- the pipeline bubble
+  const std::vector<double> bubble = measured_bubble_fractions(trace, step);
+  const double theory = pipeline::bubble_fraction_theory(h.schedule, P, M, 1);
+  fmt::print(out,
+             "\nbubble per GPU, step {} (idle / step time), theory (P-1)/(M+P-1) = {}/{} = {}:\n",
+             step + 1, P - 1, M + P - 1, percent(theory));
+  fmt::print(out,
+             "  (measured by {}; the formula assumes equal stages that never wait for\n"
+             "   communication: here stage 0 also embeds, stage {} computes the loss, and the tp\n"
+             "   all-reduces and the dp all-reduce take time too)\n",
+             bubble_accounting_credit(), P - 1);
+  for (int r = 0; r < mesh.ranks() && r < int(bubble.size()); ++r)
+    fmt::print(out, "  GPU {:<2} {:>6}\n", r, percent(bubble[r]));
+
+  // ---- memory per rank
+  fmt::print(out,
+             "\npeak memory per GPU by category (allocator, after building the model):\n  {:<14}",
+             "GPU");
+  for (int k = 0; k < kNumMemCategories; ++k)
+    fmt::print(out, "{:>16}", category_name(static_cast<MemCategory>(k)));
+  fmt::print(out, "{:>16}\n", "total");
+  for (int r = 0; r < mesh.ranks(); ++r) {
+    const auto coord = parallel::mesh_coords(mesh, r);
+    fmt::print(out, "  {:<14}",
+               fmt::format("{} dp{} pp{} tp{}", r, coord[int(Axis::dp)], coord[int(Axis::pp)],
+                           coord[int(Axis::tp)]));
+    for (int k = 0; k <= kNumMemCategories; ++k)
+      fmt::print(out, "{:>16}", format_bytes(per_rank[r][k]));
+    fmt::print(out, "\n");
+  }
+  // The model states by formula: stage s holds its layers' tp slices and replicated parts, plus
+  // the embeddings (stage 0) and the head (the last stage).
+  const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len, t = mesh.tp;
+  const int optimizer_bytes = c.optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
+  fmt::print(out,
+             "model states by formula: P_s = [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + "
+             "[s=P-1](V+2)C parameters, x 4 B weights, 4 B gradients, {} B {} state:\n",
+             optimizer_bytes, c.optimizer);
+  const pipeline::LayerPartition layers = pipeline::partition_layers(cfg.layers, P);
+  for (int s = 0; s < P; ++s) {
+    const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
+    const int64_t params = (s == 0 ? (V + T) * C : 0) + L * (6 * C + (12 * C * C + 7 * C) / t) +
+                           (s == P - 1 ? (V + 2) * C : 0);
+    fmt::print(out, "  stage {}: P_{} = {} -> {} + {} + {}\n", s, s, with_commas(params),
+               format_bytes(4 * params), format_bytes(4 * params),
+               format_bytes(optimizer_bytes * params));
+  }
+  fmt::print(out, "\n");
+  return finish_run(c, trace, "hybrid", out);
+}
+
+class HybridLesson : public Lesson {
+ public:
+  std::string name() const override { return "hybrid"; }
+  std::string summary() const override {
+    return "DP x TP x PP on a device mesh: pipeline stages of tensor-parallel groups, replicated";
+  }
+  LessonDefaults defaults() const override {
+    return {.ranks = 8, .steps = 20, .batch = 16, .layers = 4};
+  }
+  void add_options(CLI::App& app) override {
+    app.add_option("--dp", options_.dp, "data-parallel replicas (default: ranks / (tp * pp))")
+        ->check(Positive);
+    app.add_option("--tp", options_.tp, "tensor-parallel ranks per stage")
+        ->check(Positive)
+        ->capture_default_str();
+    app.add_option("--pp", options_.pp, "pipeline stages")->check(Positive)->capture_default_str();
+    app.add_option("--schedule", options_.schedule, "gpipe | 1f1b")->capture_default_str();
+    app.add_option("--microbatches", options_.microbatches, "micro-batches per replica (M)")
+        ->check(Positive)
+        ->capture_default_str();
+  }
+  int run(const CommonOptions& c, std::ostream& out) override {
+    fmt::print(out, "== hybrid: dp x tp x pp over {} GPUs ==\n", c.ranks);
+    return train_hybrid(c, options_, out);
+  }
+
+ private:
+  HybridLessonOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Lesson> make_hybrid_lesson() {
+  return std::make_unique<HybridLesson>();
+}
+
+}  // namespace mgpu::lessons

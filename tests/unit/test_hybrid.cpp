@@ -1,0 +1,200 @@
+// The hybrid lesson (DP x TP x PP): every 8-rank factorisation, under GPipe and 1F1B, writes the
+// single-device model through --checkpoint; its report measures each group's bytes equal to the
+// formula; bad meshes are one line and exit 2, naming meshes that work.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "common/checkpoints.h"
+#include "unit/mgpu_cli.h"
+
+using mgpu::testing::run_mgpu;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("mgpu_hybrid_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+// 8 heads (tp up to 8), 8 layers (pp up to 8), batch 16 = dp 8 x 2 micro-batches x 1.
+std::vector<std::string> tiny(std::vector<std::string> args, const char* heads = "8") {
+  for (const char* a : {"--steps", "4", "--dim", "16", "--heads", heads, "--seq", "8", "--batch",
+                        "16", "--layers", "8", "-q"})
+    args.push_back(a);
+  return args;
+}
+
+std::vector<std::string> mesh(int dp, int tp, int pp, std::vector<std::string> more = {},
+                              int microbatches = 2) {
+  std::vector<std::string> args = {
+      "run",  "hybrid",           "--ranks",        "8",
+      "--dp", std::to_string(dp), "--tp",           std::to_string(tp),
+      "--pp", std::to_string(pp), "--microbatches", std::to_string(microbatches)};
+  args.insert(args.end(), more.begin(), more.end());
+  return tiny(args);
+}
+}  // namespace
+
+TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
+          "[hybrid][lesson][equivalence]") {
+  const std::string single = temp_path("single.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const int meshes[][3] = {{2, 2, 2}, {1, 4, 2}, {2, 1, 4}, {4, 2, 1}, {1, 2, 4},
+                           {8, 1, 1}, {1, 1, 8}, {1, 8, 1}, {4, 1, 2}, {2, 4, 1}};
+  for (const auto& m : meshes)
+    for (std::string schedule : {"gpipe", "1f1b"}) {
+      INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2] << " " << schedule);
+      const std::string path = temp_path("hybrid.ckpt");
+      auto r = run_mgpu(mesh(m[0], m[1], m[2], {"--schedule", schedule, "--checkpoint", path}));
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const auto got = mgpu::testing::load_checkpoint_by_name(path);
+      // rounding only (sums in another order), amplified by AdamW: TP's and DDP's tolerance
+      CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+      CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+      std::remove(path.c_str());
+    }
+  std::remove(single.c_str());
+}
+
+TEST_CASE("hybrid resumes from a single-device checkpoint and back",
+          "[hybrid][lesson][equivalence]") {
+  auto steps = [](std::vector<std::string> args, const char* n) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--steps") args[i + 1] = n;
+    return args;
+  };
+  const std::string single = temp_path("single4.ckpt"), half = temp_path("half.ckpt"),
+                    done = temp_path("done.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  // 2 single-device steps, then 2 hybrid steps == 4 single-device steps
+  REQUIRE(run_mgpu(steps(tiny({"run", "single_device", "--checkpoint", half}), "2")).code == 0);
+  auto r = run_mgpu(mesh(2, 2, 2, {"--resume", half, "--checkpoint", done}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want, "param") <
+        2e-5f);
+  // and back: 2 hybrid steps, then 2 single-device steps
+  REQUIRE(run_mgpu(steps(mesh(1, 4, 2, {"--checkpoint", half}), "2")).code == 0);
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--resume", half, "--checkpoint", done})).code ==
+          0);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want, "param") <
+        2e-5f);
+  CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want,
+                                      "optimizer_state") < 2e-5f);
+  for (auto* p : {&single, &half, &done}) std::remove(p->c_str());
+}
+
+TEST_CASE(
+    "hybrid with --recompute trains to the single-device parameters and counts the "
+    "recomputed all-reduces",
+    "[hybrid][lesson][equivalence]") {
+  for (std::string recompute : {"selective", "full"}) {
+    INFO("--recompute " << recompute);
+    const std::string single = temp_path("single_" + recompute + ".ckpt"),
+                      path = temp_path("hybrid_" + recompute + ".ckpt");
+    REQUIRE(
+        run_mgpu(tiny({"run", "single_device", "--recompute", recompute, "--checkpoint", single}))
+            .code == 0);
+    auto r = run_mgpu(mesh(2, 2, 2, {"--recompute", recompute, "--checkpoint", path}));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto got = mgpu::testing::load_checkpoint_by_name(path),
+               want = mgpu::testing::load_checkpoint_by_name(single);
+    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+    // 8 layers / 2 stages x 2 micro-batches x 2 KiB: 4 all-reduces = 64 KiB, full recompute's 6
+    CHECK_THAT(r.out, Catch::Contains(recompute == "full" ? "tp 96.00 KiB | 96.00 KiB"
+                                                          : "tp 64.00 KiB | 64.00 KiB"));
+    std::remove(single.c_str());
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("hybrid measures each group's bytes equal to its formula", "[hybrid][lesson]") {
+  auto r = run_mgpu(mesh(2, 2, 2));
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // "  GPU 5  dp0 pp1 tp1  tp 32.00 KiB | 32.00 KiB   pp ... | ...   dp ... | ..."
+  const std::regex row(
+      R"(GPU (\d+) +dp\d pp\d tp\d +tp +(\S+ \S+) \| +(\S+ \S+) +pp +(\S+ \S+) \| +(\S+ \S+) +dp +(\S+ \S+) \| +(\S+ \S+))");
+  int rows = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    INFO(line);
+    ++rows;
+    CHECK(m[2] == m[3]);  // tp: 4 all-reduces per layer per micro-batch
+    CHECK(m[4] == m[5]);  // pp: one activation and one gradient per micro-batch and neighbour
+    CHECK(m[6] == m[7]);  // dp: one ring all-reduce of the stage's gradients per step
+    CHECK(m[2] != "0 B");
+    CHECK(m[4] != "0 B");
+    CHECK(m[6] != "0 B");
+  }
+  CHECK(rows == 8);
+  CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(M+P-1) = 1/3"));
+  // Model states: stage 0 = embeddings (64+8)*16 + 4 layers x (6*16 + (12*256+7*16)/2) = 7,904
+  // parameters; the allocator's peaks equal the formula (AdamW: 8 B per parameter).
+  CHECK_THAT(r.out, Catch::Contains("stage 0: P_0 = 7,904 -> 30.88 KiB + 30.88 KiB + 61.75 KiB"));
+  CHECK_THAT(r.out,
+             Catch::Contains("0 dp0 pp0 tp0        30.88 KiB       30.88 KiB       61.75 KiB"));
+  // stage 1: 4 layers + the head (64+2)*16 = 7,808
+  CHECK_THAT(r.out, Catch::Contains("stage 1: P_1 = 7,808 -> 30.50 KiB + 30.50 KiB + 61.00 KiB"));
+  CHECK_THAT(r.out,
+             Catch::Contains("7 dp1 pp1 tp1        30.50 KiB       30.50 KiB       61.00 KiB"));
+}
+
+TEST_CASE("hybrid prints who is who on the mesh", "[hybrid][lesson]") {
+  std::vector<std::string> args = mesh(2, 2, 2);
+  args.erase(std::find(args.begin(), args.end(), "-q"));
+  auto r = run_mgpu(args);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // tp fastest, then dp, then pp
+  CHECK_THAT(r.out, Catch::Contains("GPU 5  dp0 pp1 tp1"));
+  CHECK_THAT(r.out, Catch::Contains("tp groups: {0,1} {2,3} {4,5} {6,7}"));
+  CHECK_THAT(r.out, Catch::Contains("pp groups: {0,4} {1,5} {2,6} {3,7}"));
+  CHECK_THAT(r.out, Catch::Contains("dp groups: {0,2} {1,3} {4,6} {5,7}"));
+}
+
+TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hybrid][lesson]") {
+  struct Bad {
+    std::vector<std::string> args;
+    const char* says;
+    const char* works;  // one of the meshes the line names
+  };
+  const std::vector<Bad> bad = {
+      {mesh(2, 2, 1), "holds 4 ranks but the world has 8", "--dp 2 --tp 2 --pp 2"},
+      {tiny({"run", "hybrid", "--ranks", "8", "--tp", "8", "--pp", "1"}, "4"),
+       "--tp 8 does not divide the 4 heads", "--dp 2 --tp 4 --pp 1"},
+      {tiny({"run", "hybrid", "--ranks", "6", "--dp", "2", "--tp", "1", "--pp", "3"}),
+       "--pp 3 does not divide the 8 layers", "--dp 3 --tp 1 --pp 2"},
+  };
+  for (const Bad& b : bad) {
+    auto r = run_mgpu(b.args);
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(b.says));
+    CHECK_THAT(r.err, Catch::Contains("meshes that work"));
+    CHECK_THAT(r.err, Catch::Contains(b.works));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  auto precision = run_mgpu(mesh(2, 2, 2, {"--precision", "bf16"}));
+  CHECK(precision.code == 2);
+  CHECK_THAT(precision.err, Catch::Contains("fp32 only"));
+  auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "zb-h1"}));
+  CHECK(schedule.code == 2);
+  CHECK_THAT(schedule.err, Catch::Contains("gpipe or 1f1b"));
+  auto batch = run_mgpu(mesh(2, 2, 2, {}, 3));
+  CHECK(batch.code == 2);
+  CHECK_THAT(batch.err, Catch::Contains("does not split into dp 2 x 3 micro-batches"));
+}
