@@ -217,6 +217,9 @@ void check_side_by_side_options(const CommonOptions& c) {
   auto refuse = [](bool bad, const char* what) {
     if (bad) throw UsageError(what);
   };
+  refuse(launched_by_mpi() && c.ranks != 1,
+         "this lesson compares runs side by side on one rank: run it without mpirun (precision "
+         "and recompute are per-device choices)");
   refuse(c.ranks != 1,
          "this lesson trains on one rank: drop --ranks (precision and recompute are per-device "
          "choices)");

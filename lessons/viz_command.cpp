@@ -25,12 +25,13 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       "mgpu viz");
   std::vector<std::string> paths;
   viz::VizCliOptions opt;
-  app.add_option("traces", paths, "trace JSON files written with --trace (two with --compare)");
+  app.add_option("traces", paths,
+                 "trace JSON files written with --trace (two to four with --compare)");
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit");
   app.add_option("--width", opt.width, "screenshot width")->check(CLI::Range(200, 8192));
   app.add_option("--height", opt.height, "screenshot height")->check(CLI::Range(200, 8192));
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
-  app.add_flag("--compare", opt.compare, "stack the traces with a shared time axis");
+  app.add_flag("--compare", opt.compare, "stack the traces on one ruler, each from its step start");
   app.add_option("--title", opt.title, "window title");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {

@@ -41,6 +41,7 @@ namespace {
 constexpr const char* kNoDisplay = "cannot open a display: run under xvfb-run -a or set DISPLAY";
 constexpr float kPresentationScale = 1.6f;
 constexpr float kFontSize = 15.0f;
+constexpr size_t kMaxCompared = 4;  // stacked views that still fit a screen
 constexpr const char* kFontFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 float ui_scale(bool presentation) {
@@ -152,6 +153,33 @@ void Dashboard::draw_classroom_controls() {
   if (changed) rerun_with_current_params(before);
 }
 
+namespace {
+// The last step of a trace with more than one, or none.
+std::optional<int> last_of_several_steps(const trace::Trace& t) {
+  std::set<int> steps;
+  for (const trace::Event& e : t.events)
+    if (e.lane == trace::Lane::step && e.step >= 0) steps.insert(e.step);
+  if (steps.size() < 2) return std::nullopt;
+  return *steps.rbegin();
+}
+
+// The time a view's ruler calls 0: the start of the step its summary describes, else of its run.
+double shown_start(const TraceView& v) {
+  if (const auto step = v.summary_step()) return trace::analysis_window(v.trace(), *step).begin;
+  return v.run_start();
+}
+}  // namespace
+
+TimeAxis Dashboard::axis(int view) const {
+  TimeAxis a = axis_;
+  if (view < 0 || view >= static_cast<int>(view_origin_.size())) return a;
+  const double shift = view_origin_[view] - axis_.origin;
+  a.t0 += shift;
+  a.t1 += shift;
+  a.origin = view_origin_[view];
+  return a;
+}
+
 bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& value) {
   if (!options_.rerun) return false;
   for (auto& spec : options_.rerun->params) {
@@ -224,55 +252,62 @@ void Dashboard::frame(float display_w, float display_h) {
   axis_.x0 = content_x + label_width;
   axis_.width = std::max(50.0f, ImGui::GetContentRegionAvail().x - label_width - right_margin);
   if (fit_pending_) {
-    double start = views_[0].run_start(), end = views_[0].run_end();
-    for (const TraceView& v : views_) {
-      start = std::min(start, v.run_start());
-      end = std::max(end, v.run_end());
-    }
-    if (fit_last_step_pending_) {
+    // Each view's ruler reads 0 at the start of the step its summary describes (the last one of a
+    // multi-step run), else at the start of its run; compare mode lines the views up there.
+    view_origin_.clear();
+    for (const TraceView& v : views_) view_origin_.push_back(shown_start(v));
+    double start = DBL_MAX, end = -DBL_MAX;  // relative to each view's origin
+    for (size_t v = 0; v < views_.size(); ++v) {
+      double s = views_[v].run_start(), e = views_[v].run_end();
       // Steps are alike; one fills the width readably where twenty would be a blur.
-      std::set<int> steps;
-      for (const trace::Event& e : views_[0].trace().events)
-        if (e.lane == trace::Lane::step && e.step >= 0) steps.insert(e.step);
-      if (steps.size() > 1) {
-        trace::Interval w = trace::analysis_window(views_[0].trace(), *steps.rbegin());
-        start = w.begin;
-        end = w.end;
+      if (fit_last_step_pending_) {
+        if (const auto step = last_of_several_steps(views_[v].trace())) {
+          const trace::Interval w = trace::analysis_window(views_[v].trace(), *step);
+          s = w.begin;
+          e = w.end;
+        }
       }
+      start = std::min(start, s - view_origin_[v]);
+      end = std::max(end, e - view_origin_[v]);
     }
-    axis_.fit(start, end);
-    // The ruler reads 0 at the start of the step the summary describes (the last one of a
-    // multi-step run), else at the start of the run.
-    axis_.origin = views_[0].run_start();
-    if (const auto step = views_[0].summary_step())
-      axis_.origin = trace::analysis_window(views_[0].trace(), *step).begin;
+    axis_.fit(start + view_origin_[0], end + view_origin_[0]);
+    axis_.origin = view_origin_[0];
     fit_pending_ = false;
     fit_last_step_pending_ = false;
   }
 
+  // One memory scale for every view, so compared runs' strips compare by height.
+  int64_t shared_memory_max = 0;
+  for (const TraceView& v : views_) shared_memory_max = std::max(shared_memory_max, v.max_memory());
   int clicked_view = -1, clicked_event = -2;
   for (size_t v = 0; v < views_.size(); ++v) {
     ImGui::Separator();
     if (views_.size() > 1 || v < options_.labels.size()) {
       ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
     }
-    draw_ruler(ctx);
+    // This view's axis; a zoom or pan on it is carried back to the shared one.
+    TimeAxis view_axis = axis(static_cast<int>(v));
+    PanelContext view_ctx{pal, view_axis, label_width, scale};
+    draw_ruler(view_ctx);
     Selection sel{selected_view_, selected_event_, &partners_};
-    const int c = draw_timeline(ctx, views_[v], static_cast<int>(v), sel, layouts_[v]);
+    const int c = draw_timeline(view_ctx, views_[v], static_cast<int>(v), sel, layouts_[v]);
     ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
     if (c != -2) {
       clicked_view = static_cast<int>(v);
       clicked_event = c;
     }
-    draw_memory_legend(ctx);
+    draw_memory_legend(view_ctx);
     // Compare mode stacks two of everything: thinner memory strips keep the summaries on screen.
-    draw_memory(ctx, views_[v], views_.size() > 1 ? 24.0f : 38.0f);
+    draw_memory(view_ctx, views_[v], views_.size() > 1 ? 24.0f : 38.0f, shared_memory_max);
+    const double shift = view_axis.origin - axis_.origin;
+    axis_.t0 = view_axis.t0 - shift;
+    axis_.t1 = view_axis.t1 - shift;
   }
   if (clicked_event != -2) select(clicked_event >= 0 ? clicked_view : -1, clicked_event);
 
   ImGui::Separator();
   for (size_t v = 0; v < views_.size(); ++v) {
-    if (v > 0) ImGui::SameLine(0, 40 * scale);
+    if (v % 2 == 1) ImGui::SameLine(0, 40 * scale);  // two summaries a row
     ImGui::BeginGroup();
     if (views_.size() > 1) {
       ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
@@ -494,13 +529,14 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
     std::fprintf(stderr, "mgpu viz: give a trace file, e.g. mgpu run 1f1b --trace run.json\n");
     return 2;
   }
-  if (cli.compare && trace_paths.size() != 2) {
-    std::fprintf(stderr, "mgpu viz: --compare needs exactly two traces (got %zu)\n",
+  if (cli.compare && (trace_paths.size() < 2 || trace_paths.size() > kMaxCompared)) {
+    std::fprintf(stderr, "mgpu viz: --compare takes two to %zu traces (got %zu)\n", kMaxCompared,
                  trace_paths.size());
     return 2;
   }
-  if (trace_paths.size() > 2) {
-    std::fprintf(stderr, "mgpu viz: at most two traces (use --compare A.json B.json)\n");
+  if (!cli.compare && trace_paths.size() > 1) {
+    std::fprintf(stderr, "mgpu viz: one trace, or --compare A.json B.json (up to %zu)\n",
+                 kMaxCompared);
     return 2;
   }
   DashboardOptions options;

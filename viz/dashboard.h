@@ -31,7 +31,7 @@ struct RerunHook {
 };
 
 struct DashboardOptions {
-  std::vector<trace::Trace> traces;  // one, or two to compare (stacked, shared time axis)
+  std::vector<trace::Trace> traces;  // one, or 2-4 to compare (stacked, shared ruler)
   std::vector<std::string> labels;   // optional name per trace (e.g. the file name)
   std::string title = "mgpu-lab";
   bool presentation = false;  // large fonts, high-contrast palette (projector)
@@ -62,7 +62,7 @@ struct VizCliOptions {
   int width = 1600;        // --width / --height of the screenshot
   int height = 900;
   bool presentation = false;  // --presentation
-  bool compare = false;       // --compare: two traces stacked with a shared time axis
+  bool compare = false;       // --compare: 2-4 traces stacked on a shared ruler (0: step start)
   std::string title;
 };
 // `mgpu viz` after option parsing. Returns the process exit code (2: bad trace or no display).
@@ -82,9 +82,13 @@ class Dashboard {
 
   const DashboardOptions& options() const { return options_; }
   const std::vector<TraceView>& views() const { return views_; }
-  // Geometry of the last frame, in window pixels: the shared time axis and where each view's
-  // lane groups are.
+  // Geometry of the last frame, in window pixels: the shared time axis (in the first view's
+  // times) and where each view's lane groups are.
   const TimeAxis& axis() const { return axis_; }
+  // The axis a view is drawn with: the shared one moved to that view's own times, so every view's
+  // shown step (the one its summary describes, else its run) starts at ruler 0 at the same pixel.
+  // Zooming or panning any view moves them all.
+  TimeAxis axis(int view) const;
   const LaneLayout& layout(int view) const { return layouts_[view]; }
   // Selection (click an event; its partners are highlighted).
   void select(int view, int event);
@@ -113,6 +117,7 @@ class Dashboard {
   std::vector<TraceView> views_;
   std::vector<LaneLayout> layouts_;
   TimeAxis axis_;
+  std::vector<double> view_origin_;  // per view: the time its ruler calls 0 (its shown step start)
   bool fit_pending_ = true;
   bool fit_last_step_pending_ = true;
   int selected_view_ = -1, selected_event_ = -1;

@@ -1,7 +1,8 @@
 // Memory per rank: a strip per GPU with the bytes of each category stacked (parameters at the
 // bottom, then gradients, optimizer state, activations, comm buffers, workspace), drawn on the
 // timeline's time axis. The peak is marked, and the device capacity drawn as a line when the
-// trace's profile gives it. All strips share one vertical scale so ranks compare at a glance.
+// trace's profile gives it. All strips (of every compared run too) share one vertical scale so
+// ranks and runs compare at a glance.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,7 +13,8 @@
 
 namespace mgpu::viz {
 
-void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height) {
+void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height,
+                 int64_t max_bytes) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const Palette& pal = ctx.pal;
   const TimeAxis& axis = ctx.axis;
@@ -24,7 +26,7 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
 
   // The capacity sets the scale only when it is within reach of the peak: a 4 MiB tiny model on
   // an 80 GiB GPU would otherwise be a flat line. Off-scale capacities are named in the label.
-  double scale_max = static_cast<double>(view.max_memory());
+  double scale_max = static_cast<double>(max_bytes > 0 ? max_bytes : view.max_memory());
   const bool capacity_on_scale =
       view.memory_capacity() && *view.memory_capacity() <= 4 * std::max(scale_max, 1.0);
   if (capacity_on_scale) scale_max = std::max(scale_max, *view.memory_capacity());

@@ -48,8 +48,10 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
                   const Selection& selection, LaneLayout& layout);
 
 // Stacked memory by category per rank, aligned to the same time axis; `strip_height` pixels
-// per rank (before scaling).
-void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height);
+// per rank (before scaling). `max_bytes` sets the vertical scale (the largest total over the
+// views shown, so compared runs share it); 0: this view's own largest total.
+void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height,
+                 int64_t max_bytes = 0);
 
 // Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);

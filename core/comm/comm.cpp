@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/comm/seams.h"
+#include "core/runtime/seam.h"
 
 namespace mgpu::comm {
 
@@ -76,24 +77,12 @@ void Work::wait() {
   impl->wait();
 }
 
-namespace {
-std::optional<CommSeams>& installed_seams() {
-  static std::optional<CommSeams> seams;
-  return seams;
-}
-}  // namespace
-
 void install_comm_seams(CommSeams seams) {
-  installed_seams() = std::move(seams);
+  Seam<CommSeams>::install(std::move(seams));
 }
 
 const CommSeams& comm_seams() {
-  const auto& seams = installed_seams();
-  if (!seams || !seams->all_reduce)
-    throw std::logic_error(
-        "comm seam 'all_reduce' is not installed: call mgpu::reference::install_seams() or "
-        "mgpu::mine::install_seams() before running collectives");
-  return *seams;
+  return Seam<CommSeams>::get("comm seam", Required{"all_reduce", &CommSeams::all_reduce});
 }
 
 }  // namespace mgpu::comm

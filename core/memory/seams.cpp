@@ -1,32 +1,18 @@
 // Storage for the memory estimator seams (see seams.h).
 #include "core/memory/seams.h"
 
-#include <optional>
-#include <stdexcept>
+#include "core/runtime/seam.h"
 
 namespace mgpu::memory {
 
-namespace {
-std::optional<MemorySeams>& installed_seams() {
-  static std::optional<MemorySeams> seams;
-  return seams;
-}
-}  // namespace
-
 void install_memory_seams(MemorySeams seams) {
-  installed_seams() = std::move(seams);
+  Seam<MemorySeams>::install(std::move(seams));
 }
 
 const MemorySeams& memory_seams() {
-  const auto& seams = installed_seams();
-  const char* missing = !seams || !seams->gpt_param_count ? "gpt_param_count"
-                        : !seams->estimate_memory         ? "estimate_memory"
-                                                          : nullptr;
-  if (missing)
-    throw std::logic_error(std::string("memory seam '") + missing +
-                           "' is not installed: call mgpu::reference::install_seams() (or "
-                           "mgpu::mine::install_seams()) first");
-  return *seams;
+  return Seam<MemorySeams>::get("memory seam",
+                                Required{"gpt_param_count", &MemorySeams::gpt_param_count},
+                                Required{"estimate_memory", &MemorySeams::estimate_memory});
 }
 
 }  // namespace mgpu::memory

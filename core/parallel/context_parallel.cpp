@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/ops/ops.h"
+#include "core/runtime/seam.h"
 
 namespace mgpu::parallel {
 
@@ -69,24 +70,14 @@ std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout) {
 
 // ---------------------------------------------------------------------------------- seams
 
-namespace {
-std::optional<CpSeams>& installed_seams() {
-  static std::optional<CpSeams> seams;
-  return seams;
-}
-}  // namespace
-
 void install_cp_seams(CpSeams seams) {
-  installed_seams() = std::move(seams);
+  Seam<CpSeams>::install(std::move(seams));
 }
 
 const CpSeams& cp_seams() {
-  const auto& s = installed_seams();
-  if (!s || !s->merge || !s->merge_backward)
-    throw std::logic_error(
-        "context-parallel seams (exercise 07) are not installed: call "
-        "mgpu::reference::install_seams() or mgpu::mine::install_seams() first");
-  return *s;
+  return Seam<CpSeams>::get("context-parallel seam (exercise 07)",
+                            Required{"merge", &CpSeams::merge},
+                            Required{"merge_backward", &CpSeams::merge_backward});
 }
 
 // ---------------------------------------------------------------------------------- set-up

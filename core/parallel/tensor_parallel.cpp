@@ -14,6 +14,7 @@
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/runtime/context.h"
+#include "core/runtime/seam.h"
 
 namespace mgpu::parallel {
 
@@ -41,29 +42,16 @@ void g_backward(Tensor& dy, comm::Comm& tp) {
 
 // ---------------------------------------------------------------------------------- seams
 
-namespace {
-std::optional<TpSeams>& installed_seams() {
-  static std::optional<TpSeams> seams;
-  return seams;
-}
-}  // namespace
-
 void install_tp_seams(TpSeams seams) {
-  installed_seams() = std::move(seams);
+  Seam<TpSeams>::install(std::move(seams));
 }
 
 const TpSeams& tp_seams() {
-  const auto& s = installed_seams();
-  const char* missing = !s || !s->column_forward ? "column_forward"
-                        : !s->column_backward    ? "column_backward"
-                        : !s->row_forward        ? "row_forward"
-                        : !s->row_backward       ? "row_backward"
-                                                 : nullptr;
-  if (missing)
-    throw std::logic_error(std::string("tensor-parallel seam '") + missing +
-                           "' is not installed: call mgpu::reference::install_seams() or "
-                           "mgpu::mine::install_seams() first");
-  return *s;
+  return Seam<TpSeams>::get("tensor-parallel seam",
+                            Required{"column_forward", &TpSeams::column_forward},
+                            Required{"column_backward", &TpSeams::column_backward},
+                            Required{"row_forward", &TpSeams::row_forward},
+                            Required{"row_backward", &TpSeams::row_backward});
 }
 
 // ---------------------------------------------------------------------------------- sharding

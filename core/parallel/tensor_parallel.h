@@ -67,24 +67,6 @@ struct TpSlice {
 };
 TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank);
 
-// Lifts the rank's memory capacity while it lives: for set-up copies that are not part of
-// training (the full model a shard is cut from, a checkpoint's full model), then restores it.
-// (core/parallel/pipeline/executor.cpp has the same lines; a shared home belongs in allocator.h.)
-class CapacityLifted {
- public:
-  explicit CapacityLifted(Allocator& allocator)
-      : allocator_(allocator), capacity_(allocator.capacity()) {
-    allocator_.set_capacity(0);
-  }
-  ~CapacityLifted() { allocator_.set_capacity(capacity_); }
-  CapacityLifted(const CapacityLifted&) = delete;
-  CapacityLifted& operator=(const CapacityLifted&) = delete;
-
- private:
-  Allocator& allocator_;
-  int64_t capacity_;
-};
-
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const ParamList&)>;
 
 // ------------------------------------------------------------------ pieces for layouts built on TP

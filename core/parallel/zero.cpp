@@ -18,6 +18,7 @@
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/layerwise.h"
 #include "core/runtime/context.h"
+#include "core/runtime/seam.h"
 
 namespace mgpu::parallel {
 
@@ -54,27 +55,13 @@ void drop_params(ZeroUnit& u, bool grads) {
 
 // ---------------------------------------------------------------------------------- seams
 
-namespace {
-std::optional<ZeroSeams>& installed_seams() {
-  static std::optional<ZeroSeams> seams;
-  return seams;
-}
-}  // namespace
-
 void install_zero_seams(ZeroSeams seams) {
-  installed_seams() = std::move(seams);
+  Seam<ZeroSeams>::install(std::move(seams));
 }
 
 const ZeroSeams& zero_seams() {
-  const auto& s = installed_seams();
-  const char* missing = !s || !s->owned_chunk ? "owned_chunk"
-                        : !s->sharded_step    ? "sharded_step"
-                                              : nullptr;
-  if (missing)
-    throw std::logic_error(std::string("ZeRO seam '") + missing +
-                           "' is not installed: call mgpu::reference::install_seams() or "
-                           "mgpu::mine::install_seams() first");
-  return *s;
+  return Seam<ZeroSeams>::get("ZeRO seam", Required{"owned_chunk", &ZeroSeams::owned_chunk},
+                              Required{"sharded_step", &ZeroSeams::sharded_step});
 }
 
 // ---------------------------------------------------------------------------------- cutting

@@ -105,6 +105,24 @@ class Allocator {
   std::shared_ptr<Storage::State> state_;
 };
 
+// Lifts an allocator's capacity while it lives, then restores it: for set-up copies that are not
+// part of training (the full model a shard or a pipeline stage is cut from, a checkpoint's full
+// model). What is allocated meanwhile stays counted; only the limit is off.
+class CapacityLifted {
+ public:
+  explicit CapacityLifted(Allocator& allocator)
+      : allocator_(allocator), capacity_(allocator.capacity()) {
+    allocator_.set_capacity(0);
+  }
+  ~CapacityLifted() { allocator_.set_capacity(capacity_); }
+  CapacityLifted(const CapacityLifted&) = delete;
+  CapacityLifted& operator=(const CapacityLifted&) = delete;
+
+ private:
+  Allocator& allocator_;
+  int64_t capacity_;
+};
+
 // Human-readable byte counts: "512 B", "1.50 KiB", "3.20 MiB", "1.07 GiB".
 std::string format_bytes(int64_t bytes);
 

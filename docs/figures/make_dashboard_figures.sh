@@ -20,11 +20,11 @@ xvfb-run -a "$mgpu" viz --compare gpipe.json 1f1b.json \
   --screenshot "$figures/dashboard-gpipe-vs-1f1b.png" --width 1400 --height 1280
 # Context parallelism: ring attention on 4 GPUs with contiguous chunks (the last GPU does most of
 # the causal work) against zigzag chunks (balanced), 512-token sequences split four ways, on the
-# laptop-cpu profile (slow enough that attention, not kernel latency, sets the step time); one
-# step, so both runs start at 0 on the shared time axis.
+# laptop-cpu profile (slow enough that attention, not kernel latency, sets the step time); two
+# steps, and the compare view shows each run's last step from 0 on the shared ruler.
 for layout in contiguous zigzag; do
   "$mgpu" run context_parallel --cp 4 --cp-layout "$layout" --seq 512 --dim 32 --heads 4 \
-    --batch 4 --steps 1 --compare off --profile laptop-cpu --trace "cp-$layout.json" >/dev/null
+    --batch 4 --steps 2 --compare off --profile laptop-cpu --trace "cp-$layout.json" >/dev/null
 done
 xvfb-run -a "$mgpu" viz --compare cp-contiguous.json cp-zigzag.json \
   --title "mgpu-lab - ring attention, 4 GPUs: contiguous vs zigzag chunks" \

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates the ZeRO lesson's dashboard figure (docs/lessons/15-zero.md) from a real run:
+# Regenerates the ZeRO lesson's dashboard figures (docs/lessons/15-zero.md) from real runs:
 #   docs/figures/make_zero_figures.sh [BUILD_DIR]      (default: build-cpu)
-# Stage 3 (FSDP) on 4 CPU virtual GPUs, a model whose states outweigh its activations (4 layers,
-# dim 256, 8 sequences of 16 tokens), then `mgpu viz --screenshot` of its last step.
+# One model whose states outweigh its activations (4 layers, dim 256, 8 sequences of 16 tokens) on
+# 4 CPU virtual GPUs, trained at each ZeRO stage; then `mgpu viz --screenshot` of the last step:
+#   zero-fsdp-lesson.png   stage 3 (FSDP) alone
+#   zero-stages.png        stages 0, 1, 2, 3 stacked (--compare): each rank's memory by category
+#                          on one vertical scale, so the optimizer, gradient and parameter bands
+#                          shrink to 1/4 stage by stage
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mgpu="$root/${1:-build-cpu}/mgpu"
@@ -10,7 +14,12 @@ figures="$root/docs/figures"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-"$mgpu" run zero --ranks 4 --stage 3 --layers 4 --dim 256 --heads 4 --seq 16 --batch 8 --steps 4 \
-  --profile 8xH100-NVLink --trace fsdp.json >/dev/null
-xvfb-run -a "$mgpu" viz fsdp.json --title "mgpu-lab - ZeRO-3 (FSDP), 4 GPUs, prefetch on" \
+for stage in 0 1 2 3; do
+  "$mgpu" run zero --ranks 4 --stage "$stage" --layers 4 --dim 256 --heads 4 --seq 16 --batch 8 \
+    --steps 4 --profile 8xH100-NVLink --trace "stage$stage.json" >/dev/null
+done
+xvfb-run -a "$mgpu" viz stage3.json --title "mgpu-lab - ZeRO-3 (FSDP), 4 GPUs, prefetch on" \
   --screenshot "$figures/zero-fsdp-lesson.png" --width 1400 --height 900
+xvfb-run -a "$mgpu" viz --compare stage0.json stage1.json stage2.json stage3.json \
+  --title "mgpu-lab - ZeRO stages 0, 1, 2, 3 on 4 GPUs: memory by category per rank" \
+  --screenshot "$figures/zero-stages.png" --width 1400 --height 2000

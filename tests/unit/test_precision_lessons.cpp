@@ -2,6 +2,9 @@
 // options they cannot honour are refused with exit code 2.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <vector>
+
 #include "unit/mgpu_cli.h"
 
 using namespace mgpu::testing;
@@ -40,5 +43,26 @@ TEST_CASE("precision lessons refuse what they cannot honour", "[precision][lesso
     INFO(r.out << r.err);
     CHECK(r.code == 2);
     CHECK(count_lines(r.err) == 1);
+  }
+}
+
+TEST_CASE("precision lessons under mpirun say to run without mpirun", "[precision][lesson]") {
+  // What mpirun -n 2 sets in each process (this test runs no MPI; the lessons refuse first).
+  struct MpirunEnvironment {
+    MpirunEnvironment() { setenv("OMPI_COMM_WORLD_SIZE", "2", 1); }
+    ~MpirunEnvironment() { unsetenv("OMPI_COMM_WORLD_SIZE"); }
+  };
+  std::vector<CliResult> results;
+  {
+    MpirunEnvironment under_mpirun;
+    for (const char* lesson : {"mixed_precision", "activation_checkpointing"})
+      results.push_back(run_mgpu(with_tiny_model({"run", lesson, "--batch", "4"})));
+  }
+  for (const CliResult& r : results) {
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("run it without mpirun"));
+    CHECK_THAT(r.err, !Catch::Contains("drop --ranks"));
   }
 }

@@ -164,6 +164,41 @@ TEST_CASE("presentation mode and compare mode render", "[viz]") {
   CHECK(d.layout(1).top > d.layout(0).top + d.layout(0).total_height(4));
 }
 
+TEST_CASE("compare mode lines both traces up at their step start on one ruler", "[viz]") {
+  // The same 1F1B run twice, the second starting 40 ms later (as a later or longer-warmup run
+  // does): on absolute time the second would sit off to the right, cut off by the shared width.
+  DashboardOptions compare = one_f_one_b_options();
+  trace::Trace later = compare.traces[0];
+  const double delay = 40e-3;
+  for (trace::Event& e : later.events) e.start += delay;
+  for (trace::CounterSample& c : later.counters) c.time += delay;
+  compare.traces.push_back(later);
+  compare.labels = {"early", "late"};
+  Dashboard d(compare);
+  const auto png = out_dir() / "compare-aligned.png";
+  REQUIRE(render_screenshot(d, png.string(), 1600, 1000) == 0);
+  const Image img(png);
+  const Palette& pal = palette(false);
+
+  // Every compute cell of the late run is drawn where the early run's same cell is, in its rows.
+  const TimeAxis& axis = d.axis();
+  int checked = 0;
+  for (const trace::Event& e : d.views()[0].trace().events) {
+    if (e.lane != Lane::compute) continue;
+    for (int v = 0; v < 2; ++v) {
+      const double x = axis.to_px(e.start + 0.2 * e.dur);
+      const double y = d.layout(v).lane_top(e.rank, e.lane) + 4;
+      INFO(e.name << " on GPU " << e.rank << " in view " << v << " at " << x << "," << y);
+      CHECK(img.at(x, y) == (e.cat == trace::cat::forward ? pal.forward : pal.backward));
+      ++checked;
+    }
+  }
+  CHECK(checked == 128);
+  // Each view's own axis reads 0 at its own start, the same pixel for both.
+  CHECK(d.axis(1).origin - d.axis(0).origin == Approx(delay));
+  CHECK(d.axis(1).to_px(d.axis(1).origin) == Approx(d.axis(0).to_px(d.axis(0).origin)));
+}
+
 TEST_CASE("selection highlights partners; classroom controls re-run in-process", "[viz]") {
   DashboardOptions options = one_f_one_b_options();
   options.rerun = RerunHook{[](const nlohmann::json& params) {

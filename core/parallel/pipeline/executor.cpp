@@ -41,14 +41,7 @@ StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int
   // keep our blocks and let the rest go. That transient copy is set-up, not what the stage needs
   // to train, so the capacity is lifted while it exists (the stage's own tensors stay counted,
   // and the lesson measures peaks from after this point).
-  Allocator& allocator = current_rank().allocator;
-  const int64_t capacity = allocator.capacity();
-  allocator.set_capacity(0);
-  struct RestoreCapacity {
-    Allocator& allocator;
-    int64_t capacity;
-    ~RestoreCapacity() { allocator.set_capacity(capacity); }
-  } restore{allocator, capacity};
+  CapacityLifted lifted(current_rank().allocator);
   GPT full(config);
   const LayerPartition partition = partition_layers(config.layers, stages * virtual_stages);
   for (int chunk = 0; chunk < virtual_stages; ++chunk) {

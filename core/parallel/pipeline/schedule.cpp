@@ -5,6 +5,7 @@
 //   backward_weight:          purely local, no messages
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/seams.h"
+#include "core/runtime/seam.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
@@ -143,24 +144,14 @@ Schedule one_f_one_b_schedule(int stages, int microbatches) {
                             pipeline_seams().one_f_one_b(stages, microbatches));
 }
 
-namespace {
-std::optional<PipelineSeams>& installed_seams() {
-  static std::optional<PipelineSeams> seams;
-  return seams;
-}
-}  // namespace
-
 void install_pipeline_seams(PipelineSeams seams) {
-  installed_seams() = std::move(seams);
+  Seam<PipelineSeams>::install(std::move(seams));
 }
 
 const PipelineSeams& pipeline_seams() {
-  const auto& seams = installed_seams();
-  if (!seams || !seams->gpipe || !seams->one_f_one_b)
-    throw std::logic_error(
-        "pipeline schedule seams are not installed: call mgpu::reference::install_seams() (or "
-        "mgpu::mine::install_seams()) first");
-  return *seams;
+  return Seam<PipelineSeams>::get("pipeline schedule seam",
+                                  Required{"gpipe", &PipelineSeams::gpipe},
+                                  Required{"one_f_one_b", &PipelineSeams::one_f_one_b});
 }
 
 // Interleaved 1F1B (Megatron-LM): each stage holds V model chunks, so a micro-batch visits every
