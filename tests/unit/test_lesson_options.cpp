@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "core/model/checkpoint.h"
 #include "lessons/lesson.h"
 #include "unit/mgpu_cli.h"
@@ -19,7 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kDir = fs::temp_directory_path() / "mgpu_test_lesson_options";
+// Per process: two checkouts running this test at once must not share (or delete) its files.
+const fs::path kDir =
+    fs::temp_directory_path() / ("mgpu_test_lesson_options." + std::to_string(::getpid()));
 const std::string kTrace = (kDir / "run.json").string();
 const std::string kCheckpoint = (kDir / "run.ckpt").string();
 
@@ -118,8 +122,8 @@ bool writes_no_outputs(const std::string& lesson) {
 }
 
 std::vector<std::string> base_args(const std::string& lesson) {
-  std::vector<std::string> a = {"run",   lesson, "--steps", "3",  "--layers", "4", "--dim",
-                                "16",    "--heads", "2",    "--seq", "8",     "--batch", "12"};
+  std::vector<std::string> a = {"run",     lesson, "--steps", "3", "--layers", "4", "--dim", "16",
+                                "--heads", "2",    "--seq",   "8", "--batch",  "12"};
   if (!writes_no_outputs(lesson))
     a.insert(a.end(), {"--trace", kTrace, "--checkpoint", kCheckpoint});
   if (lesson == "pipeline") a.insert(a.end(), {"--microbatches", "4"});
@@ -161,6 +165,9 @@ std::vector<std::string> with_option(std::vector<std::string> args, const std::s
 TEST_CASE("every option of every training lesson changes the run or is refused with exit 2",
           "[lesson][options]") {
   fs::create_directories(kDir);
+  struct RemoveDir {
+    ~RemoveDir() { fs::remove_all(kDir); }
+  } remove_dir;
   for (auto& lesson : mgpu::lessons::all_lessons()) {
     if (!lesson->defaults().model_options) continue;  // collectives: not a training lesson
     const std::string name = lesson->name();
@@ -172,8 +179,8 @@ TEST_CASE("every option of every training lesson changes the run or is refused w
       if (kExempt.count(option)) continue;
       if ((option == "--trace" || option == "--checkpoint") && writes_no_outputs(name)) {
         INFO(name << " " << option);
-        CHECK(observe(with_option(base_args(name), option, {option == "--trace" ? kTrace
-                                                                               : kCheckpoint}))
+        CHECK(observe(with_option(base_args(name), option,
+                                  {option == "--trace" ? kTrace : kCheckpoint}))
                   .code == 2);
         continue;
       }
