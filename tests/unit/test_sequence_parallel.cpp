@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/single_device_reference.h"
 #include "core/data/task.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/sequence_parallel.h"
@@ -40,25 +41,11 @@ std::unique_ptr<optim::Optimizer> adamw(const ParamList& params) {
   return std::make_unique<optim::AdamW>(params, o);
 }
 
-using FullTensors = std::map<std::string, std::vector<float>>;
+using testing::FullTensors;
 
 FullTensors train_single_device(const GPTConfig& cfg, const data::Task& task,
                                 std::vector<float>& losses) {
-  FullTensors full;
-  World world(WorldOptions{.ranks = 1});
-  world.run([&](RankContext&) {
-    GPT model(cfg);
-    auto opt = adamw(model.params());
-    for (int step = 0; step < kSteps; ++step) {
-      data::Batch batch = task.sample(step, kBatch, kSeq);
-      opt->zero_grad();
-      losses.push_back(model.forward_backward(batch.tokens, batch.targets, kBatch, kSeq));
-      opt->step();
-    }
-    for (Param* p : model.params()) full[p->name] = p->data.to_vector();
-    for (const auto& s : opt->state()) full[s.name] = s.tensor.to_vector();
-  });
-  return full;
+  return testing::train_single_device_reference(cfg, task, adamw, kSteps, kBatch, kSeq, &losses);
 }
 
 // Every writer's shard placed into full tensors; `covered` counts the writes of each element.

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/single_device_reference.h"
 #include "core/comm/comm.h"
 #include "core/data/task.h"
 #include "core/parallel/zero.h"
@@ -39,24 +40,10 @@ std::unique_ptr<optim::Optimizer> adamw(const ParamList& params) {
   return std::make_unique<optim::AdamW>(params, o);
 }
 
-using FullTensors = std::map<std::string, std::vector<float>>;
+using testing::FullTensors;
 
 FullTensors train_single_device(const GPTConfig& cfg, const data::Task& task, int batch) {
-  FullTensors full;
-  World world(WorldOptions{.ranks = 1});
-  world.run([&](RankContext&) {
-    GPT model(cfg);
-    auto opt = adamw(model.params());
-    for (int step = 0; step < kSteps; ++step) {
-      data::Batch b = task.sample(step, batch, kSeq);
-      opt->zero_grad();
-      model.forward_backward(b.tokens, b.targets, batch, kSeq);
-      opt->step();
-    }
-    for (Param* p : model.params()) full[p->name] = p->data.to_vector();
-    for (const auto& s : opt->state()) full[s.name] = s.tensor.to_vector();
-  });
-  return full;
+  return testing::train_single_device_reference(cfg, task, adamw, kSteps, batch, kSeq);
 }
 
 struct ZeroRun {
