@@ -1,0 +1,63 @@
+// The planner's engine: one candidate layout of a model on a cluster, simulated on the modeled
+// clock. Only one representative rank per pipeline stage runs (its tensor-, context- and
+// data-parallel peers do the same work at the same time, so their collectives are costed on the
+// links those groups really use instead of being run); the pipeline's point-to-point traffic
+// between the stage ranks is real. The same layout can also run as a full phantom run (every
+// rank a thread), which is what the representative simulation is checked against.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "core/model/gpt.h"
+#include "core/runtime/profile.h"
+#include "core/tensor/allocator.h"
+
+namespace mgpu::plan {
+
+// One way to train the model: the mesh, how the batch is cut, and the options of every rank.
+struct Layout {
+  int dp = 1, tp = 1, pp = 1, cp = 1;
+  int microbatch_size = 1;  // sequences per micro-batch
+  int microbatches = 1;     // per data-parallel replica and step
+  std::string schedule = "1f1b";  // gpipe | 1f1b (what the hybrid layout runs)
+  int zero = 0;                   // ZeRO stage over dp (0 or 1)
+  std::string precision = "bf16";    // fp32 | bf16 | fp16
+  std::string recompute = "none";    // none | selective | full
+  int gpus() const { return dp * tp * pp * cp; }
+  int global_batch() const { return dp * microbatches * microbatch_size; }
+};
+
+// What is trained: the model (its dtype/recompute are overridden by the layout's) and optimizer.
+struct Workload {
+  GPTConfig model;
+  std::string optimizer = "adamw";
+};
+
+enum class Simulation {
+  representative,  // one rank per pipeline stage, symmetric peers' collectives costed
+  full,            // every rank a phantom thread (small meshes only: tests compare the two)
+};
+
+struct Prediction {
+  double step_seconds = 0;      // modeled clock, one training step (after a warm-up step)
+  double tokens_per_s = 0;      // global_batch * seq / step_seconds
+  double tflops_per_gpu = 0;    // model FLOPs (6 * params * tokens, + attention) / step / GPU
+  double mfu = 0;               // tflops_per_gpu / the profile's peak for the precision
+  double bubble_fraction = 0;   // idle share of the step on the busiest stage, from the trace
+  double exposed_comm_seconds = 0;  // communication not hidden under compute, worst stage
+  CategoryBytes memory_peak{};  // allocator peak by category on the stage with the largest total
+  int64_t memory_peak_total = 0;
+  int worst_stage = 0;          // the stage whose memory is memory_peak
+  bool tp_crosses_nodes = false;  // a tensor-parallel group spans two nodes of the profile
+  double wall_seconds = 0;      // how long simulating took (progress/diagnostics only)
+};
+
+// Throws std::invalid_argument (one line) when the layout cannot run the model (see
+// parallel::check_hybrid). Memory past the profile's capacity is simulated, not refused: the
+// caller compares memory_peak_total with the capacity.
+Prediction simulate(const Workload& workload, const Layout& layout,
+                    const HardwareProfile& profile,
+                    Simulation mode = Simulation::representative);
+
+}  // namespace mgpu::plan
