@@ -106,6 +106,7 @@ ContextParallelResult train_context_parallel(const CommonOptions& c, const std::
   print_checkpoint_lines(out, c, trained);
   nlohmann::json meta = {
       {"lesson", "context_parallel"}, {"cp_layout", layout_name}, {"config", c.to_json()}};
+  meta["config"]["cp"] = c.ranks;  // the mesh axis: the dashboard labels rows "GPU 1  cp1"
   result.trace = world.collect_trace(meta);
   result.under_mpi = world.is_mpi();
   return result;

@@ -112,6 +112,7 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
   if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
   print_checkpoint_lines(out, c, trained);
   nlohmann::json meta = {{"lesson", lesson}, {"config", c.to_json()}};
+  meta["config"]["tp"] = c.ranks;  // the mesh axis: the dashboard labels rows "GPU 1  tp1"
   result.trace = world.collect_trace(meta);
   if (auto last = last_step(result.trace))
     result.step_seconds = trace::analyze(result.trace, last).window.length();

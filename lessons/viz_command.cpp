@@ -33,6 +33,9 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
   app.add_flag("--compare", opt.compare, "stack the traces on one ruler, each from its step start");
   app.add_option("--title", opt.title, "window title");
+  app.add_option("--highlight", opt.highlight,
+                 "highlight one communication group's events (e.g. tp1, dp0, pp0, world; the "
+                 "hybrid lesson prints its groups)");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -51,7 +54,7 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
     if (paths.empty())
       return run_classroom(opt.presentation, opt.screenshot, opt.width, opt.height, err);
-    return viz::viz_main(paths, opt);
+    return viz::viz_main(paths, opt, err);
   } catch (const std::exception& e) {
     fmt::print(err, "mgpu viz: error: {}\n", e.what());
     return 1;

@@ -1,4 +1,5 @@
-// `mgpu viz [trace.json ...] [--screenshot out.png --width W --height H --presentation]`.
+// `mgpu viz [trace.json ...] [--screenshot out.png --width W --height H --presentation
+//  --compare --highlight GROUP]`.
 #pragma once
 #include <iosfwd>
 #include <string>

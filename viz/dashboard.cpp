@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <thread>
@@ -83,6 +84,20 @@ Dashboard::Dashboard(DashboardOptions options) : options_(std::move(options)) {
   for (trace::Trace& t : options_.traces) views_.emplace_back(std::move(t));
   options_.traces.clear();  // the views own the traces now
   layouts_.resize(views_.size());
+  highlight(options_.highlight);
+}
+
+std::vector<std::string> Dashboard::comm_groups() const {
+  std::set<std::string> all;
+  for (const TraceView& v : views_) all.insert(v.comm_groups().begin(), v.comm_groups().end());
+  return {all.begin(), all.end()};
+}
+
+bool Dashboard::highlight(const std::string& group) {
+  const std::vector<std::string> groups = comm_groups();
+  if (!group.empty() && !std::binary_search(groups.begin(), groups.end(), group)) return false;
+  highlight_ = group;
+  return true;
 }
 
 void Dashboard::select(int view, int event) {
@@ -110,8 +125,23 @@ void Dashboard::draw_header() {
     options_.presentation = presentation;
     setup_imgui(presentation);
   }
+  draw_group_control();
   ImGui::SameLine(0, 24);
   ImGui::TextDisabled("wheel: zoom   drag: pan   click: select (partners highlighted)");
+}
+
+// A combo box of the traces' communication groups: the one picked is highlighted.
+void Dashboard::draw_group_control() {
+  const std::vector<std::string> groups = comm_groups();
+  if (groups.empty()) return;
+  ImGui::SameLine(0, 24);
+  ImGui::SetNextItemWidth(110 * ui_scale(options_.presentation));
+  if (ImGui::BeginCombo("highlight group", highlight_.empty() ? "(none)" : highlight_.c_str())) {
+    if (ImGui::Selectable("(none)", highlight_.empty())) highlight("");
+    for (const std::string& g : groups)
+      if (ImGui::Selectable(g.c_str(), g == highlight_)) highlight(g);
+    ImGui::EndCombo();
+  }
 }
 
 void Dashboard::draw_classroom_controls() {
@@ -209,6 +239,7 @@ void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params)
     }
     rerun_error_.clear();
     select(-1, -1);
+    if (!highlight(highlight_)) highlight("");  // the new run may not have that group
     fit();
   } catch (const std::exception& e) {
     rerun_error_ = std::string("re-run failed: ") + e.what();
@@ -231,7 +262,12 @@ void Dashboard::frame(float display_w, float display_h) {
                    ImGuiWindowFlags_NoBringToFrontOnFocus);
   draw_header();
   const Palette& pal = palette(presentation);
-  const float label_width = ImGui::CalcTextSize("GPU 00").x + 16 * scale;
+  // The label column fits the widest row label ("GPU 5  dp1 pp0 tp1" on a mesh).
+  float label_width = ImGui::CalcTextSize("GPU 00").x;
+  for (const TraceView& v : views_)
+    for (int r = 0; r < v.num_ranks(); ++r)
+      label_width = std::max(label_width, ImGui::CalcTextSize(v.rank_label(r).c_str()).x);
+  label_width += 16 * scale;
   PanelContext ctx{pal, axis_, label_width, scale};
   draw_legend(ctx);
   draw_classroom_controls();
@@ -289,7 +325,7 @@ void Dashboard::frame(float display_w, float display_h) {
     TimeAxis view_axis = axis(static_cast<int>(v));
     PanelContext view_ctx{pal, view_axis, label_width, scale};
     draw_ruler(view_ctx);
-    Selection sel{selected_view_, selected_event_, &partners_};
+    Selection sel{selected_view_, selected_event_, &partners_, highlight_};
     const int c = draw_timeline(view_ctx, views_[v], static_cast<int>(v), sel, layouts_[v]);
     ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
     if (c != -2) {
@@ -524,19 +560,19 @@ LoadedTrace load_trace_or_error(const std::string& path) {
   return out;
 }
 
-int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& cli) {
+int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& cli,
+             std::ostream& err) {
   if (trace_paths.empty()) {
-    std::fprintf(stderr, "mgpu viz: give a trace file, e.g. mgpu run 1f1b --trace run.json\n");
+    err << "mgpu viz: give a trace file, e.g. mgpu run 1f1b --trace run.json\n";
     return 2;
   }
   if (cli.compare && (trace_paths.size() < 2 || trace_paths.size() > kMaxCompared)) {
-    std::fprintf(stderr, "mgpu viz: --compare takes two to %zu traces (got %zu)\n", kMaxCompared,
-                 trace_paths.size());
+    err << "mgpu viz: --compare takes two to " << kMaxCompared << " traces (got "
+        << trace_paths.size() << ")\n";
     return 2;
   }
   if (!cli.compare && trace_paths.size() > 1) {
-    std::fprintf(stderr, "mgpu viz: one trace, or --compare A.json B.json (up to %zu)\n",
-                 kMaxCompared);
+    err << "mgpu viz: one trace, or --compare A.json B.json (up to " << kMaxCompared << ")\n";
     return 2;
   }
   DashboardOptions options;
@@ -546,7 +582,7 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
     LoadedTrace loaded = load_trace_or_error(path);
     if (!loaded.trace) {
       if (!cli.screenshot.empty()) {
-        std::fprintf(stderr, "mgpu viz: %s\n", loaded.error.c_str());
+        err << "mgpu viz: " << loaded.error << "\n";
         return 2;
       }
       options.error += (options.error.empty() ? "" : "\n") + loaded.error;
@@ -555,10 +591,31 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
     options.traces.push_back(std::move(*loaded.trace));
     options.labels.push_back(std::filesystem::path(path).filename().string());
   }
+  if (!cli.highlight.empty()) {
+    // Group names come from the events: index the traces once to list them.
+    std::set<std::string> groups;
+    for (const trace::Trace& t : options.traces)
+      for (const trace::Event& e : t.events)
+        if (!e.group.empty()) groups.insert(e.group);
+    if (!groups.count(cli.highlight)) {
+      std::string names;
+      for (const std::string& g : groups) names += (names.empty() ? "" : ", ") + g;
+      err << "mgpu viz: --highlight " << cli.highlight << ": no such communication group in "
+          << (groups.empty() ? std::string("the trace (it has none)")
+                             : "the trace; its groups: " + names)
+          << "\n";
+      return 2;
+    }
+    options.highlight = cli.highlight;
+  }
   if (!cli.screenshot.empty()) {
     return render_screenshot(options, cli.screenshot, cli.width, cli.height);
   }
   return run_dashboard(options);
+}
+
+int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& cli) {
+  return viz_main(trace_paths, cli, std::cerr);
 }
 
 }  // namespace mgpu::viz

@@ -9,6 +9,7 @@
 // viz never includes lessons/: a lesson's "re-run me with these parameters" is a callback.
 #pragma once
 #include <functional>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,7 +37,8 @@ struct DashboardOptions {
   std::string title = "mgpu-lab";
   bool presentation = false;  // large fonts, high-contrast palette (projector)
   std::optional<RerunHook> rerun;
-  std::string error;   // shown in place of the timelines (e.g. a bad trace file)
+  std::string error;      // shown in place of the timelines (e.g. a bad trace file)
+  std::string highlight;  // a communication group ("tp1") whose events stand out, others dimmed
   int max_frames = 0;  // run_dashboard: close after this many frames (0: when the user closes it)
 };
 
@@ -64,8 +66,12 @@ struct VizCliOptions {
   bool presentation = false;  // --presentation
   bool compare = false;       // --compare: 2-4 traces stacked on a shared ruler (0: step start)
   std::string title;
+  std::string highlight;  // --highlight tp1: that group's communication highlighted
 };
-// `mgpu viz` after option parsing. Returns the process exit code (2: bad trace or no display).
+// `mgpu viz` after option parsing. Returns the process exit code (2: bad trace, unknown
+// --highlight group, or no display); the one-line errors go to `err`.
+int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& options,
+             std::ostream& err);
 int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& options);
 
 // ---- the dashboard itself (also used directly by tests and the benchmark) -----------------------
@@ -99,6 +105,12 @@ class Dashboard {
   // does). False when there is no such parameter or the re-run failed (see rerun_error()).
   bool set_parameter(const std::string& name, const nlohmann::json& value);
   const std::string& rerun_error() const { return rerun_error_; }
+  // Highlights one communication group's events in every view (its members' rows marked, every
+  // other event dimmed); "" clears it. False, and nothing changes, for a group no view has.
+  bool highlight(const std::string& group);
+  const std::string& highlighted_group() const { return highlight_; }
+  // The groups of every view, sorted, without repeats (what the highlight control offers).
+  std::vector<std::string> comm_groups() const;
   // Fit the whole run(s) to the width at the next frame.
   void fit() { fit_pending_ = true; }
   // Fits the last training step (what a lesson's ASCII timeline shows); the whole run when the
@@ -111,6 +123,7 @@ class Dashboard {
  private:
   void draw_header();
   void draw_classroom_controls();
+  void draw_group_control();
   void rerun_with_current_params(const nlohmann::json& previous_params);
 
   DashboardOptions options_;
@@ -123,6 +136,7 @@ class Dashboard {
   int selected_view_ = -1, selected_event_ = -1;
   std::vector<int> partners_;
   std::string rerun_error_;
+  std::string highlight_;
 };
 
 // render_screenshot() for a dashboard the caller keeps (tests read its geometry afterwards).

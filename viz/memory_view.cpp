@@ -39,10 +39,8 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
   for (int r = 0; r < view.num_ranks(); ++r) {
     const float y0 = origin.y + r * (strip + gap), y1 = y0 + strip;
     auto py = [&](double bytes) { return static_cast<float>(y1 - bytes / scale_max * strip); };
-    char label[32];
-    std::snprintf(label, sizeof label, "GPU %d", r);
-    dl->AddText({origin.x + 4, y0 + (strip - ImGui::GetTextLineHeight()) / 2}, pal.ruler_text,
-                label);
+    dl->AddText({origin.x + 6 * ctx.scale, y0 + (strip - ImGui::GetTextLineHeight()) / 2},
+                pal.ruler_text, view.rank_label(r).c_str());
     dl->AddRectFilled({x_left, y0}, {x_right, y1}, pal.lane_background);
     dl->PushClipRect({x_left, y0}, {x_right, y1}, true);
 

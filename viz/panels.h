@@ -20,6 +20,9 @@ struct Palette {
   ImU32 capacity, peak;
   std::array<ImU32, 6> memory;  // MemCategory order
 };
+// `colour` faded most of the way into `background` (what a highlight dims).
+ImU32 dimmed(ImU32 colour, ImU32 background);
+
 // Default: the ImGui dark theme. Presentation: a light theme with saturated, high-contrast colours.
 const Palette& palette(bool presentation);
 ImU32 category_colour(const Palette& p, const std::string& cat);
@@ -36,6 +39,9 @@ struct Selection {
   int view = -1;
   int event = -1;
   const std::vector<int>* partners = nullptr;
+  // A highlighted communication group ("tp1"), or empty: its events drawn outlined over every
+  // other event dimmed, and its members' row labels marked.
+  std::string highlight;
 };
 
 // Time ruler along the top of a timeline. Returns its height.

@@ -66,6 +66,16 @@ const Palette& palette(bool presentation) {
   return presentation ? light : dark;
 }
 
+ImU32 dimmed(ImU32 colour, ImU32 background) {
+  // 25% of the colour over 75% of the background, channel by channel (alpha stays opaque).
+  ImU32 out = IM_COL32_A_MASK;
+  for (int shift : {IM_COL32_R_SHIFT, IM_COL32_G_SHIFT, IM_COL32_B_SHIFT}) {
+    const ImU32 c = (colour >> shift) & 0xFF, b = (background >> shift) & 0xFF;
+    out |= ((c + 3 * b) / 4) << shift;
+  }
+  return out;
+}
+
 ImU32 category_colour(const Palette& p, const std::string& c) {
   if (c == trace::cat::forward) return p.forward;
   if (c == trace::cat::backward) return p.backward;
@@ -186,13 +196,21 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
 
   dl->PushClipRect({origin.x, origin.y}, {x_right + 1, origin.y + height + 1}, true);
   const float hatch = 7 * ctx.scale;
+  const std::string& group = selection.highlight;
+  const std::vector<int>& members = view.group_ranks(group);
+  // With a group highlighted, everything else is drawn faded; the group's events go on top.
+  auto fill = [&](ImU32 colour) {
+    return group.empty() ? colour : dimmed(colour, pal.lane_background);
+  };
   for (int r = 0; r < ranks; ++r) {
-    // Rank label in the left column, vertically centred on its lane group.
-    char label[32];
-    std::snprintf(label, sizeof label, "GPU %d", r);
+    // Rank label ("GPU 5  dp1 pp0 tp1" on a mesh) in the left column, centred on its lane group;
+    // a member of the highlighted group gets a bar beside it and the highlight colour.
     const float gy = static_cast<float>(layout.group_top(r));
     const float gh = static_cast<float>(layout.group_height());
-    dl->AddText({origin.x + 4, gy + (gh - ImGui::GetTextLineHeight()) / 2}, pal.ruler_text, label);
+    const bool member = std::binary_search(members.begin(), members.end(), r);
+    if (member) dl->AddRectFilled({origin.x, gy}, {origin.x + 3 * ctx.scale, gy + gh}, pal.partner);
+    dl->AddText({origin.x + 6 * ctx.scale, gy + (gh - ImGui::GetTextLineHeight()) / 2},
+                member ? pal.partner : pal.ruler_text, view.rank_label(r).c_str());
 
     for (Lane lane : {Lane::compute, Lane::comm}) {
       const float y0 = static_cast<float>(layout.lane_top(r, lane));
@@ -226,7 +244,7 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
         const Event& e = view.event(blk.event);
         ImVec2 a{px(blk.start), y0 + 1}, b{px(blk.end), y1 - 1};
         b.x = std::max(b.x, a.x + 1);  // at least one pixel, so nothing vanishes
-        dl->AddRectFilled(a, b, category_colour(pal, e.cat));
+        dl->AddRectFilled(a, b, fill(category_colour(pal, e.cat)));
         if (blk.dense()) continue;
         if (b.x - a.x >= 4) dl->AddRect(a, b, pal.cell_border);
         if (e.microbatch >= 0) {
@@ -237,6 +255,22 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
       }
       dl->PopClipRect();
     }
+  }
+
+  // The highlighted group's events at full colour, outlined, over the faded rest (a group's
+  // events are few next to the trace's, so they are drawn one by one, never merged).
+  if (!group.empty()) {
+    dl->PushClipRect({x_left, origin.y}, {x_right, origin.y + height}, true);
+    for (int i : view.group_events(group)) {
+      const Event& e = view.event(i);
+      if (e.lane == Lane::step || e.end() < axis.t0 || e.start > axis.t1) continue;
+      const float y0 = static_cast<float>(layout.lane_top(e.rank, e.lane));
+      const ImVec2 a{px(e.start), y0},
+          b{std::max(px(e.end()), px(e.start) + 2), y0 + static_cast<float>(layout.lane_height)};
+      dl->AddRectFilled(a, b, category_colour(pal, e.cat));
+      dl->AddRect(a, b, pal.partner, 0, 0, 2 * ctx.scale);
+    }
+    dl->PopClipRect();
   }
 
   // Selection: the selected event outlined, its partners outlined in another colour and linked.

@@ -2,6 +2,8 @@
 
 #include "core/trace/analysis.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -140,6 +142,8 @@ TraceView::TraceView(trace::Trace trace) : trace_(std::move(trace)) {
   stack_memory();
   compute_gaps_and_summary();
   index_partners();
+  read_mesh();
+  index_groups();
 }
 
 void TraceView::index_lanes() {
@@ -301,6 +305,84 @@ std::optional<double> TraceView::prediction(const std::string& key) const {
   const auto& p = md["predictions"];
   if (!p.contains(key) || !p[key].is_number()) return {};
   return p[key].get<double>();
+}
+
+// ---- TraceView: the mesh and its groups
+// ----------------------------------------------------------
+
+void TraceView::read_mesh() {
+  const auto& md = trace_.metadata;
+  if (!md.is_object() || !md.contains("config") || !md["config"].is_object()) return;
+  const auto& config = md["config"];
+  auto axis = [&](const char* name) {
+    return config.contains(name) && config[name].is_number_integer() ? config[name].get<int>() : 1;
+  };
+  const parallel::MeshShape shape{
+      .tp = axis("tp"), .cp = axis("cp"), .dp = axis("dp"), .pp = axis("pp")};
+  bool split = false;
+  for (parallel::Axis a : parallel::kAxes) {
+    if (shape.size(a) < 1) return;
+    split = split || shape.size(a) > 1;
+  }
+  // A mesh that does not cover the trace's ranks would put wrong coordinates on the rows.
+  if (split && shape.ranks() == num_ranks_) mesh_ = shape;
+}
+
+std::string TraceView::rank_label(int rank) const {
+  if (!mesh_ || rank < 0 || rank >= num_ranks_) return fmt::format("GPU {}", rank);
+  const std::array<int, 4> coords = parallel::mesh_coords(*mesh_, rank);
+  std::vector<std::string> where;
+  // Outer axes first, as the hybrid lesson prints them: "dp1 pp0 tp1".
+  for (parallel::Axis a :
+       {parallel::Axis::dp, parallel::Axis::pp, parallel::Axis::cp, parallel::Axis::tp}) {
+    if (mesh_->size(a) > 1)
+      where.push_back(fmt::format("{}{}", parallel::axis_name(a), coords[static_cast<int>(a)]));
+  }
+  return fmt::format("GPU {}  {}", rank, fmt::join(where, " "));
+}
+
+void TraceView::index_groups() {
+  std::set<std::string> names;
+  for (const Event& e : trace_.events)
+    if (!e.group.empty()) names.insert(e.group);
+  group_names_.assign(names.begin(), names.end());
+  group_members_.assign(group_names_.size(), {});
+  group_ranks_.assign(group_names_.size(), {});
+  event_group_.assign(trace_.events.size(), -1);
+  for (int r = 0; r < num_ranks_; ++r) {
+    for (Lane l : {Lane::compute, Lane::comm, Lane::step}) {
+      for (int i : lane(r, l).events) {
+        const int g = group_id(trace_.events[i].group);
+        if (g < 0) continue;
+        event_group_[i] = g;
+        group_members_[g].push_back(i);
+        if (group_ranks_[g].empty() || group_ranks_[g].back() != r) group_ranks_[g].push_back(r);
+      }
+    }
+  }
+}
+
+int TraceView::group_id(const std::string& group) const {
+  const auto it = std::lower_bound(group_names_.begin(), group_names_.end(), group);
+  return it != group_names_.end() && *it == group ? static_cast<int>(it - group_names_.begin())
+                                                  : -1;
+}
+
+const std::vector<int>& TraceView::group_events(const std::string& group) const {
+  static const std::vector<int> none;
+  const int g = group_id(group);
+  return g < 0 ? none : group_members_[g];
+}
+
+bool TraceView::in_group(int i, const std::string& group) const {
+  if (i < 0 || i >= static_cast<int>(event_group_.size()) || event_group_[i] < 0) return false;
+  return group_names_[event_group_[i]] == group;
+}
+
+const std::vector<int>& TraceView::group_ranks(const std::string& group) const {
+  static const std::vector<int> none;
+  const int g = group_id(group);
+  return g < 0 ? none : group_ranks_[g];
 }
 
 // ---- TraceView: queries

@@ -9,7 +9,9 @@
 //                 - partners of an event (the matching send/recv, or every member of the same
 //                   collective: same group + seq), for click-select highlighting,
 //                 - memory over time stacked by category (cumulative sums per sample),
-//                 - a per-rank summary (busy, comm, idle, bubble %, overlap %, peak memory).
+//                 - a per-rank summary (busy, comm, idle, bubble %, overlap %, peak memory),
+//                 - the device mesh the run used (rows labelled "GPU 5  dp1 pp0 tp1") and its
+//                   communication groups ("tp0", "dp1", "world"), to highlight one group.
 //   LaneLayout  where each rank's lane group sits vertically ("GPU r": compute, comm).
 #pragma once
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel/mesh.h"
 #include "core/trace/event.h"
 
 namespace mgpu::viz {
@@ -144,6 +147,22 @@ class TraceView {
   // Theory from metadata["predictions"][key], if it is a number.
   std::optional<double> prediction(const std::string& key) const;
 
+  // The device mesh of the run, from the axes in metadata["config"] ("tp", "cp", "dp", "pp"; a
+  // missing one is 1): none when no axis is > 1 or they do not multiply to the trace's ranks.
+  std::optional<parallel::MeshShape> mesh() const { return mesh_; }
+  // The row label: "GPU 5  dp1 pp0 tp1" on a mesh (its axes > 1, coordinates from
+  // parallel::mesh_coords), "GPU 5" without one.
+  std::string rank_label(int rank) const;
+  // The communication groups named on the trace's events ("dp0", "pp1", "tp0", "world"), sorted.
+  const std::vector<std::string>& comm_groups() const { return group_names_; }
+  // Every event of one group (its collectives, sends and recvs), by index in start order per
+  // rank; empty for a name not in comm_groups().
+  const std::vector<int>& group_events(const std::string& group) const;
+  // Whether event `i` belongs to `group` (constant time: drawing asks this per event).
+  bool in_group(int i, const std::string& group) const;
+  // The group's members: the ranks with an event in it, ascending; empty for an unknown name.
+  const std::vector<int>& group_ranks(const std::string& group) const;
+
  private:
   struct LaneIndex {
     std::vector<int> events;        // sorted by start
@@ -162,6 +181,9 @@ class TraceView {
   void compute_gaps_and_summary();
   void index_partners();
   void stack_memory();
+  void read_mesh();
+  void index_groups();
+  int group_id(const std::string& group) const;  // index into group_names_, or -1
 
   trace::Trace trace_;
   int num_ranks_ = 0;
@@ -175,6 +197,11 @@ class TraceView {
   std::vector<std::vector<StackedSample>> memory_;
   int64_t max_memory_ = 0;
   std::optional<double> capacity_;
+  std::optional<parallel::MeshShape> mesh_;
+  std::vector<std::string> group_names_;         // sorted
+  std::vector<std::vector<int>> group_members_;  // per group name: its events
+  std::vector<std::vector<int>> group_ranks_;    // per group name: the ranks in it
+  std::vector<int> event_group_;                 // per event: index into group_names_, or -1
 };
 
 // ---- vertical layout
