@@ -36,3 +36,9 @@ xvfb-run -a "$mgpu" viz --compare cp-contiguous.json cp-zigzag.json \
   >/dev/null
 xvfb-run -a "$mgpu" viz hybrid.json --screenshot "$figures/dashboard-hybrid-2x2x2.png" \
   --width 1400 --height 1100
+# The same run with the tp group of GPUs 2 and 3 (dp1 pp0) highlighted: rows carry their mesh
+# coordinates, tp1's all-reduces stand out inside its members' forwards and backwards, the rest is
+# dimmed.
+xvfb-run -a "$mgpu" viz hybrid.json --highlight tp1 \
+  --title "mgpu-lab - hybrid dp 2 x tp 2 x pp 2, tp group tp1 highlighted" \
+  --screenshot "$figures/hybrid-mesh.png" --width 1400 --height 1120
