@@ -6,11 +6,22 @@
 // when MGPU_IMPL=mine.
 #pragma once
 #include "core/comm/seams.h"
+#include "core/runtime/world.h"
 
 namespace mgpu::grade {
 
 inline bool grading_mine() {
   return comm::comm_seams().impl_name == "mine";
+}
+
+// `ranks` rank threads on the local backend; a deadlock in the code under test is reported as a
+// CommError after 3 seconds instead of hanging the grader.
+inline WorldOptions local_world(int ranks) {
+  WorldOptions o;
+  o.ranks = ranks;
+  o.backend = "local";
+  o.comm_timeout = 3;
+  return o;
 }
 
 }  // namespace mgpu::grade

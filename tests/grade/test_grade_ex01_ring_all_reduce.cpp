@@ -19,21 +19,13 @@ using comm::ReduceOp;
 
 namespace {
 
-WorldOptions world_of(int ranks) {
-  WorldOptions o;
-  o.ranks = ranks;
-  o.backend = "local";
-  o.comm_timeout = 3;  // a deadlock is reported as CommError after this many seconds
-  return o;
-}
-
 std::vector<int64_t> lengths_for(int ranks) {
   return {0, 1, ranks - 1, ranks + 1, 1000};
 }
 
 // Runs the installed all-reduce on every rank of a fresh world; returns each rank's result.
 std::vector<std::vector<float>> all_reduce_on(int ranks, int64_t n, ReduceOp op) {
-  World world(world_of(ranks));
+  World world(grade::local_world(ranks));
   std::vector<std::vector<float>> got(ranks);
   world.run([&](RankContext& ctx) {
     Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
@@ -77,7 +69,7 @@ TEST_CASE("ex01 in place: a view is reduced and its neighbours are untouched (1 
           "[grade][ex01]") {
   const int ranks = 3;
   const int64_t n = 10;
-  World world(world_of(ranks));
+  World world(grade::local_world(ranks));
   std::vector<std::vector<float>> whole(ranks);
   std::vector<const float*> before(ranks), after(ranks);
   world.run([&](RankContext& ctx) {
@@ -108,7 +100,7 @@ TEST_CASE("ex01 bandwidth: each rank sends about 2(N-1)/N of the buffer (1 pts)"
   // all-to-all (send everything to everyone) sends (N-1) n and fails this check.
   const int ranks = 4;
   const int64_t n = 1000;
-  World world(world_of(ranks));
+  World world(grade::local_world(ranks));
   world.run([&](RankContext& ctx) {
     Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
     comm::comm_seams().all_reduce(*ctx.comm, t, ReduceOp::sum);

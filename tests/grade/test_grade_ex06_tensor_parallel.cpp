@@ -23,14 +23,6 @@ std::vector<float> values(int64_t n, float scale) {
   return v;
 }
 
-WorldOptions world_of(int ranks) {
-  WorldOptions o;
-  o.ranks = ranks;
-  o.backend = "local";
-  o.comm_timeout = 3;
-  return o;
-}
-
 struct Full {  // the unsharded linear's results
   std::vector<float> y, dx, dw, db;
 };
@@ -38,7 +30,7 @@ struct Full {  // the unsharded linear's results
 Full unsharded(const std::vector<float>& x, const std::vector<float>& w,
                const std::vector<float>& b, const std::vector<float>& dy, int64_t in, int64_t out) {
   Full f;
-  World one(world_of(1));
+  World one(grade::local_world(1));
   one.run([&](RankContext&) {
     Tensor X = Tensor::from({B, T, in}, x), W = Tensor::from({out, in}, w),
            Bi = Tensor::from({out}, b), DY = Tensor::from({B, T, out}, dy);
@@ -82,112 +74,92 @@ struct RankResult {
   std::vector<float> y, dx, dw, db;
 };
 
-// Column-parallel: rank r owns output rows [r*OUT/t, (r+1)*OUT/t) of W and b.
-void check_column(int tp, bool backward) {
-  INFO("tp = " << tp);
+// Rows [r0, r1) of a row-major matrix with `cols` columns (a vector: cols = 1).
+std::vector<float> rows(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t r1) {
+  return {m.begin() + r0 * cols, m.begin() + r1 * cols};
+}
+
+// Which dimension of W is split over the ranks: column-parallel splits the outputs (rank r owns
+// output rows [r*OUT/t, (r+1)*OUT/t) of W and b, and sees all of x); row-parallel splits the
+// inputs (rank r owns input columns [r*IN/t, (r+1)*IN/t) of W and of x; rank 0 adds the bias).
+enum class Split { column, row };
+
+// The sharded linear on `tp` rank threads against the unsharded one: each rank's outputs and
+// gradients, and the all-reduces it issued.
+void check_sharded(Split split, int tp, bool backward) {
+  const bool column = split == Split::column;
+  INFO((column ? "column" : "row") << "-parallel, tp = " << tp);
   const auto x = values(B * T * IN, 1.0f), w = values(OUT * IN, 0.5f), b = values(OUT, 0.3f),
              dy = values(B * T * OUT, 0.8f);
   const Full want = unsharded(x, w, b, dy, IN, OUT);
+  const int64_t split_size = column ? OUT : IN;
   std::vector<RankResult> got(static_cast<size_t>(tp));
-  World world(world_of(tp));
+  World world(grade::local_world(tp));
   world.run([&](RankContext& ctx) {
     comm::Comm& group = *ctx.comm;
     RankResult& mine = got[static_cast<size_t>(ctx.rank)];
-    const int64_t o0 = group.rank() * OUT / tp, o1 = (group.rank() + 1) * OUT / tp;
-    mine.begin = o0, mine.end = o1;
-    Tensor X = Tensor::from({B, T, IN}, x);
-    Tensor W =
-        Tensor::from({o1 - o0, IN}, std::vector<float>(w.begin() + o0 * IN, w.begin() + o1 * IN));
-    Tensor Bi = Tensor::from({o1 - o0}, std::vector<float>(b.begin() + o0, b.begin() + o1));
-    Tensor Y = Tensor::zeros({B, T, o1 - o0}, MemCategory::activations);
-    parallel::tp_seams().column_forward(Y, X, W, Bi, group);
+    const int64_t s0 = group.rank() * split_size / tp, s1 = (group.rank() + 1) * split_size / tp;
+    mine.begin = s0, mine.end = s1;
+    const int64_t in = column ? IN : s1 - s0, out = column ? s1 - s0 : OUT;  // this rank's W
+    Tensor X = Tensor::from({B, T, in}, column ? x : columns(x, IN, s0, s1));
+    Tensor W = Tensor::from({out, in}, column ? rows(w, IN, s0, s1) : columns(w, IN, s0, s1));
+    Tensor Bi = column              ? Tensor::from({out}, rows(b, 1, s0, s1))
+                : group.rank() == 0 ? Tensor::from({OUT}, b)
+                                    : Tensor();
+    const parallel::TpSeams& seams = parallel::tp_seams();
+    Tensor Y = Tensor::zeros({B, T, out}, MemCategory::activations);
+    (column ? seams.column_forward : seams.row_forward)(Y, X, W, Bi, group);
     mine.y = Y.to_vector();
     if (!backward) return;
-    Tensor DY = Tensor::from({B, T, o1 - o0}, columns(dy, OUT, o0, o1));
-    Tensor DX = Tensor::zeros({B, T, IN}, MemCategory::workspace);
+    Tensor DY = Tensor::from({B, T, out}, column ? columns(dy, OUT, s0, s1) : dy);
+    Tensor DX = Tensor::zeros({B, T, in}, MemCategory::workspace);
     Tensor DW = Tensor::zeros(W.shape(), MemCategory::gradients);
-    Tensor DB = Tensor::zeros(Bi.shape(), MemCategory::gradients);
-    parallel::tp_seams().column_backward(DX, DW, DB, DY, X, W, group);
+    Tensor DB = Tensor::zeros({out}, MemCategory::gradients);
+    (column ? seams.column_backward : seams.row_backward)(DX, DW, DB, DY, X, W, group);
     mine.dx = DX.to_vector(), mine.dw = DW.to_vector(), mine.db = DB.to_vector();
   });
   for (const RankResult& r : got) {
-    const int64_t o0 = r.begin, o1 = r.end;
-    check_close(r.y, columns(want.y, OUT, o0, o1), "y_local: my output columns");
+    const int64_t s0 = r.begin, s1 = r.end;
+    if (column) {
+      check_close(r.y, columns(want.y, OUT, s0, s1), "y_local: my output columns");
+    } else {
+      check_close(r.y, want.y, "y: the full output on every rank (g's forward, bias once)");
+    }
     if (!backward) continue;
-    check_close(r.dx, want.dx, "dx: the full input gradient on every rank (f's backward)");
-    check_close(r.dw, std::vector<float>(want.dw.begin() + o0 * IN, want.dw.begin() + o1 * IN),
-                "dw_local");
-    check_close(r.db, std::vector<float>(want.db.begin() + o0, want.db.begin() + o1), "db_local");
+    if (column) {
+      check_close(r.dx, want.dx, "dx: the full input gradient on every rank (f's backward)");
+      check_close(r.dw, rows(want.dw, IN, s0, s1), "dw_local");
+      check_close(r.db, rows(want.db, 1, s0, s1), "db_local");
+    } else {
+      check_close(r.dx, columns(want.dx, IN, s0, s1), "dx_local: my input columns");
+      check_close(r.dw, columns(want.dw, IN, s0, s1), "dw_local");
+      check_close(r.db, want.db, "db: the whole bias gradient on every rank");
+    }
   }
-  // forward: f is the identity, no communication; backward: one all-reduce (on one rank it may
-  // be skipped)
-  const int issued = all_reduces_on_rank0(world);
-  if (!backward)
-    CHECK(issued == 0);
-  else if (tp > 1)
-    CHECK(issued == 1);
-  else
-    CHECK(issued <= 1);
-}
-
-// Row-parallel: rank r owns input columns [r*IN/t, (r+1)*IN/t) of W; rank 0 adds the bias.
-void check_row(int tp, bool backward) {
-  INFO("tp = " << tp);
-  const auto x = values(B * T * IN, 0.9f), w = values(OUT * IN, 0.6f), b = values(OUT, 0.4f),
-             dy = values(B * T * OUT, 0.7f);
-  const Full want = unsharded(x, w, b, dy, IN, OUT);
-  std::vector<RankResult> got(static_cast<size_t>(tp));
-  World world(world_of(tp));
-  world.run([&](RankContext& ctx) {
-    comm::Comm& group = *ctx.comm;
-    RankResult& mine = got[static_cast<size_t>(ctx.rank)];
-    const int64_t c0 = group.rank() * IN / tp, c1 = (group.rank() + 1) * IN / tp;
-    mine.begin = c0, mine.end = c1;
-    Tensor X = Tensor::from({B, T, c1 - c0}, columns(x, IN, c0, c1));
-    Tensor W = Tensor::from({OUT, c1 - c0}, columns(w, IN, c0, c1));
-    Tensor Bi = group.rank() == 0 ? Tensor::from({OUT}, b) : Tensor();
-    Tensor Y = Tensor::zeros({B, T, OUT}, MemCategory::activations);
-    parallel::tp_seams().row_forward(Y, X, W, Bi, group);
-    mine.y = Y.to_vector();
-    if (!backward) return;
-    Tensor DY = Tensor::from({B, T, OUT}, dy);
-    Tensor DX = Tensor::zeros({B, T, c1 - c0}, MemCategory::workspace);
-    Tensor DW = Tensor::zeros(W.shape(), MemCategory::gradients);
-    Tensor DB = Tensor::zeros({OUT}, MemCategory::gradients);
-    parallel::tp_seams().row_backward(DX, DW, DB, DY, X, W, group);
-    mine.dx = DX.to_vector(), mine.dw = DW.to_vector(), mine.db = DB.to_vector();
-  });
-  for (const RankResult& r : got) {
-    const int64_t c0 = r.begin, c1 = r.end;
-    check_close(r.y, want.y, "y: the full output on every rank (g's forward, bias once)");
-    if (!backward) continue;
-    check_close(r.dx, columns(want.dx, IN, c0, c1), "dx_local: my input columns");
-    check_close(r.dw, columns(want.dw, IN, c0, c1), "dw_local");
-    check_close(r.db, want.db, "db: the whole bias gradient on every rank");
-  }
-  // forward: one all-reduce (g; on one rank it may be skipped); backward: none (g's backward is
-  // the identity)
+  // Column: f is the identity forward and one all-reduce backward. Row: g is one all-reduce
+  // forward and the identity backward. On one rank the all-reduce may be skipped.
+  const int expected = column && !backward ? 0 : 1;
   const int issued = all_reduces_on_rank0(world);
   if (tp > 1)
-    CHECK(issued == 1);
+    CHECK(issued == expected);
   else
-    CHECK(issued <= 1);
+    CHECK(issued <= expected);
 }
 }  // namespace
 
 TEST_CASE("ex06 column-parallel forward gives each rank its output columns (2 pts)",
           "[grade][ex06]") {
-  for (int tp : {1, 2, 4}) check_column(tp, false);
+  for (int tp : {1, 2, 4}) check_sharded(Split::column, tp, false);
 }
 
 TEST_CASE("ex06 column-parallel backward all-reduces the input gradient (3 pts)", "[grade][ex06]") {
-  for (int tp : {1, 2, 4}) check_column(tp, true);
+  for (int tp : {1, 2, 4}) check_sharded(Split::column, tp, true);
 }
 
 TEST_CASE("ex06 row-parallel forward all-reduces the partial outputs (3 pts)", "[grade][ex06]") {
-  for (int tp : {1, 2, 4}) check_row(tp, false);
+  for (int tp : {1, 2, 4}) check_sharded(Split::row, tp, false);
 }
 
 TEST_CASE("ex06 row-parallel backward needs no communication (2 pts)", "[grade][ex06]") {
-  for (int tp : {1, 2, 4}) check_row(tp, true);
+  for (int tp : {1, 2, 4}) check_sharded(Split::row, tp, true);
 }

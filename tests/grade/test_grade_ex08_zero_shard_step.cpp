@@ -18,14 +18,6 @@ using namespace mgpu;
 namespace {
 const std::vector<int64_t> kUnitSizes = {7, 5, 12};  // 5 ranks: 7 and 12 do not divide
 
-WorldOptions world_of(int ranks) {
-  WorldOptions o;
-  o.ranks = ranks;
-  o.backend = "local";
-  o.comm_timeout = 3;
-  return o;
-}
-
 float initial_param(size_t unit, size_t i) {
   return std::sin(0.3f * float(i) + float(unit));
 }
@@ -106,7 +98,7 @@ TEST_CASE("ex08 each rank updates from the mean gradient of its own chunk (3 pts
           "[grade][ex08]") {
   for (int ranks = 1; ranks <= 5; ++ranks) {
     INFO("ranks = " << ranks);
-    World world(world_of(ranks));
+    World world(grade::local_world(ranks));
     const std::vector<RankResult> results = run_step(ranks, world);
     for (int r = 0; r < ranks; ++r) {
       const RankResult& mine = results[static_cast<size_t>(r)];
@@ -125,7 +117,7 @@ TEST_CASE("ex08 each rank updates from the mean gradient of its own chunk (3 pts
 TEST_CASE("ex08 every rank ends with every rank's updated chunk (3 pts)", "[grade][ex08]") {
   for (int ranks = 1; ranks <= 5; ++ranks) {
     INFO("ranks = " << ranks);
-    World world(world_of(ranks));
+    World world(grade::local_world(ranks));
     const std::vector<RankResult> results = run_step(ranks, world);
     for (int r = 0; r < ranks; ++r)
       for (size_t u = 0; u < kUnitSizes.size(); ++u) {
@@ -162,11 +154,11 @@ Traffic rank0_traffic(const World& world) {
 TEST_CASE("ex08 one reduce-scatter and one all-gather per unit: 2(N-1)/N of it sent (2 pts)",
           "[grade][ex08]") {
   const int ranks = 4;
-  World world(world_of(ranks));
+  World world(grade::local_world(ranks));
   run_step(ranks, world);
   const Traffic got = rank0_traffic(world);
   // What one reduce-scatter and one all-gather of each unit send (the ring's 2(N-1)/N of it).
-  World plain(world_of(ranks));
+  World plain(grade::local_world(ranks));
   plain.run([&](RankContext& ctx) {
     for (int64_t n : kUnitSizes) {
       auto [begin, end] = comm::chunk_range(n, ranks, ctx.rank);
