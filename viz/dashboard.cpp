@@ -42,7 +42,9 @@ namespace {
 constexpr const char* kNoDisplay = "cannot open a display: run under xvfb-run -a or set DISPLAY";
 constexpr float kPresentationScale = 1.6f;
 constexpr float kFontSize = 15.0f;
-constexpr size_t kMaxCompared = 4;  // stacked views that still fit a screen
+constexpr size_t kMaxCompared = 4;            // stacked views that still fit a screen
+constexpr float kMemoryStripHeight = 40.0f;   // per rank: the peak label and 6 bands fit
+constexpr float kCompareStripHeight = 56.0f;  // compared runs: every band a few pixels at least
 constexpr const char* kFontFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 float ui_scale(bool presentation) {
@@ -333,8 +335,10 @@ void Dashboard::frame(float display_w, float display_h) {
       clicked_event = c;
     }
     draw_memory_legend(view_ctx);
-    // Compare mode stacks two of everything: thinner memory strips keep the summaries on screen.
-    draw_memory(view_ctx, views_[v], views_.size() > 1 ? 24.0f : 38.0f, shared_memory_max);
+    // Compared runs share one memory scale, so the smaller run's bands (ZeRO-3's quarter states)
+    // are thin: compare mode draws taller strips; the window scrolls to the summaries.
+    draw_memory(view_ctx, views_[v], views_.size() > 1 ? kCompareStripHeight : kMemoryStripHeight,
+                shared_memory_max);
     const double shift = view_axis.origin - axis_.origin;
     axis_.t0 = view_axis.t0 - shift;
     axis_.t1 = view_axis.t1 - shift;

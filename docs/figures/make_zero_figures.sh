@@ -22,4 +22,4 @@ xvfb-run -a "$mgpu" viz stage3.json --title "mgpu-lab - ZeRO-3 (FSDP), 4 GPUs, p
   --screenshot "$figures/zero-fsdp-lesson.png" --width 1400 --height 900
 xvfb-run -a "$mgpu" viz --compare stage0.json stage1.json stage2.json stage3.json \
   --title "mgpu-lab - ZeRO stages 0, 1, 2, 3 on 4 GPUs: memory by category per rank" \
-  --screenshot "$figures/zero-stages.png" --width 1400 --height 2000
+  --screenshot "$figures/zero-stages.png" --width 1400 --height 2232
