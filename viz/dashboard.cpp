@@ -137,8 +137,8 @@ void Dashboard::draw_group_control() {
   const std::vector<std::string> groups = comm_groups();
   if (groups.empty()) return;
   ImGui::SameLine(0, 24);
-  ImGui::SetNextItemWidth(110 * ui_scale(options_.presentation));
-  if (ImGui::BeginCombo("highlight group", highlight_.empty() ? "(none)" : highlight_.c_str())) {
+  ImGui::SetNextItemWidth(80 * ui_scale(options_.presentation));
+  if (ImGui::BeginCombo("highlight", highlight_.empty() ? "(none)" : highlight_.c_str())) {
     if (ImGui::Selectable("(none)", highlight_.empty())) highlight("");
     for (const std::string& g : groups)
       if (ImGui::Selectable(g.c_str(), g == highlight_)) highlight(g);

@@ -41,4 +41,4 @@ xvfb-run -a "$mgpu" viz hybrid.json --screenshot "$figures/dashboard-hybrid-2x2x
 # dimmed.
 xvfb-run -a "$mgpu" viz hybrid.json --highlight tp1 \
   --title "mgpu-lab - hybrid dp 2 x tp 2 x pp 2, tp group tp1 highlighted" \
-  --screenshot "$figures/hybrid-mesh.png" --width 1400 --height 1120
+  --screenshot "$figures/hybrid-mesh.png" --width 1400 --height 1142
