@@ -50,6 +50,12 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
     return 2;
   }
+  if (paths.empty() && !opt.highlight.empty()) {
+    fmt::print(err,
+               "mgpu viz: error: --highlight needs a trace, e.g. mgpu viz hybrid.json "
+               "--highlight tp1 (classroom mode has no groups to pick from)\n");
+    return 2;
+  }
   try {
     select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
     if (paths.empty())

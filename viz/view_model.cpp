@@ -314,18 +314,22 @@ void TraceView::read_mesh() {
   const auto& md = trace_.metadata;
   if (!md.is_object() || !md.contains("config") || !md["config"].is_object()) return;
   const auto& config = md["config"];
-  auto axis = [&](const char* name) {
-    return config.contains(name) && config[name].is_number_integer() ? config[name].get<int>() : 1;
+  // An axis is 1 when absent, and 0 (no mesh) when it is not a whole number of ranks in the trace.
+  auto axis = [&](const char* name) -> int {
+    if (!config.contains(name)) return 1;
+    const auto& v = config[name];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > num_ranks_) return 0;
+    return static_cast<int>(v.get<int64_t>());
   };
   const parallel::MeshShape shape{
       .tp = axis("tp"), .cp = axis("cp"), .dp = axis("dp"), .pp = axis("pp")};
-  bool split = false;
-  for (parallel::Axis a : parallel::kAxes) {
-    if (shape.size(a) < 1) return;
-    split = split || shape.size(a) > 1;
-  }
   // A mesh that does not cover the trace's ranks would put wrong coordinates on the rows.
-  if (split && shape.ranks() == num_ranks_) mesh_ = shape;
+  int64_t ranks = 1;
+  for (parallel::Axis a : parallel::kAxes) {
+    ranks *= shape.size(a);  // both factors <= num_ranks_: no overflow
+    if (ranks == 0 || ranks > num_ranks_) return;
+  }
+  if (ranks == num_ranks_ && ranks > 1) mesh_ = shape;
 }
 
 std::string TraceView::rank_label(int rank) const {

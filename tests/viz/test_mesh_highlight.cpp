@@ -106,6 +106,14 @@ TEST_CASE("a hybrid trace labels rows with mesh coordinates and traces without a
   const TraceView wrong_view(std::move(wrong));
   CHECK_FALSE(wrong_view.mesh());
   CHECK(wrong_view.rank_label(1) == "GPU 1");
+  // Axes that are not whole numbers of ranks (hand-edited metadata) give no mesh, never a crash.
+  for (const nlohmann::json& bad : {nlohmann::json("4"), nlohmann::json(-4), nlohmann::json(0),
+                                    nlohmann::json(4.5), nlohmann::json(int64_t{1} << 40)}) {
+    trace::Trace t = viz::testing::synthetic_pipeline({});
+    t.metadata["config"]["tp"] = bad;
+    CAPTURE(bad.dump());
+    CHECK_FALSE(TraceView(std::move(t)).mesh());
+  }
 }
 
 TEST_CASE("highlighting a group selects exactly its events and dims the rest", "[viz][mesh]") {
@@ -192,6 +200,12 @@ TEST_CASE("mgpu viz --highlight takes a group of the trace and an unknown one ex
   CHECK(bad.err.find("nosuch") != std::string::npos);
   for (const char* group : {"dp0", "pp3", "tp0", "tp3"})
     CHECK(bad.err.find(group) != std::string::npos);
+  CHECK_FALSE(fs::exists(png));
+
+  // Classroom mode (no trace) has nothing to highlight: refused, not ignored.
+  const auto classroom = run_mgpu({"viz", "--highlight", "tp1", "--screenshot", png});
+  CHECK(classroom.code == 2);
+  CHECK(mgpu::testing::count_lines(classroom.err) == 1);
   CHECK_FALSE(fs::exists(png));
 
   const auto good = run_mgpu({"viz", path, "--highlight", "tp1", "--screenshot", png});
