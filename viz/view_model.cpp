@@ -352,6 +352,7 @@ void TraceView::index_groups() {
   group_names_.assign(names.begin(), names.end());
   group_members_.assign(group_names_.size(), {});
   group_ranks_.assign(group_names_.size(), {});
+  group_spans_.assign(group_names_.size(), {});
   event_group_.assign(trace_.events.size(), -1);
   for (int r = 0; r < num_ranks_; ++r) {
     for (Lane l : {Lane::compute, Lane::comm, Lane::step}) {
@@ -360,6 +361,7 @@ void TraceView::index_groups() {
         if (g < 0) continue;
         event_group_[i] = g;
         group_members_[g].push_back(i);
+        group_spans_[g].push_back({trace_.events[i].start, trace_.events[i].end(), r, l, i});
         if (group_ranks_[g].empty() || group_ranks_[g].back() != r) group_ranks_[g].push_back(r);
       }
     }
@@ -376,6 +378,12 @@ const std::vector<int>& TraceView::group_events(const std::string& group) const 
   static const std::vector<int> none;
   const int g = group_id(group);
   return g < 0 ? none : group_members_[g];
+}
+
+const std::vector<TraceView::Span>& TraceView::group_spans(const std::string& group) const {
+  static const std::vector<Span> none;
+  const int g = group_id(group);
+  return g < 0 ? none : group_spans_[g];
 }
 
 bool TraceView::in_group(int i, const std::string& group) const {

@@ -158,8 +158,17 @@ class TraceView {
   // Every event of one group (its collectives, sends and recvs), by index in start order per
   // rank; empty for a name not in comm_groups().
   const std::vector<int>& group_events(const std::string& group) const;
-  // Whether event `i` belongs to `group` (constant time: drawing asks this per event).
+  // Whether event `i` belongs to `group` (constant time).
   bool in_group(int i, const std::string& group) const;
+  // The same events as group_events() in drawing order (rank, lane, start), their times copied
+  // next to each other: the highlight walks these every frame, not the big Event structs.
+  struct Span {
+    double start = 0, end = 0;
+    int rank = 0;
+    trace::Lane lane = trace::Lane::comm;
+    int event = 0;
+  };
+  const std::vector<Span>& group_spans(const std::string& group) const;
   // The group's members: the ranks with an event in it, ascending; empty for an unknown name.
   const std::vector<int>& group_ranks(const std::string& group) const;
 
@@ -201,6 +210,7 @@ class TraceView {
   std::vector<std::string> group_names_;         // sorted
   std::vector<std::vector<int>> group_members_;  // per group name: its events
   std::vector<std::vector<int>> group_ranks_;    // per group name: the ranks in it
+  std::vector<std::vector<Span>> group_spans_;   // per group name: its events' times
   std::vector<int> event_group_;                 // per event: index into group_names_, or -1
 };
 
