@@ -1,6 +1,7 @@
-// The timeline: a time ruler, then one lane group per rank ("GPU r": compute above comm). Events
-// are coloured by category with their micro-batch number inside when it fits; idle gaps on the
-// compute lane (pipeline bubbles) are hatched and labelled with their duration.
+// The timeline: a time ruler, then one lane group per rank ("GPU r", on a device mesh "GPU r  dp1
+// pp0 tp1": compute above comm). Events are coloured by category with their micro-batch number
+// inside when it fits; idle gaps on the compute lane (pipeline bubbles) are hatched and labelled
+// with their duration. A highlighted communication group is drawn over everything else dimmed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -143,7 +144,8 @@ void event_tooltip(const TraceView& view, int i, double origin) {
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(e.name.c_str());
   ImGui::Separator();
-  ImGui::Text("GPU %d, %s lane, %s", e.rank, trace::lane_name(e.lane), e.cat.c_str());
+  ImGui::Text("%s, %s lane, %s", view.rank_label(e.rank).c_str(), trace::lane_name(e.lane),
+              e.cat.c_str());
   ImGui::TextUnformatted(tooltip_line("start", format_duration(e.start - origin)).c_str());
   ImGui::TextUnformatted(tooltip_line("duration", format_duration(e.dur)).c_str());
   if (e.microbatch >= 0) ImGui::Text("micro-batch: %d", e.microbatch);
@@ -151,7 +153,7 @@ void event_tooltip(const TraceView& view, int i, double origin) {
   if (e.chunk >= 0) ImGui::Text("chunk: %d", e.chunk);
   if (e.bytes > 0) ImGui::TextUnformatted(tooltip_line("bytes", format_bytes(e.bytes)).c_str());
   if (e.flops > 0) ImGui::Text("FLOPs: %.3g", e.flops);
-  if (e.peer >= 0) ImGui::Text("peer: GPU %d", e.peer);
+  if (e.peer >= 0) ImGui::Text("peer: %s", view.rank_label(e.peer).c_str());
   if (!e.op.empty()) ImGui::Text("op: %s", e.op.c_str());
   if (!e.group.empty())
     ImGui::Text("group: %s%s", e.group.c_str(),
