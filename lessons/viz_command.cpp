@@ -53,7 +53,7 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (paths.empty() && !opt.highlight.empty()) {
     fmt::print(err,
                "mgpu viz: error: --highlight needs a trace, e.g. mgpu viz hybrid.json "
-               "--highlight tp1 (classroom mode has no groups to pick from)\n");
+               "--highlight tp1 (classroom mode, without a trace, does not take it)\n");
     return 2;
   }
   try {
