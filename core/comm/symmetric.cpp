@@ -1,8 +1,15 @@
 // The symmetric group (symmetric.h). Every collective runs the local backend's algorithm on this
 // comm; only point-to-point differs: instead of meeting a partner in a mailbox, a message is
-// priced as its mirror image. A send to the member d places ahead occupies the comm lane for the
-// slowest link at distance d; the matching receive, from the member d places behind, ends when
-// that member's mirror send (issued when this rank issued its own) has crossed the same link.
+// priced as its mirror image. A send to the member d places ahead occupies the comm lane for this
+// rank's own link, as in the local backend; the matching receive, from the member d places
+// behind, ends when that member's mirror send (issued when this rank issued its own) has crossed
+// the slowest link of the group at distance d.
+//
+// For a ring this is exact on the group's first member, the planner's representative: the ring's
+// slowest link delays every step of the full run there too (whenever a group crosses nodes, the
+// link into member 0 is an inter-node one). Patterns whose steps use other distances
+// (dissemination barrier, pairwise all-to-all) are charged the slowest pair of every step, which
+// a full run can beat when a slow step's senders were early: an upper bound there.
 #include "core/comm/symmetric.h"
 
 #include <algorithm>
@@ -172,15 +179,16 @@ class SymmetricComm final : public Comm {
     return it->second;
   }
 
-  // This rank's send: the comm lane is busy for the step; the mirror image of this message is
-  // on its way to this rank from the member `distance` behind.
+  // This rank's send occupies the comm lane for its own link, as in the local backend; the
+  // mirror image of this message is on its way to this rank from the member `distance` behind.
   double post(const Tensor& t, int dst, int tag) {
     check_peer(dst, "send to");
     require_phantom(t, "send");
     const int distance = distance_to(dst);
     RankClock& clock = ctx_.clock;
     const double sent = clock.comm_issue_time();
-    const double end = sent + step_time(distance, t.bytes());
+    const double end = sent + profile_.transfer_time(members_[rank_], members_[dst],
+                                                     static_cast<double>(t.bytes()));
     clock.wait_comm_until(end);
     mirror_sends_[{distance, tag}].push_back(sent);
     sent_bytes_ += t.bytes();
