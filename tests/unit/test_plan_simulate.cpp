@@ -182,14 +182,17 @@ TEST_CASE("a symmetric group refuses tensors with values", "[plan][comm]") {
 TEST_CASE("the representative simulation agrees with a full phantom run", "[plan][simulate]") {
   const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
   const Workload work = small_gpt();
-  const std::vector<Layout> layouts = {
+  std::vector<Layout> layouts = {
       layout(2, 8, 2, 4, "1f1b"),   // tp inside a node, dp across nodes
       layout(1, 16, 2, 4, "1f1b"),  // tp across two nodes
       layout(4, 2, 2, 4, "gpipe"),  // dp inside a node, stages on two nodes
       layout(2, 4, 4, 8, "1f1b"),   // four stages, dp across nodes
       layout(8, 1, 4, 4, "gpipe"),  // pure dp x pp, dp filling a node
       layout(2, 2, 8, 8, "1f1b", "bf16"),
+      layout(1, 16, 4, 4, "gpipe", "fp16"),  // loss scaling's found-inf flag over every group
+      layout(4, 4, 2, 4, "1f1b", "bf16"),    // recompute full (below)
   };
+  layouts.back().recompute = "full";
   for (const Layout& l : layouts) {
     INFO(describe(l));
     const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
