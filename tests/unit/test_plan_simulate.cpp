@@ -127,12 +127,19 @@ TEST_CASE("a symmetric group charges what the local backend's algorithms do", "[
 
       options.ranks = 1;
       mgpu::World one(options);
-      Seen symmetric;
+      Seen symmetric, replayed;
       one.run([&](mgpu::RankContext& ctx) {
         auto group = mgpu::comm::make_symmetric_comm(ctx, profile, members, 0, "g");
         run_collective(*group, kind, n);
         symmetric = seen_by(ctx);
+        ctx.allocator.reset_peaks();
+        run_collective(*group, kind, n);  // the same call again: replayed, not re-run
+        replayed = seen_by(ctx);
       });
+      CHECK(replayed.event.dur == symmetric.event.dur);
+      CHECK(replayed.event.sent_bytes == symmetric.event.sent_bytes);
+      CHECK(replayed.comm_buffer_peak == symmetric.comm_buffer_peak);
+      CHECK(replayed.event.start >= symmetric.event.end());
 
       const Seen& rank0 = by_rank[0];
       double slowest_member = 0;
