@@ -205,12 +205,17 @@ TEST_CASE("the representative simulation agrees with a full phantom run", "[plan
     const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
     const Prediction full = mgpu::plan::simulate(work, l, profile, Simulation::full);
     INFO("step " << rep.step_seconds << " s vs full " << full.step_seconds << " s; memory "
-                 << rep.memory_peak_total << " vs " << full.memory_peak_total);
+                 << rep.memory_peak_total << " vs " << full.memory_peak_total << "; bubble "
+                 << rep.bubble_fraction << " vs " << full.bubble_fraction << "; exposed "
+                 << rep.exposed_comm_seconds << " vs " << full.exposed_comm_seconds);
     CHECK(rep.step_seconds > 0);
     CHECK(relative(rep.step_seconds, full.step_seconds) <= 0.03);
     CHECK(relative(static_cast<double>(rep.memory_peak_total),
                    static_cast<double>(full.memory_peak_total)) <= 0.02);
     CHECK(rep.worst_stage == full.worst_stage);
+    // The step's make-up agrees too: idle share on the busiest stage, communication left exposed.
+    CHECK(std::abs(rep.bubble_fraction - full.bubble_fraction) <= 0.01);
+    CHECK(relative(rep.exposed_comm_seconds, full.exposed_comm_seconds) <= 0.03);
     CHECK(rep.tp_crosses_nodes == (l.tp > 8));
   }
 }
