@@ -57,9 +57,12 @@ int cmd_profiles(std::ostream& out) {
   fmt::print(out, "Hardware profiles for the modeled clock (`--profile NAME` or a JSON file):\n");
   for (auto& name : HardwareProfile::preset_names()) {
     HardwareProfile p = HardwareProfile::load(name);
-    fmt::print(out, "  {:<16} {:7.1f} TFLOP/s  {:7.0f} GB/s HBM  {:>9}  {} ({:.0f} GB/s)\n", p.name,
-               p.peak_flops / 1e12, p.mem_bandwidth / 1e9, format_bytes(p.memory_capacity),
-               p.intra_node.name, p.intra_node.bandwidth / 1e9);
+    fmt::print(out,
+               "  {:<16} {:6.1f} TFLOP/s fp32 {:6.1f} bf16  {:5.0f} GB/s HBM  {:>9}  {} per node: "
+               "{} ({:.4g} GB/s), between: {} ({:.4g} GB/s)\n",
+               p.name, p.peak_flops / 1e12, p.peak_for(DType::bf16) / 1e12, p.mem_bandwidth / 1e9,
+               format_bytes(p.memory_capacity), p.ranks_per_node, p.intra_node.name,
+               p.intra_node.bandwidth / 1e9, p.inter_node.name, p.inter_node.bandwidth / 1e9);
   }
   fmt::print(out, "\nA profile file looks like:\n{}\n",
              HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
