@@ -1,0 +1,171 @@
+// The planner's search (core/plan/search.h) and `mgpu plan`: the layouts it enumerates (counted by
+// hand on a small model), pins, what it says when nothing fits the pins, ranking and rejection,
+// refusals by the engine, and the command's text, JSON and bad input.
+#include <algorithm>
+#include <set>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/plan/search.h"
+#include "unit/mgpu_cli.h"
+
+using namespace mgpu;
+using namespace mgpu::plan;
+using mgpu::testing::count_lines;
+using mgpu::testing::run_mgpu;
+
+namespace {
+
+GPTConfig small_model() {
+  GPTConfig m;
+  m.layers = 4;
+  m.heads = 4;
+  m.dim = 16;  // MLP width 64
+  m.seq_len = 8;
+  m.vocab = 32;
+  return m;
+}
+
+Pins fp32_only() {
+  Pins p;
+  p.precisions = {"fp32"};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("plan enumerates every valid layout of a small model, counted by hand", "[plan]") {
+  // 4 GPUs, cp 1: meshes (tp, pp, dp) = (1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1). Per mesh:
+  // micro-batch sizes dividing 8 / dp, x 2 schedules when pp > 1, x 2 ZeRO stages when dp > 1,
+  // x 3 recompute modes: 12 + 36 + 24 + 18 + 24 + 12 = 126.
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  const std::vector<Layout> all = enumerate_layouts(small_model(), 4, 8, pins);
+  CHECK(all.size() == 126);
+  for (const Layout& l : all) {
+    CHECK(l.gpus() == 4);
+    CHECK(l.global_batch() == 8);
+    CHECK(small_model().heads % l.tp == 0);
+    CHECK(small_model().layers % l.pp == 0);
+  }
+  // cp 2 and 4 split the 8 tokens into 2 cp zigzag chunks: they add layouts.
+  pins.cp.reset();
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() > 126);
+  // Precision "any": three times as many.
+  pins.cp = 1;
+  pins.precisions = {"fp32", "bf16", "fp16"};
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() == 3 * 126);
+}
+
+TEST_CASE("plan pins fix an axis and search the rest", "[plan]") {
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  pins.tp = 2;
+  pins.schedule = "1f1b";
+  pins.recompute = "none";
+  // (tp 2, pp 1, dp 2): 3 micro-batch sizes x 2 ZeRO; (tp 2, pp 2, dp 1): 4 sizes x 1.
+  const std::vector<Layout> pinned = enumerate_layouts(small_model(), 4, 8, pins);
+  CHECK(pinned.size() == 10);
+  for (const Layout& l : pinned) {
+    CHECK(l.tp == 2);
+    CHECK(l.schedule == "1f1b");
+    CHECK(l.recompute == "none");
+  }
+  pins.microbatch_size = 2;
+  pins.zero = 0;
+  for (const Layout& l : enumerate_layouts(small_model(), 4, 8, pins)) {
+    CHECK(l.microbatch_size == 2);
+    CHECK(l.microbatches * l.microbatch_size * l.dp == 8);
+    CHECK(l.zero == 0);
+  }
+}
+
+TEST_CASE("plan says which pinned values would work when none does", "[plan]") {
+  Pins pins = fp32_only();
+  pins.tp = 3;
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 4, 8, pins),
+                    Catch::Contains("--tp 3 (4 heads, MLP width 64)") &&
+                        Catch::Contains("--tp 1, 2, 4 would work"));
+  pins.tp.reset();
+  pins.pp = 3;
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 6, 6, pins),
+                    Catch::Contains("--pp 3") && Catch::Contains("--pp 1, 2 would work"));
+  // One layer, one head: only dp and cp (zigzag: 2 cp chunks of the 8 tokens, cp <= 4) split 8
+  // GPUs, so dp is 2, 4 or 8 and a global batch of 3 splits over none.
+  GPTConfig narrow = small_model();
+  narrow.layers = 1;
+  narrow.heads = 1;
+  CHECK_THROWS_WITH(enumerate_layouts(narrow, 8, 3, fp32_only()),
+                    Catch::Contains("global batch 3 splits over none") &&
+                        Catch::Contains("(2, 4, 8)") && Catch::Contains("--global-batch 4"));
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 0, 8, fp32_only()),
+                    Catch::Contains("--gpus must be positive"));
+}
+
+TEST_CASE("plan ranks by simulated tokens/s, rejects over capacity, skips what is refused",
+          "[plan]") {
+  SearchRequest r;
+  r.workload.model = small_model();
+  r.gpus = 4;
+  r.global_batch = 8;
+  r.profile = HardwareProfile::load("DGX-H100");  // 80 GiB: the screen passes this tiny model
+  const int64_t GiB = int64_t{1} << 30;
+  r.pins = fp32_only();
+  r.pins.cp = 1;
+  r.max_simulated = 200;  // all of them
+  r.rejected_probes = 0;
+  int calls = 0;
+  // A stand-in engine: refuses ZeRO-1, predicts more tokens/s for more tensor parallelism and
+  // more memory than the capacity for pp 1.
+  auto fake = [&](const Workload&, const Layout& l, const HardwareProfile&) {
+    ++calls;
+    if (l.zero == 1) throw std::invalid_argument("zero 1 is not supported yet");
+    Prediction p;
+    p.tokens_per_s = 100.0 * l.tp + l.microbatch_size;
+    p.memory_peak_total = l.pp == 1 ? 100 * GiB : 50 * GiB;
+    return p;
+  };
+  const SearchResult result = search(r, {}, fake);
+  CHECK(result.enumerated == 126);
+  REQUIRE(!result.ranked.empty());
+  for (size_t i = 1; i < result.ranked.size(); ++i)
+    CHECK(result.ranked[i - 1].prediction.tokens_per_s >= result.ranked[i].prediction.tokens_per_s);
+  for (const Simulated& s : result.ranked) {
+    CHECK(s.fits);
+    CHECK(s.layout.pp > 1);
+    CHECK(s.layout.zero == 0);
+  }
+  CHECK(result.ranked[0].layout.tp == 2);  // tp 4 means pp 1 here: over capacity
+  REQUIRE(!result.rejected.empty());
+  for (const Simulated& s : result.rejected) {
+    CHECK(s.layout.pp == 1);
+    CHECK_THAT(s.why, Catch::Contains("out of memory"));
+  }
+  REQUIRE(result.refused.count("zero 1 is not supported yet") == 1);
+  // One engine call per refused option set (2 schedules x 3 recompute modes), not per layout:
+  // 33 layouts have ZeRO-1 (dp > 1).
+  const int refused_calls = calls - result.simulated;
+  CHECK(refused_calls <= 6);
+  CHECK(result.refused.at("zero 1 is not supported yet") == 33);
+}
+
+TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
+  auto refused = [](std::vector<std::string> args, const std::string& says) {
+    args.insert(args.begin(), "plan");
+    const auto r = run_mgpu(args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains(says));
+  };
+  refused({"--model", "gpt5", "--gpus", "8"}, "unknown --model 'gpt5'");
+  refused({"--model", "gpt2-small", "--gpus", "0"}, "--gpus");
+  refused({"--model", "gpt2-small", "--gpus", "-3"}, "--gpus");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--profile", "DGX-B300"},
+          "unknown profile 'DGX-B300'");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--tp", "5"}, "--tp 1, 2, 4");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--dp", "16"}, "--dp");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h1"}, "--schedule");
+  refused({"--gpus", "8"}, "--model is required");
+}
