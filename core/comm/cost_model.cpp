@@ -6,13 +6,37 @@
 
 namespace mgpu::comm {
 
+double slowest_step(const std::vector<int>& members, int distance, double bytes,
+                    const HardwareProfile& profile) {
+  const int n = static_cast<int>(members.size());
+  double worst = 0;
+  for (int i = 0; i < n; ++i)
+    worst = std::max(worst, profile.transfer_time(members[i], members[(i + distance) % n], bytes));
+  return worst;
+}
+
+double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
+                           const HardwareProfile& profile) {
+  // Binomial tree, members numbered relative to the root (v = 0): in the round with distance
+  // `mask`, every v < mask that holds the data sends it to v + mask. With one kind of link this
+  // is ceil(log2 N) messages.
+  const int n = static_cast<int>(members.size());
+  auto world = [&](int v) { return members[(v + root) % n]; };
+  std::vector<double> ready(static_cast<size_t>(n), 0.0);
+  for (int mask = 1; mask < n; mask <<= 1)
+    for (int v = 0; v < mask && v + mask < n; ++v) {
+      ready[v] += profile.transfer_time(world(v), world(v + mask), bytes);
+      ready[v + mask] = ready[v];
+    }
+  return n > 0 ? *std::max_element(ready.begin(), ready.end()) : 0.0;
+}
+
 namespace {
 // The slowest neighbour-to-neighbour link of the ring 0 -> 1 -> ... -> N-1 -> 0.
 double slowest_ring_step(int ranks, double bytes, const HardwareProfile& p) {
-  double worst = 0;
-  for (int r = 0; r < ranks; ++r)
-    worst = std::max(worst, p.transfer_time(r, (r + 1) % ranks, bytes));
-  return worst;
+  std::vector<int> members(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) members[r] = r;
+  return slowest_step(members, 1, bytes, p);
 }
 
 }  // namespace
@@ -42,17 +66,9 @@ double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes
     return *std::max_element(ready.begin(), ready.end());
   }
   if (kind == "broadcast") {
-    // Binomial tree from rank 0: in the round with distance `mask`, every rank v < mask that
-    // holds the data sends it to v + mask. A sender's sends go one after another; a receiver can
-    // forward once its copy has arrived. With one kind of link this is ceil(log2 N) messages.
-    double bytes = static_cast<double>(elements) * elem_bytes;
-    std::vector<double> ready(static_cast<size_t>(ranks), 0.0);
-    for (int mask = 1; mask < ranks; mask <<= 1)
-      for (int v = 0; v < mask && v + mask < ranks; ++v) {
-        ready[v] += profile.transfer_time(v, v + mask, bytes);
-        ready[v + mask] = ready[v];
-      }
-    return *std::max_element(ready.begin(), ready.end());
+    std::vector<int> members(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) members[r] = r;
+    return tree_broadcast_time(members, 0, static_cast<double>(elements) * elem_bytes, profile);
   }
   throw std::invalid_argument("alpha_beta_time: unknown collective '" + kind + "'");
 }

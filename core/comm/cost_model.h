@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/runtime/profile.h"
 
@@ -22,5 +23,16 @@ namespace mgpu::comm {
 // of `elem_bytes`), chunks rounded up to whole elements as chunk_range does.
 double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
                        const HardwareProfile& profile);
+
+// One step in which every member i of a group sends `bytes` to member i + distance at once (a
+// ring step is distance 1; the dissemination barrier and the pairwise all-to-all use others):
+// the slowest of those messages, over the links between the members' world ranks.
+double slowest_step(const std::vector<int>& members, int distance, double bytes,
+                    const HardwareProfile& profile);
+// A binomial-tree broadcast of `bytes` from members[root] when every member starts at 0: when the
+// last member holds the data (a sender's sends go one after another; a receiver forwards once
+// its copy has arrived).
+double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
+                           const HardwareProfile& profile);
 
 }  // namespace mgpu::comm

@@ -84,10 +84,21 @@ int group_index(const MeshShape& shape, const std::array<int, 4>& coords, Axis a
 Mesh::Mesh(comm::Comm& world, MeshShape shape) : shape_(shape) {
   shape_.validate(world.size());
   coords_ = mesh_coords(shape_, world.rank());
+  auto* builder = dynamic_cast<MeshGroups*>(&world);
   for (Axis axis : kAxes) {
     const int color = group_index(shape_, coords_, axis);
-    groups_[static_cast<int>(axis)] =
-        world.split(color, coord(axis), fmt::format("{}{}", axis_name(axis), color));
+    const std::string name = fmt::format("{}{}", axis_name(axis), color);
+    if (!builder) {
+      groups_[static_cast<int>(axis)] = world.split(color, coord(axis), name);
+      continue;
+    }
+    std::vector<int> members;
+    for (int c = 0; c < shape_.size(axis); ++c) {
+      std::array<int, 4> at = coords_;
+      at[static_cast<int>(axis)] = c;
+      members.push_back(world.world_rank(mesh_rank(shape_, at)));
+    }
+    groups_[static_cast<int>(axis)] = builder->mesh_group(axis, members, coord(axis), name);
   }
   auto stage_neighbour = [&](int offset) {
     std::array<int, 4> c = coords_;

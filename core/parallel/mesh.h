@@ -8,6 +8,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/comm/comm.h"
 
@@ -31,9 +32,22 @@ struct MeshShape {
 std::array<int, 4> mesh_coords(const MeshShape& shape, int world_rank);
 int mesh_rank(const MeshShape& shape, const std::array<int, 4>& coords);
 
+// The hook for a world whose ranks are not all present. The planner's representative simulation
+// (core/plan/simulate.cpp) runs one rank per pipeline stage: a tp, cp or dp group's other members
+// are implied mirrors of it, so there is nobody to Comm::split with. A world comm that also
+// implements MeshGroups builds every axis group itself; Mesh hands it the group's members (world
+// ranks, ordered by their coordinate on the axis) and this rank's index among them.
+class MeshGroups {
+ public:
+  virtual ~MeshGroups() = default;
+  virtual std::unique_ptr<comm::Comm> mesh_group(Axis axis, const std::vector<int>& members,
+                                                 int my_index, const std::string& name) = 0;
+};
+
 class Mesh {
  public:
   // Collective over `world` (every rank calls it, in the same order as its other collectives).
+  // A world that implements MeshGroups builds the groups instead of Comm::split.
   Mesh(comm::Comm& world, MeshShape shape);
 
   const MeshShape& shape() const { return shape_; }

@@ -1,0 +1,317 @@
+// The symmetric group (symmetric.h). Every collective runs the local backend's algorithm on this
+// comm; only point-to-point differs: instead of meeting a partner in a mailbox, a message is
+// priced as its mirror image. A send to the member d places ahead occupies the comm lane for the
+// slowest link at distance d; the matching receive, from the member d places behind, ends when
+// that member's mirror send (issued when this rank issued its own) has crossed the same link.
+#include "core/comm/symmetric.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/comm/cost_model.h"
+#include "core/comm/local/algorithms.h"
+#include "core/comm/seams.h"
+
+namespace mgpu::comm {
+
+namespace {
+
+class SymmetricComm final : public Comm {
+ public:
+  SymmetricComm(RankContext& ctx, const HardwareProfile& profile, std::vector<int> members,
+                int my_index, std::string name)
+      : ctx_(ctx),
+        profile_(profile),
+        members_(std::move(members)),
+        rank_(my_index),
+        name_(std::move(name)) {
+    if (!ctx_.clock.modeled())
+      throw std::invalid_argument(fmt::format(
+          "symmetric group {}: its members are not run, so only the modeled clock can time it",
+          name_));
+    if (rank_ < 0 || rank_ >= size())
+      throw std::invalid_argument(
+          fmt::format("symmetric group {}: index {} of {} members", name_, rank_, size()));
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  int world_rank(int group_rank) const override { return members_.at(group_rank); }
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "symmetric"; }
+
+  // ---- point-to-point (inside collectives, and for symmetric patterns such as a K/V ring)
+  void send(const Tensor& t, int dst, int tag) override { compute_waits_for(post(t, dst, tag)); }
+
+  void recv(Tensor& t, int src, int tag) override {
+    compute_waits_for(receive(t, src, tag, ctx_.clock.comm_issue_time()));
+  }
+
+  Work isend(const Tensor& t, int dst, int tag) override {
+    struct PendingSend : Work::Impl {
+      SymmetricComm* comm;
+      double end;
+      void wait() override { comm->compute_waits_for(end); }
+    };
+    auto pending = std::make_unique<PendingSend>();
+    pending->comm = this;
+    pending->end = post(t, dst, tag);
+    return Work(std::move(pending));
+  }
+
+  // The mirror's message is matched at wait(), when this rank's own send of the step is known.
+  Work irecv(Tensor& t, int src, int tag) override {
+    struct PendingRecv : Work::Impl {
+      SymmetricComm* comm;
+      Tensor target;
+      int src, tag;
+      double posted;
+      void wait() override { comm->compute_waits_for(comm->receive(target, src, tag, posted)); }
+    };
+    auto pending = std::make_unique<PendingRecv>();
+    pending->comm = this;
+    pending->target = t;
+    pending->src = src;
+    pending->tag = tag;
+    pending->posted = ctx_.clock.comm_issue_time();
+    return Work(std::move(pending));
+  }
+
+  // ---- collectives: the local backend's algorithms, on this comm
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    ctx_.clock.wait_compute_until(all_reduce_on_comm_lane(t, op));
+  }
+  Work all_reduce_async(Tensor& t, ReduceOp op) override {
+    return wait_until(all_reduce_on_comm_lane(t, op));
+  }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    ctx_.clock.wait_compute_until(reduce_scatter_on_comm_lane(in, out, op));
+  }
+  Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
+    return wait_until(reduce_scatter_on_comm_lane(in, out, op));
+  }
+  void all_gather(const Tensor& in, Tensor& out) override {
+    ctx_.clock.wait_compute_until(all_gather_on_comm_lane(in, out));
+  }
+  Work all_gather_async(const Tensor& in, Tensor& out) override {
+    return wait_until(all_gather_on_comm_lane(in, out));
+  }
+
+  void all_to_all(const Tensor& in, Tensor& out) override {
+    check_all_to_all_sizes(in, out, size(), rank_, name_);
+    require_phantom(out, "all_to_all");
+    ctx_.clock.wait_compute_until(
+        collective("all_to_all", in.bytes(), [&] { local::pairwise_all_to_all(*this, in, out); }));
+  }
+
+  // A broadcast is not symmetric (the root sends, the others receive and forward): this rank's
+  // sends are counted as the tree makes them, and the collective lasts until the last member of
+  // the tree holds the data.
+  void broadcast(Tensor& t, int root) override {
+    require_phantom(t, "broadcast");
+    if (root < 0 || root >= size())
+      throw CommError(
+          fmt::format("rank {} of group {} ({} ranks): broadcast from root rank {} is "
+                      "out of range",
+                      rank_, name_, size(), root));
+    const double finish = collective("broadcast", t.bytes(), [&] {
+      const int v = (rank_ - root + size()) % size();
+      for (int mask = 1; mask < size(); mask <<= 1)
+        if (v < mask && v + mask < size()) sent_bytes_ += t.bytes();
+      const double start = ctx_.clock.comm_issue_time();
+      ctx_.clock.wait_comm_until(
+          start + tree_broadcast_time(members_, root, static_cast<double>(t.bytes()), profile_));
+    });
+    ctx_.clock.wait_compute_until(finish);
+  }
+
+  void barrier() override {
+    ctx_.clock.wait_compute_until(
+        collective("barrier", 0, [&] { local::dissemination_barrier(*this); }));
+  }
+
+  std::unique_ptr<Comm> split(int, int, const std::string&) override {
+    throw std::logic_error(fmt::format(
+        "symmetric group {}: split() needs the other members, which are not run (the mesh "
+        "builds every group of a representative world)",
+        name_));
+  }
+
+ private:
+  int distance_to(int peer) const { return (peer - rank_ + size()) % size(); }
+
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size())
+      throw CommError(fmt::format("rank {} of group {} ({} ranks): {} rank {} is out of range",
+                                  rank_, name_, size(), what, peer));
+  }
+
+  void require_phantom(const Tensor& t, const char* op) const {
+    if (t.has_data())
+      throw CommError(fmt::format(
+          "{} on symmetric group {}: the tensor holds values, but the group's other members are "
+          "not run, so none could arrive; simulate on the phantom device",
+          op, name_));
+  }
+
+  // Outside a collective a blocking operation makes the compute lane wait; inside one only the
+  // comm lane moves and the collective decides (blocking now, async at Work::wait()).
+  void compute_waits_for(double end) {
+    if (depth_ == 0) ctx_.clock.wait_compute_until(end);
+  }
+
+  // Every member sends `bytes` to the member `distance` ahead at once; the slowest link paces the
+  // step. (Memoised: a ring repeats the same few chunk sizes thousands of times.)
+  double step_time(int distance, int64_t bytes) {
+    auto [it, fresh] = step_times_.try_emplace({distance, bytes}, 0.0);
+    if (fresh) it->second = slowest_step(members_, distance, static_cast<double>(bytes), profile_);
+    return it->second;
+  }
+
+  // This rank's send: the comm lane is busy for the step; the mirror image of this message is
+  // on its way to this rank from the member `distance` behind.
+  double post(const Tensor& t, int dst, int tag) {
+    check_peer(dst, "send to");
+    require_phantom(t, "send");
+    const int distance = distance_to(dst);
+    RankClock& clock = ctx_.clock;
+    const double sent = clock.comm_issue_time();
+    const double end = sent + step_time(distance, t.bytes());
+    clock.wait_comm_until(end);
+    mirror_sends_[{distance, tag}].push_back(sent);
+    sent_bytes_ += t.bytes();
+    record_p2p("send", dst, t.bytes(), t.bytes(), sent, end);
+    return end;
+  }
+
+  // The message from the member `distance` behind was sent when this rank sent its own message
+  // `distance` ahead with the same tag. A receive with no such send (a pattern that is not
+  // symmetric) takes the message as sent when the receive was posted.
+  double receive(Tensor& t, int src, int tag, double posted) {
+    check_peer(src, "recv from");
+    require_phantom(t, "recv");
+    const int distance = distance_to(src) == 0 ? 0 : size() - distance_to(src);
+    double sent = posted;
+    if (auto it = mirror_sends_.find({distance, tag});
+        it != mirror_sends_.end() && !it->second.empty()) {
+      sent = it->second.front();
+      it->second.pop_front();
+    }
+    RankClock& clock = ctx_.clock;
+    const double end = std::max(posted, sent + step_time(distance, t.bytes()));
+    clock.wait_comm_until(end);
+    record_p2p("recv", src, t.bytes(), 0, posted, end);
+    return end;
+  }
+
+  void record_p2p(const char* op, int peer, int64_t bytes, int64_t sent_bytes, double start,
+                  double end) {
+    if (depth_ > 0) return;  // part of a collective, which records one event for all of it
+    trace::Event e;
+    e.name = op;
+    e.op = op;
+    e.cat = trace::cat::comm;
+    e.lane = trace::Lane::comm;
+    e.start = start;
+    e.dur = end - start;
+    e.peer = world_rank(peer);
+    e.bytes = bytes;
+    e.sent_bytes = sent_bytes;
+    e.group = name_;
+    ctx_.tracer.record(std::move(e));
+  }
+
+  double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
+    require_phantom(t, "all_reduce");
+    return collective("all_reduce", t.bytes(), [&] { comm_seams().all_reduce(*this, t, op); });
+  }
+
+  double reduce_scatter_on_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
+    local::check_my_chunk(*this, "reduce_scatter", "out", out.numel(), in.numel());
+    require_phantom(in, "reduce_scatter");
+    return collective("reduce_scatter", in.bytes(), [&] {
+      local::ring_reduce_scatter_into(*this, in, out, op, &ctx_.allocator);
+    });
+  }
+
+  double all_gather_on_comm_lane(const Tensor& in, Tensor& out) {
+    local::check_my_chunk(*this, "all_gather", "in", in.numel(), out.numel());
+    require_phantom(out, "all_gather");
+    return collective("all_gather", out.bytes(),
+                      [&] { local::ring_all_gather_from(*this, in, out); });
+  }
+
+  // Runs `body` (the algorithm's sends and receives, on the comm lane), records one trace event
+  // as the local backend does, and returns the collective's end on this rank.
+  template <class Body>
+  double collective(const char* kind, int64_t bytes, Body&& body) {
+    RankClock& clock = ctx_.clock;
+    if (depth_ > 0) {  // a collective used inside another one is part of it
+      body();
+      return clock.comm_now();
+    }
+    const double start = clock.comm_issue_time();
+    const int64_t sent_before = sent_bytes_;
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
+    body();
+    const double end = std::max(start, clock.comm_now());
+    clock.wait_comm_until(end);
+    trace::Event e;
+    e.name = kind;
+    e.op = kind;
+    e.cat = trace::cat::comm;
+    e.lane = trace::Lane::comm;
+    e.start = start;
+    e.dur = end - start;
+    e.bytes = bytes;
+    e.sent_bytes = sent_bytes_ - sent_before;
+    e.group = name_;
+    e.seq = seq_++;
+    ctx_.tracer.record(std::move(e));
+    return end;
+  }
+
+  // A Work whose wait() makes the compute lane wait for `end`.
+  Work wait_until(double end) {
+    struct Done : Work::Impl {
+      RankClock* clock;
+      double end;
+      void wait() override { clock->wait_compute_until(end); }
+    };
+    auto done = std::make_unique<Done>();
+    done->clock = &ctx_.clock;
+    done->end = end;
+    return Work(std::move(done));
+  }
+
+  RankContext& ctx_;
+  HardwareProfile profile_;
+  std::vector<int> members_;  // world ranks, in group-rank order
+  int rank_;
+  std::string name_;
+  int64_t seq_ = 0;
+  int depth_ = 0;  // > 0 while inside a collective
+  int64_t sent_bytes_ = 0;
+  // When this rank sent each (distance, tag) message not yet matched by a mirror's.
+  std::map<std::pair<int, int>, std::deque<double>> mirror_sends_;
+  std::map<std::pair<int, int64_t>, double> step_times_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_symmetric_comm(RankContext& ctx, const HardwareProfile& profile,
+                                          std::vector<int> members, int my_index,
+                                          std::string name) {
+  return std::make_unique<SymmetricComm>(ctx, profile, std::move(members), my_index,
+                                         std::move(name));
+}
+
+}  // namespace mgpu::comm

@@ -1,0 +1,311 @@
+// The planner's engine (simulate.h), top to bottom:
+//   1. the layout as the hybrid layout's options, refused in one line when it cannot run;
+//   2. the representative world: one thread per pipeline stage, each the dp0/cp0/tp0 rank of its
+//      stage, seen by the unchanged HybridLayout as that rank of the full world (its tp/cp/dp
+//      groups are symmetric comms, its pp group the real stage threads);
+//   3. two training steps through the one training loop on the phantom device (a warm-up and the
+//      measured one), then the prediction read off the trace and the allocators.
+#include "core/plan/simulate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/comm/symmetric.h"
+#include "core/optim/mixed_precision.h"
+#include "core/parallel/hybrid.h"
+#include "core/trace/analysis.h"
+#include "core/train/trainer.h"
+
+namespace mgpu::plan {
+
+namespace {
+
+using parallel::Axis;
+
+// ------------------------------------------------------------------------------ 1. the layout
+
+GPTConfig model_for(const Workload& workload, const Layout& layout) {
+  GPTConfig cfg = workload.model;
+  cfg.dtype = parse_precision(layout.precision);
+  cfg.recompute = parse_recompute(layout.recompute);
+  return cfg;
+}
+
+parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& workload,
+                                       const Layout& layout) {
+  if (layout.zero != 0)
+    throw std::invalid_argument(fmt::format(
+        "--zero {} is not supported by the hybrid layout yet (use --zero 0)", layout.zero));
+  if (layout.cp != 1)
+    throw std::invalid_argument(
+        fmt::format("--cp {} is not supported by the hybrid layout yet (use --cp 1)", layout.cp));
+  if (layout.microbatch_size < 1 || layout.microbatches < 1)
+    throw std::invalid_argument(
+        fmt::format("micro-batch size {} and {} micro-batches: both must be at least 1",
+                    layout.microbatch_size, layout.microbatches));
+  if (workload.optimizer != "adamw" && workload.optimizer != "sgd")
+    throw std::invalid_argument(
+        fmt::format("optimizer '{}': the planner simulates adamw or sgd", workload.optimizer));
+  if (workload.optimizer == "sgd" && cfg.dtype != DType::f32)
+    throw std::invalid_argument(
+        fmt::format("sgd has no fp32 master weights for {}: use adamw or fp32", layout.precision));
+  cfg.validate();
+  parallel::HybridOptions options{.schedule = layout.schedule, .microbatches = layout.microbatches};
+  options.mesh = {.tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp};
+  parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
+  return options;
+}
+
+train::OptimizerFactory optimizer_factory(const Workload& workload, DType precision) {
+  return [optimizer = workload.optimizer,
+          precision](const ParamList& params) -> std::unique_ptr<optim::Optimizer> {
+    if (optimizer == "sgd")
+      return std::make_unique<optim::SGD>(optim::whole_params(params), optim::SGDOptions{});
+    return optim::make_adamw(optim::whole_params(params), precision);
+  };
+}
+
+// Tokens for phantom batches: the values are never read (the device holds none), so every row is
+// zeros instead of a sampled sequence; a 1536 x 2048 batch then costs a memset, not a sampler.
+class PhantomTokens final : public data::Task {
+ public:
+  explicit PhantomTokens(int vocab) : Task(0), vocab_(vocab) {}
+  std::string name() const override { return "phantom"; }
+  int vocab_size() const override { return vocab_; }
+
+ protected:
+  void generate_row(uint64_t, int n, int32_t* out) const override { std::fill(out, out + n, 0); }
+
+ private:
+  int vocab_;
+};
+
+// ------------------------------------------------------------------ 2. the representative world
+
+// The first rank of each stage's mesh block, dp0/cp0/tp0, stands for its stage: with tp fastest,
+// then cp and dp, stage s's representative is world rank s * (tp * cp * dp).
+int stage_stride(const parallel::MeshShape& mesh) {
+  return mesh.tp * mesh.cp * mesh.dp;
+}
+
+// The stage threads form a world of pp ranks whose point-to-point is priced by the thread world's
+// profile on THREAD indices. Thread s is world rank s * stride, so the node size is restated in
+// stages: one stage per node when a stage's block fills a node or more, rpn / stride stages per
+// node when blocks tile a node. Only the links change; kernels cost the same.
+HardwareProfile stage_threads_profile(const HardwareProfile& profile, int stride) {
+  const int rpn = std::max(1, profile.ranks_per_node);
+  HardwareProfile threads = profile;
+  if (stride >= rpn)
+    threads.ranks_per_node = 1;
+  else if (rpn % stride == 0)
+    threads.ranks_per_node = rpn / stride;
+  else
+    throw std::invalid_argument(fmt::format(
+        "tp x cp x dp = {} ranks per stage neither fills nor tiles a node of {} GPUs, which the "
+        "representative simulation needs to place the stages on nodes: use a multiple or a "
+        "divisor of {}",
+        stride, rpn, rpn));
+  return threads;
+}
+
+// The world as one stage's representative sees it: the full size, its full world rank, and the
+// mesh's groups built without the absent ranks (parallel::MeshGroups): pp is the real stage
+// threads, tp/cp/dp are symmetric groups priced on the full world's links. Only point-to-point
+// between representatives runs on it directly; nothing else may use the world itself.
+class StageWorld final : public comm::Comm, public parallel::MeshGroups {
+ public:
+  StageWorld(comm::Comm& stages, const parallel::MeshShape& mesh, const HardwareProfile& profile)
+      : stages_(stages), size_(mesh.ranks()), stride_(stage_stride(mesh)), profile_(profile) {}
+
+  int rank() const override { return stages_.rank() * stride_; }
+  int size() const override { return size_; }
+  int world_rank(int group_rank) const override { return group_rank; }
+  std::string name() const override { return "world"; }
+  std::string backend() const override { return "representative"; }
+
+  void send(const Tensor& t, int dst, int tag) override { stages_.send(t, thread_of(dst), tag); }
+  void recv(Tensor& t, int src, int tag) override { stages_.recv(t, thread_of(src), tag); }
+  comm::Work isend(const Tensor& t, int dst, int tag) override {
+    return stages_.isend(t, thread_of(dst), tag);
+  }
+  comm::Work irecv(Tensor& t, int src, int tag) override {
+    return stages_.irecv(t, thread_of(src), tag);
+  }
+
+  void all_reduce(Tensor&, comm::ReduceOp) override { refuse("all_reduce"); }
+  comm::Work all_reduce_async(Tensor&, comm::ReduceOp) override { refuse("all_reduce_async"); }
+  void reduce_scatter(const Tensor&, Tensor&, comm::ReduceOp) override { refuse("reduce_scatter"); }
+  void all_gather(const Tensor&, Tensor&) override { refuse("all_gather"); }
+  void all_to_all(const Tensor&, Tensor&) override { refuse("all_to_all"); }
+  comm::Work reduce_scatter_async(const Tensor&, Tensor&, comm::ReduceOp) override {
+    refuse("reduce_scatter_async");
+  }
+  comm::Work all_gather_async(const Tensor&, Tensor&) override { refuse("all_gather_async"); }
+  void broadcast(Tensor&, int) override { refuse("broadcast"); }
+  void barrier() override { refuse("barrier"); }
+  std::unique_ptr<comm::Comm> split(int, int, const std::string&) override { refuse("split"); }
+
+  std::unique_ptr<comm::Comm> mesh_group(Axis axis, const std::vector<int>& members, int my_index,
+                                         const std::string& name) override {
+    if (axis == Axis::pp) return stages_.split(0, my_index, name);  // every member is a thread
+    return comm::make_symmetric_comm(current_rank(), profile_, members, my_index, name);
+  }
+
+ private:
+  int thread_of(int world_rank) const {
+    if (world_rank < 0 || world_rank >= size_ || world_rank % stride_ != 0)
+      throw std::logic_error(fmt::format(
+          "representative world: rank {} is not run (only each stage's first rank, every {})",
+          world_rank, stride_));
+    return world_rank / stride_;
+  }
+
+  [[noreturn]] void refuse(const char* op) const {
+    throw std::logic_error(fmt::format(
+        "representative world: {} over the whole world is not simulated (a layout takes its "
+        "groups from the mesh)",
+        op));
+  }
+
+  comm::Comm& stages_;
+  int size_, stride_;
+  HardwareProfile profile_;
+};
+
+// ------------------------------------------------------------------------------ 3. measuring
+
+// What each thread reports after training: its allocator peaks and its pipeline stage.
+struct RankMemory {
+  MemoryStats stats;
+  int stage = 0;
+};
+
+bool any_tp_group_crosses_nodes(const Layout& layout, const HardwareProfile& profile) {
+  const int rpn = std::max(1, profile.ranks_per_node);
+  for (int first = 0; first < layout.gpus(); first += layout.tp)
+    if (first / rpn != (first + layout.tp - 1) / rpn) return true;
+  return false;
+}
+
+// The model's FLOPs for one step, the count MFU is quoted in (PaLM, Chowdhery et al. 2022):
+// 6 N per token for the matmuls over every parameter (2 N forward, 4 N backward; N counted by
+// building the model on a phantom device) plus 12 L T C per token for attention's QK^T and AV,
+// forward and backward, without halving for the causal mask. Recompute is not counted: MFU
+// counts the model's FLOPs, not the hardware's.
+double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
+  RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
+  counting.tracer.enabled = false;
+  int64_t params = 0;
+  {
+    ScopedRank scoped(counting);
+    params = GPT(cfg).num_params();
+  }
+  const double per_token = 6.0 * static_cast<double>(params) +
+                           12.0 * cfg.layers * static_cast<double>(cfg.seq_len) * cfg.dim;
+  return per_token * static_cast<double>(tokens);
+}
+
+}  // namespace
+
+Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
+                    Simulation mode) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const GPTConfig cfg = model_for(workload, layout);
+  const parallel::HybridOptions options = hybrid_options(cfg, workload, layout);
+  const bool representative = mode == Simulation::representative;
+  const int stride = stage_stride(options.mesh);
+
+  WorldOptions world_options;
+  world_options.device = DeviceKind::phantom;
+  world_options.clock = ClockKind::modeled;
+  world_options.backend = "local";
+  world_options.capacity_override = 0;  // an over-capacity layout is simulated, not refused
+  world_options.comm_timeout = 600;     // stage threads wait on each other in real time
+  if (representative) {
+    if (layout.pp > 64)
+      throw std::invalid_argument(fmt::format(
+          "--pp {}: the representative simulation runs one thread per stage, at most 64",
+          layout.pp));
+    world_options.ranks = layout.pp;
+    world_options.profile = stage_threads_profile(profile, stride);
+  } else {
+    if (layout.gpus() > 64)
+      throw std::invalid_argument(
+          fmt::format("a full simulation runs every rank as a thread, at most 64, not {}; use the "
+                      "representative one",
+                      layout.gpus()));
+    world_options.ranks = layout.gpus();
+    world_options.profile = profile;
+  }
+  World world(world_options);
+
+  const PhantomTokens task(cfg.vocab);
+  train::TrainOptions train_options;
+  train_options.steps = 2;  // a warm-up step, then the measured one
+  train_options.global_batch = layout.global_batch();
+  train_options.seq = cfg.seq_len;
+  if (cfg.dtype == DType::f16) train_options.loss_scaling = train::LossScaling{};
+  const auto make_optimizer = optimizer_factory(workload, cfg.dtype);
+
+  std::vector<std::unique_ptr<StageWorld>> stage_worlds(static_cast<size_t>(world.size()));
+  std::vector<RankMemory> memory(static_cast<size_t>(world.size()));
+  std::mutex mutex;
+  train::train(
+      world, task, train_options,
+      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+        comm::Comm* world_comm = ctx.comm;
+        if (representative) {
+          stage_worlds[ctx.rank] = std::make_unique<StageWorld>(*ctx.comm, options.mesh, profile);
+          world_comm = stage_worlds[ctx.rank].get();
+        }
+        auto built =
+            std::make_unique<parallel::HybridLayout>(cfg, *world_comm, options, make_optimizer);
+        ctx.allocator.reset_peaks();  // training's memory, not the set-up's full-model copy
+        return built;
+      },
+      {},
+      [&](RankContext& ctx, train::Layout& trained) {
+        const auto& hybrid = static_cast<parallel::HybridLayout&>(trained);
+        std::lock_guard lock(mutex);
+        memory[ctx.rank] = {ctx.allocator.stats(), hybrid.mesh().coord(Axis::pp)};
+      });
+
+  Prediction p;
+  const trace::Trace trace = world.collect_trace();
+  const int measured = train_options.steps - 1;
+  const trace::TraceSummary summary = trace::analyze(trace, measured);
+  p.step_seconds = summary.window.length();
+  const int64_t tokens = int64_t{layout.global_batch()} * cfg.seq_len;
+  p.tokens_per_s = p.step_seconds > 0 ? static_cast<double>(tokens) / p.step_seconds : 0;
+  p.tflops_per_gpu = p.step_seconds > 0
+                         ? model_flops_per_step(cfg, tokens) / p.step_seconds / layout.gpus() / 1e12
+                         : 0;
+  const double peak = profile.peak_for(cfg.dtype);
+  p.mfu = peak > 0 ? p.tflops_per_gpu * 1e12 / peak : 0;
+
+  // The busiest stage (most compute in the step) shows the bubble the schedule leaves; exposed
+  // communication is the worst over the ranks run.
+  const trace::RankSummary* busiest = nullptr;
+  for (const trace::RankSummary& r : summary.ranks) {
+    if (!busiest || r.busy > busiest->busy) busiest = &r;
+    p.exposed_comm_seconds = std::max(p.exposed_comm_seconds, r.exposed_comm);
+  }
+  if (busiest) p.bubble_fraction = busiest->bubble_fraction;
+
+  for (const RankMemory& m : memory)
+    if (m.stats.peak_total > p.memory_peak_total) {
+      p.memory_peak_total = m.stats.peak_total;
+      p.memory_peak = m.stats.peak;
+      p.worst_stage = m.stage;
+    }
+  p.tp_crosses_nodes = any_tp_group_crosses_nodes(layout, profile);
+  p.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return p;
+}
+
+}  // namespace mgpu::plan
