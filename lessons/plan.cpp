@@ -12,6 +12,7 @@
 
 #include "core/tensor/allocator.h"
 #include "lessons/cli.h"
+#include "lessons/impl.h"
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
@@ -193,7 +194,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "layouts on the modeled clock and ranks them by tokens/s",
       "mgpu plan");
   std::string model, profile = "DGX-H100", precision, schedule, recompute;
-  int gpus = 0, global_batch = 0, seq = 0, top = 5, max_simulated = 12;
+  int gpus = 0, global_batch = 0, seq = 0, top = 5,
+      max_simulated = plan::SearchRequest{}.max_simulated;
   int dp = 0, tp = 0, pp = 0, cp = 0, mbs = 0, zero = -1;
   bool json = false;
   app.add_option("--model", model,
@@ -278,6 +280,7 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
                  "simulated on the modeled clock\n",
                  request.global_batch, m.seq_len, max_simulated);
     }
+    select_impl("reference", progress);  // the engine runs the reference pipeline schedules
     const plan::SearchResult result = run_search(request, progress);
     if (json)
       out << plan_json(request, result, chosen.name).dump(2) << "\n";

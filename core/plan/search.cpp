@@ -260,11 +260,18 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
 
   const int in_flight = l.schedule == "gpipe" ? l.microbatches : std::min(l.pp, l.microbatches);
-  const double kept = static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size)) / tp;
+  // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
+  // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
+  // only the output, whole.
+  const double kept_whole = static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size));
+  const double replicated = l.recompute == "full" ? kept_whole : rows * (s * 4 * C + 16);
+  const double kept = replicated + (kept_whole - replicated) / tp;
   const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
   const double logits = 2 * rows * V * 4;
-  const double memory = stage_params * (s + 4 + optimizer_bytes) + in_flight * layers * kept +
-                        static_cast<double>(step.workspace) / tp + logits;
+  const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
+  const double memory = stage_params * (s + 4 + optimizer_bytes) + dp_buffer +
+                        in_flight * layers * kept + static_cast<double>(step.workspace) / tp +
+                        logits;
   return {.step_seconds = pipeline + dp_comm + optimizer_step,
           .memory_bytes = static_cast<int64_t>(memory)};
 }
@@ -283,26 +290,32 @@ std::string gib(int64_t bytes) {
   return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
 }
 
-// Why `other` is slower than `best`: the largest of its extra bubble, extra exposed
-// communication (and whether its tp group leaves the node), or more compute (recompute).
+// Why `other` is slower than `best`: its step split into bubble, exposed communication and the
+// rest (compute); the part that grew most, in seconds, is the reason (a tp group leaving the node
+// is named when that is where its communication comes from).
 std::string why_slower(const Simulated& best, const Simulated& other) {
   const Prediction &b = best.prediction, &o = other.prediction;
-  const double slower = b.tokens_per_s / std::max(o.tokens_per_s, 1e-30) - 1;
-  const double bubble = (o.bubble_fraction - b.bubble_fraction) * o.step_seconds;
-  const double comm = o.exposed_comm_seconds - b.exposed_comm_seconds;
+  auto bubble = [](const Prediction& p) { return p.bubble_fraction * p.step_seconds; };
+  auto compute = [&](const Prediction& p) {
+    return p.step_seconds - bubble(p) - p.exposed_comm_seconds;
+  };
+  const double more_bubble = bubble(o) - bubble(b);
+  const double more_comm = o.exposed_comm_seconds - b.exposed_comm_seconds;
+  const double more_compute = compute(o) - compute(b);
   std::string reason;
-  if (o.tp_crosses_nodes && !b.tp_crosses_nodes)
-    reason = fmt::format("tp group crosses nodes: exposed communication {:.3g} s vs {:.3g} s",
-                         o.exposed_comm_seconds, b.exposed_comm_seconds);
-  else if (bubble >= comm && bubble > 0)
-    reason =
-        fmt::format("bubble {:.1f}% vs {:.1f}%", 100 * o.bubble_fraction, 100 * b.bubble_fraction);
-  else if (comm > 0)
-    reason = fmt::format("exposed communication {:.3g} s vs {:.3g} s", o.exposed_comm_seconds,
-                         b.exposed_comm_seconds);
+  if (more_comm >= more_bubble && more_comm >= more_compute)
+    reason = fmt::format("exposed communication {:.2f} s vs {:.2f} s{}", o.exposed_comm_seconds,
+                         b.exposed_comm_seconds,
+                         o.tp_crosses_nodes && !b.tp_crosses_nodes
+                             ? " (its tensor-parallel group crosses nodes)"
+                             : "");
+  else if (more_bubble >= more_compute)
+    reason = fmt::format("bubble {:.2f} s ({:.1f}%) vs {:.2f} s ({:.1f}%)", bubble(o),
+                         100 * o.bubble_fraction, bubble(b), 100 * b.bubble_fraction);
   else
-    reason = fmt::format("more compute per step (recompute {}, micro-batch {})",
-                         other.layout.recompute, other.layout.microbatch_size);
+    reason = fmt::format("compute {:.2f} s vs {:.2f} s (recompute {}, micro-batch {})", compute(o),
+                         compute(b), other.layout.recompute, other.layout.microbatch_size);
+  const double slower = b.tokens_per_s / std::max(o.tokens_per_s, 1e-30) - 1;
   return fmt::format("{:.0f}% slower: {}", 100 * slower, reason);
 }
 
@@ -322,18 +335,20 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::vector<Layout> layouts = enumerate_layouts(model, r.gpus, r.global_batch, r.pins);
   result.enumerated = static_cast<int64_t>(layouts.size());
 
-  // The screen: fits (by formula, with a 10% margin so near misses are still simulated) or not,
+  // The screen: fits (by formula, with a 5% margin so near misses are still simulated) or not,
   // each side in estimated-time order.
   const double capacity =
       r.profile.memory_capacity > 0 ? static_cast<double>(r.profile.memory_capacity) : 1e300;
   std::vector<Candidate> fits, over;
   for (const Layout& l : layouts) {
     const Screen sc = screen_layout(model, l, r.profile);
-    (sc.memory_bytes > 1.1 * capacity ? over : fits).push_back({l, sc});
+    (sc.memory_bytes > 1.05 * capacity ? over : fits).push_back({l, sc});
   }
   result.screened_out = static_cast<int64_t>(over.size());
+  // Equal estimates (gpipe and 1f1b of one mesh): the one needing less memory first.
   auto by_time = [](const Candidate& a, const Candidate& b) {
-    return a.screen.step_seconds < b.screen.step_seconds;
+    return std::pair(a.screen.step_seconds, a.screen.memory_bytes) <
+           std::pair(b.screen.step_seconds, b.screen.memory_bytes);
   };
   std::stable_sort(fits.begin(), fits.end(), by_time);
   std::stable_sort(over.begin(), over.end(), by_time);
@@ -376,7 +391,11 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
     if (fitting_runs >= r.max_simulated) break;
     if (try_simulate(c->layout, planned)) ++fitting_runs;
   }
-  // The best layouts the screen found over capacity: simulated so "why not" has real numbers.
+  // The fastest layouts the screen found over capacity but by less than half of it again (the
+  // near misses worth explaining): simulated so "why not" has real numbers.
+  std::stable_partition(over.begin(), over.end(), [&](const Candidate& c) {
+    return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
+  });
   int probes = 0;
   for (const Candidate& c : over) {
     if (probes >= r.rejected_probes) break;

@@ -39,8 +39,8 @@ struct SearchRequest {
   HardwareProfile profile;
   Pins pins;
   int top = 5;              // layouts shown
-  int max_simulated = 12;   // layouts that fit by the screen, simulated in screen order
-  int rejected_probes = 3;  // best layouts the screen finds over capacity, simulated for "why"
+  int max_simulated = 8;    // layouts that fit by the screen, simulated in screen order
+  int rejected_probes = 2;  // best layouts the screen finds over capacity, simulated for "why"
 };
 
 // The screen's formula figures for one candidate (selection only, never shown as its numbers).

@@ -169,3 +169,52 @@ TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
   refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h1"}, "--schedule");
   refused({"--gpus", "8"}, "--model is required");
 }
+
+TEST_CASE("mgpu plan --json: the ranked layouts with their simulated figures", "[plan][cli]") {
+  const auto r =
+      run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--json", "--max-simulated", "4"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // stdout is the JSON alone
+  CHECK(j.at("gpus") == 8);
+  CHECK(j.at("profile") == "DGX-H100");
+  CHECK(j.at("global_batch") == 512);  // gpt2's default
+  CHECK(j.at("simulated").get<int>() >= 4);
+  const nlohmann::json& layouts = j.at("layouts");
+  REQUIRE(layouts.size() >= 2);
+  double previous = 1e300;
+  for (const nlohmann::json& l : layouts) {
+    for (const char* key : {"dp", "tp", "pp", "cp", "microbatch_size", "schedule", "zero",
+                            "tokens_per_s", "tflops_per_gpu", "mfu", "memory_bytes"})
+      CHECK(l.contains(key));
+    CHECK(l.at("dp").get<int>() * l.at("tp").get<int>() * l.at("pp").get<int>() *
+              l.at("cp").get<int>() ==
+          8);
+    const double tokens = l.at("tokens_per_s").get<double>();
+    CHECK(tokens > 0);
+    CHECK(tokens <= previous);  // ranked by tokens/s
+    previous = tokens;
+    const nlohmann::json& memory = l.at("memory_bytes");
+    int64_t sum = 0;
+    for (const char* category : {"parameters", "gradients", "optimizer_state", "activations"}) {
+      REQUIRE(memory.contains(category));
+      sum += memory.at(category).get<int64_t>();
+    }
+    CHECK(memory.at("total").get<int64_t>() >= sum / 2);  // peaks by category need not coincide
+    CHECK(memory.at("total").get<int64_t>() <= int64_t{80} << 30);  // it fits
+  }
+  // Progress went to stderr, one line per simulation.
+  CHECK_THAT(r.err, Catch::Contains("simulated [ 1/"));
+}
+
+TEST_CASE("mgpu plan prints the table, the reasons and the counts", "[plan][cli]") {
+  const auto r = run_mgpu({"plan", "--model", "gpt2-medium", "--gpus", "16", "--profile",
+                           "DGX-A100", "--max-simulated", "4", "--pp", "2"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("16 GPUs = 2 nodes of DGX-A100"));
+  CHECK_THAT(r.out, Catch::Contains("tokens/s") && Catch::Contains("MFU") &&
+                        Catch::Contains("exposed comm"));
+  CHECK_THAT(r.out, Catch::Contains("the bf16 peak 312.0 TFLOP/s"));
+  CHECK_THAT(r.out, Catch::Contains("searched ") && Catch::Contains(" simulated, in "));
+}
