@@ -1,13 +1,29 @@
 // The symmetric group (symmetric.h). Every collective runs the local backend's algorithm on this
 // comm; only point-to-point differs: instead of meeting a partner in a mailbox, a message is
-// priced as its mirror image. A send to the member d places ahead occupies the comm lane for the
-// slowest link at distance d; the matching receive, from the member d places behind, ends when
-// that member's mirror send (issued when this rank issued its own) has crossed the same link.
+// priced as its mirror image. A send to the member d places ahead occupies the comm lane for this
+// rank's own link, as in the local backend; the matching receive, from the member d places
+// behind, ends when that member's mirror send (issued when this rank issued its own) has crossed
+// the slowest link of the group at distance d.
+//
+// For a ring this is exact on the group's first member, the planner's representative: the ring's
+// slowest link delays every step of the full run there too (whenever a group crosses nodes, the
+// link into member 0 is an inter-node one). Patterns whose steps use other distances
+// (dissemination barrier, pairwise all-to-all) are charged the slowest pair of every step, which
+// a full run can beat when a slow step's senders were early: an upper bound there.
+//
+// Replays. What a collective does on this rank depends only on its call (kind, sizes, dtype,
+// op, root) and its start: the algorithm's steps are timed from the moment it is issued. So the
+// first call of each kind runs the algorithm and records its duration, the bytes it sent and the
+// comm buffer it held at most; later identical calls replay that (the comm lane moves by the same
+// duration, the same bytes are counted, a buffer of the same size is allocated and freed so the
+// allocator's peaks move as they would). A tp group repeats one all-reduce four times per layer
+// and micro-batch: thousands of runs of the ring become one.
 #include "core/comm/symmetric.h"
 
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -19,6 +35,23 @@
 namespace mgpu::comm {
 
 namespace {
+
+// Everything a collective's cost on this rank depends on, besides its start time.
+struct Call {
+  std::string kind;
+  int64_t in_elements = 0, out_elements = 0;
+  DType dtype = DType::f32;
+  int op = -1, root = -1;
+  auto operator<=>(const Call&) const = default;
+};
+
+// A collective's first run, to replay for the same call.
+struct Replay {
+  double duration = 0;
+  int64_t sent_bytes = 0;
+  int64_t transient_bytes = 0;  // the most it held at once, beyond what was there
+  MemCategory transient_category = MemCategory::comm_buffers;
+};
 
 class SymmetricComm final : public Comm {
  public:
@@ -105,7 +138,8 @@ class SymmetricComm final : public Comm {
     check_all_to_all_sizes(in, out, size(), rank_, name_);
     require_phantom(out, "all_to_all");
     ctx_.clock.wait_compute_until(
-        collective("all_to_all", in.bytes(), [&] { local::pairwise_all_to_all(*this, in, out); }));
+        collective("all_to_all", {"all_to_all", in.numel(), out.numel(), in.dtype()}, in.bytes(),
+                   [&] { local::pairwise_all_to_all(*this, in, out); }));
   }
 
   // A broadcast is not symmetric (the root sends, the others receive and forward): this rank's
@@ -118,7 +152,8 @@ class SymmetricComm final : public Comm {
           fmt::format("rank {} of group {} ({} ranks): broadcast from root rank {} is "
                       "out of range",
                       rank_, name_, size(), root));
-    const double finish = collective("broadcast", t.bytes(), [&] {
+    const Call call{"broadcast", t.numel(), t.numel(), t.dtype(), -1, root};
+    const double finish = collective("broadcast", call, t.bytes(), [&] {
       const int v = (rank_ - root + size()) % size();
       for (int mask = 1; mask < size(); mask <<= 1)
         if (v < mask && v + mask < size()) sent_bytes_ += t.bytes();
@@ -131,7 +166,7 @@ class SymmetricComm final : public Comm {
 
   void barrier() override {
     ctx_.clock.wait_compute_until(
-        collective("barrier", 0, [&] { local::dissemination_barrier(*this); }));
+        collective("barrier", {"barrier"}, 0, [&] { local::dissemination_barrier(*this); }));
   }
 
   std::unique_ptr<Comm> split(int, int, const std::string&) override {
@@ -172,15 +207,16 @@ class SymmetricComm final : public Comm {
     return it->second;
   }
 
-  // This rank's send: the comm lane is busy for the step; the mirror image of this message is
-  // on its way to this rank from the member `distance` behind.
+  // This rank's send occupies the comm lane for its own link, as in the local backend; the
+  // mirror image of this message is on its way to this rank from the member `distance` behind.
   double post(const Tensor& t, int dst, int tag) {
     check_peer(dst, "send to");
     require_phantom(t, "send");
     const int distance = distance_to(dst);
     RankClock& clock = ctx_.clock;
     const double sent = clock.comm_issue_time();
-    const double end = sent + step_time(distance, t.bytes());
+    const double end = sent + profile_.transfer_time(members_[rank_], members_[dst],
+                                                     static_cast<double>(t.bytes()));
     clock.wait_comm_until(end);
     mirror_sends_[{distance, tag}].push_back(sent);
     sent_bytes_ += t.bytes();
@@ -227,13 +263,16 @@ class SymmetricComm final : public Comm {
 
   double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
     require_phantom(t, "all_reduce");
-    return collective("all_reduce", t.bytes(), [&] { comm_seams().all_reduce(*this, t, op); });
+    const Call call{"all_reduce", t.numel(), t.numel(), t.dtype(), static_cast<int>(op)};
+    return collective("all_reduce", call, t.bytes(),
+                      [&] { comm_seams().all_reduce(*this, t, op); });
   }
 
   double reduce_scatter_on_comm_lane(const Tensor& in, Tensor& out, ReduceOp op) {
     local::check_my_chunk(*this, "reduce_scatter", "out", out.numel(), in.numel());
     require_phantom(in, "reduce_scatter");
-    return collective("reduce_scatter", in.bytes(), [&] {
+    const Call call{"reduce_scatter", in.numel(), out.numel(), in.dtype(), static_cast<int>(op)};
+    return collective("reduce_scatter", call, in.bytes(), [&] {
       local::ring_reduce_scatter_into(*this, in, out, op, &ctx_.allocator);
     });
   }
@@ -241,14 +280,15 @@ class SymmetricComm final : public Comm {
   double all_gather_on_comm_lane(const Tensor& in, Tensor& out) {
     local::check_my_chunk(*this, "all_gather", "in", in.numel(), out.numel());
     require_phantom(out, "all_gather");
-    return collective("all_gather", out.bytes(),
-                      [&] { local::ring_all_gather_from(*this, in, out); });
+    return collective("all_gather", {"all_gather", in.numel(), out.numel(), out.dtype()},
+                      out.bytes(), [&] { local::ring_all_gather_from(*this, in, out); });
   }
 
-  // Runs `body` (the algorithm's sends and receives, on the comm lane), records one trace event
-  // as the local backend does, and returns the collective's end on this rank.
+  // Runs `body` (the algorithm's sends and receives, on the comm lane) or replays its first run
+  // for the same call, records one trace event as the local backend does, and returns the
+  // collective's end on this rank.
   template <class Body>
-  double collective(const char* kind, int64_t bytes, Body&& body) {
+  double collective(const char* kind, const Call& call, int64_t bytes, Body&& body) {
     RankClock& clock = ctx_.clock;
     if (depth_ > 0) {  // a collective used inside another one is part of it
       body();
@@ -256,12 +296,22 @@ class SymmetricComm final : public Comm {
     }
     const double start = clock.comm_issue_time();
     const int64_t sent_before = sent_bytes_;
-    ++depth_;
-    struct Leave {
-      int& depth;
-      ~Leave() { --depth; }
-    } leave{depth_};
-    body();
+    if (auto it = replays_.find(call); it != replays_.end()) {
+      replay(it->second, start);
+    } else {
+      ++depth_;
+      struct Leave {
+        int& depth;
+        ~Leave() { --depth; }
+      } leave{depth_};
+      const std::optional<Replay> recorded = record(body);
+      if (recorded) {
+        Replay r = *recorded;
+        r.duration = std::max(start, clock.comm_now()) - start;
+        r.sent_bytes = sent_bytes_ - sent_before;
+        replays_.emplace(call, r);
+      }
+    }
     const double end = std::max(start, clock.comm_now());
     clock.wait_comm_until(end);
     trace::Event e;
@@ -277,6 +327,53 @@ class SymmetricComm final : public Comm {
     e.seq = seq_++;
     ctx_.tracer.record(std::move(e));
     return end;
+  }
+
+  // Runs `body` while watching the allocator: the most it held beyond what was there before, in
+  // one category. Empty when the run cannot be replayed (buffers of several categories at once,
+  // or a message left unmatched).
+  template <class Body>
+  std::optional<Replay> record(Body&& body) {
+    const MemoryStats before = ctx_.allocator.stats();
+    CategoryBytes most{};
+    RankContext& ctx = ctx_;
+    ctx.allocator.set_listener([&](const MemoryStats& now) {
+      for (int k = 0; k < kNumMemCategories; ++k)
+        most[k] = std::max(most[k], now.current[k] - before.current[k]);
+      ctx.tracer.record_memory(ctx.clock.compute_now(), now);
+    });
+    struct RestoreListener {  // the rank context's own: memory samples on the trace
+      RankContext& ctx;
+      ~RestoreListener() {
+        ctx.allocator.set_listener([&ctx = ctx](const MemoryStats& now) {
+          ctx.tracer.record_memory(ctx.clock.compute_now(), now);
+        });
+      }
+    } restore{ctx};
+    const size_t unmatched = pending_mirror_sends();
+    body();
+    Replay r;
+    for (int k = 0; k < kNumMemCategories; ++k) {
+      if (most[k] <= 0) continue;
+      if (r.transient_bytes > 0) return std::nullopt;
+      r.transient_bytes = most[k];
+      r.transient_category = static_cast<MemCategory>(k);
+    }
+    if (pending_mirror_sends() != unmatched) return std::nullopt;
+    return r;
+  }
+
+  void replay(const Replay& r, double start) {
+    ctx_.clock.wait_comm_until(start + r.duration);
+    sent_bytes_ += r.sent_bytes;
+    if (r.transient_bytes > 0)  // allocated and freed at once: the peaks move as in the run
+      ctx_.allocator.allocate(r.transient_bytes, r.transient_category);
+  }
+
+  size_t pending_mirror_sends() const {
+    size_t n = 0;
+    for (const auto& [key, times] : mirror_sends_) n += times.size();
+    return n;
   }
 
   // A Work whose wait() makes the compute lane wait for `end`.
@@ -303,6 +400,7 @@ class SymmetricComm final : public Comm {
   // When this rank sent each (distance, tag) message not yet matched by a mirror's.
   std::map<std::pair<int, int>, std::deque<double>> mirror_sends_;
   std::map<std::pair<int, int64_t>, double> step_times_;
+  std::map<Call, Replay> replays_;
 };
 
 }  // namespace

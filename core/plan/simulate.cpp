@@ -191,6 +191,52 @@ bool any_tp_group_crosses_nodes(const Layout& layout, const HardwareProfile& pro
   return false;
 }
 
+// The measured step, read from each rank's own events (trace/analysis.h's definitions): the window
+// spans every rank's step-lane event of that step; a rank's bubble is the share of the window its
+// compute lane is idle, its exposed communication the comm-lane time not under compute. The
+// events stay with their rank (no merged, sorted copy of a trace of thousands of collectives).
+struct StepTimeline {
+  trace::Interval window;
+  double busiest_bubble_fraction = 0;  // on the rank with the most compute in the window
+  double worst_exposed_comm = 0;
+};
+
+StepTimeline measure_step(World& world, int step) {
+  std::vector<trace::Trace> ranks;
+  for (int r : world.local_ranks()) {
+    trace::Trace& mine = ranks.emplace_back();
+    mine.num_ranks = world.size();
+    mine.events = world.rank(r).tracer.take_events();
+  }
+  StepTimeline t;
+  bool found = false;
+  for (const trace::Trace& mine : ranks)
+    for (const trace::Event& e : mine.events)
+      if (e.lane == trace::Lane::step && e.step == step) {
+        t.window = found ? trace::Interval{std::min(t.window.begin, e.start),
+                                           std::max(t.window.end, e.end())}
+                         : trace::Interval{e.start, e.end()};
+        found = true;
+      }
+  if (!found || t.window.length() <= 0)
+    throw std::logic_error(fmt::format("simulate: step {} left no time on the trace", step));
+  double most_busy = -1;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int rank = static_cast<int>(r);
+    const auto compute = trace::lane_intervals(ranks[r], rank, trace::Lane::compute, t.window);
+    const auto comm = trace::lane_intervals(ranks[r], rank, trace::Lane::comm, t.window);
+    const double busy = trace::total_length(compute);
+    const double exposed =
+        trace::total_length(comm) - trace::total_length(trace::intersect(compute, comm));
+    if (busy > most_busy) {
+      most_busy = busy;
+      t.busiest_bubble_fraction = (t.window.length() - busy) / t.window.length();
+    }
+    t.worst_exposed_comm = std::max(t.worst_exposed_comm, exposed);
+  }
+  return t;
+}
+
 // The model's FLOPs for one step, the count MFU is quoted in (PaLM, Chowdhery et al. 2022):
 // 6 N per token for the matmuls over every parameter (2 N forward, 4 N backward; N counted by
 // building the model on a phantom device) plus 12 L T C per token for attention's QK^T and AV,
@@ -275,10 +321,8 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
       });
 
   Prediction p;
-  const trace::Trace trace = world.collect_trace();
-  const int measured = train_options.steps - 1;
-  const trace::TraceSummary summary = trace::analyze(trace, measured);
-  p.step_seconds = summary.window.length();
+  const StepTimeline timeline = measure_step(world, train_options.steps - 1);
+  p.step_seconds = timeline.window.length();
   const int64_t tokens = int64_t{layout.global_batch()} * cfg.seq_len;
   p.tokens_per_s = p.step_seconds > 0 ? static_cast<double>(tokens) / p.step_seconds : 0;
   p.tflops_per_gpu = p.step_seconds > 0
@@ -286,15 +330,8 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
                          : 0;
   const double peak = profile.peak_for(cfg.dtype);
   p.mfu = peak > 0 ? p.tflops_per_gpu * 1e12 / peak : 0;
-
-  // The busiest stage (most compute in the step) shows the bubble the schedule leaves; exposed
-  // communication is the worst over the ranks run.
-  const trace::RankSummary* busiest = nullptr;
-  for (const trace::RankSummary& r : summary.ranks) {
-    if (!busiest || r.busy > busiest->busy) busiest = &r;
-    p.exposed_comm_seconds = std::max(p.exposed_comm_seconds, r.exposed_comm);
-  }
-  if (busiest) p.bubble_fraction = busiest->bubble_fraction;
+  p.bubble_fraction = timeline.busiest_bubble_fraction;
+  p.exposed_comm_seconds = timeline.worst_exposed_comm;
 
   for (const RankMemory& m : memory)
     if (m.stats.peak_total > p.memory_peak_total) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 
@@ -215,6 +216,37 @@ std::vector<CheckpointTensor> assemble(
   return tensors;
 }
 
+// Every rank trains on the same global batch, a pure function of the step: the rank threads of a
+// process share one copy per step instead of each sampling (and holding) its own. The last rank
+// to take a step's batch drops it from the cache; each rank keeps its pointer while it trains.
+class SharedBatches {
+ public:
+  SharedBatches(const data::Task& task, const TrainOptions& options, int ranks)
+      : task_(task), options_(options), ranks_(ranks) {}
+
+  std::shared_ptr<const data::Batch> take(int step) {
+    std::lock_guard lock(mutex_);
+    Entry& entry = by_step_[step];
+    if (!entry.batch)
+      entry.batch = std::make_shared<const data::Batch>(
+          task_.sample(step, options_.global_batch, options_.seq));
+    std::shared_ptr<const data::Batch> batch = entry.batch;
+    if (++entry.taken == ranks_) by_step_.erase(step);
+    return batch;
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<const data::Batch> batch;
+    int taken = 0;
+  };
+  const data::Task& task_;
+  const TrainOptions& options_;
+  const int ranks_;
+  std::mutex mutex_;
+  std::map<int, Entry> by_step_;
+};
+
 }  // namespace
 
 std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
@@ -312,6 +344,7 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
 
   std::mutex mutex;
   std::vector<bool> reported(static_cast<size_t>(std::max(steps_run, 0)), false);
+  SharedBatches batches(task, options, static_cast<int>(world.local_ranks().size()));
   world.run([&](RankContext& ctx) {
     std::unique_ptr<Layout> layout = factory(ctx);
     if (options.loss_scaling) layout->enable_loss_scaling(*options.loss_scaling);
@@ -320,7 +353,7 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
     std::vector<float> outcomes;  // 4 floats per step (append_outcome)
     std::vector<int> skipped;
     for (int step = first; step < options.steps; ++step) {
-      data::Batch batch = task.sample(step, options.global_batch, options.seq);
+      const std::shared_ptr<const data::Batch> batch = batches.take(step);
       layout->before_step(step);
       StepOutcome outcome;
       const optim::LossScaler* scaler = layout->loss_scaler();
@@ -328,7 +361,7 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
       const int64_t calls_before = layout->optimizer_steps_called();
       {
         StepScope scope(step);
-        outcome = layout->step(batch, step);
+        outcome = layout->step(*batch, step);
       }
       if (scaler && layout->optimizer_steps_called() == calls_before)
         throw std::invalid_argument(fmt::format(

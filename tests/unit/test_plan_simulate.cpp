@@ -8,8 +8,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/comm/cost_model.h"
 #include "core/comm/symmetric.h"
 #include "core/plan/simulate.h"
+#include "core/runtime/world.h"
 
 using mgpu::plan::Layout;
 using mgpu::plan::Prediction;
@@ -52,19 +54,152 @@ double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-300);
 }
 
+// One collective of a group, as a rank runs it: n elements of phantom fp32.
+void run_collective(mgpu::comm::Comm& group, const std::string& kind, int64_t n) {
+  using mgpu::MemCategory;
+  using mgpu::Tensor;
+  Tensor full = Tensor::empty({n}, MemCategory::workspace);
+  const auto [begin, end] = mgpu::comm::chunk_range(n, group.size(), group.rank());
+  Tensor mine = Tensor::empty({end - begin}, MemCategory::workspace);
+  if (kind == "all_reduce") group.all_reduce(full);
+  if (kind == "all_reduce_async") group.all_reduce_async(full).wait();
+  if (kind == "reduce_scatter") group.reduce_scatter(full, mine);
+  if (kind == "reduce_scatter_async") group.reduce_scatter_async(full, mine).wait();
+  if (kind == "all_gather") group.all_gather(mine, full);
+  if (kind == "barrier") group.barrier();
+  if (kind == "broadcast") group.broadcast(full, 0);
+  if (kind == "all_to_all") {
+    Tensor out = Tensor::empty({n}, MemCategory::workspace);
+    group.all_to_all(full, out);
+  }
+}
+
+// What one rank saw of one collective: its event, its clock and its allocator afterwards.
+struct Seen {
+  mgpu::trace::Event event;
+  double compute_end = 0;
+  int64_t comm_buffer_peak = 0;
+};
+
+Seen seen_by(mgpu::RankContext& ctx) {
+  Seen s;
+  for (const mgpu::trace::Event& e : ctx.tracer.events())
+    if (e.lane == mgpu::trace::Lane::comm) s.event = e;
+  s.compute_end = ctx.clock.compute_now();
+  s.comm_buffer_peak =
+      ctx.allocator.stats().peak[static_cast<int>(mgpu::MemCategory::comm_buffers)];
+  return s;
+}
+
 }  // namespace
+
+TEST_CASE("a symmetric group charges what the local backend's algorithms do", "[plan][comm]") {
+  // 16 ranks on two nodes of 8; the group of world rank 0 is every `stride`-th rank: stride 1
+  // crosses nodes with a ring (two InfiniBand hops), stride 4 is a dp-like group across nodes,
+  // and stride 2 over 8 ranks stays inside a node.
+  const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
+  struct Group {
+    int ranks, stride;
+  };
+  const int64_t uneven = 1000003;  // chunks differ by one element
+  for (const Group g : {Group{16, 1}, Group{16, 4}, Group{8, 2}})
+    for (const std::string kind :
+         {"all_reduce", "all_reduce_async", "reduce_scatter", "reduce_scatter_async", "all_gather",
+          "barrier", "broadcast", "all_to_all"}) {
+      INFO(kind << " over every " << g.stride << "th of " << g.ranks << " ranks");
+      const int64_t n = kind == "all_to_all" ? 1 << 20 : uneven;  // equal blocks
+      std::vector<int> members;
+      for (int r = 0; r < g.ranks; r += g.stride) members.push_back(r);
+
+      mgpu::WorldOptions options;
+      options.ranks = g.ranks;
+      options.device = mgpu::DeviceKind::phantom;
+      options.backend = "local";
+      options.profile = profile;
+      mgpu::World full(options);
+      std::vector<Seen> by_rank(static_cast<size_t>(g.ranks));
+      full.run([&](mgpu::RankContext& ctx) {  // all start at 0: every member arrives at once
+        auto group = ctx.comm->split(ctx.rank % g.stride, ctx.rank, "g");
+        ctx.tracer.clear();
+        run_collective(*group, kind, n);
+        by_rank[ctx.rank] = seen_by(ctx);
+      });
+
+      options.ranks = 1;
+      mgpu::World one(options);
+      Seen symmetric, replayed;
+      one.run([&](mgpu::RankContext& ctx) {
+        auto group = mgpu::comm::make_symmetric_comm(ctx, profile, members, 0, "g");
+        run_collective(*group, kind, n);
+        symmetric = seen_by(ctx);
+        ctx.allocator.reset_peaks();
+        run_collective(*group, kind, n);  // the same call again: replayed, not re-run
+        replayed = seen_by(ctx);
+      });
+      CHECK(replayed.event.dur == symmetric.event.dur);
+      CHECK(replayed.event.sent_bytes == symmetric.event.sent_bytes);
+      CHECK(replayed.comm_buffer_peak == symmetric.comm_buffer_peak);
+      CHECK(replayed.event.start >= symmetric.event.end());
+
+      const Seen& rank0 = by_rank[0];
+      double slowest_member = 0;
+      for (int m : members) slowest_member = std::max(slowest_member, by_rank[m].event.end());
+      CHECK(symmetric.event.op == rank0.event.op);
+      CHECK(symmetric.event.bytes == rank0.event.bytes);
+      CHECK(symmetric.event.sent_bytes == rank0.event.sent_bytes);
+      CHECK(symmetric.comm_buffer_peak == rank0.comm_buffer_peak);
+      if (kind == "broadcast") {  // not symmetric: it lasts until the tree's last member has it
+        CHECK(symmetric.event.end() == Approx(slowest_member).epsilon(1e-12));
+      } else if (kind == "barrier" || kind == "all_to_all") {
+        // Every step at the pace of its slowest pair: an upper bound of the full run, which is
+        // faster where a slow step's senders had only fast links before.
+        const int64_t block = kind == "barrier" ? 0 : n / static_cast<int64_t>(members.size()) * 4;
+        double steps = 0;
+        const int size = static_cast<int>(members.size());
+        for (int d = 1; d < size; d = kind == "barrier" ? 2 * d : d + 1)
+          steps += mgpu::comm::slowest_step(members, d, static_cast<double>(block), profile);
+        CHECK(symmetric.event.end() == Approx(steps).epsilon(1e-12));
+        CHECK(symmetric.event.end() >= rank0.event.end() * (1 - 1e-12));
+      } else {  // rings: the group's first member runs at the slowest link's pace in both
+        CHECK(symmetric.event.end() == Approx(rank0.event.end()).epsilon(1e-12));
+        CHECK(symmetric.compute_end == Approx(rank0.compute_end).epsilon(1e-12));
+      }
+    }
+}
+
+TEST_CASE("a symmetric group refuses tensors with values", "[plan][comm]") {
+  mgpu::WorldOptions options;
+  options.ranks = 1;
+  options.device = mgpu::DeviceKind::cpu;
+  options.backend = "local";
+  mgpu::World one(options);
+  std::string error;
+  one.run([&](mgpu::RankContext& ctx) {
+    auto group = mgpu::comm::make_symmetric_comm(ctx, ctx.profile, {0, 1}, 0, "tp0");
+    mgpu::Tensor t = mgpu::Tensor::zeros({4}, mgpu::MemCategory::workspace);
+    try {
+      group->all_reduce(t);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  CHECK_THAT(error, Catch::Contains("symmetric group tp0") && Catch::Contains("phantom"));
+}
 
 TEST_CASE("the representative simulation agrees with a full phantom run", "[plan][simulate]") {
   const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
   const Workload work = small_gpt();
-  const std::vector<Layout> layouts = {
+  std::vector<Layout> layouts = {
       layout(2, 8, 2, 4, "1f1b"),   // tp inside a node, dp across nodes
       layout(1, 16, 2, 4, "1f1b"),  // tp across two nodes
       layout(4, 2, 2, 4, "gpipe"),  // dp inside a node, stages on two nodes
       layout(2, 4, 4, 8, "1f1b"),   // four stages, dp across nodes
       layout(8, 1, 4, 4, "gpipe"),  // pure dp x pp, dp filling a node
       layout(2, 2, 8, 8, "1f1b", "bf16"),
+      layout(1, 16, 4, 4, "gpipe", "fp16"),  // loss scaling's found-inf flag over every group
+      layout(4, 4, 2, 4, "1f1b", "bf16"),    // recompute full (below)
   };
+  layouts.back().recompute = "full";
   for (const Layout& l : layouts) {
     INFO(describe(l));
     const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
