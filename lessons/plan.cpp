@@ -105,7 +105,7 @@ nlohmann::json layout_json(const plan::Simulated& s) {
 }  // namespace
 
 void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::SearchResult& result,
-                const std::string& model_name) {
+                const std::string& model_name, PlanDetail detail) {
   const GPTConfig& m = r.workload.model;
   const HardwareProfile& p = r.profile;
   const int nodes = (r.gpus + p.ranks_per_node - 1) / p.ranks_per_node;
@@ -132,6 +132,11 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
                p.peak_for(dtype) / 1e12);
     fmt::print(out, "  #1's tensor-parallel group {} a node ({} GPUs per node)\n",
                best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside", p.ranks_per_node);
+  }
+  if (detail == PlanDetail::brief) {
+    fmt::print(out, "  ({} layouts enumerated, {} simulated, {} over capacity, in {:.1f} s)\n",
+               result.enumerated, result.simulated, result.rejected.size(), result.wall_seconds);
+    return;
   }
   std::vector<const plan::Simulated*> why;
   for (size_t i = shown; i < result.ranked.size() && why.size() < 4; ++i)

@@ -3,12 +3,14 @@
 // prints too.
 #pragma once
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/plan/search.h"
+#include "lessons/lesson.h"
 
 namespace mgpu::lessons {
 
@@ -24,14 +26,20 @@ PlanModel plan_model(const std::string& name_or_file);
 // Runs the search, printing one progress line per simulation to `progress`.
 plan::SearchResult run_search(const plan::SearchRequest& request, std::ostream& progress);
 
-// The report: what was searched, the top K table, the rejected layouts with why, and the counts.
+// The report: the top K table, then (full) the slower and rejected layouts with why and what the
+// engine refused, then the counts.
+enum class PlanDetail { full, brief };
 void print_plan(std::ostream& out, const plan::SearchRequest& request,
-                const plan::SearchResult& result, const std::string& model_name);
+                const plan::SearchResult& result, const std::string& model_name,
+                PlanDetail detail = PlanDetail::full);
 // The same as JSON: every ranked layout with its figures and memory by category, the rejected
 // ones with why, and the counts.
 nlohmann::json plan_json(const plan::SearchRequest& request, const plan::SearchResult& result,
                          const std::string& model_name);
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Lesson 17: the planner on four cases, and the rules its numbers show.
+std::unique_ptr<Lesson> make_recommendations_lesson();
 
 }  // namespace mgpu::lessons

@@ -218,3 +218,21 @@ TEST_CASE("mgpu plan prints the table, the reasons and the counts", "[plan][cli]
   CHECK_THAT(r.out, Catch::Contains("the bf16 peak 312.0 TFLOP/s"));
   CHECK_THAT(r.out, Catch::Contains("searched ") && Catch::Contains(" simulated, in "));
 }
+
+TEST_CASE("recommendations narrates the rules from the planner's numbers", "[plan][lesson]") {
+  const auto r = run_mgpu({"run", "recommendations", "--max-simulated", "4"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // Four searches, each with its table and a rule line.
+  CHECK_THAT(r.out, Catch::Contains("mgpu plan --model gpt2-small --gpus 8") &&
+                        Catch::Contains("mgpu plan --model gpt3-175b --gpus 256"));
+  CHECK_THAT(r.out, Catch::Contains("data parallelism wins: #1 is dp 8"));
+  CHECK_THAT(r.out, Catch::Contains("Its tensor-parallel group stays inside a node"));
+  CHECK_THAT(r.out, Catch::Contains("== 3. long sequences ==") &&
+                        Catch::Contains("== 4. optimizer state over the capacity =="));
+  // An option this lesson cannot honour is refused, not ignored.
+  const auto traced = run_mgpu({"run", "recommendations", "--trace", "x.json"});
+  CHECK(traced.code == 2);
+  CHECK_THAT(traced.err, Catch::Contains("--trace does not apply"));
+  CHECK(count_lines(traced.err) == 1);
+}
