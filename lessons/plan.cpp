@@ -5,6 +5,7 @@
 // ones with why, and how much was searched.
 #include "lessons/plan.h"
 
+#include <algorithm>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -153,8 +154,12 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
       fmt::print(out, "  {:<62} {:.2f} M tokens/s if it fit; {}\n", plan::describe(s.layout),
                  s.prediction.tokens_per_s / 1e6, s.why);
   }
+  if (!result.refused.empty())
+    fmt::print(out,
+               "\nnot simulated: the engine refuses them today (they join the search once it "
+               "runs them):\n");
   for (const auto& [reason, count] : result.refused)
-    fmt::print(out, "\nnot simulated: {} layouts the engine refuses today: {}\n", count, reason);
+    fmt::print(out, "  {:>6} layouts: {}\n", count, reason);
   fmt::print(out,
              "\nsearched {} layouts of {} on {} GPUs ({} node{} of {}): {} over capacity by the "
              "screen's formula (not simulated), {} simulated, in {:.1f} s\n",
@@ -165,7 +170,8 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
 nlohmann::json plan_json(const plan::SearchRequest& r, const plan::SearchResult& result,
                          const std::string& model_name) {
   nlohmann::json ranked = nlohmann::json::array(), rejected = nlohmann::json::array();
-  for (const plan::Simulated& s : result.ranked) ranked.push_back(layout_json(s));
+  for (size_t i = 0; i < std::min<size_t>(r.top, result.ranked.size()); ++i)
+    ranked.push_back(layout_json(result.ranked[i]));
   for (const plan::Simulated& s : result.rejected) rejected.push_back(layout_json(s));
   nlohmann::json refused = nlohmann::json::array();
   for (const auto& [reason, count] : result.refused)
@@ -220,7 +226,7 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
                  "layouts simulated (in the screen's order; more is slower and surer)")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
-  app.add_flag("--json", json, "print the ranked layouts as JSON (progress goes to stderr)");
+  app.add_flag("--json", json, "print the --top ranked layouts as JSON (progress goes to stderr)");
   auto pin = [&](const char* name, int& value, const char* what) {
     app.add_option(name, value, what)->check(CLI::Range(1, 1 << 20))->group("Pins");
   };
