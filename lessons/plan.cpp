@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
 #include "core/tensor/allocator.h"
 #include "lessons/cli.h"
@@ -276,6 +277,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       pins.precisions = {precision};
     request.workload.model.validate();
     const GPTConfig& m = request.workload.model;
+    // Pins no layout satisfies: one line before anything is printed (the search repeats this).
+    plan::enumerate_layouts(m, gpus, request.global_batch, pins);
     std::ostream& progress = json ? err : out;
     if (!json) {
       const int nodes =
@@ -293,6 +296,13 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     select_impl("reference", progress);  // the engine runs the reference pipeline schedules
     const plan::SearchResult result = run_search(request, progress);
+    if (result.simulated == 0 && !result.refused.empty()) {
+      std::vector<std::string> reasons;
+      for (const auto& [reason, count] : result.refused) reasons.push_back(reason);
+      return usage_error(err, "plan",
+                         fmt::format("the engine refuses every layout these pins allow: {}",
+                                     fmt::join(reasons, "; ")));
+    }
     if (json)
       out << plan_json(request, result, chosen.name).dump(2) << "\n";
     else

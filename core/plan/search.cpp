@@ -434,14 +434,15 @@ SearchResult search(const SearchRequest& request, const Progress& progress,
   SearchRequest bf16 = request;
   bf16.pins.precisions = {"bf16"};
   SearchResult result = search_precisions(bf16, progress, simulator);
-  if (result.simulated > 0 || result.refused.empty()) return result;
+  // Fall back only when the precision is what was refused: a refusal of the plainest layouts
+  // (cp 1, no ZeRO), not of the cp or ZeRO the pins asked for.
+  std::string reason;
+  for (const auto& [why, layout] : result.refused_example)
+    if (layout.cp == 1 && layout.zero == 0) reason = why;
+  if (result.simulated > 0 || reason.empty()) return result;
   SearchRequest fp32 = request;
   fp32.pins.precisions = {"fp32"};
   SearchResult fallback = search_precisions(fp32, progress, simulator);
-  // The reason that refused the plainest layouts (cp 1, no ZeRO) is the precision's.
-  std::string reason = result.refused.begin()->first;
-  for (const auto& [why, layout] : result.refused_example)
-    if (layout.cp == 1 && layout.zero == 0) reason = why;
   fallback.notes.push_back(
       fmt::format("bf16 is refused by the engine ({}): searched fp32 instead", reason));
   fallback.wall_seconds += result.wall_seconds;

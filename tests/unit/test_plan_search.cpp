@@ -168,6 +168,17 @@ TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
   refused({"--model", "gpt2-small", "--gpus", "8", "--dp", "16"}, "--dp");
   refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h1"}, "--schedule");
   refused({"--gpus", "8"}, "--model is required");
+  refused({"--model", "gpt2-small", "--gpus", "1021"}, "use --global-batch 1021");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--global-batch", "0"}, "--global-batch");
+  // Every layout the pins allow is one the engine cannot run yet: its reason, not an empty table.
+  // (Context parallelism in the hybrid engine is the planner's next axis; when it runs cp this
+  // case becomes a table.)
+  const auto cp = run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--cp", "2"});
+  if (cp.code != 0) {
+    CHECK(cp.code == 2);
+    CHECK(count_lines(cp.err) == 1);
+    CHECK_THAT(cp.err, Catch::Contains("the engine refuses every layout these pins allow"));
+  }
 }
 
 TEST_CASE("mgpu plan --json: the ranked layouts with their simulated figures", "[plan][cli]") {
