@@ -73,21 +73,17 @@ class RecommendationsLesson : public Lesson {
     app.add_option("--max-simulated", max_simulated_, "layouts simulated per case")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
-    // This lesson runs the planner, not a training world: the world's options would be ignored.
+    // This lesson runs the planner, not a training world: the world's options do not apply, so
+    // they are not offered (typing one is an error naming it, not a silently ignored option).
     for (const char* name : {"--ranks", "--device", "--clock", "--capacity", "--trace", "--viz",
                              "--impl", "--comm-timeout"})
-      world_options_.push_back(app.get_option(name));
+      app.remove_option(app.get_option(name));
     profile_option_ = app.get_option("--profile");
+    profile_option_->default_str("DGX-H100");
   }
 
   int run(const CommonOptions& c, std::ostream& out) override {
-    for (const CLI::Option* o : world_options_)
-      if (o->count() > 0)
-        throw UsageError(fmt::format(
-            "{} does not apply: this lesson runs the planner (representative phantom ranks on the "
-            "modeled clock); to run or trace one layout use `mgpu run hybrid --device phantom "
-            "--dp A --tp B --pp C {}...`",
-            o->get_name(), o->get_name() == "--trace" ? "--trace FILE " : ""));
+    quiet_ = c.quiet;
     const HardwareProfile profile =
         HardwareProfile::load(profile_option_->count() > 0 ? c.profile : "DGX-H100");
     select_impl("reference", out);
@@ -120,7 +116,8 @@ class RecommendationsLesson : public Lesson {
                k.model, k.gpus, profile.name, extra_flags_);
     std::ostringstream progress;  // the lesson shows the result, not the progress lines
     plan::SearchResult result = run_search(request, progress);
-    print_plan(out, request, result, k.model, PlanDetail::brief);
+    std::ostringstream discarded;
+    print_plan(quiet_ ? discarded : out, request, result, k.model, PlanDetail::brief);
     return result;
   }
 
@@ -267,8 +264,8 @@ class RecommendationsLesson : public Lesson {
 
   int max_simulated_ = 6;
   std::string extra_flags_;
-  std::vector<const CLI::Option*> world_options_;
-  const CLI::Option* profile_option_ = nullptr;
+  CLI::Option* profile_option_ = nullptr;
+  bool quiet_ = false;  // --quiet: only the rules, not the tables
 };
 
 }  // namespace

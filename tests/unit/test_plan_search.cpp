@@ -244,6 +244,6 @@ TEST_CASE("recommendations narrates the rules from the planner's numbers", "[pla
   // An option this lesson cannot honour is refused, not ignored.
   const auto traced = run_mgpu({"run", "recommendations", "--trace", "x.json"});
   CHECK(traced.code == 2);
-  CHECK_THAT(traced.err, Catch::Contains("--trace does not apply"));
+  CHECK_THAT(traced.err, Catch::Contains("--trace"));
   CHECK(count_lines(traced.err) == 1);
 }
