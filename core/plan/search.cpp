@@ -19,6 +19,7 @@
 #include "core/memory/activations.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/hybrid.h"
+#include "core/runtime/world.h"
 #include "core/tensor/allocator.h"
 
 namespace mgpu::plan {
@@ -367,6 +368,10 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
 
   std::map<decltype(refusal_key(Layout{})), std::string> refusals;
   std::vector<Simulated> simulated;
+  auto refuse = [&](const Layout& l, const std::string& reason) {
+    refusals[refusal_key(l)] = reason;
+    result.refused_example.try_emplace(reason, l);
+  };
   auto try_simulate = [&](const Layout& l, int planned) -> bool {
     if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) {
       ++result.refused[it->second];
@@ -380,9 +385,17 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
       simulated.push_back({l, p, fits_memory, ""});
       return true;
     } catch (const std::invalid_argument& e) {
-      refusals[refusal_key(l)] = e.what();
-      result.refused_example.try_emplace(e.what(), l);
+      refuse(l, e.what());
       return false;
+    } catch (const RankError& e) {  // a refusal found on a stage thread is still a refusal
+      try {
+        if (e.cause()) std::rethrow_exception(e.cause());
+      } catch (const std::invalid_argument& cause) {
+        refuse(l, cause.what());
+        return false;
+      } catch (...) {
+      }
+      throw;
     }
   };
   const int planned = r.max_simulated + std::min<int>(r.rejected_probes, over.size());

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan/search.h"
+#include "core/runtime/world.h"
 #include "unit/mgpu_cli.h"
 
 using namespace mgpu;
@@ -246,4 +247,31 @@ TEST_CASE("recommendations narrates the rules from the planner's numbers", "[pla
   CHECK(traced.code == 2);
   CHECK_THAT(traced.err, Catch::Contains("--trace"));
   CHECK(count_lines(traced.err) == 1);
+}
+
+TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusal", "[plan]") {
+  SearchRequest r;
+  r.workload.model = small_model();
+  r.gpus = 4;
+  r.global_batch = 8;
+  r.profile = HardwareProfile::load("DGX-H100");
+  r.pins = fp32_only();
+  r.max_simulated = 200;
+  auto fake = [](const Workload&, const Layout& l, const HardwareProfile&) {
+    if (l.cp > 1)
+      throw RankError(0, "cp refused",
+                      std::make_exception_ptr(std::invalid_argument("cp refused")));
+    Prediction p;
+    p.tokens_per_s = 1;
+    return p;
+  };
+  const SearchResult result = search(r, {}, fake);
+  REQUIRE(result.refused.count("cp refused") == 1);
+  CHECK(result.refused.at("cp refused") == result.enumerated - 126);  // every cp > 1 layout
+  for (const Simulated& s : result.ranked) CHECK(s.layout.cp == 1);
+  // Any other failure on a stage thread is a failure, not a refusal.
+  auto broken = [](const Workload&, const Layout&, const HardwareProfile&) -> Prediction {
+    throw RankError(1, "out of disk");
+  };
+  CHECK_THROWS_AS(search(r, {}, broken), RankError);
 }
