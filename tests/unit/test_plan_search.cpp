@@ -36,7 +36,7 @@ Pins fp32_only() {
 
 }  // namespace
 
-TEST_CASE("plan enumerates every valid layout of a small model, counted by hand", "[plan]") {
+TEST_CASE("plan enumerates every valid layout of a small model (counted by hand)", "[plan]") {
   // 4 GPUs, cp 1: meshes (tp, pp, dp) = (1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1). Per mesh:
   // micro-batch sizes dividing 8 / dp, x 2 schedules when pp > 1, x 2 ZeRO stages when dp > 1,
   // x 3 recompute modes: 12 + 36 + 24 + 18 + 24 + 12 = 126.
@@ -104,7 +104,7 @@ TEST_CASE("plan says which pinned values would work when none does", "[plan]") {
                     Catch::Contains("--gpus must be positive"));
 }
 
-TEST_CASE("plan ranks by simulated tokens/s, rejects over capacity, skips what is refused",
+TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips what is refused",
           "[plan]") {
   SearchRequest r;
   r.workload.model = small_model();
@@ -219,7 +219,7 @@ TEST_CASE("mgpu plan --json: the ranked layouts with their simulated figures", "
   CHECK_THAT(r.err, Catch::Contains("simulated [ 1/"));
 }
 
-TEST_CASE("mgpu plan prints the table, the reasons and the counts", "[plan][cli]") {
+TEST_CASE("mgpu plan prints the table and the reasons and the counts", "[plan][cli]") {
   const auto r = run_mgpu({"plan", "--model", "gpt2-medium", "--gpus", "16", "--profile",
                            "DGX-A100", "--max-simulated", "4", "--pp", "2"});
   INFO(r.out << r.err);
