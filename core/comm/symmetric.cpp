@@ -85,33 +85,14 @@ class SymmetricComm final : public Comm {
   }
 
   Work isend(const Tensor& t, int dst, int tag) override {
-    struct PendingSend : Work::Impl {
-      SymmetricComm* comm;
-      double end;
-      void wait() override { comm->compute_waits_for(end); }
-    };
-    auto pending = std::make_unique<PendingSend>();
-    pending->comm = this;
-    pending->end = post(t, dst, tag);
-    return Work(std::move(pending));
+    return on_wait([this, end = post(t, dst, tag)] { compute_waits_for(end); });
   }
 
   // The mirror's message is matched at wait(), when this rank's own send of the step is known.
   Work irecv(Tensor& t, int src, int tag) override {
-    struct PendingRecv : Work::Impl {
-      SymmetricComm* comm;
-      Tensor target;
-      int src, tag;
-      double posted;
-      void wait() override { comm->compute_waits_for(comm->receive(target, src, tag, posted)); }
-    };
-    auto pending = std::make_unique<PendingRecv>();
-    pending->comm = this;
-    pending->target = t;
-    pending->src = src;
-    pending->tag = tag;
-    pending->posted = ctx_.clock.comm_issue_time();
-    return Work(std::move(pending));
+    return on_wait([this, target = t, src, tag, posted = ctx_.clock.comm_issue_time()]() mutable {
+      compute_waits_for(receive(target, src, tag, posted));
+    });
   }
 
   // ---- collectives: the local backend's algorithms, on this comm
@@ -220,7 +201,7 @@ class SymmetricComm final : public Comm {
     clock.wait_comm_until(end);
     mirror_sends_[{distance, tag}].push_back(sent);
     sent_bytes_ += t.bytes();
-    record_p2p("send", dst, t.bytes(), t.bytes(), sent, end);
+    record_p2p(trace::comm_event("send", sent, end, t.bytes(), t.bytes(), name_), dst);
     return end;
   }
 
@@ -240,24 +221,14 @@ class SymmetricComm final : public Comm {
     RankClock& clock = ctx_.clock;
     const double end = std::max(posted, sent + step_time(distance, t.bytes()));
     clock.wait_comm_until(end);
-    record_p2p("recv", src, t.bytes(), 0, posted, end);
+    record_p2p(trace::comm_event("recv", posted, end, t.bytes(), 0, name_), src);
     return end;
   }
 
-  void record_p2p(const char* op, int peer, int64_t bytes, int64_t sent_bytes, double start,
-                  double end) {
-    if (depth_ > 0) return;  // part of a collective, which records one event for all of it
-    trace::Event e;
-    e.name = op;
-    e.op = op;
-    e.cat = trace::cat::comm;
-    e.lane = trace::Lane::comm;
-    e.start = start;
-    e.dur = end - start;
+  // Point-to-point on its own is an event; inside a collective, the collective records one.
+  void record_p2p(trace::Event e, int peer) {
+    if (depth_ > 0) return;
     e.peer = world_rank(peer);
-    e.bytes = bytes;
-    e.sent_bytes = sent_bytes;
-    e.group = name_;
     ctx_.tracer.record(std::move(e));
   }
 
@@ -314,16 +285,7 @@ class SymmetricComm final : public Comm {
     }
     const double end = std::max(start, clock.comm_now());
     clock.wait_comm_until(end);
-    trace::Event e;
-    e.name = kind;
-    e.op = kind;
-    e.cat = trace::cat::comm;
-    e.lane = trace::Lane::comm;
-    e.start = start;
-    e.dur = end - start;
-    e.bytes = bytes;
-    e.sent_bytes = sent_bytes_ - sent_before;
-    e.group = name_;
+    trace::Event e = trace::comm_event(kind, start, end, bytes, sent_bytes_ - sent_before, name_);
     e.seq = seq_++;
     ctx_.tracer.record(std::move(e));
     return end;
@@ -344,11 +306,7 @@ class SymmetricComm final : public Comm {
     });
     struct RestoreListener {  // the rank context's own: memory samples on the trace
       RankContext& ctx;
-      ~RestoreListener() {
-        ctx.allocator.set_listener([&ctx = ctx](const MemoryStats& now) {
-          ctx.tracer.record_memory(ctx.clock.compute_now(), now);
-        });
-      }
+      ~RestoreListener() { ctx.trace_memory(); }
     } restore{ctx};
     const size_t unmatched = pending_mirror_sends();
     body();
@@ -378,15 +336,18 @@ class SymmetricComm final : public Comm {
 
   // A Work whose wait() makes the compute lane wait for `end`.
   Work wait_until(double end) {
-    struct Done : Work::Impl {
-      RankClock* clock;
-      double end;
-      void wait() override { clock->wait_compute_until(end); }
+    return on_wait([clock = &ctx_.clock, end] { clock->wait_compute_until(end); });
+  }
+
+  // A Work whose wait() runs `fn`.
+  template <class Fn>
+  static Work on_wait(Fn fn) {
+    struct Pending : Work::Impl {
+      Fn fn;
+      explicit Pending(Fn f) : fn(std::move(f)) {}
+      void wait() override { fn(); }
     };
-    auto done = std::make_unique<Done>();
-    done->clock = &ctx_.clock;
-    done->end = end;
-    return Work(std::move(done));
+    return Work(std::make_unique<Pending>(std::move(fn)));
   }
 
   RankContext& ctx_;

@@ -96,9 +96,11 @@ int stage_stride(const parallel::MeshShape& mesh) {
 // profile on THREAD indices. Thread s is world rank s * stride, so the node size is restated in
 // stages: one stage per node when a stage's block fills a node or more, rpn / stride stages per
 // node when blocks tile a node. Only the links change; kernels cost the same.
-HardwareProfile stage_threads_profile(const HardwareProfile& profile, int stride) {
+HardwareProfile stage_threads_profile(const HardwareProfile& profile, int stride, int stages) {
   const int rpn = std::max(1, profile.ranks_per_node);
   HardwareProfile threads = profile;
+  if (stages == 1)  // no messages between stages
+    return threads;
   if (stride >= rpn)
     threads.ranks_per_node = 1;
   else if (rpn % stride == 0)
@@ -277,7 +279,7 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
           "--pp {}: the representative simulation runs one thread per stage, at most 64",
           layout.pp));
     world_options.ranks = layout.pp;
-    world_options.profile = stage_threads_profile(profile, stride);
+    world_options.profile = stage_threads_profile(profile, stride, layout.pp);
   } else {
     if (layout.gpus() > 64)
       throw std::invalid_argument(

@@ -18,12 +18,12 @@ namespace mgpu::plan {
 // One way to train the model: the mesh, how the batch is cut, and the options of every rank.
 struct Layout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
-  int microbatch_size = 1;  // sequences per micro-batch
-  int microbatches = 1;     // per data-parallel replica and step
-  std::string schedule = "1f1b";  // gpipe | 1f1b (what the hybrid layout runs)
-  int zero = 0;                   // ZeRO stage over dp (0 or 1)
-  std::string precision = "bf16";    // fp32 | bf16 | fp16
-  std::string recompute = "none";    // none | selective | full
+  int microbatch_size = 1;         // sequences per micro-batch
+  int microbatches = 1;            // per data-parallel replica and step
+  std::string schedule = "1f1b";   // gpipe | 1f1b (what the hybrid layout runs)
+  int zero = 0;                    // ZeRO stage over dp (0 or 1)
+  std::string precision = "bf16";  // fp32 | bf16 | fp16
+  std::string recompute = "none";  // none | selective | full
   int gpus() const { return dp * tp * pp * cp; }
   int global_batch() const { return dp * microbatches * microbatch_size; }
 };
@@ -40,24 +40,29 @@ enum class Simulation {
 };
 
 struct Prediction {
-  double step_seconds = 0;      // modeled clock, one training step (after a warm-up step)
-  double tokens_per_s = 0;      // global_batch * seq / step_seconds
-  double tflops_per_gpu = 0;    // model FLOPs (6 * params * tokens, + attention) / step / GPU
-  double mfu = 0;               // tflops_per_gpu / the profile's peak for the precision
-  double bubble_fraction = 0;   // idle share of the step on the busiest stage, from the trace
+  double step_seconds = 0;          // modeled clock, one training step (after a warm-up step)
+  double tokens_per_s = 0;          // global_batch * seq / step_seconds
+  double tflops_per_gpu = 0;        // model FLOPs (6 * params * tokens, + attention) / step / GPU
+  double mfu = 0;                   // tflops_per_gpu / the profile's peak for the precision
+  double bubble_fraction = 0;       // idle share of the step on the busiest stage, from the trace
   double exposed_comm_seconds = 0;  // communication not hidden under compute, worst stage
   CategoryBytes memory_peak{};  // allocator peak by category on the stage with the largest total
   int64_t memory_peak_total = 0;
-  int worst_stage = 0;          // the stage whose memory is memory_peak
+  int worst_stage = 0;            // the stage whose memory is memory_peak
   bool tp_crosses_nodes = false;  // a tensor-parallel group spans two nodes of the profile
-  double wall_seconds = 0;      // how long simulating took (progress/diagnostics only)
+  double wall_seconds = 0;        // how long simulating took (progress/diagnostics only)
 };
 
+// Sequences are workload.model.seq_len tokens long. Runs a warm-up step and the measured one of
+// the hybrid layout (core/parallel/hybrid.h) on the phantom device and the modeled clock.
 // Throws std::invalid_argument (one line) when the layout cannot run the model (see
-// parallel::check_hybrid). Memory past the profile's capacity is simulated, not refused: the
-// caller compares memory_peak_total with the capacity.
-Prediction simulate(const Workload& workload, const Layout& layout,
-                    const HardwareProfile& profile,
+// parallel::check_hybrid), for what the hybrid layout does not run yet (zero > 0, cp > 1), and
+// for what depends on the mesh rather than the options: more than 64 stages (one thread each),
+// more than 64 GPUs in Simulation::full, and pp > 1 with tp*cp*dp neither a multiple nor a
+// divisor of the profile's GPUs per node (stages could not be placed on nodes). Memory past the
+// profile's capacity is simulated, not refused: the caller compares memory_peak_total with the
+// capacity.
+Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
                     Simulation mode = Simulation::representative);
 
 }  // namespace mgpu::plan

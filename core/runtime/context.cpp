@@ -66,6 +66,10 @@ RankContext::RankContext(int rank_, int world_size_, Device device_, HardwarePro
       allocator(device_, profile.memory_capacity),
       clock(clock_kind, epoch),
       tracer(rank_) {
+  trace_memory();
+}
+
+void RankContext::trace_memory() {
   allocator.set_listener(
       [this](const MemoryStats& s) { tracer.record_memory(clock.compute_now(), s); });
 }

@@ -54,6 +54,10 @@ struct RankContext {
   Tracer tracer;
   comm::Comm* comm = nullptr;  // the world communicator, owned by World
 
+  // Installs the allocator listener that samples memory onto the trace (the constructor does;
+  // code that listens to the allocator for a while puts it back with this).
+  void trace_memory();
+
   // Open compute scopes (innermost last); kernels add their FLOPs and bytes to the innermost.
   struct OpenScope {
     trace::Event event;

@@ -14,4 +14,19 @@ const char* lane_name(Lane l) {
   return "?";
 }
 
+Event comm_event(const char* op, double start, double end, int64_t bytes, int64_t sent_bytes,
+                 const std::string& group) {
+  Event e;
+  e.name = op;
+  e.op = op;
+  e.cat = cat::comm;
+  e.lane = Lane::comm;
+  e.start = start;
+  e.dur = end - start;
+  e.bytes = bytes;
+  e.sent_bytes = sent_bytes;
+  e.group = group;
+  return e;
+}
+
 }  // namespace mgpu::trace

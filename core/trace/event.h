@@ -62,6 +62,12 @@ struct CounterSample {
   bool operator==(const CounterSample&) const = default;
 };
 
+// One communication on a rank's comm lane, as every backend records it: `op` is the collective's
+// kind or "send"/"recv", `sent_bytes` what this rank itself put on the wire for it. The caller
+// adds what only it knows (a point-to-point peer, a collective's seq).
+Event comm_event(const char* op, double start, double end, int64_t bytes, int64_t sent_bytes,
+                 const std::string& group);
+
 struct Trace {
   // lesson, config, clock ("modeled"|"wall"|"cuda"), profile, predictions{...}, num_ranks
   nlohmann::json metadata = nlohmann::json::object();

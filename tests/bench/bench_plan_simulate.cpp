@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "core/plan/simulate.h"
@@ -24,8 +25,13 @@ double cpu_seconds() {
 
 int main(int argc, char** argv) {
   mgpu::reference::install_seams();
-  const mgpu::HardwareProfile profile =
-      mgpu::HardwareProfile::load(argc > 1 ? argv[1] : "2x8xH100-IB");
+  mgpu::HardwareProfile profile;
+  try {
+    profile = mgpu::HardwareProfile::load(argc > 1 ? argv[1] : "2x8xH100-IB");
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   mgpu::plan::Workload work;
   work.model = {.vocab = 50257, .seq_len = 2048, .layers = 96, .dim = 12288, .heads = 96};
   struct Case {

@@ -226,17 +226,8 @@ class LocalComm final : public Comm {
   void record_p2p(const char* op, int peer, int64_t bytes, int64_t sent_bytes, double start,
                   double end) {
     if (depth_ > 0) return;  // part of a collective, which records one event for all of it
-    trace::Event e;
-    e.name = op;
-    e.op = op;
-    e.cat = trace::cat::comm;
-    e.lane = trace::Lane::comm;
-    e.start = start;
-    e.dur = end - start;
+    trace::Event e = trace::comm_event(op, start, end, bytes, sent_bytes, name_);
     e.peer = world_rank(peer);
-    e.bytes = bytes;
-    e.sent_bytes = sent_bytes;
-    e.group = name_;
     ctx_->tracer.record(std::move(e));
   }
 
@@ -279,16 +270,8 @@ class LocalComm final : public Comm {
     body();
     double end = clock.modeled() ? std::max(start, clock.comm_now()) : clock.wall_now();
     clock.wait_comm_until(end);
-    trace::Event e;
-    e.name = kind;
-    e.op = kind;
-    e.cat = trace::cat::comm;
-    e.lane = trace::Lane::comm;
-    e.start = start;
-    e.dur = end - start;
-    e.bytes = bytes;
-    e.sent_bytes = sent_bytes_ - sent_before;  // what this rank's sends inside it carried
-    e.group = name_;
+    // sent_bytes: what this rank's sends inside it carried
+    trace::Event e = trace::comm_event(kind, start, end, bytes, sent_bytes_ - sent_before, name_);
     e.seq = seq;
     ctx_->tracer.record(std::move(e));
     return end;
