@@ -157,8 +157,8 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
   }
   if (!result.refused.empty())
     fmt::print(out,
-               "\nnot simulated: the engine refuses them today (they join the search once it "
-               "runs them):\n");
+               "\nnot simulated: layouts the engine refuses today, among those the search "
+               "reached (they join the search once it runs them):\n");
   for (const auto& [reason, count] : result.refused)
     fmt::print(out, "  {:>6} layouts: {}\n", count, reason);
   fmt::print(out,

@@ -207,8 +207,8 @@ class RecommendationsLesson : public Lesson {
     const std::string refused = refusal_for(r, with_cp);
     fmt::print(out,
                "rule: context parallelism (each GPU keeps 1/cp of the tokens, K/V passed around a "
-               "ring) is what long sequences call for, but this engine {}: {} layouts with cp > "
-               "1 were not simulated, so there is no number for it here.",
+               "ring) is what long sequences call for, but this engine {}: the search met {} "
+               "layouts with cp > 1 and simulated none, so there is no number for it here.",
                refused.empty() ? "simulated none of them" : "refuses it today (" + refused + ")",
                refused_count(r, with_cp));
     if (best)
@@ -246,8 +246,8 @@ class RecommendationsLesson : public Lesson {
     }
     const std::string refused = refusal_for(r, with_zero);
     fmt::print(out,
-               "rule: ZeRO-1 divides the optimizer state by dp, but this engine {}: {} "
-               "layouts with ZeRO were not simulated, so there is no number for it here.",
+               "rule: ZeRO-1 divides the optimizer state by dp, but this engine {}: the search "
+               "met {} layouts with ZeRO and simulated none, so there is no number for it here.",
                refused.empty() ? "simulated none of them" : "refuses it today (" + refused + ")",
                refused_count(r, with_zero));
     if (!r.rejected.empty()) {

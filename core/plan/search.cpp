@@ -281,10 +281,11 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
 
 namespace {
 
-// What the engine refuses depends on the options, not on the mesh's sizes: one refusal of
-// (cp > 1, zero, precision, schedule, recompute) covers every layout sharing them.
+// What the engine refuses depends on the options (cp > 1, ZeRO) and on the mesh (more stages
+// than threads, stages that cannot be placed on nodes), never on how the batch is cut: one
+// refusal covers every micro-batching of the same mesh and options.
 auto refusal_key(const Layout& l) {
-  return std::tuple(l.cp > 1, l.zero, l.precision, l.schedule, l.recompute);
+  return std::tuple(l.dp, l.tp, l.pp, l.cp, l.zero, l.precision, l.schedule, l.recompute);
 }
 
 std::string gib(int64_t bytes) {
@@ -414,8 +415,8 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
     if (probes >= r.rejected_probes) break;
     if (try_simulate(c.layout, planned)) ++probes;
   }
-  // Refusals counted above were only the layouts reached; count every enumerated one the
-  // engine's refusals cover, so the summary says how much of the space they hide.
+  // Count every enumerated layout the refusals met cover (layouts never reached are not
+  // counted: the engine was not asked about them).
   result.refused.clear();
   for (const Layout& l : layouts)
     if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) ++result.refused[it->second];
