@@ -277,6 +277,16 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       pins.precisions = {precision};
     request.workload.model.validate();
     const GPTConfig& m = request.workload.model;
+    // The engine samples a step's token ids on the host: bound the tokens per step (GPT-3 trains
+    // 3.1 M; this allows 43 times that).
+    constexpr int64_t kMaxTokens = int64_t{1} << 27;
+    const int64_t tokens = int64_t{request.global_batch} * request.workload.model.seq_len;
+    if (tokens > kMaxTokens)
+      throw UsageError(fmt::format(
+          "--global-batch {} x --seq {} = {} tokens per step is more than the simulation samples "
+          "(at most {}): use --global-batch {} or less",
+          request.global_batch, request.workload.model.seq_len, tokens, kMaxTokens,
+          kMaxTokens / request.workload.model.seq_len));
     // Pins no layout satisfies: one line before anything is printed (the search repeats this).
     plan::enumerate_layouts(m, gpus, request.global_batch, pins);
     std::ostream& progress = json ? err : out;

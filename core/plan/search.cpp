@@ -26,11 +26,16 @@ namespace mgpu::plan {
 
 namespace {
 
+// Ascending; O(sqrt n), so a global batch of millions enumerates at once.
 std::vector<int> divisors(int n) {
-  std::vector<int> d;
-  for (int i = 1; i <= n; ++i)
-    if (n % i == 0) d.push_back(i);
-  return d;
+  std::vector<int> low, high;
+  for (int i = 1; int64_t{i} * i <= n; ++i)
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 template <class T>

@@ -171,6 +171,8 @@ TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
   refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h1"}, "--schedule");
   refused({"--gpus", "8"}, "--model is required");
   refused({"--model", "gpt2-small", "--gpus", "1021"}, "use --global-batch 1021");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--global-batch", "16777216"},
+          "use --global-batch 131072 or less");
   refused({"--model", "gpt2-small", "--gpus", "8", "--global-batch", "0"}, "--global-batch");
   // Every layout the pins allow is one the engine cannot run yet: its reason, not an empty table.
   // (Context parallelism in the hybrid engine is the planner's next axis; when it runs cp this
