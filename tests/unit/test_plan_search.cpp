@@ -278,3 +278,35 @@ TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusa
   };
   CHECK_THROWS_AS(search(r, {}, broken), RankError);
 }
+
+TEST_CASE("plan's screen orders memory the way the formulas say", "[plan]") {
+  GPTConfig m;
+  m.layers = 8;
+  m.heads = 16;
+  m.dim = 1024;
+  m.seq_len = 1024;
+  m.vocab = 50257;
+  const HardwareProfile h100 = HardwareProfile::load("DGX-H100");
+  const Layout base{.dp = 2, .tp = 2, .pp = 2, .microbatch_size = 2, .microbatches = 8};
+  auto memory = [&](Layout l) { return screen_layout(m, l, h100).memory_bytes; };
+  Layout selective = base, full = base, zero = base, gpipe = base, no_tp = base;
+  selective.recompute = "selective";
+  full.recompute = "full";
+  zero.zero = 1;
+  gpipe.schedule = "gpipe";
+  no_tp.tp = 1;
+  no_tp.dp = 4;
+  CHECK(memory(full) < memory(selective));
+  CHECK(memory(selective) < memory(base));
+  CHECK(memory(zero) < memory(base));   // AdamW state over dp
+  CHECK(memory(gpipe) > memory(base));  // M micro-batches in flight instead of pp
+  CHECK(memory(no_tp) > memory(base));  // the block's weights and most activations whole
+  // Time: recompute costs a forward; a second stage adds (pp - 1) micro-batch slots of bubble.
+  auto time = [&](Layout l) { return screen_layout(m, l, h100).step_seconds; };
+  CHECK(time(full) > time(base));
+  Layout one_stage = base;
+  one_stage.pp = 1;
+  one_stage.dp = 4;
+  one_stage.microbatches = 4;
+  CHECK(time(one_stage) < time(base));
+}
