@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -95,8 +96,10 @@ int stage_stride(const parallel::MeshShape& mesh) {
 // The stage threads form a world of pp ranks whose point-to-point is priced by the thread world's
 // profile on THREAD indices. Thread s is world rank s * stride, so the node size is restated in
 // stages: one stage per node when a stage's block fills a node or more, rpn / stride stages per
-// node when blocks tile a node. Only the links change; kernels cost the same.
-HardwareProfile stage_threads_profile(const HardwareProfile& profile, int stride, int stages) {
+// node when blocks tile a node. Only the links change; kernels cost the same. Empty when neither
+// holds (e.g. 3 GPUs per stage on nodes of 8: nodes hold different numbers of stages).
+std::optional<HardwareProfile> stage_threads_profile(const HardwareProfile& profile, int stride,
+                                                     int stages) {
   const int rpn = std::max(1, profile.ranks_per_node);
   HardwareProfile threads = profile;
   if (stages == 1)  // no messages between stages
@@ -106,11 +109,7 @@ HardwareProfile stage_threads_profile(const HardwareProfile& profile, int stride
   else if (rpn % stride == 0)
     threads.ranks_per_node = rpn / stride;
   else
-    throw std::invalid_argument(fmt::format(
-        "tp x cp x dp = {} ranks per stage neither fills nor tiles a node of {} GPUs, which the "
-        "representative simulation needs to place the stages on nodes: use a multiple or a "
-        "divisor of {}",
-        stride, rpn, rpn));
+    return std::nullopt;
   return threads;
 }
 
@@ -264,8 +263,12 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
   const auto wall_start = std::chrono::steady_clock::now();
   const GPTConfig cfg = model_for(workload, layout);
   const parallel::HybridOptions options = hybrid_options(cfg, workload, layout);
-  const bool representative = mode == Simulation::representative;
   const int stride = stage_stride(options.mesh);
+  const std::optional<HardwareProfile> stage_profile =
+      stage_threads_profile(profile, stride, layout.pp);
+  // Stages that cannot be placed on nodes as threads: a small mesh runs in full instead (exact).
+  if (!stage_profile && layout.gpus() <= 64) mode = Simulation::full;
+  const bool representative = mode == Simulation::representative;
 
   WorldOptions world_options;
   world_options.device = DeviceKind::phantom;
@@ -278,8 +281,14 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
       throw std::invalid_argument(fmt::format(
           "--pp {}: the representative simulation runs one thread per stage, at most 64",
           layout.pp));
+    if (!stage_profile)
+      throw std::invalid_argument(fmt::format(
+          "tp x cp x dp = {} GPUs per stage neither fill nor tile a node of {}, which the "
+          "representative simulation needs to place the stages on nodes: use a multiple or a "
+          "divisor of {}",
+          stride, profile.ranks_per_node, profile.ranks_per_node));
     world_options.ranks = layout.pp;
-    world_options.profile = stage_threads_profile(profile, stride, layout.pp);
+    world_options.profile = *stage_profile;
   } else {
     if (layout.gpus() > 64)
       throw std::invalid_argument(

@@ -59,9 +59,9 @@ struct Prediction {
 // parallel::check_hybrid), for what the hybrid layout does not run yet (zero > 0, cp > 1), and
 // for what depends on the mesh rather than the options: more than 64 stages (one thread each),
 // more than 64 GPUs in Simulation::full, and pp > 1 with tp*cp*dp neither a multiple nor a
-// divisor of the profile's GPUs per node (stages could not be placed on nodes). Memory past the
-// profile's capacity is simulated, not refused: the caller compares memory_peak_total with the
-// capacity.
+// divisor of the profile's GPUs per node (stages could not be placed on nodes as threads; such a
+// layout of at most 64 GPUs is simulated in full instead). Memory past the profile's capacity is
+// simulated, not refused: the caller compares memory_peak_total with the capacity.
 Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
                     Simulation mode = Simulation::representative);
 

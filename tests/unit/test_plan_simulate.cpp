@@ -231,7 +231,7 @@ TEST_CASE("the representative simulation agrees with a full phantom run", "[plan
 
 TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simulate]") {
   const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
-  const Workload work = small_gpt();
+  Workload work = small_gpt();
   Layout bad = layout(1, 3, 2, 4, "1f1b");  // 3 does not divide the 16 heads
   CHECK_THROWS_AS(mgpu::plan::simulate(work, bad, profile), std::invalid_argument);
   bad = layout(2, 2, 3, 4, "1f1b");  // 3 stages do not divide 8 layers
@@ -250,4 +250,13 @@ TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simula
   bad.dp = 8;
   CHECK_THROWS_AS(mgpu::plan::simulate(work, bad, profile, Simulation::full),
                   std::invalid_argument);
+  // 3 GPUs per stage on nodes of 8: the stages cannot be placed on nodes as threads. A small mesh
+  // is simulated in full instead; a large one is refused.
+  const Layout uneven = layout(3, 1, 4, 4, "1f1b");
+  CHECK(mgpu::plan::simulate(work, uneven, profile).step_seconds ==
+        mgpu::plan::simulate(work, uneven, profile, Simulation::full).step_seconds);
+  bad = layout(3, 1, 32, 4, "1f1b");
+  work.model.layers = 32;
+  CHECK_THROWS_WITH(mgpu::plan::simulate(work, bad, profile),
+                    Catch::Contains("neither fill nor tile a node"));
 }
