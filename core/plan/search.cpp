@@ -361,16 +361,26 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::stable_sort(over.begin(), over.end(), by_time);
 
   // The order to simulate in: the best candidate of each mesh first (half the budget), so the
-  // table compares meshes rather than micro-batch sizes of one; then the rest by estimate.
-  std::vector<const Candidate*> order;
+  // table compares meshes rather than micro-batch sizes of one; then the rest by estimate, except
+  // that a layout differing from one already queued only by its schedule waits until the end
+  // (same estimated time, more memory: gpipe beside 1f1b would mostly repeat a row).
+  std::vector<const Candidate*> order, twins;
   std::set<std::tuple<int, int, int, int>> meshes;
   std::set<const Candidate*> taken;
+  auto but_schedule = [](const Layout& l) {
+    return std::tuple(l.dp, l.tp, l.pp, l.cp, l.microbatch_size, l.zero, l.precision, l.recompute);
+  };
+  std::set<decltype(but_schedule(Layout{}))> queued;
   for (const Candidate& c : fits)
     if (meshes.insert({c.layout.dp, c.layout.tp, c.layout.pp, c.layout.cp}).second &&
-        static_cast<int>(order.size()) < std::max(1, r.max_simulated / 2))
+        static_cast<int>(order.size()) < std::max(1, r.max_simulated / 2)) {
       order.push_back(&c), taken.insert(&c);
+      queued.insert(but_schedule(c.layout));
+    }
   for (const Candidate& c : fits)
-    if (!taken.contains(&c)) order.push_back(&c);
+    if (!taken.contains(&c))
+      (queued.insert(but_schedule(c.layout)).second ? order : twins).push_back(&c);
+  order.insert(order.end(), twins.begin(), twins.end());
 
   std::map<decltype(refusal_key(Layout{})), std::string> refusals;
   std::vector<Simulated> simulated;
