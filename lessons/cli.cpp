@@ -13,6 +13,7 @@
 #include "lessons/grade.h"
 #include "lessons/impl.h"
 #include "lessons/lesson.h"
+#include "lessons/plan.h"
 #include "lessons/viz_command.h"
 
 namespace mgpu::lessons {
@@ -22,29 +23,6 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
 namespace {
 
 constexpr int kExitUsage = 2;
-
-int usage_error(std::ostream& err, const std::string& where, const std::string& what) {
-  fmt::print(err, "mgpu{}: error: {}\n", where.empty() ? "" : " " + where, what);
-  return kExitUsage;
-}
-
-// CLI11 reports problems as exceptions; turn them into one line + exit 2 (help is exit 0).
-int parse_or_report(CLI::App& app, std::vector<std::string> args, std::ostream& out,
-                    std::ostream& err, const std::string& where, bool& done) {
-  done = false;
-  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
-  try {
-    app.parse(args);
-    return 0;
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    done = true;
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    done = true;
-    return usage_error(err, where, fmt::format("{} (see `mgpu {} --help`)", e.what(), where));
-  }
-}
 
 int cmd_list(std::ostream& out) {
   fmt::print(out, "Lessons (run one with `mgpu run NAME`, options with `mgpu run NAME --help`):\n");
@@ -57,9 +35,12 @@ int cmd_profiles(std::ostream& out) {
   fmt::print(out, "Hardware profiles for the modeled clock (`--profile NAME` or a JSON file):\n");
   for (auto& name : HardwareProfile::preset_names()) {
     HardwareProfile p = HardwareProfile::load(name);
-    fmt::print(out, "  {:<16} {:7.1f} TFLOP/s  {:7.0f} GB/s HBM  {:>9}  {} ({:.0f} GB/s)\n", p.name,
-               p.peak_flops / 1e12, p.mem_bandwidth / 1e9, format_bytes(p.memory_capacity),
-               p.intra_node.name, p.intra_node.bandwidth / 1e9);
+    fmt::print(out,
+               "  {:<16} {:6.1f} TFLOP/s fp32 {:6.1f} bf16  {:5.0f} GB/s HBM  {:>9}  {} per node: "
+               "{} ({:.4g} GB/s), between: {} ({:.4g} GB/s)\n",
+               p.name, p.peak_flops / 1e12, p.peak_for(DType::bf16) / 1e12, p.mem_bandwidth / 1e9,
+               format_bytes(p.memory_capacity), p.ranks_per_node, p.intra_node.name,
+               p.intra_node.bandwidth / 1e9, p.inter_node.name, p.inter_node.bandwidth / 1e9);
   }
   fmt::print(out, "\nA profile file looks like:\n{}\n",
              HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
@@ -91,7 +72,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   lesson.add_options(app);
   bool done = false;
   int rc =
-      parse_or_report(app, {args.begin() + 1, args.end()}, out, err, "run " + lesson.name(), done);
+      parse_command(app, {args.begin() + 1, args.end()}, out, err, "run " + lesson.name(), done);
   if (done) return rc;
 
   try {
@@ -140,6 +121,29 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
 }  // namespace
 
+int usage_error(std::ostream& err, const std::string& where, const std::string& what) {
+  fmt::print(err, "mgpu{}: error: {}\n", where.empty() ? "" : " " + where, what);
+  return 2;
+}
+
+// CLI11 reports problems as exceptions; turn them into one line + exit 2 (help is exit 0).
+int parse_command(CLI::App& app, std::vector<std::string> args, std::ostream& out,
+                  std::ostream& err, const std::string& where, bool& done) {
+  done = false;
+  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
+  try {
+    app.parse(args);
+    return 0;
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    done = true;
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    done = true;
+    return usage_error(err, where, fmt::format("{} (see `mgpu {} --help`)", e.what(), where));
+  }
+}
+
 int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -149,6 +153,7 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
       "  mgpu list                      the lessons\n"
       "  mgpu run LESSON [options]      run one (see `mgpu run LESSON --help`)\n"
       "  mgpu viz [trace.json ...]      open traces in the dashboard (--screenshot out.png)\n"
+      "  mgpu plan --model M --gpus N   which layout to train M on N GPUs (simulated)\n"
       "  mgpu profiles                  the hardware profiles of the modeled clock\n"
       "  mgpu grade [exNN] [--impl mine|reference]   score the exercises (docs/exercises)\n"
       "  mgpu calibrate [--out FILE]    measure this GPU and write a profile JSON\n";
@@ -177,9 +182,10 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   if (cmd == "viz") return cmd_viz(rest, out, err);
   if (cmd == "grade") return cmd_grade(rest, out, err);
   if (cmd == "calibrate") return cmd_calibrate(rest, out, err);
+  if (cmd == "plan") return cmd_plan(rest, out, err);
   return usage_error(err, "",
-                     fmt::format("unknown command '{}' (use list, run, viz, profiles, grade or "
-                                 "calibrate)",
+                     fmt::format("unknown command '{}' (use list, run, plan, viz, profiles, grade "
+                                 "or calibrate)",
                                  cmd));
 }
 

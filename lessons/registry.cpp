@@ -6,6 +6,7 @@
 #include "lessons/hybrid.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
+#include "lessons/plan.h"
 #include "lessons/precision_lessons.h"
 #include "lessons/sequence_parallel.h"
 #include "lessons/single_device.h"
@@ -30,6 +31,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_activation_checkpointing_lesson());
   lessons.push_back(make_zero_lesson());
   lessons.push_back(make_hybrid_lesson());
+  lessons.push_back(make_recommendations_lesson());
   return lessons;
 }
 

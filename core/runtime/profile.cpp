@@ -22,6 +22,14 @@ std::vector<HardwareProfile> presets() {
   LinkSpec pcie4_host{"PCIe 4.0 x16 via host (no P2P)", 12e9, 10e-6};
   LinkSpec shm{"shared memory", 20e9, 1e-6};
   LinkSpec ether{"10G Ethernet", 1.25e9, 30e-6};
+  // DGX nodes (NVIDIA DGX H100 / DGX A100 datasheets; H100 SXM5 and A100 SXM4 80GB product
+  // briefs): 8 GPUs per node on NVSwitch, one InfiniBand NIC per GPU between nodes. Per GPU: H100
+  // SXM 494.7 TFLOP/s dense TF32, 989.4 bf16/fp16, 3.35 TB/s HBM3, NVLink 4 900 GB/s (450 each
+  // way), ConnectX-7 NDR 400 Gb/s (50 GB/s); A100 SXM 156 TF32, 312 bf16/fp16, 2.039 TB/s HBM2e,
+  // NVLink 3 600 GB/s (300 each way), ConnectX-6 HDR 200 Gb/s (25 GB/s). A profile describes one
+  // node type: a run of N ranks spans N / 8 nodes (ranks_per_node), as many as the world needs.
+  LinkSpec nvlink3{"NVLink 3 (NVSwitch)", 300e9, 2e-6};
+  LinkSpec ib200{"InfiniBand HDR 200G", 25e9, 5e-6};
   std::vector<HardwareProfile> list = {
       {"8xH100-NVLink", "8x H100 SXM 80GB in one node, NVSwitch", 495e12, 3.35e12, 3e-6, 80 * GiB,
        8, nvlink4, ib400},
@@ -33,12 +41,20 @@ std::vector<HardwareProfile> presets() {
        24 * GiB, 2, pcie4_host, ether},
       {"laptop-cpu", "a laptop CPU running the virtual GPUs", 0.2e12, 50e9, 1e-6, 16 * GiB, 64, shm,
        ether},
+      {"DGX-H100",
+       "DGX H100 nodes: 8x H100 SXM 80GB on NVSwitch, 400G InfiniBand per GPU; GPUs / 8 nodes",
+       494.7e12, 3.35e12, 3e-6, 80 * GiB, 8, nvlink4, ib400},
+      {"DGX-A100",
+       "DGX A100 nodes: 8x A100 SXM 80GB on NVSwitch, 200G InfiniBand per GPU; GPUs / 8 nodes",
+       156e12, 2.039e12, 4e-6, 80 * GiB, 8, nvlink3, ib200},
   };
   // Dense bf16/fp16 tensor-core peaks (fp32 accumulate): H100 SXM 989, A100 312, RTX 4090 165.
   auto half_peak = [&](const char* name, double flops) {
     for (HardwareProfile& p : list)
       if (p.name == name) p.peak_flops_bf16 = p.peak_flops_fp16 = flops;
   };
+  half_peak("DGX-H100", 989.4e12);
+  half_peak("DGX-A100", 312e12);
   half_peak("8xH100-NVLink", 989e12);
   half_peak("2x8xH100-IB", 989e12);
   half_peak("4xA100-PCIe", 312e12);

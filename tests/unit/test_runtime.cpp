@@ -74,6 +74,25 @@ TEST_CASE("profiles: presets, JSON round trip, links, clear errors", "[runtime][
   CHECK(two_nodes.link(7, 8).name == two_nodes.inter_node.name);
   CHECK(two_nodes.transfer_time(0, 8, 50e9) == Approx(1.0 + 5e-6));
 
+  // DGX nodes: 8 GPUs on NVSwitch, InfiniBand between, the published per-GPU peaks per dtype.
+  for (const char* dgx : {"DGX-H100", "DGX-A100"}) {
+    HardwareProfile p = HardwareProfile::load(dgx);
+    CHECK(p.ranks_per_node == 8);
+    CHECK(p.memory_capacity == 80 * (int64_t{1} << 30));
+    CHECK(p.link(0, 7).name.find("NVLink") == 0);
+    CHECK(p.link(1016, 1023).name.find("NVLink") == 0);  // node 127 of a 1024-GPU run
+    CHECK(p.link(7, 8).name.find("InfiniBand") == 0);
+    CHECK(p.peak_for(DType::bf16) == Approx(2 * p.peak_flops).epsilon(0.01));  // TF32 is half
+  }
+  const HardwareProfile h100 = HardwareProfile::load("DGX-H100");
+  CHECK(h100.peak_for(DType::bf16) == Approx(989.4e12));
+  CHECK(h100.intra_node.bandwidth == Approx(450e9));
+  CHECK(h100.inter_node.bandwidth == Approx(50e9));
+  const HardwareProfile a100 = HardwareProfile::load("DGX-A100");
+  CHECK(a100.peak_for(DType::f16) == Approx(312e12));
+  CHECK(a100.mem_bandwidth == Approx(2.039e12));
+  CHECK(a100.inter_node.bandwidth == Approx(25e9));
+
   CHECK_THROWS_WITH(HardwareProfile::load("9xH100"), Catch::Contains("unknown profile '9xH100'") &&
                                                          Catch::Contains("8xH100-NVLink"));
   auto dir = std::filesystem::temp_directory_path();

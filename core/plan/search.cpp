@@ -1,0 +1,481 @@
+// The planner's search, top to bottom (see search.h for the idea):
+//   1. enumerate the layouts the hybrid engine's rules allow, honouring the pins, and say what
+//      would work when the pins leave none;
+//   2. the screen: formula estimates that only decide which layouts get simulated;
+//   3. simulate in screen order (one best layout per mesh first, so the table compares meshes),
+//      skip what the engine refuses, reject what does not fit, rank the rest by tokens/s.
+#include "core/plan/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/memory/activations.h"
+#include "core/parallel/context_parallel.h"
+#include "core/parallel/hybrid.h"
+#include "core/runtime/world.h"
+#include "core/tensor/allocator.h"
+
+namespace mgpu::plan {
+
+namespace {
+
+// Ascending; O(sqrt n), so a global batch of millions enumerates at once.
+std::vector<int> divisors(int n) {
+  std::vector<int> low, high;
+  for (int i = 1; int64_t{i} * i <= n; ++i)
+    if (n % i == 0) {
+      low.push_back(i);
+      if (i != n / i) high.push_back(n / i);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+template <class T>
+bool allowed(const std::optional<T>& pin, const T& value) {
+  return !pin || *pin == value;
+}
+
+bool tp_fits(const GPTConfig& m, int tp) {
+  return m.heads % tp == 0 && (4 * m.dim) % tp == 0;
+}
+
+bool cp_fits(const GPTConfig& m, int cp) {
+  if (cp == 1) return true;
+  try {  // the context-parallel layout the hybrid engine would use: zigzag ring attention
+    parallel::check_cp_size(m, m.seq_len, cp, parallel::CpLayout::zigzag);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global_batch,
+                                        const Pins& pins) {
+  std::vector<Layout> layouts;
+  const std::vector<std::string> precisions =
+      pins.precisions.empty() ? std::vector<std::string>{"bf16"} : pins.precisions;
+  for (int tp : divisors(gpus)) {
+    if (!allowed(pins.tp, tp) || !tp_fits(m, tp)) continue;
+    for (int cp : divisors(gpus / tp)) {
+      if (!allowed(pins.cp, cp) || !cp_fits(m, cp)) continue;
+      for (int pp : divisors(gpus / (tp * cp))) {
+        const int dp = gpus / (tp * cp * pp);
+        if (!allowed(pins.pp, pp) || !allowed(pins.dp, dp) || m.layers % pp != 0) continue;
+        if (global_batch % dp != 0) continue;
+        const int per_replica = global_batch / dp;
+        for (int mbs : divisors(per_replica)) {
+          if (!allowed(pins.microbatch_size, mbs)) continue;
+          for (const char* schedule : {"gpipe", "1f1b"}) {
+            // One stage: both schedules are plain gradient accumulation; keep one of them.
+            if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule[0] == 'g')
+              continue;
+            for (int zero : {0, 1}) {
+              // ZeRO-1 over one replica shards nothing: searched only where dp > 1.
+              if (pins.zero ? *pins.zero != zero : dp == 1 && zero == 1) continue;
+              for (const char* recompute : {"none", "selective", "full"}) {
+                if (!allowed(pins.recompute, std::string(recompute))) continue;
+                for (const std::string& precision : precisions) {
+                  Layout l{.dp = dp,
+                           .tp = tp,
+                           .pp = pp,
+                           .cp = cp,
+                           .microbatch_size = mbs,
+                           .microbatches = per_replica / mbs,
+                           .schedule = schedule,
+                           .zero = zero,
+                           .precision = precision,
+                           .recompute = recompute};
+                  layouts.push_back(l);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return layouts;
+}
+
+// The hybrid engine's own check on the mesh (cp aside: ring attention's rule is cp_fits). The
+// enumeration follows the same rules, so this never throws; it keeps the two from drifting.
+void confirm_with_engine_rules(const GPTConfig& m, const Layout& l, int global_batch) {
+  parallel::HybridOptions o{.schedule = l.schedule, .microbatches = l.microbatches};
+  o.mesh.tp = l.tp;
+  o.mesh.dp = l.dp;
+  o.mesh.pp = l.pp;
+  parallel::check_hybrid(m, o, l.dp * l.tp * l.pp, global_batch);
+}
+
+std::string join_ints(const std::set<int>& values) {
+  return fmt::format("{}", fmt::join(values, ", "));
+}
+
+// No layout: say which pin rules everything out and which values of it would work.
+[[noreturn]] void explain_no_layout(const GPTConfig& m, int gpus, int global_batch,
+                                    const Pins& pins) {
+  const std::string model =
+      fmt::format("{} layers, {} heads, width {}, seq {}", m.layers, m.heads, m.dim, m.seq_len);
+  struct Axis {
+    const char* option;
+    std::optional<int> Pins::*pin;
+    int Layout::*field;
+  };
+  const Axis axes[] = {{"--tp", &Pins::tp, &Layout::tp},
+                       {"--pp", &Pins::pp, &Layout::pp},
+                       {"--dp", &Pins::dp, &Layout::dp},
+                       {"--cp", &Pins::cp, &Layout::cp},
+                       {"--microbatch-size", &Pins::microbatch_size, &Layout::microbatch_size},
+                       {"--zero", &Pins::zero, &Layout::zero}};
+  for (const Axis& a : axes) {
+    if (!(pins.*a.pin)) continue;
+    Pins without = pins;
+    (without.*a.pin).reset();
+    std::set<int> works;
+    for (const Layout& l : enumerate_unchecked(m, gpus, global_batch, without))
+      works.insert(l.*a.field);
+    if (works.empty()) continue;
+    const std::string tp_rule = a.pin == &Pins::tp && !tp_fits(m, *pins.tp)
+                                    ? fmt::format(" ({} heads, MLP width {})", m.heads, 4 * m.dim)
+                                    : "";
+    throw std::invalid_argument(
+        fmt::format("no layout of the model ({}) on {} GPUs with {} {}{}: "
+                    "{} {} would work",
+                    model, gpus, a.option, *(pins.*a.pin), tp_rule, a.option, join_ints(works)));
+  }
+  Pins none;
+  if (enumerate_unchecked(m, gpus, global_batch, none).empty()) {
+    std::set<int> dps;
+    for (int tp : divisors(gpus))
+      for (int cp : divisors(gpus / tp))
+        for (int pp : divisors(gpus / (tp * cp)))
+          if (tp_fits(m, tp) && cp_fits(m, cp) && m.layers % pp == 0)
+            dps.insert(gpus / (tp * cp * pp));
+    if (dps.empty())
+      throw std::invalid_argument(fmt::format(
+          "no layout of the model ({}) on {} GPUs: tp must divide the heads and pp the layers; "
+          "use a GPU count like {}",
+          model, gpus, m.heads));
+    throw std::invalid_argument(fmt::format(
+        "global batch {} splits over none of the data-parallel sizes possible on {} GPUs ({}): "
+        "use --global-batch {}",
+        global_batch, gpus, join_ints(dps), (global_batch / *dps.begin() + 1) * *dps.begin()));
+  }
+  throw std::invalid_argument(fmt::format(
+      "no layout of the model ({}) on {} GPUs satisfies these pins together: drop one of them",
+      model, gpus));
+}
+
+// ---------------------------------------------------------------------------------- the screen
+
+GPTConfig local_config(const GPTConfig& m, const Layout& l) {
+  GPTConfig c = m;
+  c.dtype = parse_precision(l.precision);
+  c.recompute = parse_recompute(l.recompute);
+  c.seq_len = m.seq_len / l.cp;
+  return c;
+}
+
+// Ring all-reduce time of `bytes` over `n` members whose slowest hop is `link`.
+double ring_all_reduce(double bytes, int n, const LinkSpec& link) {
+  if (n <= 1) return 0;
+  const double bw = link.bandwidth > 0 ? link.bandwidth : 1e30;
+  return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * link.latency;
+}
+
+// The link a group of `n` members `stride` ranks apart crosses at its slowest hop.
+const LinkSpec& group_link(const HardwareProfile& p, int n, int stride) {
+  return int64_t{stride} * (n - 1) < p.ranks_per_node ? p.intra_node : p.inter_node;
+}
+
+}  // namespace
+
+std::string describe(const Layout& l) {
+  return fmt::format("dp {} tp {} pp {} cp {} mbs {} M {} {} zero {} {} {}", l.dp, l.tp, l.pp, l.cp,
+                     l.microbatch_size, l.microbatches, l.schedule, l.zero, l.precision,
+                     l.recompute);
+}
+
+std::vector<Layout> enumerate_layouts(const GPTConfig& model, int gpus, int global_batch,
+                                      const Pins& pins) {
+  if (gpus < 1) throw std::invalid_argument(fmt::format("--gpus must be positive, got {}", gpus));
+  if (global_batch < 1)
+    throw std::invalid_argument(
+        fmt::format("--global-batch must be positive, got {}", global_batch));
+  std::vector<Layout> layouts = enumerate_unchecked(model, gpus, global_batch, pins);
+  if (layouts.empty()) explain_no_layout(model, gpus, global_batch, pins);
+  for (const Layout& l : layouts) confirm_with_engine_rules(model, l, global_batch);
+  return layouts;
+}
+
+// Rough on purpose: it only orders candidates and drops the hopeless ones; every figure shown
+// comes from plan::simulate. Time: each stage's micro-batch = its layers' GEMMs and attention on
+// the roofline (kernel_time), elementwise passes, the 4 tp all-reduces per layer, the LM head on
+// the last stage and the p2p sends; the pipeline takes (M + pp - 1) of those; then the dp
+// gradient all-reduce (fp32 gradients) and the optimizer. Memory: the largest stage's states
+// (weights s B + fp32 gradients 4 B + AdamW 8 B, + 4 B fp32 masters when s = 2; ZeRO-1 shards
+// the optimizer over dp) plus the kept activations (activations.h) of the micro-batches in flight.
+Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProfile& p) {
+  const GPTConfig c = local_config(model, l);
+  const DType dtype = c.dtype;
+  const double s = static_cast<double>(dtype_size(dtype));
+  const double C = c.dim, T = c.seq_len, V = c.vocab, H = c.heads, tp = l.tp;
+  const double rows = static_cast<double>(l.microbatch_size) * T;
+  const int layers = c.layers / l.pp;
+  auto gemm = [&](double m, double k, double n) {
+    return p.kernel_time(2 * m * k * n, s * (m * k + k * n + m * n), dtype);
+  };
+  const double linears = gemm(rows, C, 3 * C / tp) + gemm(rows, C / tp, C) +
+                         gemm(rows, C, 4 * C / tp) + gemm(rows, 4 * C / tp, C);
+  const double attention =
+      p.kernel_time(4 * rows * model.seq_len * C / tp,
+                    4 * s * l.microbatch_size * (H / tp) * T * model.seq_len, dtype);
+  const double elementwise = p.kernel_time(0, 20 * s * rows * C, dtype);
+  const double forward = linears + attention + elementwise;
+  const double recompute = l.recompute == "full"        ? forward
+                           : l.recompute == "selective" ? attention
+                                                        : 0;
+  const double tp_comm = 4 * ring_all_reduce(rows * C * s, l.tp, group_link(p, l.tp, 1));
+  // Ring attention: every block passes K and V (2 x its rows x C / tp) around the cp ring, forward
+  // and twice in backward; counted as exposed (the screen does not model the overlap).
+  const double cp_comm =
+      l.cp > 1 ? 3 * (l.cp - 1) *
+                     (group_link(p, l.cp, l.tp).latency +
+                      2 * rows * C / tp * s / std::max(group_link(p, l.cp, l.tp).bandwidth, 1.0))
+               : 0;
+  const LinkSpec& pp_link = group_link(p, 2, l.tp * l.cp * l.dp);
+  const double p2p =
+      l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.bandwidth, 1.0)) : 0;
+  const double head = 3 * gemm(rows, C, V);
+  const double per_micro = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
+  const double pipeline = (l.microbatches + l.pp - 1) * per_micro;
+
+  const double block_params = 12 * C * C + 13 * C;
+  const double stage_params =
+      layers * block_params / tp + std::max((V + model.seq_len) * C, V * C + 2 * C);
+  const double optimizer_bytes = (s == 2 ? 12 : 8) / (l.zero == 1 ? double(l.dp) : 1.0);
+  const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
+  const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
+
+  const int in_flight = l.schedule == "gpipe" ? l.microbatches : std::min(l.pp, l.microbatches);
+  // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
+  // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
+  // only the output, whole.
+  const double kept_whole = static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size));
+  const double replicated = l.recompute == "full" ? kept_whole : rows * (s * 4 * C + 16);
+  const double kept = replicated + (kept_whole - replicated) / tp;
+  const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
+  const double logits = 2 * rows * V * 4;
+  const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
+  const double memory = stage_params * (s + 4 + optimizer_bytes) + dp_buffer +
+                        in_flight * layers * kept + static_cast<double>(step.workspace) / tp +
+                        logits;
+  return {.step_seconds = pipeline + dp_comm + optimizer_step,
+          .memory_bytes = static_cast<int64_t>(memory)};
+}
+
+// ---------------------------------------------------------------------------------- the search
+
+namespace {
+
+// What the engine refuses depends on the options (cp > 1, ZeRO) and on the mesh (more stages
+// than threads, stages that cannot be placed on nodes), never on how the batch is cut: one
+// refusal covers every micro-batching of the same mesh and options.
+auto refusal_key(const Layout& l) {
+  return std::tuple(l.dp, l.tp, l.pp, l.cp, l.zero, l.precision, l.schedule, l.recompute);
+}
+
+std::string gib(int64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
+}
+
+// Why `other` is slower than `best`: its step split into bubble, exposed communication and the
+// rest (compute); the part that grew most, in seconds, is the reason (a tp group leaving the node
+// is named when that is where its communication comes from).
+std::string why_slower(const Simulated& best, const Simulated& other) {
+  const Prediction &b = best.prediction, &o = other.prediction;
+  auto bubble = [](const Prediction& p) { return p.bubble_fraction * p.step_seconds; };
+  auto compute = [&](const Prediction& p) {
+    return p.step_seconds - bubble(p) - p.exposed_comm_seconds;
+  };
+  const double more_bubble = bubble(o) - bubble(b);
+  const double more_comm = o.exposed_comm_seconds - b.exposed_comm_seconds;
+  const double more_compute = compute(o) - compute(b);
+  std::string reason;
+  if (more_comm >= more_bubble && more_comm >= more_compute)
+    reason = fmt::format("exposed communication {:.2f} s vs {:.2f} s{}", o.exposed_comm_seconds,
+                         b.exposed_comm_seconds,
+                         o.tp_crosses_nodes && !b.tp_crosses_nodes
+                             ? " (its tensor-parallel group crosses nodes)"
+                             : "");
+  else if (more_bubble >= more_compute)
+    reason = fmt::format("bubble {:.2f} s ({:.1f}%) vs {:.2f} s ({:.1f}%)", bubble(o),
+                         100 * o.bubble_fraction, bubble(b), 100 * b.bubble_fraction);
+  else
+    reason = fmt::format("compute {:.2f} s vs {:.2f} s (recompute {}, micro-batch {})", compute(o),
+                         compute(b), other.layout.recompute, other.layout.microbatch_size);
+  const double slower = b.tokens_per_s / std::max(o.tokens_per_s, 1e-30) - 1;
+  return fmt::format("{:.0f}% slower: {}", 100 * slower, reason);
+}
+
+}  // namespace
+
+namespace {
+
+SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
+                               const Simulator& simulator) {
+  const auto started = std::chrono::steady_clock::now();
+  const Simulator run =
+      simulator ? simulator : [](const Workload& w, const Layout& l, const HardwareProfile& p) {
+        return simulate(w, l, p);
+      };
+  const GPTConfig& model = r.workload.model;
+  SearchResult result;
+  std::vector<Layout> layouts = enumerate_layouts(model, r.gpus, r.global_batch, r.pins);
+  result.enumerated = static_cast<int64_t>(layouts.size());
+
+  // The screen: fits (by formula, with a 5% margin so near misses are still simulated) or not,
+  // each side in estimated-time order.
+  const double capacity =
+      r.profile.memory_capacity > 0 ? static_cast<double>(r.profile.memory_capacity) : 1e300;
+  std::vector<Candidate> fits, over;
+  for (const Layout& l : layouts) {
+    const Screen sc = screen_layout(model, l, r.profile);
+    (sc.memory_bytes > 1.05 * capacity ? over : fits).push_back({l, sc});
+  }
+  result.screened_out = static_cast<int64_t>(over.size());
+  // Equal estimates (gpipe and 1f1b of one mesh): the one needing less memory first.
+  auto by_time = [](const Candidate& a, const Candidate& b) {
+    return std::pair(a.screen.step_seconds, a.screen.memory_bytes) <
+           std::pair(b.screen.step_seconds, b.screen.memory_bytes);
+  };
+  std::stable_sort(fits.begin(), fits.end(), by_time);
+  std::stable_sort(over.begin(), over.end(), by_time);
+
+  // The order to simulate in: the best candidate of each mesh first (half the budget), so the
+  // table compares meshes rather than micro-batch sizes of one; then the rest by estimate, except
+  // that a layout differing from one already queued only by its schedule waits until the end
+  // (same estimated time, more memory: gpipe beside 1f1b would mostly repeat a row).
+  std::vector<const Candidate*> order, twins;
+  std::set<std::tuple<int, int, int, int>> meshes;
+  std::set<const Candidate*> taken;
+  auto but_schedule = [](const Layout& l) {
+    return std::tuple(l.dp, l.tp, l.pp, l.cp, l.microbatch_size, l.zero, l.precision, l.recompute);
+  };
+  std::set<decltype(but_schedule(Layout{}))> queued;
+  for (const Candidate& c : fits)
+    if (meshes.insert({c.layout.dp, c.layout.tp, c.layout.pp, c.layout.cp}).second &&
+        static_cast<int>(order.size()) < std::max(1, r.max_simulated / 2)) {
+      order.push_back(&c), taken.insert(&c);
+      queued.insert(but_schedule(c.layout));
+    }
+  for (const Candidate& c : fits)
+    if (!taken.contains(&c))
+      (queued.insert(but_schedule(c.layout)).second ? order : twins).push_back(&c);
+  order.insert(order.end(), twins.begin(), twins.end());
+
+  std::map<decltype(refusal_key(Layout{})), std::string> refusals;
+  std::vector<Simulated> simulated;
+  auto refuse = [&](const Layout& l, const std::string& reason) {
+    refusals[refusal_key(l)] = reason;
+    result.refused_example.try_emplace(reason, l);
+  };
+  auto try_simulate = [&](const Layout& l, int planned) -> bool {
+    if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) {
+      ++result.refused[it->second];
+      return false;
+    }
+    try {
+      Prediction p = run(r.workload, l, r.profile);
+      ++result.simulated;
+      if (progress) progress(result.simulated, planned, l, p);
+      const bool fits_memory = static_cast<double>(p.memory_peak_total) <= capacity;
+      simulated.push_back({l, p, fits_memory, ""});
+      return true;
+    } catch (const std::invalid_argument& e) {
+      refuse(l, e.what());
+      return false;
+    } catch (const RankError& e) {  // a refusal found on a stage thread is still a refusal
+      try {
+        if (e.cause()) std::rethrow_exception(e.cause());
+      } catch (const std::invalid_argument& cause) {
+        refuse(l, cause.what());
+        return false;
+      } catch (...) {
+      }
+      throw;
+    }
+  };
+  const int planned = r.max_simulated + std::min<int>(r.rejected_probes, over.size());
+  int fitting_runs = 0;
+  for (const Candidate* c : order) {
+    if (fitting_runs >= r.max_simulated) break;
+    if (try_simulate(c->layout, planned)) ++fitting_runs;
+  }
+  // The fastest layouts the screen found over capacity but by less than half of it again (the
+  // near misses worth explaining): simulated so "why not" has real numbers.
+  std::stable_partition(over.begin(), over.end(), [&](const Candidate& c) {
+    return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
+  });
+  int probes = 0;
+  for (const Candidate& c : over) {
+    if (probes >= r.rejected_probes) break;
+    if (try_simulate(c.layout, planned)) ++probes;
+  }
+  // Count every enumerated layout the refusals met cover (layouts never reached are not
+  // counted: the engine was not asked about them).
+  result.refused.clear();
+  for (const Layout& l : layouts)
+    if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) ++result.refused[it->second];
+
+  auto by_speed = [](const Simulated& a, const Simulated& b) {
+    return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
+  };
+  for (Simulated& s : simulated) (s.fits ? result.ranked : result.rejected).push_back(s);
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), by_speed);
+  std::stable_sort(result.rejected.begin(), result.rejected.end(), by_speed);
+  for (Simulated& s : result.rejected)
+    s.why = fmt::format("out of memory: {} per GPU > {} capacity (+{})",
+                        gib(s.prediction.memory_peak_total), gib(r.profile.memory_capacity),
+                        gib(s.prediction.memory_peak_total - r.profile.memory_capacity));
+  for (size_t i = 1; i < result.ranked.size(); ++i)
+    result.ranked[i].why = why_slower(result.ranked[0], result.ranked[i]);
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace
+
+SearchResult search(const SearchRequest& request, const Progress& progress,
+                    const Simulator& simulator) {
+  if (!request.pins.precisions.empty()) return search_precisions(request, progress, simulator);
+  // Unpinned precision: bf16, what large runs train in. While the engine refuses it, say so and
+  // search fp32 rather than print nothing.
+  SearchRequest bf16 = request;
+  bf16.pins.precisions = {"bf16"};
+  SearchResult result = search_precisions(bf16, progress, simulator);
+  // Fall back only when the precision is what was refused: a refusal of the plainest layouts
+  // (cp 1, no ZeRO), not of the cp or ZeRO the pins asked for.
+  std::string reason;
+  for (const auto& [why, layout] : result.refused_example)
+    if (layout.cp == 1 && layout.zero == 0) reason = why;
+  if (result.simulated > 0 || reason.empty()) return result;
+  SearchRequest fp32 = request;
+  fp32.pins.precisions = {"fp32"};
+  SearchResult fallback = search_precisions(fp32, progress, simulator);
+  fallback.notes.push_back(
+      fmt::format("bf16 is refused by the engine ({}): searched fp32 instead", reason));
+  fallback.wall_seconds += result.wall_seconds;
+  return fallback;
+}
+
+}  // namespace mgpu::plan

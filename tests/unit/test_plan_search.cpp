@@ -1,0 +1,312 @@
+// The planner's search (core/plan/search.h) and `mgpu plan`: the layouts it enumerates (counted by
+// hand on a small model), pins, what it says when nothing fits the pins, ranking and rejection,
+// refusals by the engine, and the command's text, JSON and bad input.
+#include <algorithm>
+#include <set>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/plan/search.h"
+#include "core/runtime/world.h"
+#include "unit/mgpu_cli.h"
+
+using namespace mgpu;
+using namespace mgpu::plan;
+using mgpu::testing::count_lines;
+using mgpu::testing::run_mgpu;
+
+namespace {
+
+GPTConfig small_model() {
+  GPTConfig m;
+  m.layers = 4;
+  m.heads = 4;
+  m.dim = 16;  // MLP width 64
+  m.seq_len = 8;
+  m.vocab = 32;
+  return m;
+}
+
+Pins fp32_only() {
+  Pins p;
+  p.precisions = {"fp32"};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("plan enumerates every valid layout of a small model (counted by hand)", "[plan]") {
+  // 4 GPUs, cp 1: meshes (tp, pp, dp) = (1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1). Per mesh:
+  // micro-batch sizes dividing 8 / dp, x 2 schedules when pp > 1, x 2 ZeRO stages when dp > 1,
+  // x 3 recompute modes: 12 + 36 + 24 + 18 + 24 + 12 = 126.
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  const std::vector<Layout> all = enumerate_layouts(small_model(), 4, 8, pins);
+  CHECK(all.size() == 126);
+  for (const Layout& l : all) {
+    CHECK(l.gpus() == 4);
+    CHECK(l.global_batch() == 8);
+    CHECK(small_model().heads % l.tp == 0);
+    CHECK(small_model().layers % l.pp == 0);
+  }
+  // cp 2 and 4 split the 8 tokens into 2 cp zigzag chunks: they add layouts.
+  pins.cp.reset();
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() > 126);
+  // Precision "any": three times as many.
+  pins.cp = 1;
+  pins.precisions = {"fp32", "bf16", "fp16"};
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() == 3 * 126);
+}
+
+TEST_CASE("plan pins fix an axis and search the rest", "[plan]") {
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  pins.tp = 2;
+  pins.schedule = "1f1b";
+  pins.recompute = "none";
+  // (tp 2, pp 1, dp 2): 3 micro-batch sizes x 2 ZeRO; (tp 2, pp 2, dp 1): 4 sizes x 1.
+  const std::vector<Layout> pinned = enumerate_layouts(small_model(), 4, 8, pins);
+  CHECK(pinned.size() == 10);
+  for (const Layout& l : pinned) {
+    CHECK(l.tp == 2);
+    CHECK(l.schedule == "1f1b");
+    CHECK(l.recompute == "none");
+  }
+  pins.microbatch_size = 2;
+  pins.zero = 0;
+  for (const Layout& l : enumerate_layouts(small_model(), 4, 8, pins)) {
+    CHECK(l.microbatch_size == 2);
+    CHECK(l.microbatches * l.microbatch_size * l.dp == 8);
+    CHECK(l.zero == 0);
+  }
+}
+
+TEST_CASE("plan says which pinned values would work when none does", "[plan]") {
+  Pins pins = fp32_only();
+  pins.tp = 3;
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 4, 8, pins),
+                    Catch::Contains("--tp 3 (4 heads, MLP width 64)") &&
+                        Catch::Contains("--tp 1, 2, 4 would work"));
+  pins.tp.reset();
+  pins.pp = 3;
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 6, 6, pins),
+                    Catch::Contains("--pp 3") && Catch::Contains("--pp 1, 2 would work"));
+  // One layer, one head: only dp and cp (zigzag: 2 cp chunks of the 8 tokens, cp <= 4) split 8
+  // GPUs, so dp is 2, 4 or 8 and a global batch of 3 splits over none.
+  GPTConfig narrow = small_model();
+  narrow.layers = 1;
+  narrow.heads = 1;
+  CHECK_THROWS_WITH(enumerate_layouts(narrow, 8, 3, fp32_only()),
+                    Catch::Contains("global batch 3 splits over none") &&
+                        Catch::Contains("(2, 4, 8)") && Catch::Contains("--global-batch 4"));
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 0, 8, fp32_only()),
+                    Catch::Contains("--gpus must be positive"));
+}
+
+TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips what is refused",
+          "[plan]") {
+  SearchRequest r;
+  r.workload.model = small_model();
+  r.gpus = 4;
+  r.global_batch = 8;
+  r.profile = HardwareProfile::load("DGX-H100");  // 80 GiB: the screen passes this tiny model
+  const int64_t GiB = int64_t{1} << 30;
+  r.pins = fp32_only();
+  r.pins.cp = 1;
+  r.max_simulated = 200;  // all of them
+  r.rejected_probes = 0;
+  int calls = 0;
+  // A stand-in engine: refuses ZeRO-1, predicts more tokens/s for more tensor parallelism and
+  // more memory than the capacity for pp 1.
+  auto fake = [&](const Workload&, const Layout& l, const HardwareProfile&) {
+    ++calls;
+    if (l.zero == 1) throw std::invalid_argument("zero 1 is not supported yet");
+    Prediction p;
+    p.tokens_per_s = 100.0 * l.tp + l.microbatch_size;
+    p.memory_peak_total = l.pp == 1 ? 100 * GiB : 50 * GiB;
+    return p;
+  };
+  const SearchResult result = search(r, {}, fake);
+  CHECK(result.enumerated == 126);
+  REQUIRE(!result.ranked.empty());
+  for (size_t i = 1; i < result.ranked.size(); ++i)
+    CHECK(result.ranked[i - 1].prediction.tokens_per_s >= result.ranked[i].prediction.tokens_per_s);
+  for (const Simulated& s : result.ranked) {
+    CHECK(s.fits);
+    CHECK(s.layout.pp > 1);
+    CHECK(s.layout.zero == 0);
+  }
+  CHECK(result.ranked[0].layout.tp == 2);  // tp 4 means pp 1 here: over capacity
+  REQUIRE(!result.rejected.empty());
+  for (const Simulated& s : result.rejected) {
+    CHECK(s.layout.pp == 1);
+    CHECK_THAT(s.why, Catch::Contains("out of memory"));
+  }
+  REQUIRE(result.refused.count("zero 1 is not supported yet") == 1);
+  // One engine call per refused mesh and option set, not one per micro-batching: the ZeRO-1
+  // meshes (dp 4 tp 1 pp 1: 3 recompute modes; dp 2 pp 2: 2 schedules x 3; dp 2 tp 2: 3) are 12
+  // calls for 33 layouts.
+  const int refused_calls = calls - result.simulated;
+  CHECK(refused_calls == 12);
+  CHECK(result.refused.at("zero 1 is not supported yet") == 33);
+}
+
+TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
+  auto refused = [](std::vector<std::string> args, const std::string& says) {
+    args.insert(args.begin(), "plan");
+    const auto r = run_mgpu(args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains(says));
+  };
+  refused({"--model", "gpt5", "--gpus", "8"}, "unknown --model 'gpt5'");
+  refused({"--model", "gpt2-small", "--gpus", "0"}, "--gpus");
+  refused({"--model", "gpt2-small", "--gpus", "-3"}, "--gpus");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--profile", "DGX-B300"},
+          "unknown profile 'DGX-B300'");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--tp", "5"}, "--tp 1, 2, 4");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--dp", "16"}, "--dp");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h1"}, "--schedule");
+  refused({"--gpus", "8"}, "--model is required");
+  refused({"--model", "gpt2-small", "--gpus", "1021"}, "use --global-batch 1021");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--global-batch", "16777216"},
+          "use --global-batch 131072 or less");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--global-batch", "0"}, "--global-batch");
+  // Every layout the pins allow is one the engine cannot run yet: its reason, not an empty table.
+  // (Context parallelism in the hybrid engine is the planner's next axis; when it runs cp this
+  // case becomes a table.)
+  const auto cp = run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--cp", "2"});
+  if (cp.code != 0) {
+    CHECK(cp.code == 2);
+    CHECK(count_lines(cp.err) == 1);
+    CHECK_THAT(cp.err, Catch::Contains("the engine refuses every layout these pins allow"));
+  }
+}
+
+TEST_CASE("mgpu plan --json: the ranked layouts with their simulated figures", "[plan][cli]") {
+  const auto r =
+      run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--json", "--max-simulated", "4"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // stdout is the JSON alone
+  CHECK(j.at("gpus") == 8);
+  CHECK(j.at("profile") == "DGX-H100");
+  CHECK(j.at("global_batch") == 512);  // gpt2's default
+  CHECK(j.at("simulated").get<int>() >= 4);
+  const nlohmann::json& layouts = j.at("layouts");
+  REQUIRE(layouts.size() >= 2);
+  double previous = 1e300;
+  for (const nlohmann::json& l : layouts) {
+    for (const char* key : {"dp", "tp", "pp", "cp", "microbatch_size", "schedule", "zero",
+                            "tokens_per_s", "tflops_per_gpu", "mfu", "memory_bytes"})
+      CHECK(l.contains(key));
+    CHECK(l.at("dp").get<int>() * l.at("tp").get<int>() * l.at("pp").get<int>() *
+              l.at("cp").get<int>() ==
+          8);
+    const double tokens = l.at("tokens_per_s").get<double>();
+    CHECK(tokens > 0);
+    CHECK(tokens <= previous);  // ranked by tokens/s
+    previous = tokens;
+    const nlohmann::json& memory = l.at("memory_bytes");
+    int64_t sum = 0;
+    for (const char* category : {"parameters", "gradients", "optimizer_state", "activations"}) {
+      REQUIRE(memory.contains(category));
+      sum += memory.at(category).get<int64_t>();
+    }
+    CHECK(memory.at("total").get<int64_t>() >= sum / 2);  // peaks by category need not coincide
+    CHECK(memory.at("total").get<int64_t>() <= int64_t{80} << 30);  // it fits
+  }
+  // Progress went to stderr, one line per simulation.
+  CHECK_THAT(r.err, Catch::Contains("simulated [ 1/"));
+}
+
+TEST_CASE("mgpu plan prints the table and the reasons and the counts", "[plan][cli]") {
+  const auto r = run_mgpu({"plan", "--model", "gpt2-medium", "--gpus", "16", "--profile",
+                           "DGX-A100", "--max-simulated", "4", "--pp", "2"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("16 GPUs = 2 nodes of DGX-A100"));
+  CHECK_THAT(r.out, Catch::Contains("tokens/s") && Catch::Contains("MFU") &&
+                        Catch::Contains("exposed comm"));
+  CHECK_THAT(r.out, Catch::Contains("the bf16 peak 312.0 TFLOP/s"));
+  CHECK_THAT(r.out, Catch::Contains("searched ") && Catch::Contains(" simulated, in "));
+}
+
+TEST_CASE("recommendations narrates the rules from the planner's numbers", "[plan][lesson]") {
+  const auto r = run_mgpu({"run", "recommendations", "--max-simulated", "4"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // Four searches, each with its table and a rule line.
+  CHECK_THAT(r.out, Catch::Contains("mgpu plan --model gpt2-small --gpus 8") &&
+                        Catch::Contains("mgpu plan --model gpt3-175b --gpus 256"));
+  CHECK_THAT(r.out, Catch::Contains("data parallelism wins: #1 is dp 8"));
+  CHECK_THAT(r.out, Catch::Contains("Its tensor-parallel group stays inside a node"));
+  CHECK_THAT(r.out, Catch::Contains("== 3. long sequences ==") &&
+                        Catch::Contains("== 4. optimizer state over the capacity =="));
+  // An option this lesson cannot honour is refused, not ignored.
+  const auto traced = run_mgpu({"run", "recommendations", "--trace", "x.json"});
+  CHECK(traced.code == 2);
+  CHECK_THAT(traced.err, Catch::Contains("--trace"));
+  CHECK(count_lines(traced.err) == 1);
+}
+
+TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusal", "[plan]") {
+  SearchRequest r;
+  r.workload.model = small_model();
+  r.gpus = 4;
+  r.global_batch = 8;
+  r.profile = HardwareProfile::load("DGX-H100");
+  r.pins = fp32_only();
+  r.max_simulated = 200;
+  auto fake = [](const Workload&, const Layout& l, const HardwareProfile&) {
+    if (l.cp > 1)
+      throw RankError(0, "cp refused",
+                      std::make_exception_ptr(std::invalid_argument("cp refused")));
+    Prediction p;
+    p.tokens_per_s = 1;
+    return p;
+  };
+  const SearchResult result = search(r, {}, fake);
+  REQUIRE(result.refused.count("cp refused") == 1);
+  CHECK(result.refused.at("cp refused") == result.enumerated - 126);  // every cp > 1 layout
+  for (const Simulated& s : result.ranked) CHECK(s.layout.cp == 1);
+  // Any other failure on a stage thread is a failure, not a refusal.
+  auto broken = [](const Workload&, const Layout&, const HardwareProfile&) -> Prediction {
+    throw RankError(1, "out of disk");
+  };
+  CHECK_THROWS_AS(search(r, {}, broken), RankError);
+}
+
+TEST_CASE("plan's screen orders memory the way the formulas say", "[plan]") {
+  GPTConfig m;
+  m.layers = 8;
+  m.heads = 16;
+  m.dim = 1024;
+  m.seq_len = 1024;
+  m.vocab = 50257;
+  const HardwareProfile h100 = HardwareProfile::load("DGX-H100");
+  const Layout base{.dp = 2, .tp = 2, .pp = 2, .microbatch_size = 2, .microbatches = 8};
+  auto memory = [&](Layout l) { return screen_layout(m, l, h100).memory_bytes; };
+  Layout selective = base, full = base, zero = base, gpipe = base, no_tp = base;
+  selective.recompute = "selective";
+  full.recompute = "full";
+  zero.zero = 1;
+  gpipe.schedule = "gpipe";
+  no_tp.tp = 1;
+  no_tp.dp = 4;
+  CHECK(memory(full) < memory(selective));
+  CHECK(memory(selective) < memory(base));
+  CHECK(memory(zero) < memory(base));   // AdamW state over dp
+  CHECK(memory(gpipe) > memory(base));  // M micro-batches in flight instead of pp
+  CHECK(memory(no_tp) > memory(base));  // the block's weights and most activations whole
+  // Time: recompute costs a forward; a second stage adds (pp - 1) micro-batch slots of bubble.
+  auto time = [&](Layout l) { return screen_layout(m, l, h100).step_seconds; };
+  CHECK(time(full) > time(base));
+  Layout one_stage = base;
+  one_stage.pp = 1;
+  one_stage.dp = 4;
+  one_stage.microbatches = 4;
+  CHECK(time(one_stage) < time(base));
+}
