@@ -74,9 +74,6 @@ std::string percent(double x) {
 }
 
 int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostream& out) {
-  if (c.precision != "fp32")  // TP's shards are cut from the fp32 full model (as in TP's lesson)
-    throw UsageError(fmt::format(
-        "hybrid trains in --precision fp32 only so far, got {}: drop --precision", c.precision));
   auto task = make_task(c);
   const GPTConfig cfg = model_config(c, *task);
   parallel::HybridOptions options{.schedule = h.schedule, .microbatches = h.microbatches};
@@ -142,7 +139,10 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   const int step = last_step(trace).value_or(0);
 
   // ---- communication per group, measured beside the formulas
-  const int64_t act = int64_t{micro_b} * c.seq * cfg.dim * 4;  // one micro-batch's activation
+  // One micro-batch's activation [B_micro, T, C]: what pp sends, in the model's precision; the
+  // tp all-reduces sum partial results, which bf16/fp16 sum in fp32 (4 B) to round once.
+  const int64_t act_elems = int64_t{micro_b} * c.seq * cfg.dim;
+  const int64_t act = act_elems * 4, act_pp = act_elems * int64_t(dtype_size(cfg.dtype));
   auto ring = [](int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; };
   const auto sent = sent_by_axis(trace, step, mesh.ranks());
   // --recompute full reruns each block's forward in backward, g's 2 all-reduces included.
@@ -152,18 +152,22 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
              "  tp: {} all-reduces per layer per micro-batch{}, ring 2(t-1)/t x B_micro*T*C*4 "
              "= {:.2f} x {}\n"
              "  pp: one activation forward + one gradient back per micro-batch and neighbour, "
-             "B_micro*T*C*4 = {}\n"
+             "B_micro*T*C*{} = {}\n"
              "  dp: ring all-reduce of the stage's gradients once per step, 2(d-1)/d = {:.2f} x "
-             "gradient bytes\n",
+             "gradient bytes{}\n",
              step + 1, tp_per_layer,
              c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
-             ring(mesh.tp), format_bytes(act), format_bytes(act), ring(mesh.dp));
+             ring(mesh.tp), format_bytes(act), dtype_size(cfg.dtype), format_bytes(act_pp),
+             ring(mesh.dp),
+             c.precision == "fp16" ? "\n  (fp16: every group also all-reduces the loss scaler's "
+                                     "found-inf flag, 4 B, once per step)"
+                                   : "");
   for (int r = 0; r < mesh.ranks(); ++r) {
     const auto coord = parallel::mesh_coords(mesh, r);
     const int s = coord[int(Axis::pp)];
     const int64_t layers = per_rank[r][kNumMemCategories + 2];
     const double tp_formula = ring(mesh.tp) * tp_per_layer * layers * M * act;
-    const int64_t pp_formula = int64_t{M} * act * ((s < P - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
+    const int64_t pp_formula = int64_t{M} * act_pp * ((s < P - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
     const double dp_formula = ring(mesh.dp) * per_rank[r][kNumMemCategories + 1];
     auto get = [&](const char* axis) {
       auto it = sent[r].find(axis);
@@ -209,18 +213,23 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   // The model states by formula: stage s holds its layers' tp slices and replicated parts, plus
   // the embeddings (stage 0) and the head (the last stage).
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len, t = mesh.tp;
-  const int optimizer_bytes = c.optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
+  // fp32: 4 B weights, 4 B gradients, momentum 4 | AdamW's m and v 8; bf16/fp16: 2 B weights,
+  // fp32 gradients, and fp32 master weights beside AdamW's m and v (4 + 8).
+  const bool mixed = cfg.dtype != DType::f32;
+  const int weight_bytes = int(dtype_size(cfg.dtype));
+  const int optimizer_bytes = (c.optimizer == "sgd" ? 4 : 8) + (mixed ? 4 : 0);
   fmt::print(out,
              "model states by formula: P_s = [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + "
-             "[s=P-1](V+2)C parameters, x 4 B weights, 4 B gradients, {} B {} state:\n",
-             optimizer_bytes, c.optimizer);
+             "[s=P-1](V+2)C parameters, x {} B weights ({}), 4 B gradients, {} B {} state{}:\n",
+             weight_bytes, c.precision, optimizer_bytes, c.optimizer,
+             mixed ? " (fp32 master 4 + m 4 + v 4)" : "");
   const pipeline::LayerPartition layers = pipeline::partition_layers(cfg.layers, P);
   for (int s = 0; s < P; ++s) {
     const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
     const int64_t params = (s == 0 ? (V + T) * C : 0) + L * (6 * C + (12 * C * C + 7 * C) / t) +
                            (s == P - 1 ? (V + 2) * C : 0);
     fmt::print(out, "  stage {}: P_{} = {} -> {} + {} + {}\n", s, s, with_commas(params),
-               format_bytes(4 * params), format_bytes(4 * params),
+               format_bytes(weight_bytes * params), format_bytes(4 * params),
                format_bytes(optimizer_bytes * params));
   }
   fmt::print(out, "\n");

@@ -64,6 +64,52 @@ TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
   std::remove(single.c_str());
 }
 
+// Each tp slice is cut from the single-device model's 2-byte parameters, the tp all-reduces sum
+// partial products in fp32 and round once (as one device's linear does), and fp16's loss scale
+// and found-inf flag are agreed over dp, pp and tp: after one step every parameter and optimizer
+// state is the single-device one within the fp32 reordering bound the other layouts' precision
+// tests use (2e-5), on their model (test_lesson_precision: 4 layers, dim 16, 2 heads, batch 8).
+// (With 2-wide heads even ddp and tensor_parallel leave that bound in fp16: the key bias's
+// gradient is exactly zero in exact arithmetic, so its fp16 value is rounding noise.)
+TEST_CASE("hybrid bf16 and fp16 train to the single-device bf16 and fp16 parameters",
+          "[hybrid][lesson][equivalence][precision]") {
+  auto run = [](std::vector<std::string> args, const std::string& precision,
+                const std::string& checkpoint) {
+    for (const char* a : {"--steps", "1", "--layers", "4", "--dim", "16", "--heads", "2", "--seq",
+                          "8", "--batch", "8", "-q", "--precision"})
+      args.push_back(a);
+    args.insert(args.end(), {precision, "--checkpoint", checkpoint});
+    return run_mgpu(args);
+  };
+  for (const std::string precision : {"bf16", "fp16"}) {
+    INFO("--precision " << precision);
+    const std::string single = temp_path("single_" + precision + ".ckpt"),
+                      path = temp_path("hybrid_" + precision + ".ckpt");
+    REQUIRE(run({"run", "single_device"}, precision, single).code == 0);
+    auto r = run({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+                  "--microbatches", "2"},
+                 precision, path);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto got = mgpu::testing::load_checkpoint_by_name(path),
+               want = mgpu::testing::load_checkpoint_by_name(single);
+    CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
+    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
+    // Memory from the allocator: 2-byte weights, fp32 gradients, fp32 master + m + v per local
+    // parameter (stage 0: 4,528 of them, stage 1: 4,432), equal to the formula's line.
+    CHECK_THAT(r.out, Catch::Contains("stage 0: P_0 = 4,528 -> 8.84 KiB + 17.69 KiB + 53.06 KiB"));
+    CHECK_THAT(r.out,
+               Catch::Contains("0 dp0 pp0 tp0         8.84 KiB       17.69 KiB       53.06 KiB"));
+    CHECK_THAT(r.out, Catch::Contains("stage 1: P_1 = 4,432 -> 8.66 KiB + 17.31 KiB + 51.94 KiB"));
+    CHECK_THAT(r.out,
+               Catch::Contains("7 dp1 pp1 tp1         8.66 KiB       17.31 KiB       51.94 KiB"));
+    // pp sends 2-byte activations; tp all-reduces fp32 partial sums (4 B): both equal the formula
+    CHECK_THAT(r.out, Catch::Contains("tp 16.00 KiB | 16.00 KiB   pp  1.00 KiB |  1.00 KiB"));
+    std::remove(single.c_str());
+    std::remove(path.c_str());
+  }
+}
+
 TEST_CASE("hybrid resumes from a single-device checkpoint and back",
           "[hybrid][lesson][equivalence]") {
   auto steps = [](std::vector<std::string> args, const char* n) {
@@ -188,9 +234,9 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
     CHECK_THAT(r.err, Catch::Contains(b.works));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
-  auto precision = run_mgpu(mesh(2, 2, 2, {"--precision", "bf16"}));
-  CHECK(precision.code == 2);
-  CHECK_THAT(precision.err, Catch::Contains("fp32 only"));
+  auto sgd16 = run_mgpu(mesh(2, 2, 2, {"--precision", "bf16", "--optimizer", "sgd"}));
+  CHECK(sgd16.code == 2);
+  CHECK_THAT(sgd16.err, Catch::Contains("use --optimizer adamw or --precision fp32"));
   auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "zb-h1"}));
   CHECK(schedule.code == 2);
   CHECK_THAT(schedule.err, Catch::Contains("gpipe or 1f1b"));
