@@ -32,6 +32,7 @@ struct HybridLessonOptions {
   int tp = 2, pp = 2;
   std::string schedule = "1f1b";
   int microbatches = 4;
+  int zero = 0;  // 1: ZeRO-1 over dp
 };
 
 // "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members.
@@ -76,7 +77,8 @@ std::string percent(double x) {
 int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostream& out) {
   auto task = make_task(c);
   const GPTConfig cfg = model_config(c, *task);
-  parallel::HybridOptions options{.schedule = h.schedule, .microbatches = h.microbatches};
+  parallel::HybridOptions options{
+      .schedule = h.schedule, .microbatches = h.microbatches, .zero = h.zero};
   options.mesh.tp = h.tp;
   options.mesh.pp = h.pp;
   options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp));
@@ -104,6 +106,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   config["pp"] = mesh.pp;
   config["schedule"] = h.schedule;
   config["microbatches"] = M;
+  config["zero"] = h.zero;
   // Per rank, gathered to rank 0: peak bytes by memory category, then the stage's gradient bytes.
   std::vector<std::vector<int64_t>> per_rank;
   std::mutex mutex;
@@ -124,6 +127,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
         mine.push_back(mem.peak_total);
         mine.push_back(hybrid.gradient_bytes());
         mine.push_back(hybrid.stage().num_layers());
+        mine.push_back(hybrid.owned_elements());
         auto all = train::gather_to_root(ctx, mine);
         std::lock_guard lock(mutex);
         if (ctx.rank == 0) per_rank = std::move(all);
@@ -137,6 +141,12 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   const trace::Trace trace = world.collect_trace(meta);
   if (!world.is_root()) return 0;  // under mpirun rank 0's process reports
   const int step = last_step(trace).value_or(0);
+
+  // fp32: 4 B weights, 4 B gradients, momentum 4 | AdamW's m and v 8; bf16/fp16: 2 B weights,
+  // fp32 gradients, and fp32 master weights beside AdamW's m and v (4 + 8).
+  const bool mixed = cfg.dtype != DType::f32;
+  const int weight_bytes = int(dtype_size(cfg.dtype));
+  const int optimizer_bytes = (c.optimizer == "sgd" ? 4 : 8) + (mixed ? 4 : 0);
 
   // ---- communication per group, measured beside the formulas
   // One micro-batch's activation [B_micro, T, C]: what pp sends, in the model's precision; the
@@ -153,12 +163,18 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
              "= {:.2f} x {}\n"
              "  pp: one activation forward + one gradient back per micro-batch and neighbour, "
              "B_micro*T*C*{} = {}\n"
-             "  dp: ring all-reduce of the stage's gradients once per step, 2(d-1)/d = {:.2f} x "
-             "gradient bytes{}\n",
+             "  dp: {}{}\n",
              step + 1, tp_per_layer,
              c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
              ring(mesh.tp), format_bytes(act), dtype_size(cfg.dtype), format_bytes(act_pp),
-             ring(mesh.dp),
+             h.zero == 1
+                 ? fmt::format("ZeRO-1: ring reduce-scatter of the stage's fp32 gradients + "
+                               "all-gather of its {} B parameters once per step, (d-1)/d = {:.2f} "
+                               "x (gradient + parameter bytes)",
+                               weight_bytes, ring(mesh.dp) / 2)
+                 : fmt::format("ring all-reduce of the stage's gradients once per step, "
+                               "2(d-1)/d = {:.2f} x gradient bytes",
+                               ring(mesh.dp)),
              c.precision == "fp16" ? "\n  (fp16: every group also all-reduces the loss scaler's "
                                      "found-inf flag, 4 B, once per step)"
                                    : "");
@@ -168,7 +184,11 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
     const int64_t layers = per_rank[r][kNumMemCategories + 2];
     const double tp_formula = ring(mesh.tp) * tp_per_layer * layers * M * act;
     const int64_t pp_formula = int64_t{M} * act_pp * ((s < P - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
-    const double dp_formula = ring(mesh.dp) * per_rank[r][kNumMemCategories + 1];
+    const int64_t grad_bytes = per_rank[r][kNumMemCategories + 1];
+    // ZeRO-1: reduce-scatter the fp32 gradients, all-gather the parameters in the model's type
+    const double dp_formula = h.zero == 1
+                                  ? ring(mesh.dp) / 2 * (grad_bytes + grad_bytes / 4 * weight_bytes)
+                                  : ring(mesh.dp) * grad_bytes;
     auto get = [&](const char* axis) {
       auto it = sent[r].find(axis);
       return it == sent[r].end() ? int64_t{0} : it->second;
@@ -213,16 +233,14 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   // The model states by formula: stage s holds its layers' tp slices and replicated parts, plus
   // the embeddings (stage 0) and the head (the last stage).
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len, t = mesh.tp;
-  // fp32: 4 B weights, 4 B gradients, momentum 4 | AdamW's m and v 8; bf16/fp16: 2 B weights,
-  // fp32 gradients, and fp32 master weights beside AdamW's m and v (4 + 8).
-  const bool mixed = cfg.dtype != DType::f32;
-  const int weight_bytes = int(dtype_size(cfg.dtype));
-  const int optimizer_bytes = (c.optimizer == "sgd" ? 4 : 8) + (mixed ? 4 : 0);
   fmt::print(out,
              "model states by formula: P_s = [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + "
-             "[s=P-1](V+2)C parameters, x {} B weights ({}), 4 B gradients, {} B {} state{}:\n",
+             "[s=P-1](V+2)C parameters, x {} B weights ({}), 4 B gradients, {} B {} state{}{}:\n",
              weight_bytes, c.precision, optimizer_bytes, c.optimizer,
-             mixed ? " (fp32 master 4 + m 4 + v 4)" : "");
+             mixed ? " (fp32 master 4 + m 4 + v 4)" : "",
+             h.zero == 1
+                 ? fmt::format(" / d (ZeRO-1: each of the {} dp ranks keeps its chunk)", mesh.dp)
+                 : "");
   const pipeline::LayerPartition layers = pipeline::partition_layers(cfg.layers, P);
   for (int s = 0; s < P; ++s) {
     const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
@@ -230,7 +248,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
                            (s == P - 1 ? (V + 2) * C : 0);
     fmt::print(out, "  stage {}: P_{} = {} -> {} + {} + {}\n", s, s, with_commas(params),
                format_bytes(weight_bytes * params), format_bytes(4 * params),
-               format_bytes(optimizer_bytes * params));
+               format_bytes(optimizer_bytes * params / (h.zero == 1 ? mesh.dp : 1)));
   }
   fmt::print(out, "\n");
   return finish_run(c, trace, "hybrid", out);
@@ -255,6 +273,10 @@ class HybridLesson : public Lesson {
     app.add_option("--schedule", options_.schedule, "gpipe | 1f1b")->capture_default_str();
     app.add_option("--microbatches", options_.microbatches, "micro-batches per replica (M)")
         ->check(Positive)
+        ->capture_default_str();
+    app.add_option("--zero", options_.zero,
+                   "0: gradients all-reduced over dp | 1: ZeRO-1 over dp (each dp rank keeps "
+                   "optimizer state and fp32 masters for 1/dp of its stage; with dp 1 a no-op)")
         ->capture_default_str();
   }
   int run(const CommonOptions& c, std::ostream& out) override {

@@ -3,8 +3,10 @@
 //   2. building this rank's stage: the pipeline's layers for its pp coordinate, each block cut to
 //      its tp slice and wired to the tp group's f/g;
 //   3. one step: this replica's share of the batch through the pipeline schedule (the executor,
-//      on the pp group), then ONE gradient all-reduce over dp, then the optimizer;
-//   4. the map of every local tensor into the full model (only dp replica 0 writes).
+//      on the pp group), then ONE gradient all-reduce over dp, then the optimizer (ZeRO-1: the
+//      exercise-08 step: reduce-scatter over dp, update my chunk, all-gather);
+//   4. the map of every local tensor into the full model (only dp replica 0 writes; ZeRO-1:
+//      every dp rank writes its chunk).
 #include "core/parallel/hybrid.h"
 
 #include <stdexcept>
@@ -57,6 +59,11 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
         "hybrid runs --schedule gpipe or 1f1b, got '{}' (zero-bubble's split backward and the "
         "interleaved chunks are not wired to tensor parallelism yet)",
         o.schedule));
+  if (o.zero != 0 && o.zero != 1)
+    throw std::invalid_argument(fmt::format(
+        "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
+        "parameters, which the `zero` lesson shows on one data-parallel group",
+        o.zero));
   if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)
     throw std::invalid_argument(fmt::format(
         "batch {} does not split into dp {} x {} micro-batches: use --batch {} (or another "
@@ -73,7 +80,8 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_hooks_(mesh_.group(Axis::tp)),
       schedule_(
-          pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches, 1)) {
+          pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches, 1)),
+      zero_(options.zero) {
   // My pipeline stage, every block cut to my tp slice of the seeded full model (the same
   // weights the single-device run starts from).
   stage_ = pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp, 1,
@@ -86,7 +94,50 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   if (options.mesh.tp > 1)  // one tp rank: the plain blocks
     for (auto& blocks : stage_.chunks)
       for (Block& block : blocks) block.hooks = &tp_hooks_;
-  optimizer_ = make_optimizer(stage_.params());
+  if (zero_ == 0) {
+    optimizer_ = make_optimizer(stage_.params());
+    return;
+  }
+  shard_optimizer_over_dp();
+  ParamList mine;
+  for (OwnedSlice& s : owned_) mine.push_back(s.shard.get());
+  optimizer_ = make_optimizer(mine);
+}
+
+void HybridLayout::shard_optimizer_over_dp() {
+  // One flat unit per layer of my stage (embedding, blocks, head), cut as the zero lesson cuts
+  // the whole model: the parameters and gradients become views into the unit's flat tensors, and
+  // the optimizer sees only my dp rank's chunk of each.
+  std::vector<ParamList> layers;
+  auto add = [&](auto& layer) {
+    layers.emplace_back();
+    layer.collect(layers.back());
+  };
+  if (stage_.embedding) add(*stage_.embedding);
+  for (auto& blocks : stage_.chunks)
+    for (Block& block : blocks) add(block);
+  if (stage_.head) add(*stage_.head);
+  comm::Comm& dp = mesh_.group(Axis::dp);
+  for (ParamList& params : layers) {
+    ZeroUnit u = plan_unit(std::move(params), dp.size(), dp.rank());
+    u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
+    for (size_t i = 0; i < u.params.size(); ++i)
+      u.flat_params.flat_range(u.offsets[i], u.offsets[i] + u.params[i]->data.numel())
+          .copy_from(u.params[i]->data);
+    view_params(u, u.flat_params, /*grads=*/false);
+    u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
+    view_params(u, u.flat_grads, /*grads=*/true);
+    append_owned_slices(u, u.flat_params, u.flat_grads, owned_);
+    zero_units_.push_back(std::move(u));
+  }
+}
+
+int64_t HybridLayout::owned_elements() {
+  int64_t n = 0;
+  if (zero_ == 0)
+    for (Param* p : stage_.params()) n += p->data.numel();
+  for (const ZeroUnit& u : zero_units_) n += u.end - u.begin;
+  return n;
 }
 
 void HybridLayout::before_step(int) {
@@ -110,10 +161,20 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).
-  if (dp > 1) average_gradients_over_dp();
-  const bool stepped = optimizer_step(
-      optimizer_.get(), {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp), &mesh_.group(Axis::tp)},
-      step);
+  const std::vector<comm::Comm*> model_groups = {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp),
+                                                 &mesh_.group(Axis::tp)};
+  bool stepped = true;
+  if (zero_ == 1) {
+    // ZeRO-1: the all-reduce's two halves with the optimizer between them (exercise 08's step).
+    std::vector<FlatUnit> units;
+    for (ZeroUnit& u : zero_units_) units.push_back({u.flat_params, u.flat_grads});
+    zero_seams().sharded_step(mesh_.group(Axis::dp), units, [&] {
+      stepped = optimizer_step(optimizer_.get(), model_groups, step);
+    });
+  } else {
+    if (dp > 1) average_gradients_over_dp();
+    stepped = optimizer_step(optimizer_.get(), model_groups, step);
+  }
   // The last stage knows its replica's mean loss; equal replicas: the trainer averages them.
   if (mesh_.coord(Axis::pp) == mesh_.shape().pp - 1)
     return {.shard_loss = stats_.loss, .skipped = !stepped};
@@ -144,11 +205,42 @@ void HybridLayout::average_gradients_over_dp() {
 
 // ---------------------------------------------------------------------------------- the map
 
+namespace {
+// The runs of a local tensor's elements [lo, hi), given where all its elements go (`runs`).
+std::vector<train::ShardRun> runs_within(const std::vector<train::ShardRun>& runs, int64_t lo,
+                                         int64_t hi) {
+  std::vector<train::ShardRun> out;
+  int64_t pos = 0;  // the local position of the current run's first element
+  for (const train::ShardRun& run : runs) {
+    const int64_t a = std::max(lo, pos), b = std::min(hi, pos + run.length);
+    if (a < b) out.push_back({run.full_offset + (a - pos), b - a});
+    pos += run.length;
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<train::TensorShard> HybridLayout::shards() {
+  const bool replica0 = mesh_.coord(Axis::dp) == 0, tp0 = mesh_.coord(Axis::tp) == 0;
   // TP's map for my stage's tensors; the dp replicas hold equal copies: replica 0's is written.
-  const bool replica0 = mesh_.coord(Axis::dp) == 0;
-  return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0,
-                   replica0 && mesh_.coord(Axis::tp) == 0);
+  if (zero_ == 0)
+    return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0, replica0 && tp0);
+  // ZeRO-1: my dp chunk of a local tensor is a range of its elements; TP's map says where those
+  // go in the full tensor. Every dp rank writes its own chunk (tp-replicated tensors: tp rank 0).
+  std::vector<train::TensorShard> shards =
+      owned_slice_shards(owned_, *optimizer_, [&](const OwnedSlice& s) {
+        const Shape full = tp_full_shape(config_, *s.full);
+        return SliceTarget{
+            full, runs_within(tp_shard_runs(config_, slice_, s.full->name, full), s.begin, s.end),
+            full != s.shape || tp0};
+      });
+  // The whole local parameters too: a resume fills them (the chunks' owners write them).
+  for (Param* p : stage_.params()) {
+    const Shape full = tp_full_shape(config_, *p);
+    shards.push_back({p->name, "param", full, tp_shard_runs(config_, slice_, p->name, full),
+                      p->data, /*writer=*/false});
+  }
+  return shards;
 }
 
 }  // namespace mgpu::parallel

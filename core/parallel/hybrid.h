@@ -7,6 +7,10 @@
 //       per block per micro-batch (2 forward, 2 backward).
 //   dp: the whole pipeline is replicated; each replica trains on its share of the batch and the
 //       gradients are averaged over the dp group once per step, after the last micro-batch.
+//       With ZeRO-1 (zero = 1) that all-reduce is split in its two halves around the optimizer:
+//       reduce-scatter the gradients, each dp rank updates (and keeps Adam state and fp32 masters
+//       for) only its chunk of the stage, all-gather the updated parameters: the same bytes on
+//       the wire, 1/dp of the optimizer state.
 #pragma once
 #include <memory>
 #include <string>
@@ -14,6 +18,7 @@
 #include "core/parallel/mesh.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/tensor_parallel.h"
+#include "core/parallel/zero.h"
 #include "core/train/layout.h"
 
 namespace mgpu::parallel {
@@ -22,11 +27,12 @@ struct HybridOptions {
   MeshShape mesh;                 // tp, dp, pp (cp = 1)
   std::string schedule = "1f1b";  // gpipe | 1f1b
   int microbatches = 4;           // per data-parallel replica and step
+  int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
 };
 
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
 // `world_size`, tp divides the heads and the MLP width, pp divides the layers, the schedule is
-// gpipe or 1f1b, and the global batch splits into dp x microbatches equal parts.
+// gpipe or 1f1b, zero is 0 or 1, and the global batch splits into dp x microbatches equal parts.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 
@@ -46,9 +52,11 @@ class HybridLayout : public train::Layout {
   pipeline::StageModel& stage() { return stage_; }
   const pipeline::StageStepStats& last_stats() const { return stats_; }
   int64_t gradient_bytes();  // what the dp all-reduce carries per step (this stage's gradients)
+  int64_t owned_elements();  // parameter elements this rank's optimizer updates
 
  private:
   void average_gradients_over_dp();
+  void shard_optimizer_over_dp();  // ZeRO-1: flat units per layer, my chunk of each
 
   GPTConfig config_;
   Mesh mesh_;
@@ -58,6 +66,9 @@ class HybridLayout : public train::Layout {
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;
+  int zero_ = 0;
+  std::vector<ZeroUnit> zero_units_;  // ZeRO-1: the stage's layers as flat units
+  std::vector<OwnedSlice> owned_;     // ZeRO-1: my slices of them, what the optimizer updates
 };
 
 }  // namespace mgpu::parallel

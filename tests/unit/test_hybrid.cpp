@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -108,6 +109,94 @@ TEST_CASE("hybrid bf16 and fp16 train to the single-device bf16 and fp16 paramet
     std::remove(single.c_str());
     std::remove(path.c_str());
   }
+}
+
+namespace {
+// "30.88 KiB" -> bytes
+double parse_bytes(const std::string& text) {
+  std::istringstream in(text);
+  double value = 0;
+  std::string unit;
+  in >> value >> unit;
+  const double scale = unit == "GiB" ? 1 << 30 : unit == "MiB" ? 1 << 20 : unit == "KiB" ? 1024 : 1;
+  return value * scale;
+}
+
+// Each rank's peak optimizer-state bytes, from the lesson's memory table (allocator).
+std::map<int, double> optimizer_state_by_rank(const std::string& out) {
+  // "  0 dp0 pp0 tp0        30.88 KiB       30.88 KiB       61.75 KiB ..."
+  const std::regex row(R"(^  (\d+) dp\d pp\d tp\d +(\S+ \S+) +(\S+ \S+) +(\S+ \S+))");
+  std::map<int, double> bytes;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) bytes[std::stoi(m[1])] = parse_bytes(m[4]);
+  }
+  return bytes;
+}
+}  // namespace
+
+// ZeRO-1 over dp: the all-reduce's reduce-scatter and all-gather around the optimizer, each dp
+// rank updating its chunk of the stage. Same math as the replicated update, so the same
+// single-device parameters (fp32 tolerance); a quarter of the optimizer state at dp 4.
+TEST_CASE("hybrid zero 1 trains to the single-device parameters with 1/dp of the optimizer state",
+          "[hybrid][lesson][equivalence][zero]") {
+  const std::string single = temp_path("single_zero.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const int meshes[][3] = {{2, 2, 2}, {4, 1, 2}, {1, 2, 4}};
+  for (const auto& m : meshes) {
+    INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2]);
+    const std::string path = temp_path("hybrid_zero.ckpt");
+    auto zero1 = run_mgpu(mesh(m[0], m[1], m[2], {"--zero", "1", "--checkpoint", path}));
+    INFO(zero1.err);
+    REQUIRE(zero1.code == 0);
+    const auto got = mgpu::testing::load_checkpoint_by_name(path);
+    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+    std::remove(path.c_str());
+    // The allocator's optimizer state per rank: 1/dp of zero 0's (each unit's chunk may hold one
+    // element more than numel/dp: within 1%). dp 1: the same.
+    auto zero0 = run_mgpu(mesh(m[0], m[1], m[2]));
+    REQUIRE(zero0.code == 0);
+    const auto sharded = optimizer_state_by_rank(zero1.out),
+               whole = optimizer_state_by_rank(zero0.out);
+    REQUIRE(sharded.size() == 8);
+    REQUIRE(whole.size() == 8);
+    for (const auto& [rank, bytes] : whole) {
+      INFO("rank " << rank);
+      CHECK(bytes > 0);
+      CHECK(std::abs(sharded.at(rank) * m[0] - bytes) <= 0.01 * bytes);
+    }
+  }
+  std::remove(single.c_str());
+}
+
+TEST_CASE("hybrid zero 1 resumes from a single-device checkpoint in bf16",
+          "[hybrid][lesson][equivalence][zero][precision]") {
+  // bf16 masters live in the dp chunks: a resume fills them from the full model and rounds them
+  // into the whole 2-byte parameters every rank computes with.
+  auto run = [](std::vector<std::string> args, const char* steps) {
+    for (const char* a : {"--layers", "4", "--dim", "16", "--heads", "2", "--seq", "8", "--batch",
+                          "8", "-q", "--precision", "bf16", "--steps"})
+      args.push_back(a);
+    args.push_back(steps);
+    return run_mgpu(args);
+  };
+  const std::string straight = temp_path("zero_straight.ckpt"), half = temp_path("zero_half.ckpt"),
+                    done = temp_path("zero_done.ckpt");
+  REQUIRE(run({"run", "single_device", "--checkpoint", straight}, "2").code == 0);
+  REQUIRE(run({"run", "single_device", "--checkpoint", half}, "1").code == 0);
+  auto r = run({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+                "--microbatches", "2", "--zero", "1", "--resume", half, "--checkpoint", done},
+               "2");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto got = mgpu::testing::load_checkpoint_by_name(done),
+             want = mgpu::testing::load_checkpoint_by_name(straight);
+  CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
+  CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
+  for (auto* p : {&straight, &half, &done}) std::remove(p->c_str());
 }
 
 TEST_CASE("hybrid resumes from a single-device checkpoint and back",
@@ -240,6 +329,9 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "zb-h1"}));
   CHECK(schedule.code == 2);
   CHECK_THAT(schedule.err, Catch::Contains("gpipe or 1f1b"));
+  auto zero = run_mgpu(mesh(2, 2, 2, {"--zero", "2"}));
+  CHECK(zero.code == 2);
+  CHECK_THAT(zero.err, Catch::Contains("hybrid runs --zero 0 or 1"));
   auto batch = run_mgpu(mesh(2, 2, 2, {}, 3));
   CHECK(batch.code == 2);
   CHECK_THAT(batch.err, Catch::Contains("does not split into dp 2 x 3 micro-batches"));
