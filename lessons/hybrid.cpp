@@ -32,7 +32,8 @@ struct HybridLessonOptions {
   int tp = 2, pp = 2;
   std::string schedule = "1f1b";
   int microbatches = 4;
-  int zero = 0;  // 1: ZeRO-1 over dp
+  int zero = 0;            // 1: ZeRO-1 over dp
+  int virtual_stages = 1;  // interleaved: chunks per stage
 };
 
 // "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members.
@@ -77,8 +78,10 @@ std::string percent(double x) {
 int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostream& out) {
   auto task = make_task(c);
   const GPTConfig cfg = model_config(c, *task);
-  parallel::HybridOptions options{
-      .schedule = h.schedule, .microbatches = h.microbatches, .zero = h.zero};
+  parallel::HybridOptions options{.schedule = h.schedule,
+                                  .microbatches = h.microbatches,
+                                  .virtual_stages = h.virtual_stages,
+                                  .zero = h.zero};
   options.mesh.tp = h.tp;
   options.mesh.pp = h.pp;
   options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp));
@@ -88,7 +91,8 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
     throw UsageError(e.what());
   }
   const parallel::MeshShape& mesh = options.mesh;
-  const int M = h.microbatches, P = mesh.pp, micro_b = c.batch / (mesh.dp * M);
+  const int M = h.microbatches, P = mesh.pp, chunks = h.virtual_stages,
+            micro_b = c.batch / (mesh.dp * M);
   const WorldOptions wopt = c.world_options();
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
@@ -107,6 +111,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   config["schedule"] = h.schedule;
   config["microbatches"] = M;
   config["zero"] = h.zero;
+  config["virtual_stages"] = h.virtual_stages;
   // Per rank, gathered to rank 0: peak bytes by memory category, then the stage's gradient bytes.
   std::vector<std::vector<int64_t>> per_rank;
   std::mutex mutex;
@@ -137,7 +142,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
       {"lesson", "hybrid"},
       {"config", config},
       {"predictions",
-       {{"bubble_fraction", pipeline::bubble_fraction_theory(h.schedule, P, M, 1)}}}};
+       {{"bubble_fraction", pipeline::bubble_fraction_theory(h.schedule, P, M, chunks)}}}};
   const trace::Trace trace = world.collect_trace(meta);
   if (!world.is_root()) return 0;  // under mpirun rank 0's process reports
   const int step = last_step(trace).value_or(0);
@@ -161,12 +166,17 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
              "\nbytes each GPU sent in step {}, by group (measured from the trace | formula):\n"
              "  tp: {} all-reduces per layer per micro-batch{}, ring 2(t-1)/t x B_micro*T*C*4 "
              "= {:.2f} x {}\n"
-             "  pp: one activation forward + one gradient back per micro-batch and neighbour, "
+             "  pp: one activation forward + one gradient back per micro-batch and neighbour{}, "
              "B_micro*T*C*{} = {}\n"
              "  dp: {}{}\n",
              step + 1, tp_per_layer,
              c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
-             ring(mesh.tp), format_bytes(act), dtype_size(cfg.dtype), format_bytes(act_pp),
+             ring(mesh.tp), format_bytes(act),
+             chunks > 1 ? fmt::format(" and chunk ({} chunks per stage: a micro-batch passes "
+                                      "every stage {} times)",
+                                      chunks, chunks)
+                        : "",
+             dtype_size(cfg.dtype), format_bytes(act_pp),
              h.zero == 1
                  ? fmt::format("ZeRO-1: ring reduce-scatter of the stage's fp32 gradients + "
                                "all-gather of its {} B parameters once per step, (d-1)/d = {:.2f} "
@@ -183,7 +193,14 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
     const int s = coord[int(Axis::pp)];
     const int64_t layers = per_rank[r][kNumMemCategories + 2];
     const double tp_formula = ring(mesh.tp) * tp_per_layer * layers * M * act;
-    const int64_t pp_formula = int64_t{M} * act_pp * ((s < P - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
+    // Chunk c of stage s is virtual stage cP+s: it sends its output on unless it is the last,
+    // and its input gradient back unless it is the first.
+    int64_t sends = 0;
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const int virtual_stage = chunk * P + s;
+      sends += (virtual_stage < P * chunks - 1 ? 1 : 0) + (virtual_stage > 0 ? 1 : 0);
+    }
+    const int64_t pp_formula = int64_t{M} * act_pp * sends;
     const int64_t grad_bytes = per_rank[r][kNumMemCategories + 1];
     // ZeRO-1: reduce-scatter the fp32 gradients, all-gather the parameters in the model's type
     const double dp_formula = h.zero == 1
@@ -202,10 +219,9 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
 
   // ---- the pipeline bubble
   const std::vector<double> bubble = measured_bubble_fractions(trace, step);
-  const double theory = pipeline::bubble_fraction_theory(h.schedule, P, M, 1);
-  fmt::print(out,
-             "\nbubble per GPU, step {} (idle / step time), theory (P-1)/(M+P-1) = {}/{} = {}:\n",
-             step + 1, P - 1, M + P - 1, percent(theory));
+  const double theory = pipeline::bubble_fraction_theory(h.schedule, P, M, chunks);
+  fmt::print(out, "\nbubble per GPU, step {} (idle / step time), theory {} = {}:\n", step + 1,
+             pipeline::bubble_formula(h.schedule, P, M, chunks), percent(theory));
   fmt::print(out,
              "  (measured by {}; the formula assumes equal stages that never wait for\n"
              "   communication: here stage 0 also embeds, stage {} computes the loss, and the tp\n"
@@ -270,7 +286,12 @@ class HybridLesson : public Lesson {
         ->check(Positive)
         ->capture_default_str();
     app.add_option("--pp", options_.pp, "pipeline stages")->check(Positive)->capture_default_str();
-    app.add_option("--schedule", options_.schedule, "gpipe | 1f1b")->capture_default_str();
+    app.add_option("--schedule", options_.schedule, "gpipe | 1f1b | interleaved | zb-h1")
+        ->capture_default_str();
+    app.add_option("--virtual-stages", options_.virtual_stages,
+                   "interleaved: layer chunks per stage (V); pp x V must divide the layers")
+        ->check(Positive)
+        ->capture_default_str();
     app.add_option("--microbatches", options_.microbatches, "micro-batches per replica (M)")
         ->check(Positive)
         ->capture_default_str();

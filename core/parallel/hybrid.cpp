@@ -54,11 +54,33 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
                      4 * cfg.dim));
   if (cfg.layers % m.pp != 0)
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
-  if (o.schedule != "gpipe" && o.schedule != "1f1b")
+  if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
+      o.schedule != "zb-h1")
     throw std::invalid_argument(fmt::format(
-        "hybrid runs --schedule gpipe or 1f1b, got '{}' (zero-bubble's split backward and the "
-        "interleaved chunks are not wired to tensor parallelism yet)",
-        o.schedule));
+        "hybrid runs --schedule gpipe, 1f1b, interleaved or zb-h1, got '{}'", o.schedule));
+  if (o.schedule != "interleaved" && o.virtual_stages != 1)
+    throw std::invalid_argument(
+        fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
+                    "--virtual-stages 1, or --schedule interleaved",
+                    o.virtual_stages));
+  if (o.schedule == "interleaved") {
+    const int V = o.virtual_stages;
+    std::vector<int> works;  // chunk counts that cut every stage into equal chunks
+    for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)
+      if (cfg.layers % (m.pp * v) == 0) works.push_back(v);
+    if (V < 2 || m.pp < 1 || cfg.layers % (m.pp * V) != 0)
+      throw std::invalid_argument(fmt::format(
+          "interleaved needs --virtual-stages V >= 2 with pp x V dividing the {} layers (got pp "
+          "{} x V {}): {}",
+          cfg.layers, m.pp, V,
+          works.empty() ? std::string("use --schedule 1f1b")
+                        : fmt::format("use --virtual-stages {}", fmt::join(works, " or "))));
+    if (o.microbatches < m.pp)
+      throw std::invalid_argument(fmt::format(
+          "interleaved 1F1B needs at least as many micro-batches as the {} stages (got {}): use "
+          "--microbatches {} or more, or --schedule 1f1b",
+          m.pp, o.microbatches, m.pp));
+  }
   if (o.zero != 0 && o.zero != 1)
     throw std::invalid_argument(fmt::format(
         "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
@@ -79,13 +101,14 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       mesh_(world, options.mesh),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_hooks_(mesh_.group(Axis::tp)),
-      schedule_(
-          pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches, 1)),
+      schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
+                                        options.virtual_stages)),
       zero_(options.zero) {
   // My pipeline stage, every block cut to my tp slice of the seeded full model (the same
   // weights the single-device run starts from).
-  stage_ = pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp, 1,
-                                       slice_.block(), [&](Block& mine, Block& full) {
+  stage_ = pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
+                                       options.virtual_stages, slice_.block(),
+                                       [&](Block& mine, Block& full) {
                                          ParamList mine_params, full_params;
                                          mine.collect(mine_params);
                                          full.collect(full_params);

@@ -1,8 +1,9 @@
 // Hybrid DP x TP x PP ("3D parallelism", as Megatron-LM trains the largest models): the ranks sit
 // on a mesh tp x dp x pp (tp fastest, so a tensor-parallel group is neighbours in one node).
 //   pp: the layers are cut into stages; micro-batches flow through them on a schedule (GPipe,
-//       1F1B), each tp rank of stage s sending its (replicated) activation to the SAME tp rank of
-//       stage s+1 over its pp group.
+//       1F1B, interleaved 1F1B over V chunks per stage, ZB-H1's split backward), each tp rank of
+//       stage s sending its (replicated) activation to the SAME tp rank of stage s+1 over its pp
+//       group.
 //   tp: inside a stage every block is split Megatron-style: f/g all-reduces in the tp group, 4
 //       per block per micro-batch (2 forward, 2 backward).
 //   dp: the whole pipeline is replicated; each replica trains on its share of the batch and the
@@ -25,14 +26,16 @@ namespace mgpu::parallel {
 
 struct HybridOptions {
   MeshShape mesh;                 // tp, dp, pp (cp = 1)
-  std::string schedule = "1f1b";  // gpipe | 1f1b
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
   int microbatches = 4;           // per data-parallel replica and step
+  int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
   int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
 };
 
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
-// `world_size`, tp divides the heads and the MLP width, pp divides the layers, the schedule is
-// gpipe or 1f1b, zero is 0 or 1, and the global batch splits into dp x microbatches equal parts.
+// `world_size`, tp divides the heads and the MLP width, pp (x V chunks) divides the layers, the
+// schedule is gpipe, 1f1b, interleaved (M >= pp) or zb-h1, zero is 0 or 1, and the global batch
+// splits into dp x microbatches equal parts.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 

@@ -251,6 +251,17 @@ void TensorParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tenso
                           tp_);
 }
 
+void TensorParallelHooks::column_backward_input(const Linear& linear, Tensor& dinp,
+                                                const Tensor& dout) {
+  // My columns' share of dout @ W, summed over the tp group (f's backward), in fp32 under mixed
+  // precision as column_backward sums it.
+  const bool fp32 = dinp.dtype() == DType::f32;
+  Tensor dx = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+  ops::matmul(dx, dout, linear.weight.data);
+  f_backward(dx, tp_);
+  if (!fp32) ops::convert(dinp, dx);
+}
+
 // The layout's own hooks: the same, with the forward/backward region closed around them.
 void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   outside_phase([&] { TensorParallelHooks(tp_).column_forward(linear, out, inp); });

@@ -96,6 +96,7 @@ class TensorParallelHooks : public BlockHooks {
                        const Tensor& inp) override;
   void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
+  void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
 
  private:
   comm::Comm& tp_;

@@ -82,33 +82,42 @@ TEST_CASE("hybrid bf16 and fp16 train to the single-device bf16 and fp16 paramet
     args.insert(args.end(), {precision, "--checkpoint", checkpoint});
     return run_mgpu(args);
   };
-  for (const std::string precision : {"bf16", "fp16"}) {
-    INFO("--precision " << precision);
-    const std::string single = temp_path("single_" + precision + ".ckpt"),
-                      path = temp_path("hybrid_" + precision + ".ckpt");
-    REQUIRE(run({"run", "single_device"}, precision, single).code == 0);
-    auto r = run({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2",
-                  "--microbatches", "2"},
-                 precision, path);
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const auto got = mgpu::testing::load_checkpoint_by_name(path),
-               want = mgpu::testing::load_checkpoint_by_name(single);
-    CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
-    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
-    // Memory from the allocator: 2-byte weights, fp32 gradients, fp32 master + m + v per local
-    // parameter (stage 0: 4,528 of them, stage 1: 4,432), equal to the formula's line.
-    CHECK_THAT(r.out, Catch::Contains("stage 0: P_0 = 4,528 -> 8.84 KiB + 17.69 KiB + 53.06 KiB"));
-    CHECK_THAT(r.out,
-               Catch::Contains("0 dp0 pp0 tp0         8.84 KiB       17.69 KiB       53.06 KiB"));
-    CHECK_THAT(r.out, Catch::Contains("stage 1: P_1 = 4,432 -> 8.66 KiB + 17.31 KiB + 51.94 KiB"));
-    CHECK_THAT(r.out,
-               Catch::Contains("7 dp1 pp1 tp1         8.66 KiB       17.31 KiB       51.94 KiB"));
-    // pp sends 2-byte activations; tp all-reduces fp32 partial sums (4 B): both equal the formula
-    CHECK_THAT(r.out, Catch::Contains("tp 16.00 KiB | 16.00 KiB   pp  1.00 KiB |  1.00 KiB"));
-    std::remove(single.c_str());
-    std::remove(path.c_str());
-  }
+  const std::vector<std::vector<std::string>> schedules = {
+      {"--schedule", "1f1b"},
+      {"--schedule", "interleaved", "--virtual-stages", "2"},
+      {"--schedule", "zb-h1"}};
+  for (const std::string precision : {"bf16", "fp16"})
+    for (const auto& schedule : schedules) {
+      INFO("--precision " << precision << " " << schedule[1]);
+      const std::string single = temp_path("single_" + precision + ".ckpt"),
+                        path = temp_path("hybrid_" + precision + ".ckpt");
+      REQUIRE(run({"run", "single_device"}, precision, single).code == 0);
+      std::vector<std::string> args = {"run",  "hybrid", "--ranks", "8", "--dp",           "2",
+                                       "--tp", "2",      "--pp",    "2", "--microbatches", "2"};
+      args.insert(args.end(), schedule.begin(), schedule.end());
+      auto r = run(args, precision, path);
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const auto got = mgpu::testing::load_checkpoint_by_name(path),
+                 want = mgpu::testing::load_checkpoint_by_name(single);
+      CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
+      CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
+      // Memory from the allocator: 2-byte weights, fp32 gradients, fp32 master + m + v per local
+      // parameter (stage 0: 4,528 of them, stage 1: 4,432), equal to the formula's line.
+      CHECK_THAT(r.out,
+                 Catch::Contains("stage 0: P_0 = 4,528 -> 8.84 KiB + 17.69 KiB + 53.06 KiB"));
+      CHECK_THAT(r.out,
+                 Catch::Contains("0 dp0 pp0 tp0         8.84 KiB       17.69 KiB       53.06 KiB"));
+      CHECK_THAT(r.out,
+                 Catch::Contains("stage 1: P_1 = 4,432 -> 8.66 KiB + 17.31 KiB + 51.94 KiB"));
+      CHECK_THAT(r.out,
+                 Catch::Contains("7 dp1 pp1 tp1         8.66 KiB       17.31 KiB       51.94 KiB"));
+      // pp sends 2-byte activations; tp all-reduces fp32 partial sums (4 B): both equal the formula
+      if (schedule[1] != "interleaved")
+        CHECK_THAT(r.out, Catch::Contains("tp 16.00 KiB | 16.00 KiB   pp  1.00 KiB |  1.00 KiB"));
+      std::remove(single.c_str());
+      std::remove(path.c_str());
+    }
 }
 
 namespace {
@@ -197,6 +206,59 @@ TEST_CASE("hybrid zero 1 resumes from a single-device checkpoint in bf16",
   CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
   CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
   for (auto* p : {&straight, &half, &done}) std::remove(p->c_str());
+}
+
+// Interleaved 1F1B gives every stage V chunks of layers (of tensor-parallel blocks); ZB-H1 splits
+// each backward into B (input gradient: the column-parallel linears' partial sums all-reduced in
+// the tp group, through the block's hooks) and W (weight gradients, later). Same math, so the
+// same single-device parameters.
+TEST_CASE("hybrid interleaved and zb-h1 train to the single-device parameters",
+          "[hybrid][lesson][equivalence][schedule]") {
+  const std::string single = temp_path("single_schedules.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const int meshes[][3] = {{1, 2, 4}, {2, 2, 2}, {2, 1, 4}};
+  const std::vector<std::vector<std::string>> schedules = {
+      {"--schedule", "interleaved", "--virtual-stages", "2"}, {"--schedule", "zb-h1"}};
+  for (const auto& m : meshes)
+    for (const auto& schedule : schedules) {
+      INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2] << " " << schedule[1]);
+      const std::string path = temp_path("hybrid_schedule.ckpt");
+      std::vector<std::string> more = schedule;
+      more.insert(more.end(), {"--checkpoint", path});
+      // M = 4 micro-batches: interleaved needs at least pp of them (batch 16 = dp x 4 x 16/(4dp))
+      auto r = run_mgpu(mesh(m[0], m[1], m[2], more, 4));
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const auto got = mgpu::testing::load_checkpoint_by_name(path);
+      CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+      CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+      std::remove(path.c_str());
+    }
+  std::remove(single.c_str());
+}
+
+TEST_CASE("hybrid interleaved and zb-h1 measure each group's bytes equal to the formula",
+          "[hybrid][lesson][schedule]") {
+  // 1 x 2 x 4, M = 4, one micro-batch's activation B_micro*T*C*4 = 4*8*16*4 = 2 KiB.
+  // interleaved, V = 2: chunk c of stage s is virtual stage 4c+s; stage 0 sends 3 activations or
+  // gradients per micro-batch (12 per step = 24 KiB), stage 1 four (32 KiB).
+  auto interleaved =
+      run_mgpu(mesh(1, 2, 4, {"--schedule", "interleaved", "--virtual-stages", "2"}, 4));
+  INFO(interleaved.err);
+  REQUIRE(interleaved.code == 0);
+  CHECK_THAT(interleaved.out, Catch::Contains("theory (P-1)/(VM+P-1) = 3/11"));
+  CHECK_THAT(interleaved.out, Catch::Contains("GPU 0  dp0 pp0 tp0  tp 64.00 KiB | 64.00 KiB   pp "
+                                              "24.00 KiB | 24.00 KiB"));
+  CHECK_THAT(interleaved.out, Catch::Contains("GPU 2  dp0 pp1 tp0  tp 64.00 KiB | 64.00 KiB   pp "
+                                              "32.00 KiB | 32.00 KiB"));
+  // zb-h1: the tp group's 4 all-reduces per layer and micro-batch, 2 of them in B
+  auto zb = run_mgpu(mesh(1, 2, 4, {"--schedule", "zb-h1"}, 4));
+  INFO(zb.err);
+  REQUIRE(zb.code == 0);
+  CHECK_THAT(zb.out, Catch::Contains("theory 1 - 3M/(3M+P-1+max(0,P-M)) = 3/15"));
+  CHECK_THAT(zb.out, Catch::Contains("GPU 2  dp0 pp1 tp0  tp 64.00 KiB | 64.00 KiB   pp "
+                                     "16.00 KiB | 16.00 KiB"));
 }
 
 TEST_CASE("hybrid resumes from a single-device checkpoint and back",
@@ -326,9 +388,21 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   auto sgd16 = run_mgpu(mesh(2, 2, 2, {"--precision", "bf16", "--optimizer", "sgd"}));
   CHECK(sgd16.code == 2);
   CHECK_THAT(sgd16.err, Catch::Contains("use --optimizer adamw or --precision fp32"));
-  auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "zb-h1"}));
+  auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "naive"}));
   CHECK(schedule.code == 2);
-  CHECK_THAT(schedule.err, Catch::Contains("gpipe or 1f1b"));
+  CHECK_THAT(schedule.err, Catch::Contains("gpipe, 1f1b, interleaved or zb-h1, got 'naive'"));
+  auto chunks = run_mgpu(mesh(1, 2, 4, {"--schedule", "interleaved", "--virtual-stages", "3"}, 4));
+  CHECK(chunks.code == 2);
+  CHECK_THAT(chunks.err, Catch::Contains("pp x V dividing the 8 layers (got pp 4 x V 3): use "
+                                         "--virtual-stages 2"));
+  auto few = run_mgpu(mesh(1, 2, 4, {"--schedule", "interleaved", "--virtual-stages", "2"}, 2));
+  CHECK(few.code == 2);
+  CHECK_THAT(few.err, Catch::Contains("needs at least as many micro-batches as the 4 stages"));
+  auto virtual_1f1b = run_mgpu(mesh(2, 2, 2, {"--virtual-stages", "2"}));
+  CHECK(virtual_1f1b.code == 2);
+  CHECK_THAT(virtual_1f1b.err, Catch::Contains("only applies to the interleaved schedule"));
+  for (const auto* r : {&schedule, &chunks, &few, &virtual_1f1b})
+    CHECK(std::count(r->err.begin(), r->err.end(), '\n') == 1);
   auto zero = run_mgpu(mesh(2, 2, 2, {"--zero", "2"}));
   CHECK(zero.code == 2);
   CHECK_THAT(zero.err, Catch::Contains("hybrid runs --zero 0 or 1"));
