@@ -254,9 +254,11 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
              "[s=P-1](V+2)C parameters, x {} B weights ({}), 4 B gradients, {} B {} state{}{}:\n",
              weight_bytes, c.precision, optimizer_bytes, c.optimizer,
              mixed ? " (fp32 master 4 + m 4 + v 4)" : "",
-             h.zero == 1
-                 ? fmt::format(" / d (ZeRO-1: each of the {} dp ranks keeps its chunk)", mesh.dp)
-                 : "");
+             h.zero != 1 ? std::string()
+             : mesh.dp == 1
+                 ? std::string(" / d (ZeRO-1 over dp 1 shards nothing: this rank "
+                               "owns every chunk)")
+                 : fmt::format(" / d (ZeRO-1: each of the {} dp ranks keeps its chunk)", mesh.dp));
   const pipeline::LayerPartition layers = pipeline::partition_layers(cfg.layers, P);
   for (int s = 0; s < P; ++s) {
     const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
