@@ -34,17 +34,24 @@ struct HybridLessonOptions {
   int microbatches = 4;
   int zero = 0;            // 1: ZeRO-1 over dp
   int virtual_stages = 1;  // interleaved: chunks per stage
+  int cp = 1;              // context parallelism inside each stage (ring attention, zigzag)
 };
+
+// "dp1 pp0 tp1" (and " cp1" when the mesh has a cp axis): who rank r is on the mesh.
+std::string coord_label(const parallel::MeshShape& shape, int r) {
+  const auto c = parallel::mesh_coords(shape, r);
+  return fmt::format("dp{} pp{} tp{}{}", c[int(Axis::dp)], c[int(Axis::pp)], c[int(Axis::tp)],
+                     shape.cp > 1 ? fmt::format(" cp{}", c[int(Axis::cp)]) : "");
+}
 
 // "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members.
 void print_mesh(std::ostream& out, const parallel::MeshShape& shape) {
   fmt::print(out, "mesh:   {} (tp fastest: a tp group is neighbouring GPUs)\n", shape.describe());
   for (int r = 0; r < shape.ranks(); ++r) {
-    const auto c = parallel::mesh_coords(shape, r);
-    fmt::print(out, "  GPU {:<2} dp{} pp{} tp{}\n", r, c[int(Axis::dp)], c[int(Axis::pp)],
-               c[int(Axis::tp)]);
+    fmt::print(out, "  GPU {:<2} {}\n", r, coord_label(shape, r));
   }
-  for (Axis axis : {Axis::tp, Axis::pp, Axis::dp}) {
+  for (Axis axis : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) {
+    if (axis == Axis::cp && shape.cp == 1) continue;
     std::map<int, std::vector<int>> groups;  // lowest member -> members
     for (int r = 0; r < shape.ranks(); ++r) {
       auto c = parallel::mesh_coords(shape, r);
@@ -84,7 +91,8 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
                                   .zero = h.zero};
   options.mesh.tp = h.tp;
   options.mesh.pp = h.pp;
-  options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp));
+  options.mesh.cp = h.cp;
+  options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp * h.cp));
   try {
     parallel::check_hybrid(cfg, options, c.ranks, c.batch);
   } catch (const std::invalid_argument& e) {
@@ -97,9 +105,12 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
     print_mesh(out, mesh);
-    fmt::print(out,
-               "data:   batch {} = dp {} replicas x {} micro-batches x {} sequences of {} tokens\n",
-               c.batch, mesh.dp, M, micro_b, c.seq);
+    fmt::print(
+        out, "data:   batch {} = dp {} replicas x {} micro-batches x {} sequences of {} tokens{}\n",
+        c.batch, mesh.dp, M, micro_b, c.seq,
+        mesh.cp > 1 ? fmt::format(", each split zigzag over cp {} ({} tokens per GPU)", mesh.cp,
+                                  c.seq / mesh.cp)
+                    : "");
     fmt::print(out, "device: {}\n\ntraining {} steps ({} schedule over {} stages):\n",
                describe_world(wopt), c.steps, h.schedule, P);
   }
@@ -108,6 +119,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   config["dp"] = mesh.dp;
   config["tp"] = mesh.tp;
   config["pp"] = mesh.pp;
+  config["cp"] = mesh.cp;
   config["schedule"] = h.schedule;
   config["microbatches"] = M;
   config["zero"] = h.zero;
@@ -154,40 +166,50 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   const int optimizer_bytes = (c.optimizer == "sgd" ? 4 : 8) + (mixed ? 4 : 0);
 
   // ---- communication per group, measured beside the formulas
-  // One micro-batch's activation [B_micro, T, C]: what pp sends, in the model's precision; the
-  // tp all-reduces sum partial results, which bf16/fp16 sum in fp32 (4 B) to round once.
-  const int64_t act_elems = int64_t{micro_b} * c.seq * cfg.dim;
+  // One micro-batch's activation [B_micro, T, C] (cp: this rank's T/cp tokens): what pp sends, in
+  // the model's precision; the tp all-reduces sum partial results, which bf16/fp16 sum in fp32
+  // (4 B) to round once.
+  const int64_t act_elems = int64_t{micro_b} * (c.seq / mesh.cp) * cfg.dim;
+  const std::string tokens = mesh.cp > 1 ? "(T/cp)" : "T";
   const int64_t act = act_elems * 4, act_pp = act_elems * int64_t(dtype_size(cfg.dtype));
   auto ring = [](int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; };
   const auto sent = sent_by_axis(trace, step, mesh.ranks());
   // --recompute full reruns each block's forward in backward, g's 2 all-reduces included.
   const int tp_per_layer = c.recompute == "full" ? 6 : 4;
-  fmt::print(out,
-             "\nbytes each GPU sent in step {}, by group (measured from the trace | formula):\n"
-             "  tp: {} all-reduces per layer per micro-batch{}, ring 2(t-1)/t x B_micro*T*C*4 "
-             "= {:.2f} x {}\n"
-             "  pp: one activation forward + one gradient back per micro-batch and neighbour{}, "
-             "B_micro*T*C*{} = {}\n"
-             "  dp: {}{}\n",
-             step + 1, tp_per_layer,
-             c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
-             ring(mesh.tp), format_bytes(act),
-             chunks > 1 ? fmt::format(" and chunk ({} chunks per stage: a micro-batch passes "
-                                      "every stage {} times)",
-                                      chunks, chunks)
-                        : "",
-             dtype_size(cfg.dtype), format_bytes(act_pp),
-             h.zero == 1
-                 ? fmt::format("ZeRO-1: ring reduce-scatter of the stage's fp32 gradients + "
-                               "all-gather of its {} B parameters once per step, (d-1)/d = {:.2f} "
-                               "x (gradient + parameter bytes)",
-                               weight_bytes, ring(mesh.dp) / 2)
-                 : fmt::format("ring all-reduce of the stage's gradients once per step, "
-                               "2(d-1)/d = {:.2f} x gradient bytes",
-                               ring(mesh.dp)),
-             c.precision == "fp16" ? "\n  (fp16: every group also all-reduces the loss scaler's "
-                                     "found-inf flag, 4 B, once per step)"
-                                   : "");
+  fmt::print(
+      out,
+      "\nbytes each GPU sent in step {}, by group (measured from the trace | formula):\n"
+      "  tp: {} all-reduces per layer per micro-batch{}, ring 2(t-1)/t x B_micro*{}*C*4 "
+      "= {:.2f} x {}\n"
+      "  pp: one activation forward + one gradient back per micro-batch and neighbour{}, "
+      "B_micro*{}*C*{} = {}\n"
+      "  dp: {}{}{}\n",
+      step + 1, tp_per_layer,
+      c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)", tokens,
+      ring(mesh.tp), format_bytes(act),
+      chunks > 1 ? fmt::format(" and chunk ({} chunks per stage: a micro-batch passes "
+                               "every stage {} times)",
+                               chunks, chunks)
+                 : "",
+      tokens, dtype_size(cfg.dtype), format_bytes(act_pp),
+      h.zero == 1 ? fmt::format("ZeRO-1: ring reduce-scatter of the stage's fp32 gradients + "
+                                "all-gather of its {} B parameters once per step, (d-1)/d = {:.2f} "
+                                "x (gradient + parameter bytes)",
+                                weight_bytes, ring(mesh.dp) / 2)
+                  : fmt::format("ring all-reduce of the stage's gradients once per step, "
+                                "2(d-1)/d = {:.2f} x gradient bytes",
+                                ring(mesh.dp)),
+      mesh.cp == 1
+          ? std::string()
+          : fmt::format("\n  cp: ring attention per layer and micro-batch: K|V blocks "
+                        "B_micro*(T/cp)*2C/t, cp-1 hops forward ({}) and backward in {} B, cp "
+                        "dK|dV hops in 4 B (fp32 accumulators); then 2(c-1)/c = {:.2f} x "
+                        "gradient bytes (the cp all-reduce)",
+                        c.recompute == "none" ? "once" : "twice: recompute reruns it", weight_bytes,
+                        ring(mesh.cp)),
+      c.precision == "fp16" ? "\n  (fp16: every group also all-reduces the loss scaler's "
+                              "found-inf flag, 4 B, once per step)"
+                            : "");
   for (int r = 0; r < mesh.ranks(); ++r) {
     const auto coord = parallel::mesh_coords(mesh, r);
     const int s = coord[int(Axis::pp)];
@@ -210,11 +232,24 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
       auto it = sent[r].find(axis);
       return it == sent[r].end() ? int64_t{0} : it->second;
     };
-    fmt::print(
-        out, "  GPU {:<2} dp{} pp{} tp{}  tp {:>9} | {:>9}   pp {:>9} | {:>9}   dp {:>9} | {:>9}\n",
-        r, coord[int(Axis::dp)], s, coord[int(Axis::tp)], format_bytes(get("tp")),
-        format_bytes(int64_t(tp_formula + 0.5)), format_bytes(get("pp")), format_bytes(pp_formula),
-        format_bytes(get("dp")), format_bytes(int64_t(dp_formula + 0.5)));
+    // cp: per layer and micro-batch the ring's K|V blocks B_micro*(T/cp)*2C/t (cp-1 hops
+    // forward, again in every recomputed forward, cp-1 backward, in the activations' type) and
+    // the dK|dV accumulators (cp hops, fp32); then the gradients' all-reduce over cp.
+    const int64_t kv = int64_t{micro_b} * (c.seq / mesh.cp) * 2 * cfg.dim / mesh.tp;
+    const int kv_hops = (mesh.cp - 1) * (c.recompute == "none" ? 2 : 3);
+    const double cp_formula =
+        mesh.cp == 1
+            ? 0.0
+            : double(layers) * M * (double(kv_hops) * kv * weight_bytes + mesh.cp * kv * 4.0) +
+                  ring(mesh.cp) * grad_bytes;
+    fmt::print(out, "  GPU {:<2} {}  tp {:>9} | {:>9}   pp {:>9} | {:>9}   dp {:>9} | {:>9}{}\n", r,
+               coord_label(mesh, r), format_bytes(get("tp")),
+               format_bytes(int64_t(tp_formula + 0.5)), format_bytes(get("pp")),
+               format_bytes(pp_formula), format_bytes(get("dp")),
+               format_bytes(int64_t(dp_formula + 0.5)),
+               mesh.cp == 1 ? std::string()
+                            : fmt::format("   cp {:>9} | {:>9}", format_bytes(get("cp")),
+                                          format_bytes(int64_t(cp_formula + 0.5))));
   }
 
   // ---- the pipeline bubble
@@ -238,10 +273,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
     fmt::print(out, "{:>16}", category_name(static_cast<MemCategory>(k)));
   fmt::print(out, "{:>16}\n", "total");
   for (int r = 0; r < mesh.ranks(); ++r) {
-    const auto coord = parallel::mesh_coords(mesh, r);
-    fmt::print(out, "  {:<14}",
-               fmt::format("{} dp{} pp{} tp{}", r, coord[int(Axis::dp)], coord[int(Axis::pp)],
-                           coord[int(Axis::tp)]));
+    fmt::print(out, "  {:<14}", fmt::format("{} {}", r, coord_label(mesh, r)));
     for (int k = 0; k <= kNumMemCategories; ++k)
       fmt::print(out, "{:>16}", format_bytes(per_rank[r][k]));
     fmt::print(out, "\n");
@@ -297,13 +329,19 @@ class HybridLesson : public Lesson {
     app.add_option("--microbatches", options_.microbatches, "micro-batches per replica (M)")
         ->check(Positive)
         ->capture_default_str();
+    app.add_option("--cp", options_.cp,
+                   "context-parallel ranks per stage: every sequence split zigzag over them, "
+                   "ring attention (--seq must split into 2 x cp chunks)")
+        ->check(Positive)
+        ->capture_default_str();
     app.add_option("--zero", options_.zero,
                    "0: gradients all-reduced over dp | 1: ZeRO-1 over dp (each dp rank keeps "
                    "optimizer state and fp32 masters for 1/dp of its stage; with dp 1 a no-op)")
         ->capture_default_str();
   }
   int run(const CommonOptions& c, std::ostream& out) override {
-    fmt::print(out, "== hybrid: dp x tp x pp over {} GPUs ==\n", c.ranks);
+    fmt::print(out, "== hybrid: dp x tp x pp{} over {} GPUs ==\n", options_.cp > 1 ? " x cp" : "",
+               c.ranks);
     return train_hybrid(c, options_, out);
   }
 

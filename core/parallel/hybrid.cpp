@@ -27,15 +27,55 @@ bool tp_fits(const GPTConfig& cfg, int tp) {
   return cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0;
 }
 
-// "dp x tp x pp" meshes of `world_size` ranks this model can run.
-std::string meshes_that_work(const GPTConfig& cfg, int world_size) {
+// "dp x tp x pp" meshes of `world_size` ranks this model can run (with the given cp).
+std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
   std::vector<std::string> works;
-  for (int tp = 1; tp <= world_size; ++tp)
-    for (int pp = 1; pp <= world_size / tp; ++pp)
-      if (world_size % (tp * pp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
-        works.push_back(fmt::format("--dp {} --tp {} --pp {}", world_size / (tp * pp), tp, pp));
+  const std::string with_cp = cp > 1 ? fmt::format(" --cp {}", cp) : "";
+  for (int tp = 1; cp >= 1 && tp <= world_size / cp; ++tp)
+    for (int pp = 1; pp <= world_size / (tp * cp); ++pp)
+      if (world_size % (tp * pp * cp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
+        works.push_back(
+            fmt::format("--dp {} --tp {} --pp {}{}", world_size / (tp * pp * cp), tp, pp, with_cp));
   return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
 }
+
+// tp and cp together: the linears through TP's hooks (or plain), attention round the cp ring.
+class MeshBlockHooks : public BlockHooks {
+ public:
+  MeshBlockHooks(BlockHooks* linears, RingAttention& ring) : linears_(linears), ring_(ring) {}
+  void column_forward(const Linear& l, Tensor& out, const Tensor& inp) override {
+    linears_ ? linears_->column_forward(l, out, inp) : BlockHooks::column_forward(l, out, inp);
+  }
+  void column_backward(Linear& l, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
+    linears_ ? linears_->column_backward(l, dinp, dout, inp)
+             : BlockHooks::column_backward(l, dinp, dout, inp);
+  }
+  void row_forward(const Linear& l, Tensor& out, const Tensor& inp) override {
+    linears_ ? linears_->row_forward(l, out, inp) : BlockHooks::row_forward(l, out, inp);
+  }
+  void row_backward(Linear& l, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
+    linears_ ? linears_->row_backward(l, dinp, dout, inp)
+             : BlockHooks::row_backward(l, dinp, dout, inp);
+  }
+  void column_backward_input(const Linear& l, Tensor& dinp, const Tensor& dout) override {
+    linears_ ? linears_->column_backward_input(l, dinp, dout)
+             : BlockHooks::column_backward_input(l, dinp, dout);
+  }
+  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                         int heads) override {
+    ring_.category = trace::cat::forward;
+    ring_.attention_forward(out, att, lse, qkv, heads);
+  }
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& att, const Tensor& lse, int heads) override {
+    ring_.category = trace::cat::backward;
+    ring_.attention_backward(dqkv, dout, qkv, out, att, lse, heads);
+  }
+
+ private:
+  BlockHooks* linears_;  // null: one tp rank, the plain linears
+  RingAttention& ring_;
+};
 
 }  // namespace
 
@@ -43,12 +83,14 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
   const MeshShape& m = o.mesh;
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what,
-                                            world_size, meshes_that_work(cfg, world_size)));
+                                            world_size, meshes_that_work(cfg, world_size, m.cp)));
   };
-  if (m.cp != 1) fail(fmt::format("hybrid runs cp=1 only (got cp={})", m.cp));
-  if (m.tp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
-    fail(fmt::format("mesh --dp {} --tp {} --pp {} holds {} ranks but the world has {}", m.dp, m.tp,
-                     m.pp, int64_t{m.dp} * m.tp * m.pp, world_size));
+  if (m.tp < 1 || m.cp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
+    fail(fmt::format("mesh --dp {} --tp {} --pp {}{} holds {} ranks but the world has {}", m.dp,
+                     m.tp, m.pp, m.cp != 1 ? fmt::format(" --cp {}", m.cp) : "",
+                     int64_t{m.dp} * m.tp * m.pp * m.cp, world_size));
+  if (m.cp > 1)  // zigzag: every sequence in 2cp equal chunks
+    check_cp_size(cfg, cfg.seq_len, m.cp, CpLayout::zigzag);
   if (!tp_fits(cfg, m.tp))
     fail(fmt::format("--tp {} does not divide the {} heads and the MLP width {}", m.tp, cfg.heads,
                      4 * cfg.dim));
@@ -104,19 +146,30 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
                                         options.virtual_stages)),
       zero_(options.zero) {
+  // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
+  BlockShard shard = slice_.block();
+  if (options.mesh.cp > 1) {
+    ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len);
+    shard.attention_keys = cfg.seq_len;
+  }
   // My pipeline stage, every block cut to my tp slice of the seeded full model (the same
   // weights the single-device run starts from).
-  stage_ = pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
-                                       options.virtual_stages, slice_.block(),
-                                       [&](Block& mine, Block& full) {
-                                         ParamList mine_params, full_params;
-                                         mine.collect(mine_params);
-                                         full.collect(full_params);
-                                         copy_tp_slice(cfg, slice_, mine_params, full_params);
-                                       });
-  if (options.mesh.tp > 1)  // one tp rank: the plain blocks
-    for (auto& blocks : stage_.chunks)
-      for (Block& block : blocks) block.hooks = &tp_hooks_;
+  stage_ =
+      pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
+                                  options.virtual_stages, shard, [&](Block& mine, Block& full) {
+                                    ParamList mine_params, full_params;
+                                    mine.collect(mine_params);
+                                    full.collect(full_params);
+                                    copy_tp_slice(cfg, slice_, mine_params, full_params);
+                                  });
+  BlockHooks* hooks = options.mesh.tp > 1 ? &tp_hooks_ : nullptr;  // null: the plain blocks
+  if (ring_) {
+    cp_hooks_ = std::make_unique<MeshBlockHooks>(hooks, *ring_);
+    hooks = cp_hooks_.get();
+    if (stage_.embedding) stage_.embedding->positions = ring_->positions();
+  }
+  for (auto& blocks : stage_.chunks)
+    for (Block& block : blocks) block.hooks = hooks;
   if (zero_ == 0) {
     optimizer_ = make_optimizer(stage_.params());
     return;
@@ -167,7 +220,7 @@ void HybridLayout::before_step(int) {
   // Every rank starts the step together, so bubbles share a common start. Barriers on tp, then
   // pp, then dp add up to a barrier of the world: leaving the last one means every rank of every
   // pipeline has arrived. (The world comm itself is only used to build the mesh.)
-  for (Axis axis : {Axis::tp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
+  for (Axis axis : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
 }
 
 // ---------------------------------------------------------------------------------- one step
@@ -175,7 +228,14 @@ void HybridLayout::before_step(int) {
 train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step) {
   const int dp = mesh_.shape().dp;
   // My replica's share of the batch; the schedule cuts it into micro-batches.
-  const data::Batch mine = data::split_micro_batches(global_batch, dp)[mesh_.coord(Axis::dp)];
+  data::Batch mine = data::split_micro_batches(global_batch, dp)[mesh_.coord(Axis::dp)];
+  if (ring_) {  // cp: my zigzag columns of every sequence
+    if (global_batch.T != config_.seq_len)
+      throw std::invalid_argument(
+          fmt::format("hybrid with cp was set up for sequences of {} tokens, got {}",
+                      config_.seq_len, global_batch.T));
+    mine = batch_columns(mine, ring_->positions());
+  }
   stage_.zero_grad();
   pipeline::ExecutorOptions options{.loss_scale = loss_scale()};
   stats_ = pipeline::run_schedule(stage_, schedule_,
@@ -185,7 +245,9 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).
   const std::vector<comm::Comm*> model_groups = {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp),
-                                                 &mesh_.group(Axis::tp)};
+                                                 &mesh_.group(Axis::tp), &mesh_.group(Axis::cp)};
+  // cp: each rank's gradient is d(its tokens' mean)/dW; their average is the replica's.
+  if (ring_) average_gradients_over(Axis::cp);
   bool stepped = true;
   if (zero_ == 1) {
     // ZeRO-1: the all-reduce's two halves with the optimizer between them (exercise 08's step).
@@ -195,7 +257,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
       stepped = optimizer_step(optimizer_.get(), model_groups, step);
     });
   } else {
-    if (dp > 1) average_gradients_over_dp();
+    if (dp > 1) average_gradients_over(Axis::dp);
     stepped = optimizer_step(optimizer_.get(), model_groups, step);
   }
   // The last stage knows its replica's mean loss; equal replicas: the trainer averages them.
@@ -210,7 +272,7 @@ int64_t HybridLayout::gradient_bytes() {
   return bytes;
 }
 
-void HybridLayout::average_gradients_over_dp() {
+void HybridLayout::average_gradients_over(Axis axis) {
   // One flat buffer, one all-reduce: the ring's 2(d-1)/d x the stage's gradient bytes.
   const ParamList params = stage_.params();
   int64_t numel = 0;
@@ -221,7 +283,7 @@ void HybridLayout::average_gradients_over_dp() {
   };
   int64_t offset = 0;
   for (Param* p : params) view(offset, p).copy_from(p->grad), offset += p->grad.numel();
-  mesh_.group(Axis::dp).all_reduce(flat, comm::ReduceOp::avg);
+  mesh_.group(axis).all_reduce(flat, comm::ReduceOp::avg);
   offset = 0;
   for (Param* p : params) p->grad.copy_from(view(offset, p)), offset += p->grad.numel();
 }
@@ -244,7 +306,9 @@ std::vector<train::ShardRun> runs_within(const std::vector<train::ShardRun>& run
 }  // namespace
 
 std::vector<train::TensorShard> HybridLayout::shards() {
-  const bool replica0 = mesh_.coord(Axis::dp) == 0, tp0 = mesh_.coord(Axis::tp) == 0;
+  // (cp ranks hold equal copies too: cp rank 0's is written.)
+  const bool cp0 = mesh_.coord(Axis::cp) == 0;
+  const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
   // TP's map for my stage's tensors; the dp replicas hold equal copies: replica 0's is written.
   if (zero_ == 0)
     return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0, replica0 && tp0);
@@ -255,7 +319,7 @@ std::vector<train::TensorShard> HybridLayout::shards() {
         const Shape full = tp_full_shape(config_, *s.full);
         return SliceTarget{
             full, runs_within(tp_shard_runs(config_, slice_, s.full->name, full), s.begin, s.end),
-            full != s.shape || tp0};
+            (full != s.shape || tp0) && cp0};
       });
   // The whole local parameters too: a resume fills them (the chunks' owners write them).
   for (Param* p : stage_.params()) {

@@ -12,10 +12,14 @@
 //       reduce-scatter the gradients, each dp rank updates (and keeps Adam state and fp32 masters
 //       for) only its chunk of the stage, all-gather the updated parameters: the same bytes on
 //       the wire, 1/dp of the optimizer state.
+//   cp: (context parallelism) every sequence is split over the cp group, zigzag (chunks r and
+//       2cp-1-r, equal causal work); attention's K|V blocks go round the cp ring (ring
+//       attention), and the gradients are averaged over cp before dp.
 #pragma once
 #include <memory>
 #include <string>
 
+#include "core/parallel/context_parallel.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/tensor_parallel.h"
@@ -25,7 +29,7 @@
 namespace mgpu::parallel {
 
 struct HybridOptions {
-  MeshShape mesh;                 // tp, dp, pp (cp = 1)
+  MeshShape mesh;                 // tp, cp, dp, pp
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
   int microbatches = 4;           // per data-parallel replica and step
   int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
@@ -58,13 +62,15 @@ class HybridLayout : public train::Layout {
   int64_t owned_elements();  // parameter elements this rank's optimizer updates
 
  private:
-  void average_gradients_over_dp();
+  void average_gradients_over(Axis axis);
   void shard_optimizer_over_dp();  // ZeRO-1: flat units per layer, my chunk of each
 
   GPTConfig config_;
   Mesh mesh_;
   TpSlice slice_;
   TensorParallelHooks tp_hooks_;
+  std::unique_ptr<RingAttention> ring_;   // cp > 1
+  std::unique_ptr<BlockHooks> cp_hooks_;  // cp > 1: the linears (TP's or plain), ring attention
   pipeline::StageModel stage_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;

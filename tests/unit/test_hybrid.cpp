@@ -261,6 +261,49 @@ TEST_CASE("hybrid interleaved and zb-h1 measure each group's bytes equal to the 
                                      "16.00 KiB | 16.00 KiB"));
 }
 
+// The cp axis: every sequence split zigzag over the cp group inside each stage, attention's K|V
+// round the cp ring (ring attention), gradients averaged over cp. In fp32 the same math, so the
+// single-device parameters; the ring's and the cp all-reduce's bytes equal the formula.
+TEST_CASE("hybrid with cp trains to the single-device parameters", "[hybrid][lesson][cp]") {
+  const std::string single = temp_path("single_cp.ckpt");
+  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const std::vector<std::vector<std::string>> cases = {
+      {"--dp", "1", "--tp", "2", "--cp", "2", "--pp", "2"},
+      {"--dp", "2", "--tp", "1", "--cp", "2", "--pp", "2"},
+      {"--dp", "1", "--tp", "1", "--cp", "4", "--pp", "2"},
+      {"--dp", "2", "--tp", "2", "--cp", "2", "--pp", "1", "--zero", "1"},
+      {"--dp", "1", "--tp", "2", "--cp", "2", "--pp", "2", "--schedule", "zb-h1"},
+      {"--dp", "1", "--tp", "2", "--cp", "2", "--pp", "2", "--recompute", "full"}};
+  for (const auto& mesh_args : cases) {
+    std::vector<std::string> args = {"run", "hybrid", "--ranks", "8", "--microbatches", "2"};
+    args.insert(args.end(), mesh_args.begin(), mesh_args.end());
+    const std::string path = temp_path("hybrid_cp.ckpt");
+    args.insert(args.end(), {"--checkpoint", path});
+    auto r = run_mgpu(tiny(args));
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    const auto got = mgpu::testing::load_checkpoint_by_name(path);
+    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+    std::remove(path.c_str());
+    // every GPU's cp bytes (ring K|V and dK|dV hops, then the gradient all-reduce) = formula
+    const std::regex row(R"(GPU +\d+ .* cp +(\S+ \S+) \| +(\S+ \S+)$)");
+    int rows = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, row)) continue;
+      INFO(line);
+      ++rows;
+      CHECK(m[1] == m[2]);
+      CHECK(m[1] != "0 B");
+    }
+    CHECK(rows == 8);
+  }
+  std::remove(single.c_str());
+}
+
 TEST_CASE("hybrid resumes from a single-device checkpoint and back",
           "[hybrid][lesson][equivalence]") {
   auto steps = [](std::vector<std::string> args, const char* n) {
@@ -403,6 +446,15 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   CHECK_THAT(virtual_1f1b.err, Catch::Contains("only applies to the interleaved schedule"));
   for (const auto* r : {&schedule, &chunks, &few, &virtual_1f1b})
     CHECK(std::count(r->err.begin(), r->err.end(), '\n') == 1);
+  auto cp = run_mgpu(tiny({"run", "hybrid", "--ranks", "8", "--dp", "1", "--tp", "1", "--pp", "1",
+                           "--cp", "8", "--microbatches", "2"}));
+  CHECK(cp.code == 2);
+  CHECK_THAT(cp.err, Catch::Contains("--seq 8 does not split into 16 equal chunks"));
+  CHECK(std::count(cp.err.begin(), cp.err.end(), '\n') == 1);
+  auto cp_mesh = run_mgpu(
+      tiny({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--cp", "2"}));
+  CHECK(cp_mesh.code == 2);
+  CHECK_THAT(cp_mesh.err, Catch::Contains("--dp 1 --tp 2 --pp 2 --cp 2"));
   auto zero = run_mgpu(mesh(2, 2, 2, {"--zero", "2"}));
   CHECK(zero.code == 2);
   CHECK_THAT(zero.err, Catch::Contains("hybrid runs --zero 0 or 1"));
