@@ -1,7 +1,8 @@
 // Lesson 16 — hybrid DP x TP x PP ("3D parallelism"). The ranks form a mesh: tensor-parallel
 // groups (tp, neighbours: one node's fast links) split every block; pipeline stages (pp) split
 // the layers and pass activations point to point; data-parallel replicas (dp) of the whole
-// pipeline split the batch and average gradients once per step. The lesson prints who is who on
+// pipeline split the batch and average gradients once per step (optionally ZeRO-1 over dp, and cp
+// ranks splitting every sequence inside a stage). The lesson prints who is who on
 // the mesh, then measures each group's traffic from the trace beside its formula, the pipeline
 // bubble beside theory, and memory per rank by category.
 #include "lessons/hybrid.h"

@@ -1,5 +1,5 @@
 // Hybrid DP x TP x PP ("3D parallelism", as Megatron-LM trains the largest models): the ranks sit
-// on a mesh tp x dp x pp (tp fastest, so a tensor-parallel group is neighbours in one node).
+// on a mesh tp x cp x dp x pp (tp fastest, so a tensor-parallel group is neighbours in one node).
 //   pp: the layers are cut into stages; micro-batches flow through them on a schedule (GPipe,
 //       1F1B, interleaved 1F1B over V chunks per stage, ZB-H1's split backward), each tp rank of
 //       stage s sending its (replicated) activation to the SAME tp rank of stage s+1 over its pp
@@ -37,9 +37,10 @@ struct HybridOptions {
 };
 
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
-// `world_size`, tp divides the heads and the MLP width, pp (x V chunks) divides the layers, the
-// schedule is gpipe, 1f1b, interleaved (M >= pp) or zb-h1, zero is 0 or 1, and the global batch
-// splits into dp x microbatches equal parts.
+// `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
+// and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved
+// (M >= pp) or zb-h1, zero is 0 or 1, and the global batch splits into dp x microbatches equal
+// parts.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 
