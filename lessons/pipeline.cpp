@@ -44,15 +44,6 @@ std::string percent(double x) {
   return fmt::format("{:.1f}%", 100 * x);
 }
 
-std::string theory_formula(const std::string& schedule, int P, int M, int V) {
-  if (schedule == "naive") return fmt::format("(P-1)/P = {}/{}", P - 1, P);
-  if (schedule == "interleaved") return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
-  if (schedule == "zb-h1")
-    return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
-                       3 * M + P - 1 + std::max(0, P - M));
-  return fmt::format("(P-1)/(M+P-1) = {}/{}", P - 1, M + P - 1);
-}
-
 // The plan as the simulator times it, in units of one chunk forward (backward = 2 units).
 void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
   // ZB-H1's B and W take one cell each; everywhere else the full backward takes two.
@@ -173,7 +164,7 @@ void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
             const PipelineResult& r) {
   const int P = static_cast<int>(r.last_step.size());
   fmt::print(out, "\nbubble per rank, step {} (idle / step time), measured vs theory {}:\n",
-             c.steps, theory_formula(p.schedule, P, p.microbatches, p.virtual_stages));
+             c.steps, pipeline::bubble_formula(p.schedule, P, p.microbatches, p.virtual_stages));
   fmt::print(out, "  (measured by {})\n", bubble_accounting_credit());
   for (int s = 0; s < P; ++s)
     fmt::print(out, "  rank {}  bubble measured {:>6}  theory {:>6}\n", s,

@@ -143,6 +143,10 @@ class BlockHooks {
   virtual void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) {
     linear.backward(dinp, dout, inp);
   }
+  // Zero-bubble's split backward (B): only a column-parallel linear's input gradient,
+  // dinp = dout @ W (its weight gradient comes later, in W). Under TP each rank's product is a
+  // partial sum, completed by the same all-reduce as column_backward's.
+  virtual void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout);
   // qkv [B,T,3C] -> out [B,T,C], keeping in att (and lse, if the layout needs it; it may
   // allocate it) what attention_backward reads. Default: ops::attention_forward.
   virtual void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,

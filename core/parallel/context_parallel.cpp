@@ -68,6 +68,16 @@ std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout) {
   return positions;
 }
 
+data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& positions) {
+  data::Batch mine{.B = batch.B, .T = static_cast<int>(positions.size())};
+  for (int row = 0; row < batch.B; ++row)
+    for (int32_t pos : positions) {
+      mine.tokens.push_back(batch.tokens[size_t(row) * size_t(batch.T) + size_t(pos)]);
+      mine.targets.push_back(batch.targets[size_t(row) * size_t(batch.T) + size_t(pos)]);
+    }
+  return mine;
+}
+
 // ---------------------------------------------------------------------------------- seams
 
 void install_cp_seams(CpSeams seams) {
@@ -84,9 +94,8 @@ const CpSeams& cp_seams() {
 
 ContextParallel::ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
                                  const train::OptimizerFactory& make_optimizer)
-    : config_(cfg), cp_(cp), layout_(layout), seq_(seq) {
+    : config_(cfg), cp_(cp), layout_(layout), seq_(seq), ring_(cp, layout, seq) {
   check_cp_size(cfg, seq, cp.size(), layout);
-  for (int r = 0; r < cp.size(); ++r) positions_.push_back(cp_positions(seq, cp.size(), r, layout));
   // Every rank holds the whole seeded model. Ring attention and Ulysses keep the rank's rows of
   // the whole sequence's score matrix ([T/cp, T] per head, or [T, T] for H/cp heads: the same
   // size); chunked keeps only its own chunk's [T/cp, T/cp].
@@ -113,10 +122,11 @@ void ContextParallel::attention_forward(Tensor& out, Tensor& att, Tensor& lse, c
                                         int heads) {
   const bool open = phase_.has_value();
   phase_.reset();  // the ring's compute records its own scopes, its waits none
+  ring_.category = phase_proto_.cat;
   if (layout_ == CpLayout::ulysses)
     ulysses_forward(out, att, qkv, heads);
   else
-    ring_forward(out, att, lse, qkv, heads);
+    ring_.attention_forward(out, att, lse, qkv, heads);
   if (open) phase_.emplace(phase_proto_);
 }
 
@@ -125,10 +135,11 @@ void ContextParallel::attention_backward(Tensor& dqkv, const Tensor& dout, const
                                          int heads) {
   const bool open = phase_.has_value();
   phase_.reset();
+  ring_.category = phase_proto_.cat;
   if (layout_ == CpLayout::ulysses)
     ulysses_backward(dqkv, dout, qkv, att, heads);
   else
-    ring_backward(dqkv, dout, qkv, out, att, lse, heads);
+    ring_.attention_backward(dqkv, dout, qkv, out, att, lse, heads);
   if (open) phase_.emplace(phase_proto_);
 }
 
@@ -136,14 +147,18 @@ void ContextParallel::attention_backward(Tensor& dqkv, const Tensor& dout, const
 // (r - s) mod cp: it posts the block's onward send and the next block's receive, runs
 // on_block(q, kv, keys) on the block in hand (when some key is visible to some query: the mask
 // is by global position), waits for the next block, then runs after_step().
+RingAttention::RingAttention(comm::Comm& cp, CpLayout layout, int seq) : cp_(cp) {
+  for (int r = 0; r < cp.size(); ++r) positions_.push_back(cp_positions(seq, cp.size(), r, layout));
+}
+
 template <class OnBlock, class AfterStep>
-void ContextParallel::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step) {
+void RingAttention::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
   Tensor q = scratch({b, t, c}, qkv.dtype());
   Tensor kv = scratch({b, t, 2 * c}, qkv.dtype()), kv_next = scratch({b, t, 2 * c}, qkv.dtype());
   {
-    ComputeScope s({.name = "ring attention: pack q, k|v", .cat = phase_proto_.cat});
+    ComputeScope s({.name = "ring attention: pack q, k|v", .cat = category});
     ops::copy_columns(q, 0, qkv, 0, c);
     ops::copy_columns(kv, 0, qkv, c, 2 * c);
   }
@@ -156,7 +171,7 @@ void ContextParallel::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep
       recv = cp_.irecv(kv_next, (me + cp - 1) % cp, kTagKv);
     }
     if (keys.front() <= mine.back()) {
-      ComputeScope s({.name = "ring attention", .cat = phase_proto_.cat});
+      ComputeScope s({.name = "ring attention", .cat = category});
       on_block(q, kv, keys);
     }
     if (step + 1 < cp) {
@@ -169,8 +184,8 @@ void ContextParallel::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep
 }
 
 // Forward: the first block (my own) starts the running (out, lse); every later one is merged in.
-void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                   int heads) {
+void RingAttention::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                                      int heads) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
   // The running output and every block's share are merged in fp32 and rounded once at the end
@@ -196,9 +211,9 @@ void ContextParallel::ring_forward(Tensor& out, Tensor& att, Tensor& lse, const 
 
 // Backward: the K/V blocks go round again, each with a dK/dV accumulator that every rank adds its
 // queries' share to; after cp steps and cp hops every accumulator is back with its owner, whole.
-void ContextParallel::ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                    const Tensor& out, const Tensor& att, const Tensor& lse,
-                                    int heads) {
+void RingAttention::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                       const Tensor& out, const Tensor& att, const Tensor& lse,
+                                       int heads) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
   // fp32 accumulators (mixed precision too): each block adds its share, rounded once at the end.
@@ -220,7 +235,7 @@ void ContextParallel::ring_backward(Tensor& dqkv, const Tensor& dout, const Tens
         send.wait();
         std::swap(dkv, dkv_next);
       });
-  ComputeScope s({.name = "ring attention: unpack dq, dk|dv", .cat = phase_proto_.cat});
+  ComputeScope s({.name = "ring attention: unpack dq, dk|dv", .cat = category});
   ops::copy_columns(dqkv, 0, dq, 0, c);
   ops::copy_columns(dqkv, c, dkv, 0, 2 * c);
 }
@@ -316,14 +331,9 @@ train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
     throw std::invalid_argument(fmt::format(
         "context parallelism was set up for sequences of {} tokens, got {}", seq_, batch.T));
   // My columns of every sequence (inputs and targets alike): B x T/cp tokens.
-  const std::vector<int32_t>& mine = positions();
-  const int t = static_cast<int>(mine.size());
-  std::vector<int32_t> tokens, targets;
-  for (int row = 0; row < batch.B; ++row)
-    for (int32_t pos : mine) {
-      tokens.push_back(batch.tokens[size_t(row) * size_t(batch.T) + size_t(pos)]);
-      targets.push_back(batch.targets[size_t(row) * size_t(batch.T) + size_t(pos)]);
-    }
+  const data::Batch mine = batch_columns(batch, positions());
+  const int t = mine.T;
+  const std::vector<int32_t>&tokens = mine.tokens, &targets = mine.targets;
   optimizer_->zero_grad();
   GPTActivations acts = GPTActivations::allocate(config_, shard_, batch.B, t);
   phase_proto_ = {.name = "forward", .cat = trace::cat::forward};

@@ -35,6 +35,8 @@ CpLayout parse_cp_layout(const std::string& text);
 void check_cp_size(const GPTConfig& cfg, int seq, int cp, CpLayout layout);
 // The global positions of cp rank `rank`'s tokens, ascending (zigzag: chunks rank, 2cp-1-rank).
 std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout);
+// The tokens (and targets) of every sequence of `batch` at `positions`: B x positions.size().
+data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& positions);
 
 // ------------------------------------------------------------------ exercise 07 seams
 // The online-softmax merge (docs/exercises/07-online-softmax-merge.md): solutions/ holds the
@@ -58,6 +60,29 @@ void install_cp_seams(CpSeams seams);
 // The installed seams; throws std::logic_error if nothing was installed.
 const CpSeams& cp_seams();
 
+// Ring attention (contiguous or zigzag) as a block's attention hooks on the cp group `cp`: every
+// rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward. The linears keep
+// the default hooks; a layout that also splits them (hybrid's TP) forwards attention here.
+class RingAttention : public BlockHooks {
+ public:
+  // `cp` must outlive this; `seq` is the global sequence length T. (Every layout's positions are
+  // kept; only contiguous and zigzag run the ring.)
+  RingAttention(comm::Comm& cp, CpLayout layout, int seq);
+  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                         int heads) override;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& att, const Tensor& lse, int heads) override;
+  const std::vector<int32_t>& positions() const { return positions_[cp_.rank()]; }
+  std::string category = trace::cat::forward;  // what the ring's compute scopes are labelled
+
+ private:
+  template <class OnBlock, class AfterStep>
+  void ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step);
+
+  comm::Comm& cp_;
+  std::vector<std::vector<int32_t>> positions_;  // every cp rank's token positions
+};
+
 // One rank of a context-parallel run, as the training loop sees it (core/train/layout.h).
 class ContextParallel : public train::Layout, private BlockHooks {
  public:
@@ -71,7 +96,7 @@ class ContextParallel : public train::Layout, private BlockHooks {
   optim::Optimizer* optimizer() override { return optimizer_.get(); }
 
   GPT& model() { return *model_; }
-  const std::vector<int32_t>& positions() const { return positions_[cp_.rank()]; }
+  const std::vector<int32_t>& positions() const { return ring_.positions(); }
 
  private:
   // BlockHooks: attention is where the ranks meet.
@@ -79,11 +104,6 @@ class ContextParallel : public train::Layout, private BlockHooks {
                          int heads) override;
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& att, const Tensor& lse, int heads) override;
-  template <class OnBlock, class AfterStep>
-  void ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step);
-  void ring_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads);
-  void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                     const Tensor& att, const Tensor& lse, int heads);
   void ulysses_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads);
   void ulysses_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int heads);
@@ -100,7 +120,7 @@ class ContextParallel : public train::Layout, private BlockHooks {
   comm::Comm& cp_;
   CpLayout layout_;
   int seq_;
-  std::vector<std::vector<int32_t>> positions_;  // every cp rank's token positions
+  RingAttention ring_;  // every rank's token positions, and the ring (contiguous, zigzag)
   BlockShard shard_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -3,8 +3,10 @@
 //   2. building this rank's stage: the pipeline's layers for its pp coordinate, each block cut to
 //      its tp slice and wired to the tp group's f/g;
 //   3. one step: this replica's share of the batch through the pipeline schedule (the executor,
-//      on the pp group), then ONE gradient all-reduce over dp, then the optimizer;
-//   4. the map of every local tensor into the full model (only dp replica 0 writes).
+//      on the pp group), then ONE gradient all-reduce over dp, then the optimizer (ZeRO-1: the
+//      exercise-08 step: reduce-scatter over dp, update my chunk, all-gather);
+//   4. the map of every local tensor into the full model (only dp replica 0 writes; ZeRO-1:
+//      every dp rank writes its chunk).
 #include "core/parallel/hybrid.h"
 
 #include <stdexcept>
@@ -25,15 +27,55 @@ bool tp_fits(const GPTConfig& cfg, int tp) {
   return cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0;
 }
 
-// "dp x tp x pp" meshes of `world_size` ranks this model can run.
-std::string meshes_that_work(const GPTConfig& cfg, int world_size) {
+// "dp x tp x pp" meshes of `world_size` ranks this model can run (with the given cp).
+std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
   std::vector<std::string> works;
-  for (int tp = 1; tp <= world_size; ++tp)
-    for (int pp = 1; pp <= world_size / tp; ++pp)
-      if (world_size % (tp * pp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
-        works.push_back(fmt::format("--dp {} --tp {} --pp {}", world_size / (tp * pp), tp, pp));
+  const std::string with_cp = cp > 1 ? fmt::format(" --cp {}", cp) : "";
+  for (int tp = 1; cp >= 1 && tp <= world_size / cp; ++tp)
+    for (int pp = 1; pp <= world_size / (tp * cp); ++pp)
+      if (world_size % (tp * pp * cp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
+        works.push_back(
+            fmt::format("--dp {} --tp {} --pp {}{}", world_size / (tp * pp * cp), tp, pp, with_cp));
   return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
 }
+
+// tp and cp together: the linears through TP's hooks (or plain), attention round the cp ring.
+class MeshBlockHooks : public BlockHooks {
+ public:
+  MeshBlockHooks(BlockHooks* linears, RingAttention& ring) : linears_(linears), ring_(ring) {}
+  void column_forward(const Linear& l, Tensor& out, const Tensor& inp) override {
+    linears_ ? linears_->column_forward(l, out, inp) : BlockHooks::column_forward(l, out, inp);
+  }
+  void column_backward(Linear& l, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
+    linears_ ? linears_->column_backward(l, dinp, dout, inp)
+             : BlockHooks::column_backward(l, dinp, dout, inp);
+  }
+  void row_forward(const Linear& l, Tensor& out, const Tensor& inp) override {
+    linears_ ? linears_->row_forward(l, out, inp) : BlockHooks::row_forward(l, out, inp);
+  }
+  void row_backward(Linear& l, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
+    linears_ ? linears_->row_backward(l, dinp, dout, inp)
+             : BlockHooks::row_backward(l, dinp, dout, inp);
+  }
+  void column_backward_input(const Linear& l, Tensor& dinp, const Tensor& dout) override {
+    linears_ ? linears_->column_backward_input(l, dinp, dout)
+             : BlockHooks::column_backward_input(l, dinp, dout);
+  }
+  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                         int heads) override {
+    ring_.category = trace::cat::forward;
+    ring_.attention_forward(out, att, lse, qkv, heads);
+  }
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& att, const Tensor& lse, int heads) override {
+    ring_.category = trace::cat::backward;
+    ring_.attention_backward(dqkv, dout, qkv, out, att, lse, heads);
+  }
+
+ private:
+  BlockHooks* linears_;  // null: one tp rank, the plain linears
+  RingAttention& ring_;
+};
 
 }  // namespace
 
@@ -41,22 +83,51 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
   const MeshShape& m = o.mesh;
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what,
-                                            world_size, meshes_that_work(cfg, world_size)));
+                                            world_size, meshes_that_work(cfg, world_size, m.cp)));
   };
-  if (m.cp != 1) fail(fmt::format("hybrid runs cp=1 only (got cp={})", m.cp));
-  if (m.tp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
-    fail(fmt::format("mesh --dp {} --tp {} --pp {} holds {} ranks but the world has {}", m.dp, m.tp,
-                     m.pp, int64_t{m.dp} * m.tp * m.pp, world_size));
+  if (m.tp < 1 || m.cp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
+    fail(fmt::format("mesh --dp {} --tp {} --pp {}{} holds {} ranks but the world has {}", m.dp,
+                     m.tp, m.pp, m.cp != 1 ? fmt::format(" --cp {}", m.cp) : "",
+                     int64_t{m.dp} * m.tp * m.pp * m.cp, world_size));
+  if (m.cp > 1)  // zigzag: every sequence in 2cp equal chunks
+    check_cp_size(cfg, cfg.seq_len, m.cp, CpLayout::zigzag);
   if (!tp_fits(cfg, m.tp))
     fail(fmt::format("--tp {} does not divide the {} heads and the MLP width {}", m.tp, cfg.heads,
                      4 * cfg.dim));
   if (cfg.layers % m.pp != 0)
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
-  if (o.schedule != "gpipe" && o.schedule != "1f1b")
+  if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
+      o.schedule != "zb-h1")
     throw std::invalid_argument(fmt::format(
-        "hybrid runs --schedule gpipe or 1f1b, got '{}' (zero-bubble's split backward and the "
-        "interleaved chunks are not wired to tensor parallelism yet)",
-        o.schedule));
+        "hybrid runs --schedule gpipe, 1f1b, interleaved or zb-h1, got '{}'", o.schedule));
+  if (o.schedule != "interleaved" && o.virtual_stages != 1)
+    throw std::invalid_argument(
+        fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
+                    "--virtual-stages 1, or --schedule interleaved",
+                    o.virtual_stages));
+  if (o.schedule == "interleaved") {
+    const int V = o.virtual_stages;
+    std::vector<int> works;  // chunk counts that cut every stage into equal chunks
+    for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)
+      if (cfg.layers % (m.pp * v) == 0) works.push_back(v);
+    if (V < 2 || m.pp < 1 || cfg.layers % (m.pp * V) != 0)
+      throw std::invalid_argument(fmt::format(
+          "interleaved needs --virtual-stages V >= 2 with pp x V dividing the {} layers (got pp "
+          "{} x V {}): {}",
+          cfg.layers, m.pp, V,
+          works.empty() ? std::string("use --schedule 1f1b")
+                        : fmt::format("use --virtual-stages {}", fmt::join(works, " or "))));
+    if (o.microbatches < m.pp)
+      throw std::invalid_argument(fmt::format(
+          "interleaved 1F1B needs at least as many micro-batches as the {} stages (got {}): use "
+          "--microbatches {} or more, or --schedule 1f1b",
+          m.pp, o.microbatches, m.pp));
+  }
+  if (o.zero != 0 && o.zero != 1)
+    throw std::invalid_argument(fmt::format(
+        "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
+        "parameters, which the `zero` lesson shows on one data-parallel group",
+        o.zero));
   if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)
     throw std::invalid_argument(fmt::format(
         "batch {} does not split into dp {} x {} micro-batches: use --batch {} (or another "
@@ -72,28 +143,84 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       mesh_(world, options.mesh),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_hooks_(mesh_.group(Axis::tp)),
-      schedule_(
-          pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches, 1)) {
+      schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
+                                        options.virtual_stages)),
+      zero_(options.zero) {
+  // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
+  BlockShard shard = slice_.block();
+  if (options.mesh.cp > 1) {
+    ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len);
+    shard.attention_keys = cfg.seq_len;
+  }
   // My pipeline stage, every block cut to my tp slice of the seeded full model (the same
   // weights the single-device run starts from).
-  stage_ = pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp, 1,
-                                       slice_.block(), [&](Block& mine, Block& full) {
-                                         ParamList mine_params, full_params;
-                                         mine.collect(mine_params);
-                                         full.collect(full_params);
-                                         copy_tp_slice(cfg, slice_, mine_params, full_params);
-                                       });
-  if (options.mesh.tp > 1)  // one tp rank: the plain blocks
-    for (auto& blocks : stage_.chunks)
-      for (Block& block : blocks) block.hooks = &tp_hooks_;
-  optimizer_ = make_optimizer(stage_.params());
+  stage_ =
+      pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
+                                  options.virtual_stages, shard, [&](Block& mine, Block& full) {
+                                    ParamList mine_params, full_params;
+                                    mine.collect(mine_params);
+                                    full.collect(full_params);
+                                    copy_tp_slice(cfg, slice_, mine_params, full_params);
+                                  });
+  BlockHooks* hooks = options.mesh.tp > 1 ? &tp_hooks_ : nullptr;  // null: the plain blocks
+  if (ring_) {
+    cp_hooks_ = std::make_unique<MeshBlockHooks>(hooks, *ring_);
+    hooks = cp_hooks_.get();
+    if (stage_.embedding) stage_.embedding->positions = ring_->positions();
+  }
+  for (auto& blocks : stage_.chunks)
+    for (Block& block : blocks) block.hooks = hooks;
+  if (zero_ == 0) {
+    optimizer_ = make_optimizer(stage_.params());
+    return;
+  }
+  shard_optimizer_over_dp();
+  ParamList mine;
+  for (OwnedSlice& s : owned_) mine.push_back(s.shard.get());
+  optimizer_ = make_optimizer(mine);
+}
+
+void HybridLayout::shard_optimizer_over_dp() {
+  // One flat unit per layer of my stage (embedding, blocks, head), cut as the zero lesson cuts
+  // the whole model: the parameters and gradients become views into the unit's flat tensors, and
+  // the optimizer sees only my dp rank's chunk of each.
+  std::vector<ParamList> layers;
+  auto add = [&](auto& layer) {
+    layers.emplace_back();
+    layer.collect(layers.back());
+  };
+  if (stage_.embedding) add(*stage_.embedding);
+  for (auto& blocks : stage_.chunks)
+    for (Block& block : blocks) add(block);
+  if (stage_.head) add(*stage_.head);
+  comm::Comm& dp = mesh_.group(Axis::dp);
+  for (ParamList& params : layers) {
+    ZeroUnit u = plan_unit(std::move(params), dp.size(), dp.rank());
+    u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
+    for (size_t i = 0; i < u.params.size(); ++i)
+      u.flat_params.flat_range(u.offsets[i], u.offsets[i] + u.params[i]->data.numel())
+          .copy_from(u.params[i]->data);
+    view_params(u, u.flat_params, /*grads=*/false);
+    u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
+    view_params(u, u.flat_grads, /*grads=*/true);
+    append_owned_slices(u, u.flat_params, u.flat_grads, owned_);
+    zero_units_.push_back(std::move(u));
+  }
+}
+
+int64_t HybridLayout::owned_elements() {
+  int64_t n = 0;
+  if (zero_ == 0)
+    for (Param* p : stage_.params()) n += p->data.numel();
+  for (const ZeroUnit& u : zero_units_) n += u.end - u.begin;
+  return n;
 }
 
 void HybridLayout::before_step(int) {
   // Every rank starts the step together, so bubbles share a common start. Barriers on tp, then
   // pp, then dp add up to a barrier of the world: leaving the last one means every rank of every
   // pipeline has arrived. (The world comm itself is only used to build the mesh.)
-  for (Axis axis : {Axis::tp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
+  for (Axis axis : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
 }
 
 // ---------------------------------------------------------------------------------- one step
@@ -101,7 +228,14 @@ void HybridLayout::before_step(int) {
 train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step) {
   const int dp = mesh_.shape().dp;
   // My replica's share of the batch; the schedule cuts it into micro-batches.
-  const data::Batch mine = data::split_micro_batches(global_batch, dp)[mesh_.coord(Axis::dp)];
+  data::Batch mine = data::split_micro_batches(global_batch, dp)[mesh_.coord(Axis::dp)];
+  if (ring_) {  // cp: my zigzag columns of every sequence
+    if (global_batch.T != config_.seq_len)
+      throw std::invalid_argument(
+          fmt::format("hybrid with cp was set up for sequences of {} tokens, got {}",
+                      config_.seq_len, global_batch.T));
+    mine = batch_columns(mine, ring_->positions());
+  }
   stage_.zero_grad();
   pipeline::ExecutorOptions options{.loss_scale = loss_scale()};
   stats_ = pipeline::run_schedule(stage_, schedule_,
@@ -110,10 +244,22 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).
-  if (dp > 1) average_gradients_over_dp();
-  const bool stepped = optimizer_step(
-      optimizer_.get(), {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp), &mesh_.group(Axis::tp)},
-      step);
+  const std::vector<comm::Comm*> model_groups = {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp),
+                                                 &mesh_.group(Axis::tp), &mesh_.group(Axis::cp)};
+  // cp: each rank's gradient is d(its tokens' mean)/dW; their average is the replica's.
+  if (ring_) average_gradients_over(Axis::cp);
+  bool stepped = true;
+  if (zero_ == 1) {
+    // ZeRO-1: the all-reduce's two halves with the optimizer between them (exercise 08's step).
+    std::vector<FlatUnit> units;
+    for (ZeroUnit& u : zero_units_) units.push_back({u.flat_params, u.flat_grads});
+    zero_seams().sharded_step(mesh_.group(Axis::dp), units, [&] {
+      stepped = optimizer_step(optimizer_.get(), model_groups, step);
+    });
+  } else {
+    if (dp > 1) average_gradients_over(Axis::dp);
+    stepped = optimizer_step(optimizer_.get(), model_groups, step);
+  }
   // The last stage knows its replica's mean loss; equal replicas: the trainer averages them.
   if (mesh_.coord(Axis::pp) == mesh_.shape().pp - 1)
     return {.shard_loss = stats_.loss, .skipped = !stepped};
@@ -126,7 +272,7 @@ int64_t HybridLayout::gradient_bytes() {
   return bytes;
 }
 
-void HybridLayout::average_gradients_over_dp() {
+void HybridLayout::average_gradients_over(Axis axis) {
   // One flat buffer, one all-reduce: the ring's 2(d-1)/d x the stage's gradient bytes.
   const ParamList params = stage_.params();
   int64_t numel = 0;
@@ -137,18 +283,51 @@ void HybridLayout::average_gradients_over_dp() {
   };
   int64_t offset = 0;
   for (Param* p : params) view(offset, p).copy_from(p->grad), offset += p->grad.numel();
-  mesh_.group(Axis::dp).all_reduce(flat, comm::ReduceOp::avg);
+  mesh_.group(axis).all_reduce(flat, comm::ReduceOp::avg);
   offset = 0;
   for (Param* p : params) p->grad.copy_from(view(offset, p)), offset += p->grad.numel();
 }
 
 // ---------------------------------------------------------------------------------- the map
 
+namespace {
+// The runs of a local tensor's elements [lo, hi), given where all its elements go (`runs`).
+std::vector<train::ShardRun> runs_within(const std::vector<train::ShardRun>& runs, int64_t lo,
+                                         int64_t hi) {
+  std::vector<train::ShardRun> out;
+  int64_t pos = 0;  // the local position of the current run's first element
+  for (const train::ShardRun& run : runs) {
+    const int64_t a = std::max(lo, pos), b = std::min(hi, pos + run.length);
+    if (a < b) out.push_back({run.full_offset + (a - pos), b - a});
+    pos += run.length;
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<train::TensorShard> HybridLayout::shards() {
+  // (cp ranks hold equal copies too: cp rank 0's is written.)
+  const bool cp0 = mesh_.coord(Axis::cp) == 0;
+  const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
   // TP's map for my stage's tensors; the dp replicas hold equal copies: replica 0's is written.
-  const bool replica0 = mesh_.coord(Axis::dp) == 0;
-  return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0,
-                   replica0 && mesh_.coord(Axis::tp) == 0);
+  if (zero_ == 0)
+    return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0, replica0 && tp0);
+  // ZeRO-1: my dp chunk of a local tensor is a range of its elements; TP's map says where those
+  // go in the full tensor. Every dp rank writes its own chunk (tp-replicated tensors: tp rank 0).
+  std::vector<train::TensorShard> shards =
+      owned_slice_shards(owned_, *optimizer_, [&](const OwnedSlice& s) {
+        const Shape full = tp_full_shape(config_, *s.full);
+        return SliceTarget{
+            full, runs_within(tp_shard_runs(config_, slice_, s.full->name, full), s.begin, s.end),
+            (full != s.shape || tp0) && cp0};
+      });
+  // The whole local parameters too: a resume fills them (the chunks' owners write them).
+  for (Param* p : stage_.params()) {
+    const Shape full = tp_full_shape(config_, *p);
+    shards.push_back({p->name, "param", full, tp_shard_runs(config_, slice_, p->name, full),
+                      p->data, /*writer=*/false});
+  }
+  return shards;
 }
 
 }  // namespace mgpu::parallel

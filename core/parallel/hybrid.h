@@ -1,32 +1,46 @@
 // Hybrid DP x TP x PP ("3D parallelism", as Megatron-LM trains the largest models): the ranks sit
-// on a mesh tp x dp x pp (tp fastest, so a tensor-parallel group is neighbours in one node).
+// on a mesh tp x cp x dp x pp (tp fastest, so a tensor-parallel group is neighbours in one node).
 //   pp: the layers are cut into stages; micro-batches flow through them on a schedule (GPipe,
-//       1F1B), each tp rank of stage s sending its (replicated) activation to the SAME tp rank of
-//       stage s+1 over its pp group.
+//       1F1B, interleaved 1F1B over V chunks per stage, ZB-H1's split backward), each tp rank of
+//       stage s sending its (replicated) activation to the SAME tp rank of stage s+1 over its pp
+//       group.
 //   tp: inside a stage every block is split Megatron-style: f/g all-reduces in the tp group, 4
 //       per block per micro-batch (2 forward, 2 backward).
 //   dp: the whole pipeline is replicated; each replica trains on its share of the batch and the
 //       gradients are averaged over the dp group once per step, after the last micro-batch.
+//       With ZeRO-1 (zero = 1) that all-reduce is split in its two halves around the optimizer:
+//       reduce-scatter the gradients, each dp rank updates (and keeps Adam state and fp32 masters
+//       for) only its chunk of the stage, all-gather the updated parameters: the same bytes on
+//       the wire, 1/dp of the optimizer state.
+//   cp: (context parallelism) every sequence is split over the cp group, zigzag (chunks r and
+//       2cp-1-r, equal causal work); attention's K|V blocks go round the cp ring (ring
+//       attention), and the gradients are averaged over cp before dp.
 #pragma once
 #include <memory>
 #include <string>
 
+#include "core/parallel/context_parallel.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/tensor_parallel.h"
+#include "core/parallel/zero.h"
 #include "core/train/layout.h"
 
 namespace mgpu::parallel {
 
 struct HybridOptions {
-  MeshShape mesh;                 // tp, dp, pp (cp = 1)
-  std::string schedule = "1f1b";  // gpipe | 1f1b
+  MeshShape mesh;                 // tp, cp, dp, pp
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
   int microbatches = 4;           // per data-parallel replica and step
+  int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
+  int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
 };
 
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
-// `world_size`, tp divides the heads and the MLP width, pp divides the layers, the schedule is
-// gpipe or 1f1b, and the global batch splits into dp x microbatches equal parts.
+// `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
+// and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved
+// (M >= pp) or zb-h1, zero is 0 or 1, and the global batch splits into dp x microbatches equal
+// parts.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 
@@ -46,18 +60,25 @@ class HybridLayout : public train::Layout {
   pipeline::StageModel& stage() { return stage_; }
   const pipeline::StageStepStats& last_stats() const { return stats_; }
   int64_t gradient_bytes();  // what the dp all-reduce carries per step (this stage's gradients)
+  int64_t owned_elements();  // parameter elements this rank's optimizer updates
 
  private:
-  void average_gradients_over_dp();
+  void average_gradients_over(Axis axis);
+  void shard_optimizer_over_dp();  // ZeRO-1: flat units per layer, my chunk of each
 
   GPTConfig config_;
   Mesh mesh_;
   TpSlice slice_;
   TensorParallelHooks tp_hooks_;
+  std::unique_ptr<RingAttention> ring_;   // cp > 1
+  std::unique_ptr<BlockHooks> cp_hooks_;  // cp > 1: the linears (TP's or plain), ring attention
   pipeline::StageModel stage_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;
+  int zero_ = 0;
+  std::vector<ZeroUnit> zero_units_;  // ZeRO-1: the stage's layers as flat units
+  std::vector<OwnedSlice> owned_;     // ZeRO-1: my slices of them, what the optimizer updates
 };
 
 }  // namespace mgpu::parallel

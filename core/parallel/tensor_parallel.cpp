@@ -132,11 +132,12 @@ Shape tp_full_shape(const GPTConfig& cfg, const Param& p) {
 void copy_tp_slice(const GPTConfig& cfg, const TpSlice& slice, const ParamList& mine,
                    const ParamList& full) {
   for (size_t i = 0; i < mine.size(); ++i) {
-    if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
     // Mixed precision: the slices are cut from the full model's 2-byte parameters (rounded once
-    // from the fp32 initial values), so a shard holds exactly the single-device values.
+    // from the fp32 initial values), so a shard holds exactly the single-device values. (Phantom
+    // tensors take the 2-byte type too: the allocator counts what a real run would hold.)
     if (mine[i]->data.dtype() != cfg.dtype)
       mine[i]->data = Tensor::empty(mine[i]->data.shape(), MemCategory::parameters, cfg.dtype);
+    if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
     int64_t pos = 0;
     for (const train::ShardRun& run :
          tp_shard_runs(cfg, slice, mine[i]->name, full[i]->data.shape())) {
@@ -206,33 +207,6 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
 // ---------------------------------------------------------------------------------- the
 // all-reduces
 
-void TensorParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
-}
-
-void TensorParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                          const Tensor& inp) {
-  tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                             linear.weight.data, tp_);
-}
-
-void TensorParallelHooks::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
-  const Tensor no_bias;
-  tp_seams().row_forward(out, inp, linear.weight.data, tp_.rank() == 0 ? linear.bias.data : no_bias,
-                         tp_);
-}
-
-void TensorParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                       const Tensor& inp) {
-  tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
-                          tp_);
-}
-
-void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { TensorParallelHooks(tp_).column_forward(linear, out, inp); });
-}
-
 // Mixed precision: the two all-reduces that sum partial results (g forward after a row-parallel
 // linear, f backward after a column-parallel one) sum them in fp32 and round once into the
 // 2-byte activation, as the single-device linear rounds its one fp32 result. Summing 2-byte
@@ -242,33 +216,64 @@ Tensor TensorParallel::fp32_partial(const Tensor& like) {
   return Tensor::empty(like.shape(), MemCategory::comm_buffers, DType::f32);
 }
 
-void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                     const Tensor& inp) {
+void TensorParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
+}
+
+void TensorParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                          const Tensor& inp) {
   const bool fp32 = dinp.dtype() == DType::f32;
-  Tensor dx = fp32 ? dinp : fp32_partial(dinp);
-  outside_phase([&] {
-    tp_seams().column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp,
-                               linear.weight.data, tp_);
-  });
+  Tensor dx = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+  tp_seams().column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp,
+                             linear.weight.data, tp_);
   if (!fp32) ops::convert(dinp, dx);
 }
 
-void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+void TensorParallelHooks::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   const Tensor no_bias;
   if (out.dtype() == DType::f32) {
     // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
-    outside_phase([&] {
-      tp_seams().row_forward(out, inp, linear.weight.data,
-                             tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
-    });
+    tp_seams().row_forward(out, inp, linear.weight.data,
+                           tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
     return;
   }
   // 2-byte activations: the fp32 sum of the partial products, rounded, then the bias (as the
   // single-device linear adds it to its rounded product).
-  Tensor sum = fp32_partial(out);
-  outside_phase([&] { tp_seams().row_forward(sum, inp, linear.weight.data, no_bias, tp_); });
+  Tensor sum = TensorParallel::fp32_partial(out);
+  tp_seams().row_forward(sum, inp, linear.weight.data, no_bias, tp_);
   ops::convert(out, sum);
   if (linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
+}
+
+void TensorParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                       const Tensor& inp) {
+  tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
+                          tp_);
+}
+
+void TensorParallelHooks::column_backward_input(const Linear& linear, Tensor& dinp,
+                                                const Tensor& dout) {
+  // My columns' share of dout @ W, summed over the tp group (f's backward), in fp32 under mixed
+  // precision as column_backward sums it.
+  const bool fp32 = dinp.dtype() == DType::f32;
+  Tensor dx = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+  ops::matmul(dx, dout, linear.weight.data);
+  f_backward(dx, tp_);
+  if (!fp32) ops::convert(dinp, dx);
+}
+
+// The layout's own hooks: the same, with the forward/backward region closed around them.
+void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  outside_phase([&] { TensorParallelHooks(tp_).column_forward(linear, out, inp); });
+}
+
+void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                     const Tensor& inp) {
+  outside_phase([&] { TensorParallelHooks(tp_).column_backward(linear, dinp, dout, inp); });
+}
+
+void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  outside_phase([&] { TensorParallelHooks(tp_).row_forward(linear, out, inp); });
 }
 
 void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,

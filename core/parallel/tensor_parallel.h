@@ -96,6 +96,7 @@ class TensorParallelHooks : public BlockHooks {
                        const Tensor& inp) override;
   void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
+  void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
 
  private:
   comm::Comm& tp_;
@@ -115,6 +116,8 @@ class TensorParallel : public train::Layout, private BlockHooks {
 
   GPT& model() { return *model_; }
   const TpSlice& slice() const { return slice_; }
+  // An fp32 buffer shaped like `like`, for summing 2-byte partial results in fp32.
+  static Tensor fp32_partial(const Tensor& like);
 
  protected:
   // For layouts that are TP with other communication at the same points (sequence parallelism):
@@ -122,8 +125,6 @@ class TensorParallel : public train::Layout, private BlockHooks {
   TensorParallel(const GPTConfig& cfg, comm::Comm& tp, const OptimizerFactory& make_optimizer,
                  int seq_parts);
   BlockShard block_shard() const { return model_->shard(); }
-  // An fp32 buffer shaped like `like`, for summing 2-byte partial results in fp32.
-  static Tensor fp32_partial(const Tensor& like);
 
   // The forward/backward region on the timeline is closed while a linear and its communication
   // run, so the trace shows the compute lane waiting for the tp group (not "busy" through it).

@@ -28,15 +28,6 @@ namespace {
 // of stages 2-3 exist only while their layer computes or communicates; the lesson names them.
 constexpr MemCategory kTransient = MemCategory::comm_buffers;
 
-// Points each parameter's data (or grad) at its place in a flat unit-sized tensor.
-void view_params(ZeroUnit& u, Tensor flat, bool grads) {
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    Tensor view =
-        flat.flat_range(u.offsets[i], u.offsets[i] + shape_numel(u.shapes[i])).reshape(u.shapes[i]);
-    (grads ? u.params[i]->grad : u.params[i]->data) = view;
-  }
-}
-
 // The collectives cut every tensor by comm::chunk_range; an owned chunk cut otherwise would update
 // elements whose averaged gradient never arrives here.
 void check_chunk(const ZeroUnit& u, int ranks, int rank) {
@@ -52,6 +43,76 @@ void drop_params(ZeroUnit& u, bool grads) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------- shared with
+// hybrid's ZeRO-1: a unit's flat layout, my slices of it, and their map into the full model
+
+void view_params(ZeroUnit& u, Tensor flat, bool grads) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    Tensor view =
+        flat.flat_range(u.offsets[i], u.offsets[i] + shape_numel(u.shapes[i])).reshape(u.shapes[i]);
+    (grads ? u.params[i]->grad : u.params[i]->data) = view;
+  }
+}
+
+ZeroUnit plan_unit(ParamList params, int ranks, int rank) {
+  ZeroUnit u;
+  u.params = std::move(params);
+  for (Param* p : u.params) {
+    u.offsets.push_back(u.numel);
+    u.shapes.push_back(p->data.shape());
+    u.numel += p->data.numel();
+  }
+  std::tie(u.begin, u.end) = zero_seams().owned_chunk(u.numel, ranks, rank);
+  check_chunk(u, ranks, rank);
+  return u;
+}
+
+void append_owned_slices(const ZeroUnit& u, const Tensor& data, const Tensor& grad,
+                         std::vector<OwnedSlice>& out) {
+  // A tensor holding only the owned chunk starts at the chunk's first element.
+  const int64_t data_base = data.numel() == u.numel ? 0 : u.begin;
+  const int64_t grad_base = grad.numel() == u.numel ? 0 : u.begin;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
+    const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
+    if (lo >= hi) continue;
+    OwnedSlice s{u.params[i], u.shapes[i], lo - first, hi - first, std::make_unique<Param>()};
+    s.shard->name = u.params[i]->name;
+    s.shard->data = data.flat_range(lo - data_base, hi - data_base);
+    s.shard->grad = grad.flat_range(lo - grad_base, hi - grad_base);
+    out.push_back(std::move(s));
+  }
+}
+
+std::vector<train::TensorShard> owned_slice_shards(const std::vector<OwnedSlice>& owned,
+                                                   optim::Optimizer& optimizer,
+                                                   const SliceMap& where) {
+  std::vector<train::TensorShard> shards;
+  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps.
+  auto* mixed = dynamic_cast<optim::MixedPrecision*>(&optimizer);
+  ParamList masters = mixed ? mixed->master_params() : ParamList{};
+  for (size_t i = 0; i < owned.size(); ++i) {
+    SliceTarget t = where(owned[i]);
+    shards.push_back({owned[i].full->name, "param", t.full_shape, std::move(t.runs),
+                      mixed ? masters[i]->data : owned[i].shard->data, t.writer});
+  }
+  // Optimizer state "<prefix>.<param name>" of my slice: the same elements of the full state,
+  // which a single-device run keeps flat ([numel]).
+  for (const optim::NamedTensor& state : optimizer.state()) {
+    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
+    const OwnedSlice* slice = nullptr;
+    for (const OwnedSlice& s : owned) {
+      const std::string& n = s.full->name;
+      if (state.name.size() > n.size() && state.name.ends_with("." + n)) slice = &s;
+    }
+    if (!slice) throw std::logic_error("ZeRO: optimizer state " + state.name + " matches no slice");
+    SliceTarget t = where(*slice);
+    shards.push_back({state.name, "optimizer_state", Shape{shape_numel(t.full_shape)},
+                      std::move(t.runs), state.tensor, t.writer});
+  }
+  return shards;
+}
 
 // ---------------------------------------------------------------------------------- seams
 
@@ -84,15 +145,7 @@ ZeroLayout::ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions opti
 void ZeroLayout::cut_shards() {
   const int stage = options_.stage;
   for (int layer = 0; layer < layer_count(model_); ++layer) {
-    ZeroUnit u;
-    u.params = layer_params(model_, layer);
-    for (Param* p : u.params) {
-      u.offsets.push_back(u.numel);
-      u.shapes.push_back(p->data.shape());
-      u.numel += p->data.numel();
-    }
-    std::tie(u.begin, u.end) = zero_seams().owned_chunk(u.numel, dp_.size(), dp_.rank());
-    check_chunk(u, dp_.size(), dp_.rank());
+    ZeroUnit u = plan_unit(layer_params(model_, layer), dp_.size(), dp_.rank());
     // The seeded parameters, flat. Stages 0-2 keep the whole unit; stage 3 cuts out its chunk.
     Tensor flat =
         Tensor::empty({u.numel}, stage == 3 ? kTransient : MemCategory::parameters, config_.dtype);
@@ -114,20 +167,9 @@ void ZeroLayout::cut_shards() {
       u.grad_shard = Tensor::zeros({u.end - u.begin}, MemCategory::gradients);
       drop_params(u, /*grads=*/true);
     }
-    if (stage >= 1) {  // the slices of this unit's parameters that fall in my chunk
-      for (size_t i = 0; i < u.params.size(); ++i) {
-        const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
-        const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
-        if (lo >= hi) continue;
-        OwnedSlice s{u.params[i], u.shapes[i], lo - first, hi - first, std::make_unique<Param>()};
-        s.shard->name = u.params[i]->name;
-        s.shard->data = stage == 3 ? u.param_shard.flat_range(lo - u.begin, hi - u.begin)
-                                   : u.flat_params.flat_range(lo, hi);
-        s.shard->grad = stage < 2 ? u.flat_grads.flat_range(lo, hi)
-                                  : u.grad_shard.flat_range(lo - u.begin, hi - u.begin);
-        owned_.push_back(std::move(s));
-      }
-    }
+    if (stage >= 1)  // the slices of this unit's parameters that fall in my chunk
+      append_owned_slices(u, stage == 3 ? u.param_shard : u.flat_params,
+                          stage < 2 ? u.flat_grads : u.grad_shard, owned_);
     units_.push_back(std::move(u));
   }
 }
@@ -266,19 +308,11 @@ void ZeroLayout::gather_updated_params() {
 std::vector<train::TensorShard> ZeroLayout::shards() {
   if (options_.stage == 0)
     return train::whole_tensor_shards(model_.params(), optimizer_.get(), dp_.rank() == 0);
-  std::vector<train::TensorShard> shards;
-  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps.
-  auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer_.get());
-  ParamList masters = mixed ? mixed->master_params() : ParamList{};
-  for (size_t i = 0; i < owned_.size(); ++i) {
-    const OwnedSlice& s = owned_[i];
-    shards.push_back({s.full->name,
-                      "param",
-                      s.shape,
-                      {{s.begin, s.end - s.begin}},
-                      mixed ? masters[i]->data : s.shard->data,
-                      /*writer=*/true});
-  }
+  // My slices: their elements [begin, end) of the full parameter (ZeRO cuts the whole model).
+  std::vector<train::TensorShard> shards =
+      owned_slice_shards(owned_, *optimizer_, [](const OwnedSlice& s) {
+        return SliceTarget{s.shape, {{s.begin, s.end - s.begin}}, /*writer=*/true};
+      });
   // Stages 1-2 hold every parameter in full too: a resume fills them as well (not written).
   if (options_.stage < 3)
     for (Param* p : model_.params())
@@ -288,23 +322,6 @@ std::vector<train::TensorShard> ZeroLayout::shards() {
                         {{0, p->data.numel()}},
                         p->data,
                         /*writer=*/false});
-  // Optimizer state "<prefix>.<param name>" of my slice: the same elements of the full state,
-  // which a single-device run keeps flat ([numel]).
-  for (const optim::NamedTensor& state : optimizer_->state()) {
-    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
-    const OwnedSlice* slice = nullptr;
-    for (const OwnedSlice& s : owned_) {
-      const std::string& n = s.full->name;
-      if (state.name.size() > n.size() && state.name.ends_with("." + n)) slice = &s;
-    }
-    if (!slice) throw std::logic_error("ZeRO: optimizer state " + state.name + " matches no slice");
-    shards.push_back({state.name,
-                      "optimizer_state",
-                      {shape_numel(slice->shape)},
-                      {{slice->begin, slice->end - slice->begin}},
-                      state.tensor,
-                      true});
-  }
   return shards;
 }
 

@@ -80,6 +80,41 @@ struct ZeroUnit {
   comm::Work gathering, reducing;
 };
 
+// ------------------------------------------------------------------ pieces ZeRO-1 shares
+// (hybrid DP x TP x PP runs ZeRO-1 over its dp group with these and the exercise-08 step.)
+
+// A unit's flat layout: its parameters' offsets and shapes in one flat vector, and the chunk rank
+// `rank` of `ranks` owns (zero_seams().owned_chunk, checked against the collectives' cut).
+ZeroUnit plan_unit(ParamList params, int ranks, int rank);
+// Points each parameter's data (grads = false) or grad (true) at its place in `flat`.
+void view_params(ZeroUnit& u, Tensor flat, bool grads);
+
+// The slice of one parameter a rank owns, as a parameter of its own (1-D, the same name) that the
+// optimizer updates: its data and grad are views of this rank's chunk.
+struct OwnedSlice {
+  Param* full = nullptr;
+  Shape shape;                 // the parameter's (as this rank holds it)
+  int64_t begin = 0, end = 0;  // in the parameter's flat elements
+  std::unique_ptr<Param> shard;
+};
+// Appends the slices of u's parameters that fall in its owned chunk. `data` and `grad` are each
+// either the whole flat unit or only the owned chunk (u.end - u.begin elements).
+void append_owned_slices(const ZeroUnit& u, const Tensor& data, const Tensor& grad,
+                         std::vector<OwnedSlice>& out);
+
+// Where an owned slice's elements sit in the full model, and whether this rank writes them.
+struct SliceTarget {
+  Shape full_shape;
+  std::vector<train::ShardRun> runs;
+  bool writer = true;
+};
+using SliceMap = std::function<SliceTarget(const OwnedSlice&)>;
+// The checkpoint map of the owned slices (their fp32 master weights under mixed precision) and of
+// their optimizer state "<prefix>.<param name>" (flat [numel] in the full model).
+std::vector<train::TensorShard> owned_slice_shards(const std::vector<OwnedSlice>& owned,
+                                                   optim::Optimizer& optimizer,
+                                                   const SliceMap& where);
+
 class ZeroLayout : public train::Layout {
  public:
   ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
@@ -94,14 +129,6 @@ class ZeroLayout : public train::Layout {
   int64_t owned_elements() const;  // parameter elements this rank's optimizer updates
 
  private:
-  // The slice of one model parameter this rank owns, as a parameter of its own (1-D, the same
-  // name) that the optimizer updates: its data and grad are views of this rank's chunk.
-  struct OwnedSlice {
-    Param* full = nullptr;
-    Shape shape;                 // the full parameter's
-    int64_t begin = 0, end = 0;  // in the full parameter
-    std::unique_ptr<Param> shard;
-  };
   void cut_shards();
   void gather(int unit);   // stage 3: all-gather the unit (async), if not already in flight
   void attach(int unit);   // stage 3: wait for the gather, point the parameters at it

@@ -80,6 +80,7 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--dp", {"1"}},  // hybrid: with the default tp 2 x pp 2 on 8 ranks, refused
     {"--tp", {"1"}},
     {"--pp", {"4"}},
+    {"--zero", {"1"}},  // hybrid: ZeRO-1 over dp
 };
 
 std::string read(const std::string& path) {

@@ -112,6 +112,15 @@ double bubble_fraction_theory(const std::string& name, int P, int M, int V) {
   throw std::invalid_argument(fmt::format("no bubble theory for schedule '{}'", name));
 }
 
+std::string bubble_formula(const std::string& name, int P, int M, int V) {
+  if (name == "naive") return fmt::format("(P-1)/P = {}/{}", P - 1, P);
+  if (name == "interleaved") return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
+  if (name == "zb-h1")
+    return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
+                       3 * M + P - 1 + std::max(0, P - M));
+  return fmt::format("(P-1)/(M+P-1) = {}/{}", P - 1, M + P - 1);
+}
+
 std::vector<int> peak_activations_theory(const std::string& name, int P, int M, int V) {
   std::vector<int> peak(P);
   for (int s = 0; s < P; ++s) {

@@ -43,6 +43,9 @@ SimulationResult simulate_schedule(const Schedule& schedule, const CostModel& co
 // Closed-form bubble fraction (see simulate.cpp for the derivations and their assumptions).
 double bubble_fraction_theory(const std::string& schedule_name, int stages, int microbatches,
                               int virtual_stages = 1);
+// The same formula as text with its numbers: "(P-1)/(M+P-1) = 3/7".
+std::string bubble_formula(const std::string& schedule_name, int stages, int microbatches,
+                           int virtual_stages = 1);
 
 // Peak in-flight activations per stage, counted in (micro-batch, chunk) units: forwards done minus
 // backwards done (B, or B-input for zero bubble). With V chunks one unit is 1/V of a stage.

@@ -19,6 +19,11 @@ Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
   return Tensor::zeros(shape, MemCategory::workspace, dtype);
 }
 
+BlockHooks& hooks_of(const Block& block) {
+  static BlockHooks one_device;  // no layout communicates: the plain math
+  return block.hooks ? *block.hooks : one_device;
+}
+
 // LayerNorm input gradient; the kernel also produces weight grads, which B throws away.
 void layernorm_input_grad(Tensor& dx, const Tensor& dout, const Tensor& inp, const LayerNorm& ln,
                           const Tensor& mean, const Tensor& rstd) {
@@ -58,14 +63,17 @@ void block_backward_input(const Block& block, Tensor& dx, const Tensor& dout,
   // MLP branch: dy @ W for each Linear, GELU and LayerNorm input grads in between.
   ops::matmul(keep.d_fc, keep.d_out, block.mlp_proj.weight.data);
   ops::gelu_backward(keep.d_fc, a.fc, keep.d_fc);
-  ops::matmul(keep.d_ln2, keep.d_fc, block.fc.weight.data);
+  // (Row-parallel input gradients stay local under TP; column-parallel ones are partial sums,
+  // which the block's hooks complete.)
+  BlockHooks& hooks = hooks_of(block);
+  hooks.column_backward_input(block.fc, keep.d_ln2, keep.d_fc);
   layernorm_input_grad(keep.d_res1, keep.d_ln2, a.res1, block.ln2, a.ln2_mean, a.ln2_rstd);
   ops::axpy(keep.d_res1, 1.0f, keep.d_out);  // the residual path
 
   // Attention branch.
   ops::matmul(d_attn_out, keep.d_res1, block.attn_proj.weight.data);
-  ops::attention_backward(keep.d_qkv, d_attn_out, a.qkv, a.att, block.heads);
-  ops::matmul(keep.d_ln1, keep.d_qkv, block.qkv.weight.data);
+  hooks.attention_backward(keep.d_qkv, d_attn_out, a.qkv, a.attn_out, a.att, a.lse, block.heads);
+  hooks.column_backward_input(block.qkv, keep.d_ln1, keep.d_qkv);
   layernorm_input_grad(dx, keep.d_ln1, a.input, block.ln1, a.ln1_mean, a.ln1_rstd);
   ops::axpy(dx, 1.0f, keep.d_res1);
 }
