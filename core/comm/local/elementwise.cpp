@@ -8,11 +8,12 @@
 
 namespace mgpu::comm::local {
 
-namespace {
 // Plain loops over restrict pointers: the compiler vectorises them (no aliasing to rule out).
 void add_floats(float* __restrict acc, const float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
+
+namespace {
 void scale_floats(float* __restrict a, float factor, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] *= factor;
 }

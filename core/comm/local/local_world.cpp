@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/comm/local/algorithms.h"
+
 namespace mgpu::comm::local {
 
 namespace {
@@ -18,6 +20,17 @@ void copy_bytes(void* dst, DeviceKind dst_kind, const void* src, DeviceKind src_
     device_memory_hooks(DeviceKind::cuda).copy(dst, src, bytes);
   else
     std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+// Hands a message to its receive: a copy, or for recv_reduce an add (host f32 only; LocalComm
+// sends other receives through Comm's recv + add).
+void deliver(const Incoming& target, const Outgoing& message) {
+  if (!target.accumulate) {
+    copy_bytes(target.data, target.kind, message.data, message.kind, message.bytes);
+  } else if (target.data && message.data) {
+    add_floats(static_cast<float*>(target.data), static_cast<const float*>(message.data),
+               message.bytes / static_cast<int64_t>(sizeof(float)));
+  }
 }
 
 // How long a waiter spins (yielding) before it sleeps on its condition variable: long enough to
@@ -104,7 +117,7 @@ int64_t LocalWorld::post(const MailboxKey& key, const Outgoing& message) {
     // The receive is already posted: copy straight into it, and the message is done.
     slot.stage = Stage::copying;
     lock.unlock();
-    copy_bytes(slot.target.data, slot.target.kind, message.data, message.kind, message.bytes);
+    deliver(slot.target, message);
     lock.lock();
     slot.stage = Stage::delivered;
     slot.sender_done = true;
@@ -188,8 +201,7 @@ Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
     const Stage was = slot.stage;
     slot.stage = Stage::copying;
     lock.unlock();
-    copy_bytes(slot.target.data, slot.target.kind, slot.message.data, slot.message.kind,
-               slot.message.bytes);
+    deliver(slot.target, slot.message);
     lock.lock();
     slot.stage = Stage::delivered;
     if (was == Stage::offered) wake(key.src);  // the sender may wait for its buffer back
