@@ -100,8 +100,18 @@ double ring_over_mpi_busbw(World& world, int64_t n, int iterations) {
 
 int main(int argc, char** argv) {
   mgpu::reference::install_seams();
+  // bench_allreduce [RANKS [ELEMENTS...]]: 4 ranks and 1K, 64K, 1M, 4M elements by default.
   int ranks = argc > 1 ? std::atoi(argv[1]) : 4;
-  const std::vector<int64_t> sizes = {1 << 10, 1 << 16, 1 << 20, 1 << 22};
+  std::vector<int64_t> sizes = {1 << 10, 1 << 16, 1 << 20, 1 << 22};
+  if (argc > 2) sizes.clear();
+  for (int i = 2; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+  for (int64_t n : sizes)
+    if (n <= 0 || ranks <= 0) {
+      std::fprintf(stderr,
+                   "bench_allreduce: ranks and element counts must be positive integers, e.g. "
+                   "bench_allreduce 2 65536 1048576\n");
+      return 2;
+    }
   auto iterations = [](int64_t n) { return n > (1 << 20) ? 5 : 20; };
   WorldOptions o;
   o.clock = ClockKind::wall;
