@@ -90,7 +90,7 @@ TEST_CASE("local mailbox: recv_reduce adds like recv + add in every meeting orde
 
 // Two worlds, the same messages: one receiver uses recv_reduce, the other recv + add_into. The
 // sums, the comm events of the modeled trace and the clocks must be identical.
-TEST_CASE("recv_reduce costs what recv + add cost: same sums, clock and comm trace",
+TEST_CASE("recv_reduce costs what recv + add cost: same sums and clock and comm trace",
           "[comm][local][clock]") {
   const int64_t n = 5000;
   struct Run {
