@@ -1,6 +1,7 @@
 // Exercise 01: ring all-reduce. Replace the body with your implementation, written on top of
 // comm.send / comm.recv only. Run the graded tests with MGPU_IMPL=mine, or a lesson with
-// --impl mine, and your version drives the DDP timeline.
+// --impl mine, and your version drives the DDP timeline. To add an incoming chunk, recv it into a
+// temporary and add it, or call comm.recv_reduce(chunk, src): the same sum in one pass (comm.h).
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {

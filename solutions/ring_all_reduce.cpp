@@ -2,13 +2,13 @@
 //
 // The N ranks form a ring; rank r sends to r+1 and receives from r-1. The tensor is cut into N
 // chunks (chunk_range: lengths need not divide by N). Two phases of N-1 steps each:
-//  1. reduce-scatter: each step, send one chunk right and add the chunk arriving from the left.
+//  1. reduce-scatter: each step, send one chunk right and add the chunk arriving from the left
+//     (recv_reduce: receive and add in one pass; a recv into a temporary + add is the same sum).
 //     After N-1 steps rank r holds the complete sum of chunk r.
 //  2. all-gather: each step, forward the complete chunk received last step. After N-1 steps
 //     every rank holds every complete chunk.
 // Every rank sends 2(N-1) messages of n/N elements: the bytes each link carries do not grow with
 // N, which is why the ring is bandwidth-optimal. For avg we sum, then divide once at the end.
-#include "core/comm/local/algorithms.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::reference {
@@ -22,13 +22,11 @@ void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
   for (int step = 0; step < n - 1; ++step) {
     Tensor outgoing = comm::ring_chunk(t, n, r - step - 1);
     Tensor accumulate = comm::ring_chunk(t, n, r - step - 2);
-    Tensor incoming = Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, t.dtype());
     // Post the send first and wait for it after the recv: if every rank did a blocking
     // send at once, a backend without buffering (MPI, large messages) would deadlock.
     comm::Work sending = comm.isend(outgoing, right);
-    comm.recv(incoming, left);
+    comm.recv_reduce(accumulate, left);  // accumulate += the chunk arriving from the left
     sending.wait();
-    comm::local::add_into(accumulate, incoming);
   }
 
   // Phase 2, all-gather: at step s send the complete chunk r-s, receive complete chunk r-s-1

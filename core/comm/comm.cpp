@@ -1,4 +1,5 @@
-// The backend-independent parts of comm: chunking, Work, reduce-op names and the exercise seams.
+// The backend-independent parts of comm: chunking, Work, reduce-op names, the exercise seams and
+// recv_reduce for backends without a fused one.
 #include "core/comm/comm.h"
 
 #include <optional>
@@ -6,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/comm/local/algorithms.h"
 #include "core/comm/seams.h"
 #include "core/runtime/seam.h"
 
@@ -75,6 +77,13 @@ void Work::wait() {
   // Release first so a throwing wait() is not retried by the destructor.
   std::unique_ptr<Impl> impl = std::move(impl_);
   impl->wait();
+}
+
+void Comm::recv_reduce(Tensor& accumulate, int src, int tag) {
+  Tensor incoming =
+      Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, accumulate.dtype());
+  recv(incoming, src, tag);
+  local::add_into(accumulate, incoming);
 }
 
 void install_comm_seams(CommSeams seams) {

@@ -85,6 +85,12 @@ class Comm {
   virtual void recv(Tensor& t, int src, int tag = 0) = 0;
   virtual Work isend(const Tensor& t, int dst, int tag = 0) = 0;
   virtual Work irecv(Tensor& t, int src, int tag = 0) = 0;
+  // Receives a message of accumulate.numel() f32 values from src and adds it in:
+  // accumulate[i] += message[i], bit for bit what recv into a temporary + add would give, and the
+  // same on the modeled clock and in the trace (a "recv"). The default does exactly that; the
+  // local and MPI backends add straight from the sender's (or the wire's) buffer: one memory pass,
+  // no temporary. The ring reduce-scatter's step.
+  virtual void recv_reduce(Tensor& accumulate, int src, int tag = 0);
 
   // Collectives; every member must call them in the same order with matching arguments.
   virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum) = 0;

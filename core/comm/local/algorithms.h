@@ -28,6 +28,9 @@ void dissemination_barrier(Comm& comm);
 
 // Elementwise helpers (no-ops on phantom tensors, which have shapes but no data).
 void add_into(Tensor& acc, const Tensor& x);
+// acc[i] += x[i] on host floats: add_into's loop, for backends that add from raw message buffers
+// (recv_reduce); the same loop everywhere keeps results bit-identical.
+void add_floats(float* acc, const float* x, int64_t n);
 void scale(Tensor& t, float factor);
 
 }  // namespace mgpu::comm::local

@@ -8,11 +8,17 @@
 
 namespace mgpu::comm::local {
 
-namespace {
-// Plain loops over restrict pointers: the compiler vectorises them (no aliasing to rule out).
+// Loops over restrict pointers: the compiler vectorises them (no aliasing to rule out). The add
+// runs in blocks of 16 so that -O2 vectorises it too (GCC's cheap cost model at -O2 skips loops
+// whose trip count needs a scalar epilogue); each element is still acc[i] + x[i].
 void add_floats(float* __restrict acc, const float* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[i + j] += x[i + j];
+  for (; i < n; ++i) acc[i] += x[i];
 }
+
+namespace {
 void scale_floats(float* __restrict a, float factor, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] *= factor;
 }

@@ -40,12 +40,15 @@ class LocalComm final : public Comm {
     compute_waits_for(posted.end);
   }
 
-  void recv(Tensor& t, int src, int tag) override {
-    check_peer(src, "recv from");
-    MailboxKey key = mailbox(src, rank_, tag);
-    double posted = ctx_->clock.comm_issue_time();
-    double end = receive(t, key, world_->reserve(key, incoming(t)), posted, src, tag);
-    compute_waits_for(end);
+  void recv(Tensor& t, int src, int tag) override { receive_now(t, src, tag, false); }
+
+  // The receiver's buffer is the sum's target: whichever side comes second adds the sender's
+  // values straight into it (local_world.h). Host f32 only; a CUDA or 16-bit buffer takes Comm's
+  // recv into a temporary + add.
+  void recv_reduce(Tensor& accumulate, int src, int tag) override {
+    if (accumulate.device().kind == DeviceKind::cuda || accumulate.dtype() != DType::f32)
+      return Comm::recv_reduce(accumulate, src, tag);
+    receive_now(accumulate, src, tag, true);
   }
 
   // The receiver may copy from `t` until wait(): like MPI, t must not change before then.
@@ -181,8 +184,17 @@ class LocalComm final : public Comm {
     double end = 0;  // when the transfer ends on this rank's clock
   };
 
-  static Incoming incoming(Tensor& t) {
-    return {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind};
+  static Incoming incoming(Tensor& t, bool accumulate = false) {
+    return {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind, accumulate};
+  }
+
+  // A blocking receive: into t, or added into t (recv_reduce); the same clock and trace.
+  void receive_now(Tensor& t, int src, int tag, bool accumulate) {
+    check_peer(src, "recv from");
+    MailboxKey key = mailbox(src, rank_, tag);
+    double posted = ctx_->clock.comm_issue_time();
+    double end = receive(t, key, world_->reserve(key, incoming(t, accumulate)), posted, src, tag);
+    compute_waits_for(end);
   }
 
   // Offers t to dst's mailbox; the transfer ends at `end` on the modeled clock. This is the one

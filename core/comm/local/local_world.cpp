@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/comm/local/algorithms.h"
+
 namespace mgpu::comm::local {
 
 namespace {
@@ -20,9 +22,24 @@ void copy_bytes(void* dst, DeviceKind dst_kind, const void* src, DeviceKind src_
     std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
 
+// Hands a message to its receive: a copy, or for recv_reduce an add (host f32 only; LocalComm
+// sends other receives through Comm's recv + add).
+void deliver(const Incoming& target, const Outgoing& message) {
+  if (!target.accumulate) {
+    copy_bytes(target.data, target.kind, message.data, message.kind, message.bytes);
+  } else if (target.data && message.data) {
+    add_floats(static_cast<float*>(target.data), static_cast<const float*>(message.data),
+               message.bytes / static_cast<int64_t>(sizeof(float)));
+  }
+}
+
 // How long a waiter spins (yielding) before it sleeps on its condition variable: long enough to
 // catch a partner that is a few microseconds behind, short enough not to starve it on few cores.
 constexpr auto kSpin = std::chrono::microseconds(30);
+
+// A late receiver of a message this small costs the sender less as a copy into a spare buffer
+// than as a spin: a 64 KiB copy is a few microseconds, a spin up to kSpin and often a lost core.
+constexpr int64_t kSpareRatherThanSpin = 256 * 1024;
 
 }  // namespace
 
@@ -104,7 +121,7 @@ int64_t LocalWorld::post(const MailboxKey& key, const Outgoing& message) {
     // The receive is already posted: copy straight into it, and the message is done.
     slot.stage = Stage::copying;
     lock.unlock();
-    copy_bytes(slot.target.data, slot.target.kind, message.data, message.kind, message.bytes);
+    deliver(slot.target, message);
     lock.lock();
     slot.stage = Stage::delivered;
     slot.sender_done = true;
@@ -123,7 +140,8 @@ void LocalWorld::release(const MailboxKey& key, int64_t number) {
   if (it == box.slots.end() || it->second.sender_done) return;  // delivered (and maybe gone)
   Slot& slot = it->second;
   // Give a receiver that is about to arrive the chance to copy from our buffer (one copy).
-  if (slot.stage == Stage::offered) spin_for_wakeup(lock, key.src);
+  if (slot.stage == Stage::offered && slot.message.bytes > kSpareRatherThanSpin)
+    spin_for_wakeup(lock, key.src);
   if (slot.stage == Stage::offered) {
     // The receiver is late: keep the data in a spare buffer, so our buffer is free again.
     slot.stage = Stage::copying;
@@ -188,8 +206,7 @@ Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
     const Stage was = slot.stage;
     slot.stage = Stage::copying;
     lock.unlock();
-    copy_bytes(slot.target.data, slot.target.kind, slot.message.data, slot.message.kind,
-               slot.message.bytes);
+    deliver(slot.target, slot.message);
     lock.lock();
     slot.stage = Stage::delivered;
     if (was == Stage::offered) wake(key.src);  // the sender may wait for its buffer back

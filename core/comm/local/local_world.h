@@ -29,6 +29,8 @@ namespace mgpu::comm::local {
 // receive is already posted, the receiver when the offer is already there. Only a receiver that
 // is late when the sender must leave (a blocking send, or isend's wait) makes the sender copy
 // into a spare buffer of the mailbox, which is reused: no allocation per message.
+// A receive that accumulates (recv_reduce) is delivered the same way, by adding instead of
+// copying: whichever side is second adds the sender's f32 values into the receiver's buffer.
 struct Outgoing {
   const void* data = nullptr;  // null for phantom tensors (shapes only)
   int64_t bytes = 0;
@@ -39,6 +41,7 @@ struct Incoming {
   void* data = nullptr;
   int64_t bytes = 0;
   DeviceKind kind = DeviceKind::cpu;
+  bool accumulate = false;  // data[i] += message[i] (host f32) instead of a copy
 };
 struct Arrived {
   int64_t bytes = 0;  // what the sender sent (may differ from the receive buffer: an error)

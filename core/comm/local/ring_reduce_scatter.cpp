@@ -12,14 +12,11 @@ void ring_reduce_scatter(Comm& comm, Tensor& buffer) {
   for (int step = 0; step < n - 1; ++step) {
     Tensor outgoing = chunk(r - step - 1);
     Tensor accumulate = chunk(r - step - 2);
-    Tensor incoming =
-        Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, buffer.dtype());
     // Post the send first and wait for it after the recv: if every rank did a blocking
     // send at once, a backend without buffering (MPI, large messages) would deadlock.
     comm::Work sending = comm.isend(outgoing, right);
-    comm.recv(incoming, left);
+    comm.recv_reduce(accumulate, left);  // accumulate += the chunk arriving from the left
     sending.wait();
-    add_into(accumulate, incoming);
   }
 }
 

@@ -184,6 +184,13 @@ class MpiComm final : public Comm {
     PostedRecv posted = post_recv(t, src, tag);
     compute_waits_for(finish_recv(posted));
   }
+  // Adds straight from the message buffer MPI received into: no temporary tensor, the same sum.
+  void recv_reduce(Tensor& accumulate, int src, int tag) override {
+    if (accumulate.dtype() != DType::f32) return Comm::recv_reduce(accumulate, src, tag);
+    PostedRecv posted = post_recv(accumulate, src, tag);
+    posted.accumulate = true;
+    compute_waits_for(finish_recv(posted));
+  }
   // The message (a copy with its header) is handed to MPI now; wait() completes the request, so
   // every rank can post its send before any of them blocks in a recv (the ring pattern).
   Work isend(const Tensor& t, int dst, int tag) override {
@@ -345,6 +352,7 @@ class MpiComm final : public Comm {
     int src = 0;
     double posted = 0;  // when the receive was posted on this rank's clock
     bool traced = true;
+    bool accumulate = false;  // recv_reduce: add the payload into target instead of copying
   };
 
   // Header: the sender's modeled issue time, then the payload. This is the one place bytes leave
@@ -392,8 +400,11 @@ class MpiComm final : public Comm {
     Tensor& t = p.target;
     double sent;
     std::memcpy(&sent, p.buffer.data(), sizeof(double));
-    if (t.has_data() && t.bytes() > 0)
-      std::memcpy(t.raw(), p.buffer.data() + sizeof(double), static_cast<size_t>(t.bytes()));
+    const char* payload = p.buffer.data() + sizeof(double);
+    if (t.has_data() && t.bytes() > 0 && p.accumulate)
+      local::add_floats(t.f32(), reinterpret_cast<const float*>(payload), t.numel());
+    else if (t.has_data() && t.bytes() > 0)
+      std::memcpy(t.raw(), payload, static_cast<size_t>(t.bytes()));
     RankClock& clock = ctx_->clock;
     double transfer = ctx_->profile.transfer_time(world_rank(p.src), world_rank(rank_), t.bytes());
     double end = clock.modeled() ? std::max(p.posted, sent + transfer) : clock.wall_now();

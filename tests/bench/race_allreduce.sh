@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The local (threads) backend's ring all-reduce vs Open MPI's MPI_Allreduce on this machine: one
+# run of bench_allreduce under mpirun per rank count races both on the same sizes, wall clock,
+# busbw = 2(N-1)/N x bytes / time. Prints the host's load before each run: on a shared machine
+# numbers taken under load are noise (repeat with RUNS=N and report the spread).
+#   tests/bench/race_allreduce.sh [BUILD_DIR]   (needs: cmake --build BUILD_DIR --target bench_allreduce)
+#   RANKS="2 4" RUNS=1 by default.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:-$here/../../build-cpu}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for run in $(seq "${RUNS:-1}"); do
+  for ranks in ${RANKS:-2 4}; do
+    echo "== run $run, $ranks ranks; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    mpirun --oversubscribe -n "$ranks" "$build/bench_allreduce" "$ranks" | grep -v "^all-reduce busbw"
+  done
+done
