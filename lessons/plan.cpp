@@ -58,19 +58,20 @@ std::string tokens_rate(double tokens_per_s) {
 void print_row(std::ostream& out, const std::string& rank, const plan::Simulated& s) {
   const plan::Layout& l = s.layout;
   const plan::Prediction& p = s.prediction;
-  fmt::print(out,
-             "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>5} {:>4} {:>4} {:>9} | {:>9} {:>8.1f} "
-             "{:>5.1f}% {:>9} {:>6.1f}% {:>9.3f} s\n",
-             rank, l.dp, l.tp, l.pp, l.cp, l.microbatch_size, l.microbatches, l.schedule, l.zero,
-             l.precision, l.recompute, tokens_rate(p.tokens_per_s), p.tflops_per_gpu, 100 * p.mfu,
-             gib(p.memory_peak_total), 100 * p.bubble_fraction, p.exposed_comm_seconds);
+  fmt::print(
+      out,
+      "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8.1f} "
+      "{:>5.1f}% {:>9} {:>6.1f}% {:>9.3f} s\n",
+      rank, l.dp, l.tp, l.pp, l.cp, l.microbatch_size, l.microbatches, l.schedule, l.zero,
+      l.precision, l.recompute, tokens_rate(p.tokens_per_s), p.tflops_per_gpu, 100 * p.mfu,
+      gib(p.memory_peak_total), 100 * p.bubble_fraction, p.exposed_comm_seconds);
 }
 
 void print_header(std::ostream& out) {
   fmt::print(out,
-             "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>5} {:>4} {:>4} {:>9} | {:>9} {:>8} "
+             "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8} "
              "{:>6} {:>9} {:>7} {:>11}\n",
-             "#", "dp", "tp", "pp", "cp", "mbs", "M", "sched", "zero", "prec", "recompute",
+             "#", "dp", "tp", "pp", "cp", "mbs", "M", "schedule", "zero", "prec", "recompute",
              "tokens/s", "TFLOP/s", "MFU", "mem/GPU", "bubble", "exposed comm");
 }
 
@@ -88,6 +89,7 @@ nlohmann::json layout_json(const plan::Simulated& s) {
                       {"microbatch_size", l.microbatch_size},
                       {"microbatches", l.microbatches},
                       {"schedule", l.schedule},
+                      {"virtual_stages", l.virtual_stages},
                       {"zero", l.zero},
                       {"precision", l.precision},
                       {"recompute", l.recompute},
@@ -239,8 +241,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   app.add_option("--zero", zero, "ZeRO stage over dp: 0 or 1")
       ->check(CLI::IsMember({0, 1}))
       ->group("Pins");
-  app.add_option("--schedule", schedule, "gpipe | 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+  app.add_option("--schedule", schedule, "gpipe | 1f1b | interleaved (V = 2) | zb-h1")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}))
       ->group("Pins");
   app.add_option("--precision", precision, "fp32 | bf16 | fp16 | any (default: bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "any"}))

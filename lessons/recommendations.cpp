@@ -147,7 +147,7 @@ class RecommendationsLesson : public Lesson {
     plan::SearchRequest request;
     extra_flags_ = "";
     const auto r =
-        search({"2. a model that does not fit one GPU", "gpt3-175b", 256}, profile, out, request);
+        search({"2. a model that does not fit one GPU", "gpt3-175b", 1024}, profile, out, request);
     if (r.ranked.empty()) return;
     const Simulated& best = r.ranked[0];
     const plan::Layout& l = best.layout;
@@ -157,10 +157,14 @@ class RecommendationsLesson : public Lesson {
         out,
         "rule: it cannot be replicated (AdamW with bf16 weights holds 16 B per parameter: "
         "{:.2f} TB of model states, computed, {:.0f}x one GPU), so #1 cuts it {} ways: tp "
-        "{} x pp {}. Its tensor-parallel group {} a node (4 all-reduces of a micro-batch's "
+        "{} x pp {}{}. Its tensor-parallel group {} a node (4 all-reduces of a micro-batch's "
         "activations per layer ride {} at {:.0f} GB/s); ",
         states / 1e12, std::ceil(states / static_cast<double>(profile.memory_capacity)),
-        l.tp * l.pp, l.tp, l.pp, best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside",
+        l.tp * l.pp * l.cp, l.tp, l.pp,
+        l.cp > 1
+            ? fmt::format(" x cp {} (each GPU keeps 1/{} of every sequence's tokens)", l.cp, l.cp)
+            : "",
+        best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside",
         best.prediction.tp_crosses_nodes ? profile.inter_node.name : profile.intra_node.name,
         (best.prediction.tp_crosses_nodes ? profile.inter_node : profile.intra_node).bandwidth /
             1e9);
@@ -175,7 +179,7 @@ class RecommendationsLesson : public Lesson {
     if (const Simulated* wide = best_where(r, [&](const plan::Layout& x) { return x.tp > l.tp; }))
       fmt::print(out, "      a wider tp ({}) is {}.\n", plan::describe(wide->layout), wide->why);
     for (const Simulated& s : r.rejected)
-      if (s.layout.tp * s.layout.pp < l.tp * l.pp) {
+      if (s.layout.tp * s.layout.pp * s.layout.cp < l.tp * l.pp * l.cp) {
         fmt::print(out, "      cutting it fewer ways ({}) does not fit: {}.\n",
                    plan::describe(s.layout), s.why);
         break;
@@ -194,14 +198,26 @@ class RecommendationsLesson : public Lesson {
     auto with_cp = [](const plan::Layout& l) { return l.cp > 1; };
     const Simulated* cp = best_where(r, with_cp);
     const Simulated* best = r.ranked.empty() ? nullptr : &r.ranked[0];
+    const int activations = static_cast<int>(MemCategory::activations);
     if (cp && best) {
       fmt::print(out,
-                 "rule: the best context-parallel layout ({}) runs {:.2f} M tokens/s with {} "
-                 "activations per GPU; #1 is {} at {:.2f} M tokens/s with {}.\n",
-                 plan::describe(cp->layout), cp->prediction.tokens_per_s / 1e6,
-                 gib(cp->prediction.memory_peak[static_cast<int>(MemCategory::activations)]),
-                 plan::describe(best->layout), best->prediction.tokens_per_s / 1e6,
-                 gib(best->prediction.memory_peak[static_cast<int>(MemCategory::activations)]));
+                 "rule: with {} tokens per sequence, the best context-parallel layout ({}) keeps "
+                 "T/cp = {} tokens per GPU: {:.2f} M tokens/s with {} of activations per GPU",
+                 request.workload.model.seq_len, plan::describe(cp->layout),
+                 request.workload.model.seq_len / cp->layout.cp, cp->prediction.tokens_per_s / 1e6,
+                 gib(cp->prediction.memory_peak[activations]));
+      if (cp != best) fmt::print(out, " (#1, {}, is faster still)", plan::describe(best->layout));
+      auto no_cp = [](const plan::Layout& l) { return l.cp == 1; };
+      if (const Simulated* flat = best_where(r, no_cp))
+        fmt::print(out, "; the best layout without it ({}) is {}.\n", plan::describe(flat->layout),
+                   flat->why.empty() ? "#1" : flat->why);
+      else if (auto it = std::find_if(r.rejected.begin(), r.rejected.end(),
+                                      [&](const Simulated& s) { return no_cp(s.layout); });
+               it != r.rejected.end())
+        fmt::print(out, "; without it ({}) the activations do not fit: {}.\n",
+                   plan::describe(it->layout), it->why);
+      else
+        fmt::print(out, "; no layout without cp was among the {} simulated.\n", r.simulated);
       return;
     }
     const std::string refused = refusal_for(r, with_cp);
@@ -212,10 +228,9 @@ class RecommendationsLesson : public Lesson {
                refused.empty() ? "simulated none of them" : "refuses it today (" + refused + ")",
                refused_count(r, with_cp));
     if (best)
-      fmt::print(out,
-                 " Without it, #1 holds {} of activations per GPU out of {} in all (simulated).\n",
-                 gib(best->prediction.memory_peak[static_cast<int>(MemCategory::activations)]),
-                 gib(best->prediction.memory_peak_total));
+      fmt::print(
+          out, " Without it, #1 holds {} of activations per GPU out of {} in all (simulated).\n",
+          gib(best->prediction.memory_peak[activations]), gib(best->prediction.memory_peak_total));
     else
       fmt::print(out, "\n");
   }

@@ -73,9 +73,14 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
         const int per_replica = global_batch / dp;
         for (int mbs : divisors(per_replica)) {
           if (!allowed(pins.microbatch_size, mbs)) continue;
-          for (const char* schedule : {"gpipe", "1f1b"}) {
-            // One stage: both schedules are plain gradient accumulation; keep one of them.
-            if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule[0] == 'g')
+          for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+            // One stage: every schedule is plain gradient accumulation; keep 1f1b.
+            if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule != "1f1b")
+              continue;
+            // Interleaved with V = 2 chunks per stage (the hybrid layout's rule: pp x V divides
+            // the layers, at least pp micro-batches); larger V only adds pp traffic here.
+            const bool interleaved = schedule == "interleaved";
+            if (interleaved && (pp == 1 || m.layers % (2 * pp) != 0 || per_replica / mbs < pp))
               continue;
             for (int zero : {0, 1}) {
               // ZeRO-1 over one replica shards nothing: searched only where dp > 1.
@@ -90,6 +95,7 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
                            .microbatch_size = mbs,
                            .microbatches = per_replica / mbs,
                            .schedule = schedule,
+                           .virtual_stages = interleaved ? 2 : 1,
                            .zero = zero,
                            .precision = precision,
                            .recompute = recompute};
@@ -108,7 +114,8 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
 // The hybrid engine's own check on the mesh (cp aside: ring attention's rule is cp_fits). The
 // enumeration follows the same rules, so this never throws; it keeps the two from drifting.
 void confirm_with_engine_rules(const GPTConfig& m, const Layout& l, int global_batch) {
-  parallel::HybridOptions o{.schedule = l.schedule, .microbatches = l.microbatches};
+  parallel::HybridOptions o{
+      .schedule = l.schedule, .microbatches = l.microbatches, .virtual_stages = l.virtual_stages};
   o.mesh.tp = l.tp;
   o.mesh.dp = l.dp;
   o.mesh.pp = l.pp;
@@ -256,7 +263,12 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
       l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.bandwidth, 1.0)) : 0;
   const double head = 3 * gemm(rows, C, V);
   const double per_micro = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
-  const double pipeline = (l.microbatches + l.pp - 1) * per_micro;
+  // The bubble in micro-batch times: (P-1) for gpipe/1f1b, (P-1)/V interleaved, about a third of
+  // 1f1b's for zb-h1 (Qi et al.: the weight-gradient passes fill it).
+  const double bubble = l.schedule == "interleaved" ? (l.pp - 1.0) / l.virtual_stages
+                        : l.schedule == "zb-h1"     ? (l.pp - 1.0) / 3
+                                                    : l.pp - 1.0;
+  const double pipeline = (l.microbatches + bubble) * per_micro;
 
   const double block_params = 12 * C * C + 13 * C;
   const double stage_params =
@@ -265,11 +277,23 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
   const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
 
-  const int in_flight = l.schedule == "gpipe" ? l.microbatches : std::min(l.pp, l.microbatches);
+  // Micro-batches whose activations a stage holds at once: all of them in gpipe, pp in 1f1b and
+  // zb-h1 (zb-h1 also keeps what W needs a little longer), and pp + (pp-1)/V chunks' worth in
+  // interleaved.
+  const double in_flight =
+      l.schedule == "gpipe" ? l.microbatches
+      : l.schedule == "interleaved"
+          ? std::min<double>(l.pp + (l.pp - 1.0) / l.virtual_stages, l.microbatches)
+          : std::min(l.pp, l.microbatches);
   // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
   // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
   // only the output, whole.
-  const double kept_whole = static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size));
+  // Under cp, ring attention keeps each local query row's probabilities against all T keys (cp
+  // blocks of T/cp), where the local config's formula counts T/cp of them.
+  const double cp_probabilities =
+      l.recompute == "none" ? rows * s * H * (model.seq_len - c.seq_len) : 0.0;
+  const double kept_whole =
+      static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size)) + cp_probabilities;
   const double replicated = l.recompute == "full" ? kept_whole : rows * (s * 4 * C + 16);
   const double kept = replicated + (kept_whole - replicated) / tp;
   const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
@@ -415,10 +439,15 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
     }
   };
   const int planned = r.max_simulated + std::min<int>(r.rejected_probes, over.size());
-  int fitting_runs = 0;
+  // Simulate in screen order until max_simulated ran; when none of them fits the capacity (the
+  // screen's memory formula was optimistic), go on down the list, up to three times as many.
+  int runs = 0, fitting = 0;
   for (const Candidate* c : order) {
-    if (fitting_runs >= r.max_simulated) break;
-    if (try_simulate(c->layout, planned)) ++fitting_runs;
+    if (runs >= 3 * r.max_simulated || (runs >= r.max_simulated && fitting > 0)) break;
+    if (try_simulate(c->layout, planned)) {
+      ++runs;
+      fitting += simulated.back().fits ? 1 : 0;
+    }
   }
   // The fastest layouts the screen found over capacity but by less than half of it again (the
   // near misses worth explaining): simulated so "why not" has real numbers.

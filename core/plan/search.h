@@ -39,7 +39,8 @@ struct SearchRequest {
   HardwareProfile profile;
   Pins pins;
   int top = 5;              // layouts shown
-  int max_simulated = 8;    // layouts that fit by the screen, simulated in screen order
+  int max_simulated = 8;    // layouts that fit by the screen, simulated in screen order (up
+                            // to 3x as many while none of them fits the capacity)
   int rejected_probes = 2;  // best layouts the screen finds over capacity, simulated for "why"
 };
 

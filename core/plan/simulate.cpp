@@ -38,12 +38,6 @@ GPTConfig model_for(const Workload& workload, const Layout& layout) {
 
 parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& workload,
                                        const Layout& layout) {
-  if (layout.zero != 0)
-    throw std::invalid_argument(fmt::format(
-        "--zero {} is not supported by the hybrid layout yet (use --zero 0)", layout.zero));
-  if (layout.cp != 1)
-    throw std::invalid_argument(
-        fmt::format("--cp {} is not supported by the hybrid layout yet (use --cp 1)", layout.cp));
   if (layout.microbatch_size < 1 || layout.microbatches < 1)
     throw std::invalid_argument(
         fmt::format("micro-batch size {} and {} micro-batches: both must be at least 1",
@@ -55,7 +49,10 @@ parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& wor
     throw std::invalid_argument(
         fmt::format("sgd has no fp32 master weights for {}: use adamw or fp32", layout.precision));
   cfg.validate();
-  parallel::HybridOptions options{.schedule = layout.schedule, .microbatches = layout.microbatches};
+  parallel::HybridOptions options{.schedule = layout.schedule,
+                                  .microbatches = layout.microbatches,
+                                  .virtual_stages = layout.virtual_stages,
+                                  .zero = layout.zero};
   options.mesh = {.tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp};
   parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
   return options;

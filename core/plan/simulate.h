@@ -20,7 +20,8 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
   int microbatch_size = 1;         // sequences per micro-batch
   int microbatches = 1;            // per data-parallel replica and step
-  std::string schedule = "1f1b";   // gpipe | 1f1b (what the hybrid layout runs)
+  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved | zb-h1 (as hybrid runs them)
+  int virtual_stages = 1;          // interleaved: layer chunks per stage (V >= 2)
   int zero = 0;                    // ZeRO stage over dp (0 or 1)
   std::string precision = "bf16";  // fp32 | bf16 | fp16
   std::string recompute = "none";  // none | selective | full
@@ -56,12 +57,12 @@ struct Prediction {
 // Sequences are workload.model.seq_len tokens long. Runs a warm-up step and the measured one of
 // the hybrid layout (core/parallel/hybrid.h) on the phantom device and the modeled clock.
 // Throws std::invalid_argument (one line) when the layout cannot run the model (see
-// parallel::check_hybrid), for what the hybrid layout does not run yet (zero > 0, cp > 1), and
-// for what depends on the mesh rather than the options: more than 64 stages (one thread each),
-// more than 64 GPUs in Simulation::full, and pp > 1 with tp*cp*dp neither a multiple nor a
-// divisor of the profile's GPUs per node (stages could not be placed on nodes as threads; such a
-// layout of at most 64 GPUs is simulated in full instead). Memory past the profile's capacity is
-// simulated, not refused: the caller compares memory_peak_total with the capacity.
+// parallel::check_hybrid), and for what depends on the mesh rather than the options: more than 64
+// stages (one thread each), more than 64 GPUs in Simulation::full, and pp > 1 with tp*cp*dp neither
+// a multiple nor a divisor of the profile's GPUs per node (stages could not be placed on nodes as
+// threads; such a layout of at most 64 GPUs is simulated in full instead). Memory past the
+// profile's capacity is simulated, not refused: the caller compares memory_peak_total with the
+// capacity.
 Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
                     Simulation mode = Simulation::representative);
 

@@ -38,12 +38,14 @@ Pins fp32_only() {
 
 TEST_CASE("plan enumerates every valid layout of a small model (counted by hand)", "[plan]") {
   // 4 GPUs, cp 1: meshes (tp, pp, dp) = (1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1). Per mesh:
-  // micro-batch sizes dividing 8 / dp, x 2 schedules when pp > 1, x 2 ZeRO stages when dp > 1,
-  // x 3 recompute modes: 12 + 36 + 24 + 18 + 24 + 12 = 126.
+  // micro-batch sizes dividing 8 / dp; when pp > 1 gpipe, 1f1b and zb-h1, plus interleaved (V 2)
+  // where pp x 2 divides the 4 layers and M >= pp (pp 2: M 4 and 2 of (1,2,2), M 8, 4, 2 of
+  // (2,2,1)); x 2 ZeRO stages when dp > 1; x 3 recompute modes:
+  // 12 + (9 + 2) x 6 + 12 x 3 + 18 + (12 + 3) x 3 + 12 = 189.
   Pins pins = fp32_only();
   pins.cp = 1;
   const std::vector<Layout> all = enumerate_layouts(small_model(), 4, 8, pins);
-  CHECK(all.size() == 126);
+  CHECK(all.size() == 189);
   for (const Layout& l : all) {
     CHECK(l.gpus() == 4);
     CHECK(l.global_batch() == 8);
@@ -52,11 +54,11 @@ TEST_CASE("plan enumerates every valid layout of a small model (counted by hand)
   }
   // cp 2 and 4 split the 8 tokens into 2 cp zigzag chunks: they add layouts.
   pins.cp.reset();
-  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() > 126);
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() > 189);
   // Precision "any": three times as many.
   pins.cp = 1;
   pins.precisions = {"fp32", "bf16", "fp16"};
-  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() == 3 * 126);
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() == 3 * 189);
 }
 
 TEST_CASE("plan pins fix an axis and search the rest", "[plan]") {
@@ -128,7 +130,7 @@ TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips 
     return p;
   };
   const SearchResult result = search(r, {}, fake);
-  CHECK(result.enumerated == 126);
+  CHECK(result.enumerated == 189);
   REQUIRE(!result.ranked.empty());
   for (size_t i = 1; i < result.ranked.size(); ++i)
     CHECK(result.ranked[i - 1].prediction.tokens_per_s >= result.ranked[i].prediction.tokens_per_s);
@@ -145,11 +147,11 @@ TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips 
   }
   REQUIRE(result.refused.count("zero 1 is not supported yet") == 1);
   // One engine call per refused mesh and option set, not one per micro-batching: the ZeRO-1
-  // meshes (dp 4 tp 1 pp 1: 3 recompute modes; dp 2 pp 2: 2 schedules x 3; dp 2 tp 2: 3) are 12
-  // calls for 33 layouts.
+  // meshes (dp 4 tp 1 pp 1: 3 recompute modes; dp 2 pp 2: 4 schedules x 3; dp 2 tp 2: 3) are 18
+  // calls for 48 layouts (6 + 11 x 3 + 9).
   const int refused_calls = calls - result.simulated;
-  CHECK(refused_calls == 12);
-  CHECK(result.refused.at("zero 1 is not supported yet") == 33);
+  CHECK(refused_calls == 18);
+  CHECK(result.refused.at("zero 1 is not supported yet") == 48);
 }
 
 TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
@@ -168,7 +170,7 @@ TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
           "unknown profile 'DGX-B300'");
   refused({"--model", "gpt2-small", "--gpus", "8", "--tp", "5"}, "--tp 1, 2, 4");
   refused({"--model", "gpt2-small", "--gpus", "8", "--dp", "16"}, "--dp");
-  refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h1"}, "--schedule");
+  refused({"--model", "gpt2-small", "--gpus", "8", "--schedule", "zb-h2"}, "--schedule");
   refused({"--gpus", "8"}, "--model is required");
   refused({"--model", "gpt2-small", "--gpus", "1021"}, "use --global-batch 1021");
   refused({"--model", "gpt2-small", "--gpus", "8", "--global-batch", "16777216"},
@@ -240,11 +242,15 @@ TEST_CASE("recommendations narrates the rules from the planner's numbers", "[pla
   REQUIRE(r.code == 0);
   // Four searches, each with its table and a rule line.
   CHECK_THAT(r.out, Catch::Contains("mgpu plan --model gpt2-small --gpus 8") &&
-                        Catch::Contains("mgpu plan --model gpt3-175b --gpus 256"));
+                        Catch::Contains("mgpu plan --model gpt3-175b --gpus 1024"));
   CHECK_THAT(r.out, Catch::Contains("data parallelism wins: #1 is dp 8"));
   CHECK_THAT(r.out, Catch::Contains("Its tensor-parallel group stays inside a node"));
   CHECK_THAT(r.out, Catch::Contains("== 3. long sequences ==") &&
                         Catch::Contains("== 4. optimizer state over the capacity =="));
+  // The engine runs cp and ZeRO-1: both rules come with simulated numbers, not a refusal.
+  CHECK_THAT(r.out, Catch::Contains("the best context-parallel layout (dp "));
+  CHECK_THAT(r.out, Catch::Contains("ZeRO-1 shards it over dp: dp 16"));
+  CHECK_THAT(r.out, !Catch::Contains("refuses it today"));
   // An option this lesson cannot honour is refused, not ignored.
   const auto traced = run_mgpu({"run", "recommendations", "--trace", "x.json"});
   CHECK(traced.code == 2);
@@ -270,7 +276,7 @@ TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusa
   };
   const SearchResult result = search(r, {}, fake);
   REQUIRE(result.refused.count("cp refused") == 1);
-  CHECK(result.refused.at("cp refused") == result.enumerated - 126);  // every cp > 1 layout
+  CHECK(result.refused.at("cp refused") == result.enumerated - 189);  // every cp > 1 layout
   for (const Simulated& s : result.ranked) CHECK(s.layout.cp == 1);
   // Any other failure on a stage thread is a failure, not a refusal.
   auto broken = [](const Workload&, const Layout&, const HardwareProfile&) -> Prediction {
