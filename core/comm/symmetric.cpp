@@ -84,6 +84,13 @@ class SymmetricComm final : public Comm {
     compute_waits_for(receive(t, src, tag, ctx_.clock.comm_issue_time()));
   }
 
+  // As the local backend: an f32 sum is added straight from the sender's buffer (no temporary,
+  // so no comm buffer to count); other types take Comm's recv into a temporary + add.
+  void recv_reduce(Tensor& accumulate, int src, int tag) override {
+    if (accumulate.dtype() != DType::f32) return Comm::recv_reduce(accumulate, src, tag);
+    recv(accumulate, src, tag);
+  }
+
   Work isend(const Tensor& t, int dst, int tag) override {
     return on_wait([this, end = post(t, dst, tag)] { compute_waits_for(end); });
   }
