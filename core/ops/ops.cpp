@@ -378,12 +378,14 @@ struct BlockDims {
 BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Tensor& att,
                      const Tensor& lse, std::span<const int32_t> q_pos,
                      std::span<const int32_t> kv_pos, int heads) {
-  check(q.ndim() == 3 && kv.ndim() == 3 && kv.dim(0) == q.dim(0) && kv.dim(2) == 2 * q.dim(2), op,
-        fmt::format("q must be [B, Tq, C] and kv [B, Tk, 2C], got {} and {}", shape_str(q.shape()),
-                    shape_str(kv.shape())));
+  // Messages are formatted only on failure: the planner's simulations call this per block.
+  if (!(q.ndim() == 3 && kv.ndim() == 3 && kv.dim(0) == q.dim(0) && kv.dim(2) == 2 * q.dim(2)))
+    check(false, op,
+          fmt::format("q must be [B, Tq, C] and kv [B, Tk, 2C], got {} and {}",
+                      shape_str(q.shape()), shape_str(kv.shape())));
   BlockDims d{q.dim(0), q.dim(1), kv.dim(1), q.dim(2), heads, 0, 0};
-  check(heads > 0 && d.c % heads == 0, op,
-        fmt::format("heads ({}) must divide C ({})", heads, d.c));
+  if (!(heads > 0 && d.c % heads == 0))
+    check(false, op, fmt::format("heads ({}) must divide C ({})", heads, d.c));
   check(int64_t(q_pos.size()) == d.tq && int64_t(kv_pos.size()) == d.tk, op,
         "one position per query and per key");
   check(std::is_sorted(q_pos.begin(), q_pos.end()) && std::is_sorted(kv_pos.begin(), kv_pos.end()),
@@ -393,11 +395,15 @@ BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Te
   check(att.ndim() == 4 && att.numel() == d.b * heads * d.tq * att.dim(3), op,
         "att must be [B, H, Tq, T]");
   d.att_cols = att.dim(3);
-  check(kv_pos.empty() || (kv_pos.front() >= 0 && kv_pos.back() < d.att_cols), op,
-        fmt::format("key positions must lie in [0, {})", d.att_cols));
+  if (!(kv_pos.empty() || (kv_pos.front() >= 0 && kv_pos.back() < d.att_cols)))
+    check(false, op, fmt::format("key positions must lie in [0, {})", d.att_cols));
+  // Keys at or before each query (both ascending): one merge-like walk, not a search per query.
   double per_row = 0;
-  for (int32_t p : q_pos)
-    per_row += double(std::upper_bound(kv_pos.begin(), kv_pos.end(), p) - kv_pos.begin());
+  size_t visible = 0;
+  for (int32_t p : q_pos) {
+    while (visible < kv_pos.size() && kv_pos[visible] <= p) ++visible;
+    per_row += double(visible);
+  }
   d.visible_pairs = per_row * double(d.b * heads);
   return d;
 }

@@ -228,7 +228,9 @@ void HybridLayout::before_step(int) {
 train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step) {
   const int dp = mesh_.shape().dp;
   // My replica's share of the batch; the schedule cuts it into micro-batches.
-  data::Batch mine = data::split_micro_batches(global_batch, dp)[mesh_.coord(Axis::dp)];
+  const data::RowRange rows =
+      data::shard_rows(global_batch.B, dp, mesh_.coord(Axis::dp), "data-parallel replicas");
+  data::Batch mine = global_batch.rows(rows.begin, rows.end);
   if (ring_) {  // cp: my zigzag columns of every sequence
     if (global_batch.T != config_.seq_len)
       throw std::invalid_argument(
