@@ -220,7 +220,9 @@ void HybridLayout::before_step(int) {
   // Every rank starts the step together, so bubbles share a common start. Barriers on tp, then
   // pp, then dp add up to a barrier of the world: leaving the last one means every rank of every
   // pipeline has arrived. (The world comm itself is only used to build the mesh.)
-  for (Axis axis : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) mesh_.group(axis).barrier();
+  // An axis of size 1 has nothing to wait for (and would put an empty group in the trace).
+  for (Axis axis : {Axis::tp, Axis::cp, Axis::pp, Axis::dp})
+    if (mesh_.shape().size(axis) > 1) mesh_.group(axis).barrier();
 }
 
 // ---------------------------------------------------------------------------------- one step
