@@ -254,9 +254,16 @@ class RecommendationsLesson : public Lesson {
     if (const Simulated* zero = best_where(r, with_zero)) {
       fmt::print(out,
                  "rule: pure data parallelism replicates AdamW's state; ZeRO-1 shards it over dp: "
-                 "{} holds {} of optimizer state per GPU, {} in all, and fits.\n",
+                 "{} holds {} of optimizer state per GPU, {} in all, and fits",
                  plan::describe(zero->layout), gib(zero->prediction.memory_peak[optimizer]),
                  gib(zero->prediction.memory_peak_total));
+      auto it = std::find_if(r.rejected.begin(), r.rejected.end(),
+                             [](const Simulated& s) { return s.layout.zero == 0; });
+      if (it != r.rejected.end())
+        fmt::print(out, "; without ZeRO ({}) the optimizer state is {} per GPU and it is {}.\n",
+                   plan::describe(it->layout), gib(it->prediction.memory_peak[optimizer]), it->why);
+      else
+        fmt::print(out, ".\n");
       return;
     }
     const std::string refused = refusal_for(r, with_zero);

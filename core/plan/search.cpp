@@ -277,14 +277,15 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
   const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
 
-  // Micro-batches whose activations a stage holds at once: all of them in gpipe, pp in 1f1b and
-  // zb-h1 (zb-h1 also keeps what W needs a little longer), and pp + (pp-1)/V chunks' worth in
-  // interleaved.
+  // Micro-batches whose activations a stage holds at once: all of them in gpipe, pp in 1f1b,
+  // pp + (pp-1)/V chunks' worth in interleaved, and up to 2pp - 1 in zb-h1, whose deferred weight
+  // passes keep what W needs (an upper bound: measured 1.7x 1f1b's activations at pp 32).
   const double in_flight =
       l.schedule == "gpipe" ? l.microbatches
       : l.schedule == "interleaved"
           ? std::min<double>(l.pp + (l.pp - 1.0) / l.virtual_stages, l.microbatches)
-          : std::min(l.pp, l.microbatches);
+      : l.schedule == "zb-h1" ? std::min(2 * l.pp - 1, l.microbatches)
+                              : std::min(l.pp, l.microbatches);
   // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
   // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
   // only the output, whole.
@@ -405,6 +406,17 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
     if (!taken.contains(&c))
       (queued.insert(but_schedule(c.layout)).second ? order : twins).push_back(&c);
   order.insert(order.end(), twins.begin(), twins.end());
+  // Context parallelism shrinks activations so much that the screen can fill the budget with cp
+  // layouts only; the best layout without cp is always simulated too, so the table shows what cp
+  // buys (a pin of --cp makes this moot).
+  const auto budget = static_cast<std::ptrdiff_t>(std::max(1, r.max_simulated));
+  auto flat = std::find_if(order.begin(), order.end(),
+                           [](const Candidate* c) { return c->layout.cp == 1; });
+  if (flat != order.end() && flat - order.begin() >= budget) {
+    const Candidate* moved = *flat;
+    order.erase(flat);
+    order.insert(order.begin() + std::min<std::ptrdiff_t>(budget / 2, order.size()), moved);
+  }
 
   std::map<decltype(refusal_key(Layout{})), std::string> refusals;
   std::vector<Simulated> simulated;
