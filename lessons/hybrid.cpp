@@ -46,11 +46,16 @@ std::string coord_label(const parallel::MeshShape& shape, int r) {
 }
 
 // "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members.
-void print_mesh(std::ostream& out, const parallel::MeshShape& shape) {
+// Also says which groups cross nodes of the profile (`per_node` GPUs each): their collectives
+// ride the slower link between nodes.
+void print_mesh(std::ostream& out, const parallel::MeshShape& shape,
+                const HardwareProfile& profile) {
   fmt::print(out, "mesh:   {} (tp fastest: a tp group is neighbouring GPUs)\n", shape.describe());
   for (int r = 0; r < shape.ranks(); ++r) {
     fmt::print(out, "  GPU {:<2} {}\n", r, coord_label(shape, r));
   }
+  const int per_node = std::max(1, profile.ranks_per_node);
+  const bool several_nodes = shape.ranks() > per_node;
   for (Axis axis : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) {
     if (axis == Axis::cp && shape.cp == 1) continue;
     std::map<int, std::vector<int>> groups;  // lowest member -> members
@@ -60,10 +65,26 @@ void print_mesh(std::ostream& out, const parallel::MeshShape& shape) {
       groups[parallel::mesh_rank(shape, c)].push_back(r);
     }
     std::vector<std::string> members;
-    for (const auto& [first, ranks] : groups)
-      members.push_back(fmt::format("{{{}}}", fmt::join(ranks, ",")));
+    int crossing = 0;
+    for (const auto& [first, ranks] : groups) {
+      const bool crosses = ranks.front() / per_node != ranks.back() / per_node;
+      crossing += crosses ? 1 : 0;
+      members.push_back(fmt::format("{{{}}}{}", fmt::join(ranks, ","), crosses ? "*" : ""));
+    }
     fmt::print(out, "  {} groups: {}\n", parallel::axis_name(axis), fmt::join(members, " "));
+    if (axis == Axis::tp && crossing > 0)
+      fmt::print(out,
+                 "  {} of {} tp groups cross nodes ({} GPUs per node on {}): their 4 all-reduces "
+                 "per layer ride {} instead of {}\n",
+                 crossing, groups.size(), per_node, profile.name, profile.inter_node.name,
+                 profile.intra_node.name);
   }
+  if (several_nodes)
+    fmt::print(out, "  (* crosses nodes: {} GPUs per node on {}, {} between them)\n", per_node,
+               profile.name, profile.inter_node.name);
+  else
+    fmt::print(out, "  every group is inside one node of {} ({} GPUs per node, {})\n", profile.name,
+               per_node, profile.intra_node.name);
 }
 
 // Bytes each rank put on the wire in `step`, by the axis of the group ("tp0" -> tp).
@@ -105,7 +126,7 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   const WorldOptions wopt = c.world_options();
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
-    print_mesh(out, mesh);
+    print_mesh(out, mesh, wopt.profile);
     fmt::print(
         out, "data:   batch {} = dp {} replicas x {} micro-batches x {} sequences of {} tokens{}\n",
         c.batch, mesh.dp, M, micro_b, c.seq,

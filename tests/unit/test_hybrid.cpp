@@ -7,11 +7,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "common/checkpoints.h"
+#include "core/runtime/profile.h"
 #include "unit/mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
@@ -404,6 +408,36 @@ TEST_CASE("hybrid prints who is who on the mesh", "[hybrid][lesson]") {
   CHECK_THAT(r.out, Catch::Contains("tp groups: {0,1} {2,3} {4,5} {6,7}"));
   CHECK_THAT(r.out, Catch::Contains("pp groups: {0,4} {1,5} {2,6} {3,7}"));
   CHECK_THAT(r.out, Catch::Contains("dp groups: {0,2} {1,3} {4,6} {5,7}"));
+  CHECK_THAT(r.out, Catch::Contains("every group is inside one node of 8xH100-NVLink"));
+}
+
+TEST_CASE("hybrid says which groups cross nodes, and when tp does", "[hybrid][lesson]") {
+  // 8 GPUs on nodes of 4 (a profile file): the pp groups {0,4}.. cross, the tp pairs do not.
+  const std::string profile = "hybrid_nodes_of_4.json";
+  {
+    nlohmann::json p = mgpu::HardwareProfile::load("2x8xH100-IB").to_json();
+    p["name"] = "nodes-of-4";
+    p["ranks_per_node"] = 4;
+    std::ofstream(profile) << p.dump();
+  }
+  std::vector<std::string> args = mesh(2, 2, 2, {"--profile", profile});
+  args.erase(std::find(args.begin(), args.end(), "-q"));
+  auto r = run_mgpu(args);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("tp groups: {0,1} {2,3} {4,5} {6,7}\n"));
+  CHECK_THAT(r.out, Catch::Contains("pp groups: {0,4}* {1,5}* {2,6}* {3,7}*"));
+  CHECK_THAT(r.out, Catch::Contains("(* crosses nodes: 4 GPUs per node on nodes-of-4"));
+  CHECK_THAT(r.out, !Catch::Contains("tp groups cross nodes"));
+  // tp 8 on nodes of 4: every tp group crosses, and the lesson says so.
+  args = mesh(1, 8, 1, {"--profile", profile});
+  args.erase(std::find(args.begin(), args.end(), "-q"));
+  r = run_mgpu(args);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("tp groups: {0,1,2,3,4,5,6,7}*"));
+  CHECK_THAT(r.out,
+             Catch::Contains("1 of 1 tp groups cross nodes (4 GPUs per node on nodes-of-4)"));
+  std::remove(profile.c_str());
 }
 
 TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hybrid][lesson]") {
