@@ -19,14 +19,9 @@
 
 using namespace mgpu;
 using mgpu::testing::run_mgpu;
+using mgpu::testing::temp_path;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("mgpu_cp_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
 // A tiny model whose sizes every layout accepts at cp = 2 and 4 (seq 16 = 2*4*2, heads 4).
 std::vector<std::string> tiny(std::vector<std::string> args) {
   for (const char* a : {"--steps", "4", "--dim", "24", "--heads", "4", "--seq", "16", "--batch",

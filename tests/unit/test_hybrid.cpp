@@ -19,12 +19,23 @@
 #include "unit/mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
+using mgpu::testing::temp_path;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("mgpu_hybrid_" + std::to_string(::getpid()) + "_" + name))
-      .string();
+// Runs `args` (which write --checkpoint `path`) and checks the gathered model is `want`: rounding
+// only (sums in another order), amplified by AdamW - TP's and DDP's tolerance. Returns the run,
+// for checks of its report.
+mgpu::testing::CliResult run_to_checkpoint(const std::vector<std::string>& args,
+                                           const std::string& path,
+                                           const mgpu::testing::CheckpointByName& want) {
+  auto r = run_mgpu(args);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  const auto got = mgpu::testing::load_checkpoint_by_name(path);
+  CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
+  CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+  std::remove(path.c_str());
+  return r;
 }
 
 // 8 heads (tp up to 8), 8 layers (pp up to 8), batch 16 = dp 8 x 2 micro-batches x 1.
@@ -57,14 +68,8 @@ TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
     for (std::string schedule : {"gpipe", "1f1b"}) {
       INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2] << " " << schedule);
       const std::string path = temp_path("hybrid.ckpt");
-      auto r = run_mgpu(mesh(m[0], m[1], m[2], {"--schedule", schedule, "--checkpoint", path}));
-      INFO(r.err);
-      REQUIRE(r.code == 0);
-      const auto got = mgpu::testing::load_checkpoint_by_name(path);
-      // rounding only (sums in another order), amplified by AdamW: TP's and DDP's tolerance
-      CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-      CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
-      std::remove(path.c_str());
+      run_to_checkpoint(mesh(m[0], m[1], m[2], {"--schedule", schedule, "--checkpoint", path}),
+                        path, want);
     }
   std::remove(single.c_str());
 }
@@ -161,13 +166,8 @@ TEST_CASE("hybrid zero 1 trains to the single-device parameters with 1/dp of the
   for (const auto& m : meshes) {
     INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2]);
     const std::string path = temp_path("hybrid_zero.ckpt");
-    auto zero1 = run_mgpu(mesh(m[0], m[1], m[2], {"--zero", "1", "--checkpoint", path}));
-    INFO(zero1.err);
-    REQUIRE(zero1.code == 0);
-    const auto got = mgpu::testing::load_checkpoint_by_name(path);
-    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
-    std::remove(path.c_str());
+    const auto zero1 = run_to_checkpoint(
+        mesh(m[0], m[1], m[2], {"--zero", "1", "--checkpoint", path}), path, want);
     // The allocator's optimizer state per rank: 1/dp of zero 0's (each unit's chunk may hold one
     // element more than numel/dp: within 1%). dp 1: the same.
     auto zero0 = run_mgpu(mesh(m[0], m[1], m[2]));
@@ -231,13 +231,7 @@ TEST_CASE("hybrid interleaved and zb-h1 train to the single-device parameters",
       std::vector<std::string> more = schedule;
       more.insert(more.end(), {"--checkpoint", path});
       // M = 4 micro-batches: interleaved needs at least pp of them (batch 16 = dp x 4 x 16/(4dp))
-      auto r = run_mgpu(mesh(m[0], m[1], m[2], more, 4));
-      INFO(r.err);
-      REQUIRE(r.code == 0);
-      const auto got = mgpu::testing::load_checkpoint_by_name(path);
-      CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-      CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
-      std::remove(path.c_str());
+      run_to_checkpoint(mesh(m[0], m[1], m[2], more, 4), path, want);
     }
   std::remove(single.c_str());
 }
@@ -284,13 +278,7 @@ TEST_CASE("hybrid with cp trains to the single-device parameters", "[hybrid][les
     args.insert(args.end(), mesh_args.begin(), mesh_args.end());
     const std::string path = temp_path("hybrid_cp.ckpt");
     args.insert(args.end(), {"--checkpoint", path});
-    auto r = run_mgpu(tiny(args));
-    INFO(r.out << r.err);
-    REQUIRE(r.code == 0);
-    const auto got = mgpu::testing::load_checkpoint_by_name(path);
-    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
-    std::remove(path.c_str());
+    const auto r = run_to_checkpoint(tiny(args), path, want);
     // every GPU's cp bytes (ring K|V and dK|dV hops, then the gradient all-reduce) = formula
     const std::regex row(R"(GPU +\d+ .* cp +(\S+ \S+) \| +(\S+ \S+)$)");
     int rows = 0;

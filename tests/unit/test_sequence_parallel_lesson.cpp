@@ -14,14 +14,9 @@
 #include "unit/mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
+using mgpu::testing::temp_path;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("mgpu_sp_lesson_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
 std::vector<std::string> tiny(std::vector<std::string> args) {
   for (const char* a : {"--steps", "4", "--dim", "24", "--heads", "12", "--seq", "8", "--batch",
                         "4", "--layers", "2", "-q"})
