@@ -12,6 +12,7 @@
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp.h"
+#include "core/parallel/hybrid.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
@@ -350,4 +351,35 @@ TEST_CASE("fp16 in a layout that does not run the loss scaler is refused with on
   train::TrainOptions bf16 = scaled_options(2, {});
   bf16.loss_scaling.reset();
   CHECK(train_scaled(1, bf16, plain).result.losses.size() == 2);
+}
+
+// Hybrid DP x TP x PP: an overflow in one rank's gradients (one tp slice of one stage of one
+// replica, or, under ZeRO-1, one dp chunk) makes all 8 ranks skip that step together, because the
+// found-inf flag is all-reduced over the dp, pp and tp groups.
+TEST_CASE("hybrid fp16: an overflow on one rank makes all 8 ranks skip that step",
+          "[hybrid][loss_scaler][train]") {
+  const GPTConfig cfg = fp16_config();
+  for (int zero : {0, 1}) {
+    INFO("--zero " << zero);
+    parallel::HybridOptions options{.schedule = "1f1b", .microbatches = 2, .zero = zero};
+    options.mesh.tp = 2;
+    options.mesh.dp = 2;
+    options.mesh.pp = 2;
+    const train::LayoutFactory hybrid = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+      return std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, fp16_adamw());
+    };
+    // rank 5 = dp0 pp1 tp1: the last stage's second tp slice, in the first replica
+    ScaledRun run = train_scaled(8, scaled_options(4, {{2, 5}}), hybrid);
+    CHECK(run.result.skipped_steps == std::vector<int>{2});
+    CHECK(run.result.loss_scale == 32768.0f);
+    for (size_t r = 0; r < run.ranks.size(); ++r) {
+      CAPTURE(r);
+      CHECK(run.ranks[r].skipped == 1);
+      CHECK(run.ranks[r].scale == 32768.0f);
+      CHECK(run.ranks[r].optimizer_steps == 3);  // 4 steps, one skipped
+    }
+    ScaledRun clean = train_scaled(8, scaled_options(4, {}), hybrid);
+    CHECK(clean.result.skipped_steps.empty());
+    CHECK(clean.result.loss_scale == 65536.0f);
+  }
 }
