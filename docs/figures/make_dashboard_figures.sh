@@ -4,12 +4,7 @@
 # Two pipeline runs (GPipe and 1F1B, 4 ranks, 8 micro-batches, the lesson's default 20 steps),
 # then `mgpu viz --screenshot` of each; the dashboard opens on the last step.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mgpu="$root/${1:-build-cpu}/mgpu"
-figures="$root/docs/figures"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/figure_setup.sh" "$@"
 for schedule in gpipe 1f1b; do
   "$mgpu" run pipeline --ranks 4 --schedule "$schedule" --microbatches 8 \
     --profile 8xH100-NVLink --trace "$schedule.json" >/dev/null

@@ -6,12 +6,7 @@
 # ZeRO, precision, recompute) as a full phantom run (every GPU a thread) with --trace, and the
 # dashboard draws it. Prints the planner's step time and memory beside the full run's.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mgpu="$root/${1:-build-cpu}/mgpu"
-figures="$root/docs/figures"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/figure_setup.sh" "$@"
 "$mgpu" plan --model gpt3-6.7b --gpus 16 --global-batch 32 --top 1 --json 2>/dev/null >plan.json
 read -r dp tp pp cp m schedule v zero precision recompute < <(python3 -c '
 import json; l = json.load(open("plan.json"))["layouts"][0]

@@ -8,12 +8,7 @@
 #                          on one vertical scale, so the optimizer, gradient and parameter bands
 #                          shrink to 1/4 stage by stage
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mgpu="$root/${1:-build-cpu}/mgpu"
-figures="$root/docs/figures"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/figure_setup.sh" "$@"
 for stage in 0 1 2 3; do
   "$mgpu" run zero --ranks 4 --stage "$stage" --layers 4 --dim 256 --heads 4 --seq 16 --batch 8 \
     --steps 4 --profile 8xH100-NVLink --trace "stage$stage.json" >/dev/null
