@@ -153,7 +153,8 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
     w.ranks.push_back(w.make_rank(r, epoch));
     contexts.push_back(w.ranks.back().get());
   }
-  w.local = std::make_shared<comm::local::LocalWorld>(w.world_size, w.options.comm_timeout);
+  w.local = std::make_shared<comm::local::LocalWorld>(w.world_size, w.options.comm_timeout,
+                                                      comm::local::ranks_share_cores(w.world_size));
   w.comms = comm::local::make_local_world_comms(w.local, contexts);
   for (int r = 0; r < w.world_size; ++r) w.ranks[r]->comm = w.comms[r].get();
 }

@@ -1,5 +1,6 @@
 #include "core/comm/local/local_world.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -33,19 +34,34 @@ void deliver(const Incoming& target, const Outgoing& message) {
   }
 }
 
+// A hint to the core that this thread is spinning (lets a sibling hyper-thread run).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // How long a waiter spins (yielding) before it sleeps on its condition variable: long enough to
 // catch a partner that is a few microseconds behind, short enough not to starve it on few cores.
 constexpr auto kSpin = std::chrono::microseconds(30);
 
-// A late receiver of a message this small costs the sender less as a copy into a spare buffer
-// than as a spin: a 64 KiB copy is a few microseconds, a spin up to kSpin and often a lost core.
+// When ranks share cores, a late receiver of a message this small costs the sender less as a
+// copy into a spare buffer than as a spin: a 64 KiB copy is a few microseconds, a spin up to
+// kSpin and often a lost core. With a core each, the receiver is running and the spin is cheap.
 constexpr int64_t kSpareRatherThanSpin = 256 * 1024;
 
 }  // namespace
 
-LocalWorld::LocalWorld(int size, double timeout_seconds)
+bool ranks_share_cores(int ranks) {
+  return ranks > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+LocalWorld::LocalWorld(int size, double timeout_seconds, bool ranks_share_cores)
     : size_(size),
       timeout_(timeout_seconds),
+      own_cores_(!ranks_share_cores),
       wakeups_(size),
       wakeup_counts_(std::make_unique<std::atomic<uint64_t>[]>(size)),
       ranks_(size) {}
@@ -53,6 +69,27 @@ LocalWorld::LocalWorld(int size, double timeout_seconds)
 void LocalWorld::wake(int rank) {
   wakeup_counts_[rank].fetch_add(1, std::memory_order_release);
   wakeups_[rank].notify_all();
+}
+
+// The lock is held for well under a microsecond at a time (copies happen outside it), so a rank
+// that finds it taken spins for it rather than sleeping in the kernel: a futex sleep and wake-up
+// costs more than the wait, and on a virtual machine much more. A holder that lost its core
+// gets it back through the yields; after those, block as usual.
+void LocalWorld::relock(std::unique_lock<std::mutex>& lock) const {
+  for (int attempt = 0; attempt < 256; ++attempt) {
+    if (lock.try_lock()) return;
+    if (attempt < 64)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+  lock.lock();
+}
+
+std::unique_lock<std::mutex> LocalWorld::lock_world() const {
+  std::unique_lock lock(mutex_, std::defer_lock);
+  relock(lock);
+  return lock;
 }
 
 bool LocalWorld::spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank) {
@@ -63,12 +100,12 @@ bool LocalWorld::spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank) {
   while (!(woken = wakeup_counts_[rank].load(std::memory_order_acquire) != seen) &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::yield();
-  lock.lock();
+  relock(lock);
   return woken;
 }
 
 void LocalWorld::begin_run() {
-  std::lock_guard lock(mutex_);
+  auto lock = lock_world();
   for (auto& r : ranks_) r = RankWait{};
   mailboxes_.clear();
   collectives_.clear();
@@ -78,14 +115,14 @@ void LocalWorld::begin_run() {
 }
 
 void LocalWorld::rank_finished(int world_rank) {
-  std::lock_guard lock(mutex_);
+  auto lock = lock_world();
   ranks_[world_rank] = RankWait{State::finished, "finished, will never send", {}};
   // A rank that leaves early may be the one the others were waiting for.
   if (!comm_error_ && failed_rank_ < 0) detect_deadlock_locked();
 }
 
 void LocalWorld::rank_failed(int world_rank) {
-  std::lock_guard lock(mutex_);
+  auto lock = lock_world();
   ranks_[world_rank] = RankWait{State::finished, "failed", {}};
   if (failed_rank_ < 0) failed_rank_ = world_rank;
   for (int r = 0; r < size_; ++r) wake(r);
@@ -110,19 +147,21 @@ void LocalWorld::finish_slot_locked(Mailbox& box, int64_t number) {
 }
 
 int64_t LocalWorld::post(const MailboxKey& key, const Outgoing& message) {
-  std::unique_lock lock(mutex_);
+  auto lock = lock_world();
   throw_if_stopped_locked();
   Mailbox& box = mailboxes_[key];  // std::map: references stay valid while others insert
   const int64_t number = box.arrived++;
   Slot& slot = slot_locked(box, number);
   slot.message = message;
   slot.sender_posted = true;
-  if (slot.receiver_posted && slot.target.bytes == message.bytes) {
-    // The receive is already posted: copy straight into it, and the message is done.
+  if (!own_cores_ && slot.receiver_posted && slot.target.bytes == message.bytes) {
+    // Ranks share cores and the receive is already posted: copy straight into it now, rather
+    // than wait for the receiver to get a core. (With a core each, every receiver copies its
+    // own messages, in parallel with the others.)
     slot.stage = Stage::copying;
     lock.unlock();
     deliver(slot.target, message);
-    lock.lock();
+    relock(lock);
     slot.stage = Stage::delivered;
     slot.sender_done = true;
     wake(key.dst);
@@ -134,13 +173,13 @@ int64_t LocalWorld::post(const MailboxKey& key, const Outgoing& message) {
 }
 
 void LocalWorld::release(const MailboxKey& key, int64_t number) {
-  std::unique_lock lock(mutex_);
+  auto lock = lock_world();
   Mailbox& box = mailboxes_[key];
   auto it = box.slots.find(number);
   if (it == box.slots.end() || it->second.sender_done) return;  // delivered (and maybe gone)
   Slot& slot = it->second;
   // Give a receiver that is about to arrive the chance to copy from our buffer (one copy).
-  if (slot.stage == Stage::offered && slot.message.bytes > kSpareRatherThanSpin)
+  if (slot.stage == Stage::offered && (own_cores_ || slot.message.bytes > kSpareRatherThanSpin))
     spin_for_wakeup(lock, key.src);
   if (slot.stage == Stage::offered) {
     // The receiver is late: keep the data in a spare buffer, so our buffer is free again.
@@ -158,7 +197,7 @@ void LocalWorld::release(const MailboxKey& key, int64_t number) {
       slot.message.data = slot.spare.data();
       slot.message.kind = DeviceKind::cpu;
     }
-    lock.lock();
+    relock(lock);
     slot.stage = Stage::buffered;
     wake(key.dst);
   } else {
@@ -169,7 +208,7 @@ void LocalWorld::release(const MailboxKey& key, int64_t number) {
 }
 
 int64_t LocalWorld::reserve(const MailboxKey& key, const Incoming& target) {
-  std::lock_guard lock(mutex_);
+  auto lock = lock_world();
   throw_if_stopped_locked();
   Mailbox& box = mailboxes_[key];
   const int64_t number = box.reserved++;
@@ -181,7 +220,7 @@ int64_t LocalWorld::reserve(const MailboxKey& key, const Incoming& target) {
 
 Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
                          const std::function<std::string()>& describe) {
-  std::unique_lock lock(mutex_);
+  auto lock = lock_world();
   Mailbox& box = mailboxes_[key];
   Slot& slot = box.slots.at(ticket);
   try {
@@ -207,7 +246,7 @@ Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
     slot.stage = Stage::copying;
     lock.unlock();
     deliver(slot.target, slot.message);
-    lock.lock();
+    relock(lock);
     slot.stage = Stage::delivered;
     if (was == Stage::offered) wake(key.src);  // the sender may wait for its buffer back
   }
@@ -226,7 +265,7 @@ void LocalWorld::wait_copy_locked(std::unique_lock<std::mutex>& lock, int waiter
 void LocalWorld::check_collective(const std::string& group_key, const std::string& group_name,
                                   int64_t seq, int members, int world_rank,
                                   const std::string& call) {
-  std::lock_guard lock(mutex_);
+  auto lock = lock_world();
   throw_if_stopped_locked();
   auto key = std::make_pair(group_key, seq);
   CollectiveCalls& entry = collectives_[key];
@@ -248,7 +287,7 @@ std::vector<std::pair<int, int>> LocalWorld::exchange(const std::string& group_k
                                                       const std::vector<int>& members, int my_index,
                                                       std::pair<int, int> value,
                                                       const std::string& what) {
-  std::unique_lock lock(mutex_);
+  auto lock = lock_world();
   throw_if_stopped_locked();
   auto key = std::make_pair(group_key, id);
   Rendezvous& rv = rendezvous_[key];

@@ -24,13 +24,13 @@
 
 namespace mgpu::comm::local {
 
-// Point-to-point costs one copy. A send offers a pointer to its own buffer; whichever side comes
-// second copies straight from the sender's buffer into the receiver's: the sender when the
-// receive is already posted, the receiver when the offer is already there. Only a receiver that
-// is late when the sender must leave (a blocking send, or isend's wait) makes the sender copy
-// into a spare buffer of the mailbox, which is reused: no allocation per message.
-// A receive that accumulates (recv_reduce) is delivered the same way, by adding instead of
-// copying: whichever side is second adds the sender's f32 values into the receiver's buffer.
+// Point-to-point costs one copy. A send offers a pointer to its own buffer and the receiver
+// copies straight from it into its own. When ranks share cores (more ranks than cores), a
+// receive that is already posted is instead filled by the sender at once, since the sender is the
+// thread that is running now. Only a receiver that is late when the sender must leave (a
+// blocking send, or isend's wait) makes the sender copy into a spare buffer of the mailbox, which
+// is reused: no allocation per message. A receive that accumulates (recv_reduce) is delivered the
+// same way, by adding instead of copying the sender's f32 values into the receiver's buffer.
 struct Outgoing {
   const void* data = nullptr;  // null for phantom tensors (shapes only)
   int64_t bytes = 0;
@@ -59,7 +59,9 @@ struct MailboxKey {
 
 class LocalWorld {
  public:
-  LocalWorld(int size, double timeout_seconds);
+  // ranks_share_cores: more rank threads than cores (see ranks_share_cores() below); it only
+  // decides who copies a message (the results, clock and trace are the same either way).
+  LocalWorld(int size, double timeout_seconds, bool ranks_share_cores);
   int size() const { return size_; }
 
   // Lifecycle, called by World: before each run, when a rank's function returns, when it throws.
@@ -124,6 +126,8 @@ class LocalWorld {
     int arrived = 0, departed = 0;
   };
 
+  std::unique_lock<std::mutex> lock_world() const;
+  void relock(std::unique_lock<std::mutex>& lock) const;
   void wait_locked(std::unique_lock<std::mutex>& lock, int waiter,
                    const std::function<std::string()>& describe,
                    const std::function<bool()>& ready);
@@ -141,6 +145,7 @@ class LocalWorld {
 
   int size_;
   double timeout_;
+  bool own_cores_;  // every rank can have a core to itself: receivers copy in parallel
   mutable std::mutex mutex_;
   std::vector<std::condition_variable> wakeups_;  // one per rank: only the receiver is woken
   // Bumped with every wake-up of a rank, so a waiter can spin on it without the lock.
@@ -152,6 +157,9 @@ class LocalWorld {
   std::optional<std::string> comm_error_;  // set once: deadlock, timeout or mismatch
   int failed_rank_ = -1;                   // a rank whose function threw
 };
+
+// True when `ranks` threads are more than the machine's cores.
+bool ranks_share_cores(int ranks);
 
 // One LocalComm per rank over the world group; ranks[r] is world rank r's context.
 std::vector<std::unique_ptr<Comm>> make_local_world_comms(std::shared_ptr<LocalWorld> world,
