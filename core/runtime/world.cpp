@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/comm/local/local_world.h"
+#include "core/ops/cpu/kernels.h"
 #include "core/runtime/gpu.h"
 #ifdef MGPU_HAVE_NCCL
 #include "core/comm/nccl/nccl_comm.h"
@@ -75,6 +76,7 @@ struct World::Impl {
 
 World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
+  cpu::use_one_blas_thread();  // before any rank starts: OpenBLAS's idle pool would spin
   w.options = std::move(options);
   std::string backend = w.options.backend;
   if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";

@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
   // while the others wait quietly; kRaces times per size, interleaved, so that a change in the
   // host's load or in where its cores run hits both contenders alike. Each column is the median
   // over the races; local / MPI is the median of the per-race ratios, beside the worst race's.
-  constexpr int kRaces = 3;
+  constexpr int kRaces = 5;
   const bool mpi = under_mpirun();
   std::unique_ptr<World> mpi_world;
   if (mpi) {
@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
     local = std::make_unique<World>(o);
     std::printf(
         "all-reduce busbw, %d ranks, wall clock (GB/s; busbw = 2(N-1)/N x bytes / time)%s\n", ranks,
-        mpi ? "; median of 3 interleaved races" : "");
+        mpi ? "; median of 5 interleaved races" : "");
     std::printf("%-10s %12s %12s", "elements", "local ring", "recv + add");
     if (mpi)
       std::printf(" %14s %14s %12s %12s", "ring over MPI", "MPI_Allreduce", "local / MPI",

@@ -7,10 +7,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/ops/cpu/kernels.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
-
-extern "C" void openblas_set_num_threads(int);
 
 using namespace mgpu;
 
@@ -31,7 +30,7 @@ double best_time(Fn fn, int reps = 3) {
 }  // namespace
 
 int main() {
-  openblas_set_num_threads(1);
+  cpu::use_one_blas_thread();
   current_rank().tracer.enabled = false;
   std::printf("%6s %6s %6s  %12s  %12s  %6s\n", "M", "N", "K", "core GF/s", "cblas GF/s", "ratio");
   for (int64_t size : {256, 512, 768, 1024}) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local (threads) backend's ring all-reduce vs Open MPI's MPI_Allreduce on this machine: one
 # run of bench_allreduce under mpirun per rank count races both on the same sizes, wall clock,
-# busbw = 2(N-1)/N x bytes / time. Inside a run the contenders take turns, three races per size,
+# busbw = 2(N-1)/N x bytes / time. Inside a run the contenders take turns, five races per size,
 # and each column is the median (local / MPI beside its worst race): the host's load and where its
 # cores run change by the second, so contenders timed minutes apart are not comparable. Prints
 # the load before each run; repeat with RUNS=N and report the spread.

@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/comm/comm.h"
 #include "core/runtime/context.h"
+#include "core/runtime/world.h"
 
 using namespace mgpu;
 
@@ -121,3 +123,30 @@ TEST_CASE("cpu ranks never get more capacity than their share of the host's memo
   const int64_t available = mgpu::host_available_bytes();
   CHECK(available != 0);  // this Linux host reports MemAvailable
 }
+
+#ifdef __linux__
+// OpenBLAS starts its worker pool when the program loads it, and an idle worker spins for its
+// first ~0.1 s: beside two rank threads on a 2-core machine that is a third busy thread. Making
+// a World stops the pool, so the ranks are the only threads that run.
+TEST_CASE("a World leaves no BLAS worker threads spinning beside the ranks", "[runtime]") {
+  auto threads_in_process = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return -1;
+  };
+  WorldOptions o;
+  o.ranks = 2;
+  o.backend = "local";
+  World world(o);
+  CHECK(threads_in_process() == 1);  // this test's own thread; no pool
+  int during = 0;
+  world.run([&](RankContext& ctx) {
+    ctx.comm->barrier();
+    if (ctx.rank == 0) during = threads_in_process();
+    ctx.comm->barrier();
+  });
+  CHECK(during == 3);  // the caller and the two ranks
+}
+#endif

@@ -14,20 +14,26 @@
 #include <vector>
 
 extern "C" void openblas_set_num_threads(int);
+// OpenBLAS's pthread builds export this (their fork handler uses it); weak, so that a build of
+// OpenBLAS without a pool links too.
+extern "C" __attribute__((weak)) void blas_thread_shutdown_(void);
 
 namespace mgpu::cpu {
 
-namespace {
-// Ranks are threads: each one must run its GEMMs on its own core, not spawn a BLAS thread pool
-// that competes with the other ranks. Done once, before the first GEMM.
 void use_one_blas_thread() {
   static const bool done = [] {
+    // OpenBLAS (pthreads) starts nproc - 1 workers when it is loaded; each one polls for work
+    // with sched_yield for about 2^28 cycles before it sleeps. On a 2-core machine that is a
+    // third busy thread beside two ranks for the first ~0.1 s of every run: the first steps and
+    // collectives lose a core to it (bench_allreduce: 1K-element all-reduces 2-3x slower). The
+    // ranks never use the pool, so join it. The order matters: openblas_set_num_threads
+    // restarts a pool that is down.
     openblas_set_num_threads(1);
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
     return true;
   }();
   (void)done;
 }
-}  // namespace
 
 void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
             bool trans_b, float beta) {

@@ -12,6 +12,11 @@
 
 namespace mgpu::cpu {
 
+// Ranks are threads that run their own GEMMs: OpenBLAS gets one thread, and the worker pool it
+// starts when it is loaded is stopped, since an idle worker spins for its first ~0.1 s and takes
+// a core from the ranks. Once per process (World does it; matmul makes sure).
+void use_one_blas_thread();
+
 // C[M,N] = op(A) @ op(B) + beta * C, row-major; op(X) = X^T when trans_X. Uses OpenBLAS sgemm.
 void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
             bool trans_b, float beta);
