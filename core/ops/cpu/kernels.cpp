@@ -16,7 +16,7 @@
 extern "C" void openblas_set_num_threads(int);
 // OpenBLAS's pthread builds export this (their fork handler uses it); weak, so that a build of
 // OpenBLAS without a pool links too.
-extern "C" __attribute__((weak)) void blas_thread_shutdown_(void);
+extern "C" __attribute__((weak)) int blas_thread_shutdown_(void);
 
 namespace mgpu::cpu {
 
