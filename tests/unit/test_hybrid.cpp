@@ -55,13 +55,27 @@ std::vector<std::string> mesh(int dp, int tp, int pp, std::vector<std::string> m
   args.insert(args.end(), more.begin(), more.end());
   return tiny(args);
 }
+
+// The single-device model after the same `tiny` training (with `more` options), read from its
+// --checkpoint: what every hybrid layout must reproduce.
+mgpu::testing::CheckpointByName single_device_parameters(
+    const std::vector<std::string>& more = {}) {
+  const std::string path = temp_path("single_device.ckpt");
+  std::vector<std::string> args = {"run", "single_device"};
+  args.insert(args.end(), more.begin(), more.end());
+  args.insert(args.end(), {"--checkpoint", path});
+  const auto r = run_mgpu(tiny(args));
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  auto parameters = mgpu::testing::load_checkpoint_by_name(path);
+  std::remove(path.c_str());
+  return parameters;
+}
 }  // namespace
 
 TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
           "[hybrid][lesson][equivalence]") {
-  const std::string single = temp_path("single.ckpt");
-  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
-  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const auto want = single_device_parameters();
   const int meshes[][3] = {{2, 2, 2}, {1, 4, 2}, {2, 1, 4}, {4, 2, 1}, {1, 2, 4},
                            {8, 1, 1}, {1, 1, 8}, {1, 8, 1}, {4, 1, 2}, {2, 4, 1}};
   for (const auto& m : meshes)
@@ -71,7 +85,6 @@ TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
       run_to_checkpoint(mesh(m[0], m[1], m[2], {"--schedule", schedule, "--checkpoint", path}),
                         path, want);
     }
-  std::remove(single.c_str());
 }
 
 // Each tp slice is cut from the single-device model's 2-byte parameters, the tp all-reduces sum
@@ -140,16 +153,23 @@ double parse_bytes(const std::string& text) {
   return value * scale;
 }
 
+// The lines of a report that `row` matches: each one's captures, [0] being the whole match.
+std::vector<std::vector<std::string>> matching_rows(const std::string& out, const std::regex& row) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) rows.emplace_back(m.begin(), m.end());
+  }
+  return rows;
+}
+
 // Each rank's peak optimizer-state bytes, from the lesson's memory table (allocator).
 std::map<int, double> optimizer_state_by_rank(const std::string& out) {
   // "  0 dp0 pp0 tp0        30.88 KiB       30.88 KiB       61.75 KiB ..."
   const std::regex row(R"(^  (\d+) dp\d pp\d tp\d +(\S+ \S+) +(\S+ \S+) +(\S+ \S+))");
   std::map<int, double> bytes;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, row)) bytes[std::stoi(m[1])] = parse_bytes(m[4]);
-  }
+  for (const auto& m : matching_rows(out, row)) bytes[std::stoi(m[1])] = parse_bytes(m[4]);
   return bytes;
 }
 }  // namespace
@@ -159,9 +179,7 @@ std::map<int, double> optimizer_state_by_rank(const std::string& out) {
 // single-device parameters (fp32 tolerance); a quarter of the optimizer state at dp 4.
 TEST_CASE("hybrid zero 1 trains to the single-device parameters with 1/dp of the optimizer state",
           "[hybrid][lesson][equivalence][zero]") {
-  const std::string single = temp_path("single_zero.ckpt");
-  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
-  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const auto want = single_device_parameters();
   const int meshes[][3] = {{2, 2, 2}, {4, 1, 2}, {1, 2, 4}};
   for (const auto& m : meshes) {
     INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2]);
@@ -182,7 +200,6 @@ TEST_CASE("hybrid zero 1 trains to the single-device parameters with 1/dp of the
       CHECK(std::abs(sharded.at(rank) * m[0] - bytes) <= 0.01 * bytes);
     }
   }
-  std::remove(single.c_str());
 }
 
 TEST_CASE("hybrid zero 1 resumes from a single-device checkpoint in bf16",
@@ -218,9 +235,7 @@ TEST_CASE("hybrid zero 1 resumes from a single-device checkpoint in bf16",
 // same single-device parameters.
 TEST_CASE("hybrid interleaved and zb-h1 train to the single-device parameters",
           "[hybrid][lesson][equivalence][schedule]") {
-  const std::string single = temp_path("single_schedules.ckpt");
-  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
-  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const auto want = single_device_parameters();
   const int meshes[][3] = {{1, 2, 4}, {2, 2, 2}, {2, 1, 4}};
   const std::vector<std::vector<std::string>> schedules = {
       {"--schedule", "interleaved", "--virtual-stages", "2"}, {"--schedule", "zb-h1"}};
@@ -233,7 +248,6 @@ TEST_CASE("hybrid interleaved and zb-h1 train to the single-device parameters",
       // M = 4 micro-batches: interleaved needs at least pp of them (batch 16 = dp x 4 x 16/(4dp))
       run_to_checkpoint(mesh(m[0], m[1], m[2], more, 4), path, want);
     }
-  std::remove(single.c_str());
 }
 
 TEST_CASE("hybrid interleaved and zb-h1 measure each group's bytes equal to the formula",
@@ -263,9 +277,7 @@ TEST_CASE("hybrid interleaved and zb-h1 measure each group's bytes equal to the 
 // round the cp ring (ring attention), gradients averaged over cp. In fp32 the same math, so the
 // single-device parameters; the ring's and the cp all-reduce's bytes equal the formula.
 TEST_CASE("hybrid with cp trains to the single-device parameters", "[hybrid][lesson][cp]") {
-  const std::string single = temp_path("single_cp.ckpt");
-  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
-  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const auto want = single_device_parameters();
   const std::vector<std::vector<std::string>> cases = {
       {"--dp", "1", "--tp", "2", "--cp", "2", "--pp", "2"},
       {"--dp", "2", "--tp", "1", "--cp", "2", "--pp", "2"},
@@ -280,20 +292,15 @@ TEST_CASE("hybrid with cp trains to the single-device parameters", "[hybrid][les
     args.insert(args.end(), {"--checkpoint", path});
     const auto r = run_to_checkpoint(tiny(args), path, want);
     // every GPU's cp bytes (ring K|V and dK|dV hops, then the gradient all-reduce) = formula
-    const std::regex row(R"(GPU +\d+ .* cp +(\S+ \S+) \| +(\S+ \S+)$)");
-    int rows = 0;
-    std::istringstream lines(r.out);
-    for (std::string line; std::getline(lines, line);) {
-      std::smatch m;
-      if (!std::regex_search(line, m, row)) continue;
-      INFO(line);
-      ++rows;
+    const auto rows =
+        matching_rows(r.out, std::regex(R"(GPU +\d+ .* cp +(\S+ \S+) \| +(\S+ \S+)$)"));
+    for (const auto& m : rows) {
+      INFO(m[0]);
       CHECK(m[1] == m[2]);
       CHECK(m[1] != "0 B");
     }
-    CHECK(rows == 8);
+    CHECK(rows.size() == 8);
   }
-  std::remove(single.c_str());
 }
 
 TEST_CASE("hybrid resumes from a single-device checkpoint and back",
@@ -303,10 +310,8 @@ TEST_CASE("hybrid resumes from a single-device checkpoint and back",
       if (args[i] == "--steps") args[i + 1] = n;
     return args;
   };
-  const std::string single = temp_path("single4.ckpt"), half = temp_path("half.ckpt"),
-                    done = temp_path("done.ckpt");
-  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
-  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  const std::string half = temp_path("half.ckpt"), done = temp_path("done.ckpt");
+  const auto want = single_device_parameters();
   // 2 single-device steps, then 2 hybrid steps == 4 single-device steps
   REQUIRE(run_mgpu(steps(tiny({"run", "single_device", "--checkpoint", half}), "2")).code == 0);
   auto r = run_mgpu(mesh(2, 2, 2, {"--resume", half, "--checkpoint", done}));
@@ -322,7 +327,7 @@ TEST_CASE("hybrid resumes from a single-device checkpoint and back",
         2e-5f);
   CHECK(mgpu::testing::max_difference(mgpu::testing::load_checkpoint_by_name(done), want,
                                       "optimizer_state") < 2e-5f);
-  for (auto* p : {&single, &half, &done}) std::remove(p->c_str());
+  for (auto* p : {&half, &done}) std::remove(p->c_str());
 }
 
 TEST_CASE(
@@ -331,23 +336,13 @@ TEST_CASE(
     "[hybrid][lesson][equivalence]") {
   for (std::string recompute : {"selective", "full"}) {
     INFO("--recompute " << recompute);
-    const std::string single = temp_path("single_" + recompute + ".ckpt"),
-                      path = temp_path("hybrid_" + recompute + ".ckpt");
-    REQUIRE(
-        run_mgpu(tiny({"run", "single_device", "--recompute", recompute, "--checkpoint", single}))
-            .code == 0);
-    auto r = run_mgpu(mesh(2, 2, 2, {"--recompute", recompute, "--checkpoint", path}));
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const auto got = mgpu::testing::load_checkpoint_by_name(path),
-               want = mgpu::testing::load_checkpoint_by_name(single);
-    CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+    const auto want = single_device_parameters({"--recompute", recompute});
+    const std::string path = temp_path("hybrid_" + recompute + ".ckpt");
+    const auto r = run_to_checkpoint(
+        mesh(2, 2, 2, {"--recompute", recompute, "--checkpoint", path}), path, want);
     // 8 layers / 2 stages x 2 micro-batches x 2 KiB: 4 all-reduces = 64 KiB, full recompute's 6
     CHECK_THAT(r.out, Catch::Contains(recompute == "full" ? "tp 96.00 KiB | 96.00 KiB"
                                                           : "tp 64.00 KiB | 64.00 KiB"));
-    std::remove(single.c_str());
-    std::remove(path.c_str());
   }
 }
 
@@ -358,13 +353,9 @@ TEST_CASE("hybrid measures each group's bytes equal to its formula", "[hybrid][l
   // "  GPU 5  dp0 pp1 tp1  tp 32.00 KiB | 32.00 KiB   pp ... | ...   dp ... | ..."
   const std::regex row(
       R"(GPU (\d+) +dp\d pp\d tp\d +tp +(\S+ \S+) \| +(\S+ \S+) +pp +(\S+ \S+) \| +(\S+ \S+) +dp +(\S+ \S+) \| +(\S+ \S+))");
-  int rows = 0;
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, row)) continue;
-    INFO(line);
-    ++rows;
+  const auto rows = matching_rows(r.out, row);
+  for (const auto& m : rows) {
+    INFO(m[0]);
     CHECK(m[2] == m[3]);  // tp: 4 all-reduces per layer per micro-batch
     CHECK(m[4] == m[5]);  // pp: one activation and one gradient per micro-batch and neighbour
     CHECK(m[6] == m[7]);  // dp: one ring all-reduce of the stage's gradients per step
@@ -372,7 +363,7 @@ TEST_CASE("hybrid measures each group's bytes equal to its formula", "[hybrid][l
     CHECK(m[4] != "0 B");
     CHECK(m[6] != "0 B");
   }
-  CHECK(rows == 8);
+  CHECK(rows.size() == 8);
   CHECK_THAT(r.out, Catch::Contains("theory (P-1)/(M+P-1) = 1/3"));
   // Model states: stage 0 = embeddings (64+8)*16 + 4 layers x (6*16 + (12*256+7*16)/2) = 7,904
   // parameters; the allocator's peaks equal the formula (AdamW: 8 B per parameter).

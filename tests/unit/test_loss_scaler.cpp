@@ -174,6 +174,25 @@ train::TrainOptions scaled_options(int steps, std::vector<std::pair<int, int>> i
   return t;
 }
 
+// Four fp16 steps on `ranks` ranks whose step-2 gradients overflow on `overflow_rank` only: the
+// found-inf all-reduce must make every rank skip step 2 (one skip, the scale halved to 2^15, 3
+// optimizer steps). Without the injected overflow nothing is skipped (2^16 fits this model).
+void check_overflow_skipped_everywhere(int ranks, int overflow_rank,
+                                       const train::LayoutFactory& factory) {
+  ScaledRun run = train_scaled(ranks, scaled_options(4, {{2, overflow_rank}}), factory);
+  CHECK(run.result.skipped_steps == std::vector<int>{2});
+  CHECK(run.result.loss_scale == 32768.0f);
+  for (size_t r = 0; r < run.ranks.size(); ++r) {
+    CAPTURE(r);
+    CHECK(run.ranks[r].skipped == 1);
+    CHECK(run.ranks[r].scale == 32768.0f);
+    CHECK(run.ranks[r].optimizer_steps == 3);  // 4 steps, one skipped
+  }
+  ScaledRun clean = train_scaled(ranks, scaled_options(4, {}), factory);
+  CHECK(clean.result.skipped_steps.empty());
+  CHECK(clean.result.loss_scale == 65536.0f);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -234,19 +253,7 @@ TEST_CASE(
     DYNAMIC_SECTION(c.name) {
       // Step 2's gradients overflow on rank 1 only (after DDP's all-reduce; in a pipeline, in
       // the last stage's own weights): the found-inf all-reduce must make rank 0 skip too.
-      ScaledRun run = train_scaled(2, scaled_options(4, {{2, 1}}), c.factory);
-      CHECK(run.result.skipped_steps == std::vector<int>{2});
-      CHECK(run.result.loss_scale == 32768.0f);
-      for (size_t r = 0; r < run.ranks.size(); ++r) {
-        CAPTURE(r);
-        CHECK(run.ranks[r].skipped == 1);
-        CHECK(run.ranks[r].scale == 32768.0f);
-        CHECK(run.ranks[r].optimizer_steps == 3);  // 4 steps, one skipped
-      }
-      // Without an injected overflow nothing is skipped (the 2^16 start fits this model).
-      ScaledRun clean = train_scaled(2, scaled_options(4, {}), c.factory);
-      CHECK(clean.result.skipped_steps.empty());
-      CHECK(clean.result.loss_scale == 65536.0f);
+      check_overflow_skipped_everywhere(2, 1, c.factory);
     }
   }
 }
@@ -369,17 +376,6 @@ TEST_CASE("hybrid fp16: an overflow on one rank makes all 8 ranks skip that step
       return std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, fp16_adamw());
     };
     // rank 5 = dp0 pp1 tp1: the last stage's second tp slice, in the first replica
-    ScaledRun run = train_scaled(8, scaled_options(4, {{2, 5}}), hybrid);
-    CHECK(run.result.skipped_steps == std::vector<int>{2});
-    CHECK(run.result.loss_scale == 32768.0f);
-    for (size_t r = 0; r < run.ranks.size(); ++r) {
-      CAPTURE(r);
-      CHECK(run.ranks[r].skipped == 1);
-      CHECK(run.ranks[r].scale == 32768.0f);
-      CHECK(run.ranks[r].optimizer_steps == 3);  // 4 steps, one skipped
-    }
-    ScaledRun clean = train_scaled(8, scaled_options(4, {}), hybrid);
-    CHECK(clean.result.skipped_steps.empty());
-    CHECK(clean.result.loss_scale == 65536.0f);
+    check_overflow_skipped_everywhere(8, 5, hybrid);
   }
 }
