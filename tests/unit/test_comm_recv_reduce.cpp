@@ -56,7 +56,8 @@ WorldOptions local_world(int ranks, ClockKind clock = ClockKind::modeled) {
 // The meeting orders of a local mailbox, driven from one thread so each is certain: the receive
 // posted first (when ranks share cores the sender adds into it at once; with a core each it only
 // offers, and the receiver adds), the offer first (the receiver adds from the sender's buffer),
-// and the offer released before the receiver came (it adds from the spare).
+// and the offer released before the receiver came (it adds from the spare); the offer first also
+// with receive(), a blocking receive's reserve() + take() under one lock.
 TEST_CASE("local mailbox: recv_reduce adds like recv + add in every meeting order",
           "[comm][local]") {
   const int64_t n = 1037;
@@ -69,22 +70,28 @@ TEST_CASE("local mailbox: recv_reduce adds like recv + add in every meeting orde
       comm::local::LocalWorld world(2, 20, shared);
       world.begin_run();
       int tag = 0;
-      for (const char* order : {"receive posted first", "offer first", "offer released first"}) {
+      for (const char* order : {"receive posted first", "offer first", "offer first, receive()",
+                                "offer released first"}) {
         SECTION(order) {
           std::vector<float> acc = start;
           const comm::local::MailboxKey key{"world", 0, 1, tag++, false};
           const comm::local::Incoming target{acc.data(), n * 4, DeviceKind::cpu, true};
           if (std::string(order) == "receive posted first") {
             int64_t ticket = world.reserve(key, target);
-            int64_t number = world.post(key, message);
+            const auto offer = world.post(key, message);
             // Shared cores: the sender has added into acc already. A core each: not yet.
             CHECK(same_bits(acc, shared ? expected : start));
-            world.release(key, number);
+            CHECK(offer.delivered == shared);
+            world.release(key, offer);
             CHECK(world.take(key, ticket, 1, describe).bytes == n * 4);
           } else if (std::string(order) == "offer first") {
-            int64_t number = world.post(key, message);
+            const auto offer = world.post(key, message);
             CHECK(world.take(key, world.reserve(key, target), 1, describe).bytes == n * 4);
-            world.release(key, number);
+            world.release(key, offer);
+          } else if (std::string(order) == "offer first, receive()") {
+            const auto offer = world.post(key, message);
+            CHECK(world.receive(key, target, 1, describe).bytes == n * 4);
+            world.release(key, offer);
           } else {
             world.release(key, world.post(key, message));  // buffered in a spare: sender leaves
             CHECK(world.take(key, world.reserve(key, target), 1, describe).bytes == n * 4);

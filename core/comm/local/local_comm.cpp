@@ -36,7 +36,7 @@ class LocalComm final : public Comm {
   // ---- point-to-point ----
   void send(const Tensor& t, int dst, int tag) override {
     Posted posted = post(t, dst, tag);
-    world_->release(posted.key, posted.number);
+    world_->release(posted.key, posted.offer);
     compute_waits_for(posted.end);
   }
 
@@ -57,7 +57,7 @@ class LocalComm final : public Comm {
       LocalComm* comm;
       Posted posted;
       void wait() override {
-        comm->world_->release(posted.key, posted.number);
+        comm->world_->release(posted.key, posted.offer);
         comm->compute_waits_for(posted.end);
       }
     };
@@ -78,7 +78,8 @@ class LocalComm final : public Comm {
       double posted;
       int src, tag;
       void wait() override {
-        comm->compute_waits_for(comm->receive(target, key, ticket, posted, src, tag));
+        Arrived m = comm->world_->take(key, ticket, comm->my_world_rank(), comm->waiting_for(key));
+        comm->compute_waits_for(comm->received(target, key, m, posted, src, tag));
       }
     };
     auto pending = std::make_unique<PendingRecv>();
@@ -180,7 +181,7 @@ class LocalComm final : public Comm {
   // A message handed to the world: release() it before the sent tensor may change.
   struct Posted {
     MailboxKey key;
-    int64_t number = 0;
+    LocalWorld::Offer offer;
     double end = 0;  // when the transfer ends on this rank's clock
   };
 
@@ -193,8 +194,8 @@ class LocalComm final : public Comm {
     check_peer(src, "recv from");
     MailboxKey key = mailbox(src, rank_, tag);
     double posted = ctx_->clock.comm_issue_time();
-    double end = receive(t, key, world_->reserve(key, incoming(t, accumulate)), posted, src, tag);
-    compute_waits_for(end);
+    Arrived m = world_->receive(key, incoming(t, accumulate), my_world_rank(), waiting_for(key));
+    compute_waits_for(received(t, key, m, posted, src, tag));
   }
 
   // Offers t to dst's mailbox; the transfer ends at `end` on the modeled clock. This is the one
@@ -206,7 +207,7 @@ class LocalComm final : public Comm {
     double transfer = ctx_->profile.transfer_time(my_world_rank(), world_rank(dst), t.bytes());
     Posted posted;
     posted.key = mailbox(rank_, dst, tag);
-    posted.number = world_->post(
+    posted.offer = world_->post(
         posted.key, {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind, sent});
     posted.end = clock.modeled() ? sent + transfer : clock.wall_now();
     clock.wait_comm_until(posted.end);
@@ -215,14 +216,19 @@ class LocalComm final : public Comm {
     return posted;
   }
 
-  double receive(Tensor& t, const MailboxKey& key, int64_t ticket, double posted, int src,
-                 int tag) {
-    auto describe = [this, &key, tag] {
+  // What a rank blocked in this receive is shown as in the deadlock and timeout tables. (Two
+  // pointers: small enough for std::function to hold without allocating.)
+  std::function<std::string()> waiting_for(const MailboxKey& key) const {
+    return [this, &key] {
       return depth_ > 0 ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
                         : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src,
-                                      tag, name_);
+                                      key.tag, name_);
     };
-    Arrived m = world_->take(key, ticket, my_world_rank(), describe);
+  }
+
+  // The end of a receive whose message m has arrived: checks its size, moves the clock, traces.
+  double received(Tensor& t, const MailboxKey& key, const Arrived& m, double posted, int src,
+                  int tag) {
     if (m.bytes != t.bytes())
       throw CommError(fmt::format(
           "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",

@@ -72,14 +72,24 @@ class LocalWorld {
   // Point-to-point. Messages and receives are numbered in mailbox order: message k goes to the
   // k-th receive posted, so irecvs posted in order receive in order whatever order they are
   // waited in. post() offers the sender's buffer (or copies into an already posted receive) and
-  // returns the message number; release() must follow before the sender's buffer changes: it
-  // returns at once if the data was delivered, else after a short spin copies it into a spare
-  // buffer. reserve() posts a receive buffer; take() waits for the data to be in it.
-  int64_t post(const MailboxKey& key, const Outgoing& message);
-  void release(const MailboxKey& key, int64_t number);
+  // returns an Offer; release() must follow before the sender's buffer changes: it returns at
+  // once if the data was delivered, else after a short spin copies it into a spare buffer.
+  // reserve() posts a receive buffer; take() waits for the data to be in it. receive() is both
+  // at once, for a blocking receive.
+  struct Offer {
+    int64_t number = 0;      // the message number
+    bool delivered = false;  // post() already put the data into the posted receive
+    bool spin = false;       // release() gives a late receiver a spin before buffering
+    uint64_t wakeups = 0;    // the sender's wake-up count at post(): release() waits for it to
+                             // change (the receiver wakes the sender when it has the data)
+  };
+  Offer post(const MailboxKey& key, const Outgoing& message);
+  void release(const MailboxKey& key, const Offer& offer);
   int64_t reserve(const MailboxKey& key, const Incoming& target);
   Arrived take(const MailboxKey& key, int64_t ticket, int waiter,
                const std::function<std::string()>& describe);
+  Arrived receive(const MailboxKey& key, const Incoming& target, int waiter,
+                  const std::function<std::string()>& describe);
 
   // Collective checks: the first member to reach collective #seq registers its call; later
   // members compare without blocking. A mismatch raises CommError on every member.
@@ -133,8 +143,13 @@ class LocalWorld {
                    const std::function<bool()>& ready);
   // Waits, uninterruptibly, while the other side of `slot` copies (a copy always finishes).
   void wait_copy_locked(std::unique_lock<std::mutex>& lock, int waiter, const Slot& slot);
-  // Spins briefly (lock released) for a wake-up of `rank`; true if one came.
+  // Spins briefly for a wake-up of `rank` after the count `seen`; true if one came. The second
+  // form releases the lock while it spins.
+  bool spin_until_woken(int rank, uint64_t seen) const;
   bool spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank);
+  // take() and receive() once the receive is posted and the lock held.
+  Arrived take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box, int64_t ticket, int src,
+                      int waiter, const std::function<std::string()>& describe);
   void wake(int rank);
   Slot& slot_locked(Mailbox& box, int64_t number);
   void finish_slot_locked(Mailbox& box, int64_t number);
@@ -146,10 +161,16 @@ class LocalWorld {
   int size_;
   double timeout_;
   bool own_cores_;  // every rank can have a core to itself: receivers copy in parallel
-  mutable std::mutex mutex_;
-  std::vector<std::condition_variable> wakeups_;  // one per rank: only the receiver is woken
+  // The lock and each rank's wake-up counter sit on cache lines of their own: a rank spinning on
+  // its counter is then disturbed only by its own wake-ups, not by every lock or other wake-up.
+  alignas(64) mutable std::mutex mutex_;
+  alignas(64)
+      std::vector<std::condition_variable> wakeups_;  // one per rank: only the receiver is woken
   // Bumped with every wake-up of a rank, so a waiter can spin on it without the lock.
-  std::unique_ptr<std::atomic<uint64_t>[]> wakeup_counts_;
+  struct alignas(64) WakeupCount {
+    std::atomic<uint64_t> value{0};
+  };
+  std::unique_ptr<WakeupCount[]> wakeup_counts_;
   std::vector<RankWait> ranks_;
   std::map<MailboxKey, Mailbox> mailboxes_;
   std::map<std::pair<std::string, int64_t>, CollectiveCalls> collectives_;
