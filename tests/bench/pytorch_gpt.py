@@ -7,6 +7,9 @@ proj, residual; LN -> 4C GELU(tanh) MLP, residual), final LN, LM head without bi
 Same precision: fp32 with TF32 OFF (mgpu's cuBLAS calls use plain FP32 unless MGPU_TF32=1).
 Attention is written out (matmul, mask, softmax, matmul) as mgpu does; --sdpa uses PyTorch's
 fused scaled_dot_product_attention instead, to show what a fused kernel buys.
+Not the same: the initial weights (PyTorch's module defaults here, N(0, 0.02)-style in mgpu) and
+the random tokens, so the printed losses differ; the work per step, which is what is timed, does
+not depend on them.
 
     python3 tests/bench/pytorch_gpt.py --layers 12 --dim 768 --heads 12 --seq 1024 --batch 4
 Last lines:  RESULT pytorch tokens_per_s=12345.6 (wall clock), RESULT pytorch tokens_per_cpu_s=...

@@ -220,7 +220,8 @@ class LocalComm final : public Comm {
   // pointers: small enough for std::function to hold without allocating.)
   std::function<std::string()> waiting_for(const MailboxKey& key) const {
     return [this, &key] {
-      return depth_ > 0 ? fmt::format("waits in {} (recv from rank {})", collective_label_, key.src)
+      return depth_ > 0 ? fmt::format("waits in {} #{} of group {} (recv from rank {})",
+                                      collective_kind_, collective_seq_, name_, key.src)
                         : fmt::format("waits for recv from rank {} (tag {}) in group {}", key.src,
                                       key.tag, name_);
     };
@@ -243,7 +244,8 @@ class LocalComm final : public Comm {
 
   void record_p2p(const char* op, int peer, int64_t bytes, int64_t sent_bytes, double start,
                   double end) {
-    if (depth_ > 0) return;  // part of a collective, which records one event for all of it
+    // Part of a collective, which records one event for all of it; or not tracing.
+    if (depth_ > 0 || !ctx_->tracer.enabled) return;
     trace::Event e = trace::comm_event(op, start, end, bytes, sent_bytes, name_);
     e.peer = world_rank(peer);
     ctx_->tracer.record(std::move(e));
@@ -279,7 +281,8 @@ class LocalComm final : public Comm {
     world_->check_collective(group_key_, name_, seq, size(), my_world_rank(), call);
     double start = clock.comm_issue_time();
     const int64_t sent_before = sent_bytes_;
-    collective_label_ = fmt::format("{} #{} of group {}", kind, seq, name_);
+    collective_kind_ = kind;  // for the deadlock table, which formats them only when it is shown
+    collective_seq_ = seq;
     ++depth_;
     struct Leave {
       int& depth;
@@ -288,10 +291,11 @@ class LocalComm final : public Comm {
     body();
     double end = clock.modeled() ? std::max(start, clock.comm_now()) : clock.wall_now();
     clock.wait_comm_until(end);
-    // sent_bytes: what this rank's sends inside it carried
-    trace::Event e = trace::comm_event(kind, start, end, bytes, sent_bytes_ - sent_before, name_);
-    e.seq = seq;
-    ctx_->tracer.record(std::move(e));
+    if (ctx_->tracer.enabled) {  // sent_bytes: what this rank's sends inside it carried
+      trace::Event e = trace::comm_event(kind, start, end, bytes, sent_bytes_ - sent_before, name_);
+      e.seq = seq;
+      ctx_->tracer.record(std::move(e));
+    }
     return end;
   }
 
@@ -314,10 +318,11 @@ class LocalComm final : public Comm {
   std::string name_;          // for people: "world", "dp0"
   std::vector<int> members_;  // world ranks, in group-rank order
   int rank_;
-  int64_t seq_ = 0;         // this group's collective counter (same on every member)
-  int depth_ = 0;           // > 0 while inside a collective
-  int64_t sent_bytes_ = 0;  // bytes this rank has sent in this group, ever
-  std::string collective_label_;
+  int64_t seq_ = 0;                   // this group's collective counter (same on every member)
+  int depth_ = 0;                     // > 0 while inside a collective
+  int64_t sent_bytes_ = 0;            // bytes this rank has sent in this group, ever
+  const char* collective_kind_ = "";  // the collective this rank is in, while depth_ > 0
+  int64_t collective_seq_ = 0;
 };
 
 std::vector<std::unique_ptr<Comm>> make_local_world_comms(std::shared_ptr<LocalWorld> world,
