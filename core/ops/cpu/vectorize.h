@@ -6,8 +6,11 @@
 #pragma once
 
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define MGPU_NO_CLONES  // sanitizers instrument one version; clones add nothing there
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(thread_sanitizer)
+// Sanitizers instrument one version; clones add nothing there (and under TSan the ifunc
+// resolver would run, instrumented, before the sanitizer is initialised).
+#define MGPU_NO_CLONES
 #endif
 #endif
 
