@@ -230,15 +230,18 @@ void LocalWorld::release(const MailboxKey& key, const Offer& offer) {
   finish_slot_locked(box, offer.number);
 }
 
-int64_t LocalWorld::reserve(const MailboxKey& key, const Incoming& target) {
-  auto lock = lock_world();
-  throw_if_stopped_locked();
-  Mailbox& box = mailboxes_[key];
+int64_t LocalWorld::reserve_locked(Mailbox& box, const Incoming& target) {
   const int64_t number = box.reserved++;
   Slot& slot = slot_locked(box, number);
   slot.target = target;
   slot.receiver_posted = true;
   return number;
+}
+
+int64_t LocalWorld::reserve(const MailboxKey& key, const Incoming& target) {
+  auto lock = lock_world();
+  throw_if_stopped_locked();
+  return reserve_locked(mailboxes_[key], target);
 }
 
 Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
@@ -252,11 +255,7 @@ Arrived LocalWorld::receive(const MailboxKey& key, const Incoming& target, int w
   auto lock = lock_world();
   throw_if_stopped_locked();
   Mailbox& box = mailboxes_[key];
-  const int64_t ticket = box.reserved++;
-  Slot& slot = slot_locked(box, ticket);
-  slot.target = target;
-  slot.receiver_posted = true;
-  return take_locked(lock, box, ticket, key.src, waiter, describe);
+  return take_locked(lock, box, reserve_locked(box, target), key.src, waiter, describe);
 }
 
 Arrived LocalWorld::take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box, int64_t ticket,

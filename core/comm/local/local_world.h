@@ -147,6 +147,8 @@ class LocalWorld {
   // form releases the lock while it spins.
   bool spin_until_woken(int rank, uint64_t seen) const;
   bool spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank);
+  // reserve() and receive() with the lock held: posts the receive buffer, returns its ticket.
+  int64_t reserve_locked(Mailbox& box, const Incoming& target);
   // take() and receive() once the receive is posted and the lock held.
   Arrived take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box, int64_t ticket, int src,
                       int waiter, const std::function<std::string()>& describe);
