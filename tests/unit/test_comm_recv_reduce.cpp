@@ -1,6 +1,7 @@
 // Comm::recv_reduce (receive and add in one pass) must equal recv into a temporary + add_into bit
 // for bit, whichever side of the local mailbox does the add, cost the same on the modeled clock
-// and in the trace, and keep the deadlock / size-mismatch diagnosis of a plain recv.
+// and in the trace, and keep the deadlock / size-mismatch diagnosis of a plain recv. Also: which
+// side of a local mailbox copies a plain receive.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -101,6 +102,63 @@ TEST_CASE("local mailbox: recv_reduce adds like recv + add in every meeting orde
       }
     }
   }
+}
+
+// With a core per rank the receiver copies, except into memory its sender has just read (the
+// ring all-gather after the reduce-scatter): there the sender copies, at post() when the receive
+// is already posted, else when release() finds it posted. Driven from one thread: rank 0 first
+// reads rank 1's buffer `theirs` (a recv_reduce, as in the reduce-scatter), then sends into it.
+TEST_CASE("local mailbox: a receive into memory its sender just read is copied by the sender",
+          "[comm][local]") {
+  const int64_t n = 1037;
+  const auto mine_values = noisy(n, 3), theirs_values = noisy(n, 4);
+  auto describe = [] { return std::string("waits in the test"); };
+  comm::local::LocalWorld world(2, 20, /*ranks_share_cores=*/false);
+  world.begin_run();
+  std::vector<float> mine = mine_values, theirs = theirs_values, elsewhere(n, 0.0f);
+  const comm::local::MailboxKey to_rank0{"world", 1, 0, 0, true}, to_rank1{"world", 0, 1, 0, true};
+  const comm::local::Outgoing from_theirs{theirs.data(), n * 4, DeviceKind::cpu, 0.0};
+  const comm::local::Outgoing from_mine{mine.data(), n * 4, DeviceKind::cpu, 0.0};
+  auto reduce_scatter_step = [&] {  // rank 0 reads `theirs`: mine += theirs
+    const auto offer = world.post(to_rank0, from_theirs);
+    world.receive(to_rank0, {mine.data(), n * 4, DeviceKind::cpu, true}, 0, describe);
+    world.release(to_rank0, offer);
+  };
+  reduce_scatter_step();
+  const std::vector<float> sum = mine;
+
+  SECTION("receive posted first: post() copies") {
+    const int64_t ticket = world.reserve(to_rank1, {theirs.data(), n * 4, DeviceKind::cpu, false});
+    const auto offer = world.post(to_rank1, from_mine);
+    CHECK(offer.delivered);
+    CHECK(same_bits(theirs, sum));  // before the receiver looked
+    world.release(to_rank1, offer);
+    CHECK(world.take(to_rank1, ticket, 1, describe).bytes == n * 4);
+  }
+  SECTION("offer first: release() copies once the receive is posted") {
+    const auto offer = world.post(to_rank1, from_mine);
+    CHECK_FALSE(offer.delivered);
+    const int64_t ticket = world.reserve(to_rank1, {theirs.data(), n * 4, DeviceKind::cpu, false});
+    world.release(to_rank1, offer);
+    CHECK(same_bits(theirs, sum));  // the sender copied; the receiver has not taken yet
+    CHECK(world.take(to_rank1, ticket, 1, describe).bytes == n * 4);
+  }
+  SECTION("other memory, or an add: the receiver still copies") {
+    const int64_t ticket =
+        world.reserve(to_rank1, {elsewhere.data(), n * 4, DeviceKind::cpu, false});
+    auto offer = world.post(to_rank1, from_mine);
+    CHECK_FALSE(offer.delivered);
+    CHECK(world.take(to_rank1, ticket, 1, describe).bytes == n * 4);
+    world.release(to_rank1, offer);
+    CHECK(same_bits(elsewhere, sum));
+    const int64_t add_ticket =
+        world.reserve(to_rank1, {theirs.data(), n * 4, DeviceKind::cpu, true});
+    offer = world.post(to_rank1, from_mine);
+    CHECK_FALSE(offer.delivered);
+    CHECK(world.take(to_rank1, add_ticket, 1, describe).bytes == n * 4);
+    world.release(to_rank1, offer);
+  }
+  CHECK(same_bits(mine, sum));
 }
 
 // Two worlds, the same messages: one receiver uses recv_reduce, the other recv + add_into. The

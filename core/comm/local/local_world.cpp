@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "core/comm/local/algorithms.h"
@@ -48,6 +50,9 @@ inline void cpu_relax() {
 constexpr auto kSpin = std::chrono::microseconds(30);
 // Before the yields, when every rank has a core: this many pause-and-look turns.
 constexpr int kPauseSpins = 64;
+// How long a receiver waits for a push from a sender that is not yet in a wait: in a collective's
+// step both partners arrive within a microsecond or two of each other.
+constexpr auto kPushGrace = std::chrono::microseconds(4);
 
 // When ranks share cores, a late receiver of a message this small costs the sender less as a
 // copy into a spare buffer than as a spin: a 64 KiB copy is a few microseconds, a spin up to
@@ -66,7 +71,11 @@ LocalWorld::LocalWorld(int size, double timeout_seconds, bool ranks_share_cores)
       own_cores_(!ranks_share_cores),
       wakeups_(size),
       wakeup_counts_(std::make_unique<WakeupCount[]>(size)),
-      ranks_(size) {}
+      ranks_(size),
+      recent_reads_(size),
+      owed_pushes_(size),
+      serving_(std::make_unique<std::atomic<bool>[]>(size)),
+      push_limit_(std::max<int64_t>(sysconf(_SC_LEVEL2_CACHE_SIZE), 512 * 1024) / 2) {}
 
 void LocalWorld::wake(int rank) {
   wakeup_counts_[rank].value.fetch_add(1, std::memory_order_release);
@@ -123,6 +132,8 @@ bool LocalWorld::spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank) {
 void LocalWorld::begin_run() {
   auto lock = lock_world();
   for (auto& r : ranks_) r = RankWait{};
+  for (auto& r : recent_reads_) r = RecentReads{};
+  for (auto& owed : owed_pushes_) owed.clear();
   mailboxes_.clear();
   collectives_.clear();
   rendezvous_.clear();
@@ -173,10 +184,11 @@ LocalWorld::Offer LocalWorld::post(const MailboxKey& key, const Outgoing& messag
   Slot& slot = slot_locked(box, offer.number);
   slot.message = message;
   slot.sender_posted = true;
-  if (!own_cores_ && slot.receiver_posted && slot.target.bytes == message.bytes) {
-    // Ranks share cores and the receive is already posted: copy straight into it now, rather
-    // than wait for the receiver to get a core. (With a core each, every receiver copies its
-    // own messages, in parallel with the others.)
+  if (slot.receiver_posted && slot.target.bytes == message.bytes &&
+      (!own_cores_ || sender_pushes(key.src, slot.target, message))) {
+    // The receive is already posted and either ranks share cores (copy now, rather than wait
+    // for the receiver to get a core) or we just read its memory (a push, see local_world.h).
+    // With a core each, every receiver otherwise copies its own messages, in parallel.
     slot.stage = Stage::copying;
     lock.unlock();
     deliver(slot.target, message);
@@ -195,9 +207,12 @@ LocalWorld::Offer LocalWorld::post(const MailboxKey& key, const Outgoing& messag
 void LocalWorld::release(const MailboxKey& key, const Offer& offer) {
   if (offer.delivered) return;
   // Usually the receiver is copying from our buffer or about to: it wakes us when done, so
-  // wait for that before taking the lock (which it needs to say so).
+  // wait for that before taking the lock (which it needs to say so). It also wakes us when it
+  // posts a receive we should push into: that copy is ours to make, and it waits for it.
+  Serving serving(*this, key.src);
   const bool woken = offer.spin && spin_until_woken(key.src, offer.wakeups);
   auto lock = lock_world();
+  push_owed_locked(lock, key.src);
   Mailbox& box = mailboxes_[key];
   auto it = box.slots.find(offer.number);
   if (it == box.slots.end() || it->second.sender_done) return;  // delivered (and maybe gone)
@@ -230,18 +245,91 @@ void LocalWorld::release(const MailboxKey& key, const Offer& offer) {
   finish_slot_locked(box, offer.number);
 }
 
-int64_t LocalWorld::reserve_locked(Mailbox& box, const Incoming& target) {
+int64_t LocalWorld::reserve_locked(Mailbox& box, const Incoming& target, int src, int dst) {
   const int64_t number = box.reserved++;
   Slot& slot = slot_locked(box, number);
   slot.target = target;
   slot.receiver_posted = true;
+  if (slot.stage == Stage::offered && slot.message.bytes == target.bytes &&
+      sender_pushes(src, target, slot.message)) {
+    slot.push = true;  // the sender copies: tell it
+    owed_pushes_[src].push_back({&box, number, dst});
+    wake(src);
+  }
   return number;
+}
+
+bool LocalWorld::sender_pushes(int sender, const Incoming& target, const Outgoing& message) const {
+  if (!own_cores_ || target.accumulate || !target.data || !message.data) return false;
+  if (target.bytes > push_limit_) return false;  // the lines it read are no longer all cached
+  if (target.kind != DeviceKind::cpu || message.kind != DeviceKind::cpu) return false;
+  const auto* begin = static_cast<const std::byte*>(target.data);
+  const auto* end = begin + target.bytes;
+  for (const auto& [read, bytes] : recent_reads_[sender].regions)
+    if (read && read < end && begin < read + bytes) return true;
+  return false;
+}
+
+void LocalWorld::remember_read(int rank, const Outgoing& message) {
+  if (!message.data || message.kind != DeviceKind::cpu) return;
+  RecentReads& recent = recent_reads_[rank];
+  recent.regions[recent.next] = {static_cast<const std::byte*>(message.data), message.bytes};
+  recent.next = (recent.next + 1) % static_cast<int>(recent.regions.size());
+}
+
+void LocalWorld::push_owed_locked(std::unique_lock<std::mutex>& lock, int rank) {
+  std::vector<OwedPush>& owed = owed_pushes_[rank];
+  while (!owed.empty()) {
+    const OwedPush push = owed.back();
+    owed.pop_back();
+    auto it = push.box->slots.find(push.number);
+    // Gone, or the receiver stopped waiting for us and copied itself, or left on an error.
+    if (it == push.box->slots.end() || it->second.stage != Stage::offered ||
+        !it->second.receiver_posted)
+      continue;
+    Slot& slot = it->second;
+    slot.stage = Stage::copying;
+    lock.unlock();
+    deliver(slot.target, slot.message);
+    relock(lock);
+    slot.stage = Stage::delivered;
+    slot.sender_done = true;
+    wake(push.dst);
+    finish_slot_locked(*push.box, push.number);
+  }
+}
+
+// The receiver of a push waits for it while its sender is in a wait that makes pushes (or for
+// kPushGrace, for a sender that is about to be), making its own meanwhile; then it copies itself.
+// The wait is short and never registered: a push never makes anyone wait on a busy rank.
+void LocalWorld::wait_for_push_locked(std::unique_lock<std::mutex>& lock, int src, int waiter,
+                                      const Slot& slot) {
+  Serving serving(*this, waiter);
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    push_owed_locked(lock, waiter);
+    if (slot.stage != Stage::offered) return;
+    const uint64_t seen = wakeup_counts_[waiter].value.load(std::memory_order_acquire);
+    bool give_up = false;
+    lock.unlock();
+    while (!give_up && wakeup_counts_[waiter].value.load(std::memory_order_acquire) == seen) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      give_up =
+          waited > kSpin || (waited > kPushGrace && !serving_[src].load(std::memory_order_acquire));
+      cpu_relax();
+    }
+    relock(lock);
+    if (give_up) {
+      push_owed_locked(lock, waiter);
+      return;
+    }
+  }
 }
 
 int64_t LocalWorld::reserve(const MailboxKey& key, const Incoming& target) {
   auto lock = lock_world();
   throw_if_stopped_locked();
-  return reserve_locked(mailboxes_[key], target);
+  return reserve_locked(mailboxes_[key], target, key.src, key.dst);
 }
 
 Arrived LocalWorld::take(const MailboxKey& key, int64_t ticket, int waiter,
@@ -255,7 +343,8 @@ Arrived LocalWorld::receive(const MailboxKey& key, const Incoming& target, int w
   auto lock = lock_world();
   throw_if_stopped_locked();
   Mailbox& box = mailboxes_[key];
-  return take_locked(lock, box, reserve_locked(box, target), key.src, waiter, describe);
+  return take_locked(lock, box, reserve_locked(box, target, key.src, key.dst), key.src, waiter,
+                     describe);
 }
 
 Arrived LocalWorld::take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box, int64_t ticket,
@@ -279,8 +368,11 @@ Arrived LocalWorld::take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box
     if (slot.stage == Stage::buffered) finish_slot_locked(box, ticket);
     return arrived;
   }
+  if (slot.stage == Stage::offered && slot.push) wait_for_push_locked(lock, src, waiter, slot);
+  wait_copy_locked(lock, waiter, slot);  // the sender may be pushing
   if (slot.stage != Stage::delivered) {
     const Stage was = slot.stage;
+    if (was == Stage::offered) remember_read(waiter, slot.message);
     slot.stage = Stage::copying;
     lock.unlock();
     deliver(slot.target, slot.message);
@@ -346,10 +438,20 @@ void LocalWorld::wait_locked(std::unique_lock<std::mutex>& lock, int waiter,
                              const std::function<bool()>& ready) {
   throw_if_stopped_locked();
   if (ready()) return;
-  // Most partners are microseconds away: spin a little before registering as blocked.
-  spin_for_wakeup(lock, waiter);
-  throw_if_stopped_locked();
-  if (ready()) return;
+  // Most partners are microseconds away: spin a little before registering as blocked, making
+  // the pushes we owe meanwhile (their receivers wait for them while we serve).
+  {
+    Serving serving(*this, waiter);
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    do {
+      push_owed_locked(lock, waiter);
+      if (ready()) return;
+      spin_for_wakeup(lock, waiter);
+      throw_if_stopped_locked();
+      if (ready()) return;
+    } while (std::chrono::steady_clock::now() < until);
+    push_owed_locked(lock, waiter);
+  }
   ranks_[waiter] = RankWait{State::blocked, describe(), ready};
   struct Unblock {  // back to running however we leave (message, error or abort)
     RankWait& w;

@@ -6,6 +6,7 @@
 //  - a wait longer than the timeout reports the same table;
 //  - each group checks that all members call the same collective with the same arguments.
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -31,6 +32,14 @@ namespace mgpu::comm::local {
 // blocking send, or isend's wait) makes the sender copy into a spare buffer of the mailbox, which
 // is reused: no allocation per message. A receive that accumulates (recv_reduce) is delivered the
 // same way, by adding instead of copying the sender's f32 values into the receiver's buffer.
+//
+// One exception to "the receiver copies", with a core each: when the receive's buffer is memory
+// its sender has just read from (the ring all-gather's step right after the reduce-scatter: the
+// sender read exactly those lines to add them), the sender copies instead. Its cache already
+// holds those lines, so it overwrites them without fetching anything; the receiver pulling the
+// data instead must fetch it and take back lines the sender holds, which on the 2-core host costs
+// 3-5x more (docs/lessons/01-collectives.md). Every other copy stays with the receiver: pushing
+// into lines the receiver owns is the slow direction.
 struct Outgoing {
   const void* data = nullptr;  // null for phantom tensors (shapes only)
   int64_t bytes = 0;
@@ -111,6 +120,7 @@ class LocalWorld {
     bool sender_posted = false, sender_done = false;
     Incoming target;  // valid once the receiver posted
     bool receiver_posted = false, receiver_done = false;
+    bool push = false;  // the sender copies: it recently read the target's memory (see above)
     std::vector<std::byte> spare;  // holds the data when the receiver was late
   };
   using Slots = std::map<int64_t, Slot>;  // by message number
@@ -148,7 +158,15 @@ class LocalWorld {
   bool spin_until_woken(int rank, uint64_t seen) const;
   bool spin_for_wakeup(std::unique_lock<std::mutex>& lock, int rank);
   // reserve() and receive() with the lock held: posts the receive buffer, returns its ticket.
-  int64_t reserve_locked(Mailbox& box, const Incoming& target);
+  int64_t reserve_locked(Mailbox& box, const Incoming& target, int src, int dst);
+  // Pushes: whether `sender` should copy `message` into `target` itself; the copies `rank` owes
+  // as a sender (receivers wait for them while the rank is serving, else copy themselves); a
+  // receiver's wait for its sender's push.
+  bool sender_pushes(int sender, const Incoming& target, const Outgoing& message) const;
+  void push_owed_locked(std::unique_lock<std::mutex>& lock, int rank);
+  void wait_for_push_locked(std::unique_lock<std::mutex>& lock, int src, int waiter,
+                            const Slot& slot);
+  void remember_read(int rank, const Outgoing& message);
   // take() and receive() once the receive is posted and the lock held.
   Arrived take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box, int64_t ticket, int src,
                       int waiter, const std::function<std::string()>& describe);
@@ -174,6 +192,31 @@ class LocalWorld {
   };
   std::unique_ptr<WakeupCount[]> wakeup_counts_;
   std::vector<RankWait> ranks_;
+  // What each rank last read as a receiver (pointer, bytes): the memory whose lines its cache
+  // holds. A few entries cover a collective's steps; a stale one only costs speed.
+  struct RecentReads {
+    std::array<std::pair<const std::byte*, int64_t>, 4> regions{};
+    int next = 0;
+  };
+  std::vector<RecentReads> recent_reads_;
+  // Copies each rank owes as a sender (mailbox, message number), and whether the rank is in a
+  // wait that makes them (a receiver waits for a push only from a serving sender).
+  struct OwedPush {
+    Mailbox* box;
+    int64_t number;
+    int dst;
+  };
+  std::vector<std::vector<OwedPush>> owed_pushes_;
+  std::unique_ptr<std::atomic<bool>[]> serving_;
+  int64_t push_limit_;  // largest push: half a core's L2, so that what the sender read is cached
+  struct Serving {      // marks `rank` serving for a scope
+    LocalWorld& world;
+    int rank;
+    Serving(LocalWorld& w, int r) : world(w), rank(r) {
+      world.serving_[rank].store(true, std::memory_order_release);
+    }
+    ~Serving() { world.serving_[rank].store(false, std::memory_order_release); }
+  };
   std::map<MailboxKey, Mailbox> mailboxes_;
   std::map<std::pair<std::string, int64_t>, CollectiveCalls> collectives_;
   std::map<std::pair<std::string, int64_t>, Rendezvous> rendezvous_;
