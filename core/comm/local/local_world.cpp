@@ -189,19 +189,23 @@ LocalWorld::Offer LocalWorld::post(const MailboxKey& key, const Outgoing& messag
     // The receive is already posted and either ranks share cores (copy now, rather than wait
     // for the receiver to get a core) or we just read its memory (a push, see local_world.h).
     // With a core each, every receiver otherwise copies its own messages, in parallel.
-    slot.stage = Stage::copying;
-    lock.unlock();
-    deliver(slot.target, message);
-    relock(lock);
-    slot.stage = Stage::delivered;
-    slot.sender_done = true;
+    sender_delivers_locked(lock, slot, key.dst);
     offer.delivered = true;
-    wake(key.dst);
   } else {
     slot.stage = Stage::offered;  // the receiver copies from our buffer, or release() buffers it
     wake(key.dst);
   }
   return offer;
+}
+
+void LocalWorld::sender_delivers_locked(std::unique_lock<std::mutex>& lock, Slot& slot, int dst) {
+  slot.stage = Stage::copying;
+  lock.unlock();
+  deliver(slot.target, slot.message);
+  relock(lock);
+  slot.stage = Stage::delivered;
+  slot.sender_done = true;
+  wake(dst);
 }
 
 void LocalWorld::release(const MailboxKey& key, const Offer& offer) {
@@ -287,14 +291,7 @@ void LocalWorld::push_owed_locked(std::unique_lock<std::mutex>& lock, int rank) 
     if (it == push.box->slots.end() || it->second.stage != Stage::offered ||
         !it->second.receiver_posted)
       continue;
-    Slot& slot = it->second;
-    slot.stage = Stage::copying;
-    lock.unlock();
-    deliver(slot.target, slot.message);
-    relock(lock);
-    slot.stage = Stage::delivered;
-    slot.sender_done = true;
-    wake(push.dst);
+    sender_delivers_locked(lock, it->second, push.dst);
     finish_slot_locked(*push.box, push.number);
   }
 }

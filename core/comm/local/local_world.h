@@ -167,6 +167,9 @@ class LocalWorld {
   void wait_for_push_locked(std::unique_lock<std::mutex>& lock, int src, int waiter,
                             const Slot& slot);
   void remember_read(int rank, const Outgoing& message);
+  // The sender copies its message into the posted receive (ranks sharing cores, or a push),
+  // outside the lock, and wakes the receiver `dst` to find it delivered.
+  void sender_delivers_locked(std::unique_lock<std::mutex>& lock, Slot& slot, int dst);
   // take() and receive() once the receive is posted and the lock held.
   Arrived take_locked(std::unique_lock<std::mutex>& lock, Mailbox& box, int64_t ticket, int src,
                       int waiter, const std::function<std::string()>& describe);
