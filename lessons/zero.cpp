@@ -217,8 +217,9 @@ void print_memory_table(std::ostream& out, const CommonOptions& c, int stage,
   fmt::print(out,
              "  (transient: stage 3 holds the unit computing plus the one prefetched, stages 2-3 "
              "the gradient bucket of\n   the unit in backward plus the one still reducing; "
-             "stage 1 the chunks it reduce-scatters and all-gathers; every stage\n   the "
-             "collectives' own working buffers: stage 0 shows those alone)\n");
+             "stage 1 the chunks it reduce-scatters and all-gathers; stages 1-3\n   also the "
+             "reduce-scatter's two spare chunks of 1/N; stage 0's all-reduce works in place and "
+             "holds none)\n");
   fmt::print(out,
              "  model states at every stage for this model on {} ranks (formula, computed):\n ",
              c.ranks);

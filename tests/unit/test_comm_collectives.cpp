@@ -4,6 +4,7 @@
 
 #include "common/collective_reference.h"
 
+#include <cmath>
 #include <mutex>
 
 #include "core/comm/comm.h"
@@ -88,6 +89,51 @@ TEST_CASE("all_reduce, reduce_scatter, all_gather, broadcast match a serial refe
         }
       }
     }
+  }
+}
+
+TEST_CASE(
+    "reduce_scatter reads its input, sums as all_reduce does, and holds two chunks of "
+    "scratch, not a copy of the input",
+    "[comm][local]") {
+  // Values that are not small integers, so that the order of the additions shows in the bits.
+  auto values = [](int rank, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i + 1) * (rank + 1));
+    return v;
+  };
+  const int64_t n = 4099;  // chunks of two lengths
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    INFO("ranks=" << ranks);
+    World world(options_for(ranks));
+    std::mutex m;
+    world.run([&](RankContext& ctx) {
+      const int r = ctx.rank;
+      auto [b, e] = comm::chunk_range(n, ranks, r);
+      Tensor summed = Tensor::from({n}, values(r, n));
+      ctx.comm->all_reduce(summed);
+      const std::vector<float> all_reduce_chunk = summed.flat_range(b, e).to_vector();
+
+      Tensor in = Tensor::from({n}, values(r, n));
+      Tensor out = Tensor::empty({e - b}, MemCategory::workspace);
+      ctx.allocator.reset_peaks();
+      const int64_t before = ctx.allocator.stats().current[int(MemCategory::comm_buffers)];
+      ctx.comm->reduce_scatter(in, out, ReduceOp::sum);
+      const int64_t scratch = ctx.allocator.stats().peak[int(MemCategory::comm_buffers)] - before;
+      const int64_t largest = comm::chunk_range(n, ranks, 0).second;
+
+      // In place: the result lands on this rank's own chunk of the input.
+      Tensor in_place = Tensor::from({n}, values(r, n));
+      Tensor my_chunk = in_place.flat_range(b, e);
+      ctx.comm->reduce_scatter(in_place, my_chunk, ReduceOp::sum);
+
+      std::lock_guard<std::mutex> lock(m);
+      INFO("rank " << r);
+      CHECK(in.to_vector() == values(r, n));
+      CHECK(out.to_vector() == all_reduce_chunk);  // bit for bit: the same additions in order
+      CHECK(my_chunk.to_vector() == all_reduce_chunk);
+      CHECK(scratch == std::min(std::max(ranks - 2, 0), 2) * largest * int64_t(sizeof(float)));
+    });
   }
 }
 

@@ -6,9 +6,11 @@
 
 namespace mgpu::comm::local {
 
-// Ring reduce-scatter, in place: afterwards chunk_range(n, N, r) of `buffer` on rank r holds the
-// sum of that chunk over all ranks (other chunks hold partial sums). N-1 steps.
-void ring_reduce_scatter(Comm& comm, Tensor& buffer);
+// Ring reduce-scatter: afterwards `mine` on rank r holds the sum over all ranks of
+// chunk_range(n, N, r) of `in`. N-1 steps; `in` is only read and `mine` written only in the
+// last step, so `mine` may be a view of `in`; scratch: two chunks (one for N = 3, none for N <= 2)
+// from `allocator`, as comm_buffers.
+void ring_reduce_scatter(Comm& comm, const Tensor& in, Tensor& mine, Allocator* allocator);
 // Ring all-gather, in place: rank r's chunk r is valid on entry; all chunks are on exit. N-1 steps.
 void ring_all_gather(Comm& comm, Tensor& buffer);
 // Pairwise-exchange all-to-all (N-1 steps): block j of `in` goes to rank j; block j of `out`

@@ -1,4 +1,4 @@
-// reduce_scatter and all_gather with Comm's chunk convention, on top of the in-place rings:
+// reduce_scatter and all_gather with Comm's chunk convention, on top of the rings:
 // every backend that runs its own algorithms (local, mpi) calls these, so a reduce-scatter sums
 // in the same order, allocates the same comm buffer and sends the same messages on threads and
 // under mpirun.
@@ -19,11 +19,7 @@ void check_my_chunk(const Comm& comm, const char* op, const char* side, int64_t 
 
 void ring_reduce_scatter_into(Comm& comm, const Tensor& in, Tensor& out, ReduceOp op,
                               Allocator* allocator) {
-  const auto [begin, end] = chunk_range(in.numel(), comm.size(), comm.rank());
-  Tensor work = Tensor::empty(in.shape(), MemCategory::comm_buffers, in.dtype(), allocator);
-  work.copy_from(in);
-  ring_reduce_scatter(comm, work);
-  out.copy_from(work.flat_range(begin, end));
+  ring_reduce_scatter(comm, in, out, allocator);
   if (op == ReduceOp::avg) scale(out, 1.0f / comm.size());
 }
 
