@@ -4,6 +4,8 @@
 // ends up owning chunk r. Out of place: `in` is only read; a partial sum is built in one of two
 // spare chunks, taking turns, so the one still on its way right is never the one being received
 // into, and the last (chunk r, the result) in `mine`.
+#include <algorithm>
+
 #include "core/comm/local/algorithms.h"
 
 namespace mgpu::comm::local {
