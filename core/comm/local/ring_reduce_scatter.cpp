@@ -13,8 +13,11 @@ namespace mgpu::comm::local {
 void ring_reduce_scatter(Comm& comm, const Tensor& in, Tensor& mine, Allocator* allocator) {
   const int n = comm.size(), r = comm.rank();
   const int right = (r + 1) % n, left = (r - 1 + n) % n;
+  if (n == 1) {  // no ring: my values are the sum
+    mine.copy_from(in);
+    return;
+  }
   auto my_values = [&](int index) { return ring_chunk(in, n, index); };
-  if (n == 1) mine.copy_from(in);
   // Two chunks of scratch instead of a copy of all of `in` (chunk 0 is the largest); a ring of
   // 2 needs none, a ring of 3 one.
   const int64_t largest = chunk_range(in.numel(), n, 0).second;
