@@ -17,8 +17,10 @@ using mgpu::testing::run_mgpu;
 
 namespace {
 
+using mgpu::testing::kLessonLr;
 using mgpu::testing::load_checkpoint_by_name;
 using mgpu::testing::max_difference;
+using mgpu::testing::take_key_bias_noise;
 
 namespace fs = std::filesystem;
 
@@ -158,8 +160,9 @@ TEST_CASE(
   }
 }
 
-// The paradigms that split the model or the sequence: their shards are cut from the 2-byte
-// parameters single_device starts from, and each is compared after one step, as above.
+// The paradigms that split the model or the sequence: their shards are drawn at their places in
+// the single-device model and rounded to 2 bytes as single_device's, and each is compared after
+// one step, as above (the key biases, rounding noise under tp's sums, to their own bound).
 TEST_CASE(
     "bf16 and fp16 train in tensor sequence and context parallel and zero to the "
     "single-device checkpoint",
@@ -173,6 +176,7 @@ TEST_CASE(
       INFO(lesson);
       auto mine =
           load_checkpoint_by_name(checkpoint_of(lesson, {"--precision", precision}, precision, 1));
+      CHECK(take_key_bias_noise(mine, reference, /*dim=*/16) < 2 * kLessonLr);
       CHECK(max_difference(mine, reference, "param") <= kBf16Tolerance);
       CHECK(max_difference(mine, reference, "optimizer_state") <= kBf16Tolerance);
     }

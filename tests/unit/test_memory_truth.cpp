@@ -364,7 +364,7 @@ TEST_CASE("single_device prints the trace's maxima as its peaks, 2 B weights in 
   }
 }
 
-TEST_CASE("zero and tensor_parallel print the trace's maxima as their per-rank peaks",
+TEST_CASE("zero, tensor_parallel and context_parallel print the trace's maxima as their peaks",
           "[memory][zero][lesson]") {
   for (int stage = 1; stage <= 3; ++stage) {
     INFO("zero stage " << stage);
@@ -387,5 +387,15 @@ TEST_CASE("zero and tensor_parallel print the trace's maxima as their per-rank p
                Catch::Contains(row(weights, 16, {at(most[0], MemCategory::parameters)}, 12)));
     CHECK_THAT(run.out,
                Catch::Contains(row("gradients", 16, {at(most[0], MemCategory::gradients)}, 12)));
+  }
+  {
+    INFO("context_parallel");
+    const auto [most, run] =
+        run_traced(testing::with_tiny_model({"run", "context_parallel", "--ranks", "2"}));
+    REQUIRE(most.size() == 2u);
+    const std::vector<int64_t> activations = per_rank(most, MemCategory::activations);
+    CHECK_THAT(run.out, Catch::Contains(fmt::format("peak activations per GPU (allocator): {} ",
+                                                    format_bytes(*std::max_element(
+                                                        activations.begin(), activations.end())))));
   }
 }
