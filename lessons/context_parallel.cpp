@@ -91,7 +91,6 @@ ContextParallelResult train_context_parallel(const CommonOptions& c, const std::
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.cp = c.ranks});
         auto made = std::make_unique<MeshLayout>(mesh, cfg, layout, c.seq, optimizer_factory(c));
-        ctx.allocator.reset_peaks();  // what training needs, not the set-up
         return made;
       },
       [&](int step, float loss) { log.record(step, loss); },

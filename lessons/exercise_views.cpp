@@ -57,7 +57,7 @@ void print_memory_prediction(std::ostream& out, const MemoryRun& run, const Memo
       fmt::format("{} x {} B", elements_formula(params, run.dp, z >= 3), bf16 ? 2 : 4),
       MemCategory::parameters);
   row("gradients", predicted.gradients,
-      fmt::format("{} x {} B", elements_formula(params, run.dp, z >= 2), bf16 ? 2 : 4),
+      fmt::format("{} x {} B", elements_formula(params, run.dp, z >= 2), 4),
       MemCategory::gradients);
   if (run.optimizer == "adamw") {
     row("optimizer state", predicted.optimizer_state,

@@ -54,7 +54,7 @@ const std::vector<ExerciseInfo>& exercises() {
        "clip each compute-lane event to [t0, t1], sort by start and merge overlaps; "
        "idle = span - merged length"},
       {"ex05", "memory estimator", "docs/exercises/05-memory-estimator.md",
-       "bytes per parameter: fp32 4+4+8, mixed bf16 2+2+12; ZeRO stage k shards the last k of "
+       "bytes per parameter: fp32 4+4+8, mixed bf16 2+4+12; ZeRO stage k shards the last k of "
        "(optimizer, gradients, parameters) to ceil(params / dp)"},
       {"ex06", "tensor-parallel linear", "docs/exercises/06-tensor-parallel.md",
        "column: f (identity) then the local linear, backward all-reduces dx; row: the local "

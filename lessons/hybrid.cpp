@@ -155,7 +155,6 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto layout =
             std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, optimizer_factory(c));
-        ctx.allocator.reset_peaks();  // training's memory, not the set-up's full-model copy
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

@@ -126,7 +126,6 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
       [&](RankContext& ctx) {
         auto layout = std::make_unique<pipeline::PipelineLayout>(
             cfg, *ctx.comm, schedule, p.virtual_stages, optimizer_factory(c), exec);
-        ctx.allocator.reset_peaks();
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

@@ -9,8 +9,8 @@
 #include <fmt/ostream.h>
 
 #include "core/train/single_device.h"
-#include "lessons/single_device.h"
 #include "lessons/exercise_views.h"
+#include "lessons/single_device.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -78,9 +78,8 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
           result.params,
       format_bytes(cat(MemCategory::activations)),
       double(cat(MemCategory::activations)) / cat(MemCategory::parameters));
-  // Predicted by exercise 05's memory estimator (the student's own with --impl mine).
-  // (bf16: the estimator's mixed_bf16 has 2-byte gradients; this trainer keeps them in fp32, so
-  // the measured gradients are twice the prediction.)
+  // Predicted by exercise 05's memory estimator (the student's own with --impl mine); bf16 and
+  // fp16 keep the same 2 + 4 + 12 B (mixed_bf16 stands for both 2-byte types).
   print_memory_prediction(
       out,
       {cfg, c.optimizer,

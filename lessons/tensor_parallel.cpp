@@ -99,7 +99,6 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
         auto layout = sequence_parallel
                           ? make_mesh_layout<parallel::SequenceParallel>(ctx, c.ranks, cfg, c)
                           : make_mesh_layout<parallel::TensorParallel>(ctx, c.ranks, cfg, c);
-        ctx.allocator.reset_peaks();  // what training needs, not the set-up's full copy
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

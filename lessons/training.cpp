@@ -164,12 +164,9 @@ train::TrainResult train_measured_on(World& world, const data::Task& task,
                                      const CommonOptions& run, MeasuredRun& m) {
   return train::train(
       world, task, options,
-      [&](RankContext& ctx) {
+      [&](RankContext&) {
         auto layout = std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(run));
         m.params = layout->model().num_params();
-        // Building a 2-byte model rounds fp32 initial values one tensor at a time: measure
-        // training from here.
-        ctx.allocator.reset_peaks();
         return layout;
       },
       {},

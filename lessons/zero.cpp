@@ -114,7 +114,6 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto layout =
             std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm, options, optimizer_factory(c));
-        ctx.allocator.reset_peaks();  // what training needs, not the set-up's full copy
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

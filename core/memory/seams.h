@@ -16,7 +16,7 @@ namespace mgpu::memory {
 // How training state is stored and sharded.
 enum class Precision {
   fp32,        // params 4 B, grads 4 B, Adam m + v 8 B                      = 16 B/param
-  mixed_bf16,  // params 2 B, grads 2 B, fp32 master 4 B + Adam m + v 8 B    = 16 B/param
+  mixed_bf16,  // params 2 B, grads 4 B (fp32), fp32 master 4 B + Adam m + v 8 B = 18 B/param
 };
 
 struct MemoryQuery {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/model/init.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
 
@@ -66,29 +67,16 @@ Tensor statistics(const Shape& shape) {
   return Tensor::empty(shape, MemCategory::activations, DType::f32);
 }
 
-void fill_normal(Tensor& t, std::mt19937_64& rng, float stddev) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  if (!t.has_data()) return;  // phantom: no values (and no time spent drawing billions)
-  std::vector<float> values(static_cast<size_t>(t.numel()));
-  for (float& v : values) v = normal(rng);
-  t.copy_from(Tensor::from(t.shape(), values));
-}
-
 void fill_value(Tensor& t, float value) {
-  if (t.has_data()) t.fill(value);
+  if (t.defined() && t.has_data()) t.fill(value);
 }
 }  // namespace
 
 // ---------------------------------------------------------------------------------- Linear
 
-Linear::Linear(const std::string& name, int64_t in, int64_t out, bool has_bias)
-    : weight(name + ".weight", {out, in}) {
-  if (has_bias) bias = Param(name + ".bias", {out});
-}
-
-void Linear::init(std::mt19937_64& rng, float stddev) {
-  fill_normal(weight.data, rng, stddev);
-  if (bias.data.defined()) fill_value(bias.data, 0.0f);
+Linear::Linear(const std::string& name, int64_t in, int64_t out, float stddev, bool has_bias)
+    : weight(Param::declared(name + ".weight", {out, in}, ParamInit::normal(stddev))) {
+  if (has_bias) bias = Param::declared(name + ".bias", {out}, ParamInit::constant(0.0f));
 }
 
 void Linear::forward(Tensor& out, const Tensor& inp) const {
@@ -101,18 +89,14 @@ void Linear::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
 
 void Linear::collect(ParamList& list) {
   list.push_back(&weight);
-  if (bias.data.defined()) list.push_back(&bias);
+  if (!bias.name.empty()) list.push_back(&bias);
 }
 
 // ---------------------------------------------------------------------------------- LayerNorm
 
 LayerNorm::LayerNorm(const std::string& name, int64_t dim)
-    : weight(name + ".weight", {dim}), bias(name + ".bias", {dim}) {}
-
-void LayerNorm::init() {
-  fill_value(weight.data, 1.0f);
-  fill_value(bias.data, 0.0f);
-}
+    : weight(Param::declared(name + ".weight", {dim}, ParamInit::constant(1.0f))),
+      bias(Param::declared(name + ".bias", {dim}, ParamInit::constant(0.0f))) {}
 
 void LayerNorm::forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const {
   ops::layernorm_forward(out, mean, rstd, inp, weight.data, bias.data);
@@ -131,12 +115,8 @@ void LayerNorm::collect(ParamList& list) {
 // ---------------------------------------------------------------------------------- Embedding
 
 Embedding::Embedding(const GPTConfig& cfg)
-    : wte("embedding.wte", {cfg.vocab, cfg.dim}), wpe("embedding.wpe", {cfg.seq_len, cfg.dim}) {}
-
-void Embedding::init(std::mt19937_64& rng) {
-  fill_normal(wte.data, rng, 0.02f);
-  fill_normal(wpe.data, rng, 0.02f);
-}
+    : wte(Param::declared("embedding.wte", {cfg.vocab, cfg.dim}, ParamInit::normal(0.02f))),
+      wpe(Param::declared("embedding.wpe", {cfg.seq_len, cfg.dim}, ParamInit::normal(0.02f))) {}
 
 namespace {
 // Calls fn(local_row, position, rows) for each run of consecutive positions.
@@ -239,12 +219,15 @@ Block::Block(const GPTConfig& cfg, int index, const BlockShard& shard_)
   const std::string p = fmt::format("blocks.{}.", index);
   const int64_t c = cfg.dim;
   const int64_t local_c = int64_t{shard.heads} * cfg.head_size();
+  // GPT-2: the projections that write into the residual stream are scaled by 1/sqrt(2 layers),
+  // so the residual's variance does not grow with depth (two such writes per block).
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers));
   ln1 = LayerNorm(p + "ln1", c);
-  qkv = Linear(p + "attn.qkv", c, 3 * local_c);
-  attn_proj = Linear(p + "attn.proj", local_c, c);
+  qkv = Linear(p + "attn.qkv", c, 3 * local_c, 0.02f);
+  attn_proj = Linear(p + "attn.proj", local_c, c, residual_std);
   ln2 = LayerNorm(p + "ln2", c);
-  fc = Linear(p + "mlp.fc", c, shard.hidden);
-  mlp_proj = Linear(p + "mlp.proj", shard.hidden, c);
+  fc = Linear(p + "mlp.fc", c, shard.hidden, 0.02f);
+  mlp_proj = Linear(p + "mlp.proj", shard.hidden, c, residual_std);
 }
 
 namespace {
@@ -273,18 +256,6 @@ void BlockHooks::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
                                     int heads) {
   (void)out, (void)lse;
   ops::attention_backward(dqkv, dout, qkv, att, heads);
-}
-
-void Block::init(std::mt19937_64& rng, int layers) {
-  // GPT-2: the projections that write into the residual stream are scaled by 1/sqrt(2 layers),
-  // so the residual's variance does not grow with depth (two such writes per block).
-  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(layers));
-  ln1.init();
-  qkv.init(rng, 0.02f);
-  attn_proj.init(rng, residual_std);
-  ln2.init();
-  fc.init(rng, 0.02f);
-  mlp_proj.init(rng, residual_std);
 }
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
@@ -382,12 +353,8 @@ HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, i
 }
 
 Head::Head(const GPTConfig& cfg)
-    : ln_f("head.ln_f", cfg.dim), lm_head("head.lm_head", cfg.dim, cfg.vocab, /*has_bias=*/false) {}
-
-void Head::init(std::mt19937_64& rng) {
-  ln_f.init();
-  lm_head.init(rng, 0.02f);
-}
+    : ln_f("head.ln_f", cfg.dim),
+      lm_head("head.lm_head", cfg.dim, cfg.vocab, 0.02f, /*has_bias=*/false) {}
 
 float Head::forward_loss(const Tensor& x, std::span<const int32_t> targets, HeadActivations& a,
                          float grad_scale) const {
@@ -439,26 +406,17 @@ const GPTConfig& validated(const GPTConfig& cfg) {
 }
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg) : GPT(cfg, BlockShard::whole(validated(cfg))) {}
+GPT::GPT(const GPTConfig& cfg) : GPT(cfg, BlockShard::whole(validated(cfg))) {
+  // Every parameter replicated: the single-device model. 2-byte types are rounded once from the
+  // fp32 initial values straight into their 2-byte tensors (the optimizer's fp32 master weights
+  // start from these rounded values too, so every precision starts alike).
+  materialise(params(), cfg.seed, cfg.dtype);
+}
 
 GPT::GPT(const GPTConfig& cfg, const BlockShard& shard)
     : embedding(validated(cfg)), head(cfg), config_(cfg), shard_(shard) {
   blocks.reserve(static_cast<size_t>(cfg.layers));
   for (int i = 0; i < cfg.layers; i++) blocks.emplace_back(cfg, i, shard);
-  if (shard != BlockShard::whole(cfg)) return;  // the layout fills it from the full model
-  // One random stream in forward order: the same seed gives the same weights.
-  std::mt19937_64 rng(cfg.seed);
-  embedding.init(rng);
-  for (Block& block : blocks) block.init(rng, cfg.layers);
-  head.init(rng);
-  // Mixed precision: the fp32 initial values rounded once into 2-byte parameters (the optimizer's
-  // fp32 master weights start from these rounded values too, so every precision starts alike).
-  if (cfg.dtype != DType::f32)
-    for (Param* p : params()) {
-      Tensor low = Tensor::empty(p->data.shape(), MemCategory::parameters, cfg.dtype);
-      ops::convert(low, p->data);
-      p->data = low;
-    }
 }
 
 void GPT::set_block_hooks(BlockHooks* hooks) {
@@ -479,7 +437,7 @@ void GPT::zero_grad() {
 
 int64_t GPT::num_params() const {
   int64_t n = 0;
-  for (Param* p : const_cast<GPT*>(this)->params()) n += p->data.numel();
+  for (Param* p : const_cast<GPT*>(this)->params()) n += shape_numel(p->shape);
   return n;
 }
 

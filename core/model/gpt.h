@@ -26,7 +26,6 @@
 // Token ids and targets: std::span<const int32_t> of length B*T, row-major [B, T].
 #pragma once
 #include <cstdint>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,8 +68,8 @@ struct Linear {
   Param weight;  // [out, in]
   Param bias;    // [out], or undefined tensors when there is no bias
   Linear() = default;
-  Linear(const std::string& name, int64_t in, int64_t out, bool has_bias = true);
-  void init(std::mt19937_64& rng, float stddev);  // weight ~ N(0, stddev), bias 0
+  // Declared (no memory yet): weight ~ N(0, stddev), bias 0 when materialised (core/model/init.h).
+  Linear(const std::string& name, int64_t in, int64_t out, float stddev, bool has_bias = true);
   void forward(Tensor& out, const Tensor& inp) const;
   // dinp overwritten; weight.grad and bias.grad accumulated.
   void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
@@ -82,7 +81,6 @@ struct LayerNorm {
   Param bias;    // [C], init 0
   LayerNorm() = default;
   LayerNorm(const std::string& name, int64_t dim);
-  void init();
   void forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const;
   void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
                 const Tensor& rstd);
@@ -97,8 +95,7 @@ struct Embedding {
   // parallelism sets it: a rank holds a chunk (or, zigzag, two chunks) of every sequence.
   std::vector<int32_t> positions;
   Embedding() = default;
-  explicit Embedding(const GPTConfig& cfg);
-  void init(std::mt19937_64& rng);
+  explicit Embedding(const GPTConfig& cfg);                            // declared: N(0, 0.02) both
   void forward(Tensor& out, std::span<const int32_t> tokens) const;    // out [B, T, C]
   void backward(const Tensor& dout, std::span<const int32_t> tokens);  // accumulates grads
   void collect(ParamList& list);
@@ -196,8 +193,7 @@ struct Block {
 
   Block() = default;
   Block(const GPTConfig& cfg, int index);
-  Block(const GPTConfig& cfg, int index, const BlockShard& shard);
-  void init(std::mt19937_64& rng, int layers);
+  Block(const GPTConfig& cfg, int index, const BlockShard& shard);  // declared, not allocated
   // Reads x [B,T,C], fills `acts` (acts.out is the result; acts.input keeps a view of x).
   void forward(const Tensor& x, BlockActivations& acts) const;
   // dx = d loss / d x (overwritten; dx may be the same tensor as dout); parameter grads += .
@@ -223,8 +219,7 @@ struct Head {
   LayerNorm ln_f;
   Linear lm_head;  // C -> vocab, no bias
   Head() = default;
-  explicit Head(const GPTConfig& cfg);
-  void init(std::mt19937_64& rng);
+  explicit Head(const GPTConfig& cfg);  // declared, not allocated
   // Returns the mean loss over B*T tokens and leaves grad_scale * dloss/dlogits in acts.dlogits.
   float forward_loss(const Tensor& x, std::span<const int32_t> targets, HeadActivations& acts,
                      float grad_scale = 1.0f) const;
@@ -245,9 +240,10 @@ struct GPTActivations {
 class GPT {
  public:
   explicit GPT(const GPTConfig& cfg);  // validates cfg; seeded init (same seed, same weights)
-  // A model whose blocks hold only `shard` (the rest replicated). Its parameters start at zero:
-  // the layout copies them out of the seeded full model, so every shard is cut from the same
-  // initialisation. With the whole shard this is GPT(cfg).
+  // A model whose blocks hold only `shard` (the rest replicated), declared but not allocated (any
+  // shard, the whole one too): the layout sets each parameter's PartitionSpec and materialises
+  // what it keeps (core/model/init.h), so every shard is born as its slice of the seeded
+  // single-device model and nothing larger ever exists.
   GPT(const GPTConfig& cfg, const BlockShard& shard);
   GPT(const GPT&) = delete;  // params() hands out pointers into this object
   GPT& operator=(const GPT&) = delete;

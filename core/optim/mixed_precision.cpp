@@ -37,7 +37,7 @@ MixedPrecision::MixedPrecision(std::vector<ParamSlice> slices, const Factory& ma
     master->data = Tensor::empty(shape, MemCategory::optimizer_state, DType::f32);
     ops::convert(master->data, s.data().reshape({s.numel()}));
     master->grad = s.grad().reshape(shape);  // the model's fp32 gradient, not a copy
-    state_.push_back({"master." + master->name, master->data});
+    state_.push_back({"master." + master->name, master->data, static_cast<int>(masters_.size())});
     masters_.push_back(std::move(master));
   }
   inner_ = make_inner(whole_slices(masters_));

@@ -53,7 +53,7 @@ Tensor Optimizer::add_state(const std::string& prefix, size_t i) {
   if (!s.whole()) name += fmt::format("[{}:{}]", s.begin, s.end);
   // Same device as the parameter: the current rank's allocator.
   Tensor t = Tensor::zeros({s.numel()}, MemCategory::optimizer_state);
-  state_.push_back({name, t});
+  state_.push_back({name, t, static_cast<int>(i)});
   return t;
 }
 

@@ -38,6 +38,7 @@ std::vector<ParamSlice> whole_params(const ParamList& params);
 struct NamedTensor {
   std::string name;
   Tensor tensor;
+  int slice = -1;  // the optimizer's slice (slices()[slice]) this state belongs to
 };
 
 class Optimizer {

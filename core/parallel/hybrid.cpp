@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "core/data/sampler.h"
+#include "core/model/init.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -152,16 +153,12 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
     ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len);
     shard.attention_keys = cfg.seq_len;
   }
-  // My pipeline stage, every block cut to my tp slice of the seeded full model (the same
-  // weights the single-device run starts from).
-  stage_ =
-      pipeline::StageModel::build(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
-                                  options.virtual_stages, shard, [&](Block& mine, Block& full) {
-                                    ParamList mine_params, full_params;
-                                    mine.collect(mine_params);
-                                    full.collect(full_params);
-                                    copy_tp_slice(cfg, slice_, mine_params, full_params);
-                                  });
+  // My pipeline stage's layers, every block split to my tp slice, each materialised at its place
+  // in the seeded single-device model (ZeRO-1: straight into the flat units it keeps).
+  stage_ = pipeline::StageModel::declare(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
+                                         options.virtual_stages, shard,
+                                         [&](Block& block) { split_block(block, cfg, slice_); });
+  if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
   BlockHooks* hooks = options.mesh.tp > 1 ? &tp_hooks_ : nullptr;  // null: the plain blocks
   if (ring_) {
     cp_hooks_ = std::make_unique<MeshBlockHooks>(hooks, *ring_);
@@ -197,10 +194,10 @@ void HybridLayout::shard_optimizer_over_dp() {
   for (ParamList& params : layers) {
     ZeroUnit u = plan_unit(std::move(params), dp.size(), dp.rank());
     u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
-    for (size_t i = 0; i < u.params.size(); ++i)
-      u.flat_params.flat_range(u.offsets[i], u.offsets[i] + u.params[i]->data.numel())
-          .copy_from(u.params[i]->data);
     view_params(u, u.flat_params, /*grads=*/false);
+    for (Param* p : u.params)
+      write_initial_values(*p, config_.seed, 0, p->data.numel(),
+                           p->data.reshape({p->data.numel()}));
     u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
     view_params(u, u.flat_grads, /*grads=*/true);
     append_owned_slices(u, u.flat_params, u.flat_grads, owned_);
@@ -294,43 +291,19 @@ void HybridLayout::average_gradients_over(Axis axis) {
 
 // ---------------------------------------------------------------------------------- the map
 
-namespace {
-// The runs of a local tensor's elements [lo, hi), given where all its elements go (`runs`).
-std::vector<train::ShardRun> runs_within(const std::vector<train::ShardRun>& runs, int64_t lo,
-                                         int64_t hi) {
-  std::vector<train::ShardRun> out;
-  int64_t pos = 0;  // the local position of the current run's first element
-  for (const train::ShardRun& run : runs) {
-    const int64_t a = std::max(lo, pos), b = std::min(hi, pos + run.length);
-    if (a < b) out.push_back({run.full_offset + (a - pos), b - a});
-    pos += run.length;
-  }
-  return out;
-}
-}  // namespace
-
 std::vector<train::TensorShard> HybridLayout::shards() {
   // (cp ranks hold equal copies too: cp rank 0's is written.)
   const bool cp0 = mesh_.coord(Axis::cp) == 0;
   const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
-  // TP's map for my stage's tensors; the dp replicas hold equal copies: replica 0's is written.
-  if (zero_ == 0)
-    return tp_shards(config_, slice_, stage_.params(), *optimizer_, replica0, replica0 && tp0);
-  // ZeRO-1: my dp chunk of a local tensor is a range of its elements; TP's map says where those
-  // go in the full tensor. Every dp rank writes its own chunk (tp-replicated tensors: tp rank 0).
+  // The dp replicas hold equal copies: replica 0's is written.
+  if (zero_ == 0) return tp_shards(stage_.params(), *optimizer_, replica0, replica0 && tp0);
+  // ZeRO-1: every dp rank writes its own chunk (tp-replicated tensors: tp rank 0's).
   std::vector<train::TensorShard> shards =
-      owned_slice_shards(owned_, *optimizer_, [&](const OwnedSlice& s) {
-        const Shape full = tp_full_shape(config_, *s.full);
-        return SliceTarget{
-            full, runs_within(tp_shard_runs(config_, slice_, s.full->name, full), s.begin, s.end),
-            (full != s.shape || tp0) && cp0};
-      });
+      train::partitioned_shards(owned_params(owned_), optimizer_.get(),
+                                [&](const Param& p) { return (p.spec.split() || tp0) && cp0; });
   // The whole local parameters too: a resume fills them (the chunks' owners write them).
-  for (Param* p : stage_.params()) {
-    const Shape full = tp_full_shape(config_, *p);
-    shards.push_back({p->name, "param", full, tp_shard_runs(config_, slice_, p->name, full),
-                      p->data, /*writer=*/false});
-  }
+  for (train::TensorShard& s : train::whole_tensor_shards(stage_.params(), nullptr, false))
+    shards.push_back(std::move(s));
   return shards;
 }
 

@@ -11,10 +11,12 @@
 
 #include <fmt/format.h>
 
+#include "core/model/init.h"
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/runtime/context.h"
 #include "core/runtime/seam.h"
+#include "core/train/trainer.h"
 
 namespace mgpu::parallel {
 
@@ -74,112 +76,27 @@ TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank) {
   return {rank * heads, (rank + 1) * heads, rank * hidden, (rank + 1) * hidden};
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
-
-// Where a local tensor's elements sit in the full tensor of the same name (row-major).
-std::vector<train::ShardRun> tp_shard_runs(const GPTConfig& cfg, const TpSlice& slice,
-                                           const std::string& name, const Shape& full) {
+void split_block(Block& block, const GPTConfig& cfg, const TpSlice& slice) {
   const int64_t c = cfg.dim, hs = cfg.head_size();
-  const int64_t in = full.size() == 2 ? full[1] : 1;  // elements per row
   const int64_t h0 = slice.head_begin * hs, h1 = slice.head_end * hs;
-  std::vector<train::ShardRun> runs;
-  if (ends_with(name, "attn.qkv.weight") || ends_with(name, "attn.qkv.bias")) {
-    // column-parallel: rows [h0, h1) of each of q, k and v (my heads' channels)
-    for (int64_t part = 0; part < 3; ++part) runs.push_back({(part * c + h0) * in, (h1 - h0) * in});
-  } else if (ends_with(name, "mlp.fc.weight") || ends_with(name, "mlp.fc.bias")) {
-    runs.push_back({slice.hidden_begin * in, (slice.hidden_end - slice.hidden_begin) * in});
-  } else if (ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.proj.weight")) {
-    // row-parallel: my input columns, one run per output row
-    const bool attn = ends_with(name, "attn.proj.weight");
-    const int64_t c0 = attn ? h0 : slice.hidden_begin, c1 = attn ? h1 : slice.hidden_end;
-    for (int64_t row = 0; row < full[0]; ++row) runs.push_back({row * in + c0, c1 - c0});
-  } else {
-    int64_t numel = 1;
-    for (int64_t d : full) numel *= d;
-    runs.push_back({0, numel});  // replicated: layernorms, embeddings, head, row biases
-  }
-  return runs;
+  const int64_t u0 = slice.hidden_begin, u1 = slice.hidden_end;
+  // Column-parallel: my heads' rows of each of q, k and v, and my hidden units' rows of fc.
+  const std::vector<std::pair<int64_t, int64_t>> my_qkv = {
+      {h0, h1}, {c + h0, c + h1}, {2 * c + h0, 2 * c + h1}};
+  block.qkv.weight.spec = PartitionSpec::rows({3 * c, c}, my_qkv);
+  block.qkv.bias.spec = PartitionSpec::rows({3 * c}, my_qkv);
+  block.fc.weight.spec = PartitionSpec::rows({4 * c, c}, {{u0, u1}});
+  block.fc.bias.spec = PartitionSpec::rows({4 * c}, {{u0, u1}});
+  // Row-parallel: my input columns of every row; the bias stays whole (added once).
+  block.attn_proj.weight.spec = PartitionSpec::columns({c, c}, h0, h1);
+  block.mlp_proj.weight.spec = PartitionSpec::columns({c, 4 * c}, u0, u1);
 }
 
-std::vector<train::ShardRun> TensorParallel::runs_of(const std::string& name,
-                                                     const Shape& full) const {
-  return tp_shard_runs(config_, slice_, name, full);
-}
-
-Shape tp_full_shape(const GPTConfig& cfg, const Param& p) {
-  Shape s = p.data.shape();
-  const int64_t c = cfg.dim;
-  if (ends_with(p.name, "attn.qkv.weight"))
-    s = {3 * c, c};
-  else if (ends_with(p.name, "attn.qkv.bias"))
-    s = {3 * c};
-  else if (ends_with(p.name, "mlp.fc.weight"))
-    s = {4 * c, c};
-  else if (ends_with(p.name, "mlp.fc.bias"))
-    s = {4 * c};
-  else if (ends_with(p.name, "attn.proj.weight"))
-    s = {c, c};
-  else if (ends_with(p.name, "mlp.proj.weight"))
-    s = {c, 4 * c};
-  return s;
-}
-
-void copy_tp_slice(const GPTConfig& cfg, const TpSlice& slice, const ParamList& mine,
-                   const ParamList& full) {
-  for (size_t i = 0; i < mine.size(); ++i) {
-    // Mixed precision: the slices are cut from the full model's 2-byte parameters (rounded once
-    // from the fp32 initial values), so a shard holds exactly the single-device values. (Phantom
-    // tensors take the 2-byte type too: the allocator counts what a real run would hold.)
-    if (mine[i]->data.dtype() != cfg.dtype)
-      mine[i]->data = Tensor::empty(mine[i]->data.shape(), MemCategory::parameters, cfg.dtype);
-    if (!mine[i]->data.has_data()) continue;  // phantom: shapes only
-    int64_t pos = 0;
-    for (const train::ShardRun& run :
-         tp_shard_runs(cfg, slice, mine[i]->name, full[i]->data.shape())) {
-      mine[i]
-          ->data.flat_range(pos, pos + run.length)
-          .copy_from(full[i]->data.flat_range(run.full_offset, run.full_offset + run.length));
-      pos += run.length;
-    }
-  }
-}
-
-std::vector<train::TensorShard> tp_shards(const GPTConfig& cfg, const TpSlice& slice,
-                                          const ParamList& params, optim::Optimizer& optimizer,
-                                          bool writes_sharded, bool writes_replicated) {
-  std::vector<train::TensorShard> out;
-  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps
-  // (the trainer rounds them back into the model after a resume).
-  auto* mixed = dynamic_cast<optim::MixedPrecision*>(&optimizer);
-  const ParamList masters = mixed ? mixed->master_params() : params;
-  for (size_t i = 0; i < params.size(); ++i) {
-    Param* p = params[i];
-    const Shape full = tp_full_shape(cfg, *p);
-    const bool sharded = full != p->data.shape();
-    out.push_back({p->name, "param", full, tp_shard_runs(cfg, slice, p->name, full),
-                   masters[i]->data, sharded ? writes_sharded : writes_replicated});
-  }
-  // Optimizer state is named "<prefix>.<param name>", one flat element per parameter element.
-  for (const optim::NamedTensor& state : optimizer.state()) {
-    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
-    for (Param* p : params) {
-      if (!ends_with(state.name, "." + p->name)) continue;
-      const Shape full = tp_full_shape(cfg, *p);
-      const bool sharded = full != p->data.shape();
-      int64_t numel = 1;
-      for (int64_t d : full) numel *= d;
-      out.push_back({state.name, "optimizer_state", Shape{numel},
-                     tp_shard_runs(cfg, slice, p->name, full), state.tensor,
-                     sharded ? writes_sharded : writes_replicated});
-      break;
-    }
-  }
-  return out;
+std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimizer& optimizer,
+                                          bool writes_split, bool writes_replicated) {
+  return train::partitioned_shards(params, &optimizer, [&](const Param& p) {
+    return p.spec.split() ? writes_split : writes_replicated;
+  });
 }
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
@@ -191,15 +108,11 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
     : config_(cfg), tp_(tp), slice_(tp_slice(cfg, tp.size(), tp.rank())) {
   BlockShard shard = slice_.block();
   shard.seq_parts = seq_parts;
+  // Every rank materialises only its slice, drawn at its elements' places in the seeded
+  // single-device model: a TP run starts exactly where the single-device run starts.
   model_ = std::make_unique<GPT>(cfg, shard);
-  {
-    // Every rank cuts its slice out of the same seeded full model, so a TP run starts exactly
-    // where the single-device run starts. The full copy is set-up, not training: the capacity is
-    // lifted while it exists (lessons measure peaks from after this point).
-    CapacityLifted lifted(current_rank().allocator);
-    GPT full(cfg);
-    copy_tp_slice(cfg, slice_, model_->params(), full.params());
-  }
+  for (Block& block : model_->blocks) split_block(block, cfg, slice_);
+  materialise(model_->params(), cfg.seed, cfg.dtype);
   if (tp.size() > 1) model_->set_block_hooks(this);  // one rank: the plain model
   optimizer_ = make_optimizer(model_->params());
 }
@@ -306,7 +219,7 @@ train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
 // ---------------------------------------------------------------------------------- the map
 
 std::vector<train::TensorShard> TensorParallel::shards() {
-  return tp_shards(config_, slice_, model_->params(), *optimizer_, true, tp_.rank() == 0);
+  return tp_shards(model_->params(), *optimizer_, true, tp_.rank() == 0);
 }
 
 }  // namespace mgpu::parallel

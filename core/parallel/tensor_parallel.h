@@ -71,20 +71,14 @@ using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const P
 
 // ------------------------------------------------------------------ pieces for layouts built on TP
 // (hybrid DP x TP x PP builds pipeline stages out of tensor-parallel blocks with these.)
-// Where slice `slice`'s local tensor `param_name` sits in the full tensor of shape `full`.
-std::vector<train::ShardRun> tp_shard_runs(const GPTConfig& cfg, const TpSlice& slice,
-                                           const std::string& param_name, const Shape& full);
-// The full model's shape of a (possibly sharded) local parameter.
-Shape tp_full_shape(const GPTConfig& cfg, const Param& local);
-// Copies this slice's elements of `full` into `mine` (the same parameters, in the same order).
-void copy_tp_slice(const GPTConfig& cfg, const TpSlice& slice, const ParamList& mine,
-                   const ParamList& full);
-// Every parameter and its optimizer state, mapped into the full model. `writes_sharded` /
-// `writes_replicated`: whether this rank's copy of a sharded / tp-replicated tensor is the one
-// the checkpoint takes.
-std::vector<train::TensorShard> tp_shards(const GPTConfig& cfg, const TpSlice& slice,
-                                          const ParamList& params, optim::Optimizer& optimizer,
-                                          bool writes_sharded, bool writes_replicated);
+// Declares how tensor parallelism splits a block (declared, not yet materialised) for `slice`:
+// q, k, v and fc split by rows (column-parallel), the two projections by columns (row-parallel).
+void split_block(Block& block, const GPTConfig& cfg, const TpSlice& slice);
+// Every parameter and its optimizer state, mapped into the full model by their specs.
+// `writes_split` / `writes_replicated`: whether this rank's copy of a tp-split / tp-replicated
+// tensor is the one the checkpoint takes.
+std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimizer& optimizer,
+                                          bool writes_split, bool writes_replicated);
 
 // The BlockHooks of tensor parallelism on its own: the four linears through the installed seams
 // (f before the column-parallel ones, g after the row-parallel ones) on group `tp`.
@@ -143,8 +137,6 @@ class TensorParallel : public train::Layout, private BlockHooks {
                        const Tensor& inp) override;
   void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
-
-  std::vector<train::ShardRun> runs_of(const std::string& param_name, const Shape& full) const;
 
  protected:
   trace::Event phase_proto_;

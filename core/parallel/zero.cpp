@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/data/sampler.h"
+#include "core/model/init.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/layerwise.h"
 #include "core/runtime/context.h"
@@ -60,8 +61,8 @@ ZeroUnit plan_unit(ParamList params, int ranks, int rank) {
   u.params = std::move(params);
   for (Param* p : u.params) {
     u.offsets.push_back(u.numel);
-    u.shapes.push_back(p->data.shape());
-    u.numel += p->data.numel();
+    u.shapes.push_back(p->shape);
+    u.numel += shape_numel(p->shape);
   }
   std::tie(u.begin, u.end) = zero_seams().owned_chunk(u.numel, ranks, rank);
   check_chunk(u, ranks, rank);
@@ -79,39 +80,18 @@ void append_owned_slices(const ZeroUnit& u, const Tensor& data, const Tensor& gr
     if (lo >= hi) continue;
     OwnedSlice s{u.params[i], u.shapes[i], lo - first, hi - first, std::make_unique<Param>()};
     s.shard->name = u.params[i]->name;
+    s.shard->shape = {hi - lo};
+    s.shard->spec = u.params[i]->spec.chunk(lo - first, hi - first);
     s.shard->data = data.flat_range(lo - data_base, hi - data_base);
     s.shard->grad = grad.flat_range(lo - grad_base, hi - grad_base);
     out.push_back(std::move(s));
   }
 }
 
-std::vector<train::TensorShard> owned_slice_shards(const std::vector<OwnedSlice>& owned,
-                                                   optim::Optimizer& optimizer,
-                                                   const SliceMap& where) {
-  std::vector<train::TensorShard> shards;
-  // Mixed precision: the fp32 master weights of my slices are the parameters a checkpoint keeps.
-  auto* mixed = dynamic_cast<optim::MixedPrecision*>(&optimizer);
-  ParamList masters = mixed ? mixed->master_params() : ParamList{};
-  for (size_t i = 0; i < owned.size(); ++i) {
-    SliceTarget t = where(owned[i]);
-    shards.push_back({owned[i].full->name, "param", t.full_shape, std::move(t.runs),
-                      mixed ? masters[i]->data : owned[i].shard->data, t.writer});
-  }
-  // Optimizer state "<prefix>.<param name>" of my slice: the same elements of the full state,
-  // which a single-device run keeps flat ([numel]).
-  for (const optim::NamedTensor& state : optimizer.state()) {
-    if (mixed && state.name.rfind("master.", 0) == 0) continue;  // stored above as the params
-    const OwnedSlice* slice = nullptr;
-    for (const OwnedSlice& s : owned) {
-      const std::string& n = s.full->name;
-      if (state.name.size() > n.size() && state.name.ends_with("." + n)) slice = &s;
-    }
-    if (!slice) throw std::logic_error("ZeRO: optimizer state " + state.name + " matches no slice");
-    SliceTarget t = where(*slice);
-    shards.push_back({state.name, "optimizer_state", Shape{shape_numel(t.full_shape)},
-                      std::move(t.runs), state.tensor, t.writer});
-  }
-  return shards;
+ParamList owned_params(const std::vector<OwnedSlice>& owned) {
+  ParamList params;
+  for (const OwnedSlice& s : owned) params.push_back(s.shard.get());
+  return params;
 }
 
 // ---------------------------------------------------------------------------------- seams
@@ -129,7 +109,7 @@ const ZeroSeams& zero_seams() {
 
 ZeroLayout::ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
                        const train::OptimizerFactory& make_optimizer)
-    : config_(config), dp_(dp), options_(options), model_(config) {
+    : config_(config), dp_(dp), options_(options), model_(config, BlockShard::whole(config)) {
   if (options_.stage < 0 || options_.stage > 3)
     throw std::invalid_argument(
         fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", options_.stage));
@@ -146,20 +126,11 @@ void ZeroLayout::cut_shards() {
   const int stage = options_.stage;
   for (int layer = 0; layer < layer_count(model_); ++layer) {
     ZeroUnit u = plan_unit(layer_params(model_, layer), dp_.size(), dp_.rank());
-    // The seeded parameters, flat. Stages 0-2 keep the whole unit; stage 3 cuts out its chunk.
-    Tensor flat =
-        Tensor::empty({u.numel}, stage == 3 ? kTransient : MemCategory::parameters, config_.dtype);
-    for (size_t i = 0; i < u.params.size(); ++i)
-      flat.flat_range(u.offsets[i], u.offsets[i] + u.params[i]->data.numel())
-          .copy_from(u.params[i]->data);
-    if (stage < 3) {
-      u.flat_params = flat;
-      view_params(u, flat, /*grads=*/false);
-    } else {
-      u.param_shard = Tensor::empty({u.end - u.begin}, MemCategory::parameters, config_.dtype);
-      u.param_shard.copy_from(flat.flat_range(u.begin, u.end));
-      drop_params(u, /*grads=*/false);
-    }
+    // Stages 0-2 keep the whole unit; stage 3 only its chunk, and never holds more of it.
+    if (stage < 3)
+      materialise_unit(u);
+    else
+      materialise_chunk(u);
     if (stage < 2) {  // the whole gradient stays
       u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
       view_params(u, u.flat_grads, /*grads=*/true);
@@ -171,6 +142,24 @@ void ZeroLayout::cut_shards() {
       append_owned_slices(u, stage == 3 ? u.param_shard : u.flat_params,
                           stage < 2 ? u.flat_grads : u.grad_shard, owned_);
     units_.push_back(std::move(u));
+  }
+}
+
+void ZeroLayout::materialise_unit(ZeroUnit& u) {
+  u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
+  view_params(u, u.flat_params, /*grads=*/false);
+  for (Param* p : u.params)
+    write_initial_values(*p, config_.seed, 0, p->data.numel(), p->data.reshape({p->data.numel()}));
+}
+
+void ZeroLayout::materialise_chunk(ZeroUnit& u) {
+  u.param_shard = Tensor::empty({u.end - u.begin}, MemCategory::parameters, config_.dtype);
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
+    const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
+    if (lo < hi)
+      write_initial_values(*u.params[i], config_.seed, lo - first, hi - first,
+                           u.param_shard.flat_range(lo - u.begin, hi - u.begin));
   }
 }
 
@@ -308,20 +297,13 @@ void ZeroLayout::gather_updated_params() {
 std::vector<train::TensorShard> ZeroLayout::shards() {
   if (options_.stage == 0)
     return train::whole_tensor_shards(model_.params(), optimizer_.get(), dp_.rank() == 0);
-  // My slices: their elements [begin, end) of the full parameter (ZeRO cuts the whole model).
-  std::vector<train::TensorShard> shards =
-      owned_slice_shards(owned_, *optimizer_, [](const OwnedSlice& s) {
-        return SliceTarget{s.shape, {{s.begin, s.end - s.begin}}, /*writer=*/true};
-      });
+  // My slices: each writes its own elements of the full parameter (ZeRO cuts the whole model).
+  std::vector<train::TensorShard> shards = train::partitioned_shards(
+      owned_params(owned_), optimizer_.get(), [](const Param&) { return true; });
   // Stages 1-2 hold every parameter in full too: a resume fills them as well (not written).
   if (options_.stage < 3)
-    for (Param* p : model_.params())
-      shards.push_back({p->name,
-                        "param",
-                        p->data.shape(),
-                        {{0, p->data.numel()}},
-                        p->data,
-                        /*writer=*/false});
+    for (train::TensorShard& s : train::whole_tensor_shards(model_.params(), nullptr, false))
+      shards.push_back(std::move(s));
   return shards;
 }
 

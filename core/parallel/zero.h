@@ -98,22 +98,13 @@ struct OwnedSlice {
   std::unique_ptr<Param> shard;
 };
 // Appends the slices of u's parameters that fall in its owned chunk. `data` and `grad` are each
-// either the whole flat unit or only the owned chunk (u.end - u.begin elements).
+// either the whole flat unit or only the owned chunk (u.end - u.begin elements). A slice's spec is
+// its parameter's cut to the slice (a flat chunk), so it maps itself into the full model.
 void append_owned_slices(const ZeroUnit& u, const Tensor& data, const Tensor& grad,
                          std::vector<OwnedSlice>& out);
 
-// Where an owned slice's elements sit in the full model, and whether this rank writes them.
-struct SliceTarget {
-  Shape full_shape;
-  std::vector<train::ShardRun> runs;
-  bool writer = true;
-};
-using SliceMap = std::function<SliceTarget(const OwnedSlice&)>;
-// The checkpoint map of the owned slices (their fp32 master weights under mixed precision) and of
-// their optimizer state "<prefix>.<param name>" (flat [numel] in the full model).
-std::vector<train::TensorShard> owned_slice_shards(const std::vector<OwnedSlice>& owned,
-                                                   optim::Optimizer& optimizer,
-                                                   const SliceMap& where);
+// The owned slices' parameters (what the optimizer updates), for the checkpoint map.
+ParamList owned_params(const std::vector<OwnedSlice>& owned);
 
 class ZeroLayout : public train::Layout {
  public:
@@ -130,6 +121,10 @@ class ZeroLayout : public train::Layout {
 
  private:
   void cut_shards();
+  // Stages 0-2: the whole unit, flat, with its initial values; the parameters view into it.
+  void materialise_unit(ZeroUnit& u);
+  // Stage 3: only my chunk of the unit, with the initial values of the elements it holds.
+  void materialise_chunk(ZeroUnit& u);
   void gather(int unit);   // stage 3: all-gather the unit (async), if not already in flight
   void attach(int unit);   // stage 3: wait for the gather, point the parameters at it
   void release(int unit);  // stage 3: drop the gathered unit
@@ -144,7 +139,7 @@ class ZeroLayout : public train::Layout {
   GPTConfig config_;
   comm::Comm& dp_;
   ZeroOptions options_;
-  GPT model_;  // same seed on every rank; stage 3 keeps only its shards of it
+  GPT model_;  // declared; each rank materialises only what its stage keeps of it
   std::vector<ZeroUnit> units_;
   std::vector<OwnedSlice> owned_;
   std::unique_ptr<optim::Optimizer> optimizer_;

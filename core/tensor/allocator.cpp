@@ -87,6 +87,7 @@ std::shared_ptr<Storage> Allocator::allocate(int64_t bytes, MemCategory category
     int c = static_cast<int>(category);
     s.current[c] += bytes;
     s.peak[c] = std::max(s.peak[c], s.current[c]);
+    s.window_peak[c] = std::max(s.window_peak[c], s.current[c]);
     s.total += bytes;
     s.peak_total = std::max(s.peak_total, s.total);
     snapshot = s;
@@ -133,6 +134,11 @@ void Allocator::reset_peaks() {
   std::lock_guard lock(state_->mutex);
   state_->stats.peak = state_->stats.current;
   state_->stats.peak_total = state_->stats.total;
+}
+
+void Allocator::start_window() {
+  std::lock_guard lock(state_->mutex);
+  state_->stats.window_peak = state_->stats.current;
 }
 
 void Allocator::set_listener(std::function<void(const MemoryStats&)> listener) {

@@ -28,10 +28,11 @@ using CategoryBytes = std::array<int64_t, kNumMemCategories>;
 
 struct MemoryStats {
   CategoryBytes current{};
-  CategoryBytes peak{};    // per-category high-water marks (need not coincide in time)
-  int64_t total = 0;       // sum of current
-  int64_t peak_total = 0;  // high-water mark of the sum
-  int64_t capacity = 0;    // 0 = unlimited
+  CategoryBytes peak{};         // per-category high-water marks (need not coincide in time)
+  CategoryBytes window_peak{};  // the same since the last start_window() (e.g. one step)
+  int64_t total = 0;            // sum of current
+  int64_t peak_total = 0;       // high-water mark of the sum
+  int64_t capacity = 0;         // 0 = unlimited
 };
 
 // Thrown when an allocation would exceed the rank's capacity; what() holds the breakdown.
@@ -92,7 +93,8 @@ class Allocator {
   MemoryStats stats() const;
   int64_t capacity() const;
   void set_capacity(int64_t bytes);
-  void reset_peaks();  // peaks := current (e.g. to measure one training step)
+  void reset_peaks();   // peaks := current (forgets everything before: prefer start_window)
+  void start_window();  // window_peak := current; `peak` keeps the whole run's high-water marks
 
   // Called (on the allocating thread) after every allocation and release; the tracer uses it to
   // emit memory counter events.

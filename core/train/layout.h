@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/data/task.h"
+#include "core/model/param.h"
 #include "core/optim/mixed_precision.h"
 #include "core/tensor/tensor.h"
 
@@ -24,20 +25,12 @@ class Comm;
 
 namespace mgpu::train {
 
-// A run of consecutive elements of a full tensor (flattened row-major).
-struct ShardRun {
-  int64_t full_offset = 0;
-  int64_t length = 0;
-};
+using mgpu::ShardRun;
 
 // One tensor a rank holds, and where its elements live in the full model's tensor of the same
-// name. The local tensor's elements, in order, are the concatenation of `runs`. Examples:
-//   replicated (DDP, a layernorm under TP)      runs = {{0, numel}}
-//   column-parallel rows [r0, r1) of [out, in]  runs = {{r0 * in, (r1 - r0) * in}}
-//   row-parallel columns [c0, c1) of [out, in]  one run per row: {{row * in + c0, c1 - c0}}
-//   a ZeRO flat shard                           runs = {{begin, end - begin}}
-// Only one rank should be `writer` for each element (replicas: the first one), so the gathered
-// checkpoint takes one copy.
+// name. The local tensor's elements, in order, are the concatenation of `runs` (a parameter's
+// PartitionSpec, core/model/param.h). Only one rank should be `writer` for each element (replicas:
+// the first one), so the gathered checkpoint takes one copy.
 struct TensorShard {
   std::string full_name;  // "blocks.0.attn.qkv.weight", "adamw.m.blocks.0.attn.qkv.weight"
   std::string kind;       // "param" or "optimizer_state"

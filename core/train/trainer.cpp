@@ -249,34 +249,38 @@ class SharedBatches {
 
 }  // namespace
 
-std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
-                                             bool writer) {
+std::vector<TensorShard> partitioned_shards(const ParamList& params, optim::Optimizer* optimizer,
+                                            const WritesFn& writes) {
   std::vector<TensorShard> shards;
-  auto whole = [&](const std::string& name, const std::string& kind, const Tensor& t) {
-    shards.push_back({name, kind, t.shape(), {{0, t.numel()}}, t, writer});
+  auto place = [&](const std::string& name, const std::string& kind, const Param& p,
+                   const PartitionSpec& spec, const Tensor& local) {
+    // A parameter keeps its full shape; its optimizer state is flat ([numel]) in the full model.
+    const Shape full = kind == "param" ? spec.full_shape : Shape{spec.full_numel()};
+    shards.push_back({name, kind, full, spec.runs, local, writes(p)});
   };
   // Mixed precision: the fp32 master weights are the parameters a checkpoint stores (under the
   // parameters' names, as single_device fp32 would), not their 2-byte rounding in the model.
   auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer);
-  if (mixed) {
-    ParamList masters = mixed->master_params();
-    if (masters.size() != params.size())
-      throw std::logic_error("whole_tensor_shards: master weights do not match the parameters");
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (masters[i]->name != params[i]->name)
-        throw std::logic_error("whole_tensor_shards: master " + masters[i]->name + " is not " +
-                               params[i]->name);
-      whole(params[i]->name, "param", masters[i]->data);
-    }
-  } else {
-    for (Param* p : params) whole(p->name, "param", p->data);
+  const ParamList masters = mixed ? mixed->master_params() : params;
+  if (masters.size() != params.size())
+    throw std::logic_error("partitioned_shards: master weights do not match the parameters");
+  for (size_t i = 0; i < params.size(); ++i)
+    place(params[i]->name, "param", *params[i], params[i]->spec, masters[i]->data);
+  if (!optimizer) return shards;
+  for (const optim::NamedTensor& s : optimizer->state()) {
+    if (mixed && s.name.rfind("master.", 0) == 0) continue;  // stored above as the params
+    if (s.slice < 0) throw std::logic_error("optimizer state " + s.name + " names no slice");
+    const optim::ParamSlice& slice = optimizer->slices()[static_cast<size_t>(s.slice)];
+    const Param& p = *slice.param;
+    place(s.name.substr(0, s.name.find('[')), "optimizer_state", p,
+          slice.whole() ? p.spec : p.spec.chunk(slice.begin, slice.end), s.tensor);
   }
-  if (optimizer)
-    for (const optim::NamedTensor& s : optimizer->state()) {
-      if (mixed && s.name.rfind("master.", 0) == 0) continue;  // stored above as the params
-      whole(s.name, "optimizer_state", s.tensor);
-    }
   return shards;
+}
+
+std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
+                                             bool writer) {
+  return partitioned_shards(params, optimizer, [writer](const Param&) { return writer; });
 }
 
 std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,

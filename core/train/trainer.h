@@ -64,6 +64,13 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
                   const LayoutFactory& factory, const LossCallback& on_loss = {},
                   const RankDone& on_done = {});
 
+// Every parameter (its fp32 master weights under optim::MixedPrecision) and its optimizer state,
+// placed in the full model by each parameter's PartitionSpec. `writes(p)`: whether this rank's
+// copy of p is the one the checkpoint takes (one writer per element).
+using WritesFn = std::function<bool(const Param&)>;
+std::vector<TensorShard> partitioned_shards(const ParamList& params, optim::Optimizer* optimizer,
+                                            const WritesFn& writes);
+
 // Whole-tensor shards of a rank that holds complete parameters (single device, DDP replicas,
 // pipeline stages) and the optimizer state over them. `writer`: this rank's copy is the one the
 // checkpoint takes (replicas: rank 0 only).

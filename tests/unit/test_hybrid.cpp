@@ -88,14 +88,14 @@ TEST_CASE("hybrid trains every 8-rank mesh to the single-device parameters",
     }
 }
 
-// Each tp slice is cut from the single-device model's 2-byte parameters, the tp all-reduces sum
-// partial products in fp32 and round once (as one device's linear does), and fp16's loss scale
-// and found-inf flag are agreed over dp, pp and tp: after one step every gradient is the
-// single-device one within the fp32 reordering bound the other layouts' precision tests use
-// (2e-5), on their model (test_lesson_precision: 4 layers, dim 16, 2 heads, batch 8), and so is
-// every parameter whose AdamW update the gradient determines; the few that rounding noise moves
-// (first_adamw_step.h: the key bias's gradient is exactly zero in exact arithmetic) are counted
-// and bounded by one update.
+// Each tp slice is drawn at its place in the single-device model and rounded to 2 bytes, the tp
+// all-reduces sum partial products in fp32 and round once (as one device's linear does), and
+// fp16's loss scale and found-inf flag are agreed over dp, pp and tp: after one step every
+// gradient is the single-device one within the fp32 reordering bound the other layouts' precision
+// tests use (2e-5), on their model (test_lesson_precision: 4 layers, dim 16, 2 heads, batch 8),
+// and so is every parameter whose AdamW update the gradient determines; the few that rounding
+// noise moves (first_adamw_step.h: the key bias's gradient is exactly zero in exact arithmetic)
+// are counted and bounded by one update.
 TEST_CASE("hybrid bf16 and fp16 train to the single-device bf16 and fp16 parameters",
           "[hybrid][lesson][equivalence][precision]") {
   auto run = [](std::vector<std::string> args, const std::string& precision,

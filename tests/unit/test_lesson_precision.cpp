@@ -18,8 +18,8 @@ using mgpu::testing::run_mgpu;
 
 namespace {
 
-using mgpu::testing::load_checkpoint_by_name;
 using mgpu::testing::check_first_adamw_step;
+using mgpu::testing::load_checkpoint_by_name;
 using mgpu::testing::max_difference;
 
 namespace fs = std::filesystem;
@@ -186,9 +186,9 @@ TEST_CASE(
   }
 }
 
-// The paradigms that split the model or the sequence: their shards are cut from the 2-byte
-// parameters single_device starts from, and each is compared after one step, as above (bf16 as
-// fp16: its key-bias gradient is rounding noise too).
+// The paradigms that split the model or the sequence: their shards are drawn at their places in
+// the single-device model and rounded to 2 bytes as single_device's, and each is compared after
+// one step, as above (bf16 as fp16: its key-bias gradient is rounding noise too).
 TEST_CASE(
     "bf16 and fp16 train in tensor sequence and context parallel and zero to the "
     "single-device checkpoint",

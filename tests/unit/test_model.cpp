@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/model/gpt.h"
+#include "core/model/init.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
 #include "test_ops_gradcheck.h"
@@ -122,10 +123,9 @@ TEST_CASE("same seed gives bit-identical losses, another seed differs", "[model]
 TEST_CASE("Block backward: input and every parameter", "[model][gradcheck]") {
   GPTConfig cfg = tiny_config();
   Block block(cfg, 0);
-  std::mt19937_64 rng(1);
-  block.init(rng, cfg.layers);
   ParamList params;
   block.collect(params);
+  materialise(params, /*seed=*/1, cfg.dtype);
   for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 100 + i);
   const int64_t b = 2, t = 5, c = cfg.dim;
   Tensor x = Tensor::zeros({b, t, c}, MemCategory::activations);
@@ -146,10 +146,9 @@ TEST_CASE("Block backward: input and every parameter", "[model][gradcheck]") {
 TEST_CASE("Head backward: input and every parameter", "[model][gradcheck]") {
   GPTConfig cfg = tiny_config();
   Head head(cfg);
-  std::mt19937_64 rng(1);
-  head.init(rng);
   ParamList params;
   head.collect(params);
+  materialise(params, /*seed=*/1, cfg.dtype);
   for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 200 + i);
   const int64_t b = 2, t = 5, c = cfg.dim;
   Tensor x = Tensor::zeros({b, t, c}, MemCategory::activations);

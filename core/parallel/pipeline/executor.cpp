@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "core/data/sampler.h"
+#include "core/model/init.h"
 #include "core/parallel/pipeline/stage.h"
 #include "core/runtime/context.h"
 
@@ -26,40 +27,36 @@ namespace mgpu::pipeline {
 // ---------------------------------------------------------------------------------- StageModel
 
 StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int virtual_stages) {
-  return build(config, stage, stages, virtual_stages, BlockShard::whole(config), nullptr);
+  StageModel m = declare(config, stage, stages, virtual_stages, BlockShard::whole(config), nullptr);
+  materialise(m.params(), config.seed, config.dtype);
+  return m;
 }
 
-StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int virtual_stages,
-                             const BlockShard& shard, const BlockCut& cut) {
+StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, int virtual_stages,
+                               const BlockShard& shard, const BlockSplit& split) {
   StageModel m;
   m.config = config;
   m.shard = shard;
   m.stage = stage;
   m.stages = stages;
   m.virtual_stages = virtual_stages;
-  // The full model gives every stage the single-device weights (one seeded random stream); we
-  // keep our blocks and let the rest go. That transient copy is set-up, not what the stage needs
-  // to train, so the capacity is lifted while it exists (the stage's own tensors stay counted,
-  // and the lesson measures peaks from after this point).
-  CapacityLifted lifted(current_rank().allocator);
-  GPT full(config);
+  // Only this stage's layers are declared; each is materialised (by the caller) at its place in
+  // the seeded single-device model, so a stage holds exactly the single-device weights of its
+  // layers and never the rest of the model.
   const LayerPartition partition = partition_layers(config.layers, stages * virtual_stages);
   for (int chunk = 0; chunk < virtual_stages; ++chunk) {
     const auto [begin, end] = partition.ranges[chunk * stages + stage];
     m.chunk_layers.emplace_back(begin, end);
     std::vector<Block> blocks;
     for (int layer = begin; layer < end; ++layer) {
-      if (!cut) {
-        blocks.push_back(std::move(full.blocks[layer]));
-        continue;
-      }
       blocks.emplace_back(config, layer, shard);
-      cut(blocks.back(), full.blocks[layer]);
+      if (split) split(blocks.back());
     }
     m.chunks.push_back(std::move(blocks));
   }
-  if (stage == 0) m.embedding = std::move(full.embedding);
-  if (stage == (stages * virtual_stages - 1) % stages) m.head = std::move(full.head);
+  if (stage == 0) m.embedding.emplace(config);
+  if (stage == (stages * virtual_stages - 1) % stages) m.head.emplace(config);
+  for (Param* p : m.params()) p->spec.stage = stage;
   return m;
 }
 
@@ -112,13 +109,13 @@ class StageRunner {
         ctx_(current_rank()) {}
 
   StageStepStats run() {
-    ctx_.allocator.reset_peaks();
+    ctx_.allocator.start_window();  // this step's peak; the run's stays in stats().peak
     for (const Action& action : schedule_.actions.at(model_.stage)) execute(action);
     for (auto& [key, send] : activation_sends_) send.wait();
     activation_sends_.clear();
     grad_send_.wait();
     stats_.peak_activation_bytes =
-        ctx_.allocator.stats().peak[static_cast<int>(MemCategory::activations)];
+        ctx_.allocator.stats().window_peak[static_cast<int>(MemCategory::activations)];
     return stats_;
   }
 

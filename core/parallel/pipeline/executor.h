@@ -38,7 +38,7 @@ struct ExecutorOptions {
 };
 
 // The part of the GPT one stage owns. Built from the full model's config and seed, so every stage
-// holds exactly the weights the single-device model has for the same layers.
+// holds exactly the weights the single-device model has for the same layers (and nothing else).
 struct StageModel {
   GPTConfig config;
   int stage = 0, stages = 1, virtual_stages = 1;
@@ -48,12 +48,14 @@ struct StageModel {
   std::optional<Head> head;                       // on the stage holding the last virtual stage
   BlockShard shard;  // what each block computes: the whole block, or a tensor-parallel slice
 
+  // This stage's layers, materialised (the single-device model's weights for them).
   static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages = 1);
-  // Stages of tensor-parallel blocks (hybrid): every block computes only `shard`, its weights
-  // copied out of the full model's block by `cut(mine, full)` (the block's hooks stay unset).
-  using BlockCut = std::function<void(Block& mine, Block& full)>;
-  static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages,
-                          const BlockShard& shard, const BlockCut& cut);
+  // This stage's layers declared only (no memory): every block computes `shard`, and
+  // `split(block)` sets how a layout splits it (hybrid: tensor parallelism). The caller
+  // materialises the parameters (core/model/init.h) into whatever storage it keeps.
+  using BlockSplit = std::function<void(Block& block)>;
+  static StageModel declare(const GPTConfig& config, int stage, int stages, int virtual_stages,
+                            const BlockShard& shard, const BlockSplit& split);
   ParamList params();  // embedding, chunks in order, head (only what this stage owns)
   void zero_grad();
   int num_layers() const;
