@@ -398,6 +398,19 @@ namespace {
 struct BlockDims {
   int64_t b, tq, tk, c, heads, att_cols;
   double visible_pairs;  // (query, key) pairs the mask lets through, over every batch row and head
+  // Priced as batch x heads GEMMs of [Tq, hs] x [hs, Tk] plus `passes` over the visible scores.
+  KernelCost cost(double bytes, double flops, double score_bytes, int passes, DType dtype) const {
+    return {.kind = KernelKind::attention,
+            .flops = flops,
+            .bytes = bytes,
+            .dtype = dtype,
+            .m = double(tq),
+            .n = double(tk),
+            .k = double(c / heads),
+            .batch = double(b * heads),
+            .score_bytes = score_bytes,
+            .score_passes = passes};
+  }
 };
 BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Tensor& att,
                      const Tensor& lse, std::span<const int32_t> q_pos,
@@ -441,8 +454,10 @@ void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor
   check(out.numel() == q.numel(), "attention_block_forward", "out must be [B, Tq, C]");
   const double hs = double(d.c / heads);
   // per visible pair: q.k (2 hs), softmax (~5), p * v (2 hs); reads q, k, v, writes out and scores
-  KernelScope ks("attention_block_forward", d.visible_pairs * (4.0 * hs + 5.0),
-                 kF * (2.0 * double(q.numel()) + double(kv.numel()) + d.visible_pairs), q.dtype());
+  // Materialised like attention_forward: 4 passes over the block's visible scores.
+  KernelScope ks("attention_block_forward",
+                 d.cost(kF * (2.0 * double(q.numel()) + double(kv.numel()) + d.visible_pairs),
+                        d.visible_pairs * (4.0 * hs + 5.0), kF * d.visible_pairs, 4, q.dtype()));
   if (!has_math(out)) return;
   Fp32Staging st;
   run(out, "attention_block_forward", cpu::attention_block_forward,
@@ -461,9 +476,10 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
         "attention_block_backward", "dq, dout and out must match q, and dkv must match kv");
   const double hs = double(d.c / heads);
   // per visible pair: dP (2 hs), dV (2 hs), dQ (2 hs), dK (2 hs), the softmax terms (~4)
-  KernelScope ks("attention_block_backward", d.visible_pairs * (8.0 * hs + 4.0),
-                 kF * (5.0 * double(q.numel()) + 2.0 * double(kv.numel()) + d.visible_pairs),
-                 q.dtype());
+  // Materialised like attention_backward: 7 passes over the block's visible scores.
+  KernelScope ks("attention_block_backward",
+                 d.cost(kF * (5.0 * double(q.numel()) + 2.0 * double(kv.numel()) + d.visible_pairs),
+                        d.visible_pairs * (8.0 * hs + 4.0), kF * d.visible_pairs, 7, q.dtype()));
   if (!has_math(dq)) return;
   Fp32Staging st;
   run(dq, "attention_block_backward", cpu::attention_block_backward,
