@@ -1,6 +1,8 @@
-// `mgpu calibrate [--out profile.json]`: measures this machine's GPU (cuBLAS SGEMM 4096^3,
-// device copy bandwidth, empty-kernel launch overhead, memory capacity) and writes the numbers as
-// a HardwareProfile JSON that `--profile FILE` reads back. Without a GPU: one line, exit 2.
+// `mgpu calibrate [--device cuda|cpu] [--out profile.json]`: measures this machine's GPU (cuBLAS
+// SGEMM 4096^3, device copy bandwidth, empty-kernel launch overhead, memory capacity) or, with
+// --device cpu, this host as the virtual GPUs run on it (lessons/calibrate_cpu.h), and writes the
+// numbers as a HardwareProfile JSON that `--profile FILE` reads back. cuda without a GPU: one
+// line, exit 2.
 #include <fstream>
 #include <iostream>
 
@@ -11,13 +13,18 @@
 
 #include "core/runtime/gpu.h"
 #include "core/tensor/allocator.h"
+#include "lessons/calibrate_cpu.h"
 
 namespace mgpu::lessons {
 
 int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app("measure this GPU and write a HardwareProfile", "mgpu calibrate");
   std::string path = "profile.json";
+  std::string device = "cuda";
   app.add_option("--out", path, "where to write the profile JSON")->capture_default_str();
+  app.add_option("--device", device, "what to measure: this GPU (cuda) or this host's CPU (cpu)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);
@@ -27,6 +34,17 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
   } catch (const CLI::ParseError& e) {
     fmt::print(err, "mgpu calibrate: error: {}\n", e.what());
     return 2;
+  }
+  if (device == "cpu") {
+    std::ofstream file(path);
+    if (!file) {
+      fmt::print(err, "mgpu calibrate: error: cannot write '{}'\n", path);
+      return 2;
+    }
+    fmt::print(out, "calibrating this host's CPU (the virtual GPUs) ...\n");
+    file << calibrate_cpu(out).profile.to_json().dump(2) << "\n";
+    fmt::print(out, "wrote {} (use it with --clock modeled --profile {})\n", path, path);
+    return 0;
   }
   if (!cuda::built_with_cuda()) {
     fmt::print(err,

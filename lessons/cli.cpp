@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
 #include "core/comm/comm.h"
 #include "core/runtime/profile.h"
@@ -19,6 +20,7 @@
 namespace mgpu::lessons {
 
 int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 namespace {
 
@@ -31,19 +33,38 @@ int cmd_list(std::ostream& out) {
   return 0;
 }
 
+// One line of a profile's efficiency model (its factors; the datasheet when every one is 1).
+std::string efficiency_line(const HardwareProfile& p) {
+  const Efficiency& e = p.efficiency;
+  std::vector<std::string> tiles;
+  for (const auto& [m, n] : e.gemm_tiles) tiles.push_back(fmt::format("{}x{}", m, n));
+  return fmt::format(
+      "GEMM ceiling {:.2f} fp32 / {:.2f} 2-byte, {} SMs, tiles {}; HBM {:.2f}; attention {}{}; "
+      "links {:.2f} / {:.2f} of bandwidth; overlap slowdown {:.2f}",
+      e.gemm_fp32, e.gemm_half, e.sm_count,
+      tiles.empty() ? "none" : fmt::format("{}", fmt::join(tiles, " ")), e.hbm,
+      e.fused_attention ? "fused" : "materialised",
+      e.fused_attention ? fmt::format(" at {:.2f}", e.flash_fraction) : "", p.intra_node.efficiency,
+      p.inter_node.efficiency, e.overlap_slowdown);
+}
+
 int cmd_profiles(std::ostream& out) {
   fmt::print(out, "Hardware profiles for the modeled clock (`--profile NAME` or a JSON file):\n");
   for (auto& name : HardwareProfile::preset_names()) {
     HardwareProfile p = HardwareProfile::load(name);
     fmt::print(out,
-               "  {:<16} {:6.1f} TFLOP/s fp32 {:6.1f} bf16  {:5.0f} GB/s HBM  {:>9}  {} per node: "
+               "  {:<16} {:6.1f} TFLOP/s {} {:6.1f} {}  {:5.0f} GB/s HBM  {:>9}  {} per node: "
                "{} ({:.4g} GB/s), between: {} ({:.4g} GB/s)\n",
-               p.name, p.peak_flops / 1e12, p.peak_for(DType::bf16) / 1e12, p.mem_bandwidth / 1e9,
-               format_bytes(p.memory_capacity), p.ranks_per_node, p.intra_node.name,
-               p.intra_node.bandwidth / 1e9, p.inter_node.name, p.inter_node.bandwidth / 1e9);
+               p.name, p.peak_flops / 1e12, p.peak_label, p.peak_for(DType::bf16) / 1e12,
+               p.peak_label_half, p.mem_bandwidth / 1e9, format_bytes(p.memory_capacity),
+               p.ranks_per_node, p.intra_node.name, p.intra_node.bandwidth / 1e9, p.inter_node.name,
+               p.inter_node.bandwidth / 1e9);
+    fmt::print(out, "  {:<16} efficiency: {}\n", "", efficiency_line(p));
   }
-  fmt::print(out, "\nA profile file looks like:\n{}\n",
-             HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
+  fmt::print(
+      out,
+      "\nEach efficiency factor and its source: docs/clock.md. A profile file looks like:\n{}\n",
+      HardwareProfile::load("8xH100-NVLink").to_json().dump(2));
   return 0;
 }
 
@@ -156,7 +177,9 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
       "  mgpu plan --model M --gpus N   which layout to train M on N GPUs (simulated)\n"
       "  mgpu profiles                  the hardware profiles of the modeled clock\n"
       "  mgpu grade [exNN] [--impl mine|reference]   score the exercises (docs/exercises)\n"
-      "  mgpu calibrate [--out FILE]    measure this GPU and write a profile JSON\n";
+      "  mgpu calibrate [--device cuda|cpu] [--out FILE]   measure this GPU (or CPU), write a "
+      "profile\n"
+      "  mgpu validate [--json]         the modeled clock against published runs\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << usage;
     return args.empty() ? kExitUsage : 0;
@@ -182,10 +205,11 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   if (cmd == "viz") return cmd_viz(rest, out, err);
   if (cmd == "grade") return cmd_grade(rest, out, err);
   if (cmd == "calibrate") return cmd_calibrate(rest, out, err);
+  if (cmd == "validate") return cmd_validate(rest, out, err);
   if (cmd == "plan") return cmd_plan(rest, out, err);
   return usage_error(err, "",
                      fmt::format("unknown command '{}' (use list, run, plan, viz, profiles, grade "
-                                 "or calibrate)",
+                                 "calibrate or validate)",
                                  cmd));
 }
 

@@ -29,27 +29,9 @@ int64_t at(const CategoryBytes& b, MemCategory c) {
   return b[static_cast<int>(c)];
 }
 
-// Bytes per parameter of the model states, as the run keeps them: the model's parameters (4 fp32,
-// 2 bf16), gradients (always fp32 here: accumulated and reduced in fp32) and optimizer state
-// (AdamW m + v = 8, plus the fp32 master weights = 12 under mixed precision: the paper's K).
-struct StateBytes {
-  int params = 4, grads = 4, optimizer = 8;
-};
-
 StateBytes state_bytes(const CommonOptions& c, int param_bytes) {
   const int moments = c.optimizer == "sgd" ? 4 : 8;
   return {param_bytes, 4, moments + (param_bytes < 4 ? 4 : 0)};
-}
-
-// The ZeRO paper's per-rank model-state bytes of each category at a stage.
-struct StageFormula {
-  double params, grads, optimizer;
-  double total() const { return params + grads + optimizer; }
-};
-
-StageFormula stage_formula(int stage, const StateBytes& b, double psi, double n) {
-  return {b.params * psi / (stage >= 3 ? n : 1.0), b.grads * psi / (stage >= 2 ? n : 1.0),
-          b.optimizer * psi / (stage >= 1 ? n : 1.0)};
 }
 
 std::string stage_title(int stage) {
@@ -408,6 +390,11 @@ class ZeroLesson : public Lesson {
 
 std::unique_ptr<Lesson> make_zero_lesson() {
   return std::make_unique<ZeroLesson>();
+}
+
+StageFormula stage_formula(int stage, const StateBytes& b, double psi, double n) {
+  return {b.params * psi / (stage >= 3 ? n : 1.0), b.grads * psi / (stage >= 2 ? n : 1.0),
+          b.optimizer * psi / (stage >= 1 ? n : 1.0)};
 }
 
 }  // namespace mgpu::lessons

@@ -136,8 +136,14 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   if (out.numel() != m * n || last_dim(out) != n)
     check(false, "matmul",
           fmt::format("out {} should hold [{}, {}]", shape_str(out.shape()), m, n));
-  KernelScope ks("matmul", 2.0 * m * n * k, kF * (m * k + k * n + (beta != 0.0f ? 2 : 1) * m * n),
-                 kT);
+  KernelScope ks("matmul",
+                 KernelCost{.kind = KernelKind::gemm,
+                            .flops = 2.0 * m * n * k,
+                            .bytes = kF * (m * k + k * n + (beta != 0.0f ? 2 : 1) * m * n),
+                            .dtype = kT,
+                            .m = double(m),
+                            .n = double(n),
+                            .k = double(k)});
   if (!has_math(out)) return;
   Fp32Staging st;
   run(out, "matmul", cpu::matmul, &CudaKernels::matmul, st.out(out), st.in(a), st.in(b), m, n, k,
@@ -323,6 +329,19 @@ struct AttentionDims {
   // (query, key) pairs the kernels compute: heads * B * T * T. The CPU kernels run the scores
   // as full T x T GEMMs and then mask, so we count the masked half too.
   double pairs() const { return double(b) * heads * t * t; }
+  // Priced as batch x heads GEMMs of [T, hs] x [hs, T] plus `passes` over the scores.
+  KernelCost cost(double bytes, double flops, double score_bytes, int passes, DType dtype) const {
+    return {.kind = KernelKind::attention,
+            .flops = flops,
+            .bytes = bytes,
+            .dtype = dtype,
+            .m = double(t),
+            .n = double(t),
+            .k = double(c / heads),
+            .batch = double(b * heads),
+            .score_bytes = score_bytes,
+            .score_passes = passes};
+  }
 };
 AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& att, int heads) {
   check(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, op,
@@ -342,9 +361,11 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads) {
   const AttentionDims d = attention_dims("attention_forward", qkv, att, heads);
   check(out.numel() == d.b * d.t * d.c, "attention_forward", "out must be [B, T, C]");
   const double hs = double(d.c / heads);
-  // per pair: q.k (2 hs), softmax (~5), att * v (2 hs)
-  KernelScope ks("attention_forward", d.pairs() * (4.0 * hs + 5.0),
-                 kF * (d.b * d.t * 4.0 * d.c + double(att.numel())), kT);
+  // per pair: q.k (2 hs), softmax (~5), att * v (2 hs). Materialised, the scores make 4 passes
+  // through memory: S = QK^T written, read and P written by softmax, P read by P V.
+  KernelScope ks("attention_forward",
+                 d.cost(kF * (d.b * d.t * 4.0 * d.c + double(att.numel())),
+                        d.pairs() * (4.0 * hs + 5.0), kF * double(att.numel()), 4, kT));
   if (!has_math(out)) return;
   Fp32Staging st;
   run(out, "attention_forward", cpu::attention_forward, &CudaKernels::attention_forward,
@@ -359,9 +380,12 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   check(dqkv.numel() == qkv.numel() && dout.numel() == d.b * d.t * d.c, "attention_backward",
         "dqkv must match qkv and dout must be [B, T, C]");
   const double hs = double(d.c / heads);
-  // per pair: dP (2 hs), dV (2 hs), softmax backward (~4), dQ and dK (4 hs)
-  KernelScope ks("attention_backward", d.pairs() * (8.0 * hs + 4.0),
-                 kF * (d.b * d.t * 7.0 * d.c + double(att.numel())), kT);
+  // per pair: dP (2 hs), dV (2 hs), softmax backward (~4), dQ and dK (4 hs). Materialised, 7
+  // passes over the scores: P read by the dV GEMM, dP written, P and dP read and dS written by
+  // softmax's backward, dS read by the dQ GEMM and by the dK GEMM.
+  KernelScope ks("attention_backward",
+                 d.cost(kF * (d.b * d.t * 7.0 * d.c + double(att.numel())),
+                        d.pairs() * (8.0 * hs + 4.0), kF * double(att.numel()), 7, kT));
   if (!has_math(dqkv)) return;
   Fp32Staging st;
   run(dqkv, "attention_backward", cpu::attention_backward, &CudaKernels::attention_backward,
@@ -374,6 +398,19 @@ namespace {
 struct BlockDims {
   int64_t b, tq, tk, c, heads, att_cols;
   double visible_pairs;  // (query, key) pairs the mask lets through, over every batch row and head
+  // Priced as batch x heads GEMMs of [Tq, hs] x [hs, Tk] plus `passes` over the visible scores.
+  KernelCost cost(double bytes, double flops, double score_bytes, int passes, DType dtype) const {
+    return {.kind = KernelKind::attention,
+            .flops = flops,
+            .bytes = bytes,
+            .dtype = dtype,
+            .m = double(tq),
+            .n = double(tk),
+            .k = double(c / heads),
+            .batch = double(b * heads),
+            .score_bytes = score_bytes,
+            .score_passes = passes};
+  }
 };
 BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Tensor& att,
                      const Tensor& lse, std::span<const int32_t> q_pos,
@@ -417,8 +454,10 @@ void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor
   check(out.numel() == q.numel(), "attention_block_forward", "out must be [B, Tq, C]");
   const double hs = double(d.c / heads);
   // per visible pair: q.k (2 hs), softmax (~5), p * v (2 hs); reads q, k, v, writes out and scores
-  KernelScope ks("attention_block_forward", d.visible_pairs * (4.0 * hs + 5.0),
-                 kF * (2.0 * double(q.numel()) + double(kv.numel()) + d.visible_pairs), q.dtype());
+  // Materialised like attention_forward: 4 passes over the block's visible scores.
+  KernelScope ks("attention_block_forward",
+                 d.cost(kF * (2.0 * double(q.numel()) + double(kv.numel()) + d.visible_pairs),
+                        d.visible_pairs * (4.0 * hs + 5.0), kF * d.visible_pairs, 4, q.dtype()));
   if (!has_math(out)) return;
   Fp32Staging st;
   run(out, "attention_block_forward", cpu::attention_block_forward,
@@ -437,9 +476,10 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
         "attention_block_backward", "dq, dout and out must match q, and dkv must match kv");
   const double hs = double(d.c / heads);
   // per visible pair: dP (2 hs), dV (2 hs), dQ (2 hs), dK (2 hs), the softmax terms (~4)
-  KernelScope ks("attention_block_backward", d.visible_pairs * (8.0 * hs + 4.0),
-                 kF * (5.0 * double(q.numel()) + 2.0 * double(kv.numel()) + d.visible_pairs),
-                 q.dtype());
+  // Materialised like attention_backward: 7 passes over the block's visible scores.
+  KernelScope ks("attention_block_backward",
+                 d.cost(kF * (5.0 * double(q.numel()) + 2.0 * double(kv.numel()) + d.visible_pairs),
+                        d.visible_pairs * (8.0 * hs + 4.0), kF * d.visible_pairs, 7, q.dtype()));
   if (!has_math(dq)) return;
   Fp32Staging st;
   run(dq, "attention_block_backward", cpu::attention_block_backward,

@@ -78,66 +78,83 @@ SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
                                    const OptimizerFactory& make_optimizer)
     : TensorParallel(cfg, tp, make_optimizer, tp.size()) {}
 
-Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
+Tensor SequenceParallelHooks::full_sequence(const Tensor& mine) const {
   return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,
                        mine.dtype());
 }
 
-void SequenceParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+void SequenceParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   // g forward: all-gather my tokens of ln(x) into the whole sequence the column linear needs.
-  outside_phase([&] {
-    Tensor x = full_sequence(inp);
-    all_gather_sequence(x, inp, tp_);
-    linear.forward(out, x);
-  });
+  Tensor x = full_sequence(inp);
+  all_gather_sequence(x, inp, tp_);
+  linear.forward(out, x);
 }
 
-void SequenceParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                       const Tensor& inp) {
-  outside_phase([&] {
-    // The gathered input was dropped after the forward (keeping it would undo what SP saves), so
-    // it is gathered again for the weight gradient: Korthikanti et al.'s extra all-gather, which
-    // Megatron overlaps with the input-gradient GEMM.
-    Tensor x = full_sequence(inp);
-    all_gather_sequence(x, inp, tp_);
-    // g backward: every rank's columns contribute to d(input); sum them and keep my tokens.
-    // (2-byte activations: summed in fp32 and rounded once, as in TensorParallel.)
-    const bool fp32 = dinp.dtype() == DType::f32;
-    Tensor dx = fp32 ? full_sequence(inp) : fp32_partial(x);
-    linear.backward(dx, dout, x);
-    Tensor mine = fp32 ? dinp : fp32_partial(dinp);
-    reduce_scatter_sequence(mine, dx, tp_);
-    if (!fp32) ops::convert(dinp, mine);
-  });
+void SequenceParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                            const Tensor& inp) {
+  // The gathered input was dropped after the forward (keeping it would undo what SP saves), so
+  // it is gathered again for the weight gradient: Korthikanti et al.'s extra all-gather, which
+  // Megatron overlaps with the input-gradient GEMM.
+  Tensor x = full_sequence(inp);
+  all_gather_sequence(x, inp, tp_);
+  // g backward: every rank's columns contribute to d(input); sum them and keep my tokens.
+  // (2-byte activations: summed in fp32 and rounded once, as in TensorParallel.)
+  const bool fp32 = dinp.dtype() == DType::f32;
+  Tensor dx = fp32 ? full_sequence(inp) : TensorParallel::fp32_partial(x);
+  linear.backward(dx, dout, x);
+  Tensor mine = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+  reduce_scatter_sequence(mine, dx, tp_);
+  if (!fp32) ops::convert(dinp, mine);
 }
 
-void SequenceParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+void SequenceParallelHooks::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   // g-bar forward: each rank's partial product over the whole sequence, summed and cut to my
   // tokens in one reduce-scatter. The bias is added by tp rank 0 only, so the sum holds it once.
   // (2-byte activations: the partial products are summed in fp32 and rounded once, then the
   // bias is added on every rank, as the single-device linear does.)
   const bool fp32 = out.dtype() == DType::f32;
-  outside_phase([&] {
-    Tensor partial = fp32 ? full_sequence(out) : fp32_partial(full_sequence(out));
-    const Tensor no_bias;
-    ops::linear_forward(partial, inp, linear.weight.data,
-                        fp32 && tp_.rank() == 0 ? linear.bias.data : no_bias);
-    Tensor sum = fp32 ? out : fp32_partial(out);
-    reduce_scatter_sequence(sum, partial, tp_);
-    if (!fp32) ops::convert(out, sum);
-  });
+  Tensor partial = fp32 ? full_sequence(out) : TensorParallel::fp32_partial(full_sequence(out));
+  const Tensor no_bias;
+  ops::linear_forward(partial, inp, linear.weight.data,
+                      fp32 && tp_.rank() == 0 ? linear.bias.data : no_bias);
+  Tensor sum = fp32 ? out : TensorParallel::fp32_partial(out);
+  reduce_scatter_sequence(sum, partial, tp_);
+  if (!fp32) ops::convert(out, sum);
   if (!fp32 && linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
+}
+
+void SequenceParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                         const Tensor& inp) {
+  // g-bar backward: all-gather the output's gradient over the sequence; the bias gradient then
+  // sums every token on every rank, so it is complete (and equal) everywhere.
+  Tensor dy = full_sequence(dout);
+  all_gather_sequence(dy, dout, tp_);
+  linear.backward(dinp, dy, inp);
+}
+
+Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
+  return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,
+                       mine.dtype());
+}
+
+// The layout's own hooks: SequenceParallelHooks with the forward/backward region closed around
+// them (the linears' kernels and the collectives record their own events).
+void SequenceParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  outside_phase([&] { SequenceParallelHooks(tp_).column_forward(linear, out, inp); });
+}
+
+void SequenceParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                       const Tensor& inp) {
+  outside_phase([&] { SequenceParallelHooks(tp_).column_backward(linear, dinp, dout, inp); });
+}
+
+void SequenceParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  outside_phase([&] { SequenceParallelHooks(tp_).row_forward(linear, out, inp); });
 }
 
 void SequenceParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                     const Tensor& inp) {
-  // g-bar backward: all-gather the output's gradient over the sequence; the bias gradient then
-  // sums every token on every rank, so it is complete (and equal) everywhere.
-  outside_phase([&] {
-    Tensor dy = full_sequence(dout);
-    all_gather_sequence(dy, dout, tp_);
-    linear.backward(dinp, dy, inp);
-  });
+  outside_phase([&] { SequenceParallelHooks(tp_).row_backward(linear, dinp, dout, inp); });
 }
 
 void SequenceParallel::all_reduce_layernorm_grads() {

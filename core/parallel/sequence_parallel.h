@@ -28,6 +28,23 @@ void all_gather_sequence(Tensor& full, const Tensor& mine, comm::Comm& tp);
 void reduce_scatter_sequence(Tensor& mine, const Tensor& full, comm::Comm& tp);
 void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts);
 
+// The BlockHooks of TP + SP on their own, on group `tp`, for blocks whose shard has seq_parts =
+// tp.size(): g (all-gather forward, reduce-scatter backward) before the column linears, g-bar
+// (reduce-scatter forward, all-gather backward) after the row linears.
+class SequenceParallelHooks : public BlockHooks {
+ public:
+  explicit SequenceParallelHooks(comm::Comm& tp) : tp_(tp) {}
+  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
+  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                       const Tensor& inp) override;
+  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
+  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
+
+ private:
+  Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
+  comm::Comm& tp_;
+};
+
 // One rank of a TP+SP run: TensorParallel's slices, checkpoints and optimizer, with the blocks'
 // replicated regions cut along the sequence and the communication above at the same four points.
 class SequenceParallel : public TensorParallel {

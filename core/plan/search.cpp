@@ -194,7 +194,7 @@ GPTConfig local_config(const GPTConfig& m, const Layout& l) {
 // Ring all-reduce time of `bytes` over `n` members whose slowest hop is `link`.
 double ring_all_reduce(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0;
-  const double bw = link.bandwidth > 0 ? link.bandwidth : 1e30;
+  const double bw = link.bandwidth > 0 ? link.achieved_bandwidth() : 1e30;
   return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * link.latency;
 }
 
@@ -238,7 +238,13 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double rows = static_cast<double>(l.microbatch_size) * T;
   const int layers = c.layers / l.pp;
   auto gemm = [&](double m, double k, double n) {
-    return p.kernel_time(2 * m * k * n, s * (m * k + k * n + m * n), dtype);
+    return p.kernel_time(KernelCost{.kind = KernelKind::gemm,
+                                    .flops = 2 * m * k * n,
+                                    .bytes = s * (m * k + k * n + m * n),
+                                    .dtype = dtype,
+                                    .m = m,
+                                    .n = n,
+                                    .k = k});
   };
   const double linears = gemm(rows, C, 3 * C / tp) + gemm(rows, C / tp, C) +
                          gemm(rows, C, 4 * C / tp) + gemm(rows, 4 * C / tp, C);
@@ -256,11 +262,13 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double cp_comm =
       l.cp > 1 ? 3 * (l.cp - 1) *
                      (group_link(p, l.cp, l.tp).latency +
-                      2 * rows * C / tp * s / std::max(group_link(p, l.cp, l.tp).bandwidth, 1.0))
+                      2 * rows * C / tp * s /
+                          std::max(group_link(p, l.cp, l.tp).achieved_bandwidth(), 1.0))
                : 0;
   const LinkSpec& pp_link = group_link(p, 2, l.tp * l.cp * l.dp);
   const double p2p =
-      l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.bandwidth, 1.0)) : 0;
+      l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
+               : 0;
   const double head = 3 * gemm(rows, C, V);
   const double per_micro = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
   // The bubble in micro-batch times: (P-1) for gpipe/1f1b, (P-1)/V interleaved, about a third of

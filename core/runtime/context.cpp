@@ -100,18 +100,36 @@ ScopedRank::~ScopedRank() {
 }
 
 KernelScope::KernelScope(const char* op, double flops, double bytes, DType dtype)
-    : ctx_(current_rank()), op_(op), flops_(flops), bytes_(bytes), dtype_(dtype) {
+    : KernelScope(op, KernelCost{.flops = flops, .bytes = bytes, .dtype = dtype}) {}
+
+KernelScope::KernelScope(const char* op, const KernelCost& cost)
+    : ctx_(current_rank()), op_(op), cost_(cost) {
   if (ctx_.scopes.empty()) sync_if_cuda_clock(ctx_);  // a kernel outside scopes is its own event
   start_ = ctx_.clock.compute_now();
 }
 
+namespace {
+// The modeled time of a kernel starting at `start`: its price, plus the profile's slowdown for
+// the part that runs while this rank's comm lane is still busy (a collective in flight shares
+// the GPU's SMs and memory bandwidth with it).
+double modeled_kernel_time(const RankContext& ctx, const KernelCost& cost, double start) {
+  const double alone = ctx.profile.kernel_time(cost);
+  const double slowdown = ctx.profile.efficiency.overlap_slowdown;
+  const double comm_busy_until = ctx.clock.comm_now();
+  if (slowdown <= 0 || comm_busy_until <= start) return alone;
+  // The overlapped part stretches by (1 + slowdown) until the collective ends.
+  const double stretched = (comm_busy_until - start) / (1 + slowdown);
+  return alone <= stretched ? alone * (1 + slowdown) : comm_busy_until - start + alone - stretched;
+}
+}  // namespace
+
 KernelScope::~KernelScope() {
   if (ctx_.scopes.empty()) sync_if_cuda_clock(ctx_);
-  ctx_.clock.advance_compute(ctx_.profile.kernel_time(flops_, bytes_, dtype_));
+  if (ctx_.clock.modeled()) ctx_.clock.advance_compute(modeled_kernel_time(ctx_, cost_, start_));
   double end = ctx_.clock.compute_now();
   if (!ctx_.scopes.empty()) {
-    ctx_.scopes.back().flops += flops_;
-    ctx_.scopes.back().bytes += bytes_;
+    ctx_.scopes.back().flops += cost_.flops;
+    ctx_.scopes.back().bytes += cost_.bytes;
   }
   if (ctx_.scopes.empty() || ctx_.tracer.record_kernels) {
     trace::Event e;
@@ -120,8 +138,8 @@ KernelScope::~KernelScope() {
     e.lane = trace::Lane::compute;
     e.start = start_;
     e.dur = end - start_;
-    e.flops = flops_;
-    e.bytes = static_cast<int64_t>(bytes_);
+    e.flops = cost_.flops;
+    e.bytes = static_cast<int64_t>(cost_.bytes);
     ctx_.tracer.record(std::move(e));
   }
 }

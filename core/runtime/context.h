@@ -88,6 +88,8 @@ class ScopedRank {
 class KernelScope {
  public:
   KernelScope(const char* op, double flops, double bytes, DType dtype = DType::f32);
+  // A kernel whose price depends on its shape (GEMMs, attention): see HardwareProfile::kernel_time.
+  KernelScope(const char* op, const KernelCost& cost);
   ~KernelScope();
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
@@ -95,8 +97,8 @@ class KernelScope {
  private:
   RankContext& ctx_;
   const char* op_;
-  double flops_, bytes_, start_;
-  DType dtype_;
+  KernelCost cost_;
+  double start_;
 };
 
 // A named region of compute on this rank's compute lane, e.g. forward of micro-batch 3 on

@@ -13,6 +13,47 @@ namespace mgpu {
 namespace {
 constexpr int64_t GiB = int64_t{1} << 30;
 
+// ---- the efficiency model of the GPU presets (docs/clock.md: each factor's source; README:
+// which were fitted to which published figures by `mgpu validate`).
+// Streaming kernels reach this share of the HBM datasheet bandwidth (a large device-to-device
+// copy on A100/H100 measures 80-90% of it).
+constexpr double kHbmEfficiency = 0.85;
+// A large bf16 GEMM's share of the dense tensor-core peak: fitted to Korthikanti et al. 2022,
+// Table 4 (one 22B layer on A100, baseline forward 7.7 ms and backward 11.9 ms: the 0.01 step
+// with the smallest larger error of the two). TF32 GEMMs get the same share.
+constexpr double kGemmCeiling = 0.75;
+// FlashAttention-2 runs its forward/backward at about 70% of a plain GEMM's rate on A100/H100
+// (Dao 2023, fig. 4-7: 50-73% of peak where GEMMs reach 70-80%).
+constexpr double kFlashFraction = 0.7;
+// NCCL's all-reduce bus bandwidth over the link's datasheet figure for large messages: DGX A100
+// ~230 of 300 GB/s, DGX H100 ~360 of 450 GB/s over NVLink (nccl-tests); InfiniBand ~90%.
+constexpr double kNvlinkBusEfficiency = 0.77;
+constexpr double kInfinibandBusEfficiency = 0.9;
+constexpr double kPcieBusEfficiency = 0.8;
+// Compute overlapping a collective runs this much slower (NCCL's kernels occupy SMs and HBM
+// bandwidth). 0 in the presets: no published figure `mgpu validate` re-runs overlaps
+// communication with compute, so no value of it is checked; a profile file can set it.
+constexpr double kOverlapSlowdown = 0;
+
+// The GPU presets' SM counts (A100 108, H100 SXM 132, RTX 4090 128) and cuBLAS's common tile
+// shapes; the laptop CPU keeps the datasheet model (it is checked by `mgpu calibrate --device
+// cpu`, not by published runs).
+void apply_efficiency_model(HardwareProfile& p) {
+  const bool h100 = p.name.find("H100") != std::string::npos;
+  const bool a100 = p.name.find("A100") != std::string::npos;
+  const bool rtx = p.name.find("RTX4090") != std::string::npos;
+  if (!(h100 || a100 || rtx)) return;
+  Efficiency& e = p.efficiency;
+  e.sm_count = h100 ? 132 : a100 ? 108 : 128;
+  e.gemm_tiles = {{256, 128}, {128, 128}, {128, 64}};
+  e.gemm_fp32 = e.gemm_half = kGemmCeiling;
+  e.hbm = kHbmEfficiency;
+  e.flash_fraction = kFlashFraction;
+  e.overlap_slowdown = kOverlapSlowdown;
+  p.peak_label = "TF32 dense tensor core";
+  p.peak_label_half = "BF16/FP16 dense tensor core";
+}
+
 // Figures are public datasheet numbers (dense tensor-core math at the fp32/TF32 training rate,
 // HBM bandwidth, per-direction link bandwidth); latencies are typical small-message values.
 std::vector<HardwareProfile> presets() {
@@ -30,6 +71,9 @@ std::vector<HardwareProfile> presets() {
   // node type: a run of N ranks spans N / 8 nodes (ranks_per_node), as many as the world needs.
   LinkSpec nvlink3{"NVLink 3 (NVSwitch)", 300e9, 2e-6};
   LinkSpec ib200{"InfiniBand HDR 200G", 25e9, 5e-6};
+  for (LinkSpec* l : {&nvlink4, &nvlink3}) l->efficiency = kNvlinkBusEfficiency;
+  for (LinkSpec* l : {&ib400, &ib200}) l->efficiency = kInfinibandBusEfficiency;
+  for (LinkSpec* l : {&pcie4, &pcie4_host}) l->efficiency = kPcieBusEfficiency;
   std::vector<HardwareProfile> list = {
       {"8xH100-NVLink", "8x H100 SXM 80GB in one node, NVSwitch", 495e12, 3.35e12, 3e-6, 80 * GiB,
        8, nvlink4, ib400},
@@ -59,6 +103,7 @@ std::vector<HardwareProfile> presets() {
   half_peak("2x8xH100-IB", 989e12);
   half_peak("4xA100-PCIe", 312e12);
   half_peak("2xRTX4090-PCIe", 165.2e12);
+  for (HardwareProfile& p : list) apply_efficiency_model(p);
   return list;
 }
 
@@ -86,7 +131,58 @@ double number_in(const nlohmann::json& j, const std::string& where, const char* 
 }
 
 nlohmann::json link_json(const LinkSpec& l) {
-  return {{"name", l.name}, {"bandwidth_GBps", l.bandwidth / 1e9}, {"latency_us", l.latency * 1e6}};
+  return {{"name", l.name},
+          {"bandwidth_GBps", l.bandwidth / 1e9},
+          {"latency_us", l.latency * 1e6},
+          {"efficiency", l.efficiency}};
+}
+
+nlohmann::json efficiency_json(const Efficiency& e) {
+  nlohmann::json tiles = nlohmann::json::array();
+  for (const auto& [m, n] : e.gemm_tiles) tiles.push_back({m, n});
+  return {{"sm_count", e.sm_count},
+          {"gemm_tiles", tiles},
+          {"gemm_fp32", e.gemm_fp32},
+          {"gemm_half", e.gemm_half},
+          {"hbm", e.hbm},
+          {"fused_attention", e.fused_attention},
+          {"flash_fraction", e.flash_fraction},
+          {"overlap_slowdown", e.overlap_slowdown}};
+}
+
+// Every factor optional (a missing one keeps the datasheet default); fractions in (0, 1].
+Efficiency efficiency_from(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("profile: efficiency must be an object");
+  Efficiency e;
+  const double one = 1, zero = 0;
+  const char* where = "efficiency";
+  e.sm_count = static_cast<int>(number_in(j, where, "sm_count", 0, 1 << 16, 1, true, &zero));
+  e.gemm_fp32 = number_in(j, where, "gemm_fp32", 0, 1, 1, false, &one);
+  e.gemm_half = number_in(j, where, "gemm_half", 0, 1, 1, false, &one);
+  e.hbm = number_in(j, where, "hbm", 0, 1, 1, false, &one);
+  e.flash_fraction = number_in(j, where, "flash_fraction", 0, 1, 1, false, &one);
+  e.overlap_slowdown = number_in(j, where, "overlap_slowdown", 0, 10, 1, true, &zero);
+  if (j.contains("fused_attention")) {
+    if (!j.at("fused_attention").is_boolean())
+      throw std::invalid_argument("profile: efficiency.fused_attention must be true or false");
+    e.fused_attention = j.at("fused_attention").get<bool>();
+  }
+  if (j.contains("gemm_tiles")) {
+    const nlohmann::json& tiles = j.at("gemm_tiles");
+    if (!tiles.is_array() || tiles.size() > 16)
+      throw std::invalid_argument(
+          "profile: efficiency.gemm_tiles must be a list of [rows, columns] (at most 16)");
+    for (const nlohmann::json& t : tiles) {
+      if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() ||
+          !t[1].is_number_integer() || t[0].get<int64_t>() < 1 || t[1].get<int64_t>() < 1 ||
+          t[0].get<int64_t>() > 4096 || t[1].get<int64_t>() > 4096)
+        throw std::invalid_argument(
+            "profile: each efficiency.gemm_tiles entry must be [rows, columns], 1 to 4096, e.g. "
+            "[128, 128]");
+      e.gemm_tiles.emplace_back(t[0].get<int>(), t[1].get<int>());
+    }
+  }
+  return e;
 }
 
 LinkSpec link_from(const nlohmann::json& j, const char* what) {
@@ -96,6 +192,8 @@ LinkSpec link_from(const nlohmann::json& j, const char* what) {
   l.name = j.value("name", std::string(what)).substr(0, 80);
   l.bandwidth = number_in(j, what, "bandwidth_GBps", 0, 1e6, 1e9, false);
   l.latency = number_in(j, what, "latency_us", 0, 1e6, 1e-6, true);
+  const double one = 1;
+  l.efficiency = number_in(j, what, "efficiency", 0, 1, 1, false, &one);
   return l;
 }
 }  // namespace
@@ -110,16 +208,63 @@ double HardwareProfile::peak_for(DType t) const {
   return half > 0 ? half : peak_flops;
 }
 
+namespace {
+bool two_byte(DType t) {
+  return t == DType::bf16 || t == DType::f16;
+}
+}  // namespace
+
+double HardwareProfile::gemm_efficiency(double m, double n, double batch, DType dtype) const {
+  const Efficiency& e = efficiency;
+  const double ceiling = two_byte(dtype) ? e.gemm_half : e.gemm_fp32;
+  if (e.gemm_tiles.empty() || m <= 0 || n <= 0) return ceiling;
+  double best = 0;
+  for (const auto& [tile_m, tile_n] : e.gemm_tiles) {
+    const double tiles_m = std::ceil(m / tile_m), tiles_n = std::ceil(n / tile_n);
+    // Tile quantisation: the padded tiles compute as much as full ones.
+    const double tile = m * n / (tiles_m * tile_m * tiles_n * tile_n);
+    // Wave quantisation: the last wave of thread blocks leaves SMs idle.
+    const double blocks = tiles_m * tiles_n * std::max(1.0, batch);
+    const double wave =
+        e.sm_count > 0 ? blocks / (std::ceil(blocks / e.sm_count) * e.sm_count) : 1.0;
+    best = std::max(best, tile * wave);
+  }
+  return ceiling * best;
+}
+
 double HardwareProfile::kernel_time(double flops, double bytes, DType dtype) const {
-  const double peak = peak_for(dtype);
-  double math = peak > 0 ? flops / peak : 0;
-  double memory = mem_bandwidth > 0 ? bytes / mem_bandwidth : 0;
-  return launch_overhead + std::max(math, memory);
+  KernelCost cost;
+  cost.flops = flops;
+  cost.bytes = bytes;
+  cost.dtype = dtype;
+  return kernel_time(cost);
+}
+
+double HardwareProfile::kernel_time(const KernelCost& c) const {
+  const double peak = peak_for(c.dtype);
+  const double bandwidth = mem_bandwidth * efficiency.hbm;
+  const double memory = bandwidth > 0 ? c.bytes / bandwidth : 0;
+  if (c.kind == KernelKind::streaming) {
+    const double ceiling = two_byte(c.dtype) ? efficiency.gemm_half : efficiency.gemm_fp32;
+    const double math = peak > 0 ? c.flops / (peak * ceiling) : 0;
+    return launch_overhead + std::max(math, memory);
+  }
+  const double achieved = peak * gemm_efficiency(c.m, c.n, c.batch, c.dtype);
+  if (c.kind == KernelKind::gemm)
+    return launch_overhead + std::max(peak > 0 ? c.flops / achieved : 0, memory);
+  // Attention. Fused: one kernel, scores on chip. Materialised: its GEMMs, then every pass over
+  // the scores through HBM, one launch each (they depend on each other, so they add up).
+  if (efficiency.fused_attention)
+    return launch_overhead +
+           std::max(peak > 0 ? c.flops / (achieved * efficiency.flash_fraction) : 0, memory);
+  const double passes = bandwidth > 0 ? c.score_passes * c.score_bytes / bandwidth : 0;
+  return (2 + c.score_passes) * launch_overhead + (peak > 0 ? c.flops / achieved : 0) + passes;
 }
 
 double HardwareProfile::transfer_time(int a, int b, double bytes) const {
   const LinkSpec& l = link(a, b);
-  return l.latency + (l.bandwidth > 0 ? bytes / l.bandwidth : 0);
+  const double bandwidth = l.achieved_bandwidth();
+  return l.latency + (bandwidth > 0 ? bytes / bandwidth : 0);
 }
 
 nlohmann::json HardwareProfile::to_json() const {
@@ -132,8 +277,11 @@ nlohmann::json HardwareProfile::to_json() const {
           {"launch_overhead_us", launch_overhead * 1e6},
           {"memory_capacity_GiB", static_cast<double>(memory_capacity) / GiB},
           {"ranks_per_node", ranks_per_node},
+          {"peak_label", peak_label},
+          {"peak_label_half", peak_label_half},
           {"intra_node", link_json(intra_node)},
-          {"inter_node", link_json(inter_node)}};
+          {"inter_node", link_json(inter_node)},
+          {"efficiency", efficiency_json(efficiency)}};
 }
 
 HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
@@ -158,6 +306,9 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
     p.intra_node = link_from(j.at("intra_node"), "intra_node");
     p.inter_node =
         j.contains("inter_node") ? link_from(j.at("inter_node"), "inter_node") : p.intra_node;
+    p.peak_label = j.value("peak_label", p.peak_label).substr(0, 80);
+    p.peak_label_half = j.value("peak_label_half", p.peak_label_half).substr(0, 80);
+    if (j.contains("efficiency")) p.efficiency = efficiency_from(j.at("efficiency"));
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(fmt::format(

@@ -46,7 +46,7 @@ TEST_CASE("modeled collective times equal the alpha-beta formula", "[lesson][col
   }
 }
 
-TEST_CASE("bus bandwidth approaches the link bandwidth for large all-reduces",
+TEST_CASE("bus bandwidth approaches the link's achieved bandwidth for large all-reduces",
           "[lesson][collectives]") {
   CommonOptions c;
   c.ranks = 8;
@@ -57,7 +57,8 @@ TEST_CASE("bus bandwidth approaches the link bandwidth for large all-reduces",
   o.max_bytes = 1 << 30;
   std::ostringstream out;
   auto r = run_collectives(c, o, out);
-  double link = HardwareProfile::load("8xH100-NVLink").intra_node.bandwidth;
+  // The achieved (bus) bandwidth of the link: its datasheet figure x the profile's efficiency.
+  double link = HardwareProfile::load("8xH100-NVLink").intra_node.achieved_bandwidth();
   CHECK(r.rows.at(0).busbw > 0.99 * link);
   CHECK(r.rows.at(0).busbw < link);
 }

@@ -1,0 +1,70 @@
+// `mgpu validate`: the modeled clock (one profile, DGX-A100, for every row) against published
+// measurements. Every timing row must land within 10% of the published figure, every memory and
+// bubble row exactly (to the published digits), and every engine-gap row (our engine does more
+// work than the published one: Korthikanti Table 5) above the published figure. The test
+// recomputes each row's error from the published and predicted figures rather than trusting the
+// command's own verdict.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "lessons/cli.h"
+
+using namespace mgpu::lessons;
+
+TEST_CASE("mgpu validate: every published row within its bound on one profile", "[validate]") {
+  std::ostringstream out, err;
+  const int code = mgpu_main({"validate", "--json"}, out, err);
+  INFO(err.str());
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  const auto& rows = j.at("rows");
+  std::set<std::string> sources;
+  int timing = 0, exact = 0, gaps = 0;
+  double largest = 0;
+  for (const auto& row : rows) {
+    const std::string what =
+        row.at("source").get<std::string>() + ": " + row.at("quantity").get<std::string>();
+    INFO(what << " published " << row.at("published") << " predicted " << row.at("predicted"));
+    const double published = row.at("published"), predicted = row.at("predicted");
+    const double error = (predicted - published) / published;
+    CHECK(row.at("error").get<double>() == Approx(error));
+    sources.insert(row.at("source").get<std::string>());
+    if (row.at("bound") == "engine gap") {
+      ++gaps;
+      CHECK(error > 0);
+      continue;
+    }
+    largest = std::max(largest, std::abs(error));
+    if (row.at("bound") == "10%") {
+      ++timing;
+      CHECK(std::abs(error) <= 0.10);
+    } else {
+      REQUIRE(row.at("bound") == "exact");
+      ++exact;
+      // Exact to the published digits: 31.4 GB is 31.40625 rounded (ZeRO Fig. 1).
+      const std::string shown = row.at("published").dump();
+      const size_t dot = shown.find('.');
+      const int digits = dot == std::string::npos ? 0 : static_cast<int>(shown.size() - dot - 1);
+      const double scale = std::pow(10.0, std::min(digits, 12));
+      CHECK(std::round(predicted * scale) == std::round(published * scale));
+    }
+  }
+  CHECK(j.at("max_abs_error").get<double>() == Approx(largest));
+  CHECK(timing == 10);         // Table 4: 5 variants x forward/backward
+  CHECK(gaps == 4);            // Table 5: 22B, 175B, 530B, 1T
+  CHECK(exact == 7);           // ZeRO Fig. 1: 4 stages; bubbles: 3 schedules
+  CHECK(sources.size() == 5);  // Korthikanti T4, T5; ZeRO; GPipe; Narayanan
+  CHECK(code == 0);
+}
+
+TEST_CASE("mgpu validate: bad options are one line and exit code 2", "[validate]") {
+  std::ostringstream out, err;
+  CHECK(mgpu_main({"validate", "--profile", "9xA100"}, out, err) == 2);
+  CHECK(err.str().find("unknown profile '9xA100'") != std::string::npos);
+  std::ostringstream out2, err2;
+  CHECK(mgpu_main({"validate", "--rows", "3"}, out2, err2) == 2);
+}
