@@ -12,18 +12,22 @@ What a page may contain (fenced blocks, ``` or ```bash):
   * a command block: lines that start with `./build/mgpu` or `mpirun ... ./build/mgpu` (a
     trailing backslash continues a line; other lines are not run). Each command must exit 0.
   * an output block: the first line is `$ ./build/mgpu ...` (or `$ mpirun ...`), the rest is
-    what the command prints (stdout and stderr together). A line `...` stands for any number of
-    lines, so a page may show an excerpt; without `...` the whole output is shown.
+    what the command prints (stdout and stderr together), up to the next `$ ` command line if
+    the block shows several. A line `...` stands for any number of lines, so a page may show an
+    excerpt; without `...` the whole output is shown. A `$` line may end in a comment
+    `# exit code 2`: the status that command must exit with.
 
   An HTML comment on the line just before the fence adds options, e.g.
   `<!-- docs: slow -->` (run by the docs-slow label only), `<!-- docs: exit=2 -->` (expected
-  exit status), `<!-- docs: skip needs a display -->` (never run; say why).
+  exit status), `<!-- docs: wall -->` (a wall-clock measurement: every figure masked),
+  `<!-- docs: skip needs a display -->` (never run; say why). Options combine: `slow wall`.
 
 The comparison rule (documented in docs/README.md, "Executable docs"):
 
   * modeled-clock figures, losses, byte counts ... are compared exactly (they are deterministic);
-  * wall-clock figures are masked: on a line that says `wall` or `this machine`, and on every
-    line of a command run with `--clock wall`, each number is replaced by `#` on both sides;
+  * figures of this machine are masked: on a line that says `wall`, `this machine` or `this
+    host` (wall-clock times, host memory), and on every line of a command run with
+    `--clock wall` or of a block marked `wall`, each number is replaced by `#` on both sides;
   * file names: commands run in a fresh scratch directory (with `build`, `docs`, ... linked in),
     and that directory's absolute path is replaced by `.` in the output;
   * trailing spaces are ignored.
@@ -42,11 +46,12 @@ import sys
 import tempfile
 
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
-WALL_LINE = re.compile(r"\bwall\b|this machine")
+WALL_LINE = re.compile(r"\bwall\b|this machine|this host")
 OPTIONS = re.compile(r"^\s*<!--\s*docs:(.*?)-->\s*$")
 FENCE = re.compile(r"^```")
 RUNNABLE = re.compile(r"^(\./build/mgpu|mpirun\b.*\./build/mgpu)")
 ELLIPSIS = "..."
+EXIT_COMMENT = re.compile(r"#\s*exit(?: code)?\s+(\d+)\s*$")
 
 
 class Block:
@@ -62,10 +67,10 @@ class Block:
 
 
 def parse_options(text):
-    opts = {"slow": False, "skip": None, "exit": 0}
+    opts = {"slow": False, "skip": None, "exit": 0, "wall": False}
     for word in text.split():
-        if word == "slow":
-            opts["slow"] = True
+        if word in ("slow", "wall"):
+            opts[word] = True
         elif word.startswith("exit="):
             opts["exit"] = int(word[5:])
     if text.split() and text.split()[0] == "skip":
@@ -100,7 +105,17 @@ def parse_page(path):
         m = OPTIONS.match(lines[opener - 1]) if opener > 0 else None
         options = parse_options(m.group(1) if m else "")
         if body and body[0].startswith("$ ") and RUNNABLE.match(body[0][2:]):
-            blocks.append(Block(path, opener + 2, [body[0][2:]], body[1:], options))
+            # Each `$ command` line starts a command of its own; the lines up to the next are its
+            # output.
+            starts = [k for k, l in enumerate(body) if l.startswith("$ ") and RUNNABLE.match(l[2:])]
+            for n, k in enumerate(starts):
+                end_k = starts[n + 1] if n + 1 < len(starts) else len(body)
+                own = dict(options)
+                stated = EXIT_COMMENT.search(body[k])
+                if stated:
+                    own["exit"] = int(stated.group(1))
+                blocks.append(Block(path, opener + 2 + k, [body[k][2:]], body[k + 1 : end_k],
+                                    own))
         else:
             commands = [c.strip() for c in join_continuations(body) if RUNNABLE.match(c.strip())]
             if commands:
@@ -190,7 +205,7 @@ def regenerated(expected, actual):
         return list(actual)
     positions = find_segments(expected, actual, skeleton)
     if positions is None:
-        return None
+        return reexcerpted(expected, actual)
     result = []
     if not anchored_start:
         result.append(ELLIPSIS)
@@ -199,6 +214,30 @@ def regenerated(expected, actual):
             result.append(ELLIPSIS)
         result.extend(actual[pos : pos + len(part)])
     if not anchored_end:
+        result.append(ELLIPSIS)
+    return result
+
+
+def reexcerpted(expected, actual):
+    """When lines were added or removed inside an excerpt: each shown line is found again by its
+    start (its first 8 characters as they are, its first 40 with numbers masked), in order, and
+    `...` marks the gaps. None if a shown line is not found."""
+    shown = [l for l in expected if l.strip() != ELLIPSIS]
+    picked, cursor = [], 0
+    for line in shown:
+        head, key = line[:8], skeleton(line.rstrip(". "))[:40]
+        hit = next((k for k in range(cursor, len(actual))
+                    if actual[k][:8] == head and skeleton(actual[k]).startswith(key)), None)
+        if hit is None:
+            return None
+        picked.append(hit)
+        cursor = hit + 1
+    result = [ELLIPSIS] if picked and picked[0] > 0 else []
+    for n, k in enumerate(picked):
+        if n > 0 and k != picked[n - 1] + 1:
+            result.append(ELLIPSIS)
+        result.append(actual[k])
+    if picked and picked[-1] < len(actual) - 1:
         result.append(ELLIPSIS)
     return result
 
@@ -220,7 +259,7 @@ def check_block(block, work, update):
     """Runs the block; returns (ok, new_expected_or_None, message)."""
     for command in block.commands:
         status, actual = run_command(command, work)
-        wall_run = "--clock wall" in command
+        wall_run = "--clock wall" in command or block.options["wall"]
         if status != block.options["exit"]:
             tail = "\n".join("    | " + l for l in actual[-15:])
             return False, None, (f"{block.where}: `{command}` exited {status}, expected "
