@@ -79,8 +79,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   Lesson& lesson = **it;
 
   CLI::App app(lesson.summary(), "mgpu run " + lesson.name());
-  app.footer("The words the output uses (bubble, idle, modeled clock, MFU, busbw, ...): "
-             "docs/glossary.md");
+  app.footer(
+      "The words the output uses (bubble, idle, modeled clock, MFU, busbw, ...): "
+      "docs/glossary.md");
   app.option_defaults()->always_capture_default();
   CommonOptions common;
   add_common_options(app, common, lesson.defaults());

@@ -22,7 +22,7 @@ What a page may contain (fenced blocks, ``` or ```bash):
   exit status), `<!-- docs: wall -->` (a wall-clock measurement: every figure masked),
   `<!-- docs: skip needs a display -->` (never run; say why). Options combine: `slow wall`.
 
-The comparison rule (documented in docs/README.md, "Executable docs"):
+The comparison rule (docs/architecture.md, "Executable docs", says the same for readers):
 
   * modeled-clock figures, losses, byte counts ... are compared exactly (they are deterministic);
   * figures of this machine are masked: on a line that says `wall`, `this machine` or `this
