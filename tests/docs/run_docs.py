@@ -18,7 +18,7 @@ What a page may contain (fenced blocks, ``` or ```bash):
     `# exit code 2`: the status that command must exit with.
 
   An HTML comment on the line just before the fence adds options, e.g.
-  `<!-- docs: slow -->` (run by the docs-slow label only), `<!-- docs: exit=2 -->` (expected
+  `<!-- docs: slow -->` (run by the slow-doc label only), `<!-- docs: exit=2 -->` (expected
   exit status), `<!-- docs: wall -->` (a wall-clock measurement: every figure masked),
   `<!-- docs: skip needs a display -->` (never run; say why). Options combine: `slow wall`.
 
@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 WALL_LINE = re.compile(r"\bwall\b|this machine|this host")
@@ -303,18 +304,21 @@ def main():
             if not args.all and block.options["slow"] != args.slow:
                 continue
             work = scratch_dir(args.source, args.build)
+            started = time.monotonic()
             try:
                 ok, new, message = check_block(block, work, args.update)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
+            seconds = time.monotonic() - started  # in the log, to see which blocks are slow
             if message:
-                print(message)
+                print(f"{message} ({seconds:.1f} s)")
             if not ok:
                 failures += 1
             if new is not None:
                 replacements.append((block, new))
             elif ok:
-                print(f"{block.where}: ok")
+                print(f"{block.where}: ok ({seconds:.1f} s)")
+            sys.stdout.flush()
         for block, new in sorted(replacements, key=lambda r: -r[0].line):
             first = block.line  # the `$ cmd` line (0-based index block.line - 1)
             lines[first : first + len(block.expected)] = new
