@@ -10,7 +10,8 @@ checking and for regenerating) -- more code than this file, and a second format 
 What a page may contain (fenced blocks, ``` or ```bash):
 
   * a command block: lines that start with `./build/mgpu` or `mpirun ... ./build/mgpu` (a
-    trailing backslash continues a line; other lines are not run). Each command must exit 0.
+    trailing backslash continues a line; other lines are not run). Each command must exit 0, or
+    the status its line's comment states (`# ..., exit code 2`).
   * an output block: the first line is `$ ./build/mgpu ...` (or `$ mpirun ...`), the rest is
     what the command prints (stdout and stderr together), up to the next `$ ` command line if
     the block shows several. A line `...` stands for any number of lines, so a page may show an
@@ -27,7 +28,8 @@ The comparison rule (docs/architecture.md, "Executable docs", says the same for 
   * modeled-clock figures, losses, byte counts ... are compared exactly (they are deterministic);
   * figures of this machine are masked: on a line that says `wall`, `this machine` or `this
     host` (wall-clock times, host memory), and on every line of a command run with
-    `--clock wall` or of a block marked `wall`, each number is replaced by `#` on both sides;
+    `--clock wall` or of a block marked `wall`, each number is replaced by `#` on both sides
+    (and runs of spaces count as one: column widths follow the figures);
   * file names: commands run in a fresh scratch directory (with `build`, `docs`, ... linked in),
     and that directory's absolute path is replaced by `.` in the output;
   * trailing spaces are ignored.
@@ -52,7 +54,7 @@ OPTIONS = re.compile(r"^\s*<!--\s*docs:(.*?)-->\s*$")
 FENCE = re.compile(r"^```")
 RUNNABLE = re.compile(r"^(\./build/mgpu|mpirun\b.*\./build/mgpu)")
 ELLIPSIS = "..."
-EXIT_COMMENT = re.compile(r"#\s*exit(?: code)?\s+(\d+)\s*$")
+EXIT_COMMENT = re.compile(r"#.*\bexit(?: code)?\s+(\d+)\s*$")
 
 
 class Block:
@@ -111,15 +113,11 @@ def parse_page(path):
             starts = [k for k, l in enumerate(body) if l.startswith("$ ") and RUNNABLE.match(l[2:])]
             for n, k in enumerate(starts):
                 end_k = starts[n + 1] if n + 1 < len(starts) else len(body)
-                own = dict(options)
-                stated = EXIT_COMMENT.search(body[k])
-                if stated:
-                    own["exit"] = int(stated.group(1))
                 blocks.append(Block(path, opener + 2 + k, [body[k][2:]], body[k + 1 : end_k],
-                                    own))
+                                    options))
         else:
             commands = [c.strip() for c in join_continuations(body) if RUNNABLE.match(c.strip())]
-            if commands:
+            if commands:  # one scratch folder for the block: a line may use an earlier's file
                 blocks.append(Block(path, opener + 2, commands, None, options))
         i = end + 1
     return blocks, lines
@@ -141,7 +139,8 @@ def run_command(command, work):
     env = dict(os.environ)
     # mpirun refuses root and more processes than cores unless told; CI runs as root on 2 cores.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", COLUMNS="200")
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env.pop("COLUMNS", None)  # the timeline's width follows it: the pages show the default
     done = subprocess.run(["bash", "-c", command], cwd=work, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, errors="replace")
     output = done.stdout.replace(os.path.realpath(work), ".").replace(work, ".")
@@ -151,7 +150,8 @@ def run_command(command, work):
 def masked(line, wall_run):
     line = line.rstrip()
     if wall_run or WALL_LINE.search(line):
-        return NUMBER.sub("#", line)
+        # Column widths follow the figures, so runs of spaces count as one on a masked line.
+        return re.sub(r" +", " ", NUMBER.sub("#", line))
     return line
 
 
@@ -221,14 +221,18 @@ def regenerated(expected, actual):
 
 def reexcerpted(expected, actual):
     """When lines were added or removed inside an excerpt: each shown line is found again by its
-    start (its first 8 characters as they are, its first 40 with numbers masked), in order, and
-    `...` marks the gaps. None if a shown line is not found."""
+    start (its first 8 characters as they are, its first 40 -- or else 14 -- with numbers
+    masked), in order, and `...` marks the gaps. None if a shown line is not found."""
     shown = [l for l in expected if l.strip() != ELLIPSIS]
     picked, cursor = [], 0
     for line in shown:
-        head, key = line[:8], skeleton(line.rstrip(". "))[:40]
-        hit = next((k for k in range(cursor, len(actual))
-                    if actual[k][:8] == head and skeleton(actual[k]).startswith(key)), None)
+        hit = None
+        for width in (40, 14):  # 14: a timeline row ("GPU 0 compute|") whose drawing changed
+            head, key = line[:8], skeleton(line.rstrip(". "))[:width]
+            hit = next((k for k in range(cursor, len(actual))
+                        if actual[k][:8] == head and skeleton(actual[k]).startswith(key)), None)
+            if hit is not None:
+                break
         if hit is None:
             return None
         picked.append(hit)
@@ -261,10 +265,12 @@ def check_block(block, work, update):
     for command in block.commands:
         status, actual = run_command(command, work)
         wall_run = "--clock wall" in command or block.options["wall"]
-        if status != block.options["exit"]:
+        stated = EXIT_COMMENT.search(command)  # a line's own `# ..., exit code 2`
+        expected_status = int(stated.group(1)) if stated else block.options["exit"]
+        if status != expected_status:
             tail = "\n".join("    | " + l for l in actual[-15:])
             return False, None, (f"{block.where}: `{command}` exited {status}, expected "
-                                 f"{block.options['exit']}\n{tail}")
+                                 f"{expected_status}\n{tail}")
         if block.expected is None:
             continue
         if find_segments(block.expected, actual, lambda l: masked(l, wall_run)) is not None:
