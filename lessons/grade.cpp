@@ -325,11 +325,11 @@ std::string failure_text(const std::string& report) {
   std::string text;
   for (auto& line : lines) text += (text.empty() ? "" : "\n") + line;
   // "failed: a == b for: 3 == 4 with 2 messages: 'P=2 M=4' and 'stage 1'" -> one item a line.
-  static const std::regex with_messages(R"( with \d+ messages?: ')");
+  static const std::regex with_messages(R"( with (\d+ )?messages?: ')");
   text = std::regex_replace(text, with_messages, "\ncontext: '");
   static const std::regex and_next(R"(' and ')");
   text = std::regex_replace(text, and_next, "'\ncontext: '");
-  if (text.rfind("unexpected exception", 0) == 0) {  // its message is the last one
+  if (text.rfind("failed: unexpected exception", 0) == 0) {  // its message is the last one
     auto last = text.rfind("\ncontext: '");
     if (last != std::string::npos) text.replace(last, 11, "\nexception: '");
   }
@@ -458,6 +458,12 @@ int print_table(std::ostream& out, const std::string& impl,
 }
 
 }  // namespace
+
+std::string grade_hint(const std::string& exercise, const std::string& check) {
+  for (auto& info : exercises())
+    if (info.id == exercise) return info.hint_for(check).text;
+  return "";
+}
 
 int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");

@@ -346,7 +346,8 @@ int finish_run(const CommonOptions& c, const trace::Trace& trace, const std::str
                std::ostream& out) {
   print_timeline(out, trace);
   // "bubble" is the idle time a pipeline schedule makes; elsewhere idle time is just idle.
-  print_rank_table(out, trace, {}, lesson == "pipeline" || lesson == "hybrid");
+  print_rank_table(out, trace, {},
+                   lesson == "pipeline" || lesson == "hybrid" || lesson == "model_parallel");
   return finish_trace(c, trace, lesson, out);
 }
 

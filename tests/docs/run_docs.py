@@ -159,6 +159,11 @@ def skeleton(line):
     return NUMBER.sub("#", line.rstrip())
 
 
+def loose(line):
+    """The skeleton with runs of spaces as one: column widths follow the figures."""
+    return re.sub(" +", " ", skeleton(line))
+
+
 def segments(expected):
     """Splits shown output at `...` lines: (anchored_start, [segment, ...], anchored_end)."""
     parts, current = [], []
@@ -228,9 +233,9 @@ def reexcerpted(expected, actual):
     for line in shown:
         hit = None
         for width in (40, 14):  # 14: a timeline row ("GPU 0 compute|") whose drawing changed
-            head, key = line[:8], skeleton(line.rstrip(". "))[:width]
+            head, key = line[:8], loose(line.rstrip(". "))[:width]
             hit = next((k for k in range(cursor, len(actual))
-                        if actual[k][:8] == head and skeleton(actual[k]).startswith(key)), None)
+                        if actual[k][:8] == head and loose(actual[k]).startswith(key)), None)
             if hit is not None:
                 break
         if hit is None:
