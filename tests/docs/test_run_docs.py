@@ -71,9 +71,10 @@ def main():
     rc, log = harness(build, page)
     expect(rc == 1, "an edited modeled figure fails", log)
     rc, log = harness(build, "--update", page)
-    expect(rc == 0 and open(page).read().count(real[0]) == 1 and
-           run_docs.parse_page(page)[0][0].expected == real,
-           "--update puts the real figure back", log)
+    # (the wall-clock figures are those of the update's own run: compared masked)
+    regenerated = run_docs.parse_page(page)[0][0].expected
+    expect(rc == 0 and [run_docs.masked(l, False) for l in regenerated] ==
+           [run_docs.masked(l, False) for l in real], "--update puts the real figure back", log)
 
     edited, _ = edit_first_figure(real, want_wall=True)
     write_page(page, edited)
