@@ -10,7 +10,8 @@ checking and for regenerating) -- more code than this file, and a second format 
 What a page may contain (fenced blocks, ``` or ```bash):
 
   * a command block: lines that start with `./build/mgpu` or `mpirun ... ./build/mgpu` (a
-    trailing backslash continues a line; other lines are not run). Each command must exit 0, or
+    trailing backslash continues a line; other lines are not run, nor a command that opens the
+    dashboard's window: `mgpu viz` without `--screenshot`, `--viz`). Each command must exit 0, or
     the status its line's comment states (`# ..., exit code 2`).
   * an output block: the first line is `$ ./build/mgpu ...` (or `$ mpirun ...`), the rest is
     what the command prints (stdout and stderr together), up to the next `$ ` command line if
@@ -54,6 +55,9 @@ OPTIONS = re.compile(r"^\s*<!--\s*docs:(.*?)-->\s*$")
 FENCE = re.compile(r"^```")
 RUNNABLE = re.compile(r"^(\./build/mgpu|mpirun\b.*\./build/mgpu)")
 ELLIPSIS = "..."
+# A command that opens the dashboard's window (`mgpu viz` without --screenshot, `--viz`) waits
+# for a person: not run.
+WINDOW = re.compile(r"^(?!.*--screenshot).*\bmgpu viz\b|--viz\b")
 EXIT_COMMENT = re.compile(r"#.*\bexit(?: code)?\s+(\d+)\s*$")
 
 
@@ -116,7 +120,8 @@ def parse_page(path):
                 blocks.append(Block(path, opener + 2 + k, [body[k][2:]], body[k + 1 : end_k],
                                     options))
         else:
-            commands = [c.strip() for c in join_continuations(body) if RUNNABLE.match(c.strip())]
+            commands = [c.strip() for c in join_continuations(body)
+                        if RUNNABLE.match(c.strip()) and not WINDOW.search(c)]
             if commands:  # one scratch folder for the block: a line may use an earlier's file
                 blocks.append(Block(path, opener + 2, commands, None, options))
         i = end + 1
@@ -182,10 +187,11 @@ def find_segments(expected, actual, key):
     """Positions in `actual` where each segment starts (same order), or None if one is missing.
     key(line) is what two lines must agree on."""
     anchored_start, parts, anchored_end, elided = segments(expected)
-    if not elided:
-        same = len(parts[0] if parts else []) == len(actual) and all(
-            key(a) == key(b) for a, b in zip(parts[0] if parts else [], actual))
-        return [0] if same or not parts else None
+    if not elided:  # the whole output is shown (an empty block: no output)
+        shown = parts[0] if parts else []
+        real = [] if actual == [""] else actual
+        same = len(shown) == len(real) and all(key(a) == key(b) for a, b in zip(shown, real))
+        return [0] if same else None
     positions, cursor = [], 0
     for n, part in enumerate(parts):
         last = n == len(parts) - 1
