@@ -7,12 +7,16 @@
 #                    core-only unit tests and the fuzz targets, each fuzzed for 30 s
 #                    (MGPU_FUZZ_SECONDS to change; tests/fuzz/CMakeLists.txt says how to fuzz longer)
 #   ./dev.sh build   just installs and builds
+#   ./dev.sh docs-update   re-runs every `./build/mgpu` command the README and docs/ show and
+#                    rewrites their shown outputs (review `git diff`, commit); `ctest -L docs`
+#                    checks them (tests/docs/run_docs.py)
+# `demo` builds only the mgpu program; `test` and `build` build everything (tests, benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 APT_PACKAGES=(cmake g++ pkg-config catch2 libimgui-dev libglfw3-dev libgl-dev libopenmpi-dev
   openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev zlib1g-dev xvfb xauth
-  libgl1-mesa-dri)
+  libgl1-mesa-dri python3)
 # The sanitizer job's compiler: libFuzzer and its ASan/UBSan runtimes come with Debian's clang.
 SANITIZE_PACKAGES=(clang libclang-rt-14-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -30,11 +34,12 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# build [TARGET...]: configure, then build the targets given (default: everything).
 build() {
-  install_missing "$@"
+  install_missing
   echo "==> configuring and building (build/)"
   cmake --preset default
-  cmake --build --preset default -j"$JOBS"
+  cmake --build --preset default -j"$JOBS" ${1:+--target "$@"}
 }
 
 # Readers of user files under ASan/UBSan: the unit tests that need only the core library, the
@@ -53,7 +58,7 @@ sanitize_job() {
 
 case "${1:-}" in
   demo)
-    build
+    build mgpu  # the demo needs the program only; `./dev.sh test` builds the rest
     mkdir -p out
     ./build/mgpu run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
       --trace out/pipeline-1f1b.json
@@ -63,14 +68,21 @@ case "${1:-}" in
     fi
     ;;
   test)
-    build "${SANITIZE_PACKAGES[@]}"
+    install_missing "${SANITIZE_PACKAGES[@]}"
+    build
     echo "==> running the test suite"
-    (cd build && xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600)
+    # slow-doc: the doc blocks too slow for CI (`cmake --build build --target docs_slow` runs them).
+    (cd build && xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600 -LE slow-doc)
     sanitize_job
     ;;
   build) build ;;
+  docs-update)
+    build mgpu grade
+    pages=(README.md docs/*.md docs/*/*.md)
+    python3 tests/docs/run_docs.py --build build --all --update "${pages[@]}"
+    ;;
   *)
-    echo "usage: ./dev.sh demo|test|build" >&2
+    echo "usage: ./dev.sh demo|test|build|docs-update" >&2
     exit 2
     ;;
 esac

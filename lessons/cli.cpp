@@ -24,6 +24,19 @@ int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::o
 
 namespace {
 
+// Above the lesson's header, when any exercise runs the student's code: which ones, so a student
+// knows what the figures below measure. Nothing for the default (every exercise the reference).
+void print_student_code_line(std::ostream& out) {
+  std::string mine;
+  for (auto& choice : installed_exercises())
+    if (choice.installed == "mine") mine += (mine.empty() ? "" : ", ") + choice.name;
+  bool asked = std::any_of(installed_exercises().begin(), installed_exercises().end(),
+                           [](auto& c) { return c.installed == "mine" || c.fell_back; });
+  if (asked)
+    fmt::print(out, "your code (exercises/) runs: {}; every other exercise is the reference\n",
+               mine.empty() ? "none yet" : mine);
+}
+
 constexpr int kExitUsage = 2;
 
 int cmd_list(std::ostream& out) {
@@ -87,6 +100,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   Lesson& lesson = **it;
 
   CLI::App app(lesson.summary(), "mgpu run " + lesson.name());
+  app.footer(
+      "The words the output uses (bubble, idle, modeled clock, MFU, busbw, ...): "
+      "docs/glossary.md");
   app.option_defaults()->always_capture_default();
   CommonOptions common;
   add_common_options(app, common, lesson.defaults());
@@ -105,6 +121,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         given.emplace_back(name);
     apply_model_preset(common, given);
     select_impl(common.impl, out);
+    print_student_code_line(out);
     return lesson.run(common, out);
   } catch (const UsageError& e) {
     return usage_error(err, "run " + lesson.name(), e.what());

@@ -30,11 +30,13 @@ class DataParallelLesson : public Lesson {
     DataParallelOptions naive = d_;
     naive.naive = true;
     int batch = resolve_global_batch(c, naive);
+    // Before the losses, as the other lessons do: what each step feeds the replicas.
+    if (root_process())
+      fmt::print(out, "data:   global batch {} scattered by rank 0: {} sequences per rank\n", batch,
+                 batch / c.ranks);
     DataParallelResult r = train_data_parallel(c, naive, out);
     print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
-    fmt::print(out, "data:   global batch {} scattered by rank 0: {} sequences per rank\n", batch,
-               batch / c.ranks);
     print_loss_summary(out, c, r.losses);
 
     trace::TraceSummary s = trace::analyze(r.trace, c.steps - 1);

@@ -31,40 +31,131 @@ namespace {
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
-// The exercises and the first hint of each doc page (docs/exercises/NN-*.md).
+// The exercises and their hints (short forms of docs/exercises/NN-*.md's "Hints"). Each hint
+// names the words of the graded checks it helps with; a failing check gets the first hint whose
+// words are in its name, else the first hint.
+struct Hint {
+  std::string for_checks;  // words in the check's name ("" = any check)
+  std::string text;
+};
+
 struct ExerciseInfo {
   std::string id;
   std::string title;
   std::string doc;
-  std::string hint;
+  std::vector<Hint> hints;
+  std::string file;     // the stub the student edits
+  std::string runs_in;  // where `--impl mine` shows the student's code in a lesson
+
+  const Hint& hint_for(const std::string& check) const {
+    for (auto& h : hints)
+      if (!h.for_checks.empty() && check.find(h.for_checks) != std::string::npos) return h;
+    return hints.front();
+  }
 };
 
 const std::vector<ExerciseInfo>& exercises() {
   static const std::vector<ExerciseInfo> list = {
-      {"ex01", "ring all-reduce", "docs/exercises/01-ring-all-reduce.md",
-       "cut the tensor into N chunks with comm::chunk_range; N-1 reduce-scatter steps, then N-1 "
-       "all-gather steps, always send right and receive from the left"},
-      {"ex02", "DDP gradient buckets", "docs/exercises/02-ddp-buckets.md",
-       "walk the tensors in backward order; close the bucket when the next tensor would push it "
-       "past bucket_bytes"},
-      {"ex03", "pipeline schedules", "docs/exercises/03-pipeline-schedules.md",
-       "GPipe: every forward, then every backward in reverse; 1F1B: stage s warms up with "
-       "P-s-1 forwards, then alternates forward/backward, then drains"},
-      {"ex04", "bubble accounting", "docs/exercises/04-bubble-accounting.md",
-       "clip each compute-lane event to [t0, t1], sort by start and merge overlaps; "
-       "idle = span - merged length"},
-      {"ex05", "memory estimator", "docs/exercises/05-memory-estimator.md",
-       "bytes per parameter: fp32 4+4+8, mixed bf16 2+4+12; ZeRO stage k shards the last k of "
-       "(optimizer, gradients, parameters) to ceil(params / dp)"},
-      {"ex06", "tensor-parallel linear", "docs/exercises/06-tensor-parallel.md",
-       "column: f (identity) then the local linear, backward all-reduces dx; row: the local "
-       "linear (bias only where given) then all-reduce y, backward is the plain linear backward"},
-      {"ex07", "online-softmax merge", "docs/exercises/07-online-softmax-merge.md",
-       "lse = m + log(exp(lse_a - m) + exp(lse_b - m)), m the larger; out = exp(lse_a - lse) out_a "
-       "+ exp(lse_b - lse) out_b; -inf parts weigh 0 (and two -inf parts stay empty)"},
-      {"ex08", "ZeRO-1 sharded optimizer step", "docs/exercises/08-zero-sharded-step.md",
-       "own comm::chunk_range's chunk; reduce_scatter (avg) into a chunk-sized buffer and copy it "
-       "into place, update, copy your chunk out and all_gather it into the whole parameters"},
+      {"ex01",
+       "ring all-reduce",
+       "docs/exercises/01-ring-all-reduce.md",
+       {{"",
+         "cut the tensor into N chunks with comm::chunk_range; N-1 reduce-scatter steps, then "
+         "N-1 all-gather steps, always send right and receive from the left"},
+        {"avg", "for avg, sum first and divide once at the end"},
+        {"in place",
+         "take each chunk as a view with t.flat_range(begin, end) and reduce into it; "
+         "touch nothing outside the tensor you were given"},
+        {"bandwidth", "send one chunk (about 1/N of the buffer) per step, 2(N-1) steps in all"}},
+       "exercises/ring_all_reduce.cpp",
+       "every all-reduce of the DDP and data-parallel lessons, and `mgpu run collectives`"},
+      {"ex02",
+       "DDP gradient buckets",
+       "docs/exercises/02-ddp-buckets.md",
+       {{"",
+         "walk the tensors in backward order; close the bucket when the next tensor would "
+         "push it past bucket_bytes"},
+        {"oversized", "an empty bucket always takes the next tensor, however large"},
+        {"edge cases",
+         "no tensors: no buckets; don't forget to push the last, partly full "
+         "bucket"}},
+       "exercises/ddp_buckets.cpp",
+       "the DDP lesson's buckets and when each is all-reduced"},
+      {"ex03",
+       "pipeline schedules",
+       "docs/exercises/03-pipeline-schedules.md",
+       {{"GPipe",
+         "GPipe: every forward F0..F(M-1), then every backward in micro-batch order "
+         "B0 B1 ... B(M-1)"},
+        {"1F1B",
+         "1F1B: stage s warms up with min(M, P-s-1) forwards, then repeats F(next) "
+         "B(oldest) while forwards remain, then drains the backwards oldest first"},
+        {"reference",
+         "backwards run in the order the gradients arrive from the next stage: "
+         "micro-batch 0, 1, 2, ... in both schedules"}},
+       "exercises/pipeline_schedules.cpp",
+       "the GPipe and 1F1B schedules of `mgpu run pipeline`"},
+      {"ex04",
+       "bubble accounting",
+       "docs/exercises/04-bubble-accounting.md",
+       {{"",
+         "clip each compute-lane event to [t0, t1], sort by start and merge overlaps; "
+         "idle = span - merged length"},
+        {"clipped",
+         "begin = max(start, t0), end = min(start + dur, t1); drop it if end <= "
+         "begin"},
+        {"one entry per rank",
+         "one result per rank, also for ranks with no events; only the "
+         "compute lane counts as busy"}},
+       "exercises/bubble_accounting.cpp",
+       "the \"measured\" bubble column of `mgpu run pipeline`"},
+      {"ex05",
+       "memory estimator",
+       "docs/exercises/05-memory-estimator.md",
+       {{"",
+         "bytes per parameter: fp32 4+4+8, mixed bf16 2+4+12; ZeRO stage k shards the last "
+         "k of (optimizer, gradients, parameters) to ceil(params / dp)"},
+        {"gpt_param_count",
+         "embeddings V*C + T*C; each block 12C^2 + 13C; head: a LayerNorm "
+         "(2C) and V*C without bias"}},
+       "exercises/memory_estimator.cpp",
+       "the \"predicted\" memory table of `mgpu run single_device`"},
+      {"ex06",
+       "tensor-parallel linear",
+       "docs/exercises/06-tensor-parallel.md",
+       {{"column",
+         "column: f (identity) then the local linear; backward: the local linear's "
+         "backward, then all-reduce dx"},
+        {"row",
+         "row: the local linear (bias only where given), then all-reduce y; backward is "
+         "the plain linear backward, nothing to communicate"}},
+       "exercises/tensor_parallel.cpp",
+       "every column- and row-parallel linear of `mgpu run tensor_parallel`"},
+      {"ex07",
+       "online-softmax merge",
+       "docs/exercises/07-online-softmax-merge.md",
+       {{"",
+         "lse = m + log(exp(lse_a - m) + exp(lse_b - m)), m the larger; out = exp(lse_a - "
+         "lse) out_a + exp(lse_b - lse) out_b"},
+        {"-inf", "lse = -inf weighs 0; when both parts are -inf leave out and lse as they are"},
+        {"overflow", "never compute exp(lse) itself: subtract m = max(lse_a, lse_b) first"},
+        {"backward",
+         "with w = exp(lse_part - lse): d_part_out = w dout, d_part_lse = w * sum "
+         "over the head's channels of dout * (out_part - out)"}},
+       "exercises/online_softmax_merge.cpp",
+       "every merge of ring attention in `mgpu run context_parallel` (contiguous, zigzag)"},
+      {"ex08",
+       "ZeRO-1 sharded optimizer step",
+       "docs/exercises/08-zero-sharded-step.md",
+       {{"",
+         "own comm::chunk_range's chunk; reduce_scatter (avg) into a chunk-sized buffer and "
+         "copy it into place, update, copy your chunk out and all_gather it into the whole "
+         "parameters"},
+        {"owned chunks",
+         "chunk r of N is comm::chunk_range(numel, N, r), as the collectives "
+         "cut it"}},
+       "exercises/zero_shard_step.cpp",
+       "every unit's chunks and stage 1's step in `mgpu run zero`"},
   };
   return list;
 }
@@ -212,34 +303,49 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
-// The message of an unexpected exception in Catch2's compact report: the text of the last
-// "message: '...'" (earlier ones are the test's INFO context). It may span lines (CommError's
-// "who waits for whom" table), so it ends at the last quote before the "Failed N test case" line.
-std::optional<std::string> exception_message(const std::string& report) {
-  auto failed = report.find(": failed: unexpected exception");
-  if (failed == std::string::npos) return std::nullopt;
-  auto summary = report.find("\nFailed ", failed);
-  std::string block =
-      report.substr(failed, summary == std::string::npos ? summary : summary - failed);
-  auto open = block.rfind("message: '");
-  auto close = block.rfind('\'');
-  if (open == std::string::npos || close <= open + 9) return std::nullopt;
-  return block.substr(open + 10, close - open - 10);
+// The first failure in Catch2's compact report, without the file:line prefix and in full: the
+// check with its expanded values, then each INFO context ("ranks=2 length=1 op=sum") and an
+// exception's message on lines of their own. A message may span lines (CommError's "who waits for
+// whom" table), so the failure runs until the next report line or the summary.
+std::string failure_text(const std::string& report) {
+  std::vector<std::string> lines;
+  bool inside = false;
+  std::istringstream in(report);
+  for (std::string line; std::getline(in, line);) {
+    bool report_line = line.find(": failed: ") != std::string::npos ||
+                       line.find(": passed: ") != std::string::npos ||
+                       line.rfind("Failed ", 0) == 0 || line.rfind("Passed ", 0) == 0;
+    if (inside && report_line) break;
+    if (!inside && line.find(": failed: ") != std::string::npos) {
+      inside = true;
+      line = line.substr(line.find(": failed: ") + 2);
+    }
+    if (inside) lines.push_back(line);
+  }
+  std::string text;
+  for (auto& line : lines) text += (text.empty() ? "" : "\n") + line;
+  // "failed: a == b for: 3 == 4 with 2 messages: 'P=2 M=4' and 'stage 1'" -> one item a line.
+  static const std::regex with_messages(R"( with (\d+ )?messages?: ')");
+  text = std::regex_replace(text, with_messages, "\ncontext: '");
+  static const std::regex and_next(R"(' and ')");
+  text = std::regex_replace(text, and_next, "'\ncontext: '");
+  if (text.rfind("failed: unexpected exception", 0) == 0) {  // its message is the last one
+    auto last = text.rfind("\ncontext: '");
+    if (last != std::string::npos) text.replace(last, 11, "\nexception: '");
+  }
+  static const std::regex expanded(R"( for: )");
+  return std::regex_replace(text, expanded,
+                            "\n  values: ", std::regex_constants::format_first_only);
 }
 
-// The first "failed:" line of Catch2's compact reporter, without the file:line prefix.
 std::string first_failure(const ChildResult& run, double timeout) {
   if (run.timed_out)
     return fmt::format("TIMEOUT after {:g} s (an infinite loop, or a wait that never ends?)",
                        timeout);
   if (run.signal)
     return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
-  if (auto message = exception_message(run.output)) return "exception: " + *message;
-  for (auto& line : lines_of(run.output)) {
-    auto at = line.find(": failed: ");
-    if (at != std::string::npos) return line.substr(at + 2);
-  }
+  std::string failure = failure_text(run.output);
+  if (!failure.empty()) return failure;
   auto lines = lines_of(run.output);
   return lines.empty() ? fmt::format("exit code {}", run.exit_code) : lines.back();
 }
@@ -275,11 +381,6 @@ ExerciseResult grade_exercise(const ExerciseInfo& info, const std::string& impl,
 
 // ---- the table ----
 
-std::string shorten(std::string s, size_t width) {
-  if (s.size() <= width) return s;
-  return s.substr(0, width - 3) + "...";
-}
-
 void print_row(std::ostream& out, const ExerciseResult& r) {
   std::string label = r.info->id + " " + r.info->title;
   if (!r.built) {
@@ -301,10 +402,42 @@ void print_row(std::ostream& out, const ExerciseResult& r) {
   fmt::print(out, "{:<28} {:>7}  FAIL ({} of {} checks)\n", label, points, n_failed,
              r.cases.size());
   fmt::print(out, "{:<38}first failing: {}\n", "", failed->name);
-  auto lines = lines_of(failed->failure);
-  for (size_t i = 0; i < std::min<size_t>(lines.size(), 8); ++i)
-    fmt::print(out, "{:<38}  {}\n", "", shorten(lines[i], 160));
-  fmt::print(out, "{:<38}hint: {} (more in {})\n", "", r.info->hint, r.info->doc);
+  // In full: the context and the values are what a student needs to find the bug.
+  for (auto& line : lines_of(failed->failure)) fmt::print(out, "{:<38}  {}\n", "", line);
+  fmt::print(out, "{:<38}hint: {} (more in {})\n", "", r.info->hint_for(failed->name).text,
+             r.info->doc);
+}
+
+// The graded checks' names in one exercise's executable; nullopt when it is not built.
+std::optional<std::vector<std::string>> graded_checks(const ExerciseInfo& info, double timeout) {
+  auto exe = find_graded_executable(info.id);
+  if (!exe) return std::nullopt;
+  ChildResult listing = run_child({exe->string(), "[grade]", "--list-test-names-only"},
+                                  {{"MGPU_IMPL", "reference"}}, timeout);
+  std::vector<std::string> names;
+  for (auto& line : lines_of(listing.output))
+    names.push_back(line.substr(line.find_first_not_of(' ')));
+  return names;
+}
+
+// `mgpu grade --list`: the exercise table that docs/exercises/README.md shows (and its docs test
+// compares), from this file's list and the graded executables, so the page cannot drift.
+int print_exercise_list(std::ostream& out, double timeout) {
+  int total_points = 0, total_checks = 0;
+  for (auto& info : exercises()) {
+    auto checks = graded_checks(info, timeout);
+    int points = 0;
+    for (auto& name : checks.value_or(std::vector<std::string>{})) points += points_in(name);
+    total_points += points;
+    total_checks += checks ? static_cast<int>(checks->size()) : 0;
+    fmt::print(out, "{} {:<30} {:>10}  edit {}\n", info.id, info.title,
+               checks ? fmt::format("{} pts", points) : "not built", info.file);
+    fmt::print(out, "     page: {}\n", info.doc);
+    fmt::print(out, "     --impl mine runs it in: {}\n", info.runs_in);
+  }
+  fmt::print(out, "{} exercises, {} graded checks, {} points\n", exercises().size(), total_checks,
+             total_points);
+  return 0;
 }
 
 int print_table(std::ostream& out, const std::string& impl,
@@ -326,6 +459,12 @@ int print_table(std::ostream& out, const std::string& impl,
 
 }  // namespace
 
+std::string grade_hint(const std::string& exercise, const std::string& check) {
+  for (auto& info : exercises())
+    if (info.id == exercise) return info.hint_for(check).text;
+  return "";
+}
+
 int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");
   std::string exercise, impl = "mine";
@@ -334,6 +473,8 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   app.add_option("--impl", impl, "whose code to grade")
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
+  bool list = false;
+  app.add_flag("--list", list, "list the exercises (file to edit, page, points), grade nothing");
   app.add_option("--timeout", timeout, "seconds each graded check may run")
       ->check(Positive)
       ->check(AtMost(86400))
@@ -349,6 +490,7 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
     return kExitUsage;
   }
 
+  if (list) return print_exercise_list(out, timeout);
   std::vector<const ExerciseInfo*> selected;
   for (auto& info : exercises())
     if (exercise.empty() || info.id == exercise) selected.push_back(&info);

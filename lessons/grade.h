@@ -12,6 +12,10 @@ namespace mgpu::lessons {
 
 int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// The hint `mgpu grade` prints when `check` (a graded case's name) of `exercise` ("ex03") fails:
+// the one written for that check, else the exercise's first. Empty for an unknown exercise.
+std::string grade_hint(const std::string& exercise, const std::string& check);
+
 // A child process's outcome. exit_code is 128 + signal when it was killed by a signal.
 struct ChildResult {
   int exit_code = -1;

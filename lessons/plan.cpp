@@ -72,7 +72,7 @@ void print_header(std::ostream& out) {
              "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8} "
              "{:>6} {:>9} {:>7} {:>11}\n",
              "#", "dp", "tp", "pp", "cp", "mbs", "M", "schedule", "zero", "prec", "recompute",
-             "tokens/s", "TFLOP/s", "MFU", "mem/GPU", "bubble", "exposed comm");
+             "tokens/s", "TFLOP/s", "MFU", "mem/GPU", "idle", "exposed comm");
 }
 
 nlohmann::json layout_json(const plan::Simulated& s) {
@@ -134,8 +134,11 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
                "stage\n",
                r.global_batch, m.seq_len, best.prediction.step_seconds, dtype_name(dtype),
                p.peak_for(dtype) / 1e12);
-    fmt::print(out, "  #1's tensor-parallel group {} a node ({} GPUs per node)\n",
-               best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside", p.ranks_per_node);
+    if (best.layout.tp > 1)
+      fmt::print(out, "  #1's tensor-parallel group {} a node ({} GPUs per node)\n",
+                 best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside", p.ranks_per_node);
+    else
+      fmt::print(out, "  #1 has no tensor parallelism (tp 1): no all-reduce inside its layers\n");
   }
   if (detail == PlanDetail::brief) {
     fmt::print(out, "  ({} layouts enumerated, {} simulated, {} over capacity, in {:.1f} s)\n",
@@ -302,8 +305,9 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       fmt::print(out,
                  "batch:   {} sequences x {} tokens per step, AdamW\n"
                  "search:  a formula screen (memory: core/memory/activations.h; time: roofline + "
-                 "ring collectives + bubble) only picks which layouts to simulate; up to {} are "
-                 "simulated on the modeled clock\n",
+                 "ring collectives + bubble) only picks which layouts to simulate on the modeled "
+                 "clock: its first {} (more while none of them fits), plus the near misses over "
+                 "capacity that show why they lose\n",
                  request.global_batch, m.seq_len, max_simulated);
     }
     select_impl("reference", progress);  // the engine runs the reference pipeline schedules

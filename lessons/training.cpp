@@ -323,13 +323,15 @@ void print_timeline(std::ostream& out, const trace::Trace& trace, std::optional<
              trace::render_ascii_timeline(trace, opt));
 }
 
-void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optional<int> step) {
+void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optional<int> step,
+                      bool pipeline_schedule) {
   if (!step) step = last_step(trace);
   trace::TraceSummary s = trace::analyze(trace, step);
   fmt::print(out, "\nper rank{} ({} window):\n", step ? fmt::format(", step {}", *step + 1) : "",
              format_seconds(s.window.end - s.window.begin));
   fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>8} {:>9} {:>11} {:>12}\n", "rank", "busy",
-             "comm", "idle", "bubble", "overlap", "sent", "peak memory");
+             "comm", "idle", pipeline_schedule ? "bubble" : "idle %", "overlap", "sent",
+             "peak memory");
   for (const trace::RankSummary& r : s.ranks)
     fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>7.1f}% {:>8.1f}% {:>11} {:>12}\n", r.rank,
                format_seconds(r.busy), format_seconds(r.comm), format_seconds(r.idle),
@@ -340,7 +342,9 @@ void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optiona
 int finish_run(const CommonOptions& c, const trace::Trace& trace, const std::string& lesson,
                std::ostream& out) {
   print_timeline(out, trace);
-  print_rank_table(out, trace);
+  // "bubble" is the idle time a pipeline schedule makes; elsewhere idle time is just idle.
+  print_rank_table(out, trace, {},
+                   lesson == "pipeline" || lesson == "hybrid" || lesson == "model_parallel");
   return finish_trace(c, trace, lesson, out);
 }
 

@@ -92,7 +92,9 @@ void print_memory(std::ostream& out, World& world);
 // per-rank table (busy, comm, idle, bubble %, overlap %, bytes sent, peak memory). `step` picks
 // the step to draw and analyse (default: the last one, past any warm-up effects).
 void print_timeline(std::ostream& out, const trace::Trace& trace, std::optional<int> step = {});
-void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optional<int> step = {});
+// `pipeline_schedule`: the idle share column is headed "bubble" (a pipeline's), else "idle %".
+void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optional<int> step = {},
+                      bool pipeline_schedule = false);
 // The last step number recorded on the step lane, if any.
 std::optional<int> last_step(const trace::Trace& trace);
 

@@ -350,7 +350,9 @@ std::string why_slower(const Simulated& best, const Simulated& other) {
                              ? " (its tensor-parallel group crosses nodes)"
                              : "");
   else if (more_bubble >= more_compute)
-    reason = fmt::format("bubble {:.2f} s ({:.1f}%) vs {:.2f} s ({:.1f}%)", bubble(o),
+    // "bubble" is a pipeline schedule's idle time; without a pipeline it is just idle.
+    reason = fmt::format("{} {:.2f} s ({:.1f}%) vs {:.2f} s ({:.1f}%)",
+                         other.layout.pp > 1 ? "bubble" : "idle", bubble(o),
                          100 * o.bubble_fraction, bubble(b), 100 * b.bubble_fraction);
   else
     reason = fmt::format("compute {:.2f} s vs {:.2f} s (recompute {}, micro-batch {})", compute(o),

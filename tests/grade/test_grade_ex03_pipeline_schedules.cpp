@@ -25,6 +25,25 @@ namespace {
 
 using Order = std::vector<std::vector<Action>>;
 
+}  // namespace
+
+// Failures print an order the way the lesson and the docs draw it: "stage 0: F0 F1 B0 B1 | ...".
+namespace Catch {
+template <>
+struct StringMaker<Order> {
+  static std::string convert(const Order& order) {
+    std::string text;
+    for (size_t s = 0; s < order.size(); ++s) {
+      text += (s ? " | stage " : "stage ") + std::to_string(s) + ":";
+      for (auto& action : order[s]) text += " " + action.str();
+    }
+    return order.empty() ? "no stages" : text;
+  }
+};
+}  // namespace Catch
+
+namespace {
+
 Order gpipe(int p, int m) {
   if (grade::grading_mine()) return mine::gpipe_compute_order(p, m);
   return reference::gpipe_compute_order(p, m);

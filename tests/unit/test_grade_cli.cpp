@@ -39,6 +39,47 @@ TEST_CASE("mgpu grade on the untouched stubs: 0 points and a non-zero exit", "[c
   CHECK(r.output.find("hint: ") != std::string::npos);
 }
 
+TEST_CASE("mgpu grade keeps the failing check's context and its whole message", "[cli]") {
+  ChildResult r = mgpu_grade({"ex01"});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  // The first check on 2 ranks with an empty tensor: its INFO context, then the exception's
+  // message to its last character (a long line is not cut).
+  CHECK(r.output.find("context: 'ranks=2 length=0 op=sum'") != std::string::npos);
+  CHECK(r.output.find("exception: 'rank 0: not implemented yet: see "
+                      "docs/exercises/01-ring-all-reduce.md'") != std::string::npos);
+  CHECK(r.output.find("...") == std::string::npos);
+}
+
+TEST_CASE("mgpu grade's hint is the failing check's", "[cli]") {
+  using mgpu::lessons::grade_hint;
+  const std::string gpipe = grade_hint("ex03", "ex03 GPipe: all forwards then all backwards");
+  const std::string one_f_one_b = grade_hint("ex03", "ex03 1F1B: a valid schedule (4 pts)");
+  const std::string diagrams = grade_hint("ex03", "ex03 compute orders equal the reference");
+  CHECK(gpipe.find("B0 B1 ... B(M-1)") != std::string::npos);  // not "in reverse"
+  CHECK(one_f_one_b.find("warms up with min(M, P-s-1) forwards") != std::string::npos);
+  CHECK(diagrams.find("micro-batch 0, 1, 2") != std::string::npos);
+  CHECK(grade_hint("ex01", "ex01 avg on 1..8 ranks") != grade_hint("ex01", "ex01 sum on 2 ranks"));
+  CHECK(grade_hint("ex99", "anything").empty());
+}
+
+TEST_CASE("mgpu grade --list: every exercise with its file, page and the graded points", "[cli]") {
+  ChildResult r = mgpu_grade({"--list"});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08"})
+    CHECK(r.output.find(std::string(ex) + " ") != std::string::npos);
+  CHECK(r.output.find("edit exercises/pipeline_schedules.cpp") != std::string::npos);
+  // Each exercise's points come from its graded checks; the last line sums them.
+  int sum = 0;
+  const std::regex pts(R"( (\d+) pts  edit )");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), pts), end; it != end; ++it)
+    sum += std::stoi((*it)[1]);
+  CHECK(sum > 0);
+  CHECK(r.output.find("8 exercises, ") != std::string::npos);
+  CHECK(r.output.find(", " + std::to_string(sum) + " points\n") != std::string::npos);
+}
+
 TEST_CASE("mgpu grade --impl reference: full points and exit 0", "[cli]") {
   ChildResult r = mgpu_grade({"--impl", "reference"});
   INFO(r.output);
@@ -76,6 +117,9 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
   for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08"})
     CHECK(r.output.find(std::string(ex) + " not implemented yet: using the reference\n") !=
           std::string::npos);
+  // Above the lesson's header: whose code runs (none of the student's yet).
+  CHECK(r.output.find("your code (exercises/) runs: none yet; every other exercise is the "
+                      "reference\n") != std::string::npos);
 }
 
 TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid ones and exit 2",

@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Executable docs: run every `./build/mgpu` command a page shows and compare its shown output.
+
+Why a small stdlib script rather than a packaged tool: Debian's python3-cram (the closest fit)
+reads its own `.t` format (two-space-indented `$ cmd` lines, `(re)`/`(glob)` suffixes on every
+line to match), not fenced Markdown. Using it would mean either putting cram's annotations in
+front of students on every page or writing a Markdown<->.t converter in both directions (for
+checking and for regenerating) -- more code than this file, and a second format to learn.
+
+What a page may contain (fenced blocks, ``` or ```bash):
+
+  * a command block: lines that start with `./build/mgpu` or `mpirun ... ./build/mgpu` (a
+    trailing backslash continues a line; other lines are not run, nor a command that opens the
+    dashboard's window: `mgpu viz` without `--screenshot`, `--viz`). Each command must exit 0, or
+    the status its line's comment states (`# ..., exit code 2`).
+  * an output block: the first line is `$ ./build/mgpu ...` (or `$ mpirun ...`), the rest is
+    what the command prints (stdout and stderr together), up to the next `$ ` command line if
+    the block shows several. A line `...` stands for any number of lines, so a page may show an
+    excerpt; without `...` the whole output is shown. A `$` line may end in a comment
+    `# exit code 2`: the status that command must exit with.
+
+  An HTML comment on the line just before the fence adds options, e.g.
+  `<!-- docs: slow -->` (run by the slow-doc label only), `<!-- docs: exit=2 -->` (expected
+  exit status), `<!-- docs: wall -->` (a wall-clock measurement: every figure masked),
+  `<!-- docs: skip needs a display -->` (never run; say why). Options combine: `slow wall`.
+
+The comparison rule (docs/architecture.md, "Executable docs", says the same for readers):
+
+  * modeled-clock figures, losses, byte counts ... are compared exactly (they are deterministic);
+  * figures of this machine are masked: on a line that says `wall`, `this machine` or `this
+    host` (wall-clock times, host memory), and on every line of a command run with
+    `--clock wall` or of a block marked `wall`, each number is replaced by `#` on both sides
+    (and runs of spaces count as one: column widths follow the figures);
+  * file names: commands run in a fresh scratch directory (with `build`, `docs`, ... linked in),
+    and that directory's absolute path is replaced by `.` in the output;
+  * trailing spaces are ignored.
+
+Usage:
+  run_docs.py --build BUILD_DIR [--slow] [--update] PAGE.md...
+  --update rewrites the shown outputs from real runs (keeps each excerpt's shape); review the
+  diff and commit it. Exit status 1 if a block differs (or could not be regenerated).
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+WALL_LINE = re.compile(r"\bwall\b|this machine|this host")
+OPTIONS = re.compile(r"^\s*<!--\s*docs:(.*?)-->\s*$")
+FENCE = re.compile(r"^```")
+RUNNABLE = re.compile(r"^(\./build/mgpu|mpirun\b.*\./build/mgpu)")
+ELLIPSIS = "..."
+# A command that opens the dashboard's window (`mgpu viz` without --screenshot, `--viz`) waits
+# for a person: not run.
+WINDOW = re.compile(r"^(?!.*--screenshot).*\bmgpu viz\b|--viz\b")
+EXIT_COMMENT = re.compile(r"#.*\bexit(?: code)?\s+(\d+)\s*$")
+
+
+class Block:
+    def __init__(self, page, line, commands, expected, options):
+        self.page, self.line = page, line  # line: 1-based line of the first content line
+        self.commands = commands  # list of shell command strings
+        self.expected = expected  # list of shown output lines, or None (command block)
+        self.options = options
+
+    @property
+    def where(self):
+        return f"{self.page}:{self.line}"
+
+
+def parse_options(text):
+    opts = {"slow": False, "skip": None, "exit": 0, "wall": False}
+    for word in text.split():
+        if word in ("slow", "wall"):
+            opts[word] = True
+        elif word.startswith("exit="):
+            opts["exit"] = int(word[5:])
+    if text.split() and text.split()[0] == "skip":
+        opts["skip"] = text.strip()[4:].strip() or "no reason given"
+    return opts
+
+
+def join_continuations(lines):
+    joined, current = [], ""
+    for line in lines:
+        if line.rstrip().endswith("\\"):
+            current += line.rstrip()[:-1] + " "
+        else:
+            joined.append(current + line)
+            current = ""
+    if current:
+        joined.append(current)
+    return joined
+
+
+def parse_page(path):
+    """Returns (blocks, lines) for one Markdown page."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        if not FENCE.match(lines[i]):
+            i += 1
+            continue
+        opener = i
+        end = next((j for j in range(i + 1, len(lines)) if FENCE.match(lines[j])), len(lines))
+        body = lines[i + 1 : end]
+        m = OPTIONS.match(lines[opener - 1]) if opener > 0 else None
+        options = parse_options(m.group(1) if m else "")
+        if body and body[0].startswith("$ ") and RUNNABLE.match(body[0][2:]):
+            # Each `$ command` line starts a command of its own; the lines up to the next are its
+            # output.
+            starts = [k for k, l in enumerate(body) if l.startswith("$ ") and RUNNABLE.match(l[2:])]
+            for n, k in enumerate(starts):
+                end_k = starts[n + 1] if n + 1 < len(starts) else len(body)
+                blocks.append(Block(path, opener + 2 + k, [body[k][2:]], body[k + 1 : end_k],
+                                    options))
+        else:
+            commands = [c.strip() for c in join_continuations(body)
+                        if RUNNABLE.match(c.strip()) and not WINDOW.search(c)]
+            if commands:  # one scratch folder for the block: a line may use an earlier's file
+                blocks.append(Block(path, opener + 2, commands, None, options))
+        i = end + 1
+    return blocks, lines
+
+
+def scratch_dir(source_root, build_dir):
+    """A fresh working directory: the source tree's entries linked in, `build` = the build dir."""
+    work = tempfile.mkdtemp(prefix="mgpu-docs-")
+    for name in os.listdir(source_root):
+        if name in ("build", ".git", "out") or name.startswith("build-"):
+            continue
+        os.symlink(os.path.join(source_root, name), os.path.join(work, name))
+    os.symlink(os.path.abspath(build_dir), os.path.join(work, "build"))
+    os.mkdir(os.path.join(work, "out"))
+    return work
+
+
+def run_command(command, work):
+    env = dict(os.environ)
+    # mpirun refuses root and more processes than cores unless told; CI runs as root on 2 cores.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env.pop("COLUMNS", None)  # the timeline's width follows it: the pages show the default
+    done = subprocess.run(["bash", "-c", command], cwd=work, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace")
+    output = done.stdout.replace(os.path.realpath(work), ".").replace(work, ".")
+    return done.returncode, [line.rstrip() for line in output.rstrip("\n").split("\n")]
+
+
+def masked(line, wall_run):
+    line = line.rstrip()
+    if wall_run or WALL_LINE.search(line):
+        # Column widths follow the figures, so runs of spaces count as one on a masked line.
+        return re.sub(r" +", " ", NUMBER.sub("#", line))
+    return line
+
+
+def skeleton(line):
+    return NUMBER.sub("#", line.rstrip())
+
+
+def loose(line):
+    """The skeleton with runs of spaces as one: column widths follow the figures."""
+    return re.sub(" +", " ", skeleton(line))
+
+
+def segments(expected):
+    """Splits shown output at `...` lines: (anchored_start, [segment, ...], anchored_end)."""
+    parts, current = [], []
+    for line in expected:
+        if line.strip() == ELLIPSIS:
+            parts.append(current)
+            current = []
+        else:
+            current.append(line)
+    parts.append(current)
+    start_free, end_free = parts[0] == [], parts[-1] == []
+    return (not start_free, [p for p in parts if p], not end_free, len(parts) > 1)
+
+
+def find_segments(expected, actual, key):
+    """Positions in `actual` where each segment starts (same order), or None if one is missing.
+    key(line) is what two lines must agree on."""
+    anchored_start, parts, anchored_end, elided = segments(expected)
+    if not elided:  # the whole output is shown (an empty block: no output)
+        shown = parts[0] if parts else []
+        real = [] if actual == [""] else actual
+        same = len(shown) == len(real) and all(key(a) == key(b) for a, b in zip(shown, real))
+        return [0] if same else None
+    positions, cursor = [], 0
+    for n, part in enumerate(parts):
+        last = n == len(parts) - 1
+        candidates = range(cursor, len(actual) - len(part) + 1)
+        if n == 0 and anchored_start:
+            candidates = [0]
+        if last and anchored_end:
+            candidates = [len(actual) - len(part)]
+        hit = next((p for p in candidates if p >= cursor and all(
+            key(part[k]) == key(actual[p + k]) for k in range(len(part)))), None)
+        if hit is None:
+            return None
+        positions.append(hit)
+        cursor = hit + len(part)
+    return positions
+
+
+def regenerated(expected, actual):
+    """The shown output rewritten from `actual`, keeping the excerpt's shape; None if the shape
+    (numbers masked) no longer appears in the output."""
+    anchored_start, parts, anchored_end, elided = segments(expected)
+    if not elided:
+        return list(actual)
+    positions = find_segments(expected, actual, skeleton)
+    if positions is None:
+        return reexcerpted(expected, actual)
+    result = []
+    if not anchored_start:
+        result.append(ELLIPSIS)
+    for n, (part, pos) in enumerate(zip(parts, positions)):
+        if n > 0:
+            result.append(ELLIPSIS)
+        result.extend(actual[pos : pos + len(part)])
+    if not anchored_end:
+        result.append(ELLIPSIS)
+    return result
+
+
+def reexcerpted(expected, actual):
+    """When lines were added or removed inside an excerpt: each shown line is found again by its
+    start (its first 8 characters as they are, its first 40 -- or else 14 -- with numbers
+    masked), in order, and `...` marks the gaps. None if a shown line is not found."""
+    shown = [l for l in expected if l.strip() != ELLIPSIS]
+    picked, cursor = [], 0
+    for line in shown:
+        hit = None
+        for width in (40, 14):  # 14: a timeline row ("GPU 0 compute|") whose drawing changed
+            head, key = line[:8], loose(line.rstrip(". "))[:width]
+            hit = next((k for k in range(cursor, len(actual))
+                        if actual[k][:8] == head and loose(actual[k]).startswith(key)), None)
+            if hit is not None:
+                break
+        if hit is None:
+            return None
+        picked.append(hit)
+        cursor = hit + 1
+    result = [ELLIPSIS] if picked and picked[0] > 0 else []
+    for n, k in enumerate(picked):
+        if n > 0 and k != picked[n - 1] + 1:
+            result.append(ELLIPSIS)
+        result.append(actual[k])
+    if picked and picked[-1] < len(actual) - 1:
+        result.append(ELLIPSIS)
+    return result
+
+
+def diff_report(block, expected, actual, wall_run):
+    lines = [f"{block.where}: shown output differs from `{block.commands[0]}`"]
+    shown = [masked(l, wall_run) for l in expected if l.strip() != ELLIPSIS]
+    real = [masked(l, wall_run) for l in actual]
+    real_set = set(real)
+    for line in shown:
+        if line not in real_set:
+            lines.append(f"  shown, not in the output: {line}")
+    lines.append("  real output (masked):")
+    lines.extend("    | " + l for l in real)
+    return "\n".join(lines)
+
+
+def check_block(block, work, update):
+    """Runs the block; returns (ok, new_expected_or_None, message)."""
+    for command in block.commands:
+        status, actual = run_command(command, work)
+        wall_run = "--clock wall" in command or block.options["wall"]
+        stated = EXIT_COMMENT.search(command)  # a line's own `# ..., exit code 2`
+        expected_status = int(stated.group(1)) if stated else block.options["exit"]
+        if status != expected_status:
+            tail = "\n".join("    | " + l for l in actual[-15:])
+            return False, None, (f"{block.where}: `{command}` exited {status}, expected "
+                                 f"{expected_status}\n{tail}")
+        if block.expected is None:
+            continue
+        if find_segments(block.expected, actual, lambda l: masked(l, wall_run)) is not None:
+            return True, None, None
+        if update:
+            new = regenerated(block.expected, actual)
+            if new is None:
+                return False, None, (f"{block.where}: cannot regenerate: the excerpt's lines no "
+                                     "longer appear in the output; edit the block by hand\n" +
+                                     diff_report(block, block.expected, actual, wall_run))
+            return True, new, f"{block.where}: regenerated"
+        return False, None, diff_report(block, block.expected, actual, wall_run)
+    return True, None, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", required=True, help="the build directory holding mgpu")
+    parser.add_argument("--source", default=os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))), help="the source root (default: this repo)")
+    parser.add_argument("--slow", action="store_true", help="run only the blocks marked slow")
+    parser.add_argument("--all", action="store_true", help="run slow and fast blocks")
+    parser.add_argument("--update", action="store_true", help="rewrite shown outputs from runs")
+    parser.add_argument("pages", nargs="+")
+    args = parser.parse_args()
+    if not os.path.exists(os.path.join(args.build, "mgpu")):
+        print(f"run_docs.py: no mgpu in {args.build}: build it first "
+              "(cmake --build build --target mgpu)", file=sys.stderr)
+        return 2
+    failures = 0
+    for page in args.pages:
+        blocks, lines = parse_page(page)
+        replacements = []
+        for block in blocks:
+            if block.options["skip"] is not None:
+                continue
+            if not args.all and block.options["slow"] != args.slow:
+                continue
+            work = scratch_dir(args.source, args.build)
+            started = time.monotonic()
+            try:
+                ok, new, message = check_block(block, work, args.update)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            seconds = time.monotonic() - started  # in the log, to see which blocks are slow
+            if message:
+                print(f"{message} ({seconds:.1f} s)")
+            if not ok:
+                failures += 1
+            if new is not None:
+                replacements.append((block, new))
+            elif ok:
+                print(f"{block.where}: ok ({seconds:.1f} s)")
+            sys.stdout.flush()
+        for block, new in sorted(replacements, key=lambda r: -r[0].line):
+            first = block.line  # the `$ cmd` line (0-based index block.line - 1)
+            lines[first : first + len(block.expected)] = new
+        if replacements:
+            with open(page, "w", encoding="utf-8") as f:
+                f.write("\n".join(lines))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
