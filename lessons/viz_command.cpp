@@ -28,10 +28,17 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   app.add_option("traces", paths,
                  "trace JSON files written with --trace (two to four with --compare)");
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit");
-  app.add_option("--width", opt.width, "screenshot width")->check(CLI::Range(200, 8192));
-  app.add_option("--height", opt.height, "screenshot height")->check(CLI::Range(200, 8192));
+  app.add_option("--width", opt.width, "window or screenshot width (default 1600)")
+      ->check(CLI::Range(200, 8192));
+  app.add_option("--height", opt.height, "screenshot height (default: as tall as the content)")
+      ->check(CLI::Range(200, 8192));
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
-  app.add_flag("--compare", opt.compare, "stack the traces on one ruler, each from its step start");
+  app.add_flag("--compare", opt.compare,
+               "show two to four traces on one time scale and memory scale, each from its step "
+               "start");
+  std::string layout = "columns";
+  app.add_option("--layout", layout, "compared runs side by side (columns) or stacked (rows)")
+      ->check(CLI::IsMember({"columns", "rows"}));
   app.add_option("--title", opt.title, "window title");
   app.add_option("--highlight", opt.highlight,
                  "highlight one communication group's events (e.g. tp1, dp0, pp0, world; the "
@@ -46,6 +53,7 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(err, "mgpu viz: error: {} (see `mgpu viz --help`)\n", e.what());
     return 2;
   }
+  opt.layout = layout == "rows" ? viz::CompareLayout::rows : viz::CompareLayout::columns;
   if (opt.compare && paths.size() < 2) {
     fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
     return 2;

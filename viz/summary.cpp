@@ -11,12 +11,6 @@
 namespace mgpu::viz {
 
 namespace {
-std::string percent(double fraction) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * fraction);
-  return buf;
-}
-
 // Keys of metadata["predictions"] that are fractions, shown beside the measured value.
 struct Measured {
   const char* key;
@@ -40,27 +34,8 @@ constexpr Measured kMeasured[] = {
 }  // namespace
 
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id) {
-  // Measured vs theory, one line.
-  std::string line;
-  for (const Measured& m : kMeasured) {
-    if (auto theory = view.prediction(m.key)) {
-      if (!line.empty()) line += "    ";
-      line += std::string(m.label) + " " + percent(m.measure(view)) + " (theory " +
-              percent(*theory) + ")";
-    }
-  }
-  const auto& md = view.trace().metadata;
-  if (md.is_object() && md.contains("predictions") && md["predictions"].is_object()) {
-    for (const auto& [key, value] : md["predictions"].items()) {
-      const bool shown = std::any_of(std::begin(kMeasured), std::end(kMeasured),
-                                     [&](const Measured& m) { return key == m.key; });
-      if (shown || !value.is_number()) continue;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%s%s %.4g (theory)", line.empty() ? "" : "    ", key.c_str(),
-                    value.get<double>());
-      line += buf;
-    }
-  }
+  // Measured vs theory, one line, with units (viz/header.cpp).
+  std::string line = describe_predictions(view);
   if (view.summary_step())
     line = "step " + std::to_string(*view.summary_step() + 1) + " of the run" +
            (line.empty() ? "" : ":    ") + line;
@@ -82,7 +57,7 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     ImGui::Text("GPU %d", r);
     for (const std::string& cell :
          {format_duration(s.busy), format_duration(s.comm), format_duration(s.idle),
-          percent(s.bubble), s.comm > 0 ? percent(s.overlap) : std::string("-"),
+          format_percent(s.bubble), s.comm > 0 ? format_percent(s.overlap) : std::string("-"),
           s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : std::string("-"),
           s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : std::string("-")}) {
       ImGui::TableNextColumn();
@@ -143,12 +118,13 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
     const double measured = m.measure(view);
     for (int k = 0; k < 2; ++k) {
       const ImVec2 at = ImGui::GetCursorScreenPos();
-      const std::string name = std::string(m.label) + (k == 0 ? " measured" : " theory");
+      const std::string name =
+          std::string(m.label) + (k == 0 ? " measured (mean over ranks)" : " theory");
       const double value = k == 0 ? measured : *theory;
       const float x0 = at.x + label_w;
       dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h}, pal.lane_background);
       bar(x0, at.y, bar_w, bar_h, value, k == 0 ? pal.idle_hatch : pal.ruler_line);
-      const std::string text = name + " " + percent(value);
+      const std::string text = name + " " + format_percent(value);
       dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h - line) / 2}, pal.ruler_text,
                   text.c_str());
       ImGui::Dummy(

@@ -157,6 +157,7 @@ TEST_CASE("presentation mode and compare mode render", "[viz]") {
   DashboardOptions compare = one_f_one_b_options();
   compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
   compare.labels = {"GPipe", "1F1B"};
+  compare.layout = CompareLayout::rows;
   Dashboard d(compare);
   const auto png2 = out_dir() / "compare.png";
   REQUIRE(render_screenshot(d, png2.string(), 1600, 1000) == 0);
@@ -174,6 +175,7 @@ TEST_CASE("compare mode lines both traces up at their step start on one ruler", 
   for (trace::CounterSample& c : later.counters) c.time += delay;
   compare.traces.push_back(later);
   compare.labels = {"early", "late"};
+  compare.layout = CompareLayout::rows;
   Dashboard d(compare);
   const auto png = out_dir() / "compare-aligned.png";
   REQUIRE(render_screenshot(d, png.string(), 1600, 1000) == 0);
@@ -308,4 +310,69 @@ TEST_CASE("without a display: one clear line and exit code 2", "[viz]") {
   CHECK_FALSE(std::filesystem::exists(png));
   if (!saved.empty()) setenv("DISPLAY", saved.c_str(), 1);
   if (!saved_wayland.empty()) setenv("WAYLAND_DISPLAY", saved_wayland.c_str(), 1);
+}
+
+namespace {
+// The lowest row with a pixel of another colour than the bottom-right corner's (the background).
+int last_drawn_row(const Image& img) {
+  const ImU32 background = img.at(img.w - 1, img.h - 1);
+  for (int y = img.h - 1; y >= 0; --y)
+    for (int x = 0; x < img.w; ++x)
+      if (img.at(x, y) != background) return y;
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("compare lays runs side by side on one time scale; the screenshot fits its content",
+          "[viz]") {
+  testing::PipelineSpec gpipe;
+  gpipe.schedule = testing::Schedule::gpipe;
+  DashboardOptions compare = one_f_one_b_options();
+  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
+  compare.labels = {"GPipe", "1F1B"};  // columns: the default
+  Dashboard d(compare);
+  const auto png = out_dir() / "compare-columns.png";
+  REQUIRE(render_screenshot(d, png.string(), 1600, 0) == 0);  // height 0: fit the content
+  const Image img(png);
+  REQUIRE(img.w == 1600);
+  // Side by side: both runs' lanes start at the same height, the second in the right half, and a
+  // second has the same width in pixels in both columns.
+  CHECK(d.layout(1).top == d.layout(0).top);
+  CHECK(d.axis(1).x0 > 800);
+  CHECK(d.axis(0).x0 + d.axis(0).width < d.axis(1).x0);
+  CHECK(d.axis(1).seconds_per_pixel() == Approx(d.axis(0).seconds_per_pixel()));
+  // Each run's first forward is drawn in its own column, from its own step start.
+  const Palette& pal = palette(false);
+  for (int v = 0; v < 2; ++v) {
+    for (const trace::Event& e : d.views()[v].trace().events) {
+      if (e.cat != trace::cat::forward || e.rank != 0) continue;
+      const double x = d.axis(v).to_px(e.start + 0.2 * e.dur);
+      CHECK(img.at(x, d.layout(v).lane_top(0, Lane::compute) + 4) == pal.forward);
+      break;
+    }
+  }
+  // Fitted height: the summary's last row is inside the image, with no empty band under it.
+  CHECK(img.h == std::ceil(d.content_height()));
+  const int last = last_drawn_row(img);
+  CHECK(last > img.h - 40);
+  // Every rank's memory strip and the whole summary of both runs are inside: their content
+  // ends above the image's bottom (the measured content height is what was drawn).
+  CHECK(d.layout(1).top + d.layout(1).total_height(4) < img.h);
+}
+
+TEST_CASE(
+    "an 8-rank run at the default width: the screenshot grows to show every strip and the "
+    "summary",
+    "[viz]") {
+  testing::PipelineSpec eight;
+  eight.stages = 8;
+  DashboardOptions options;
+  options.traces.push_back(testing::synthetic_pipeline(eight));
+  Dashboard d(options);
+  const auto png = out_dir() / "eight-ranks.png";
+  REQUIRE(render_screenshot(d, png.string(), 1600, 0) == 0);
+  const Image img(png);
+  CHECK(img.h > 900);  // the old fixed 1600x900 cut the last strips and the summary off
+  CHECK(img.h == std::ceil(d.content_height()));
+  CHECK(last_drawn_row(img) > img.h - 40);
 }
