@@ -43,6 +43,15 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   app.add_option("--highlight", opt.highlight,
                  "highlight one communication group's events (e.g. tp1, dp0, pp0, world; the "
                  "hybrid lesson prints its groups)");
+  ClassroomOptions classroom;
+  app.add_option("--set", classroom.settings,
+                 "classroom mode: set the sliders, e.g. schedule=gpipe,stages=4,microbatches=8");
+  app.add_option("--series", classroom.series,
+                 "classroom mode: one screenshot per value, e.g. microbatches=1..32 (with "
+                 "--screenshot out/m.png: out/m-microbatches-01.png, ...)");
+  app.add_option("--versus", classroom.versus,
+                 "classroom mode: these schedules side by side under the same sliders, e.g. "
+                 "gpipe,1f1b");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -66,8 +75,19 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   try {
     select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
-    if (paths.empty())
-      return run_classroom(opt.presentation, opt.screenshot, opt.width, opt.height, err);
+    if (paths.empty()) {
+      classroom.presentation = opt.presentation;
+      classroom.screenshot = opt.screenshot;
+      classroom.width = opt.width;
+      classroom.height = opt.height;
+      return run_classroom(classroom, err);
+    }
+    if (!classroom.settings.empty() || !classroom.series.empty() || !classroom.versus.empty()) {
+      fmt::print(err,
+                 "mgpu viz: error: --set, --series and --versus drive classroom mode (no trace "
+                 "files), e.g. mgpu viz --versus gpipe,1f1b --set microbatches=8\n");
+      return 2;
+    }
     return viz::viz_main(paths, opt, err);
   } catch (const std::exception& e) {
     fmt::print(err, "mgpu viz: error: {}\n", e.what());

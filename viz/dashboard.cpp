@@ -43,9 +43,10 @@ namespace {
 constexpr const char* kNoDisplay = "cannot open a display: run under xvfb-run -a or set DISPLAY";
 constexpr float kPresentationScale = 1.6f;
 constexpr float kFontSize = 15.0f;
-constexpr size_t kMaxCompared = 4;            // stacked views that still fit a screen
-constexpr float kMemoryStripHeight = 40.0f;   // per rank: the peak label and 6 bands fit
-constexpr float kCompareStripHeight = 56.0f;  // compared runs: every band a few pixels at least
+constexpr size_t kMaxCompared = 4;              // stacked views that still fit a screen
+constexpr float kMemoryStripHeight = 40.0f;     // per rank: the peak label and 6 bands fit
+constexpr float kCompareStripHeight = 56.0f;    // compared runs: every band a few pixels at least
+constexpr float kProjectorStripHeight = 28.0f;  // presentation, runs side by side
 constexpr const char* kFontFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 float ui_scale(bool presentation) {
@@ -97,6 +98,7 @@ Dashboard::Dashboard(DashboardOptions options) : options_(std::move(options)) {
   for (trace::Trace& t : options_.traces) views_.emplace_back(std::move(t));
   options_.traces.clear();  // the views own the traces now
   layouts_.resize(views_.size());
+  if (views_.empty() && options_.rerun) rerun_with_current_params(options_.rerun->params);
   highlight(options_.highlight);
 }
 
@@ -160,6 +162,7 @@ void Dashboard::draw_classroom_controls() {
   for (auto& spec : options_.rerun->params) {
     const std::string name = spec.value("name", std::string("?"));
     const std::string type = spec.value("type", std::string("int"));
+    if (name == options_.rerun->split_by) continue;  // one run per value, side by side
     // Controls wrap onto a second row rather than run off the right edge.
     const float item_w =
         width + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize(name.c_str()).x;
@@ -245,13 +248,24 @@ void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params)
       values[spec["name"].get<std::string>()] = spec["value"];
   }
   try {
-    trace::Trace t = options_.rerun->run(values);
-    if (views_.empty()) {
-      views_.emplace_back(std::move(t));
-      layouts_.resize(1);
-    } else {
-      views_[0] = TraceView(std::move(t));
+    const RerunHook& hook = *options_.rerun;
+    std::vector<TraceView> runs;
+    std::vector<std::string> labels;
+    if (hook.split_by.empty()) {
+      runs.emplace_back(hook.run(values));
+      labels = options_.labels;
     }
+    for (const std::string& value :
+         hook.split_by.empty() ? std::vector<std::string>{} : hook.split_values) {
+      values[hook.split_by] = value;
+      runs.emplace_back(hook.run(values));
+      labels.push_back(hook.split_by + " " + value);
+    }
+    // Views past the re-run ones (a compare's other traces) stay.
+    for (size_t v = runs.size(); v < views_.size(); ++v) runs.push_back(std::move(views_[v]));
+    views_ = std::move(runs);
+    options_.labels = std::move(labels);
+    layouts_.resize(views_.size());
     rerun_error_.clear();
     select(-1, -1);
     if (!highlight(highlight_)) highlight("");  // the new run may not have that group
@@ -320,8 +334,12 @@ void Dashboard::frame(float display_w, float display_h) {
   for (size_t v = 0; v < views_.size(); ++v) {
     if (columns) ImGui::SetCursorScreenPos({view_x0_[v] - label_width, top});
     ImGui::BeginGroup();
-    draw_view(static_cast<int>(v), label_width, !columns);
-    if (columns) draw_view_summary(static_cast<int>(v), ctx);
+    draw_view(static_cast<int>(v), label_width, columns ? column_w : 0);
+    if (columns) {
+      PanelContext column_ctx = ctx;
+      column_ctx.column_width = column_w;
+      draw_view_summary(static_cast<int>(v), column_ctx);
+    }
     ImGui::EndGroup();
     bottom = std::max(bottom, ImGui::GetItemRectMax().y);
   }
@@ -368,7 +386,7 @@ void Dashboard::fit_axis_if_pending() {
   fit_last_step_pending_ = false;
 }
 
-void Dashboard::draw_view(int v, float label_width, bool memory_legend) {
+void Dashboard::draw_view(int v, float label_width, float column_w) {
   const float scale = ui_scale(options_.presentation);
   const Palette& pal = palette(options_.presentation);
   ImGui::Separator();
@@ -377,7 +395,13 @@ void Dashboard::draw_view(int v, float label_width, bool memory_legend) {
                                                                         : "trace");
     ImGui::SameLine(0, 16 * scale);
   }
-  ImGui::TextDisabled("%s", describe_run(views_[v]).c_str());
+  // The run's line, when it fits its column (a column's label already names what differs).
+  const std::string run = describe_run(views_[v]);
+  if (column_w <= 0 || ImGui::GetCursorScreenPos().x + ImGui::CalcTextSize(run.c_str()).x <=
+                           view_x0_[v] - label_width + column_w)
+    ImGui::TextDisabled("%s", run.c_str());
+  else
+    ImGui::NewLine();
   // This view's axis; a zoom or pan on it is carried back to the shared one.
   TimeAxis view_axis = axis(v);
   PanelContext view_ctx{pal, view_axis, label_width, scale};
@@ -386,13 +410,16 @@ void Dashboard::draw_view(int v, float label_width, bool memory_legend) {
   const int c = draw_timeline(view_ctx, views_[v], v, sel, layouts_[v]);
   ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
   if (c != -2) select(c >= 0 ? v : -1, c);
-  if (memory_legend) draw_memory_legend(view_ctx);
+  if (column_w <= 0) draw_memory_legend(view_ctx);  // columns: one legend above them
   // One memory scale for every view, so compared runs' strips compare by height; compared runs
   // get taller strips so the smaller run's bands (ZeRO-3's quarter states) stay visible.
   int64_t shared_memory_max = 0;
   for (const TraceView& w : views_) shared_memory_max = std::max(shared_memory_max, w.max_memory());
-  draw_memory(view_ctx, views_[v], views_.size() > 1 ? kCompareStripHeight : kMemoryStripHeight,
-              shared_memory_max);
+  // A projector shows two runs side by side at 1920x1080: lower strips there (the peak label fits).
+  const float strip = options_.presentation && column_w > 0 ? kProjectorStripHeight
+                      : views_.size() > 1                   ? kCompareStripHeight
+                                                            : kMemoryStripHeight;
+  draw_memory(view_ctx, views_[v], strip, shared_memory_max);
   const double shift = view_axis.origin - axis_.origin;
   axis_.t0 = view_axis.t0 - shift;
   axis_.t1 = view_axis.t1 - shift;

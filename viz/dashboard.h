@@ -26,9 +26,15 @@ namespace mgpu::viz {
 //    {"name": "schedule", "type": "choice", "choices": ["gpipe", "1f1b"], "value": "1f1b"}]
 // When the user changes one, `run` is called with an object of every current value
 // ({"microbatches": 16, "schedule": "1f1b"}) and its trace replaces the first view.
+// With `split_by` set (e.g. "schedule" with values {"gpipe", "1f1b"}), every change re-runs once
+// per value, all other parameters shared, and the runs replace the views side by side (labelled
+// "schedule gpipe", ...); that parameter's own control is not shown. A dashboard with a hook and no
+// traces makes its first runs itself.
 struct RerunHook {
   std::function<trace::Trace(const nlohmann::json& params)> run;
   nlohmann::json params = nlohmann::json::array();
+  std::string split_by;
+  std::vector<std::string> split_values;
 };
 
 // How compared runs are laid out: side by side (each its own column, one time scale) or stacked.
@@ -136,7 +142,7 @@ class Dashboard {
   void draw_group_control();
   void rerun_with_current_params(const nlohmann::json& previous_params);
   void fit_axis_if_pending();
-  void draw_view(int v, float label_width, bool memory_legend);
+  void draw_view(int v, float label_width, float column_w);
   void draw_view_summary(int v, const PanelContext& ctx);
 
   DashboardOptions options_;

@@ -30,9 +30,10 @@ ImU32 category_colour(const Palette& p, const std::string& cat);
 // Everything a panel needs to know about the frame.
 struct PanelContext {
   const Palette& pal;
-  TimeAxis& axis;     // shared by every view (compare mode); panels may zoom/pan it
-  float label_width;  // left column with "GPU r"
-  float scale;        // 1, or larger in presentation mode
+  TimeAxis& axis;          // shared by every view (compare mode); panels may zoom/pan it
+  float label_width;       // left column with "GPU r"
+  float scale;             // 1, or larger in presentation mode
+  float column_width = 0;  // compared runs side by side: each one's width (0: the window's)
 };
 
 struct Selection {

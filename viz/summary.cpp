@@ -65,6 +65,9 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     }
   }
   ImGui::EndTable();
+  // Runs side by side on a projector: the table and the line above carry the bubble and the peak;
+  // the bars would push the page past 1080 rows.
+  if (ctx.column_width > 0 && ctx.scale > 1) return;
   draw_time_bars(ctx, view);
 }
 
@@ -77,7 +80,8 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
   // As wide as fits beside the longest caption (compare mode puts two summaries side by side).
   const float caption_w = ImGui::CalcTextSize("busy 100.0%   comm 100.0%   idle 100.0%").x;
   const float bar_w = std::round(std::clamp(
-                  ImGui::GetContentRegionAvail().x - label_w - caption_w - 24 * ctx.scale,
+                  (ctx.column_width > 0 ? ctx.column_width : ImGui::GetContentRegionAvail().x) -
+                      label_w - caption_w - 24 * ctx.scale,
                   120 * ctx.scale, 420 * ctx.scale)),
               bar_h = std::round(line * 0.9f), comm_h = std::round(line * 0.45f),
               gap = std::round(6 * ctx.scale);
