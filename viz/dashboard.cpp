@@ -380,7 +380,10 @@ void Dashboard::fit_axis_if_pending() {
     start = std::min(start, s - view_origin_[v]);
     end = std::max(end, e - view_origin_[v]);
   }
+  // The left edge is the shown step's first event (no margin showing the previous step's tail);
+  // a little room on the right for the last cell's border.
   axis_.fit(start + view_origin_[0], end + view_origin_[0]);
+  axis_.t0 = start + view_origin_[0];
   axis_.origin = view_origin_[0];
   fit_pending_ = false;
   fit_last_step_pending_ = false;

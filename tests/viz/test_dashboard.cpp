@@ -376,3 +376,13 @@ TEST_CASE(
   CHECK(img.h == std::ceil(d.content_height()));
   CHECK(last_drawn_row(img) > img.h - 40);
 }
+
+TEST_CASE("a fitted step starts at the left edge: nothing of the step before it is drawn",
+          "[viz]") {
+  Dashboard d(one_f_one_b_options());
+  const auto png = out_dir() / "step-edge.png";
+  REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);
+  // The ruler's 0 (the shown step's first event) is the first pixel of the lanes.
+  CHECK(d.axis().t0 == Approx(d.axis().origin));
+  CHECK(d.axis().to_px(d.axis().origin) == Approx(d.axis().x0));
+}
