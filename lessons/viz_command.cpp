@@ -43,6 +43,11 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   app.add_option("--highlight", opt.highlight,
                  "highlight one communication group's events (e.g. tp1, dp0, pp0, world; the "
                  "hybrid lesson prints its groups)");
+  std::string memory = "all";
+  app.add_option("--memory", memory,
+                 "memory strips: all categories, or model-states (parameters, gradients, "
+                 "optimizer state on their own scale: ZeRO's shards)")
+      ->check(CLI::IsMember({"all", "model-states"}));
   ClassroomOptions classroom;
   app.add_option("--set", classroom.settings,
                  "classroom mode: set the sliders, e.g. schedule=gpipe,stages=4,microbatches=8");
@@ -62,6 +67,7 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(err, "mgpu viz: error: {} (see `mgpu viz --help`)\n", e.what());
     return 2;
   }
+  opt.model_states_only = memory == "model-states";
   opt.layout = layout == "rows" ? viz::CompareLayout::rows : viz::CompareLayout::columns;
   if (opt.compare && paths.size() < 2) {
     fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");

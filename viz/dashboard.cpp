@@ -134,6 +134,8 @@ void Dashboard::draw_header() {
     setup_imgui(presentation);
   }
   draw_group_control();
+  ImGui::SameLine(0, 24);
+  ImGui::Checkbox("model states only", &options_.model_states_only);
   // The hint only where the row has room for it (presentation fonts would push it off the edge).
   const char* hint = "wheel: zoom   drag: pan   click: select (partners highlighted)";
   if (fits_on_this_row(ImGui::CalcTextSize(hint).x, 24)) ImGui::TextDisabled("%s", hint);
@@ -416,13 +418,15 @@ void Dashboard::draw_view(int v, float label_width, float column_w) {
   if (column_w <= 0) draw_memory_legend(view_ctx);  // columns: one legend above them
   // One memory scale for every view, so compared runs' strips compare by height; compared runs
   // get taller strips so the smaller run's bands (ZeRO-3's quarter states) stay visible.
+  const bool states = options_.model_states_only;
   int64_t shared_memory_max = 0;
-  for (const TraceView& w : views_) shared_memory_max = std::max(shared_memory_max, w.max_memory());
+  for (const TraceView& w : views_)
+    shared_memory_max = std::max(shared_memory_max, states ? max_model_states(w) : w.max_memory());
   // A projector shows two runs side by side at 1920x1080: lower strips there (the peak label fits).
   const float strip = options_.presentation && column_w > 0 ? kProjectorStripHeight
                       : views_.size() > 1                   ? kCompareStripHeight
                                                             : kMemoryStripHeight;
-  draw_memory(view_ctx, views_[v], strip, shared_memory_max);
+  draw_memory(view_ctx, views_[v], strip, shared_memory_max, states);
   const double shift = view_axis.origin - axis_.origin;
   axis_.t0 = view_axis.t0 - shift;
   axis_.t1 = view_axis.t1 - shift;
@@ -689,6 +693,7 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
   DashboardOptions options;
   options.presentation = cli.presentation;
   options.layout = cli.layout;
+  options.model_states_only = cli.model_states_only;
   options.width = cli.width;
   options.title = cli.title.empty() ? "mgpu-lab" : cli.title;
   for (const std::string& path : trace_paths) {

@@ -46,6 +46,9 @@ struct DashboardOptions {
   std::vector<std::string> labels;  // optional name per trace (e.g. the file name)
   std::string title = "mgpu-lab";
   bool presentation = false;  // large fonts, high-contrast palette (projector)
+  // Memory strips show parameters, gradients and optimizer state only, scaled to them (ZeRO's
+  // shards are otherwise a few pixels under the activations).
+  bool model_states_only = false;
   std::optional<RerunHook> rerun;
   std::string error;      // shown in place of the timelines (e.g. a bad trace file)
   std::string highlight;  // a communication group ("tp1") whose events stand out, others dimmed
@@ -71,11 +74,12 @@ struct LoadedTrace {
 LoadedTrace load_trace_or_error(const std::string& path);
 
 struct VizCliOptions {
-  std::string screenshot;     // --screenshot out.png: write a PNG instead of opening a window
-  int width = 1600;           // --width / --height of the window or screenshot
-  int height = 0;             // 0: as tall as the content (every rank's rows and the summary)
-  bool presentation = false;  // --presentation
-  bool compare = false;       // --compare: 2-4 traces on a shared time scale (0: step start)
+  std::string screenshot;          // --screenshot out.png: write a PNG instead of opening a window
+  int width = 1600;                // --width / --height of the window or screenshot
+  int height = 0;                  // 0: as tall as the content (every rank's rows and the summary)
+  bool presentation = false;       // --presentation
+  bool model_states_only = false;  // --memory model-states
+  bool compare = false;            // --compare: 2-4 traces on a shared time scale (0: step start)
   CompareLayout layout = CompareLayout::columns;  // --layout columns|rows
   std::string title;
   std::string highlight;  // --highlight tp1: that group's communication highlighted

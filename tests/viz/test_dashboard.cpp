@@ -386,3 +386,34 @@ TEST_CASE("a fitted step starts at the left edge: nothing of the step before it 
   CHECK(d.axis().t0 == Approx(d.axis().origin));
   CHECK(d.axis().to_px(d.axis().origin) == Approx(d.axis().x0));
 }
+
+TEST_CASE("model states only: the memory strips scale to parameters, gradients, optimizer state",
+          "[viz]") {
+  // The synthetic run holds 200 MiB parameters, 0/200 MiB gradients, 400 MiB optimizer state and
+  // 40 MiB per stashed micro-batch. GPU 0 stashes 4: with every category the states fill
+  // 800 / 960 of the scale; alone they fill the whole strip, so a point at 90% of the strip's
+  // height is optimizer state only in that view.
+  const Palette& pal = palette(false);
+  ImU32 seen[2];
+  for (int states = 0; states < 2; ++states) {
+    DashboardOptions options = one_f_one_b_options();
+    options.model_states_only = states == 1;
+    Dashboard d(options);
+    const auto png = out_dir() / (states ? "memory-states.png" : "memory-all.png");
+    REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);
+    const Image img(png);
+    // GPU 0's strip: the first strip under the lanes; find its optimizer-state band at the
+    // time of the step's peak from the bottom up.
+    const RankSummary& s = d.views()[0].summary(0);
+    const double x = d.axis().to_px(s.peak_time) + 2;
+    int top = -1;  // highest optimizer-state pixel in the column of the peak
+    for (int y = img.h - 1; y > d.layout(0).top + d.layout(0).total_height(4); --y)
+      if (img.at(x, y) == pal.memory[2]) top = y;
+    REQUIRE(top > 0);
+    int bottom = top;
+    while (img.at(x, bottom + 1) == pal.memory[2]) ++bottom;
+    seen[states] = static_cast<ImU32>(bottom - top);
+  }
+  // 400 MiB of optimizer state: 400/(960*1.08) of a strip vs 400/(800*1.08); taller alone.
+  CHECK(seen[1] > seen[0] * 1.1);
+}
