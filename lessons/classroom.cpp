@@ -1,7 +1,11 @@
 #include "lessons/classroom.h"
 
 #include <algorithm>
+#include <charconv>
+#include <filesystem>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "core/runtime/profile.h"
 #include "lessons/pipeline.h"
@@ -47,23 +51,171 @@ trace::Trace classroom_rerun(const nlohmann::json& params) {
   return train_pipeline(c, p, quiet).trace;  // invalid combinations throw: the dashboard says why
 }
 
+namespace {
+
+nlohmann::json* find_spec(nlohmann::json& params, const std::string& name) {
+  for (auto& spec : params)
+    if (spec.value("name", std::string()) == name) return &spec;
+  return nullptr;
+}
+
+std::string names_of(const nlohmann::json& params) {
+  std::string names;
+  for (const auto& spec : params) names += (names.empty() ? "" : ", ") + spec.value("name", "");
+  return names;
+}
+
+// One "name=value": the value checked against the spec (an int in range, or one of the choices).
+std::optional<std::string> apply_setting(nlohmann::json& params, const std::string& item) {
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+    return fmt::format("--set: '{}' is not name=value (e.g. --set schedule=gpipe,microbatches=16)",
+                       item);
+  const std::string name = item.substr(0, eq), text = item.substr(eq + 1);
+  nlohmann::json* spec = find_spec(params, name);
+  if (!spec)
+    return fmt::format("--set: no parameter '{}' (the parameters: {})", name, names_of(params));
+  if (spec->value("type", std::string()) == "choice") {
+    for (const auto& c : (*spec)["choices"])
+      if (c == text) {
+        (*spec)["value"] = text;
+        return std::nullopt;
+      }
+    return fmt::format("--set: {}={} is not one of {}", name, text, (*spec)["choices"].dump());
+  }
+  const int lo = spec->value("min", 0), hi = spec->value("max", 0);
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > hi)
+    return fmt::format("--set: {}={} is not a whole number from {} to {}", name, text, lo, hi);
+  (*spec)["value"] = value;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> apply_settings(nlohmann::json& params, const std::string& settings) {
+  nlohmann::json changed = params;
+  std::stringstream items(settings);
+  for (std::string item; std::getline(items, item, ',');)
+    if (auto error = apply_setting(changed, item)) return error;
+  params = std::move(changed);
+  return std::nullopt;
+}
+
+std::optional<Series> parse_series(const nlohmann::json& params, const std::string& text,
+                                   std::string& error) {
+  const size_t eq = text.find('='), dots = text.find("..");
+  Series s;
+  const bool shaped = eq != std::string::npos && dots != std::string::npos && dots > eq;
+  if (shaped) {
+    s.name = text.substr(0, eq);
+    const std::string a = text.substr(eq + 1, dots - eq - 1), b = text.substr(dots + 2);
+    const auto ra = std::from_chars(a.data(), a.data() + a.size(), s.first);
+    const auto rb = std::from_chars(b.data(), b.data() + b.size(), s.last);
+    if (ra.ec != std::errc() || rb.ec != std::errc() || ra.ptr != a.data() + a.size() ||
+        rb.ptr != b.data() + b.size() || s.first > s.last)
+      s.name.clear();
+  }
+  if (s.name.empty()) {
+    error = fmt::format("--series: '{}' is not name=first..last (e.g. microbatches=1..32)", text);
+    return std::nullopt;
+  }
+  nlohmann::json copy = params;
+  const nlohmann::json* spec = find_spec(copy, s.name);
+  if (!spec || spec->value("type", std::string()) != "int") {
+    error = fmt::format(
+        "--series: '{}' is not a whole-number parameter (e.g. microbatches, "
+        "stages)",
+        s.name);
+    return std::nullopt;
+  }
+  const int lo = spec->value("min", 0), hi = spec->value("max", 0);
+  if (s.first < lo || s.last > hi) {
+    error = fmt::format("--series: {}={}..{} is outside {}..{}", s.name, s.first, s.last, lo, hi);
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::string series_png_path(const std::string& png, const Series& series, int value) {
+  const std::filesystem::path p(png);
+  const int digits = static_cast<int>(std::to_string(series.last).size());
+  const std::string stem =
+      fmt::format("{}-{}-{:0{}}", p.stem().string(), series.name, value, digits);
+  return (p.parent_path() / (stem + p.extension().string())).string();
+}
+
 #ifdef MGPU_HAVE_VIZ
-int run_classroom(bool presentation, const std::string& screenshot, int width, int height,
-                  std::ostream& err) {
-  (void)err;
+namespace {
+// The --versus schedules ("gpipe,1f1b"), each one of the schedule control's choices.
+std::optional<std::string> read_versus(viz::RerunHook& hook, const std::string& versus) {
+  nlohmann::json* spec = find_spec(hook.params, "schedule");
+  std::stringstream items(versus);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (std::find((*spec)["choices"].begin(), (*spec)["choices"].end(), item) ==
+        (*spec)["choices"].end())
+      return fmt::format("--versus: '{}' is not a schedule (one of {})", item,
+                         (*spec)["choices"].dump());
+    hook.split_values.push_back(item);
+  }
+  if (hook.split_values.size() < 2 || hook.split_values.size() > 4)
+    return std::string("--versus takes two to four schedules, e.g. --versus gpipe,1f1b");
+  hook.split_by = "schedule";
+  return std::nullopt;
+}
+}  // namespace
+
+int run_classroom(const ClassroomOptions& o, std::ostream& err) {
   viz::DashboardOptions opt;
   opt.title = "mgpu-lab classroom - pipeline bubbles";
-  opt.presentation = presentation;
-  opt.rerun = viz::RerunHook{classroom_rerun, classroom_parameters()};
-  nlohmann::json defaults;
-  for (auto& spec : opt.rerun->params) defaults[spec["name"].get<std::string>()] = spec["value"];
-  opt.traces = {classroom_rerun(defaults)};
-  opt.labels = {"pipeline"};
-  if (!screenshot.empty()) return viz::render_screenshot(opt, screenshot, width, height);
-  return viz::run_dashboard(opt);
+  opt.presentation = o.presentation;
+  opt.width = o.width;
+  viz::RerunHook hook{classroom_rerun, classroom_parameters()};
+  std::optional<std::string> error = apply_settings(hook.params, o.settings);
+  if (!error && !o.versus.empty()) error = read_versus(hook, o.versus);
+  std::optional<Series> series;
+  if (!error && !o.series.empty()) {
+    std::string why;
+    series = parse_series(hook.params, o.series, why);
+    if (!series)
+      error = why;
+    else if (o.screenshot.empty())
+      error = "--series writes screenshots: add --screenshot out/series.png";
+  }
+  if (error) {
+    err << "mgpu viz: error: " << *error << "\n";
+    return 2;
+  }
+  if (hook.split_by.empty()) opt.labels = {"pipeline"};
+  opt.rerun = std::move(hook);
+  if (!series) {
+    viz::Dashboard dashboard(opt);
+    if (!dashboard.rerun_error().empty()) {
+      err << "mgpu viz: error: " << dashboard.rerun_error() << "\n";
+      return 2;
+    }
+    if (o.screenshot.empty()) return viz::run_dashboard(opt);
+    return viz::render_screenshot(dashboard, o.screenshot, o.width, o.height);
+  }
+  for (int value = series->first; value <= series->last; ++value) {
+    viz::DashboardOptions one = opt;
+    apply_setting(one.rerun->params, fmt::format("{}={}", series->name, value));
+    viz::Dashboard dashboard(one);
+    if (!dashboard.rerun_error().empty()) {
+      err << "mgpu viz: error: " << series->name << "=" << value << ": " << dashboard.rerun_error()
+          << "\n";
+      return 2;
+    }
+    const std::string png = series_png_path(o.screenshot, *series, value);
+    if (const int rc = viz::render_screenshot(dashboard, png, o.width, o.height); rc != 0)
+      return rc;
+    err << png << "\n";
+  }
+  return 0;
 }
 #else
-int run_classroom(bool, const std::string&, int, int, std::ostream& err) {
+int run_classroom(const ClassroomOptions&, std::ostream& err) {
   err << "mgpu viz: error: this build has no dashboard (install libimgui-dev libglfw3-dev "
          "libgl-dev and rebuild)\n";
   return 2;

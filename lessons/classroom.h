@@ -1,9 +1,14 @@
 // Classroom mode: the dashboard re-runs the pipeline lesson in-process (modeled clock) whenever a
 // teacher moves a slider — micro-batches, stages, schedule, virtual stages, profile — so bubbles
-// shrink and grow live on the projector.
+// shrink and grow live on the projector. The sliders can be set from the command line
+// (--set schedule=gpipe,microbatches=16), stepped through a series of screenshots
+// (--series microbatches=1..32), and two schedules shown side by side under the same sliders
+// (--versus gpipe,1f1b).
 #pragma once
 #include <iosfwd>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,8 +20,31 @@ namespace mgpu::lessons {
 nlohmann::json classroom_parameters();
 // Runs the pipeline lesson quietly with these parameters and returns its trace.
 trace::Trace classroom_rerun(const nlohmann::json& params);
-// Opens the dashboard in classroom mode (or renders one frame to `screenshot`).
-int run_classroom(bool presentation, const std::string& screenshot, int width, int height,
-                  std::ostream& err);
+
+// Sets parameter values from "name=value,name=value" (the specs' "value" fields). On a bad name or
+// value: the one-line error (what is wrong, what would work), and `params` unchanged.
+std::optional<std::string> apply_settings(nlohmann::json& params, const std::string& settings);
+
+// "microbatches=1..32": one integer parameter stepped over a range.
+struct Series {
+  std::string name;
+  int first = 0, last = 0;
+};
+// Parses and checks a series against the parameters (an int parameter, within its range).
+std::optional<Series> parse_series(const nlohmann::json& params, const std::string& text,
+                                   std::string& error);
+// "out/m.png", microbatches, 8, 32 -> "out/m-microbatches-08.png" (zero-padded to sort).
+std::string series_png_path(const std::string& png, const Series& series, int value);
+
+struct ClassroomOptions {
+  bool presentation = false;
+  std::string screenshot;  // a PNG instead of a window (with a series: one PNG per value)
+  int width = 1600, height = 0;
+  std::string settings;  // --set
+  std::string series;    // --series
+  std::string versus;    // --versus gpipe,1f1b: these schedules side by side, same sliders
+};
+// Opens the dashboard in classroom mode (or renders screenshots). 2 with one line on bad options.
+int run_classroom(const ClassroomOptions& options, std::ostream& err);
 
 }  // namespace mgpu::lessons

@@ -28,14 +28,35 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   app.add_option("traces", paths,
                  "trace JSON files written with --trace (two to four with --compare)");
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit");
-  app.add_option("--width", opt.width, "screenshot width")->check(CLI::Range(200, 8192));
-  app.add_option("--height", opt.height, "screenshot height")->check(CLI::Range(200, 8192));
+  app.add_option("--width", opt.width, "window or screenshot width (default 1600)")
+      ->check(CLI::Range(200, 8192));
+  app.add_option("--height", opt.height, "screenshot height (default: as tall as the content)")
+      ->check(CLI::Range(200, 8192));
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
-  app.add_flag("--compare", opt.compare, "stack the traces on one ruler, each from its step start");
+  app.add_flag("--compare", opt.compare,
+               "show two to four traces on one time scale and memory scale, each from its step "
+               "start");
+  std::string layout = "columns";
+  app.add_option("--layout", layout, "compared runs side by side (columns) or stacked (rows)")
+      ->check(CLI::IsMember({"columns", "rows"}));
   app.add_option("--title", opt.title, "window title");
   app.add_option("--highlight", opt.highlight,
                  "highlight one communication group's events (e.g. tp1, dp0, pp0, world; the "
                  "hybrid lesson prints its groups)");
+  std::string memory = "all";
+  app.add_option("--memory", memory,
+                 "memory strips: all categories, or model-states (parameters, gradients, "
+                 "optimizer state on their own scale: ZeRO's shards)")
+      ->check(CLI::IsMember({"all", "model-states"}));
+  ClassroomOptions classroom;
+  app.add_option("--set", classroom.settings,
+                 "classroom mode: set the sliders, e.g. schedule=gpipe,stages=4,microbatches=8");
+  app.add_option("--series", classroom.series,
+                 "classroom mode: one screenshot per value, e.g. microbatches=1..32 (with "
+                 "--screenshot out/m.png: out/m-microbatches-01.png, ...)");
+  app.add_option("--versus", classroom.versus,
+                 "classroom mode: these schedules side by side under the same sliders, e.g. "
+                 "gpipe,1f1b");
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -46,6 +67,8 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(err, "mgpu viz: error: {} (see `mgpu viz --help`)\n", e.what());
     return 2;
   }
+  opt.model_states_only = memory == "model-states";
+  opt.layout = layout == "rows" ? viz::CompareLayout::rows : viz::CompareLayout::columns;
   if (opt.compare && paths.size() < 2) {
     fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
     return 2;
@@ -58,8 +81,19 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   try {
     select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
-    if (paths.empty())
-      return run_classroom(opt.presentation, opt.screenshot, opt.width, opt.height, err);
+    if (paths.empty()) {
+      classroom.presentation = opt.presentation;
+      classroom.screenshot = opt.screenshot;
+      classroom.width = opt.width;
+      classroom.height = opt.height;
+      return run_classroom(classroom, err);
+    }
+    if (!classroom.settings.empty() || !classroom.series.empty() || !classroom.versus.empty()) {
+      fmt::print(err,
+                 "mgpu viz: error: --set, --series and --versus drive classroom mode (no trace "
+                 "files), e.g. mgpu viz --versus gpipe,1f1b --set microbatches=8\n");
+      return 2;
+    }
     return viz::viz_main(paths, opt, err);
   } catch (const std::exception& e) {
     fmt::print(err, "mgpu viz: error: {}\n", e.what());

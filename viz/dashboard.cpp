@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,13 +43,24 @@ namespace {
 constexpr const char* kNoDisplay = "cannot open a display: run under xvfb-run -a or set DISPLAY";
 constexpr float kPresentationScale = 1.6f;
 constexpr float kFontSize = 15.0f;
-constexpr size_t kMaxCompared = 4;            // stacked views that still fit a screen
-constexpr float kMemoryStripHeight = 40.0f;   // per rank: the peak label and 6 bands fit
-constexpr float kCompareStripHeight = 56.0f;  // compared runs: every band a few pixels at least
+constexpr size_t kMaxCompared = 4;              // stacked views that still fit a screen
+constexpr float kMemoryStripHeight = 40.0f;     // per rank: the peak label and 6 bands fit
+constexpr float kCompareStripHeight = 56.0f;    // compared runs: every band a few pixels at least
+constexpr float kProjectorStripHeight = 28.0f;  // presentation, runs side by side
 constexpr const char* kFontFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 float ui_scale(bool presentation) {
   return presentation ? kPresentationScale : 1.0f;
+}
+
+// Continues the row when an item `width` pixels wide still fits after `spacing`; false (and the
+// cursor stays on a new row) when it does not.
+bool fits_on_this_row(float width, float spacing) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  ImGui::SameLine(0, spacing);
+  if (ImGui::GetCursorScreenPos().x + width <= right) return true;
+  ImGui::NewLine();
+  return false;
 }
 }  // namespace
 
@@ -86,6 +98,7 @@ Dashboard::Dashboard(DashboardOptions options) : options_(std::move(options)) {
   for (trace::Trace& t : options_.traces) views_.emplace_back(std::move(t));
   options_.traces.clear();  // the views own the traces now
   layouts_.resize(views_.size());
+  if (views_.empty() && options_.rerun) rerun_with_current_params(options_.rerun->params);
   highlight(options_.highlight);
 }
 
@@ -110,13 +123,6 @@ void Dashboard::select(int view, int event) {
 
 void Dashboard::draw_header() {
   ImGui::TextUnformatted(options_.title.c_str());
-  for (size_t v = 0; v < views_.size() && v < 1; ++v) {
-    const auto& md = views_[v].trace().metadata;
-    if (md.is_object() && md.contains("lesson") && md["lesson"].is_string()) {
-      ImGui::SameLine();
-      ImGui::TextDisabled("- %s", md["lesson"].get<std::string>().c_str());
-    }
-  }
   ImGui::SameLine(0, 24);
   if (ImGui::Button("Fit")) fit();
   ImGui::SameLine();
@@ -129,7 +135,10 @@ void Dashboard::draw_header() {
   }
   draw_group_control();
   ImGui::SameLine(0, 24);
-  ImGui::TextDisabled("wheel: zoom   drag: pan   click: select (partners highlighted)");
+  ImGui::Checkbox("model states only", &options_.model_states_only);
+  // The hint only where the row has room for it (presentation fonts would push it off the edge).
+  const char* hint = "wheel: zoom   drag: pan   click: select (partners highlighted)";
+  if (fits_on_this_row(ImGui::CalcTextSize(hint).x, 24)) ImGui::TextDisabled("%s", hint);
 }
 
 // A combo box of the traces' communication groups: the one picked is highlighted.
@@ -151,9 +160,16 @@ void Dashboard::draw_classroom_controls() {
   bool changed = false;
   const nlohmann::json before = options_.rerun->params;
   const float width = 160 * ui_scale(options_.presentation);
+  bool first = true;
   for (auto& spec : options_.rerun->params) {
     const std::string name = spec.value("name", std::string("?"));
     const std::string type = spec.value("type", std::string("int"));
+    if (name == options_.rerun->split_by) continue;  // one run per value, side by side
+    // Controls wrap onto a second row rather than run off the right edge.
+    const float item_w =
+        width + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize(name.c_str()).x;
+    if (!first) fits_on_this_row(item_w, 20);
+    first = false;
     ImGui::SetNextItemWidth(width);
     if (type == "choice" && spec.contains("choices") && spec["choices"].is_array()) {
       const auto& choices = spec["choices"];
@@ -175,12 +191,13 @@ void Dashboard::draw_classroom_controls() {
         changed = true;
       }
     }
-    ImGui::SameLine(0, 20);
   }
+  const char* idle_hint = "(classroom: change a value to re-run)";
   if (!rerun_error_.empty()) {
+    ImGui::NewLine();
     ImGui::TextColored({1, 0.3f, 0.3f, 1}, "%s", rerun_error_.c_str());
-  } else {
-    ImGui::TextDisabled("(classroom: change a value to re-run)");
+  } else if (fits_on_this_row(ImGui::CalcTextSize(idle_hint).x, 20)) {
+    ImGui::TextDisabled("%s", idle_hint);
   }
   if (changed) rerun_with_current_params(before);
 }
@@ -205,6 +222,7 @@ double shown_start(const TraceView& v) {
 TimeAxis Dashboard::axis(int view) const {
   TimeAxis a = axis_;
   if (view < 0 || view >= static_cast<int>(view_origin_.size())) return a;
+  if (view < static_cast<int>(view_x0_.size())) a.x0 = view_x0_[view];  // its column
   const double shift = view_origin_[view] - axis_.origin;
   a.t0 += shift;
   a.t1 += shift;
@@ -232,13 +250,24 @@ void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params)
       values[spec["name"].get<std::string>()] = spec["value"];
   }
   try {
-    trace::Trace t = options_.rerun->run(values);
-    if (views_.empty()) {
-      views_.emplace_back(std::move(t));
-      layouts_.resize(1);
-    } else {
-      views_[0] = TraceView(std::move(t));
+    const RerunHook& hook = *options_.rerun;
+    std::vector<TraceView> runs;
+    std::vector<std::string> labels;
+    if (hook.split_by.empty()) {
+      runs.emplace_back(hook.run(values));
+      labels = options_.labels;
     }
+    for (const std::string& value :
+         hook.split_by.empty() ? std::vector<std::string>{} : hook.split_values) {
+      values[hook.split_by] = value;
+      runs.emplace_back(hook.run(values));
+      labels.push_back(hook.split_by + " " + value);
+    }
+    // Views past the re-run ones (a compare's other traces) stay.
+    for (size_t v = runs.size(); v < views_.size(); ++v) runs.push_back(std::move(views_[v]));
+    views_ = std::move(runs);
+    options_.labels = std::move(labels);
+    layouts_.resize(views_.size());
     rerun_error_.clear();
     select(-1, -1);
     if (!highlight(highlight_)) highlight("");  // the new run may not have that group
@@ -284,79 +313,131 @@ void Dashboard::frame(float display_w, float display_h) {
     return;
   }
 
-  // The shared time axis spans the content width right of the rank labels.
   const float content_x = ImGui::GetCursorScreenPos().x;
   const float right_margin = 8 * scale + ImGui::GetStyle().ScrollbarSize;
-  axis_.x0 = content_x + label_width;
-  axis_.width = std::max(50.0f, ImGui::GetContentRegionAvail().x - label_width - right_margin);
-  if (fit_pending_) {
-    // Each view's ruler reads 0 at the start of the step its summary describes (the last one of a
-    // multi-step run), else at the start of its run; compare mode lines the views up there.
-    view_origin_.clear();
-    for (const TraceView& v : views_) view_origin_.push_back(shown_start(v));
-    double start = DBL_MAX, end = -DBL_MAX;  // relative to each view's origin
-    for (size_t v = 0; v < views_.size(); ++v) {
-      double s = views_[v].run_start(), e = views_[v].run_end();
-      // Steps are alike; one fills the width readably where twenty would be a blur.
-      if (fit_last_step_pending_) {
-        if (const auto step = last_of_several_steps(views_[v].trace())) {
-          const trace::Interval w = trace::analysis_window(views_[v].trace(), *step);
-          s = w.begin;
-          e = w.end;
-        }
-      }
-      start = std::min(start, s - view_origin_[v]);
-      end = std::max(end, e - view_origin_[v]);
-    }
-    axis_.fit(start + view_origin_[0], end + view_origin_[0]);
-    axis_.origin = view_origin_[0];
-    fit_pending_ = false;
-    fit_last_step_pending_ = false;
-  }
-
-  // One memory scale for every view, so compared runs' strips compare by height.
-  int64_t shared_memory_max = 0;
-  for (const TraceView& v : views_) shared_memory_max = std::max(shared_memory_max, v.max_memory());
-  int clicked_view = -1, clicked_event = -2;
-  for (size_t v = 0; v < views_.size(); ++v) {
+  const float content_w = ImGui::GetContentRegionAvail().x - right_margin;
+  const bool columns = views_.size() > 1 && options_.layout == CompareLayout::columns;
+  // Side by side, each run gets a column; in rows, every run spans the width right of the labels.
+  const float column_gap = 24 * scale;
+  const float column_w =
+      columns ? (content_w - column_gap * (views_.size() - 1)) / views_.size() : content_w;
+  view_x0_.assign(views_.size(), content_x + label_width);
+  for (size_t v = 0; columns && v < views_.size(); ++v)
+    view_x0_[v] = content_x + v * (column_w + column_gap) + label_width;
+  axis_.x0 = view_x0_[0];
+  axis_.width = std::max(50.0f, column_w - label_width);
+  fit_axis_if_pending();
+  if (columns) {
     ImGui::Separator();
-    if (views_.size() > 1 || v < options_.labels.size()) {
-      ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
-    }
-    // This view's axis; a zoom or pan on it is carried back to the shared one.
-    TimeAxis view_axis = axis(static_cast<int>(v));
-    PanelContext view_ctx{pal, view_axis, label_width, scale};
-    draw_ruler(view_ctx);
-    Selection sel{selected_view_, selected_event_, &partners_, highlight_};
-    const int c = draw_timeline(view_ctx, views_[v], static_cast<int>(v), sel, layouts_[v]);
-    ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
-    if (c != -2) {
-      clicked_view = static_cast<int>(v);
-      clicked_event = c;
-    }
-    draw_memory_legend(view_ctx);
-    // Compared runs share one memory scale, so the smaller run's bands (ZeRO-3's quarter states)
-    // are thin: compare mode draws taller strips; the window scrolls to the summaries.
-    draw_memory(view_ctx, views_[v], views_.size() > 1 ? kCompareStripHeight : kMemoryStripHeight,
-                shared_memory_max);
-    const double shift = view_axis.origin - axis_.origin;
-    axis_.t0 = view_axis.t0 - shift;
-    axis_.t1 = view_axis.t1 - shift;
+    draw_memory_legend(ctx);
   }
-  if (clicked_event != -2) select(clicked_event >= 0 ? clicked_view : -1, clicked_event);
-
-  ImGui::Separator();
+  const float top = ImGui::GetCursorScreenPos().y;
+  float bottom = top;
   for (size_t v = 0; v < views_.size(); ++v) {
-    if (v % 2 == 1) ImGui::SameLine(0, 40 * scale);  // two summaries a row
+    if (columns) ImGui::SetCursorScreenPos({view_x0_[v] - label_width, top});
     ImGui::BeginGroup();
-    if (views_.size() > 1) {
-      ImGui::TextUnformatted(v < options_.labels.size() ? options_.labels[v].c_str() : "trace");
+    draw_view(static_cast<int>(v), label_width, columns ? column_w : 0);
+    if (columns) {
+      PanelContext column_ctx = ctx;
+      column_ctx.column_width = column_w;
+      draw_view_summary(static_cast<int>(v), column_ctx);
     }
-    draw_summary(ctx, views_[v], "summary" + std::to_string(v));
     ImGui::EndGroup();
+    bottom = std::max(bottom, ImGui::GetItemRectMax().y);
   }
+  if (columns) {
+    ImGui::SetCursorScreenPos({content_x, bottom});
+    ImGui::Dummy({1, 1});
+  } else {
+    ImGui::Separator();
+    for (size_t v = 0; v < views_.size(); ++v) {
+      if (v % 2 == 1) ImGui::SameLine(0, 40 * scale);  // two summaries a row
+      ImGui::BeginGroup();
+      draw_view_summary(static_cast<int>(v), ctx);
+      ImGui::EndGroup();
+    }
+  }
+  content_height_ = ImGui::GetCursorPosY() + ImGui::GetStyle().WindowPadding.y;
   ImGui::End();
   if (big_font) ImGui::PopFont();
+}
+
+void Dashboard::fit_axis_if_pending() {
+  if (!fit_pending_) return;
+  // Each view's ruler reads 0 at the start of the step its summary describes (the last one of a
+  // multi-step run), else at the start of its run; compare mode lines the views up there.
+  view_origin_.clear();
+  for (const TraceView& v : views_) view_origin_.push_back(shown_start(v));
+  double start = DBL_MAX, end = -DBL_MAX;  // relative to each view's origin
+  for (size_t v = 0; v < views_.size(); ++v) {
+    double s = views_[v].run_start(), e = views_[v].run_end();
+    // Steps are alike; one fills the width readably where twenty would be a blur.
+    if (fit_last_step_pending_) {
+      if (const auto step = last_of_several_steps(views_[v].trace())) {
+        const trace::Interval w = trace::analysis_window(views_[v].trace(), *step);
+        s = w.begin;
+        e = w.end;
+      }
+    }
+    start = std::min(start, s - view_origin_[v]);
+    end = std::max(end, e - view_origin_[v]);
+  }
+  // The left edge is the shown step's first event (no margin showing the previous step's tail);
+  // a little room on the right for the last cell's border.
+  axis_.fit(start + view_origin_[0], end + view_origin_[0]);
+  axis_.t0 = start + view_origin_[0];
+  axis_.origin = view_origin_[0];
+  fit_pending_ = false;
+  fit_last_step_pending_ = false;
+}
+
+void Dashboard::draw_view(int v, float label_width, float column_w) {
+  const float scale = ui_scale(options_.presentation);
+  const Palette& pal = palette(options_.presentation);
+  ImGui::Separator();
+  if (views_.size() > 1 || v < static_cast<int>(options_.labels.size())) {
+    ImGui::TextUnformatted(v < static_cast<int>(options_.labels.size()) ? options_.labels[v].c_str()
+                                                                        : "trace");
+    ImGui::SameLine(0, 16 * scale);
+  }
+  // The run's line, when it fits its column (a column's label already names what differs).
+  const std::string run = describe_run(views_[v]);
+  if (column_w <= 0 || ImGui::GetCursorScreenPos().x + ImGui::CalcTextSize(run.c_str()).x <=
+                           view_x0_[v] - label_width + column_w)
+    ImGui::TextDisabled("%s", run.c_str());
+  else
+    ImGui::NewLine();
+  // This view's axis; a zoom or pan on it is carried back to the shared one.
+  TimeAxis view_axis = axis(v);
+  PanelContext view_ctx{pal, view_axis, label_width, scale};
+  draw_ruler(view_ctx);
+  Selection sel{selected_view_, selected_event_, &partners_, highlight_};
+  const int c = draw_timeline(view_ctx, views_[v], v, sel, layouts_[v]);
+  ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
+  if (c != -2) select(c >= 0 ? v : -1, c);
+  if (column_w <= 0) draw_memory_legend(view_ctx);  // columns: one legend above them
+  // One memory scale for every view, so compared runs' strips compare by height; compared runs
+  // get taller strips so the smaller run's bands (ZeRO-3's quarter states) stay visible.
+  const bool states = options_.model_states_only;
+  int64_t shared_memory_max = 0;
+  for (const TraceView& w : views_)
+    shared_memory_max = std::max(shared_memory_max, states ? max_model_states(w) : w.max_memory());
+  // A projector shows two runs side by side at 1920x1080: lower strips there (the peak label fits).
+  const float strip = options_.presentation && column_w > 0 ? kProjectorStripHeight
+                      : views_.size() > 1                   ? kCompareStripHeight
+                                                            : kMemoryStripHeight;
+  draw_memory(view_ctx, views_[v], strip, shared_memory_max, states);
+  const double shift = view_axis.origin - axis_.origin;
+  axis_.t0 = view_axis.t0 - shift;
+  axis_.t1 = view_axis.t1 - shift;
+}
+
+void Dashboard::draw_view_summary(int v, const PanelContext& ctx) {
+  if (views_.size() > 1) {
+    ImGui::TextUnformatted(v < static_cast<int>(options_.labels.size()) ? options_.labels[v].c_str()
+                                                                        : "trace");
+  }
+  draw_summary(ctx, views_[v], "summary" + std::to_string(v));
 }
 
 // ---- windows
@@ -452,6 +533,44 @@ struct Framebuffer {
   Framebuffer& operator=(const Framebuffer&) = delete;
 };
 
+constexpr int kMeasureHeight = 1000;
+constexpr int kMinHeight = 200, kMaxHeight = 8192;
+
+int fitted_height(const Dashboard& dashboard) {
+  return std::clamp(static_cast<int>(std::ceil(dashboard.content_height())), kMinHeight,
+                    kMaxHeight);
+}
+
+// A few headless frames at width x height (ImGui sizes tables and auto-fit items over the first).
+void render_frames(Dashboard& dashboard, int width, int height) {
+  ImGuiIO& io = ImGui::GetIO();
+  constexpr int kFrames = 3;
+  for (int f = 0; f < kFrames; ++f) {
+    io.DisplaySize = {static_cast<float>(width), static_cast<float>(height)};
+    io.DisplayFramebufferScale = {1, 1};
+    io.DeltaTime = 1.0f / 60.0f;
+    io.MousePos = {-FLT_MAX, -FLT_MAX};
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui::NewFrame();
+    dashboard.frame(static_cast<float>(width), static_cast<float>(height));
+    ImGui::Render();
+    clear(dashboard.options().presentation, width, height);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  }
+}
+
+// The window grows (or shrinks) to the content's height once its first frames are laid out, within
+// the monitor's work area.
+void fit_window_to_content(GLFWwindow* window, const Dashboard& dashboard) {
+  int width = 0, height = 0, x = 0, y = 0, work_w = 0, work_h = 0;
+  glfwGetWindowSize(window, &width, &height);
+  if (GLFWmonitor* monitor = glfwGetPrimaryMonitor())
+    glfwGetMonitorWorkarea(monitor, &x, &y, &work_w, &work_h);
+  int wanted = fitted_height(dashboard);
+  if (work_h > 0) wanted = std::min(wanted, work_h);
+  if (wanted != height) glfwSetWindowSize(window, width, wanted);
+}
+
 }  // namespace
 
 int run_dashboard(const DashboardOptions& options) {
@@ -460,7 +579,7 @@ int run_dashboard(const DashboardOptions& options) {
     report_no_display();
     return 2;
   }
-  WindowPtr window = open_window(1600, 900, options.title, true);
+  WindowPtr window = open_window(options.width, kMeasureHeight, options.title, true);
   if (!window) {
     report_no_display();
     return 2;
@@ -482,6 +601,7 @@ int run_dashboard(const DashboardOptions& options) {
     clear(dashboard.options().presentation, fw, fh);
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
     glfwSwapBuffers(window.get());
+    if (frame == 2) fit_window_to_content(window.get(), dashboard);
   }
   return 0;
 }
@@ -492,32 +612,23 @@ int render_screenshot(Dashboard& dashboard, const std::string& png_path, int wid
     report_no_display();
     return 2;
   }
-  WindowPtr window = open_window(width, height, "mgpu screenshot", false);
+  WindowPtr window = open_window(width, std::max(height, kMinHeight), "mgpu screenshot", false);
   if (!window) {
     report_no_display();
     return 2;
   }
   // No GLFW input backend: the mouse is nowhere and time does not pass, so frames are reproducible.
   ImGuiSession imgui(window.get(), dashboard.options().presentation, false);
+  if (height <= 0) {  // as tall as the content: lay it out once at this width and measure
+    render_frames(dashboard, width, kMeasureHeight);
+    height = fitted_height(dashboard);
+  }
   Framebuffer fb(width, height);
   if (!fb.complete()) {
     std::fprintf(stderr, "cannot create a %dx%d offscreen framebuffer\n", width, height);
     return 2;
   }
-  ImGuiIO& io = ImGui::GetIO();
-  constexpr int kFrames = 3;  // ImGui sizes tables and auto-fit items over the first frames
-  for (int f = 0; f < kFrames; ++f) {
-    io.DisplaySize = {static_cast<float>(width), static_cast<float>(height)};
-    io.DisplayFramebufferScale = {1, 1};
-    io.DeltaTime = 1.0f / 60.0f;
-    io.MousePos = {-FLT_MAX, -FLT_MAX};
-    ImGui_ImplOpenGL3_NewFrame();
-    ImGui::NewFrame();
-    dashboard.frame(static_cast<float>(width), static_cast<float>(height));
-    ImGui::Render();
-    clear(dashboard.options().presentation, width, height);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-  }
+  render_frames(dashboard, width, height);
   glFinish();
   std::vector<unsigned char> pixels(static_cast<size_t>(width) * height * 4);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
@@ -581,6 +692,9 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
   }
   DashboardOptions options;
   options.presentation = cli.presentation;
+  options.layout = cli.layout;
+  options.model_states_only = cli.model_states_only;
+  options.width = cli.width;
   options.title = cli.title.empty() ? "mgpu-lab" : cli.title;
   for (const std::string& path : trace_paths) {
     LoadedTrace loaded = load_trace_or_error(path);

@@ -26,28 +26,42 @@ namespace mgpu::viz {
 //    {"name": "schedule", "type": "choice", "choices": ["gpipe", "1f1b"], "value": "1f1b"}]
 // When the user changes one, `run` is called with an object of every current value
 // ({"microbatches": 16, "schedule": "1f1b"}) and its trace replaces the first view.
+// With `split_by` set (e.g. "schedule" with values {"gpipe", "1f1b"}), every change re-runs once
+// per value, all other parameters shared, and the runs replace the views side by side (labelled
+// "schedule gpipe", ...); that parameter's own control is not shown. A dashboard with a hook and no
+// traces makes its first runs itself.
 struct RerunHook {
   std::function<trace::Trace(const nlohmann::json& params)> run;
   nlohmann::json params = nlohmann::json::array();
+  std::string split_by;
+  std::vector<std::string> split_values;
 };
 
+// How compared runs are laid out: side by side (each its own column, one time scale) or stacked.
+enum class CompareLayout { columns, rows };
+
 struct DashboardOptions {
-  std::vector<trace::Trace> traces;  // one, or 2-4 to compare (stacked, shared ruler)
-  std::vector<std::string> labels;   // optional name per trace (e.g. the file name)
+  std::vector<trace::Trace> traces;  // one, or 2-4 to compare (shared time scale)
+  CompareLayout layout = CompareLayout::columns;
+  std::vector<std::string> labels;  // optional name per trace (e.g. the file name)
   std::string title = "mgpu-lab";
   bool presentation = false;  // large fonts, high-contrast palette (projector)
+  // Memory strips show parameters, gradients and optimizer state only, scaled to them (ZeRO's
+  // shards are otherwise a few pixels under the activations).
+  bool model_states_only = false;
   std::optional<RerunHook> rerun;
   std::string error;      // shown in place of the timelines (e.g. a bad trace file)
   std::string highlight;  // a communication group ("tp1") whose events stand out, others dimmed
+  int width = 1600;       // run_dashboard: the window's width (its height fits the content)
   int max_frames = 0;  // run_dashboard: close after this many frames (0: when the user closes it)
 };
 
 // Opens a window and runs until it is closed. 0 on success, 2 when no display can be opened.
 int run_dashboard(const DashboardOptions& options);
 
-// Renders the dashboard at width x height into a PNG. Deterministic: the same traces give a
-// byte-identical file. 0 on success, 2 when no display can be opened, 1 when the PNG cannot be
-// written.
+// Renders the dashboard at width x height into a PNG (height 0: as tall as the content needs).
+// Deterministic: the same traces give a byte-identical file. 0 on success, 2 when no display can be
+// opened, 1 when the PNG cannot be written.
 int render_screenshot(const DashboardOptions& options, const std::string& png_path, int width,
                       int height);
 
@@ -60,11 +74,13 @@ struct LoadedTrace {
 LoadedTrace load_trace_or_error(const std::string& path);
 
 struct VizCliOptions {
-  std::string screenshot;  // --screenshot out.png: write a PNG instead of opening a window
-  int width = 1600;        // --width / --height of the screenshot
-  int height = 900;
-  bool presentation = false;  // --presentation
-  bool compare = false;       // --compare: 2-4 traces stacked on a shared ruler (0: step start)
+  std::string screenshot;          // --screenshot out.png: write a PNG instead of opening a window
+  int width = 1600;                // --width / --height of the window or screenshot
+  int height = 0;                  // 0: as tall as the content (every rank's rows and the summary)
+  bool presentation = false;       // --presentation
+  bool model_states_only = false;  // --memory model-states
+  bool compare = false;            // --compare: 2-4 traces on a shared time scale (0: step start)
+  CompareLayout layout = CompareLayout::columns;  // --layout columns|rows
   std::string title;
   std::string highlight;  // --highlight tp1: that group's communication highlighted
 };
@@ -75,6 +91,8 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& o
 int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& options);
 
 // ---- the dashboard itself (also used directly by tests and the benchmark) -----------------------
+
+struct PanelContext;  // viz/panels.h
 
 // Dashboard state and one frame of ImGui calls. Needs a current ImGui context (with fonts built)
 // but no window or GL, so frames can be built and timed headless.
@@ -96,6 +114,8 @@ class Dashboard {
   // Zooming or panning any view moves them all.
   TimeAxis axis(int view) const;
   const LaneLayout& layout(int view) const { return layouts_[view]; }
+  // The height (pixels) the last frame's content needed: what a window sized to fit it uses.
+  float content_height() const { return content_height_; }
   // Selection (click an event; its partners are highlighted).
   void select(int view, int event);
   int selected_view() const { return selected_view_; }
@@ -125,12 +145,17 @@ class Dashboard {
   void draw_classroom_controls();
   void draw_group_control();
   void rerun_with_current_params(const nlohmann::json& previous_params);
+  void fit_axis_if_pending();
+  void draw_view(int v, float label_width, float column_w);
+  void draw_view_summary(int v, const PanelContext& ctx);
 
   DashboardOptions options_;
   std::vector<TraceView> views_;
   std::vector<LaneLayout> layouts_;
   TimeAxis axis_;
-  std::vector<double> view_origin_;  // per view: the time its ruler calls 0 (its shown step start)
+  std::vector<double> view_origin_;
+  std::vector<float> view_x0_;  // per view: where its time axis starts (its column)
+  float content_height_ = 0;    // per view: the time its ruler calls 0 (its shown step start)
   bool fit_pending_ = true;
   bool fit_last_step_pending_ = true;
   int selected_view_ = -1, selected_event_ = -1;

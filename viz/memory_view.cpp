@@ -13,8 +13,21 @@
 
 namespace mgpu::viz {
 
+namespace {
+constexpr int kModelStateCategories = 3;  // parameters, gradients, optimizer state
+}
+
+int64_t max_model_states(const TraceView& view) {
+  int64_t most = 0;
+  for (int r = 0; r < view.num_ranks(); ++r)
+    for (const StackedSample& s : view.memory(r))
+      most = std::max(most, s.cumulative[kModelStateCategories - 1]);
+  return most;
+}
+
 void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height,
-                 int64_t max_bytes) {
+                 int64_t max_bytes, bool model_states_only) {
+  const int categories = model_states_only ? kModelStateCategories : 6;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const Palette& pal = ctx.pal;
   const TimeAxis& axis = ctx.axis;
@@ -26,9 +39,11 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
 
   // The capacity sets the scale only when it is within reach of the peak: a 4 MiB tiny model on
   // an 80 GiB GPU would otherwise be a flat line. Off-scale capacities are named in the label.
-  double scale_max = static_cast<double>(max_bytes > 0 ? max_bytes : view.max_memory());
-  const bool capacity_on_scale =
-      view.memory_capacity() && *view.memory_capacity() <= 4 * std::max(scale_max, 1.0);
+  double scale_max = static_cast<double>(max_bytes > 0       ? max_bytes
+                                         : model_states_only ? max_model_states(view)
+                                                             : view.max_memory());
+  const bool capacity_on_scale = !model_states_only && view.memory_capacity() &&
+                                 *view.memory_capacity() <= 4 * std::max(scale_max, 1.0);
   if (capacity_on_scale) scale_max = std::max(scale_max, *view.memory_capacity());
   if (scale_max <= 0) {
     ImGui::TextDisabled("(no memory samples in this trace)");
@@ -63,7 +78,7 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
       const StackedSample& s = samples[span.sample];
       const float a = px(span.start), b = std::max(px(span.end), a + 1);
       int64_t below = 0;
-      for (int c = 0; c < 6; ++c) {
+      for (int c = 0; c < categories; ++c) {
         const float top = std::round(py(s.cumulative[c])), bottom = std::round(py(below));
         below = s.cumulative[c];
         Pending& p = pending[c];
@@ -75,7 +90,7 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
         p = {a, b, top, bottom, true};
       }
     }
-    for (int c = 0; c < 6; ++c) flush(c);
+    for (int c = 0; c < categories; ++c) flush(c);
     if (capacity_on_scale) {
       const float yc = py(*view.memory_capacity());
       dl->AddLine({x_left, yc}, {x_right, yc}, pal.capacity, 2 * ctx.scale);
@@ -84,7 +99,11 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
 
     // Peak: a marker on the stack and its value at the right end of the strip.
     const RankSummary& sum = view.summary(r);
-    if (sum.peak_bytes > 0) {
+    if (model_states_only) {
+      const std::string text = "model states only (parameters, gradients, optimizer state)";
+      dl->AddText({x_right - ImGui::CalcTextSize(text.c_str()).x - 4, y0 + 1}, pal.ruler_text,
+                  text.c_str());
+    } else if (sum.peak_bytes > 0) {
       const float xp = px(sum.peak_time), yp = py(static_cast<double>(sum.peak_bytes));
       if (xp >= x_left && xp <= x_right) {
         const float m = 4 * ctx.scale;

@@ -30,9 +30,10 @@ ImU32 category_colour(const Palette& p, const std::string& cat);
 // Everything a panel needs to know about the frame.
 struct PanelContext {
   const Palette& pal;
-  TimeAxis& axis;     // shared by every view (compare mode); panels may zoom/pan it
-  float label_width;  // left column with "GPU r"
-  float scale;        // 1, or larger in presentation mode
+  TimeAxis& axis;          // shared by every view (compare mode); panels may zoom/pan it
+  float label_width;       // left column with "GPU r"
+  float scale;             // 1, or larger in presentation mode
+  float column_width = 0;  // compared runs side by side: each one's width (0: the window's)
 };
 
 struct Selection {
@@ -56,8 +57,12 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
 // Stacked memory by category per rank, aligned to the same time axis; `strip_height` pixels
 // per rank (before scaling). `max_bytes` sets the vertical scale (the largest total over the
 // views shown, so compared runs share it); 0: this view's own largest total.
+// `model_states_only`: only parameters, gradients and optimizer state, on their own scale (the
+// largest of them over `max_bytes`'s views), so small sharded states (ZeRO) are tall enough to see.
 void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_height,
-                 int64_t max_bytes = 0);
+                 int64_t max_bytes = 0, bool model_states_only = false);
+// The largest parameters + gradients + optimizer state of a view (over its ranks and samples).
+int64_t max_model_states(const TraceView& view);
 
 // Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);

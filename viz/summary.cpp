@@ -11,12 +11,6 @@
 namespace mgpu::viz {
 
 namespace {
-std::string percent(double fraction) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * fraction);
-  return buf;
-}
-
 // Keys of metadata["predictions"] that are fractions, shown beside the measured value.
 struct Measured {
   const char* key;
@@ -40,27 +34,8 @@ constexpr Measured kMeasured[] = {
 }  // namespace
 
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id) {
-  // Measured vs theory, one line.
-  std::string line;
-  for (const Measured& m : kMeasured) {
-    if (auto theory = view.prediction(m.key)) {
-      if (!line.empty()) line += "    ";
-      line += std::string(m.label) + " " + percent(m.measure(view)) + " (theory " +
-              percent(*theory) + ")";
-    }
-  }
-  const auto& md = view.trace().metadata;
-  if (md.is_object() && md.contains("predictions") && md["predictions"].is_object()) {
-    for (const auto& [key, value] : md["predictions"].items()) {
-      const bool shown = std::any_of(std::begin(kMeasured), std::end(kMeasured),
-                                     [&](const Measured& m) { return key == m.key; });
-      if (shown || !value.is_number()) continue;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%s%s %.4g (theory)", line.empty() ? "" : "    ", key.c_str(),
-                    value.get<double>());
-      line += buf;
-    }
-  }
+  // Measured vs theory, one line, with units (viz/header.cpp).
+  std::string line = describe_predictions(view);
   if (view.summary_step())
     line = "step " + std::to_string(*view.summary_step() + 1) + " of the run" +
            (line.empty() ? "" : ":    ") + line;
@@ -82,7 +57,7 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     ImGui::Text("GPU %d", r);
     for (const std::string& cell :
          {format_duration(s.busy), format_duration(s.comm), format_duration(s.idle),
-          percent(s.bubble), s.comm > 0 ? percent(s.overlap) : std::string("-"),
+          format_percent(s.bubble), s.comm > 0 ? format_percent(s.overlap) : std::string("-"),
           s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : std::string("-"),
           s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : std::string("-")}) {
       ImGui::TableNextColumn();
@@ -90,6 +65,9 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     }
   }
   ImGui::EndTable();
+  // Runs side by side on a projector: the table and the line above carry the bubble and the peak;
+  // the bars would push the page past 1080 rows.
+  if (ctx.column_width > 0 && ctx.scale > 1) return;
   draw_time_bars(ctx, view);
 }
 
@@ -102,7 +80,8 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
   // As wide as fits beside the longest caption (compare mode puts two summaries side by side).
   const float caption_w = ImGui::CalcTextSize("busy 100.0%   comm 100.0%   idle 100.0%").x;
   const float bar_w = std::round(std::clamp(
-                  ImGui::GetContentRegionAvail().x - label_w - caption_w - 24 * ctx.scale,
+                  (ctx.column_width > 0 ? ctx.column_width : ImGui::GetContentRegionAvail().x) -
+                      label_w - caption_w - 24 * ctx.scale,
                   120 * ctx.scale, 420 * ctx.scale)),
               bar_h = std::round(line * 0.9f), comm_h = std::round(line * 0.45f),
               gap = std::round(6 * ctx.scale);
@@ -143,12 +122,13 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
     const double measured = m.measure(view);
     for (int k = 0; k < 2; ++k) {
       const ImVec2 at = ImGui::GetCursorScreenPos();
-      const std::string name = std::string(m.label) + (k == 0 ? " measured" : " theory");
+      const std::string name =
+          std::string(m.label) + (k == 0 ? " measured (mean over ranks)" : " theory");
       const double value = k == 0 ? measured : *theory;
       const float x0 = at.x + label_w;
       dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h}, pal.lane_background);
       bar(x0, at.y, bar_w, bar_h, value, k == 0 ? pal.idle_hatch : pal.ruler_line);
-      const std::string text = name + " " + percent(value);
+      const std::string text = name + " " + format_percent(value);
       dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h - line) / 2}, pal.ruler_text,
                   text.c_str());
       ImGui::Dummy(

@@ -233,9 +233,10 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
           hatched_rect(dl, a, b, pal, hatch);
           const std::string d = format_duration(g.dur());
           const ImVec2 size = ImGui::CalcTextSize(d.c_str());
-          if (size.x + 6 < b.x - a.x) {
-            const ImVec2 at{std::floor((a.x + b.x - size.x) / 2),
-                            std::floor((y0 + y1 - size.y) / 2)};
+          // The label is centred in the gap's visible part, or dropped: never cut at an edge.
+          const float la = std::max(a.x, x_left), lb = std::min(b.x, x_right);
+          if (size.x + 6 < lb - la) {
+            const ImVec2 at{std::floor((la + lb - size.x) / 2), std::floor((y0 + y1 - size.y) / 2)};
             dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.idle);
             dl->AddText(at, pal.idle_text, d.c_str());
           }
@@ -249,10 +250,12 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
         dl->AddRectFilled(a, b, fill(category_colour(pal, e.cat)));
         if (blk.dense()) continue;
         if (b.x - a.x >= 4) dl->AddRect(a, b, pal.cell_border);
+        // Labels go in the cell's visible part (or are dropped), never cut at the window's edge.
+        const ImVec2 la{std::max(a.x, x_left), a.y}, lb{std::min(b.x, x_right), b.y};
         if (e.microbatch >= 0) {
-          centred_text(dl, a, b, pal.cell_text, std::to_string(e.microbatch).c_str());
+          centred_text(dl, la, lb, pal.cell_text, std::to_string(e.microbatch).c_str());
         } else if (lane == Lane::comm || e.cat == trace::cat::optimizer) {
-          centred_text(dl, a, b, pal.cell_text, (e.op.empty() ? e.name : e.op).c_str());
+          centred_text(dl, la, lb, pal.cell_text, (e.op.empty() ? e.name : e.op).c_str());
         }
       }
       dl->PopClipRect();

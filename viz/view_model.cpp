@@ -136,6 +136,8 @@ TraceView::TraceView(trace::Trace trace) : trace_(std::move(trace)) {
   if (profile.is_object() && profile.contains("memory_capacity_GiB") &&
       profile["memory_capacity_GiB"].is_number()) {
     capacity_ = profile["memory_capacity_GiB"].get<double>() * 1024.0 * 1024.0 * 1024.0;
+    // The "theory" profile has no device memory (0): no capacity rather than "peak 6 MiB / 0 B".
+    if (*capacity_ <= 0) capacity_.reset();
   }
 
   index_lanes();

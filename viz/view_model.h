@@ -55,6 +55,10 @@ std::string format_time(double seconds, double step);
 std::string format_duration(double seconds);
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string format_bytes(double bytes);
+// "27.3%" for 0.273.
+std::string format_percent(double fraction);
+// Thousands separators: 1234567 -> "1,234,567" (rounded to a whole number).
+std::string format_count(double value);
 
 // Ruler ticks for an axis: a 1/2/5 x 10^k step so that ticks are at least `min_spacing_px` apart,
 // placed at axis.origin + k * step, so one tick sits on the origin.
@@ -238,5 +242,16 @@ struct LaneLayout {
   // Which rank/lane is at pixel y, if any.
   std::optional<std::pair<int, trace::Lane>> hit(double y, int num_ranks) const;
 };
+
+// ---- the words of the header (viz/header.cpp)
+// ------------------------------------------------------------
+
+// The run named from its metadata: "lesson pipeline   schedule 1f1b   4 GPUs (mesh pp 4)
+// 8 micro-batches   modeled clock   8xH100-NVLink".
+std::string describe_run(const TraceView& view);
+// metadata["predictions"] with units and what each is: "bubble 29.8% measured, mean over ranks
+// (theory 27.3%)", "bytes per rank 646 KiB (theory)", "speedup 2.73x (measured)". Empty when the
+// trace has none.
+std::string describe_predictions(const TraceView& view);
 
 }  // namespace mgpu::viz

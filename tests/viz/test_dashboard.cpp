@@ -157,6 +157,7 @@ TEST_CASE("presentation mode and compare mode render", "[viz]") {
   DashboardOptions compare = one_f_one_b_options();
   compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
   compare.labels = {"GPipe", "1F1B"};
+  compare.layout = CompareLayout::rows;
   Dashboard d(compare);
   const auto png2 = out_dir() / "compare.png";
   REQUIRE(render_screenshot(d, png2.string(), 1600, 1000) == 0);
@@ -174,6 +175,7 @@ TEST_CASE("compare mode lines both traces up at their step start on one ruler", 
   for (trace::CounterSample& c : later.counters) c.time += delay;
   compare.traces.push_back(later);
   compare.labels = {"early", "late"};
+  compare.layout = CompareLayout::rows;
   Dashboard d(compare);
   const auto png = out_dir() / "compare-aligned.png";
   REQUIRE(render_screenshot(d, png.string(), 1600, 1000) == 0);
@@ -308,4 +310,110 @@ TEST_CASE("without a display: one clear line and exit code 2", "[viz]") {
   CHECK_FALSE(std::filesystem::exists(png));
   if (!saved.empty()) setenv("DISPLAY", saved.c_str(), 1);
   if (!saved_wayland.empty()) setenv("WAYLAND_DISPLAY", saved_wayland.c_str(), 1);
+}
+
+namespace {
+// The lowest row with a pixel of another colour than the bottom-right corner's (the background).
+int last_drawn_row(const Image& img) {
+  const ImU32 background = img.at(img.w - 1, img.h - 1);
+  for (int y = img.h - 1; y >= 0; --y)
+    for (int x = 0; x < img.w; ++x)
+      if (img.at(x, y) != background) return y;
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("compare lays runs side by side on one time scale; the screenshot fits its content",
+          "[viz]") {
+  testing::PipelineSpec gpipe;
+  gpipe.schedule = testing::Schedule::gpipe;
+  DashboardOptions compare = one_f_one_b_options();
+  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
+  compare.labels = {"GPipe", "1F1B"};  // columns: the default
+  Dashboard d(compare);
+  const auto png = out_dir() / "compare-columns.png";
+  REQUIRE(render_screenshot(d, png.string(), 1600, 0) == 0);  // height 0: fit the content
+  const Image img(png);
+  REQUIRE(img.w == 1600);
+  // Side by side: both runs' lanes start at the same height, the second in the right half, and a
+  // second has the same width in pixels in both columns.
+  CHECK(d.layout(1).top == d.layout(0).top);
+  CHECK(d.axis(1).x0 > 800);
+  CHECK(d.axis(0).x0 + d.axis(0).width < d.axis(1).x0);
+  CHECK(d.axis(1).seconds_per_pixel() == Approx(d.axis(0).seconds_per_pixel()));
+  // Each run's first forward is drawn in its own column, from its own step start.
+  const Palette& pal = palette(false);
+  for (int v = 0; v < 2; ++v) {
+    for (const trace::Event& e : d.views()[v].trace().events) {
+      if (e.cat != trace::cat::forward || e.rank != 0) continue;
+      const double x = d.axis(v).to_px(e.start + 0.2 * e.dur);
+      CHECK(img.at(x, d.layout(v).lane_top(0, Lane::compute) + 4) == pal.forward);
+      break;
+    }
+  }
+  // Fitted height: the summary's last row is inside the image, with no empty band under it.
+  CHECK(img.h == std::ceil(d.content_height()));
+  const int last = last_drawn_row(img);
+  CHECK(last > img.h - 40);
+  // Every rank's memory strip and the whole summary of both runs are inside: their content
+  // ends above the image's bottom (the measured content height is what was drawn).
+  CHECK(d.layout(1).top + d.layout(1).total_height(4) < img.h);
+}
+
+TEST_CASE(
+    "an 8-rank run at the default width: the screenshot grows to show every strip and the "
+    "summary",
+    "[viz]") {
+  testing::PipelineSpec eight;
+  eight.stages = 8;
+  DashboardOptions options;
+  options.traces.push_back(testing::synthetic_pipeline(eight));
+  Dashboard d(options);
+  const auto png = out_dir() / "eight-ranks.png";
+  REQUIRE(render_screenshot(d, png.string(), 1600, 0) == 0);
+  const Image img(png);
+  CHECK(img.h > 900);  // the old fixed 1600x900 cut the last strips and the summary off
+  CHECK(img.h == std::ceil(d.content_height()));
+  CHECK(last_drawn_row(img) > img.h - 40);
+}
+
+TEST_CASE("a fitted step starts at the left edge: nothing of the step before it is drawn",
+          "[viz]") {
+  Dashboard d(one_f_one_b_options());
+  const auto png = out_dir() / "step-edge.png";
+  REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);
+  // The ruler's 0 (the shown step's first event) is the first pixel of the lanes.
+  CHECK(d.axis().t0 == Approx(d.axis().origin));
+  CHECK(d.axis().to_px(d.axis().origin) == Approx(d.axis().x0));
+}
+
+TEST_CASE("model states only: the memory strips scale to parameters, gradients, optimizer state",
+          "[viz]") {
+  // The synthetic run holds 200 MiB parameters, 0/200 MiB gradients, 400 MiB optimizer state and
+  // 40 MiB per stashed micro-batch. GPU 0 stashes 4: with every category the states fill
+  // 800 / 960 of the scale; alone they fill the whole strip, so a point at 90% of the strip's
+  // height is optimizer state only in that view.
+  const Palette& pal = palette(false);
+  ImU32 seen[2];
+  for (int states = 0; states < 2; ++states) {
+    DashboardOptions options = one_f_one_b_options();
+    options.model_states_only = states == 1;
+    Dashboard d(options);
+    const auto png = out_dir() / (states ? "memory-states.png" : "memory-all.png");
+    REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);
+    const Image img(png);
+    // GPU 0's strip: the first strip under the lanes; find its optimizer-state band at the
+    // time of the step's peak from the bottom up.
+    const RankSummary& s = d.views()[0].summary(0);
+    const double x = d.axis().to_px(s.peak_time) + 2;
+    int top = -1;  // highest optimizer-state pixel in the column of the peak
+    for (int y = img.h - 1; y > d.layout(0).top + d.layout(0).total_height(4); --y)
+      if (img.at(x, y) == pal.memory[2]) top = y;
+    REQUIRE(top > 0);
+    int bottom = top;
+    while (img.at(x, bottom + 1) == pal.memory[2]) ++bottom;
+    seen[states] = static_cast<ImU32>(bottom - top);
+  }
+  // 400 MiB of optimizer state: 400/(960*1.08) of a strip vs 400/(800*1.08); taller alone.
+  CHECK(seen[1] > seen[0] * 1.1);
 }

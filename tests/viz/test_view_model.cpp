@@ -329,3 +329,36 @@ TEST_CASE("a rank's memory runs to the end of the window, past its last counter 
   CHECK(spans.back().end == Approx(axis.t1));
   CHECK(axis.to_px(spans.back().end) == Approx(axis.x0 + axis.width));
 }
+
+TEST_CASE("header words: units, thousands separators, measured vs theory, the run named", "[viz]") {
+  CHECK(format_count(0) == "0");
+  CHECK(format_count(999) == "999");
+  CHECK(format_count(1234567) == "1,234,567");
+  CHECK(format_count(-12345) == "-12,345");
+
+  trace::Trace t = testing::synthetic_pipeline(testing::PipelineSpec{});
+  t.metadata["lesson"] = "pipeline";
+  t.metadata["clock"] = "modeled";
+  t.metadata["profile"] = {{"name", "theory"}, {"memory_capacity_GiB", 0.0}};
+  t.metadata["config"] = {{"schedule", "1f1b"}, {"microbatches", 8}, {"pp", 4}};
+  t.metadata["predictions"] = {{"bubble_fraction", 0.273},
+                               {"bytes_per_rank", 662000.0},
+                               {"speedup", 2.733},
+                               {"all_reduces_per_step", 12000}};
+  const TraceView v(t);
+  const std::string run = describe_run(v);
+  CHECK(run.find("lesson pipeline") != std::string::npos);
+  CHECK(run.find("schedule 1f1b") != std::string::npos);
+  CHECK(run.find("4 GPUs (mesh pp 4)") != std::string::npos);
+  CHECK(run.find("8 micro-batches") != std::string::npos);
+  CHECK(run.find("modeled clock") != std::string::npos);
+
+  const std::string p = describe_predictions(v);
+  CHECK(p.find("measured, mean over ranks (theory 27.3%)") != std::string::npos);
+  CHECK(p.find("bytes per rank 646 KiB (theory)") != std::string::npos);  // not 6.62e+05
+  CHECK(p.find("speedup 2.73x (measured)") != std::string::npos);         // it is measured
+  CHECK(p.find("all reduces per step 12,000 (theory)") != std::string::npos);
+  CHECK(p.find("e+") == std::string::npos);
+  // The "theory" profile has no device memory: no capacity, so no "peak 6 MiB / 0 B".
+  CHECK_FALSE(v.memory_capacity().has_value());
+}
