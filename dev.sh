@@ -79,7 +79,8 @@ case "${1:-}" in
   docs-update)
     build mgpu grade
     pages=(README.md docs/*.md docs/*/*.md)
-    python3 tests/docs/run_docs.py --build build --all --update "${pages[@]}"
+    # The pages' dashboard commands write screenshots: they need a (virtual) display.
+    xvfb-run -a python3 tests/docs/run_docs.py --build build --all --update "${pages[@]}"
     ;;
   *)
     echo "usage: ./dev.sh demo|test|build|docs-update" >&2

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/comm/symmetric.h"
+#include "core/model/init.h"
 #include "core/ops/ops.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/simulate.h"
@@ -161,7 +162,11 @@ LayerTimes time_one_layer(GPTConfig cfg, int tp, int microbatch, bool sequence_p
   MegatronSpHooks sp_hooks(*group);
   BlockShard shard = parallel::tp_slice(cfg, tp, 0).block();
   shard.seq_parts = sequence_parallel ? tp : 1;
-  Block block(cfg, 0, shard);
+  Block block(cfg, 0, shard);  // declared; materialised as tp rank 0's slice (phantom: shapes)
+  parallel::split_block(block, cfg, parallel::tp_slice(cfg, tp, 0));
+  ParamList params;
+  block.collect(params);
+  materialise(params, cfg.seed, cfg.dtype);
   block.hooks = sequence_parallel ? static_cast<BlockHooks*>(&sp_hooks) : &tp_hooks;
   const int64_t tokens = cfg.seq_len / shard.seq_parts;
   Tensor x = Tensor::empty({microbatch, tokens, cfg.dim}, MemCategory::activations, cfg.dtype);

@@ -86,10 +86,10 @@ std::vector<HardwareProfile> presets() {
       {"laptop-cpu", "a laptop CPU running the virtual GPUs", 0.2e12, 50e9, 1e-6, 16 * GiB, 64, shm,
        ether},
       {"DGX-H100",
-       "DGX H100 nodes: 8x H100 SXM 80GB on NVSwitch, 400G InfiniBand per GPU; GPUs / 8 nodes",
+       "DGX H100 nodes: 8x H100 SXM 80GB on NVSwitch, 400G InfiniBand per GPU; one node per 8 GPUs",
        494.7e12, 3.35e12, 3e-6, 80 * GiB, 8, nvlink4, ib400},
       {"DGX-A100",
-       "DGX A100 nodes: 8x A100 SXM 80GB on NVSwitch, 200G InfiniBand per GPU; GPUs / 8 nodes",
+       "DGX A100 nodes: 8x A100 SXM 80GB on NVSwitch, 200G InfiniBand per GPU; one node per 8 GPUs",
        156e12, 2.039e12, 4e-6, 80 * GiB, 8, nvlink3, ib200},
   };
   // Dense bf16/fp16 tensor-core peaks (fp32 accumulate): H100 SXM 989, A100 312, RTX 4090 165.

@@ -4,7 +4,8 @@
 # One model whose states outweigh its activations (4 layers, dim 256, 8 sequences of 16 tokens) on
 # 4 CPU virtual GPUs, trained at each ZeRO stage; then `mgpu viz --screenshot` of the last step:
 #   zero-fsdp-lesson.png   stage 3 (FSDP) alone
-#   zero-stages.png        stages 0, 1, 2, 3 stacked (--compare): each rank's memory by category
+#   zero-stages.png        stages 0, 1, 2, 3 stacked (--compare --layout rows): each rank's model
+#                          states by category (--memory model-states), so the shards are visible
 #                          on one vertical scale, so the optimizer, gradient and parameter bands
 #                          shrink to 1/4 stage by stage
 set -euo pipefail
@@ -14,7 +15,7 @@ for stage in 0 1 2 3; do
     --steps 4 --profile 8xH100-NVLink --trace "stage$stage.json" >/dev/null
 done
 xvfb-run -a "$mgpu" viz stage3.json --title "mgpu-lab - ZeRO-3 (FSDP), 4 GPUs, prefetch on" \
-  --screenshot "$figures/zero-fsdp-lesson.png" --width 1400 --height 900
+  --screenshot "$figures/zero-fsdp-lesson.png" --width 1400
 xvfb-run -a "$mgpu" viz --compare stage0.json stage1.json stage2.json stage3.json \
   --title "mgpu-lab - ZeRO stages 0, 1, 2, 3 on 4 GPUs: memory by category per rank" \
-  --screenshot "$figures/zero-stages.png" --width 1400 --height 2232
+  --layout rows --memory model-states --screenshot "$figures/zero-stages.png" --width 1400
