@@ -353,8 +353,14 @@ std::string first_failure(const ChildResult& run, double timeout) {
 CaseResult run_case(const fs::path& exe, const std::string& name, const std::string& impl,
                     double timeout) {
   CaseResult c{name, points_in(name)};
+  // Catch reads ',' in a test spec as "or" and '[' as a tag: escape them to name exactly one case.
+  std::string spec;
+  for (char ch : name) {
+    if (ch == ',' || ch == '[' || ch == '\\') spec += '\\';
+    spec += ch;
+  }
   ChildResult run =
-      run_child({exe.string(), name, "-r", "compact"}, {{"MGPU_IMPL", impl}}, timeout);
+      run_child({exe.string(), spec, "-r", "compact"}, {{"MGPU_IMPL", impl}}, timeout);
   c.passed = !run.timed_out && run.exit_code == 0 &&
              run.output.find("No test cases matched") == std::string::npos;
   if (!c.passed) c.failure = first_failure(run, timeout);

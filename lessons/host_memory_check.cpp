@@ -66,16 +66,16 @@ std::string HostFootprint::breakdown() const {
 HostFootprint training_footprint(const GPTConfig& cfg, const std::string& optimizer, int64_t batch,
                                  int local_ranks, int state_copies) {
   // Training state from exercise 05's estimator (always the reference, whatever --impl says: a
-  // stub must not let a run past the check). This trainer initialises weights and keeps
-  // gradients in fp32 under bf16 too, so those come from the fp32 row; bf16's optimizer state
-  // carries the fp32 master weights (12 B). SGD's momentum is half of AdamW's m + v.
+  // stub must not let a run past the check): bf16/fp16 weights are born in 2 bytes, gradients
+  // stay fp32 and the optimizer state carries the fp32 master weights (2 + 4 + 12 B, the mixed
+  // row). SGD's momentum is half of AdamW's m + v.
   const int64_t params = reference::gpt_param_count(cfg);
   const memory::MemoryEstimate fp32 = reference::estimate_memory({params, memory::Precision::fp32});
   const memory::MemoryEstimate mixed =
       reference::estimate_memory({params, memory::Precision::mixed_bf16});
   HostFootprint f;
-  f.parameters = fp32.parameters;
-  f.gradients = fp32.gradients;
+  f.parameters = cfg.dtype == DType::f32 ? fp32.parameters : mixed.parameters;
+  f.gradients = mixed.gradients;  // fp32 in either precision
   f.optimizer_state = optimizer == "sgd"        ? fp32.optimizer_state / 2
                       : cfg.dtype == DType::f32 ? fp32.optimizer_state
                                                 : mixed.optimizer_state;

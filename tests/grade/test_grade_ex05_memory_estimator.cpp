@@ -109,7 +109,7 @@ TEST_CASE("ex05 gpt_param_count matches the model in core (2 pts)", "[grade][ex0
   }
 }
 
-TEST_CASE("ex05 estimate equals the allocator's measured bytes in fp32, bf16 and fp16 (2 pts)",
+TEST_CASE("ex05 estimate equals the allocator's measured bytes in fp32 bf16 and fp16 (2 pts)",
           "[grade][ex05]") {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     INFO("precision " << precision);

@@ -46,8 +46,10 @@ TEST_CASE("mgpu grade keeps the failing check's context and its whole message", 
   // The first check on 2 ranks with an empty tensor: its INFO context, then the exception's
   // message to its last character (a long line is not cut).
   CHECK(r.output.find("context: 'ranks=2 length=0 op=sum'") != std::string::npos);
-  CHECK(r.output.find("exception: 'rank 0: not implemented yet: see "
-                      "docs/exercises/01-ring-all-reduce.md'") != std::string::npos);
+  // (Either rank may throw first: the ranks are threads.)
+  CHECK(r.output.find("exception: 'rank ") != std::string::npos);
+  CHECK(r.output.find(": not implemented yet: see docs/exercises/01-ring-all-reduce.md'") !=
+        std::string::npos);
   CHECK(r.output.find("...") == std::string::npos);
 }
 

@@ -27,7 +27,8 @@ std::filesystem::path out_dir() {
 }
 }  // namespace
 
-TEST_CASE("--set sets the sliders; a bad name or value is one line and exit 2", "[viz]") {
+TEST_CASE("classroom --set sets the sliders and a bad name or value is one line and exit 2",
+          "[viz]") {
   nlohmann::json params = lessons::classroom_parameters();
   REQUIRE_FALSE(lessons::apply_settings(params, "schedule=gpipe,stages=2,microbatches=16"));
   for (const auto& spec : params) {
@@ -55,7 +56,7 @@ TEST_CASE("--set sets the sliders; a bad name or value is one line and exit 2", 
   }
 }
 
-TEST_CASE("--series writes one PNG per value", "[viz]") {
+TEST_CASE("classroom --series writes one PNG per value", "[viz]") {
   const auto png = out_dir() / "m.png";
   for (int m = 1; m <= 3; ++m)
     std::filesystem::remove(out_dir() / ("m-microbatches-" + std::to_string(m) + ".png"));
@@ -69,7 +70,7 @@ TEST_CASE("--series writes one PNG per value", "[viz]") {
   CHECK(lessons::series_png_path("out/m.png", s, 8) == "out/m-microbatches-08.png");
 }
 
-TEST_CASE("--versus: two schedules side by side, same sliders, fit a 1920x1080 projector",
+TEST_CASE("classroom --versus puts two schedules side by side under the same sliders in 1920x1080",
           "[viz]") {
   viz::DashboardOptions opt;
   opt.presentation = true;
