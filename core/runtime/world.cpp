@@ -235,14 +235,15 @@ void World::run(const std::function<void(RankContext&)>& fn) {
     return;
   }
 
-  // The first real failure wins; "aborted because rank K failed" errors are its echoes.
+  // A real failure wins over "aborted because rank K failed" errors (its echoes). Among real
+  // failures the lowest rank's is reported, so the message does not depend on thread timing.
   std::mutex failure_mutex;
   std::optional<RankError> failure;
   std::optional<RankError> echo;
   auto record = [&](int rank, const std::string& what, bool is_echo) {
     std::lock_guard lock(failure_mutex);
     auto& slot = is_echo ? echo : failure;
-    if (!slot) slot.emplace(rank, what, std::current_exception());
+    if (!slot || rank < slot->rank()) slot.emplace(rank, what, std::current_exception());
   };
 
   if (w.local) w.local->begin_run();
