@@ -1,7 +1,10 @@
 #include "lessons/viz_command.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <ostream>
+#include <regex>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -17,6 +20,30 @@
 namespace mgpu::lessons {
 
 #ifdef MGPU_HAVE_VIZ
+
+namespace {
+
+// "0.2ms..0.6ms" (units s, ms, us on both ends) -> seconds; nothing when it does not read so.
+std::optional<viz::TimeWindow> parse_time_window(const std::string& text) {
+  static const std::regex form(R"(^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us)\s*\.\.)"
+                               R"(\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us)\s*$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, form)) return std::nullopt;
+  auto seconds = [](const std::string& value, const std::string& unit) {
+    const double scale = unit == "s" ? 1.0 : unit == "ms" ? 1e-3 : 1e-6;
+    return std::stod(value) * scale;
+  };
+  viz::TimeWindow w;
+  try {
+    w = {seconds(m[1], m[2]), seconds(m[3], m[4])};
+  } catch (const std::out_of_range&) {  // 1e999ms
+    return std::nullopt;
+  }
+  if (!std::isfinite(w.from) || !std::isfinite(w.to) || !(w.from < w.to)) return std::nullopt;
+  return w;
+}
+
+}  // namespace
 
 int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app(
@@ -48,6 +75,10 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                  "memory strips: all categories, or model-states (parameters, gradients, "
                  "optimizer state on their own scale: ZeRO's shards)")
       ->check(CLI::IsMember({"all", "model-states"}));
+  std::string zoom;
+  app.add_option("--zoom", zoom,
+                 "start zoomed in on this part of the shown step, e.g. 0.2ms..0.6ms (the ruler's "
+                 "times: 0 is the step's start; units s, ms, us); \"Fit\" shows it all again");
   ClassroomOptions classroom;
   app.add_option("--set", classroom.settings,
                  "classroom mode: set the sliders, e.g. schedule=gpipe,stages=4,microbatches=8");
@@ -68,6 +99,21 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return 2;
   }
   opt.model_states_only = memory == "model-states";
+  if (!zoom.empty()) {
+    opt.zoom = parse_time_window(zoom);
+    if (!opt.zoom) {
+      fmt::print(err,
+                 "mgpu viz: error: --zoom {}: give FROM..TO with units, FROM below TO, e.g. "
+                 "--zoom 0.2ms..0.6ms (units s, ms, us)\n",
+                 zoom.substr(0, 200));
+      return 2;
+    }
+    if (paths.empty()) {
+      fmt::print(err, "mgpu viz: error: --zoom needs a trace, e.g. mgpu viz cp.json --zoom "
+                      "0.2ms..0.6ms (classroom mode does not take it)\n");
+      return 2;
+    }
+  }
   opt.layout = layout == "rows" ? viz::CompareLayout::rows : viz::CompareLayout::columns;
   if (opt.compare && paths.size() < 2) {
     fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");

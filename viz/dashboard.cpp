@@ -16,6 +16,8 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
+
 // Framebuffer objects (GL 3.0) for the offscreen screenshot: GLFW includes GL/gl.h, which
 // includes GL/glext.h with prototypes when this is defined.
 #define GL_GLEXT_PROTOTYPES
@@ -217,6 +219,20 @@ double shown_start(const TraceView& v) {
   if (const auto step = v.summary_step()) return trace::analysis_window(v.trace(), *step).begin;
   return v.run_start();
 }
+
+// Empty when the window shows part of some trace's shown step; else why not, in one line.
+std::string zoom_outside_traces(const TimeWindow& zoom, const std::vector<trace::Trace>& traces) {
+  double longest = 0;  // the ruler runs from the shown step's start to the run's end
+  for (const trace::Trace& t : traces) {
+    const TraceView view(t);
+    longest = std::max(longest, view.run_end() - shown_start(view));
+  }
+  if (zoom.from < longest) return {};
+  return fmt::format("--zoom starts at {} but the shown step ends at {} on the ruler; pick a "
+                     "window inside 0..{}",
+                     format_duration(zoom.from), format_duration(longest),
+                     format_duration(longest));
+}
 }  // namespace
 
 TimeAxis Dashboard::axis(int view) const {
@@ -300,7 +316,8 @@ void Dashboard::frame(float display_w, float display_h) {
       label_width = std::max(label_width, ImGui::CalcTextSize(v.rank_label(r).c_str()).x);
   label_width += 16 * scale;
   PanelContext ctx{pal, axis_, label_width, scale};
-  draw_legend(ctx);
+  draw_legend(ctx, std::any_of(views_.begin(), views_.end(),
+                               [](const TraceView& v) { return v.is_pipeline(); }));
   draw_classroom_controls();
   if (!options_.error.empty()) {
     ImGui::Spacing();
@@ -384,7 +401,13 @@ void Dashboard::fit_axis_if_pending() {
   }
   // The left edge is the shown step's first event (no margin showing the previous step's tail);
   // a little room on the right for the last cell's border.
-  axis_.fit(start + view_origin_[0], end + view_origin_[0]);
+  const bool zoomed = options_.zoom && zoom_pending_;  // exactly the asked window, no margin
+  if (zoomed) {
+    start = options_.zoom->from;
+    end = options_.zoom->to;
+  }
+  zoom_pending_ = false;
+  axis_.fit(start + view_origin_[0], end + view_origin_[0], zoomed ? 0.0 : 0.01);
   axis_.t0 = start + view_origin_[0];
   axis_.origin = view_origin_[0];
   fit_pending_ = false;
@@ -725,6 +748,13 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
       return 2;
     }
     options.highlight = cli.highlight;
+  }
+  if (cli.zoom) {
+    if (const std::string why = zoom_outside_traces(*cli.zoom, options.traces); !why.empty()) {
+      err << "mgpu viz: " << why << "\n";
+      return 2;
+    }
+    options.zoom = cli.zoom;
   }
   if (!cli.screenshot.empty()) {
     return render_screenshot(options, cli.screenshot, cli.width, cli.height);

@@ -40,6 +40,11 @@ struct RerunHook {
 // How compared runs are laid out: side by side (each its own column, one time scale) or stacked.
 enum class CompareLayout { columns, rows };
 
+// A time range on the ruler: seconds from the shown step's start.
+struct TimeWindow {
+  double from = 0, to = 0;
+};
+
 struct DashboardOptions {
   std::vector<trace::Trace> traces;  // one, or 2-4 to compare (shared time scale)
   CompareLayout layout = CompareLayout::columns;
@@ -53,6 +58,9 @@ struct DashboardOptions {
   std::string error;      // shown in place of the timelines (e.g. a bad trace file)
   std::string highlight;  // a communication group ("tp1") whose events stand out, others dimmed
   int width = 1600;       // run_dashboard: the window's width (its height fits the content)
+  // The first frame shows this window of the shown step (seconds from its start, the ruler's 0)
+  // instead of the whole step: ring attention's K/V hops are slivers at a step's scale.
+  std::optional<TimeWindow> zoom;
   int max_frames = 0;  // run_dashboard: close after this many frames (0: when the user closes it)
 };
 
@@ -83,6 +91,7 @@ struct VizCliOptions {
   CompareLayout layout = CompareLayout::columns;  // --layout columns|rows
   std::string title;
   std::string highlight;  // --highlight tp1: that group's communication highlighted
+  std::optional<TimeWindow> zoom;  // --zoom 0.2ms..0.6ms
 };
 // `mgpu viz` after option parsing. Returns the process exit code (2: bad trace, unknown
 // --highlight group, or no display); the one-line errors go to `err`.
@@ -158,6 +167,7 @@ class Dashboard {
   float content_height_ = 0;    // per view: the time its ruler calls 0 (its shown step start)
   bool fit_pending_ = true;
   bool fit_last_step_pending_ = true;
+  bool zoom_pending_ = true;  // options_.zoom applies to the first fit only ("Fit" shows all)
   int selected_view_ = -1, selected_event_ = -1;
   std::vector<int> partners_;
   std::string rerun_error_;

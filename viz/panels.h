@@ -73,7 +73,7 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
 void draw_time_bars(const PanelContext& ctx, const TraceView& view);
 
 // Colour keys: event categories and idle; memory categories and the capacity line.
-void draw_legend(const PanelContext& ctx);
+void draw_legend(const PanelContext& ctx, bool any_pipeline);  // "idle (bubble)" or "idle"
 void draw_memory_legend(const PanelContext& ctx);
 
 }  // namespace mgpu::viz

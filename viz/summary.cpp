@@ -45,8 +45,10 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings |
                                 ImGuiTableFlags_NoHostExtendX;
   if (!ImGui::BeginTable(id.c_str(), 8, flags)) return;
+  // Idle time is a "bubble" only in a pipeline schedule (docs/glossary.md).
+  const char* idle_share = view.is_pipeline() ? "bubble" : "idle %";
   for (const char* h :
-       {"rank", "busy", "comm", "idle", "bubble", "overlap", "sent", "peak memory"}) {
+       {"rank", "busy", "comm", "idle", idle_share, "overlap", "sent", "peak memory"}) {
     ImGui::TableSetupColumn(h);
   }
   ImGui::TableHeadersRow();
@@ -137,7 +139,7 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
   }
 }
 
-void draw_legend(const PanelContext& ctx) {
+void draw_legend(const PanelContext& ctx, bool any_pipeline) {
   const Palette& p = ctx.pal;
   struct Key {
     const char* name;
@@ -149,7 +151,7 @@ void draw_legend(const PanelContext& ctx) {
                       {"optimizer", p.optimizer},
                       {"other compute", p.compute},
                       {"communication", p.comm},
-                      {"idle (bubble)", p.idle_hatch}};
+                      {any_pipeline ? "idle (bubble)" : "idle", p.idle_hatch}};
   const float box = ImGui::GetTextLineHeight();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const Key& k : keys) {

@@ -312,6 +312,15 @@ std::optional<double> TraceView::prediction(const std::string& key) const {
 // ---- TraceView: the mesh and its groups
 // ----------------------------------------------------------
 
+bool TraceView::is_pipeline() const {
+  const auto& md = trace_.metadata;
+  if (!md.is_object() || !md.contains("config") || !md["config"].is_object()) return false;
+  const auto& config = md["config"];
+  if (!config.contains("schedule")) return false;
+  const auto pp = config.find("pp");  // the pipeline lesson's stages are its ranks
+  return pp == config.end() || !pp->is_number_integer() || pp->get<int64_t>() > 1;
+}
+
 void TraceView::read_mesh() {
   const auto& md = trace_.metadata;
   if (!md.is_object() || !md.contains("config") || !md["config"].is_object()) return;

@@ -154,6 +154,8 @@ class TraceView {
   // The device mesh of the run, from the axes in metadata["config"] ("tp", "cp", "dp", "pp"; a
   // missing one is 1): none when no axis is > 1 or they do not multiply to the trace's ranks.
   std::optional<parallel::MeshShape> mesh() const { return mesh_; }
+  // A pipeline run (a schedule over more than one stage): only there is idle time a "bubble".
+  bool is_pipeline() const;
   // The row label: "GPU 5  dp1 pp0 tp1" on a mesh (its axes > 1, coordinates from
   // parallel::mesh_coords), "GPU 5" without one.
   std::string rank_label(int rank) const;

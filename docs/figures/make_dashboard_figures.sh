@@ -25,6 +25,13 @@ done
 xvfb-run -a "$mgpu" viz --compare cp-contiguous.json cp-zigzag.json \
   --title "mgpu-lab - ring attention, 4 GPUs: contiguous vs zigzag chunks" \
   --screenshot "$figures/dashboard-cp-contiguous-vs-zigzag.png" --width 1400
+# The same zigzag ring on the H100 profile, where a K/V hop is about 2 us of a 1.1 ms step:
+# --zoom opens on two hops of the forward.
+"$mgpu" run context_parallel --cp 4 --cp-layout zigzag --seq 512 --dim 32 --heads 4 --batch 4 \
+  --steps 2 --compare off --profile 8xH100-NVLink --trace cp-h100.json >/dev/null
+xvfb-run -a "$mgpu" viz cp-h100.json --zoom 15us..45us \
+  --title "mgpu-lab - ring attention on 4 H100s, zoomed to two K/V hops" \
+  --screenshot "$figures/dashboard-ring-attention-zoom.png" --width 1400
 # Hybrid DP x TP x PP on 8 GPUs (dp 2, tp 2, pp 2, 1F1B, 4 micro-batches per replica): every
 # row is one GPU; tp all-reduces inside each F/B, the pp sends between stages, and the one dp
 # all-reduce before the optimizer.

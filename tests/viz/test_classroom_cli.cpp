@@ -95,3 +95,21 @@ TEST_CASE("classroom --versus puts two schedules side by side under the same sli
   // GPipe stashes every micro-batch's activations, 1F1B at most `stages`: the memory contrast.
   CHECK(d.views()[0].summary(0).peak_bytes > d.views()[1].summary(0).peak_bytes);
 }
+
+TEST_CASE("viz --zoom FROM..TO: a bad window is one line and exit 2", "[viz]") {
+  const std::string fixture =
+      (std::filesystem::path(MGPU_SOURCE_DIR) / "tests" / "data" / "traces" / "small_2rank.json")
+          .string();
+  const std::string png = (out_dir() / "zoom.png").string();
+  for (const char* window : {"0.6ms..0.2ms", "0.2..0.6", "1ms", "-1ms..2ms", "1e999s..2s"}) {
+    std::string error;
+    INFO(window);
+    CHECK(run_viz({fixture, "--zoom", window, "--screenshot", png}, error) == 2);
+    CHECK_THAT(error, Catch::Contains("e.g. --zoom 0.2ms..0.6ms"));
+    CHECK(std::count(error.begin(), error.end(), '\n') == 1);
+  }
+  std::string error;
+  CHECK(run_viz({"--zoom", "0.2ms..0.6ms"}, error) == 2);  // classroom mode has no step to zoom
+  CHECK_THAT(error, Catch::Contains("--zoom needs a trace"));
+  CHECK(run_viz({fixture, "--zoom", "0us..50us", "--screenshot", png}, error) == 0);
+}

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STB_IMAGE_STATIC
@@ -416,4 +417,48 @@ TEST_CASE("model states only: the memory strips scale to parameters, gradients, 
   }
   // 400 MiB of optimizer state: 400/(960*1.08) of a strip vs 400/(800*1.08); taller alone.
   CHECK(seen[1] > seen[0] * 1.1);
+}
+
+TEST_CASE("viz --zoom opens on a window of the shown step: a 0.1 ms hop becomes wide and legible",
+          "[viz]") {
+  // The synthetic step is about 30 ms long: at 1280 px a 0.1 ms send is about 4 px. A 1 ms window
+  // makes it about a tenth of the width, with its label.
+  const Palette& pal = palette(false);
+  DashboardOptions options = one_f_one_b_options();
+  options.zoom = TimeWindow{10e-3, 11e-3};
+  Dashboard d(options);
+  const auto png = out_dir() / "zoom.png";
+  REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);
+  const Image img(png);
+  const TimeAxis& axis = d.axis();
+  CHECK(axis.t0 - axis.origin == Approx(10e-3));
+  CHECK(axis.t1 - axis.origin == Approx(11e-3));
+  int wide_hops = 0;
+  for (const trace::Event& e : d.views()[0].trace().events) {
+    if (e.lane != Lane::comm || e.start < axis.t0 || e.end() > axis.t1) continue;
+    const double width = axis.to_px(e.end()) - axis.to_px(e.start);
+    CHECK(width > axis.width * 0.09);
+    CHECK(img.at(axis.to_px(e.start) + 2, d.layout(0).lane_top(e.rank, Lane::comm) + 2) ==
+          pal.comm);
+    ++wide_hops;
+  }
+  CHECK(wide_hops > 0);
+
+  // "Fit" shows the whole step again: the zoom is where the dashboard opens, not a clamp.
+  d.fit();
+  REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);
+  CHECK(d.axis().t1 - d.axis().t0 > 20e-3);
+}
+
+TEST_CASE("viz --zoom outside the shown step is one line and exit code 2", "[viz]") {
+  const auto fixture =
+      std::filesystem::path(MGPU_SOURCE_DIR) / "tests" / "data" / "traces" / "small_2rank.json";
+  VizCliOptions cli;
+  cli.screenshot = (out_dir() / "zoom-outside.png").string();
+  cli.zoom = TimeWindow{100, 101};
+  std::ostringstream err;
+  CHECK(viz_main({fixture.string()}, cli, err) == 2);
+  const std::string error = err.str();
+  CHECK_THAT(error, Catch::Contains("--zoom starts at 100 s but the shown step ends at"));
+  CHECK(std::count(error.begin(), error.end(), '\n') == 1);
 }

@@ -362,3 +362,17 @@ TEST_CASE("header words: units, thousands separators, measured vs theory, the ru
   // The "theory" profile has no device memory: no capacity, so no "peak 6 MiB / 0 B".
   CHECK_FALSE(v.memory_capacity().has_value());
 }
+
+TEST_CASE("idle time is called a bubble only in a pipeline run", "[viz]") {
+  auto view_of = [](nlohmann::json config) {
+    trace::Trace t;
+    t.num_ranks = 4;
+    t.metadata["config"] = std::move(config);
+    return TraceView(std::move(t));
+  };
+  CHECK(view_of({{"schedule", "1f1b"}}).is_pipeline());             // the pipeline lesson
+  CHECK(view_of({{"schedule", "1f1b"}, {"pp", 2}}).is_pipeline());  // hybrid with stages
+  CHECK_FALSE(view_of({{"schedule", "1f1b"}, {"pp", 1}}).is_pipeline());
+  CHECK_FALSE(view_of({{"cp", 4}}).is_pipeline());  // ring attention idles, without a bubble
+  CHECK_FALSE(TraceView(trace::Trace{}).is_pipeline());
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates the lesson pages' dashboard figures from the runs their captions name:
+#   docs/figures/make_lesson_figures.sh [BUILD_DIR]      (default: build-cpu)
+# README and 06-pipeline: the demo's 1F1B run (./dev.sh demo); 07 and 08: tensor and sequence
+# parallelism on 4 GPUs, 3 steps, as the captions say. Each screenshot is as tall as its content.
+set -euo pipefail
+source "$(dirname "$0")/figure_setup.sh" "$@"
+"$mgpu" run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
+  --trace pipeline-1f1b.json >/dev/null
+xvfb-run -a "$mgpu" viz pipeline-1f1b.json --screenshot "$figures/pipeline-1f1b-lesson.png" \
+  --width 1400
+for lesson in tensor_parallel sequence_parallel; do
+  "$mgpu" run "$lesson" --ranks 4 --dim 256 --heads 8 --layers 4 --batch 16 --seq 64 --steps 3 \
+    --trace "$lesson.json" >/dev/null
+done
+xvfb-run -a "$mgpu" viz tensor_parallel.json --screenshot "$figures/tensor-parallel-lesson.png" \
+  --width 1400
+xvfb-run -a "$mgpu" viz sequence_parallel.json \
+  --screenshot "$figures/sequence-parallel-lesson.png" --width 1400
