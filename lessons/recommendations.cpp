@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/memory/seams.h"
 #include "core/tensor/allocator.h"
 #include "lessons/impl.h"
 #include "lessons/lesson.h"
@@ -152,22 +153,34 @@ class RecommendationsLesson : public Lesson {
     const Simulated& best = r.ranked[0];
     const plan::Layout& l = best.layout;
     const int pp_stride = l.tp * l.cp * l.dp;  // mesh order tp, cp, dp, pp: stage neighbours
-    const double states = 16.0 * static_cast<double>(count_params(request.workload.model));
-    fmt::print(
-        out,
-        "rule: it cannot be replicated (AdamW with bf16 weights holds 16 B per parameter: "
-        "{:.2f} TB of model states, computed, {:.0f}x one GPU), so #1 cuts it {} ways: tp "
-        "{} x pp {}{}. Its tensor-parallel group {} a node (4 all-reduces of a micro-batch's "
-        "activations per layer ride {} at {:.0f} GB/s); ",
-        states / 1e12, std::ceil(states / static_cast<double>(profile.memory_capacity)),
-        l.tp * l.pp * l.cp, l.tp, l.pp,
-        l.cp > 1
-            ? fmt::format(" x cp {} (each GPU keeps 1/{} of every sequence's tokens)", l.cp, l.cp)
-            : "",
-        best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside",
-        best.prediction.tp_crosses_nodes ? profile.inter_node.name : profile.intra_node.name,
-        (best.prediction.tp_crosses_nodes ? profile.inter_node : profile.intra_node).bandwidth /
-            1e9);
+    // Model states of one unsharded replica, from the memory estimator the lessons use.
+    const int64_t params = count_params(request.workload.model);
+    const bool fp32 = l.precision == "fp32";
+    const memory::MemoryEstimate replica = memory::memory_seams().estimate_memory(
+        {.params = params,
+         .precision = fp32 ? memory::Precision::fp32 : memory::Precision::mixed_bf16});
+    const double states = static_cast<double>(replica.total());
+    const bool tp_crosses = best.prediction.tp_crosses_nodes;
+    const std::string tp_group =
+        l.tp == 1 ? std::string("It needs no tensor-parallel group (tp 1: no all-reduces inside a "
+                                "layer); ")
+                  : fmt::format("Its tensor-parallel group {} a node (4 all-reduces of a "
+                                "micro-batch's activations per layer ride {} at {:.0f} GB/s); ",
+                                tp_crosses ? "CROSSES" : "stays inside",
+                                tp_crosses ? profile.inter_node.name : profile.intra_node.name,
+                                (tp_crosses ? profile.inter_node : profile.intra_node).bandwidth /
+                                    1e9);
+    fmt::print(out,
+               "rule: it cannot be replicated (AdamW with {} weights holds {:.0f} B per "
+               "parameter: {:.2f} TB of model states, computed, {:.0f}x one GPU), so #1 cuts it "
+               "{} ways: tp {} x pp {}{}. {}",
+               fp32 ? "fp32" : "bf16", states / static_cast<double>(params), states / 1e12,
+               std::ceil(states / static_cast<double>(profile.memory_capacity)),
+               l.tp * l.pp * l.cp, l.tp, l.pp,
+               l.cp > 1 ? fmt::format(" x cp {} (each GPU keeps 1/{} of every sequence's tokens)",
+                                      l.cp, l.cp)
+                        : "",
+               tp_group);
     fmt::print(out,
                "its pipeline stages are {} GPUs apart, so {} (one activation per micro-batch "
                "crosses, {:.0f} GB/s is enough); {} per GPU of {}.\n",
