@@ -129,6 +129,12 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
   t.checkpoint = c.checkpoint;
   t.config = config.is_null() ? c.to_json() : std::move(config);
   t.model_params = c.resume.empty() ? -1 : count_params(cfg);
+  // Named as the options are, so a mismatch on --resume names the option to change.
+  t.model = {{"layers", cfg.layers},
+             {"dim", cfg.dim},
+             {"heads", cfg.heads},
+             {"seq", cfg.seq_len},
+             {"vocab", cfg.vocab}};
   // fp16 (5 exponent bits) loses small gradients without dynamic loss scaling: every layout
   // multiplies the loss by the scale and skips steps with inf/NaN gradients.
   if (c.precision == "fp16") t.loss_scaling = train::LossScaling{};
@@ -138,6 +144,11 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
 void print_checkpoint_lines(std::ostream& out, const CommonOptions& c,
                             const train::TrainResult& r) {
   if (r.first_step > 0) fmt::print(out, "resumed from {} at step {}\n", c.resume, r.first_step);
+  if (r.fresh_optimizer)
+    fmt::print(out,
+               "checkpoint {} holds parameters only (no optimizer state): {} starts fresh from "
+               "zero state\n",
+               c.resume, c.optimizer);
   if (r.checkpoint_written)
     fmt::print(out,
                "checkpoint: {} (the full model + {} state, gathered from every rank, step {})\n",

@@ -123,6 +123,7 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
   result.losses = trained.losses;
   result.first_step = trained.first_step;
   result.checkpoint_written = trained.checkpoint_written;
+  result.fresh_optimizer = trained.fresh_optimizer;
   result.skipped_steps = trained.skipped_steps;
   result.loss_scale = trained.loss_scale;
   const StateBytes b = state_bytes(c, result.param_bytes);
@@ -364,8 +365,9 @@ class ZeroLesson : public Lesson {
     fmt::print(out, "== zero: {} ==\n", stage_title(options_.stage));
     ZeroRunResult r = train_zero(c, options_, out);
     if (r.first_step > 0 || r.checkpoint_written) fmt::print(out, "\n");
-    print_checkpoint_lines(out, c,
-                           {r.first_step, {}, r.checkpoint_written, r.skipped_steps, r.loss_scale});
+    print_checkpoint_lines(
+        out, c,
+        {r.first_step, {}, r.checkpoint_written, r.skipped_steps, r.loss_scale, r.fresh_optimizer});
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
     print_loss_summary(out, c, r.losses, " (mean over the global batch)");
     if (options_.stage == 3)

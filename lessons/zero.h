@@ -38,6 +38,7 @@ struct ZeroRunResult {
   trace::Trace trace;
   bool checkpoint_written = false;
   int first_step = 0;
+  bool fresh_optimizer = false;    // resumed from a parameters-only checkpoint
   std::vector<int> skipped_steps;  // fp16: the steps every rank skipped on inf/NaN gradients
   float loss_scale = 0;            // fp16: the scale after the last step (0: no loss scaling)
 };

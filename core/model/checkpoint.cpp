@@ -28,7 +28,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kLegacyPreambleBytes = 8 + 4 + 8;  // magic, version, header length
 constexpr const char* kFormatName = "mgpu-checkpoint";
 
 // A checkpoint is a file the user named, so its problems are bad input (std::invalid_argument:
@@ -46,6 +45,7 @@ struct HeaderFields {
   int64_t step = 0;
   json config;
   json optimizer;
+  json model;  // the model's shape options ({"layers": 2, "heads": 4, ...}) or null
 };
 
 uint32_t crc32_of(uint32_t crc, const void* data, size_t bytes) {
@@ -72,19 +72,25 @@ std::string header_text(const std::vector<CheckpointEntry>& entries, const Heade
   std::string precision = "fp32";
   if (h.config.is_object() && h.config.contains("precision") && h.config["precision"].is_string())
     precision = h.config["precision"].get<std::string>();
-  header["__metadata__"] = {
-      {"format", kFormatName},           {"version", std::to_string(kCheckpointVersion)},
-      {"step", std::to_string(h.step)},  {"config", h.config.dump()},
-      {"optimizer", h.optimizer.dump()}, {"precision", precision},
-      {"kinds", kinds.dump()},           {"crc32", fmt::format("{:08x}", crc)}};
+  header["__metadata__"] = {{"format", kFormatName},
+                            {"version", std::to_string(kCheckpointVersion)},
+                            {"step", std::to_string(h.step)},
+                            {"config", h.config.dump()},
+                            {"optimizer", h.optimizer.dump()},
+                            {"precision", precision},
+                            {"model", h.model.dump()},
+                            {"kinds", kinds.dump()},
+                            {"crc32", fmt::format("{:08x}", crc)}};
   std::string text = header.dump();
   // safetensors pads the header with spaces so the data starts 8-byte aligned (mmap-friendly).
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
   return text;
 }
 
-// Writes the file: header (with a placeholder checksum of the same width), the data while
-// computing its CRC32, then the header again with the real checksum.
+// Writes the file: header (with the checksum's 8 digits as "00000000"), the data while computing
+// the CRC32 of everything written, then the header again with the real checksum. The checksum
+// covers the whole file (length, header, data) as it reads with its own digits zeroed, so an
+// edited header (swapped offsets, a changed step) is caught like a flipped data byte.
 void write_checkpoint_file(const std::string& path, const std::vector<CheckpointEntry>& entries,
                            const std::function<std::vector<float>(size_t)>& values,
                            const HeaderFields& h) {
@@ -95,9 +101,19 @@ void write_checkpoint_file(const std::string& path, const std::vector<Checkpoint
     const uint64_t header_len = placeholder.size();
     std::fwrite(&header_len, sizeof header_len, 1, f);
     std::fwrite(placeholder.data(), 1, placeholder.size(), f);
-    uint32_t crc = static_cast<uint32_t>(::crc32(0, nullptr, 0));
+    uint32_t crc =
+        crc32_of(static_cast<uint32_t>(::crc32(0, nullptr, 0)), &header_len, sizeof header_len);
+    crc = crc32_of(crc, placeholder.data(), placeholder.size());
     for (size_t i = 0; i < entries.size(); ++i) {
       const std::vector<float> v = values(i);  // device -> host when needed
+      // A diverged run must not leave a file that looks like a checkpoint (the reader refuses
+      // non-finite values too; refusing here keeps the previous file in place).
+      for (size_t k = 0; k < v.size(); ++k)
+        if (!std::isfinite(v[k]))
+          throw std::runtime_error(fmt::format(
+              "checkpoint '{}' not written: tensor '{}' holds a non-finite value ({}) at "
+              "element {}",
+              path, entries[i].name, v[k], k));
       crc = crc32_of(crc, v.data(), static_cast<size_t>(entries[i].length));
       std::fwrite(v.data(), 1, static_cast<size_t>(entries[i].length), f);
     }
@@ -225,8 +241,8 @@ struct Layout {
   CheckpointInfo info;
   int64_t data_start = 0;
   int64_t data_bytes = 0;
-  bool has_crc = false;
-  uint32_t crc = 0;
+  uint32_t crc = 0;   // the header's checksum
+  size_t crc_at = 0;  // where its 8 hex digits sit in the file (read as "00000000")
 };
 
 uint64_t read_u64(const std::string& bytes, size_t at) {
@@ -262,12 +278,60 @@ json meta_json(const std::string& path, const json& meta, const std::string& key
   }
 }
 
-void check_optimizer(const std::string& path, const json& optimizer) {
+// A number field of the header's optimizer entry, when present: a finite JSON number.
+void check_number(const std::string& path, const json& object, const std::string& key,
+                  const std::string& owner) {
+  if (object.contains(key) && !object[key].is_number())
+    throw error(path, fmt::format("has a corrupt header: {} field '{}' is not a number", owner,
+                                  key.substr(0, 40)));
+}
+
+// The fp16 loss scaler's state: {"scale" > 0, "good_steps" >= 0, "skipped_steps" in [0, step]}.
+void check_loss_scaler(const std::string& path, const json& scaler, int64_t step) {
+  if (!scaler.is_object() || !scaler.contains("scale") || !scaler["scale"].is_number() ||
+      !(scaler["scale"].get<double>() > 0) || !scaler.contains("good_steps"))
+    throw error(path,
+                "has a corrupt header: the loss scaler's state needs a number 'scale' > 0 "
+                "and an integer 'good_steps'");
+  get_step(path, scaler["good_steps"], "the loss scaler's good_steps");
+  if (scaler.contains("skipped_steps") &&
+      get_step(path, scaler["skipped_steps"], "the loss scaler's skipped_steps") > step)
+    throw error(path, fmt::format("has a corrupt header: the loss scaler skipped {} steps of {}",
+                                  scaler["skipped_steps"].get<int64_t>(), step));
+}
+
+// The optimizer entry, null (parameters only) or its hyper-parameters, each of the type it is:
+// a name, numbers, a step count no larger than the step (skipped fp16 steps make it smaller).
+void check_optimizer(const std::string& path, const json& optimizer, int64_t step) {
   if (optimizer.is_null()) return;
   if (!optimizer.is_object())
     throw error(path, "has a corrupt header: the optimizer entry is not an object");
-  if (optimizer.contains("step_count"))
-    get_step(path, optimizer["step_count"], "the optimizer's step count");
+  if (!optimizer.contains("name") || !optimizer["name"].is_string())
+    throw error(path, "has a corrupt header: the optimizer entry has no name");
+  for (const auto& [key, value] : optimizer.items())
+    if (key != "name" && key != "loss_scaler")
+      check_number(path, optimizer, key, "the optimizer's");
+  if (optimizer.contains("step_count")) {
+    const int64_t count = get_step(path, optimizer["step_count"], "the optimizer's step count");
+    if (count > step)
+      throw error(path, fmt::format("has a corrupt header: the optimizer's step count {} is more "
+                                    "than the {} steps trained",
+                                    count, step));
+  }
+  if (optimizer.contains("loss_scaler")) check_loss_scaler(path, optimizer["loss_scaler"], step);
+}
+
+// Where the checksum's digits sit: the one `"crc32":"<digits>"` in the header text.
+size_t checksum_position(const std::string& path, const std::string& bytes, size_t header_end,
+                         const std::string& digits) {
+  const std::string token = "\"crc32\":\"" + digits + "\"";
+  const size_t at = bytes.find(token, 8);
+  if (at == std::string::npos || at + token.size() > header_end ||
+      bytes.find("\"crc32\"", 8) != at || bytes.find("\"crc32\"", at + 1) < header_end)
+    throw error(path,
+                "has a corrupt header: __metadata__.crc32 is not written once as "
+                "\"crc32\":\"<8 hex digits>\"");
+  return at + token.size() - 1 - digits.size();
 }
 
 Layout parse_safetensors(const std::string& path, const std::string& bytes) {
@@ -279,7 +343,7 @@ Layout parse_safetensors(const std::string& path, const std::string& bytes) {
                                   header_len, after));
   if (header_len < 2 || header_len > static_cast<uint64_t>(kCheckpointMaxHeaderBytes) ||
       bytes[8] != '{')
-    throw error(path, "is not an mgpu checkpoint (neither a safetensors file nor MGPUCKPT)");
+    throw error(path, "is not an mgpu checkpoint (not a safetensors file)");
   Layout layout;
   layout.data_start = 8 + static_cast<int64_t>(header_len);
   layout.data_bytes = static_cast<int64_t>(bytes.size()) - layout.data_start;
@@ -301,21 +365,29 @@ Layout parse_safetensors(const std::string& path, const std::string& bytes) {
                                   "(__metadata__.format is '{}', expected '{}')",
                                   format.substr(0, 40), kFormatName));
   const std::string version = meta_string(path, meta, "version");
+  if (version == "2")
+    throw error(path, fmt::format("has format version 2, whose checksum does not cover its "
+                                  "header; this build reads version {} only: train again with "
+                                  "--checkpoint to write one",
+                                  kCheckpointVersion));
   if (version != std::to_string(kCheckpointVersion))
-    throw error(path, fmt::format("has format version {}; this build reads versions 1 and {}",
+    throw error(path, fmt::format("has format version {}; this build reads version {}",
                                   version.substr(0, 20), kCheckpointVersion));
   const json step = meta_json(path, meta, "step");
   info.step = get_step(path, step, "step");
   info.config = meta_json(path, meta, "config");
   info.optimizer = meta_json(path, meta, "optimizer");
-  check_optimizer(path, info.optimizer);
+  check_optimizer(path, info.optimizer, info.step);
+  info.model = meta_json(path, meta, "model");
+  if (!info.model.is_null() && !info.model.is_object())
+    throw error(path, "has a corrupt header: __metadata__.model is not an object");
   info.precision = meta_string(path, meta, "precision");
   const json kinds = meta_json(path, meta, "kinds");
   const std::string crc = meta_string(path, meta, "crc32");
   if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw error(path, "has a corrupt header: __metadata__.crc32 is not 8 hex digits");
-  layout.has_crc = true;
   layout.crc = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
+  layout.crc_at = checksum_position(path, bytes, 8 + header_len, crc);
   if (!kinds.is_object())
     throw error(path, "has a corrupt header: __metadata__.kinds is not an object");
 
@@ -349,58 +421,16 @@ Layout parse_safetensors(const std::string& path, const std::string& bytes) {
   return layout;
 }
 
-Layout parse_legacy(const std::string& path, const std::string& bytes) {
-  if (bytes.size() < static_cast<size_t>(kLegacyPreambleBytes))
-    throw error(path, fmt::format("is truncated: {} bytes, shorter than the {}-byte preamble",
-                                  bytes.size(), kLegacyPreambleBytes));
-  uint32_t version = 0;
-  std::memcpy(&version, bytes.data() + 8, sizeof version);
-  const uint64_t header_len = read_u64(bytes, 12);
-  if (version != kLegacyCheckpointVersion)
-    throw error(path, fmt::format("has MGPUCKPT format version {}; this build reads version {}",
-                                  version, kLegacyCheckpointVersion));
-  const uint64_t after = bytes.size() - kLegacyPreambleBytes;
-  if (header_len > after)
-    throw error(path,
-                fmt::format("is truncated: the header says {} bytes of JSON but only {} follow",
-                            header_len, after));
-  Layout layout;
-  layout.data_start = kLegacyPreambleBytes + static_cast<int64_t>(header_len);
-  layout.data_bytes = static_cast<int64_t>(bytes.size()) - layout.data_start;
-  CheckpointInfo& info = layout.info;
-  info.version = kLegacyCheckpointVersion;
-  try {
-    const json h = json::parse(bytes.substr(kLegacyPreambleBytes, header_len));
-    if (!h.is_object()) throw error(path, "has a corrupt header: it is not a JSON object");
-    if (h.value("format", std::string()) != kFormatName)
-      throw error(path, fmt::format("has a corrupt header: format is not '{}'", kFormatName));
-    info.step = get_step(path, h.at("step"), "step");
-    info.config = h.value("config", json::object());
-    info.optimizer = h.value("optimizer", json());
-    check_optimizer(path, info.optimizer);
-    for (const json& t : h.at("tensors")) {
-      CheckpointEntry e;
-      e.name = t.at("name").get<std::string>();
-      e.kind = t.at("kind").get<std::string>();
-      e.dtype = t.at("dtype").get<std::string>();
-      e.shape = get_shape(path, t.at("shape"), e.name);
-      e.offset = get_int(path, t.at("offset"), fmt::format("'{}' offset", e.name));
-      e.length = get_int(path, t.at("length"), fmt::format("'{}' length", e.name));
-      info.tensors.push_back(std::move(e));
-    }
-  } catch (const json::exception& ex) {
-    throw error(path, fmt::format("has a corrupt header: {}", ex.what()));
-  }
-  return layout;
-}
-
 Layout parse_layout(const std::string& path, const std::string& bytes) {
   if (bytes.size() < 8)
     throw error(path,
                 fmt::format("is truncated: {} bytes, too short for any checkpoint", bytes.size()));
-  Layout layout = std::memcmp(bytes.data(), kCheckpointMagic, 8) == 0
-                      ? parse_legacy(path, bytes)
-                      : parse_safetensors(path, bytes);
+  if (std::memcmp(bytes.data(), kCheckpointMagic, 8) == 0)
+    throw error(path, fmt::format("is an MGPUCKPT file (format version 1), which carries no "
+                                  "checksum; this build reads version {} only: train again with "
+                                  "--checkpoint to write one",
+                                  kCheckpointVersion));
+  Layout layout = parse_safetensors(path, bytes);
   validate_entries(path, layout.info.tensors, layout.data_bytes);
   return layout;
 }
@@ -418,17 +448,62 @@ std::string read_file(const std::string& path) {
   return bytes;
 }
 
+// The whole file's CRC32 with the checksum's own 8 digits read as "00000000".
+uint32_t file_checksum(const std::string& bytes, size_t crc_at) {
+  uint32_t crc = crc32_of(static_cast<uint32_t>(::crc32(0, nullptr, 0)), bytes.data(), crc_at);
+  crc = crc32_of(crc, "00000000", 8);
+  return crc32_of(crc, bytes.data() + crc_at + 8, bytes.size() - crc_at - 8);
+}
+
+// The optimizer state's names and values, for what they are: "<optimizer>.<buffer>.<param>" of
+// a parameter in the file and of its size, every parameter in each buffer, none without an
+// optimizer, and Adam's second moment (a mean of squares) never negative.
+void check_optimizer_state(const std::string& path, const CheckpointContents& c) {
+  std::map<std::string, int64_t> params;  // name -> elements
+  for (const CheckpointTensor& t : c.tensors)
+    if (t.kind == "param") params[t.name] = static_cast<int64_t>(t.values.size());
+  const std::string optimizer =
+      c.info.optimizer.is_object() ? c.info.optimizer["name"].get<std::string>() : "";
+  std::map<std::string, size_t> per_buffer;
+  for (const CheckpointTensor& t : c.tensors) {
+    if (t.kind != "optimizer_state") continue;
+    if (optimizer.empty())
+      throw error(path, fmt::format("holds optimizer state '{}' but no optimizer entry", t.name));
+    const std::string prefix = optimizer + ".";
+    const size_t dot = t.name.find('.', prefix.size());
+    const std::string param = dot == std::string::npos ? "" : t.name.substr(dot + 1);
+    if (t.name.rfind(prefix, 0) != 0 || !params.count(param))
+      throw error(path, fmt::format("holds optimizer state '{}', not named "
+                                    "'{}.<buffer>.<parameter>' after one of its parameters",
+                                    t.name, optimizer));
+    if (static_cast<int64_t>(t.values.size()) != params[param])
+      throw error(path, fmt::format("holds optimizer state '{}' of {} values for parameter '{}' "
+                                    "of {}",
+                                    t.name, t.values.size(), param, params[param]));
+    const std::string buffer = t.name.substr(prefix.size(), dot - prefix.size());
+    ++per_buffer[buffer];
+    if (optimizer == "adamw" && buffer == "v")
+      for (size_t i = 0; i < t.values.size(); ++i)
+        if (t.values[i] < 0)
+          throw error(path, fmt::format("holds a negative second moment ({}) in '{}' at element "
+                                        "{}: Adam's v is a mean of squares, never negative",
+                                        t.values[i], t.name, i));
+  }
+  for (const auto& [buffer, count] : per_buffer)
+    if (count != params.size())
+      throw error(path, fmt::format("holds {}.{} state for {} of its {} parameters", optimizer,
+                                    buffer, count, params.size()));
+}
+
 // The data section checked (checksum, finite values) and cut into tensors.
 CheckpointContents contents_of(const std::string& path, const std::string& bytes, Layout layout) {
+  const uint32_t crc = file_checksum(bytes, layout.crc_at);
+  if (crc != layout.crc)
+    throw error(path, fmt::format("is corrupt: the file's CRC32 is {:08x} but its header says "
+                                  "{:08x} (the header or the data was changed after it was "
+                                  "written)",
+                                  crc, layout.crc));
   const char* data = bytes.data() + layout.data_start;
-  if (layout.has_crc) {
-    const uint32_t crc = crc32_of(static_cast<uint32_t>(::crc32(0, nullptr, 0)), data,
-                                  static_cast<size_t>(layout.data_bytes));
-    if (crc != layout.crc)
-      throw error(path, fmt::format("is corrupt: the data's CRC32 is {:08x} but the header says "
-                                    "{:08x}",
-                                    crc, layout.crc));
-  }
   CheckpointContents contents;
   for (const CheckpointEntry& e : layout.info.tensors) {
     CheckpointTensor t{e.name, e.kind, e.shape,
@@ -441,6 +516,7 @@ CheckpointContents contents_of(const std::string& path, const std::string& bytes
     contents.tensors.push_back(std::move(t));
   }
   contents.info = std::move(layout.info);
+  check_optimizer_state(path, contents);
   return contents;
 }
 
@@ -478,7 +554,8 @@ void restore(const CheckpointTensor& t, Tensor dst) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, const ParamList& params,
-                     const optim::Optimizer* optimizer, int64_t step, const json& config) {
+                     const optim::Optimizer* optimizer, int64_t step, const json& config,
+                     const json& model) {
   // Parameters first (model order), then optimizer state.
   std::vector<CheckpointEntry> entries;
   std::vector<Tensor> tensors;
@@ -487,7 +564,7 @@ void save_checkpoint(const std::string& path, const ParamList& params,
     add_entry(entries, offset, p->name, "param", p->data, path);
     tensors.push_back(p->data);
   }
-  HeaderFields h{step, config, nullptr};
+  HeaderFields h{step, config, nullptr, model};
   if (optimizer) {
     for (const optim::NamedTensor& s : optimizer->state()) {
       add_entry(entries, offset, s.name, "optimizer_state", s.tensor, path);
@@ -501,7 +578,8 @@ void save_checkpoint(const std::string& path, const ParamList& params,
 }
 
 void save_checkpoint_tensors(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                             int64_t step, const json& config, const json& optimizer) {
+                             int64_t step, const json& config, const json& optimizer,
+                             const json& model) {
   std::vector<CheckpointEntry> entries;
   int64_t offset = 0;
   for (const CheckpointTensor& t : tensors) {
@@ -513,7 +591,7 @@ void save_checkpoint_tensors(const std::string& path, const std::vector<Checkpoi
     offset += bytes;
   }
   write_checkpoint_file(path, entries, [&](size_t i) { return tensors[i].values; },
-                        {step, config, optimizer});
+                        {step, config, optimizer, model});
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

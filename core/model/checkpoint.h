@@ -3,13 +3,15 @@
 // The file is a real safetensors file (docs/checkpoint-format.md), so PyTorch / Hugging Face
 // tools open it:  u64 header length | JSON header | raw little-endian tensor data.
 // The header maps each tensor name to {dtype "F32", shape, data_offsets}; mgpu's own header
-// (format, version, step, config, optimizer, precision, tensor kinds, CRC32 of the data) lives in
-// "__metadata__" as string values, as the safetensors spec requires. Files of the older
-// "MGPUCKPT" format (version 1) still load.
+// (format, version, step, config, optimizer, precision, model, tensor kinds, CRC32 of the whole
+// file) lives in "__metadata__" as string values, as the safetensors spec requires. Older files
+// (version 2, whose CRC covered only the data, and the "MGPUCKPT" version 1, with none) are
+// refused: their headers cannot be trusted.
 //
 // Loading checks everything before it writes anything: a checkpoint of another model (a missing
 // tensor, a different shape), a truncated, inconsistent or corrupt file (offsets, alignment,
-// overlaps, duplicate names, absurd shapes or step, non-finite values, checksum) all raise
+// overlaps, duplicate names, absurd shapes or step, non-finite values, a negative Adam second
+// moment, optimizer state that does not match the parameters, checksum) all raise
 // std::invalid_argument (bad input: exit 2 in the CLI) with a sentence naming the file and the
 // problem, and leave the model untouched.
 #pragma once
@@ -27,9 +29,10 @@ namespace optim {
 class Optimizer;
 }
 
+// The first 8 bytes of a version 1 file (refused with its own message).
 inline constexpr char kCheckpointMagic[8] = {'M', 'G', 'P', 'U', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kLegacyCheckpointVersion = 1;  // the "MGPUCKPT" format, read only
-inline constexpr uint32_t kCheckpointVersion = 2;        // safetensors + mgpu __metadata__
+// safetensors + mgpu __metadata__, CRC32 over the whole file (version 2: over the data only).
+inline constexpr uint32_t kCheckpointVersion = 3;
 // Limits a loaded file must respect (a corrupt or hostile header cannot overflow or exhaust).
 inline constexpr int64_t kCheckpointMaxStep = int64_t{1} << 40;
 inline constexpr int64_t kCheckpointMaxHeaderBytes = int64_t{100} << 20;
@@ -49,18 +52,23 @@ struct CheckpointInfo {
   int64_t step = 0;          // training steps done when it was saved
   nlohmann::json config;     // whatever the caller saved (model and run config)
   nlohmann::json optimizer;  // hyper-parameters + "step_count", or null when saved without one
-  std::string precision = "fp32";         // the training precision the run used
-  uint32_t version = kCheckpointVersion;  // 1: legacy MGPUCKPT file, 2: safetensors
-  std::vector<CheckpointEntry> tensors;   // in data order
+  std::string precision = "fp32";  // the training precision the run used
+  // The model's shape options as the saving run gave them ({"layers": 2, "heads": 4, ...}), or
+  // null; a resuming run compares its own (train::TrainOptions::model).
+  nlohmann::json model;
+  uint32_t version = kCheckpointVersion;
+  std::vector<CheckpointEntry> tensors;  // in data order
 };
 
 // Writes `params` (and `optimizer`'s state, when given) to `path`, through a temporary file in
 // the same folder renamed into place so a crash never leaves half a checkpoint under the real
 // name; it renames only over a regular file or nothing (never a device, folder or fifo). Throws
 // std::invalid_argument when a tensor has no data (phantom device) or the file cannot be written.
+// A tensor holding NaN or inf is refused (std::runtime_error) and the previous file kept.
 void save_checkpoint(const std::string& path, const ParamList& params,
                      const optim::Optimizer* optimizer, int64_t step,
-                     const nlohmann::json& config = nlohmann::json::object());
+                     const nlohmann::json& config = nlohmann::json::object(),
+                     const nlohmann::json& model = nullptr);
 
 // Reads and validates the header only (format, version, JSON, every tensor's extent).
 CheckpointInfo read_checkpoint_info(const std::string& path);
@@ -81,10 +89,12 @@ struct CheckpointTensor {
 };
 
 // Writes a full-model checkpoint from host tensors; the same file format as save_checkpoint.
-// `optimizer` is the hyper-parameters JSON (with "step_count"), or null.
+// `optimizer` is the hyper-parameters JSON (with "step_count"), or null; `model` the model's
+// shape options, or null.
 void save_checkpoint_tensors(const std::string& path, const std::vector<CheckpointTensor>& tensors,
                              int64_t step, const nlohmann::json& config,
-                             const nlohmann::json& optimizer);
+                             const nlohmann::json& optimizer,
+                             const nlohmann::json& model = nullptr);
 
 struct CheckpointContents {
   CheckpointInfo info;                    // step, config, optimizer hyper-parameters (+ step_count)

@@ -1,6 +1,7 @@
 #include "core/train/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,7 +113,9 @@ std::vector<float> global_losses(const std::vector<std::vector<float>>& per_rank
 void restore_shards(Layout& layout, const CheckpointContents& ckpt, const std::string& path) {
   std::map<std::string, const CheckpointTensor*> by_name;
   for (const CheckpointTensor& t : ckpt.tensors) by_name[t.name] = &t;
+  const bool parameters_only = ckpt.info.optimizer.is_null();
   for (TensorShard& shard : layout.shards()) {
+    if (parameters_only && shard.kind == "optimizer_state") continue;  // stays fresh (zeros)
     auto it = by_name.find(shard.full_name);
     if (it == by_name.end())
       throw std::invalid_argument(fmt::format(
@@ -146,9 +149,7 @@ void restore_shards(Layout& layout, const CheckpointContents& ckpt, const std::s
     mixed->copy_master_to_model();
   if (optim::Optimizer* opt = layout.optimizer()) {
     const nlohmann::json& saved = ckpt.info.optimizer;
-    if (saved.is_null())
-      throw std::invalid_argument(fmt::format(
-          "checkpoint '{}' holds no optimizer state; this run needs {}'s", path, opt->name()));
+    if (saved.is_null()) return;  // parameters only: the optimizer starts fresh
     if (saved.value("name", std::string("?")) != opt->name())
       throw std::invalid_argument(fmt::format("checkpoint '{}' holds {} state but this run uses {}",
                                               path, saved.value("name", std::string("?")),
@@ -247,6 +248,65 @@ class SharedBatches {
   std::map<int, Entry> by_step_;
 };
 
+// The run's model and the checkpoint's, field by field (both given): heads 8 and heads 4 make the
+// same shapes but another model, which only this comparison tells apart.
+void check_same_model(const TrainOptions& options, const CheckpointInfo& saved) {
+  if (!options.model.is_object() || !saved.model.is_object()) return;
+  for (const auto& [field, mine] : options.model.items()) {
+    if (!saved.model.contains(field) || saved.model[field] == mine) continue;
+    const std::string theirs = saved.model[field].dump().substr(0, 40);
+    throw std::invalid_argument(fmt::format(
+        "checkpoint '{}' holds the parameters of a model with {} {}, but this run's has {} {}: "
+        "resume with --{} {} (the options it was saved with)",
+        options.resume, field, theirs, field, mine.dump(), field, theirs));
+  }
+}
+
+// What most likely made a run diverge, from the optimizer's hyper-parameters and the state it
+// resumed from (the usual ranges are those of small GPT training; Loshchilov & Hutter 2019).
+std::string likely_cause(Layout& layout, const TrainOptions& options,
+                         const CheckpointContents& resumed) {
+  if (const optim::Optimizer* opt = layout.optimizer()) {
+    const nlohmann::json h = opt->hyperparams();
+    const double lr = h.value("lr", 0.0), wd = h.value("weight_decay", 0.0);
+    if (lr > 0.1) return fmt::format("--lr {:g} is far above the usual 1e-4..1e-2", lr);
+    if (wd > 1.0 || lr * wd > 0.1)
+      return fmt::format("--weight-decay {:g} is far above the usual 0..0.1", wd);
+  }
+  float largest = 0;
+  for (const CheckpointTensor& t : resumed.tensors)
+    for (float v : t.values) largest = std::max(largest, std::abs(v));
+  if (!options.resume.empty() && largest > 1e6f)
+    return fmt::format("the checkpoint it resumed from, '{}', holds values up to {:g}",
+                       options.resume, largest);
+  return "the learning rate is too high for this model and data: try a smaller --lr";
+}
+
+// After a step: a non-finite loss this rank knows, or a non-finite parameter this rank holds
+// (where a NaN gradient lands after the update), stops the run. Each rank checks what it holds;
+// a NaN reaches every rank's parameters through the same step's gradients, and a rank that
+// stops first ends the others' waits (World::run). Skipped fp16 steps changed nothing.
+void check_finite(int step, const StepOutcome& outcome, Layout& layout, const TrainOptions& options,
+                  const CheckpointContents& resumed) {
+  if (outcome.skipped) return;
+  std::string what;
+  for (const std::optional<float>& loss : {outcome.loss, outcome.shard_loss})
+    if (loss && !std::isfinite(*loss)) what = fmt::format("the loss is {}", *loss);
+  if (what.empty())
+    for (TensorShard& shard : layout.shards()) {
+      if (shard.kind != "param" || !shard.local.has_data()) continue;
+      const std::vector<float> values = shard.local.to_vector();
+      if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); })) {
+        what = fmt::format("parameter '{}' holds NaN or inf after the update", shard.full_name);
+        break;
+      }
+    }
+  if (what.empty()) return;
+  throw TrainingDiverged(
+      fmt::format("training diverged at step {}: {}; likely cause: {} (no checkpoint written)",
+                  step + 1, what, likely_cause(layout, options, resumed)));
+}
+
 }  // namespace
 
 std::vector<TensorShard> partitioned_shards(const ParamList& params, optim::Optimizer* optimizer,
@@ -311,6 +371,7 @@ std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,
 
 CheckpointContents read_resume_checkpoint(const TrainOptions& options) {
   CheckpointContents ckpt = load_checkpoint_tensors(options.resume);
+  check_same_model(options, ckpt.info);
   if (options.model_params >= 0) {
     int64_t saved = 0;
     for (const CheckpointTensor& t : ckpt.tensors)
@@ -353,6 +414,11 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
     std::unique_ptr<Layout> layout = factory(ctx);
     if (options.loss_scaling) layout->enable_loss_scaling(*options.loss_scaling);
     if (!options.resume.empty()) restore_shards(*layout, resume, options.resume);
+    if (ctx.rank == 0 && !options.resume.empty() && resume.info.optimizer.is_null() &&
+        layout->optimizer()) {
+      std::lock_guard lock(mutex);
+      result.fresh_optimizer = true;
+    }
 
     std::vector<float> outcomes;  // 4 floats per step (append_outcome)
     std::vector<int> skipped;
@@ -374,6 +440,7 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
             layout->name()));
       if (scaler && scaler->skipped_steps() > skipped_before) outcome.skipped = true;
       if (outcome.skipped) skipped.push_back(step);
+      check_finite(step, outcome, *layout, options, resume);
       append_outcome(outcomes, outcome);
       if (outcome.loss && on_loss && world.is_root()) {
         std::lock_guard lock(mutex);
@@ -422,7 +489,7 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
         if (const optim::LossScaler* scaler = layout->loss_scaler())
           hyper["loss_scaler"] = scaler->state();
         save_checkpoint_tensors(options.checkpoint, assemble(per_rank), options.steps,
-                                options.config, hyper);
+                                options.config, hyper, options.model);
         result.checkpoint_written = true;
       }
     }

@@ -37,6 +37,10 @@ struct TrainOptions {
   std::string checkpoint;     // where to write the gathered model at the end ("" = nowhere)
   nlohmann::json config;      // saved in the checkpoint header (the run's options)
   int64_t model_params = -1;  // the full model's parameter count, checked against --resume
+  // The model's shape options, named as the command line names them ({"layers": 2, "dim": 64,
+  // "heads": 4, "seq": 32, "vocab": 16}): saved in the checkpoint, and a resumed checkpoint's
+  // must agree field by field (null: not compared).
+  nlohmann::json model;
   // fp16: dynamic loss scaling in the layout (its state is saved in and resumed from checkpoints).
   std::optional<LossScaling> loss_scaling;
 };
@@ -49,6 +53,17 @@ struct TrainResult {
   // scale after the last step.
   std::vector<int> skipped_steps;
   float loss_scale = 0;  // 0 = no loss scaling
+  // Resumed from a parameters-only checkpoint (its optimizer entry is null): the optimizer
+  // started fresh (zero state, step count 0).
+  bool fresh_optimizer = false;
+};
+
+// Training diverged: a non-finite loss or parameter after a step (outside fp16's skipped steps).
+// Raised on every rank that sees it, before any checkpoint is written; a fault of the run (the
+// CLI's exit code 1), not bad input, though its message names the likely option to change.
+class TrainingDiverged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Builds a rank's optimizer over the parameters it updates (the lesson's --optimizer, --lr, ...).

@@ -1,5 +1,5 @@
-// Fuzz target: the checkpoint reader (safetensors and the old MGPUCKPT format). Any input either
-// loads or raises std::invalid_argument naming the problem.
+// Fuzz target: the checkpoint reader (safetensors, mgpu version 3; older formats are refused).
+// Any input either loads or raises std::invalid_argument naming the problem.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>

@@ -106,7 +106,7 @@ TEST_CASE("the header describes every tensor", "[checkpoint]") {
   CHECK(info.tensors[2].name == "sgd.momentum.blocks.0.attn.weight");
   CHECK(info.tensors[2].kind == "optimizer_state");
   CHECK(info.step == 7);
-  CHECK(info.version == 2);
+  CHECK(info.version == 3);
   CHECK(info.precision == "fp32");
 }
 

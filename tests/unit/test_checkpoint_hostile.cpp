@@ -1,6 +1,9 @@
-// Hostile checkpoints (issue #18): every inconsistent, damaged or absurd file is refused with one
-// sentence naming the file, before any value reaches the model; writing never replaces anything
-// but a regular file and never leaves a temporary file behind.
+// Hostile checkpoints (issues #18 and #33): every inconsistent, damaged, edited or absurd file is
+// refused with one sentence naming the file, before any value reaches the model; the checksum
+// covers the header as well as the data, and what a forger who recomputes it can still write is
+// checked for what it is (Adam's v >= 0, state matching the parameters, step counts, the loss
+// scaler's fields). Writing never replaces anything but a regular file and never leaves a
+// temporary file behind.
 #include <catch2/catch.hpp>
 
 #include "common/errors.h"
@@ -77,19 +80,39 @@ struct Fixture {
     optim::AdamW opt(params());
     return error_of([&] { load_checkpoint(path, params(), &opt); });
   }
-  // Rewrites a data float and the header's CRC32 to match (to reach the checks after the CRC).
-  void set_value_keep_crc(size_t element, float value) const {
+  // What a forger does: recomputes the whole-file CRC32 (its own 8 digits read as zeros) after
+  // an edit, to reach the checks after the checksum.
+  void reseal() const {
     std::string b = bytes();
-    const uint64_t n = header_len();
-    std::memcpy(b.data() + 8 + n + 4 * element, &value, 4);
-    const std::string data = b.substr(8 + n);
-    const uLong crc = ::crc32(::crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(data.data()),
-                              static_cast<uInt>(data.size()));
-    json h = json::parse(b.substr(8, n));
+    const size_t at = b.find("\"crc32\":\"") + 9;
+    b.replace(at, 8, "00000000");
+    const uLong crc = ::crc32(::crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(b.data()),
+                              static_cast<uInt>(b.size()));
     char hex[9];
     std::snprintf(hex, sizeof hex, "%08lx", crc);
-    h["__metadata__"]["crc32"] = hex;
-    write_raw_header(h.dump(), data);
+    b.replace(at, 8, hex);
+    write(b);
+  }
+  // Rewrites a data float and reseals the file.
+  void set_value_keep_crc(size_t element, float value) const {
+    std::string b = bytes();
+    std::memcpy(b.data() + 8 + header_len() + 4 * element, &value, 4);
+    write(b);
+    reseal();
+  }
+  // The first element of tensor `name` in the data section.
+  size_t element_of(const std::string& name) const {
+    const json h = json::parse(bytes().substr(8, header_len()));
+    return h.at(name).at("data_offsets")[0].get<size_t>() / 4;
+  }
+  // Edits the header's optimizer entry, then reseals.
+  void edit_optimizer(const std::function<void(json&)>& edit) const {
+    edit_header([&](json& h) {
+      json opt = json::parse(h["__metadata__"]["optimizer"].get<std::string>());
+      edit(opt);
+      h["__metadata__"]["optimizer"] = opt.dump();
+    });
+    reseal();
   }
 };
 
@@ -176,8 +199,8 @@ TEST_CASE("the format field is checked", "[checkpoint]") {
   f.edit_header([](json& h) { h["__metadata__"].erase("format"); });
   CHECK_THAT(f.load_error(), Catch::Contains("no string 'format'"));
   f.reset();
-  f.edit_header([](json& h) { h["__metadata__"]["version"] = "3"; });
-  CHECK_THAT(f.load_error(), Catch::Contains("has format version 3"));
+  f.edit_header([](json& h) { h["__metadata__"]["version"] = "4"; });
+  CHECK_THAT(f.load_error(), Catch::Contains("has format version 4"));
 }
 
 TEST_CASE("every flipped data byte is caught by the checksum", "[checkpoint]") {
@@ -191,7 +214,7 @@ TEST_CASE("every flipped data byte is caught by the checksum", "[checkpoint]") {
     b[at] = static_cast<char>(b[at] ^ (1 << (k % 8)));
     f.write(b);
     CAPTURE(at);
-    CHECK_THAT(f.load_error(), Catch::Contains("is corrupt: the data's CRC32"));
+    CHECK_THAT(f.load_error(), Catch::Contains("is corrupt: the file's CRC32"));
   }
 }
 
@@ -218,57 +241,124 @@ TEST_CASE("a refused checkpoint leaves the model untouched", "[checkpoint]") {
   CHECK(f.w.data.to_vector()[0] == -1.0f);
 }
 
-TEST_CASE("old MGPUCKPT files still load", "[checkpoint]") {
+TEST_CASE("older formats, whose checksum does not cover the header, are refused", "[checkpoint]") {
   Fixture f;
-  std::vector<float> wv(24), bv(6);
-  for (size_t i = 0; i < 24; ++i) wv[i] = static_cast<float>(i);
-  for (size_t i = 0; i < 6; ++i) bv[i] = -static_cast<float>(i);
-  json h = {{"format", "mgpu-checkpoint"},
-            {"step", 9},
-            {"config", {{"task", "reverse"}}},
-            {"optimizer", nullptr},
-            {"tensors",
-             {{{"name", "blocks.0.attn.weight"},
-               {"kind", "param"},
-               {"dtype", "f32"},
-               {"shape", {4, 6}},
-               {"offset", 0},
-               {"length", 96}},
-              {{"name", "blocks.0.attn.bias"},
-               {"kind", "param"},
-               {"dtype", "f32"},
-               {"shape", {6}},
-               {"offset", 96},
-               {"length", 24}}}}};
+  // Version 1 (MGPUCKPT): no checksum at all, so a copy in it would drop the file's protection.
+  json h = {{"format", "mgpu-checkpoint"}, {"step", 9}, {"optimizer", nullptr}, {"tensors", {}}};
   std::string text = h.dump();
-  while ((20 + text.size()) % 8 != 0) text.push_back(' ');
   const uint32_t version = 1;
   const uint64_t n = text.size();
-  std::string b = "MGPUCKPT";
-  b += std::string(reinterpret_cast<const char*>(&version), 4);
-  b += std::string(reinterpret_cast<const char*>(&n), 8);
-  b += text;
-  b += std::string(reinterpret_cast<const char*>(wv.data()), 96);
-  b += std::string(reinterpret_cast<const char*>(bv.data()), 24);
-  f.write(b);
-  CheckpointInfo info = load_checkpoint(f.path, f.params());
-  CHECK(info.version == 1);
-  CHECK(info.step == 9);
-  CHECK(info.config["task"] == "reverse");
-  CHECK(f.w.data.to_vector() == wv);
-  CHECK(f.b.data.to_vector() == bv);
+  f.write("MGPUCKPT" + std::string(reinterpret_cast<const char*>(&version), 4) +
+          std::string(reinterpret_cast<const char*>(&n), 8) + text);
+  CHECK(f.load_error() == "checkpoint '" + f.path +
+                              "' is an MGPUCKPT file (format version 1), which carries no "
+                              "checksum; this build reads version 3 only: train again with "
+                              "--checkpoint to write one");
+  // Version 2: safetensors whose CRC32 covered only the data.
+  f.reset();
+  f.edit_header([](json& hd) { hd["__metadata__"]["version"] = "2"; });
+  f.reseal();
+  CHECK_THAT(f.load_error(),
+             Catch::Contains("has format version 2, whose checksum does not cover its header"));
+}
 
-  // The same checks apply to the old format: a duplicate name, a non-integer offset.
-  h["tensors"][1]["name"] = "blocks.0.attn.weight";
-  h["tensors"][1]["shape"] = {4, 6};
-  text = h.dump();
-  while ((20 + text.size()) % 8 != 0) text.push_back(' ');
-  const uint64_t n2 = text.size();
-  std::string b2 = "MGPUCKPT" + std::string(reinterpret_cast<const char*>(&version), 4) +
-                   std::string(reinterpret_cast<const char*>(&n2), 8) + text +
-                   std::string(120, '\0');
-  f.write(b2);
-  CHECK_THAT(f.load_error(), Catch::Contains("appears twice"));
+TEST_CASE("the checksum covers the header: swapped offsets, swapped moments, a changed step",
+          "[checkpoint]") {
+  const std::string m = "adamw.m.blocks.0.attn.weight", v = "adamw.v.blocks.0.attn.weight";
+  std::vector<std::function<void(json&)>> edits = {
+      [](json& h) {  // two tensors of the same size trade places
+        std::swap(h["adamw.m.blocks.0.attn.bias"]["data_offsets"],
+                  h["adamw.v.blocks.0.attn.bias"]["data_offsets"]);
+      },
+      [&](json& h) { std::swap(h[m], h[v]); },           // Adam's m and v trade names
+      [](json& h) { h["__metadata__"]["step"] = "2"; },  // a lie about the step
+      [](json& h) { h["__metadata__"]["precision"] = "bf16"; },
+  };
+  for (size_t i = 0; i < edits.size(); ++i) {
+    Fixture f;
+    f.edit_header(edits[i]);
+    CAPTURE(i);
+    CHECK_THAT(f.load_error(), Catch::Contains("is corrupt: the file's CRC32 is"));
+    CHECK_THAT(f.load_error(), Catch::Contains("the header or the data was changed"));
+  }
+  Fixture f;  // the edit's header is otherwise valid: resealed, it loads (the test is honest)
+  f.edit_header(edits[0]);
+  f.reseal();
+  CHECK(f.load_error() == "");
+}
+
+TEST_CASE("resealed forgeries are checked for what the values are", "[checkpoint]") {
+  Fixture f;
+  f.set_value_keep_crc(f.element_of("adamw.v.blocks.0.attn.weight") + 2, -1.0f);
+  CHECK_THAT(f.load_error(),
+             Catch::Contains("holds a negative second moment (-1) in "
+                             "'adamw.v.blocks.0.attn.weight' at element 2: Adam's v is a mean "
+                             "of squares, never negative"));
+  f.reset();
+  f.set_value_keep_crc(f.element_of("adamw.m.blocks.0.attn.weight") + 2, -1.0f);
+  CHECK(f.load_error() == "");  // a negative first moment is normal
+
+  f.reset();
+  f.edit_optimizer([](json& o) { o["step_count"] = 4; });  // the file says step 3
+  CHECK_THAT(f.load_error(),
+             Catch::Contains("the optimizer's step count 4 is more than the 3 steps trained"));
+  f.reset();
+  f.edit_optimizer([](json& o) { o["lr"] = "0.001"; });
+  CHECK_THAT(f.load_error(), Catch::Contains("the optimizer's field 'lr' is not a number"));
+  f.reset();
+  f.edit_optimizer([](json& o) { o.erase("name"); });
+  CHECK_THAT(f.load_error(), Catch::Contains("the optimizer entry has no name"));
+  f.reset();
+  f.edit_optimizer([](json& o) { o["name"] = "sgd"; });
+  CHECK_THAT(f.load_error(),
+             Catch::Contains("holds optimizer state 'adamw.m.blocks.0.attn.weight', "
+                             "not named 'sgd.<buffer>.<parameter>'"));
+  f.reset();
+  f.edit_header([](json& h) { h["__metadata__"]["optimizer"] = "null"; });
+  f.reseal();
+  CHECK_THAT(f.load_error(), Catch::Contains("holds optimizer state 'adamw.m.blocks.0.attn.weight' "
+                                             "but no optimizer entry"));
+}
+
+TEST_CASE("the loss scaler's fields are typed", "[checkpoint]") {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"scale", "big"}, {"good_steps", 0}}, "needs a number 'scale' > 0"},
+      {{{"scale", -1.0}, {"good_steps", 0}}, "needs a number 'scale' > 0"},
+      {{{"scale", 1024.0}, {"good_steps", 0.5}}, "good_steps is not an integer"},
+      {{{"scale", 1024.0}, {"good_steps", -1}}, "good_steps -1 is outside [0, 2^40]"},
+      {{{"scale", 1024.0}, {"good_steps", 0}, {"skipped_steps", 9}},
+       "the loss scaler skipped 9 steps of 3"},
+      {json::array(), "needs a number 'scale' > 0"},
+  };
+  for (const auto& [scaler, says] : cases) {
+    Fixture f;
+    f.edit_optimizer([&](json& o) { o["loss_scaler"] = scaler; });
+    CAPTURE(scaler.dump());
+    CHECK_THAT(f.load_error(), Catch::Contains(says));
+  }
+  Fixture f;
+  f.edit_optimizer([](json& o) {
+    o["loss_scaler"] = {{"scale", 1024.0}, {"good_steps", 2}, {"skipped_steps", 1}};
+  });
+  CHECK(f.load_error() == "");
+}
+
+TEST_CASE("optimizer state that does not match the parameters is refused", "[checkpoint]") {
+  Fixture f;
+  // A state tensor for a parameter the file lacks (renamed; the kinds follow the name).
+  f.edit_header([](json& h) {
+    const std::string old_name = "adamw.v.blocks.0.attn.bias";
+    const std::string new_name = "adamw.v.blocks.9.attn.bias";
+    h[new_name] = h[old_name];
+    h.erase(old_name);
+    json kinds = json::parse(h["__metadata__"]["kinds"].get<std::string>());
+    kinds.erase(old_name);
+    kinds[new_name] = "optimizer_state";
+    h["__metadata__"]["kinds"] = kinds.dump();
+  });
+  f.reseal();
+  CHECK_THAT(f.load_error(), Catch::Contains("holds optimizer state 'adamw.v.blocks.9.attn.bias', "
+                                             "not named 'adamw.<buffer>.<parameter>'"));
 }
 
 TEST_CASE("tensor API round trip: save_checkpoint_tensors / load_checkpoint_tensors",
