@@ -236,9 +236,15 @@ class Reader {
     auto args = j.find("args");
     if (args == j.end()) return c;
     if (!args->is_object()) fail(where + ".args must be an object");
+    // Bytes held are never negative (a negative one hid the memory panel), and at most 2^52
+    // (4 PiB) each, so the sum over the categories cannot overflow (two INT64_MAX summed did).
+    constexpr int64_t kMaxCounterBytes = int64_t{1} << 52;
     for (int i = 0; i < kNumMemCategories; ++i) {
-      c.bytes[i] =
-          optional_int(*args, category_name(static_cast<MemCategory>(i)), where + ".args", 0);
+      const char* name = category_name(static_cast<MemCategory>(i));
+      c.bytes[i] = optional_int(*args, name, where + ".args", 0);
+      if (c.bytes[i] < 0 || c.bytes[i] > kMaxCounterBytes)
+        fail(fmt::format("{}.args.{} = {} bytes is outside 0 to 2^52 (4 PiB)", where, name,
+                         c.bytes[i]));
     }
     return c;
   }

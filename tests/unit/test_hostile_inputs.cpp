@@ -247,3 +247,21 @@ TEST_CASE("a trace nested 150,000 deep is refused, not recursed into", "[trace][
       std::string(1000, '[') + R"(\""}}})";
   CHECK(mgpu::trace::parse_chrome_trace(quoted, "t.json").num_ranks == 1);
 }
+
+TEST_CASE("memory counters are never negative and cannot overflow their sum", "[trace][hostile]") {
+  auto trace_with = [](const std::string& args) {
+    return R"({"mgpu": {"format": "mgpu-trace", "version": 1, "num_ranks": 1}, "traceEvents": [)"
+           R"({"ph": "C", "name": "memory", "pid": 0, "tid": 0, "ts": 1, "args": )" +
+           args + "}]}";
+  };
+  CHECK_THROWS_WITH(mgpu::trace::parse_chrome_trace(trace_with(R"({"parameters": -5})"), "t"),
+                    Catch::Contains("args.parameters = -5 bytes is outside 0 to 2^52"));
+  CHECK_THROWS_WITH(
+      mgpu::trace::parse_chrome_trace(
+          trace_with(R"({"parameters": 9223372036854775807, "gradients": 9223372036854775807})"),
+          "t"),
+      Catch::Contains("is outside 0 to 2^52 (4 PiB)"));
+  const auto ok = mgpu::trace::parse_chrome_trace(trace_with(R"({"parameters": 4096})"), "t");
+  REQUIRE(ok.counters.size() == 1);
+  CHECK(ok.counters[0].bytes[0] + ok.counters[0].bytes[1] >= 4096);
+}

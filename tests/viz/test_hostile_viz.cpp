@@ -2,6 +2,7 @@
 // rank counts with exit 2 and draws nothing, instead of looping, allocating gigabytes or aborting.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "unit/mgpu_cli.h"
+#include "viz/view_model.h"
 
 using mgpu::testing::run_mgpu;
 namespace fs = std::filesystem;
@@ -99,4 +101,10 @@ TEST_CASE("viz reads only regular trace files of bounded size", "[viz][hostile]"
     CHECK_FALSE(fs::exists(png));
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("a percentage beyond any fraction is not printed as inf%", "[viz][hostile]") {
+  CHECK(mgpu::viz::format_percent(0.273) == "27.3%");
+  CHECK(mgpu::viz::format_percent(1e308) == "(out of range)");
+  CHECK(mgpu::viz::format_percent(std::nan("")) == "(out of range)");
 }
