@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 
 #include "core/comm/comm.h"
+#include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
 #include "core/tensor/allocator.h"
 #include "lessons/grade.h"
@@ -95,8 +97,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto it =
       std::find_if(lessons.begin(), lessons.end(), [&](auto& l) { return l->name() == args[0]; });
   if (it == lessons.end())
-    return usage_error(err, "run",
-                       fmt::format("unknown lesson '{}' (available: {})", args[0], names()));
+    return usage_error(
+        err, "run",
+        fmt::format("unknown lesson '{}' (available: {})", echo_input(args[0], 80), names()));
   Lesson& lesson = **it;
 
   CLI::App app(lesson.summary(), "mgpu run " + lesson.name());
@@ -159,8 +162,34 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
 }  // namespace
 
+namespace {
+
+// Under mpirun every process of one program (an "app context": `mpirun -n 2 A : -n 2 B` has two)
+// gets the same arguments, so bad input is reported once, by the first process of each program,
+// not once per rank. Open MPI names the context and the sizes of all contexts.
+bool reports_bad_input() {
+  const char* app = std::getenv("OMPI_MCA_orte_app_num");
+  const char* sizes = std::getenv("OMPI_APP_CTX_NUM_PROCS");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) return root_process();  // not Open MPI: only world rank 0 (PMI) narrates
+  if (!app || !sizes) return std::string(rank) == "0";
+  const int app_num = std::atoi(app);
+  int first = 0;  // the world rank of this context's first process: the sizes before it
+  std::istringstream list(sizes);
+  int size = 0;
+  for (int i = 0; i < app_num && list >> size; ++i) first += size;
+  return std::atoi(rank) == first;
+}
+
+}  // namespace
+
 int usage_error(std::ostream& err, const std::string& where, const std::string& what) {
-  fmt::print(err, "mgpu{}: error: {}\n", where.empty() ? "" : " " + where, what);
+  // One line of bounded length whatever the user typed (a message quotes at most ~200 characters
+  // of any one input; this is the net for one that did not).
+  constexpr size_t kMaxLine = 600;
+  if (reports_bad_input())
+    fmt::print(err, "mgpu{}: error: {}\n", where.empty() ? "" : " " + where,
+               what.size() > kMaxLine ? what.substr(0, kMaxLine - 3) + "..." : what);
   return 2;
 }
 
@@ -178,7 +207,8 @@ int parse_command(CLI::App& app, std::vector<std::string> args, std::ostream& ou
     return 0;
   } catch (const CLI::ParseError& e) {
     done = true;
-    return usage_error(err, where, fmt::format("{} (see `mgpu {} --help`)", e.what(), where));
+    return usage_error(err, where,
+                       fmt::format("{} (see `mgpu {} --help`)", echo_input(e.what(), 300), where));
   }
 }
 
@@ -227,7 +257,7 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   return usage_error(err, "",
                      fmt::format("unknown command '{}' (use list, run, plan, viz, profiles, grade "
                                  "calibrate or validate)",
-                                 cmd));
+                                 echo_input(cmd, 80)));
 }
 
 }  // namespace mgpu::lessons

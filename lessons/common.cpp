@@ -1,13 +1,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <initializer_list>
 #include <regex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/model/model_file.h"
+#include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
 #include "lessons/lesson.h"
 #include "lessons/validate.h"
@@ -34,10 +35,11 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
       ->group("World");
   app.add_option("--capacity", c.capacity,
                  "per-rank memory capacity, e.g. 2GiB (default: profile's)")
+      ->check(SizeAtLeast(1024, "1KiB"))
       ->group("World");
+  // Below 0.1 s a busy host's ordinary waits would be reported as stuck.
   app.add_option("--comm-timeout", c.comm_timeout, "seconds before a stuck wait is reported")
-      ->check(positive)
-      ->check(AtMost(86400))
+      ->check(InRange(0.1, 86400, "s"))
       ->group("World");
   app.add_option("--impl", c.impl,
                  "exercise implementations: reference | mine | ex01=mine,ex03=mine,...")
@@ -67,6 +69,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
         ->group("Training");
     app.add_option("--data", c.data_file,
                    "a text file to train on, byte-level (implies --task text)")
+        ->check(InputFile(kMaxDataFileBytes))
         ->group("Training");
     app.add_option("--optimizer", c.optimizer, "adamw | sgd")
         ->check(CLI::IsMember({"adamw", "sgd"}))
@@ -82,9 +85,12 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
                    "save parameters + optimizer state here at the end")
         ->check(OutputFile)
         ->group("Training");
-    app.add_option("--resume", c.resume, "start from this checkpoint")->group("Training");
-    app.add_option("--precision", c.precision,
-                   "fp32 | bf16 | fp16: weights and activations (bf16/fp16 keep fp32 master weights)")
+    app.add_option("--resume", c.resume, "start from this checkpoint")
+        ->check(InputFile(kMaxCheckpointBytes))
+        ->group("Training");
+    app.add_option(
+           "--precision", c.precision,
+           "fp32 | bf16 | fp16: weights and activations (bf16/fp16 keep fp32 master weights)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->group("Training");
     app.add_option("--recompute", c.recompute,
@@ -139,27 +145,14 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
     if (c.model == p.name) chosen = p, found = true;
   if (!found) {
     if (c.model.size() < 5 || c.model.substr(c.model.size() - 5) != ".json")
-      throw UsageError(fmt::format("unknown --model '{}': use one of {} or a JSON file", c.model,
-                                   fmt::join(model_preset_names(), ", ")));
-    std::ifstream in(c.model);
-    if (!in) throw UsageError(fmt::format("--model {}: cannot open the file", c.model));
-    try {
-      nlohmann::json j = nlohmann::json::parse(in);
-      chosen.layers = j.at("layers").get<int>();
-      chosen.dim = j.at("dim").get<int>();
-      chosen.heads = j.at("heads").get<int>();
-      chosen.seq = j.at("seq").get<int>();
-      chosen.vocab = j.value("vocab", 0);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(fmt::format(
-          "--model {}: not a model file ({}); it needs {{\"layers\", \"dim\", \"heads\", "
-          "\"seq\", \"vocab\"}}",
-          c.model, e.what()));
-    }
-    if (chosen.layers <= 0 || chosen.dim <= 0 || chosen.heads <= 0 || chosen.seq <= 0 ||
-        chosen.vocab < 0)
-      throw UsageError(
-          fmt::format("--model {}: layers, dim, heads, seq must be positive", c.model));
+      throw UsageError(fmt::format("unknown --model '{}': use one of {} or a JSON file",
+                                   echo_input(c.model), fmt::join(model_preset_names(), ", ")));
+    const ModelShape shape = read_model_file(c.model);  // invalid_argument: one line, exit 2
+    chosen.layers = shape.layers;
+    chosen.dim = shape.dim;
+    chosen.heads = shape.heads;
+    chosen.seq = shape.seq;
+    chosen.vocab = shape.vocab;
   }
   auto typed = [&](const char* name) {
     return std::find(given.begin(), given.end(), name) != given.end();

@@ -20,6 +20,7 @@
 #include "core/tensor/dtype.h"
 #include "core/trace/analysis.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -311,7 +312,7 @@ class ContextParallelLesson : public Lesson {
 
   void add_options(CLI::App& app) override {
     ranks_option_ = app.get_option_no_throw("--ranks");
-    app.add_option("--cp", cp_, "context-parallel ranks (default: --ranks)");
+    app.add_option("--cp", cp_, "context-parallel ranks (default: --ranks)")->check(Positive);
     app.add_option("--cp-layout", layout_, "contiguous, zigzag, ulysses or chunked")
         ->capture_default_str();
     app.add_option("--compare", compare_,

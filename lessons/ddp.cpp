@@ -19,14 +19,19 @@
 #include "core/data/sampler.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/ddp.h"
+#include "core/runtime/input_file.h"
 #include "core/trace/analysis.h"
 #include "core/train/single_device.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
 namespace {
+
+// A bucket cap from one byte to 1 TB: outside that (or inf) the bucket plan means nothing.
+constexpr double kMinBucketMB = 1e-6, kMaxBucketMB = 1e6;
 
 std::vector<std::vector<float>> copy_params(GPT& model) {
   std::vector<std::vector<float>> values;
@@ -65,9 +70,10 @@ int64_t resolve_bucket_bytes(const DataParallelOptions& d, int64_t gradient_byte
     if (used != d.bucket_mb.size()) mb = 0;
   } catch (const std::exception&) {
   }
-  if (!(mb > 0))
-    throw UsageError(fmt::format(
-        "--bucket-mb must be a positive size in MB or 'auto', got '{}': try 0.05", d.bucket_mb));
+  if (!(mb >= kMinBucketMB && mb <= kMaxBucketMB))  // false for nan and inf too
+    throw UsageError(
+        fmt::format("--bucket-mb must be 'auto' or from {:g} to {:g} MB, got '{}': try 0.05",
+                    kMinBucketMB, kMaxBucketMB, echo_input(d.bucket_mb, 40)));
   return std::max<int64_t>(1, static_cast<int64_t>(std::llround(mb * 1e6)));
 }
 
@@ -187,6 +193,12 @@ void add_data_parallel_options(CLI::App& app, DataParallelOptions& d, bool ddp_o
         ->default_str("on");  // CLI11 reads on/off (and true/false, 1/0) as a bool
     app.add_option("--bucket-mb", d.bucket_mb,
                    "gradient bucket cap in MB (1e6 B), or auto = a quarter of the gradients")
+        ->check(CLI::Validator(
+            [](std::string& s) {
+              return s == "auto" ? std::string()
+                                 : InRange(kMinBucketMB, kMaxBucketMB, "MB or auto")(s);
+            },
+            "auto|MB"))
         ->capture_default_str();
   }
   if (accum_option)

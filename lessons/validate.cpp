@@ -1,5 +1,6 @@
 #include "lessons/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <regex>
@@ -7,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/runtime/input_file.h"
 #include "core/runtime/output_file.h"
 
 namespace mgpu::lessons {
@@ -28,6 +30,18 @@ std::string read_finite(const std::string& s, double& value) {
   if (!std::isfinite(value) || errno == ERANGE)
     return fmt::format("'{}' is not a finite number", shown(s));
   return "";
+}
+
+// A file check's one line without the option name (CLI11 puts "--data: " in front), or "".
+template <class Check>
+std::string refusal(const Check& check) {
+  try {
+    check();
+    return "";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    return what.substr(std::min(what.size(), what.find_first_not_of(' ')));
+  }
 }
 
 }  // namespace
@@ -61,6 +75,35 @@ CLI::Validator AtMost(double max) {
       "", "AtMost");
 }
 
+CLI::Validator InRange(double lo, double hi, const std::string& unit) {
+  return CLI::Validator(
+      [lo, hi, unit](std::string& s) {
+        double v = 0;
+        const std::string bad = read_finite(s, v);
+        if (!bad.empty()) return fmt::format("{}: give {:g} to {:g} {}", bad, lo, hi, unit);
+        return v >= lo && v <= hi
+                   ? std::string()
+                   : fmt::format("{} must be from {:g} to {:g} {}", shown(s), lo, hi, unit);
+      },
+      "", "InRange");
+}
+
+CLI::Validator SizeAtLeast(int64_t lo, const std::string& lo_text) {
+  return CLI::Validator(
+      [lo, lo_text](std::string& s) {
+        try {
+          return parse_size(s) >= lo ? std::string()
+                                     : fmt::format(
+                                           "'{}' is below {}: a size in bytes such as "
+                                           "512MiB or 2GiB",
+                                           shown(s), lo_text);
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      },
+      "SIZE", "SizeAtLeast");
+}
+
 const CLI::Validator Unsigned(
     [](std::string& s) {
       const size_t first = s.find_first_not_of(" \t");
@@ -71,16 +114,16 @@ const CLI::Validator Unsigned(
     "UINT", "Unsigned");
 
 const CLI::Validator OutputFile(
-    [](std::string& path) {
-      try {
-        check_output_path(path, "");
-        return std::string();
-      } catch (const std::invalid_argument& e) {
-        std::string what = e.what();
-        return what.substr(what.find_first_not_of(' '));
-      }
-    },
-    "FILE", "OutputFile");
+    [](std::string& path) { return refusal([&] { check_output_path(path, ""); }); }, "FILE",
+    "OutputFile");
+
+CLI::Validator InputFile(int64_t max_bytes) {
+  return CLI::Validator(
+      [max_bytes](std::string& path) {
+        return refusal([&] { check_input_file(path, "", max_bytes); });
+      },
+      "FILE", "InputFile");
+}
 
 int64_t parse_size(const std::string& text) {
   static const std::regex re(R"(^\s*([0-9]*\.?[0-9]+(?:[eE][+]?[0-9]+)?)\s*([KMGT]i?B|B)?\s*$)");

@@ -15,10 +15,18 @@ extern const CLI::Validator Positive;
 extern const CLI::Validator NonNegative;
 // A finite number <= `max`, shown as typed ("--comm-timeout: 1e300 is above 86400").
 CLI::Validator AtMost(double max);
+// A finite number from `lo` to `hi` (inclusive) in `unit`, the unit named in the message
+// ("--comm-timeout: 1e-9 must be from 0.1 to 86400 s").
+CLI::Validator InRange(double lo, double hi, const std::string& unit);
+// A size as parse_size reads it, from `lo` bytes to 4 EiB ("--capacity: '0' is below 1KiB").
+CLI::Validator SizeAtLeast(int64_t lo, const std::string& lo_text);
 // An integer option that must not start with '-' (CLI11 wraps "-1" to 2^64-1 for unsigned).
 extern const CLI::Validator Unsigned;
 // A file the run will write (--checkpoint, --trace): checked before any work is done.
 extern const CLI::Validator OutputFile;
+// A file the run will read (--data, --resume): a regular file of at most `max_bytes`
+// (core/runtime/input_file.h), checked before any work is done; "" is refused.
+CLI::Validator InputFile(int64_t max_bytes);
 
 // A size such as "2GiB", "512MiB" or "1e9" in bytes; std::invalid_argument with one line when it
 // is not a size, not finite, or above 2^62 bytes.

@@ -11,7 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include "lessons/classroom.h"
+#include "lessons/cli.h"
 #include "lessons/impl.h"
+#include "lessons/validate.h"
 
 #ifdef MGPU_HAVE_VIZ
 #include "viz/dashboard.h"
@@ -54,7 +56,8 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   viz::VizCliOptions opt;
   app.add_option("traces", paths,
                  "trace JSON files written with --trace (two to four with --compare)");
-  app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit");
+  app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit")
+      ->check(OutputFile);  // refused before any work, like --checkpoint
   app.add_option("--width", opt.width, "window or screenshot width (default 1600)")
       ->check(CLI::Range(200, 8192));
   app.add_option("--height", opt.height, "screenshot height (default: as tall as the content)")
@@ -95,8 +98,7 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     out << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    fmt::print(err, "mgpu viz: error: {} (see `mgpu viz --help`)\n", e.what());
-    return 2;
+    return usage_error(err, "viz", fmt::format("{} (see `mgpu viz --help`)", e.what()));
   }
   opt.model_states_only = memory == "model-states";
   if (!zoom.empty()) {
@@ -141,6 +143,8 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       return 2;
     }
     return viz::viz_main(paths, opt, err);
+  } catch (const std::invalid_argument& e) {  // a file the user named (output_file.h)
+    return usage_error(err, "viz", e.what());
   } catch (const std::exception& e) {
     fmt::print(err, "mgpu viz: error: {}\n", e.what());
     return 1;

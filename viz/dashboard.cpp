@@ -32,6 +32,9 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION  // the one definition in mgpu_viz
 #include <stb_image_write.h>
 
+#include "core/runtime/input_file.h"
+#include "core/runtime/output_file.h"
+
 #if __has_include("core/trace/chrome_trace.h")
 #include "core/trace/chrome_trace.h"
 #define MGPU_VIZ_HAVE_READER 1
@@ -663,9 +666,24 @@ int render_screenshot(Dashboard& dashboard, const std::string& png_path, int wid
     std::copy_n(&pixels[(height - 1 - y) * row], row, &png[y * row]);
   }
   for (size_t i = 3; i < png.size(); i += 4) png[i] = 255;
-  if (!stbi_write_png(png_path.c_str(), width, height, 4, png.data(), static_cast<int>(row))) {
-    std::fprintf(stderr, "cannot write %s\n", png_path.c_str());
+  // Encoded in memory, then written through a temporary file renamed into place (output_file.h):
+  // the path is checked again now, and a failed write (disk full) is an error, not a half PNG.
+  std::string encoded;
+  const auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), size);
+  };
+  if (!stbi_write_png_to_func(append, &encoded, width, height, 4, png.data(),
+                              static_cast<int>(row))) {
+    std::fprintf(stderr, "mgpu viz: error: cannot encode the %dx%d screenshot\n", width, height);
     return 1;
+  }
+  try {
+    write_file_atomically(png_path, "--screenshot", [&](std::FILE* file) {
+      std::fwrite(encoded.data(), 1, encoded.size(), file);  // ferror checked by the helper
+    });
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "mgpu viz: error: %s\n", e.what());
+    return 2;
   }
   return 0;
 }
@@ -681,10 +699,6 @@ int render_screenshot(const DashboardOptions& options, const std::string& png_pa
 
 LoadedTrace load_trace_or_error(const std::string& path) {
   LoadedTrace out;
-  if (!std::filesystem::exists(path)) {
-    out.error = path + ": no such file";
-    return out;
-  }
 #ifdef MGPU_VIZ_HAVE_READER
   try {
     out.trace = trace::read_chrome_trace(path);
@@ -692,7 +706,8 @@ LoadedTrace load_trace_or_error(const std::string& path) {
     out.error = e.what();  // TraceFormatError names the file and what is wrong with it
   }
 #else
-  out.error = path + ": this build has no trace reader (core/trace/chrome_trace.h)";
+  out.error =
+      echo_input(path, 120) + ": this build has no trace reader (core/trace/chrome_trace.h)";
 #endif
   std::replace(out.error.begin(), out.error.end(), '\n', ' ');  // always one line
   return out;

@@ -66,6 +66,8 @@ double mean_over_ranks(const TraceView& v, double RankSummary::*field) {
 }  // namespace
 
 std::string format_percent(double fraction) {
+  // A trace may carry any double (1e308 printed "inf%"): no percentage beyond a trillion.
+  if (!(std::abs(fraction) <= 1e10)) return "(out of range)";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100 * fraction);
   return buf;

@@ -1,15 +1,14 @@
 #include "core/data/task.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "core/runtime/input_file.h"
 
 namespace mgpu::data {
 
@@ -163,20 +162,18 @@ void MarkovTask::generate_row(uint64_t rng_seed, int n, int32_t* out) const {
 
 // ---- text -------------------------------------------------------------------------------------
 
-TextTask::TextTask(uint64_t seed, const std::string& path, int seq_len) : Task(seed), path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::invalid_argument(
-        fmt::format("cannot read data file '{}': {}", path, std::strerror(errno)));
-  bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad())
-    throw std::invalid_argument(fmt::format("cannot read data file '{}': read error", path));
+TextTask::TextTask(uint64_t seed, const std::string& path, int seq_len)
+    : TextTask(seed, path, read_input_file(path, "--data", kMaxDataFileBytes), seq_len) {}
+
+TextTask::TextTask(uint64_t seed, const std::string& source, std::string bytes, int seq_len)
+    : Task(seed), path_(echo_input(source, 120)), bytes_(bytes.begin(), bytes.end()) {
   if (bytes_.empty())
-    throw std::invalid_argument(fmt::format("cannot read data file '{}': the file is empty", path));
+    throw std::invalid_argument(
+        fmt::format("cannot read data file '{}': the file is empty", path_));
   if (static_cast<int64_t>(bytes_.size()) < static_cast<int64_t>(seq_len) + 1)
     throw std::invalid_argument(fmt::format(
-        "cannot read data file '{}': it has {} bytes but a sequence of {} needs at least {}", path,
-        bytes_.size(), seq_len, seq_len + 1));
+        "cannot read data file '{}': it has {} bytes but a sequence of {} needs at least {}", path_,
+        bytes_.size(), seq_len, int64_t{seq_len} + 1));
 }
 
 void TextTask::generate_row(uint64_t rng_seed, int n, int32_t* out) const {

@@ -134,9 +134,11 @@ class MarkovTask : public Task {
 // Byte-level language modelling on a file (vocab 256): each row is a window at a random offset.
 class TextTask : public Task {
  public:
-  // Throws std::invalid_argument("cannot read data file 'X': ...") when the file is missing,
-  // unreadable, empty or shorter than seq_len + 1 bytes.
+  // Throws std::invalid_argument with one line when the file is missing, not a regular file,
+  // above kMaxDataFileBytes (core/runtime/input_file.h), empty or shorter than seq_len + 1 bytes.
   TextTask(uint64_t seed, const std::string& path, int seq_len);
+  // The same task on bytes already in memory; `source` names them in messages (the fuzz target).
+  TextTask(uint64_t seed, const std::string& source, std::string bytes, int seq_len);
   std::string name() const override { return "text"; }
   int vocab_size() const override { return 256; }
   int64_t file_bytes() const { return static_cast<int64_t>(bytes_.size()); }

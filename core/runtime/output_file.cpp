@@ -12,34 +12,17 @@
 
 #include <fmt/format.h>
 
+#include "core/runtime/input_file.h"
+
 namespace mgpu {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr size_t kMaxPathChars = 4096;  // PATH_MAX on Linux
-
 std::invalid_argument bad(const std::string& option, const std::string& path,
                           const std::string& what) {
   return std::invalid_argument(fmt::format("{} '{}' {}", option, path, what));
-}
-
-const char* type_name(fs::file_type t) {
-  switch (t) {
-    case fs::file_type::directory:
-      return "a folder";
-    case fs::file_type::character:
-      return "a character device";
-    case fs::file_type::block:
-      return "a block device";
-    case fs::file_type::fifo:
-      return "a fifo";
-    case fs::file_type::socket:
-      return "a socket";
-    default:
-      return "not a regular file";
-  }
 }
 
 // The folder a new file at `path` goes into ("." for a bare name).
@@ -60,12 +43,8 @@ struct TempFile {
 
 void check_output_path(const std::string& path, const std::string& option) {
   // Shown paths are cut short: a 100k-character name must not flood the terminal.
-  const std::string shown = path.size() > 80 ? path.substr(0, 77) + "..." : path;
-  if (path.empty()) throw std::invalid_argument(fmt::format("{} needs a file name", option));
-  if (path.size() > kMaxPathChars)
-    throw bad(
-        option, shown,
-        fmt::format("is {} characters long; paths are limited to {}", path.size(), kMaxPathChars));
+  const std::string shown = echo_input(path, 80);
+  check_path_name(path, option);
   std::error_code ec;
   const fs::file_status st =
       fs::status(path, ec);  // follows symlinks: the file written is the target
@@ -73,7 +52,7 @@ void check_output_path(const std::string& path, const std::string& option) {
     if (st.type() != fs::file_type::regular)
       throw bad(option, shown,
                 fmt::format("is {}, not a regular file: name a new file or an existing one",
-                            type_name(st.type())));
+                            file_type_name(st.type())));
     if (::access(path.c_str(), W_OK) != 0)
       throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   }
@@ -95,7 +74,7 @@ void check_output_path(const std::string& path, const std::string& option) {
 void write_file_atomically(const std::string& path, const std::string& option,
                            const std::function<void(std::FILE*)>& write) {
   check_output_path(path, option);
-  const std::string shown = path.size() > 80 ? path.substr(0, 77) + "..." : path;
+  const std::string shown = echo_input(path, 80);
   // A symlink to a regular file: write the file it points to, keep the link.
   std::error_code ec;
   fs::path target = path;
@@ -133,7 +112,7 @@ void write_file_atomically(const std::string& path, const std::string& option,
   if (fs::exists(now) && now.type() != fs::file_type::regular)
     throw bad(
         option, shown,
-        fmt::format("is {}, not a regular file: nothing was replaced", type_name(now.type())));
+        fmt::format("is {}, not a regular file: nothing was replaced", file_type_name(now.type())));
   if (std::rename(tmp.path.c_str(), target.c_str()) != 0)
     throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   tmp.path.clear();

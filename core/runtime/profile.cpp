@@ -2,11 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "core/runtime/input_file.h"
 
 namespace mgpu {
 
@@ -130,6 +131,24 @@ double number_in(const nlohmann::json& j, const std::string& where, const char* 
   return x * scale;
 }
 
+// The smallest rates and fractions a profile may give: below them a modeled time has hundreds of
+// digits (a 1e-300 TFLOP/s peak) or a memory capacity rounds to 0 bytes, i.e. "unlimited".
+constexpr double kMinTFLOPs = 1e-4;    // 0.1 GFLOP/s
+constexpr double kMinGBps = 1e-3;      // 1 MB/s
+constexpr double kMinFraction = 1e-3;  // efficiency factors
+
+// An optional field where 0 keeps its meaning ("as fp32", "unlimited") and any other value is
+// range-checked like number_in's.
+double zero_or_at_least(const nlohmann::json& j, const char* key, double lo, double hi,
+                        double scale) {
+  const double zero = 0;
+  const double x = number_in(j, "", key, 0, hi, 1, true, &zero);
+  if (x != 0 && x < lo)
+    throw std::invalid_argument(
+        fmt::format("profile: {} must be 0 or from {:g} to {:g}, got {:.6g}", key, lo, hi, x));
+  return x * scale;
+}
+
 nlohmann::json link_json(const LinkSpec& l) {
   return {{"name", l.name},
           {"bandwidth_GBps", l.bandwidth / 1e9},
@@ -157,10 +176,10 @@ Efficiency efficiency_from(const nlohmann::json& j) {
   const double one = 1, zero = 0;
   const char* where = "efficiency";
   e.sm_count = static_cast<int>(number_in(j, where, "sm_count", 0, 1 << 16, 1, true, &zero));
-  e.gemm_fp32 = number_in(j, where, "gemm_fp32", 0, 1, 1, false, &one);
-  e.gemm_half = number_in(j, where, "gemm_half", 0, 1, 1, false, &one);
-  e.hbm = number_in(j, where, "hbm", 0, 1, 1, false, &one);
-  e.flash_fraction = number_in(j, where, "flash_fraction", 0, 1, 1, false, &one);
+  e.gemm_fp32 = number_in(j, where, "gemm_fp32", kMinFraction, 1, 1, true, &one);
+  e.gemm_half = number_in(j, where, "gemm_half", kMinFraction, 1, 1, true, &one);
+  e.hbm = number_in(j, where, "hbm", kMinFraction, 1, 1, true, &one);
+  e.flash_fraction = number_in(j, where, "flash_fraction", kMinFraction, 1, 1, true, &one);
   e.overlap_slowdown = number_in(j, where, "overlap_slowdown", 0, 10, 1, true, &zero);
   if (j.contains("fused_attention")) {
     if (!j.at("fused_attention").is_boolean())
@@ -190,10 +209,10 @@ LinkSpec link_from(const nlohmann::json& j, const char* what) {
     throw std::invalid_argument(fmt::format("profile: {} must be an object", what));
   LinkSpec l;
   l.name = j.value("name", std::string(what)).substr(0, 80);
-  l.bandwidth = number_in(j, what, "bandwidth_GBps", 0, 1e6, 1e9, false);
+  l.bandwidth = number_in(j, what, "bandwidth_GBps", kMinGBps, 1e6, 1e9, true);
   l.latency = number_in(j, what, "latency_us", 0, 1e6, 1e-6, true);
   const double one = 1;
-  l.efficiency = number_in(j, what, "efficiency", 0, 1, 1, false, &one);
+  l.efficiency = number_in(j, what, "efficiency", kMinFraction, 1, 1, true, &one);
   return l;
 }
 }  // namespace
@@ -291,14 +310,14 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
     p.name = j.value("name", std::string("custom")).substr(0, 80);
     p.description = j.value("description", std::string()).substr(0, 200);
     const double zero = 0, eight = 8;
-    p.peak_flops = number_in(j, "", "peak_TFLOPs", 0, 1e6, 1e12, false);
+    p.peak_flops = number_in(j, "", "peak_TFLOPs", kMinTFLOPs, 1e6, 1e12, true);
     // Optional (older files lack them): 0 = use peak_TFLOPs for that dtype too.
-    p.peak_flops_bf16 = number_in(j, "", "peak_TFLOPs_bf16", 0, 1e6, 1e12, true, &zero);
-    p.peak_flops_fp16 = number_in(j, "", "peak_TFLOPs_fp16", 0, 1e6, 1e12, true, &zero);
-    p.mem_bandwidth = number_in(j, "", "mem_bandwidth_GBps", 0, 1e7, 1e9, false);
+    p.peak_flops_bf16 = zero_or_at_least(j, "peak_TFLOPs_bf16", kMinTFLOPs, 1e6, 1e12);
+    p.peak_flops_fp16 = zero_or_at_least(j, "peak_TFLOPs_fp16", kMinTFLOPs, 1e6, 1e12);
+    p.mem_bandwidth = number_in(j, "", "mem_bandwidth_GBps", kMinGBps, 1e7, 1e9, true);
     p.launch_overhead = number_in(j, "", "launch_overhead_us", 0, 1e6, 1e-6, true, &zero);
     p.memory_capacity =
-        static_cast<int64_t>(number_in(j, "", "memory_capacity_GiB", 0, 1 << 30, GiB, true, &zero));
+        static_cast<int64_t>(zero_or_at_least(j, "memory_capacity_GiB", 1.0 / 1024, 1 << 30, GiB));
     p.ranks_per_node =
         static_cast<int>(number_in(j, "", "ranks_per_node", 1, 1 << 20, 1, true, &eight));
     if (!j.contains("intra_node"))
@@ -321,25 +340,16 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
 HardwareProfile HardwareProfile::load(const std::string& name_or_path) {
   for (auto& p : presets())
     if (p.name == name_or_path) return p;
-  // Shown names are cut short: a 100k-character name must not flood the terminal.
-  const std::string shown =
-      name_or_path.size() > 60 ? name_or_path.substr(0, 57) + "..." : name_or_path;
+  const std::string shown = echo_input(name_or_path, 120);
   std::error_code ec;
   const auto status = std::filesystem::status(name_or_path, ec);  // no throw on absurd names
-  if (std::filesystem::exists(status)) {
-    if (!std::filesystem::is_regular_file(status))
-      throw std::invalid_argument(
-          fmt::format("profile '{}' is not a JSON file (a folder or device); name a preset or a "
-                      "file",
-                      shown));
-    std::ifstream in(name_or_path);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(
-          fmt::format("profile file {}: not valid JSON ({})", shown, e.what()));
-    }
+  if (std::filesystem::exists(status) || name_or_path.ends_with(".json")) {
+    // A file (or meant to be one): type and size checked before it is read (input_file.h).
+    const std::string text = read_input_file(name_or_path, "--profile", kMaxProfileFileBytes);
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded())
+      throw std::invalid_argument(fmt::format(
+          "profile file {}: not valid JSON (see `mgpu profiles` for the format)", shown));
     return from_json(j);
   }
   std::vector<std::string> names = preset_names();

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
+#include <ostream>
 
 #include <fmt/format.h>
 
+#include "core/runtime/input_file.h"
+#include "core/runtime/output_file.h"
 #include "core/tensor/allocator.h"
 
 namespace mgpu::trace {
@@ -235,9 +236,15 @@ class Reader {
     auto args = j.find("args");
     if (args == j.end()) return c;
     if (!args->is_object()) fail(where + ".args must be an object");
+    // Bytes held are never negative (a negative one hid the memory panel), and at most 2^52
+    // (4 PiB) each, so the sum over the categories cannot overflow (two INT64_MAX summed did).
+    constexpr int64_t kMaxCounterBytes = int64_t{1} << 52;
     for (int i = 0; i < kNumMemCategories; ++i) {
-      c.bytes[i] =
-          optional_int(*args, category_name(static_cast<MemCategory>(i)), where + ".args", 0);
+      const char* name = category_name(static_cast<MemCategory>(i));
+      c.bytes[i] = optional_int(*args, name, where + ".args", 0);
+      if (c.bytes[i] < 0 || c.bytes[i] > kMaxCounterBytes)
+        fail(fmt::format("{}.args.{} = {} bytes is outside 0 to 2^52 (4 PiB)", where, name,
+                         c.bytes[i]));
     }
     return c;
   }
@@ -371,21 +378,57 @@ void write_chrome_trace(const Trace& trace, std::ostream& out) {
 }
 
 void write_chrome_trace(const Trace& trace, const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error(fmt::format("cannot open '{}' for writing", path.string()));
-  write_chrome_trace(trace, out);
-  out.flush();
-  if (!out) throw std::runtime_error(fmt::format("failed writing trace to '{}'", path.string()));
+  // Through a temporary file renamed into place (output_file.h): the path is checked again now,
+  // when it is written, and an interrupted write leaves no half trace under the real name.
+  const std::string text = to_chrome_json(trace).dump() + '\n';
+  write_file_atomically(path.string(), "--trace", [&](std::FILE* file) {
+    std::fwrite(text.data(), 1, text.size(), file);  // errors: ferror, checked by the helper
+  });
 }
 
 Trace from_chrome_json(const json& doc, std::string_view source) {
   return Reader(source).read(doc);
 }
 
+namespace {
+
+// A trace nests four levels ({"traceEvents": [{"args": {...}}]}); its metadata a few more. Deeper
+// input is refused before parsing: copying or printing a 150,000-deep value recurses once per
+// level and overflows the stack.
+constexpr int kMaxJsonDepth = 64;
+
+// The deepest nesting of arrays and objects in `text` (brackets inside strings not counted).
+int json_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 Trace parse_chrome_trace(std::string_view text, std::string_view source) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     throw TraceFormatError(fmt::format("{}: empty (no JSON at all)", source));
   }
+  if (const int depth = json_depth(text); depth > kMaxJsonDepth)
+    throw TraceFormatError(fmt::format("{}: JSON nested {} levels deep; a trace nests at most {}",
+                                       source, depth, kMaxJsonDepth));
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
@@ -404,20 +447,13 @@ Trace parse_chrome_trace(std::string_view text, std::string_view source) {
 }
 
 Trace read_chrome_trace(const std::filesystem::path& path) {
-  const std::string source = path.string();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    throw TraceFormatError(fmt::format("{}: no such file", source));
+  std::string text;
+  try {  // a regular file of at most kMaxTraceFileBytes (core/runtime/input_file.h)
+    text = read_input_file(path.string(), "trace", kMaxTraceFileBytes);
+  } catch (const std::invalid_argument& e) {
+    throw TraceFormatError(e.what());
   }
-  if (std::filesystem::is_directory(path, ec)) {
-    throw TraceFormatError(fmt::format("{}: is a directory, not a trace file", source));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TraceFormatError(fmt::format("{}: cannot open for reading", source));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw TraceFormatError(fmt::format("{}: read error", source));
-  return parse_chrome_trace(text.str(), source);
+  return parse_chrome_trace(text, echo_input(path.string(), 120));
 }
 
 }  // namespace mgpu::trace

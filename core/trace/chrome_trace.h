@@ -58,7 +58,8 @@ class TraceFormatError : public std::runtime_error {
 
 nlohmann::json to_chrome_json(const Trace& trace);
 void write_chrome_trace(const Trace& trace, std::ostream& out);
-// Throws std::runtime_error when the file cannot be written.
+// Written atomically (core/runtime/output_file.h); std::invalid_argument with one line when the
+// path cannot hold a file (a fifo, a device, a missing folder) or the write fails.
 void write_chrome_trace(const Trace& trace, const std::filesystem::path& path);
 
 // `source` names the input in error messages (a path, "<string>", ...).

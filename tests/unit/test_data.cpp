@@ -107,7 +107,7 @@ TEST_CASE("text loader reads bytes and rejects bad files", "[data]") {
 
   opts.path = (dir / "mgpu_no_such_file.txt").string();
   CHECK_THAT(error_of([&] { make_task("text", 5, opts); }),
-             Catch::StartsWith("cannot read data file '" + opts.path + "': "));
+             Catch::StartsWith("--data '" + opts.path + "' does not exist"));
   { std::ofstream f(path); }
   opts.path = path;
   CHECK(error_of([&] { make_task("text", 5, opts); }) ==

@@ -144,7 +144,7 @@ TEST_CASE("the efficiency model round-trips through the profile JSON, checked",
   // Bad factors: one clear line each.
   j["efficiency"] = {{"gemm_half", 1.5}};
   CHECK_THROWS_WITH(HardwareProfile::from_json(j),
-                    Catch::Contains("efficiency.gemm_half must be > 0 and at most 1"));
+                    Catch::Contains("efficiency.gemm_half must be >= 0.001 and at most 1"));
   j["efficiency"] = {{"gemm_tiles", {{128, 0}}}};
   CHECK_THROWS_WITH(HardwareProfile::from_json(j), Catch::Contains("[rows, columns]"));
   j["efficiency"] = {{"fused_attention", "yes"}};

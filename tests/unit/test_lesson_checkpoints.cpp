@@ -105,7 +105,9 @@ TEST_CASE("bad checkpoints and impossible checkpoint requests: one line, exit 2"
       std::string dim = "16";
     };
     std::vector<Case> cases = {
-        {"missing file", {"--resume", "/nonexistent/run.ckpt"}, "cannot be opened"},
+        {"missing file",
+         {"--resume", "/nonexistent/run.ckpt"},
+         "--resume: '/nonexistent/run.ckpt' does not exist"},
         {"corrupt file", {"--resume", corrupt.string()}, "checkpoint"},
         {"another model", {"--resume", good.string()}, "parameters", "32"},
         {"already past --steps", {"--resume", done.string()}, "already at step"},

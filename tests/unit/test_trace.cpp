@@ -183,7 +183,7 @@ TEST_CASE("chrome trace: a plain Chrome trace loads best-effort") {
 TEST_CASE("chrome trace: malformed inputs give one clear TraceFormatError") {
   SECTION("missing file") {
     REQUIRE_THROWS_WITH(read_chrome_trace("/nonexistent/dir/trace.json"),
-                        Catch::Contains("no such file"));
+                        Catch::Contains("does not exist"));
   }
   SECTION("a directory") {
     REQUIRE_THROWS_AS(read_chrome_trace(std::filesystem::temp_directory_path()), TraceFormatError);
@@ -250,8 +250,8 @@ TEST_CASE("chrome trace: truncations of a valid file never crash") {
 TEST_CASE("chrome trace: deeply nested JSON is rejected without blowing the stack") {
   const std::string deep =
       "{\"traceEvents\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
-  CHECK_THAT(error_of(deep), Catch::Contains("traceEvents[0] must be an object"));
-  CHECK_THAT(error_of(std::string(200000, '[')), Catch::Contains("truncated JSON"));
+  CHECK_THAT(error_of(deep), Catch::Contains("JSON nested 200001 levels deep"));
+  CHECK_THAT(error_of(std::string(200000, '[')), Catch::Contains("nested 200000 levels deep"));
 }
 
 TEST_CASE("chrome trace: random garbage never crashes") {

@@ -2,13 +2,16 @@
 // rank counts with exit 2 and draws nothing, instead of looping, allocating gigabytes or aborting.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "unit/mgpu_cli.h"
+#include "viz/view_model.h"
 
 using mgpu::testing::run_mgpu;
 namespace fs = std::filesystem;
@@ -51,4 +54,57 @@ TEST_CASE("mgpu viz refuses extreme timestamps and rank counts with exit 2", "[v
     CHECK_FALSE(fs::exists(png));
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("viz --screenshot is refused before any work where --checkpoint would be",
+          "[viz][hostile]") {
+  // Each of these wrote into a device, exited 0 on a full disk, dumped PNG bytes on the terminal
+  // or opened a window that never closed.
+  std::vector<std::string> targets = {"", "/dev/null", "/dev/full"};
+  if (!fs::is_regular_file("/dev/stdout")) targets.push_back("/dev/stdout");
+  for (const std::string& target : targets) {
+    CAPTURE(target);
+    auto r = run_mgpu({"viz", "--screenshot", target});
+    CHECK(r.code == 2);
+    CHECK(mgpu::testing::count_lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("--screenshot"));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("viz reads only regular trace files of bounded size", "[viz][hostile]") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("mgpu_hostile_viz_in_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string png = (dir / "out.png").string();
+  const std::string fifo = (dir / "t.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // blocked the reader forever
+  const std::string sparse = (dir / "big.json").string();
+  std::ofstream(sparse).put('{');
+  fs::resize_file(sparse, uintmax_t{600} << 20);  // read whole until bad_alloc; no disk used
+  struct Case {
+    std::string path, says;
+  };
+  const std::vector<Case> cases = {
+      {fifo, "is a fifo, not a regular file"},
+      {"/dev/zero", "is a character device"},
+      {dir.string(), "is a folder"},
+      {sparse, "above the limit of 512 MiB"},
+      {std::string(300, 'n'), "File name too long"},  // a filesystem_error, exit 1, before
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.path.substr(0, 80));
+    auto r = run_mgpu({"viz", c.path, "--screenshot", png});
+    CHECK(r.code == 2);
+    CHECK(mgpu::testing::count_lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+    CHECK_FALSE(fs::exists(png));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a percentage beyond any fraction is not printed as inf%", "[viz][hostile]") {
+  CHECK(mgpu::viz::format_percent(0.273) == "27.3%");
+  CHECK(mgpu::viz::format_percent(1e308) == "(out of range)");
+  CHECK(mgpu::viz::format_percent(std::nan("")) == "(out of range)");
 }

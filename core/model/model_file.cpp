@@ -1,0 +1,70 @@
+#include "core/model/model_file.h"
+
+#include <iterator>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/input_file.h"
+
+namespace mgpu {
+
+namespace {
+
+constexpr const char* kShapeHint =
+    "a model file is {\"layers\": 12, \"dim\": 768, \"heads\": 12, \"seq\": 1024, \"vocab\": "
+    "50257} (vocab optional)";
+
+// The field as an int: an integer JSON number (not a bool, not 2.9, not 2.0) within its range.
+int integer_field(const nlohmann::json& j, const ModelFieldRange& range, bool optional,
+                  const std::string& source) {
+  if (!j.contains(range.key)) {
+    if (optional) return 0;
+    throw std::invalid_argument(
+        fmt::format("{}: not a model file ('{}' is missing); {}", source, range.key, kShapeHint));
+  }
+  const nlohmann::json& v = j.at(range.key);
+  // is_number_integer is false for booleans and for 2.9 or 2.0; an unsigned value beyond
+  // INT64_MAX must not be read as a signed one.
+  bool in_range = false;
+  if (v.is_number_unsigned())
+    in_range = v.get<uint64_t>() >= static_cast<uint64_t>(range.lo) &&
+               v.get<uint64_t>() <= static_cast<uint64_t>(range.hi);
+  else if (v.is_number_integer())
+    in_range = v.get<int64_t>() >= range.lo && v.get<int64_t>() <= range.hi;
+  if (!in_range)
+    throw std::invalid_argument(fmt::format("{}: '{}' must be a whole number from {} to {}, got {}",
+                                            source, range.key, range.lo, range.hi,
+                                            echo_input(v.dump(), 40)));
+  return static_cast<int>(v.get<int64_t>());
+}
+
+}  // namespace
+
+ModelShape parse_model_json(const std::string& text, const std::string& source) {
+  // Parsed without exceptions: any text that is not one JSON object is the same one line.
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw std::invalid_argument(
+        fmt::format("{}: not a model file (not a JSON object); {}", source, kShapeHint));
+  for (const auto& [key, value] : j.items()) {
+    bool known = false;
+    for (const ModelFieldRange& r : kModelFieldRanges) known = known || key == r.key;
+    if (!known)
+      throw std::invalid_argument(
+          fmt::format("{}: unknown field '{}'; {}", source, echo_input(key, 40), kShapeHint));
+  }
+  ModelShape shape;
+  int* fields[] = {&shape.layers, &shape.dim, &shape.heads, &shape.seq, &shape.vocab};
+  for (size_t i = 0; i < std::size(kModelFieldRanges); ++i)
+    *fields[i] = integer_field(j, kModelFieldRanges[i], i == 4, source);
+  return shape;
+}
+
+ModelShape read_model_file(const std::string& path) {
+  const std::string source = "--model " + echo_input(path, 120);
+  return parse_model_json(read_input_file(path, "--model", kMaxModelFileBytes), source);
+}
+
+}  // namespace mgpu
