@@ -123,11 +123,14 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (const CLI::Option* o = app.get_option_no_throw(name); o && o->count() > 0)
         given.emplace_back(name);
     apply_model_preset(common, given);
+    common.run_config = resolved_run_config(lesson.name(), app, common);
     select_impl(common.impl, out);
     print_student_code_line(out);
     return lesson.run(common, out);
   } catch (const UsageError& e) {
     return usage_error(err, "run " + lesson.name(), e.what());
+  } catch (const RunConfigMismatch& e) {  // every process knows; rank 0 alone prints the table
+    return e.reported() ? usage_error(err, "run " + lesson.name(), e.what()) : kExitUsage;
   } catch (const std::invalid_argument& e) {  // bad configs found by core (model, data, profile)
     return usage_error(err, "run " + lesson.name(), e.what());
   } catch (const OutOfMemory& e) {

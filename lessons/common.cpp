@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
 #include <regex>
 
 #include <fmt/format.h>
@@ -165,6 +166,27 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
   if (!typed("--vocab") && !real_data) c.vocab = chosen.vocab;
 }
 
+RunConfig resolved_run_config(const std::string& lesson, const CLI::App& app,
+                              const CommonOptions& common) {
+  RunConfig config = {{"lesson", lesson}};
+  const std::map<std::string, int> resolved = {
+      {"--ranks", common.ranks}, {"--layers", common.layers}, {"--dim", common.dim},
+      {"--heads", common.heads}, {"--seq", common.seq},       {"--vocab", common.vocab}};
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string name = option->get_name();
+    if (name == "--help" || name.empty()) continue;
+    std::string value;
+    if (auto it = resolved.find(name); it != resolved.end())
+      value = std::to_string(it->second);
+    else if (option->count() > 0)
+      value = fmt::format("{}", fmt::join(option->results(), " "));
+    else
+      value = option->get_default_str();
+    config.emplace_back(name, value);
+  }
+  return config;
+}
+
 bool launched_by_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
     if (std::getenv(var)) return true;
@@ -212,6 +234,7 @@ WorldOptions CommonOptions::world_options() const {
   w.comm_timeout = comm_timeout;
   w.backend = backend;
   if (!capacity.empty()) w.capacity_override = parse_bytes(capacity);
+  w.run_config = run_config;
   return w;
 }
 

@@ -35,7 +35,21 @@ int64_t sampled_batch_bytes(int64_t batch, int64_t seq, int local_ranks) {
   return int64_t{local_ranks} * batch * seq * 2 * int64_t(sizeof(int32_t));
 }
 
+// What this process may plan to use: the host's budget, or under mpirun its share of it, since
+// every process of the job on this host holds its own rank (the check runs in each of them and
+// sees only itself).
+int64_t process_budget(int64_t available) {
+  return host_memory_budget(available) / processes_on_this_host();
+}
+
 std::string fits_message(const HostFootprint& need, int64_t budget, int64_t available) {
+  const int processes = processes_on_this_host();
+  if (processes > 1)
+    return fmt::format(
+        "needs about {} in each of the {} processes of this job on this host, more than the {} "
+        "each can have (3/4 of the {} available, shared by {}): {}",
+        format_bytes(need.total()), processes, format_bytes(budget), format_bytes(available),
+        processes, need.breakdown());
   return fmt::format(
       "needs about {} on this host, more than the {} it can give (3/4 of the {} "
       "available): {}",
@@ -93,7 +107,7 @@ void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int6
                               int state_copies) {
   if (c.device == "cuda" || available < 0) return;
   const bool phantom = c.device == "phantom";
-  const int64_t budget = host_memory_budget(available);
+  const int64_t budget = process_budget(available);
   const int ranks = local_ranks(c);
   const std::string or_phantom =
       phantom ? "" : ", or add --device phantom to run it as shapes and times only";
@@ -154,7 +168,7 @@ void check_replicas_fit_host(const CommonOptions& c, const GPTConfig& cfg) {
 
 void check_collectives_fit_host(const CommonOptions& c, int64_t max_bytes, int64_t available) {
   if (c.device != "cpu" || available < 0) return;  // phantom buffers are shapes only
-  const int64_t budget = host_memory_budget(available);
+  const int64_t budget = process_budget(available);
   const int ranks = local_ranks(c), n = std::max(1, c.ranks);
   // Per rank: the buffer, the 1/n other end of a gather or scatter, one staged chunk of 1/n.
   // (Saturates instead of overflowing: --max-bytes may be up to 2^62.)

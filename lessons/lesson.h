@@ -59,6 +59,8 @@ struct CommonOptions {
   bool viz = false;
   bool quiet = false;
   int log_every = 0;  // 0 = about 10 lines per run
+  // Every option's resolved value (resolved_run_config): under mpirun the processes compare it.
+  RunConfig run_config;
 
   WorldOptions world_options() const;  // validated; throws UsageError
   nlohmann::json to_json() const;
@@ -100,6 +102,12 @@ void apply_mpi_world_size(CommonOptions& common, bool ranks_given);
 void apply_model_preset(CommonOptions& common, const std::vector<std::string>& given);
 // The presets, in size order: name and (layers, dim, heads, seq, vocab).
 std::vector<std::string> model_preset_names();
+
+// The run configuration every process of an MPI job must share (WorldOptions::run_config): the
+// lesson, then each of its command's options with the value it resolved to (typed or default),
+// the model's dimensions after --model.
+RunConfig resolved_run_config(const std::string& lesson, const CLI::App& app,
+                              const CommonOptions& common);
 
 // Launched by mpirun/srun (this process is one rank of a process world).
 bool launched_by_mpi();

@@ -1,6 +1,7 @@
 #include "core/runtime/host_memory.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -15,6 +16,15 @@ int64_t host_available_bytes() {
     if (key == "MemAvailable:") return kib * 1024;
   }
   return -1;
+}
+
+int processes_on_this_host() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* text = std::getenv(var)) {
+      const long n = std::strtol(text, nullptr, 10);
+      if (n >= 1 && n <= 1 << 20) return static_cast<int>(n);
+    }
+  return 1;
 }
 
 int64_t host_memory_budget(int64_t available) {

@@ -5,6 +5,7 @@
 
 #include "core/runtime/host_memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -48,7 +49,73 @@ Device device_for_rank(DeviceKind kind, int rank, int gpus) {
   return Device::cpu(rank);
 }
 
+#ifdef MGPU_HAVE_MPI
+// Compares this process's run configuration with every other's (see WorldOptions::run_config);
+// throws RunConfigMismatch, on every process, when any differs.
+void agree_on_run_config(const RunConfig& mine, int my_rank, double timeout) {
+  const std::vector<std::string> all =
+      comm::mpi::world_strings_if_different(nlohmann::json(mine).dump(), timeout);
+  if (all.empty()) return;
+  std::vector<RunConfig> per_rank;
+  for (const std::string& text : all) per_rank.push_back(nlohmann::json::parse(text));
+  throw RunConfigMismatch(describe_run_config_disagreement(per_rank), my_rank == 0);
+}
+#endif
+
+// A value as a table cell: what the user typed may be long.
+std::string cell(const std::string& value) {
+  constexpr size_t kWidth = 40;
+  return value.size() <= kWidth ? value : value.substr(0, kWidth - 3) + "...";
+}
+
 }  // namespace
+
+std::string describe_run_config_disagreement(const std::vector<RunConfig>& per_rank) {
+  const auto value_of = [](const RunConfig& config, const std::string& option) {
+    for (const auto& [name, value] : config)
+      if (name == option) return cell(value);
+    return std::string("(none)");
+  };
+  // Columns: rank 0, then each rank that differs from it (at most 7: the rest are counted).
+  constexpr size_t kMaxColumns = 8;
+  std::vector<size_t> columns = {0};
+  size_t differing = 0;
+  for (size_t r = 1; r < per_rank.size(); ++r)
+    if (per_rank[r] != per_rank[0] && ++differing && columns.size() < kMaxColumns)
+      columns.push_back(r);
+  // Rows: every option some rank (rank 0's order first) has with another value than rank 0.
+  std::vector<std::string> options;
+  for (const RunConfig& config : per_rank)
+    for (const auto& [name, value] : config)
+      if (std::find(options.begin(), options.end(), name) == options.end()) options.push_back(name);
+  std::vector<std::vector<std::string>> rows = {{"option"}};
+  for (size_t r : columns) rows[0].push_back(fmt::format("rank {}", r));
+  for (const std::string& option : options) {
+    std::vector<std::string> row = {option};
+    for (size_t r : columns) row.push_back(value_of(per_rank[r], option));
+    const std::string first = value_of(per_rank[0], option);
+    if (std::any_of(per_rank.begin(), per_rank.end(),
+                    [&](const RunConfig& c) { return value_of(c, option) != first; }))
+      rows.push_back(std::move(row));
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  std::string table = fmt::format(
+      "the {} processes of this MPI job were started with different options, and every rank must "
+      "run the same configuration ({} differ{} from rank 0); start every process with the same "
+      "command line:",
+      per_rank.size(), differing == 1 ? "1 rank" : fmt::format("{} ranks", differing),
+      differing == 1 ? "s" : "");
+  for (const auto& row : rows) {
+    table += "\n";
+    for (size_t c = 0; c < row.size(); ++c) table += fmt::format("  {:<{}}", row[c], widths[c]);
+    while (table.back() == ' ') table.pop_back();
+  }
+  if (differing + 1 > columns.size())
+    table += fmt::format("\n  (and {} more ranks that differ)", differing + 1 - columns.size());
+  return table;
+}
 
 struct World::Impl {
   WorldOptions options;
@@ -65,7 +132,8 @@ struct World::Impl {
     if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
     if (options.device == DeviceKind::cpu)  // real host memory: never more than this host has
       profile.memory_capacity =
-          cpu_rank_capacity(profile.memory_capacity, world_size, host_available_bytes());
+          cpu_rank_capacity(profile.memory_capacity, mpi ? processes_on_this_host() : world_size,
+                            host_available_bytes());
     auto ctx = std::make_unique<RankContext>(
         r, world_size, device_for_rank(options.device, r, gpus), profile, options.clock, epoch);
     ctx->profile = options.profile;  // the allocator keeps the overridden capacity
@@ -130,6 +198,7 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
     w.ranks.push_back(w.make_rank(process.rank, epoch));
     w.comms.push_back(comm::mpi::make_world_comm(*w.ranks[0], w.options.comm_timeout));
     w.ranks[0]->comm = w.comms[0].get();
+    agree_on_run_config(w.options.run_config, process.rank, w.options.comm_timeout);
     return;
 #else
     throw std::invalid_argument(

@@ -8,12 +8,17 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/runtime/context.h"
 #include "core/trace/event.h"
 
 namespace mgpu {
+
+// A run's resolved options, (option, value) in a fixed order: what every process of an MPI job
+// must agree on before the first step.
+using RunConfig = std::vector<std::pair<std::string, std::string>>;
 
 struct WorldOptions {
   int ranks = 1;
@@ -24,7 +29,30 @@ struct WorldOptions {
   double comm_timeout = 30.0;    // seconds before a stuck wait is reported
   bool trace = true;
   int64_t capacity_override = -1;  // bytes per rank; -1 = the profile's capacity
+  // Under mpirun every process compares its run configuration with the others' as the World is
+  // made (a hash, one small all-reduce): processes started with different options (an MPMD
+  // command line, a typo in one) would otherwise exchange messages of different sizes or train
+  // different models in silence. Threads share one configuration, so nothing is compared.
+  RunConfig run_config;
 };
+
+// Processes of one MPI job started with different run configurations: what() is the table of
+// which rank differs in which option, the same on every process; reported() is true only on
+// world rank 0, the one process that prints it.
+class RunConfigMismatch : public std::invalid_argument {
+ public:
+  RunConfigMismatch(const std::string& table, bool reported)
+      : std::invalid_argument(table), reported_(reported) {}
+  bool reported() const { return reported_; }
+
+ private:
+  bool reported_;
+};
+
+// The table RunConfigMismatch carries, from every rank's configuration (by world rank): the
+// options on which some rank differs from rank 0, as rows; rank 0 and the ranks that differ, as
+// columns.
+std::string describe_run_config_disagreement(const std::vector<RunConfig>& per_rank);
 
 // An exception raised on one rank, re-thrown by World::run on the calling thread. cause() is
 // the original exception, so callers can still tell e.g. an OutOfMemory from a bug.

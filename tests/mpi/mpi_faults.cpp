@@ -4,12 +4,15 @@
 //   stall     rank 1 stops itself (SIGSTOP), as a hung or debugged process would
 //   mismatch  rank 1 all-reduces a different element count
 //   mismatch_all_to_all  rank 1 calls all_gather where the others call all_to_all
+//   recv_larger   rank 0 sends rank 1 8 floats where rank 1 receives 4 (MPI would truncate)
+//   recv_smaller  rank 0 sends rank 1 4 floats where rank 1 receives 8
 // Every process must end non-zero within the comm timeout plus a few seconds, with the
 // diagnosis on stderr (tests/mpi/expect_fault.sh checks both).
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -24,10 +27,12 @@ using namespace mgpu;
 
 int main(int argc, char** argv) {
   const std::string fault = argc > 1 ? argv[1] : "";
-  if (fault != "exit" && fault != "raise" && fault != "stall" && fault != "mismatch" &&
-      fault != "mismatch_all_to_all") {
-    std::fprintf(
-        stderr, "usage: mpi_faults exit|raise|stall|mismatch|mismatch_all_to_all (under mpirun)\n");
+  const std::set<std::string> faults = {
+      "exit", "raise", "stall", "mismatch", "mismatch_all_to_all", "recv_larger", "recv_smaller"};
+  if (!faults.contains(fault)) {
+    std::fprintf(stderr,
+                 "usage: mpi_faults exit|raise|stall|mismatch|mismatch_all_to_all|recv_larger|"
+                 "recv_smaller (under mpirun)\n");
     return 2;
   }
   WorldOptions o;
@@ -47,6 +52,14 @@ int main(int argc, char** argv) {
       if (culprit && fault == "exit") return;
       if (culprit && fault == "raise") throw std::runtime_error("rank 1 raised on purpose");
       if (culprit && fault == "stall") std::raise(SIGSTOP);
+      if (fault == "recv_larger" || fault == "recv_smaller") {
+        const int64_t sent = fault == "recv_larger" ? 8 : 4, posted = 12 - sent;
+        if (ctx.rank == 0) ctx.comm->send(Tensor::zeros({sent}, MemCategory::comm_buffers), 1);
+        if (culprit) {
+          Tensor t = Tensor::zeros({posted}, MemCategory::comm_buffers);
+          ctx.comm->recv(t, 0);
+        }
+      }
       if (fault == "mismatch_all_to_all") {
         const int64_t n = 4 * ctx.world_size;
         Tensor out = Tensor::zeros({n}, MemCategory::comm_buffers);

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 
@@ -210,4 +212,58 @@ TEST_CASE("World validates its options", "[world]") {
   o.ranks = 2;
   o.backend = "carrier-pigeon";
   CHECK_THROWS_AS(World(o), std::invalid_argument);
+}
+
+TEST_CASE("a receive of a message of another size names both sizes, blocking or not",
+          "[comm][diagnosis]") {
+  // (sent, posted) floats: a larger message must not overrun the buffer, a smaller one must not
+  // leave its tail stale in silence.
+  for (auto [sent, posted] : {std::pair<int64_t, int64_t>{8, 4}, {4, 8}})
+    for (bool nonblocking : {false, true}) {
+      CAPTURE(sent, posted, nonblocking);
+      World world(options_for(2));
+      int failed_rank = -1;
+      std::string msg = expect_failure(
+          world,
+          [&, sent = sent, posted = posted](RankContext& ctx) {
+            if (ctx.rank == 0) ctx.comm->send(Tensor::zeros({sent}, MemCategory::workspace), 1, 3);
+            if (ctx.rank != 1) return;
+            Tensor t = Tensor::zeros({posted}, MemCategory::workspace);
+            if (nonblocking)
+              ctx.comm->irecv(t, 0, 3).wait();
+            else
+              ctx.comm->recv(t, 0, 3);
+          },
+          nullptr, &failed_rank);
+      CHECK(failed_rank == 1);
+      CHECK_THAT(msg, Contains(fmt::format("rank 1 received {} bytes from rank 0 (tag 3) in group "
+                                           "world, but its buffer holds {}",
+                                           4 * sent, 4 * posted)));
+    }
+}
+
+TEST_CASE("processes started with different options: a table of who differs in what",
+          "[world][diagnosis]") {
+  const RunConfig same = {{"lesson", "pipeline"}, {"--steps", "20"}, {"--microbatches", "8"}};
+  RunConfig fewer = same;
+  fewer[2].second = "4";
+  const std::string table = describe_run_config_disagreement({same, same, fewer, fewer});
+  CAPTURE(table);
+  CHECK_THAT(table,
+             Contains("the 4 processes of this MPI job were started with different options"));
+  CHECK_THAT(table, Contains("(2 ranks differ from rank 0)"));
+  CHECK_THAT(table, Contains("\n  option          rank 0  rank 2  rank 3\n"));
+  CHECK_THAT(table, Contains("\n  --microbatches  8       4       4"));
+  CHECK_THAT(table, !Contains("--steps"));  // only the options that differ are rows
+  // Another lesson (an option one side lacks), and many ranks: the columns are capped.
+  RunConfig other = {{"lesson", "ddp"}, {"--steps", "20"}};
+  std::vector<RunConfig> many(12, other);
+  many[0] = same;
+  const std::string wide = describe_run_config_disagreement(many);
+  CAPTURE(wide);
+  CHECK_THAT(wide, Contains("(11 ranks differ from rank 0)"));
+  CHECK_THAT(wide, Contains("  lesson          pipeline  ddp"));
+  CHECK_THAT(wide, Contains("  --microbatches  8         (none)"));
+  CHECK_THAT(wide, Contains("rank 7\n"));
+  CHECK_THAT(wide, Contains("(and 4 more ranks that differ)"));
 }

@@ -2,9 +2,11 @@
 // the allocator measures, and what it names as fitting does fit while one more does not.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 
+#include "core/runtime/host_memory.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/single_device.h"
 
@@ -181,4 +183,22 @@ TEST_CASE("replicating layouts count one copy of the training state per rank", "
   const std::string said = refused(4);
   CAPTURE(said);
   CHECK_THAT(said, Catch::Contains("on each of 4 ranks"));
+}
+
+TEST_CASE("under mpirun every process of the job on this host counts", "[host_memory]") {
+  // Each process checks only itself; four of them on one host hold four times as much. A run that
+  // one process fits is refused when the launcher says four share the host.
+  CommonOptions c = tiny_run();
+  c.layers = 24, c.dim = 256, c.heads = 4;  // ~19M parameters: 300 MiB of state
+  const HostFootprint one = training_footprint(config_of(c), "adamw", c.batch, 1);
+  const int64_t available = one.total() * 2;  // a budget of 1.5x one process's need
+  CHECK(refusal(c, available).empty());
+  struct LocalSize {  // what Open MPI's mpirun sets in each process it starts
+    LocalSize() { setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1); }
+    ~LocalSize() { unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE"); }
+  } four_on_this_host;
+  CHECK(processes_on_this_host() == 4);
+  const std::string said = refusal(c, available);
+  CAPTURE(said);
+  CHECK_THAT(said, Catch::Contains("in each of the 4 processes of this job on this host"));
 }

@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -130,6 +131,33 @@ void diagnosis::wait_for_everyone_to_finish() {
     std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
   }
   waiting_for.clear();
+}
+
+// Polls until `req` completes, answering the others' questions meanwhile; past `timeout` seconds
+// prints the "who waits for whom" table and ends the job. `what` completes "rank 2 waits ...".
+// Returns MPI_Test's code: MPI_SUCCESS, or the request's error (MPI_ERR_TRUNCATE: a message larger
+// than the posted buffer), which the caller turns into a diagnosis.
+int wait_request(MPI_Request& req, MPI_Status& status, const std::string& what, double timeout) {
+  int done = 0;
+  int code = MPI_Test(&req, &done, &status);
+  if (done || code != MPI_SUCCESS) return code;
+  diagnosis::waiting_for = "waits " + what;
+  auto start = std::chrono::steady_clock::now();
+  while (true) {
+    code = MPI_Test(&req, &done, &status);
+    if (done || code != MPI_SUCCESS) break;
+    diagnosis::answer_questions();
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout) {
+      int me = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &me);
+      diagnosis::abort_with_table(
+          fmt::format("timeout: rank {} waited more than {} s (comm_timeout)", me, timeout));
+    }
+    std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
+  }
+  diagnosis::waiting_for.clear();
+  return code;
 }
 
 float* host_floats(Tensor& t) {
@@ -270,25 +298,8 @@ class MpiComm final : public Comm {
   // `what` completes "rank 2 waits ..." in the table: "for recv from rank 1 (tag 7) in group
   // world", "in all_reduce #3 of group world: all_reduce(count=4, f32, sum) (recv from rank 1)".
   void wait(MPI_Request& req, const std::string& what) {
-    int done = 0;
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) return;
-    diagnosis::waiting_for = "waits " + what;
-    auto start = std::chrono::steady_clock::now();
-    while (true) {
-      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      diagnosis::answer_questions();
-      double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeout_)
-        diagnosis::abort_with_table(
-            fmt::format("timeout: rank {} waited more than {} s "
-                        "(comm_timeout)",
-                        world_rank(rank_), timeout_));
-      std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
-    }
-    diagnosis::waiting_for.clear();
+    MPI_Status status;
+    check(wait_request(req, status, what, timeout_), "MPI_Test");
   }
 
   // Every member hashes its call; one all-reduce of {hash, -hash} (max) tells whether all hashes
@@ -347,9 +358,10 @@ class MpiComm final : public Comm {
   struct PostedRecv {
     std::vector<char> buffer;
     MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Status status{};
     std::string what;
     Tensor target;  // shares storage with the caller's tensor
-    int src = 0;
+    int src = 0, tag = 0;
     double posted = 0;  // when the receive was posted on this rank's clock
     bool traced = true;
     bool accumulate = false;  // recv_reduce: add the payload into target instead of copying
@@ -387,6 +399,7 @@ class MpiComm final : public Comm {
     p.what = describe_wait("recv from", src, tag);
     p.target = t;
     p.src = src;
+    p.tag = tag;
     p.traced = depth_ == 0;
     check(MPI_Irecv(p.buffer.data(), static_cast<int>(p.buffer.size()), MPI_BYTE, src, tag,
                     channel(), &p.request),
@@ -396,7 +409,7 @@ class MpiComm final : public Comm {
 
   // Receive ends at max(posted, sent + transfer), as in the local backend's mailboxes.
   double finish_recv(PostedRecv& p) {
-    wait(p.request, p.what);
+    check_received_size(p, wait_request(p.request, p.status, p.what, timeout_));
     Tensor& t = p.target;
     double sent;
     std::memcpy(&sent, p.buffer.data(), sizeof(double));
@@ -411,6 +424,28 @@ class MpiComm final : public Comm {
     clock.wait_comm_until(end);
     if (p.traced) record("recv", world_rank(p.src), t.bytes(), 0, p.posted, end, -1);
     return end;
+  }
+
+  // A message of another size than the posted buffer is the local backend's error, word for
+  // word: larger ones MPI truncates (MPI_ERR_TRUNCATE, returned since the world communicator's
+  // error handler is MPI_ERRORS_RETURN), smaller ones MPI_Get_count measures.
+  void check_received_size(PostedRecv& p, int code) {
+    const int64_t holds = static_cast<int64_t>(p.buffer.size() - sizeof(double));
+    int error_class = MPI_SUCCESS;
+    if (code != MPI_SUCCESS) MPI_Error_class(code, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE)
+      throw CommError(fmt::format(
+          "rank {} received more than {} bytes from rank {} (tag {}) in group {}, but its buffer "
+          "holds {}",
+          world_rank(rank_), holds, world_rank(p.src), p.tag, name_, holds));
+    check(code, "MPI_Test");
+    int count = 0;
+    MPI_Get_count(&p.status, MPI_BYTE, &count);
+    if (count != static_cast<int>(p.buffer.size()))
+      throw CommError(fmt::format(
+          "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",
+          world_rank(rank_), std::max<int64_t>(0, count - int64_t{sizeof(double)}),
+          world_rank(p.src), p.tag, name_, holds));
   }
 
   double all_reduce_on_comm_lane(Tensor& t, ReduceOp op) {
@@ -548,6 +583,9 @@ Process init_process() {
   if (!initialized) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // Errors come back as codes (every communicator inherits this), so a receive of a message
+    // larger than its buffer is diagnosed like any other mismatch instead of ending the job.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -573,6 +611,35 @@ void library_all_reduce(Comm& comm, Tensor& t) {
     throw std::logic_error("library_all_reduce needs a Comm of the mpi backend, not " +
                            comm.backend());
   mpi->library_all_reduce(t);
+}
+
+std::vector<std::string> world_strings_if_different(const std::string& mine, double timeout) {
+  const double hash = static_cast<double>(std::hash<std::string>{}(mine) & ((1ull << 52) - 1));
+  double ends[2] = {hash, -hash}, extremes[2];
+  MPI_Request req;
+  MPI_Status status;
+  const std::string what = "in the start-up check that every process runs the same configuration";
+  check(MPI_Iallreduce(ends, extremes, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req),
+        "MPI_Iallreduce");
+  check(wait_request(req, status, what, timeout), "MPI_Iallreduce");
+  if (extremes[0] == -extremes[1]) return {};  // max == min: every hash is this one
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(size), offsets(size);
+  check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &req),
+        "MPI_Iallgather");
+  check(wait_request(req, status, what, timeout), "MPI_Iallgather");
+  int total = 0;
+  for (int r = 0; r < size; ++r) offsets[r] = std::exchange(total, total + lengths[r]);
+  std::string all(static_cast<size_t>(total), '\0');
+  check(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+                        MPI_CHAR, MPI_COMM_WORLD, &req),
+        "MPI_Iallgatherv");
+  check(wait_request(req, status, what, timeout), "MPI_Iallgatherv");
+  std::vector<std::string> strings;
+  for (int r = 0; r < size; ++r) strings.push_back(all.substr(offsets[r], lengths[r]));
+  return strings;
 }
 
 void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out) {

@@ -4,6 +4,8 @@
 // binaries never start MPI.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/comm/comm.h"
 #include "core/runtime/context.h"
@@ -24,6 +26,12 @@ std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds);
 // off the modeled clock. The collectives lesson races the ring against it; everything else runs
 // the ring (so results equal the thread run's bit for bit).
 void library_all_reduce(Comm& comm, Tensor& t);
+
+// The start-up agreement (World's run configuration): empty when every process passed the same
+// `mine`, else every process's, by world rank. One small all-reduce of a hash when they agree;
+// the strings are gathered only when they do not. A process that never arrives is diagnosed
+// after `timeout` seconds like any stuck wait.
+std::vector<std::string> world_strings_if_different(const std::string& mine, double timeout);
 
 // Gathers every process's events and counters into `root_out` on rank 0 (as JSON strings).
 void gather_trace_to_root(const trace::Trace& mine, trace::Trace& root_out);
