@@ -341,7 +341,8 @@ class HybridLesson : public Lesson {
         ->check(Positive)
         ->capture_default_str();
     app.add_option("--pp", options_.pp, "pipeline stages")->check(Positive)->capture_default_str();
-    app.add_option("--schedule", options_.schedule, "gpipe | 1f1b | interleaved | zb-h1")
+    app.add_option("--schedule", options_.schedule,
+                   "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev")
         ->capture_default_str();
     app.add_option("--virtual-stages", options_.virtual_stages,
                    "interleaved: layer chunks per stage (V); pp x V must divide the layers")

@@ -13,6 +13,7 @@
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 
+#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/trace/analysis.h"
 #include "lessons/exercise_views.h"
@@ -36,6 +37,13 @@ std::string explain(const std::string& schedule) {
   if (schedule == "interleaved")
     return "interleaved 1F1B: each stage holds V model chunks, so a micro-batch visits every "
            "stage V times; the ramp is V times shorter (more messages, same work)";
+  if (schedule == "zbv")
+    return "ZB-V: two chunks per stage in a V (stage 0 holds the first and the last layers), the "
+           "backward split into B and W; W's fill the gaps, every stage holds 1F1B's stage-0 "
+           "activations";
+  if (schedule == "dualpipev")
+    return "DualPipeV: DualPipe cut in half into a V; in the steady state each stage runs a "
+           "forward and a backward of two micro-batches as one pair (F&B), the tail splits B and W";
   return "ZB-H1: the backward is split into B (input gradient: the previous stage waits for it) "
          "and W (weight gradient: nobody waits); the deferred W's fill the drain bubble";
 }
@@ -47,7 +55,8 @@ std::string percent(double x) {
 // The plan as the simulator times it, in units of one chunk forward (backward = 2 units).
 void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
   // ZB-H1's B and W take one cell each; everywhere else the full backward takes two.
-  const bool zero_bubble = schedule.name == "zb-h1";
+  const bool zero_bubble =
+      schedule.name == "zb-h1" || schedule.name == "zbv" || schedule.name == "dualpipev";
   const pipeline::CostModel costs =
       zero_bubble ? pipeline::CostModel::uniform(1, 1, 1) : pipeline::CostModel{};
   fmt::print(out, "\nthe plan (simulated: F = 1 cell, B = 2 cells{}, '..' = idle):\n{}",
@@ -85,14 +94,14 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   GPTConfig cfg = model_config(c, *task);
   const pipeline::Schedule schedule =
       pipeline::make_schedule(p.schedule, P, p.microbatches, p.virtual_stages);
-  const pipeline::LayerPartition partition =
-      pipeline::partition_layers(c.layers, P * p.virtual_stages);
+  const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
+  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, P * V);
+  const int loss_stage = schedule.stage_of(P * V - 1);
 
   PipelineResult result;
-  result.theory_bubble =
-      pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, p.virtual_stages);
-  result.expected_peak =
-      pipeline::peak_activations_theory(p.schedule, P, p.microbatches, p.virtual_stages);
+  result.model_params = count_params(cfg);
+  result.theory_bubble = pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, V);
+  result.expected_peak = pipeline::peak_activations_theory(p.schedule, P, p.microbatches, V);
 
   if (!c.quiet) {
     fmt::print(out, "{}.\n\n", explain(p.schedule));
@@ -100,8 +109,7 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
     fmt::print(out,
                "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
                "computes the loss\n",
-               P, p.virtual_stages, p.virtual_stages > 1 ? "virtual " : "", partition.description,
-               P - 1);
+               P, V, V > 1 ? "virtual " : "", partition.description, loss_stage);
     fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n",
                c.batch, p.microbatches, c.batch / p.microbatches, c.seq);
     fmt::print(out, "device: {}{}\n", describe_world(wopt),
@@ -118,14 +126,14 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   config["schedule"] = p.schedule;
   config["stages"] = P;
   config["microbatches"] = p.microbatches;
-  config["virtual_stages"] = p.virtual_stages;
+  config["virtual_stages"] = V;
   config["theory_mode"] = p.theory;
   LossLog log(c, out);
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg, config),
       [&](RankContext& ctx) {
-        auto layout = std::make_unique<pipeline::PipelineLayout>(
-            cfg, *ctx.comm, schedule, p.virtual_stages, optimizer_factory(c), exec);
+        auto layout = std::make_unique<pipeline::PipelineLayout>(cfg, *ctx.comm, schedule, V,
+                                                                 optimizer_factory(c), exec);
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },
@@ -153,6 +161,8 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   if (!world.is_root()) return result;  // under mpirun the merged trace is on rank 0's process
   // Measured by exercise 04's bubble accounting: the student's own with --impl mine.
   result.measured_bubble = measured_bubble_fractions(result.trace, c.steps - 1);
+  const trace::Interval window = trace::analysis_window(result.trace, c.steps - 1);
+  result.measured_step_seconds = window.end - window.begin;
   return result;
 }
 
@@ -189,6 +199,40 @@ void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
                "B kept, until W runs, s micro-batches after B on stage s)\n");
 }
 
+// DualPipe's README table at this run's P, in theory mode's costs, beside what this run measured:
+// its bubble per stage from the trace, parameter copies from the stages' parameters, activation
+// peaks from the executor's stash count.
+void print_dualpipe_table(std::ostream& out, const PipelineOptions& p, const PipelineResult& r) {
+  const int P = static_cast<int>(r.last_step.size());
+  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};  // ms
+  fmt::print(out,
+             "\nDualPipe's table (github.com/deepseek-ai/DualPipe) at {} devices, in ms (a "
+             "stage's F 1, B 2, W 1; a V chunk is half a stage; F&B = F + B on one stream):\n",
+             P);
+  auto row = [&](const char* name, const char* formula, double bubble, int peak, bool half) {
+    fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}{}\n", name, formula,
+               fmt::format("{:g}", bubble), "1x", peak, half ? " (half-stage chunks)" : "");
+  };
+  fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}\n", "schedule", "bubble per stage", "theory",
+             "params", "peak activations (chunks held)");
+  row("1F1B", "(PP-1)(F+B)", pipeline::bubble_1f1b(P, stage), pipeline::peak_chunks_1f1b(P), false);
+  row("ZB1P", "(PP-1)(F+B-2W)", pipeline::bubble_zb1p(P, stage), pipeline::peak_chunks_1f1b(P),
+      false);
+  row("ZB-V", "(P-1)F", pipeline::bubble_zbv(P, chunk), pipeline::peak_chunks_1f1b(2 * P), true);
+  row("DualPipeV", "(PP/2-1)(F&B+B-3W)", pipeline::bubble_dualpipe(2 * P, chunk),
+      pipeline::peak_chunks_dualpipe(2 * P), true);
+  int64_t held = 0;
+  for (const auto& [name, values] : r.params) held += static_cast<int64_t>(values.size());
+  int most_held = 0;
+  for (const auto& st : r.last_step) most_held = std::max(most_held, st.peak_stashed);
+  const double worst = *std::max_element(r.measured_bubble.begin(), r.measured_bubble.end());
+  fmt::print(out,
+             "  this run ({}): bubble {:g} ms per stage (trace: {:.1f}% of a {:g} ms step), "
+             "params {:.2f}x (all stages / model), peak {} chunks held\n",
+             p.schedule, worst * r.measured_step_seconds * 1e3, 100 * worst,
+             r.measured_step_seconds * 1e3, double(held) / double(r.model_params), most_held);
+}
+
 class PipelineLesson : public Lesson {
  public:
   explicit PipelineLesson(bool naive) : naive_(naive) {
@@ -200,15 +244,16 @@ class PipelineLesson : public Lesson {
   std::string name() const override { return naive_ ? "model_parallel" : "pipeline"; }
   std::string summary() const override {
     return naive_ ? "split the layers over GPUs: it fits, but only one GPU works at a time"
-                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved, ZB-H1; bubbles vs "
-                    "theory";
+                  : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved, ZB-H1, ZB-V, "
+                    "DualPipeV; bubbles vs theory";
   }
   LessonDefaults defaults() const override {
     return {.ranks = 4, .steps = 20, .batch = 16, .layers = 8};
   }
   void add_options(CLI::App& app) override {
     if (!naive_) {
-      app.add_option("--schedule", options_.schedule, "gpipe | 1f1b | interleaved | zb-h1")
+      app.add_option("--schedule", options_.schedule,
+                     "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev")
           ->capture_default_str();
       app.add_option("--microbatches", options_.microbatches, "micro-batches per batch (M)")
           ->capture_default_str();
@@ -234,6 +279,10 @@ class PipelineLesson : public Lesson {
     PipelineResult r = train_pipeline(c, options_, out);
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
     report(out, c, options_, r);
+    const std::string& s = options_.schedule;
+    if (options_.theory && !r.params.empty() &&
+        (s == "1f1b" || s == "zb-h1" || s == "zbv" || s == "dualpipev"))
+      print_dualpipe_table(out, options_, r);
     return finish_run(c, r.trace, name(), out);
   }
 

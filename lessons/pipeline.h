@@ -13,7 +13,7 @@
 namespace mgpu::lessons {
 
 struct PipelineOptions {
-  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1
+  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev
   int stages = 0;                 // 0 = --ranks
   int microbatches = 8;
   int virtual_stages = 1;
@@ -27,6 +27,8 @@ struct PipelineResult {
   std::map<std::string, std::vector<float>> params;  // every stage's parameters, by name
   std::vector<pipeline::StageStepStats> last_step;   // per stage
   std::vector<double> measured_bubble;               // per rank, last step
+  double measured_step_seconds = 0;                  // the last step's window in the trace
+  int64_t model_params = 0;                          // the whole model's parameter count
   double theory_bubble = 0;
   std::vector<int> expected_peak;  // peak_activations_theory, per stage
   trace::Trace trace;

@@ -244,8 +244,9 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   app.add_option("--zero", zero, "ZeRO stage over dp: 0 or 1")
       ->check(CLI::IsMember({0, 1}))
       ->group("Pins");
-  app.add_option("--schedule", schedule, "gpipe | 1f1b | interleaved (V = 2) | zb-h1")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}))
+  app.add_option("--schedule", schedule,
+                 "gpipe | 1f1b | interleaved (V = 2) | zb-h1 | zbv | dualpipev")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}))
       ->group("Pins");
   app.add_option("--precision", precision, "fp32 | bf16 | fp16 | any (default: bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "any"}))

@@ -97,10 +97,22 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
                      4 * cfg.dim));
   if (cfg.layers % m.pp != 0)
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
+  const bool v_shape = o.schedule == "zbv" || o.schedule == "dualpipev";
   if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
-      o.schedule != "zb-h1")
-    throw std::invalid_argument(fmt::format(
-        "hybrid runs --schedule gpipe, 1f1b, interleaved or zb-h1, got '{}'", o.schedule));
+      o.schedule != "zb-h1" && !v_shape)
+    throw std::invalid_argument(
+        fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev, "
+                    "got '{}'",
+                    o.schedule));
+  if (v_shape && cfg.layers % (2 * m.pp) != 0)
+    fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
+                     o.schedule, m.pp, cfg.layers));
+  if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))
+    fail(
+        fmt::format("{} with pp {} needs at least {} micro-batches (got {}): use "
+                    "--microbatches {} or more, or --schedule zb-h1",
+                    o.schedule, m.pp, pipeline::min_microbatches(o.schedule, m.pp), o.microbatches,
+                    pipeline::min_microbatches(o.schedule, m.pp)));
   if (o.schedule != "interleaved" && o.virtual_stages != 1)
     throw std::invalid_argument(
         fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
@@ -155,9 +167,9 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   }
   // My pipeline stage's layers, every block split to my tp slice, each materialised at its place
   // in the seeded single-device model (ZeRO-1: straight into the flat units it keeps).
-  stage_ = pipeline::StageModel::declare(cfg, mesh_.coord(Axis::pp), options.mesh.pp,
-                                         options.virtual_stages, shard,
-                                         [&](Block& block) { split_block(block, cfg, slice_); });
+  stage_ = pipeline::StageModel::declare(
+      cfg, mesh_.coord(Axis::pp), options.mesh.pp, schedule_.virtual_stages, shard,
+      [&](Block& block) { split_block(block, cfg, slice_); }, schedule_.placement);
   if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
   BlockHooks* hooks = options.mesh.tp > 1 ? &tp_hooks_ : nullptr;  // null: the plain blocks
   if (ring_) {
@@ -261,9 +273,9 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
     if (dp > 1) average_gradients_over(Axis::dp);
     stepped = optimizer_step(optimizer_.get(), model_groups, step);
   }
-  // The last stage knows its replica's mean loss; equal replicas: the trainer averages them.
-  if (mesh_.coord(Axis::pp) == mesh_.shape().pp - 1)
-    return {.shard_loss = stats_.loss, .skipped = !stepped};
+  // The stage with the head (the last; stage 0 in a V) knows its replica's mean loss; equal
+  // replicas: the trainer averages them.
+  if (stage_.head) return {.shard_loss = stats_.loss, .skipped = !stepped};
   return {.skipped = !stepped};
 }
 

@@ -19,6 +19,7 @@
 #include "core/memory/activations.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/hybrid.h"
+#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/runtime/world.h"
 #include "core/tensor/allocator.h"
 
@@ -73,7 +74,8 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
         const int per_replica = global_batch / dp;
         for (int mbs : divisors(per_replica)) {
           if (!allowed(pins.microbatch_size, mbs)) continue;
-          for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+          for (const std::string schedule :
+               {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}) {
             // One stage: every schedule is plain gradient accumulation; keep 1f1b.
             if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule != "1f1b")
               continue;
@@ -81,6 +83,11 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
             // the layers, at least pp micro-batches); larger V only adds pp traffic here.
             const bool interleaved = schedule == "interleaved";
             if (interleaved && (pp == 1 || m.layers % (2 * pp) != 0 || per_replica / mbs < pp))
+              continue;
+            // The V schedules: two chunks per stage, and enough micro-batches for their warmup.
+            const bool v_shape = schedule == "zbv" || schedule == "dualpipev";
+            if (v_shape && (pp == 1 || m.layers % (2 * pp) != 0 ||
+                            per_replica / mbs < pipeline::min_microbatches(schedule, pp)))
               continue;
             for (int zero : {0, 1}) {
               // ZeRO-1 over one replica shards nothing: searched only where dp > 1.
@@ -271,10 +278,13 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
                : 0;
   const double head = 3 * gemm(rows, C, V);
   const double per_micro = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
-  // The bubble in micro-batch times: (P-1) for gpipe/1f1b, (P-1)/V interleaved, about a third of
-  // 1f1b's for zb-h1 (Qi et al.: the weight-gradient passes fill it).
+  // The bubble in micro-batch times: (P-1) for gpipe/1f1b, (P-1)/V interleaved; the zero-bubble
+  // family's closed forms (bubble_theory.h) at F = W = B/2, over a micro-batch's F + B.
+  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
   const double bubble = l.schedule == "interleaved" ? (l.pp - 1.0) / l.virtual_stages
-                        : l.schedule == "zb-h1"     ? (l.pp - 1.0) / 3
+                        : l.schedule == "zb-h1"     ? pipeline::bubble_zb1p(l.pp, stage) / 3
+                        : l.schedule == "zbv"       ? pipeline::bubble_zbv(l.pp, chunk) / 3
+                        : l.schedule == "dualpipev" ? pipeline::bubble_dualpipe(2 * l.pp, chunk) / 3
                                                     : l.pp - 1.0;
   const double pipeline = (l.microbatches + bubble) * per_micro;
 
@@ -293,7 +303,10 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
       : l.schedule == "interleaved"
           ? std::min<double>(l.pp + (l.pp - 1.0) / l.virtual_stages, l.microbatches)
       : l.schedule == "zb-h1" ? std::min(2 * l.pp - 1, l.microbatches)
-                              : std::min(l.pp, l.microbatches);
+      // V schedules: PP (ZB-V) or PP+1 (DualPipeV) half-stage chunks (DualPipe's table).
+      : l.schedule == "zbv"       ? pipeline::peak_chunks_1f1b(2 * l.pp) / 2.0
+      : l.schedule == "dualpipev" ? pipeline::peak_chunks_dualpipe(2 * l.pp) / 2.0
+                                  : std::min(l.pp, l.microbatches);
   // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
   // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
   // only the output, whole.

@@ -251,6 +251,20 @@ TEST_CASE("hybrid interleaved and zb-h1 train to the single-device parameters",
     }
 }
 
+// ZB-V and DualPipeV put two chunks on every stage in a V: stage 0 embeds AND computes the loss.
+TEST_CASE("hybrid zbv and dualpipev train to the single-device parameters",
+          "[hybrid][lesson][equivalence][schedule]") {
+  const auto want = single_device_parameters();
+  const int meshes[][4] = {{2, 2, 2, 4}, {1, 2, 4, 8}};  // dp, tp, pp, micro-batches
+  for (const auto& m : meshes)
+    for (std::string schedule : {"zbv", "dualpipev"}) {
+      INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2] << " " << schedule);
+      const std::string path = temp_path("hybrid_v_schedule.ckpt");
+      run_to_checkpoint(
+          mesh(m[0], m[1], m[2], {"--schedule", schedule, "--checkpoint", path}, m[3]), path, want);
+    }
+}
+
 TEST_CASE("hybrid interleaved and zb-h1 measure each group's bytes equal to the formula",
           "[hybrid][lesson][schedule]") {
   // 1 x 2 x 4, M = 4, one micro-batch's activation B_micro*T*C*4 = 4*8*16*4 = 2 KiB.

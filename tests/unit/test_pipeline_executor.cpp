@@ -12,6 +12,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "lessons/pipeline.h"
 #include "lessons/training.h"
@@ -61,13 +62,25 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
     int stages, microbatches, virtual_stages, layers, batch;
   };
   const std::vector<Case> cases = {
-      {"naive", 2, 1, 1, 2, 4},        {"naive", 3, 1, 1, 5, 4},  // 3 stages over 5 layers: 2,2,1
-      {"gpipe", 2, 2, 1, 2, 4},        {"gpipe", 3, 4, 1, 5, 8},
-      {"1f1b", 4, 8, 1, 4, 8},         {"1f1b", 3, 2, 1, 5, 4},         // M < P
-      {"interleaved", 2, 4, 2, 4, 8},  {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
-      {"interleaved", 3, 3, 2, 7, 6},  {"interleaved", 2, 3, 2, 4, 6},  // M % P != 0
-      {"interleaved", 3, 5, 2, 6, 10}, {"zb-h1", 2, 4, 1, 2, 4},
-      {"zb-h1", 3, 4, 1, 5, 8},        {"zb-h1", 4, 2, 1, 4, 4},
+      {"naive", 2, 1, 1, 2, 4},
+      {"naive", 3, 1, 1, 5, 4},  // 3 stages over 5 layers: 2,2,1
+      {"gpipe", 2, 2, 1, 2, 4},
+      {"gpipe", 3, 4, 1, 5, 8},
+      {"1f1b", 4, 8, 1, 4, 8},
+      {"1f1b", 3, 2, 1, 5, 4},  // M < P
+      {"interleaved", 2, 4, 2, 4, 8},
+      {"interleaved", 2, 2, 2, 5, 4},  // uneven chunks
+      {"interleaved", 3, 3, 2, 7, 6},
+      {"interleaved", 2, 3, 2, 4, 6},  // M % P != 0
+      {"interleaved", 3, 5, 2, 6, 10},
+      {"zb-h1", 2, 4, 1, 2, 4},
+      {"zb-h1", 3, 4, 1, 5, 8},
+      {"zb-h1", 4, 2, 1, 4, 4},
+      // The V schedules bring their own 2 chunks per stage (virtual_stages stays 1).
+      {"zbv", 2, 3, 1, 4, 6},
+      {"zbv", 3, 6, 1, 7, 6},  // 7 layers: uneven chunks
+      {"dualpipev", 2, 4, 1, 4, 8},
+      {"dualpipev", 3, 6, 1, 6, 6},
   };
   for (const Case& k : cases) {
     CAPTURE(k.schedule, k.stages, k.microbatches, k.virtual_stages, k.layers);
@@ -159,5 +172,42 @@ TEST_CASE("theory mode: ZB-H1's split backward fills the drain as predicted", "[
         CHECK(zb.last_step[s].peak_stashed == zb.expected_peak[s]);  // F minus B, as 1F1B
       }
       CHECK(theory < double(P - 1) / (M + P - 1));
+    }
+}
+
+TEST_CASE("theory mode: the executor measures the V schedules' closed-form bubbles", "[pipeline]") {
+  for (std::string name : {"zbv", "dualpipev"})
+    for (auto [P, M] : std::vector<std::pair<int, int>>{{2, 4}, {3, 6}, {4, 8}}) {
+      CAPTURE(name, P, M);
+      std::ostringstream sink;
+      PipelineResult r =
+          train_pipeline(tiny(P, 2 * P, M, 2), {name, P, M, 1, /*theory=*/true}, sink);
+      const pipeline::ChunkCosts chunk{0.5, 1, 0.5};
+      const double bubble =
+          name == "zbv" ? pipeline::bubble_zbv(P, chunk) : pipeline::bubble_dualpipe(2 * P, chunk);
+      const double theory = bubble / (bubble + 3.0 * M);
+      CHECK(r.theory_bubble == Approx(theory).margin(1e-12));
+      for (double measured : r.measured_bubble) CHECK(std::abs(measured - theory) < 1e-9);
+      const int expected_peak = name == "zbv" ? 2 * P : 2 * P + 1;
+      for (const auto& st : r.last_step) CHECK(st.peak_stashed == expected_peak);
+    }
+}
+
+TEST_CASE("V schedules train to 1F1B's parameters bit for bit, with and without recompute",
+          "[pipeline][recompute]") {
+  for (std::string precision : {"fp32", "bf16"})
+    for (std::string name : {"zbv", "dualpipev"}) {
+      CAPTURE(precision, name);
+      CommonOptions c = tiny(2, 4, 8, 2);
+      c.precision = precision;
+      c.optimizer = "adamw";  // bf16 needs fp32 master weights; bit-identity holds for any
+      std::ostringstream sink;
+      const auto base = train_pipeline(c, {"1f1b", 2, 4, 1}, sink).params;
+      REQUIRE(!base.empty());
+      CHECK(train_pipeline(c, {name, 2, 4, 1}, sink).params == base);
+      for (std::string mode : {"selective", "full"}) {
+        c.recompute = mode;
+        CHECK(train_pipeline(c, {name, 2, 4, 1}, sink).params == base);
+      }
     }
 }

@@ -71,6 +71,27 @@ TEST_CASE("interleaved and zb-h1 run from the command line", "[lesson][pipeline]
   CHECK_THAT(z.out, Catch::Contains("W0"));
 }
 
+TEST_CASE("zbv and dualpipev run from the command line at their closed-form bubble",
+          "[lesson][pipeline]") {
+  Result z = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "zbv"}));
+  INFO(z.err);
+  REQUIRE(z.code == 0);
+  CHECK_THAT(z.out, Catch::Contains("(P-1)F / step = 1.5/25.5"));
+  CHECK_THAT(z.out, Catch::Contains("rank 3  bubble measured   5.9%  theory   5.9%"));
+  CHECK_THAT(z.out, Catch::Contains("stage 0 also embeds, stage 0 computes the loss"));
+  // DualPipe's table beside the run: the trace's bubble in ms, parameters, the stash's peak.
+  CHECK_THAT(z.out, Catch::Contains("this run (zbv): bubble 1.5 ms per stage"));
+  CHECK_THAT(z.out, Catch::Contains("params 1.00x (all stages / model), peak 8 chunks held"));
+  Result d = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "dualpipev"}));
+  INFO(d.err);
+  REQUIRE(d.code == 0);
+  CHECK_THAT(d.out, Catch::Contains("(PP/2-1)(F&B+B-3W) / step = 3/27"));
+  CHECK_THAT(d.out, Catch::Contains("rank 0  bubble measured  11.1%  theory  11.1%"));
+  CHECK_THAT(d.out, Catch::Contains("DualPipeV  (PP/2-1)(F&B+B-3W)          3"));
+  CHECK_THAT(d.out, Catch::Contains("this run (dualpipev): bubble 3 ms per stage"));
+  CHECK_THAT(d.out, Catch::Contains("peak 9 chunks held"));
+}
+
 TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline]") {
   struct Case {
     std::vector<std::string> args;
@@ -88,6 +109,12 @@ TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline
       {{"--microbatches", "3"}, "does not split into 3 micro-batches"},
       {{"--schedule", "pipedream"}, "unknown pipeline schedule 'pipedream'"},
       {{"--stages", "2", "--ranks", "4"}, "one rank per stage"},
+      {{"--schedule", "zbv", "--microbatches", "4"}, "zbv with 4 stages needs at least 7"},
+      {{"--schedule", "dualpipev", "--microbatches", "4"}, "needs at least 8 micro-batches"},
+      {{"--schedule", "dualpipev", "--layers", "6"}, "it needs at least 8 layers"},
+      {{"--schedule", "zbv", "--virtual-stages", "2"}, "zbv and dualpipev always use 2 chunks"},
+      // #33: a million micro-batches is refused before anything is allocated.
+      {{"--microbatches", "1000000", "--batch", "1000000"}, "more than the 65536"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> a = args({"run", "pipeline"});

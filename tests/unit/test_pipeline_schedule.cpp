@@ -169,7 +169,8 @@ TEST_CASE("Config errors are one clear line", "[pipeline]") {
         "virtual stages must be at least 1 (got 0): use --virtual-stages 1, or 2 or more with "
         "--schedule interleaved");
   CHECK(error("pipedream", 2, 4, 1, 8) ==
-        "unknown pipeline schedule 'pipedream': use one of naive, gpipe, 1f1b, interleaved, zb-h1");
+        "unknown pipeline schedule 'pipedream': use one of naive, gpipe, 1f1b, interleaved, zb-h1, "
+        "zbv, dualpipev");
   CHECK(error("1f1b", 2, 4, 2, 8).find("only applies to the interleaved schedule") !=
         std::string::npos);
   CHECK(error("naive", 2, 4, 1, 8).find("use --microbatches 1") != std::string::npos);

@@ -14,6 +14,21 @@ namespace {
 [[noreturn]] void fail(const std::string& line) {
   throw std::invalid_argument(line);
 }
+// ZB-V and DualPipeV: two chunks per stage in a V, and enough micro-batches for the warmup.
+void validate_v_schedule(const std::string& name, int stages, int microbatches, int layers) {
+  if (2 * stages > layers)
+    fail(
+        fmt::format("{} puts 2 chunks on each of the {} stages: it needs at least {} layers; the "
+                    "model has {}: use --stages {} or fewer, or --layers {}",
+                    name, stages, 2 * stages, layers, std::max(1, layers / 2), 2 * stages));
+  const int least = min_microbatches(name, stages);
+  if (microbatches < least)
+    fail(
+        fmt::format("{} with {} stages needs at least {} micro-batches (got {}): use "
+                    "--microbatches {} or more, or --schedule zb-h1",
+                    name, stages, least, microbatches, least));
+}
+
 }  // namespace
 
 void validate_pipeline_config(const std::string& schedule_name, int stages, int microbatches,
@@ -27,6 +42,12 @@ void validate_pipeline_config(const std::string& schedule_name, int stages, int 
   if (microbatches < 1)
     fail(fmt::format("micro-batches must be at least 1 (got {}): use --microbatches 1 or more",
                      microbatches));
+  if (microbatches > max_microbatches)
+    // A schedule lists every action of every stage, and a step keeps every micro-batch's batch.
+    fail(
+        fmt::format("{} micro-batches is more than the {} a schedule can hold: use "
+                    "--microbatches {} or fewer",
+                    microbatches, max_microbatches, max_microbatches));
   if (virtual_stages < 1)
     fail(
         fmt::format("virtual stages must be at least 1 (got {}): use --virtual-stages 1, or 2 or "
@@ -44,9 +65,14 @@ void validate_pipeline_config(const std::string& schedule_name, int stages, int 
                     microbatches));
   if (schedule_name != "interleaved" && virtual_stages != 1)
     fail(
-        fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
+        fmt::format("--virtual-stages {} only applies to the interleaved schedule (zbv and "
+                    "dualpipev always use 2 chunks): use "
                     "--virtual-stages 1, or --schedule interleaved",
                     virtual_stages));
+  if (schedule_name == "zbv" || schedule_name == "dualpipev") {
+    validate_v_schedule(schedule_name, stages, microbatches, layers);
+    return;
+  }
   if (schedule_name != "interleaved") return;
   if (microbatches < stages)
     // Rounds of fewer than P micro-batches leave stage 0 waiting for each micro-batch to come

@@ -26,15 +26,19 @@ namespace mgpu::pipeline {
 
 // ---------------------------------------------------------------------------------- StageModel
 
-StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int virtual_stages) {
-  StageModel m = declare(config, stage, stages, virtual_stages, BlockShard::whole(config), nullptr);
+StageModel StageModel::build(const GPTConfig& config, int stage, int stages, int virtual_stages,
+                             Placement placement) {
+  StageModel m =
+      declare(config, stage, stages, virtual_stages, BlockShard::whole(config), nullptr, placement);
   materialise(m.params(), config.seed, config.dtype);
   return m;
 }
 
 StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, int virtual_stages,
-                               const BlockShard& shard, const BlockSplit& split) {
+                               const BlockShard& shard, const BlockSplit& split,
+                               Placement placement) {
   StageModel m;
+  m.placement = placement;
   m.config = config;
   m.shard = shard;
   m.stage = stage;
@@ -45,7 +49,7 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
   // layers and never the rest of the model.
   const LayerPartition partition = partition_layers(config.layers, stages * virtual_stages);
   for (int chunk = 0; chunk < virtual_stages; ++chunk) {
-    const auto [begin, end] = partition.ranges[chunk * stages + stage];
+    const auto [begin, end] = partition.ranges[virtual_stage(placement, stages, stage, chunk)];
     m.chunk_layers.emplace_back(begin, end);
     std::vector<Block> blocks;
     for (int layer = begin; layer < end; ++layer) {
@@ -55,7 +59,8 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
     m.chunks.push_back(std::move(blocks));
   }
   if (stage == 0) m.embedding.emplace(config);
-  if (stage == (stages * virtual_stages - 1) % stages) m.head.emplace(config);
+  const int last = stages * virtual_stages - 1;  // the head's virtual stage
+  if (virtual_stage(placement, stages, stage, virtual_stages - 1) == last) m.head.emplace(config);
   for (Param* p : m.params()) p->spec.stage = stage;
   return m;
 }
@@ -127,6 +132,8 @@ class StageRunner {
   bool is_last(int chunk) const {
     return virtual_stage(chunk) == schedule_.num_virtual_stages() - 1;
   }
+  int next_chunk(int chunk) const { return schedule_.chunk_of(virtual_stage(chunk) + 1); }
+  int previous_chunk(int chunk) const { return schedule_.chunk_of(virtual_stage(chunk) - 1); }
   Shape activation_shape(int microbatch) const {
     const data::Batch& b = microbatches_.at(microbatch);
     return {b.B, b.T, model_.config.dim};
@@ -142,6 +149,7 @@ class StageRunner {
   void execute(const Action& a) {
     switch (a.kind) {
       case ActionKind::recv_activation: {
+        if (a.peer == model_.stage) break;  // the V's turn: handed over locally at the send
         Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::activations,
                                  model_.config.dtype);
         comm_.recv(t, a.peer, tag(a));
@@ -152,10 +160,15 @@ class StageRunner {
         // The buffer is the stash's last output: it stays alive until the backward frees the
         // stash, which waits for this send first.
         const Tensor& out = stashes_.at({a.microbatch, a.chunk}).blocks.back().out;
+        if (a.peer == model_.stage) {  // the next chunk is on this stage: no message, no copy
+          received_activations_[{a.microbatch, next_chunk(a.chunk)}] = out;
+          break;
+        }
         activation_sends_[{a.microbatch, a.chunk}] = comm_.isend(out, a.peer, tag(a));
         break;
       }
       case ActionKind::recv_grad: {
+        if (a.peer == model_.stage) break;  // handed over locally at the send
         Tensor t = Tensor::empty(activation_shape(a.microbatch), MemCategory::comm_buffers,
                                  model_.config.dtype);
         comm_.recv(t, a.peer, tag(a));
@@ -163,6 +176,12 @@ class StageRunner {
         break;
       }
       case ActionKind::send_grad: {
+        if (a.peer == model_.stage) {
+          received_grads_[{a.microbatch, previous_chunk(a.chunk)}] =
+              std::move(input_grads_.at({a.microbatch, a.chunk}));
+          input_grads_.erase({a.microbatch, a.chunk});
+          break;
+        }
         // Keep the buffer until the send completes: waited before the next backward needs memory.
         grad_send_buffer_ = std::move(input_grads_.at({a.microbatch, a.chunk}));
         input_grads_.erase({a.microbatch, a.chunk});
@@ -344,7 +363,7 @@ StageStepStats run_schedule(StageModel& model, const Schedule& schedule,
                             const std::vector<data::Batch>& microbatches, comm::Comm& comm,
                             const ExecutorOptions& options) {
   if (comm.size() != schedule.stages || model.stages != schedule.stages ||
-      model.virtual_stages != schedule.virtual_stages ||
+      model.virtual_stages != schedule.virtual_stages || model.placement != schedule.placement ||
       static_cast<int>(microbatches.size()) != schedule.microbatches)
     throw std::invalid_argument(fmt::format(
         "pipeline executor: schedule '{}' is for {} stages x {} chunks and {} micro-batches, but "
@@ -387,7 +406,8 @@ PipelineLayout::PipelineLayout(const GPTConfig& config, comm::Comm& comm, Schedu
                                int virtual_stages, const train::OptimizerFactory& make_optimizer,
                                ExecutorOptions options)
     : comm_(comm),
-      stage_(StageModel::build(config, comm.rank(), comm.size(), virtual_stages)),
+      stage_(
+          StageModel::build(config, comm.rank(), comm.size(), virtual_stages, schedule.placement)),
       optimizer_(make_optimizer(stage_.params())),
       schedule_(std::move(schedule)),
       options_(options) {}
@@ -406,7 +426,7 @@ train::StepOutcome PipelineLayout::step(const data::Batch& global_batch, int ste
   // Each stage updates only its own parameters; fp16's found-inf flag is agreed over the stages,
   // so an overflow in one stage's gradients makes every stage skip the step.
   const bool stepped = optimizer_step(optimizer_.get(), {&comm_}, step);
-  if (comm_.rank() == comm_.size() - 1)  // only it has the loss
+  if (stage_.head)  // only the stage with the head has the loss
     return {.loss = stats_.loss, .skipped = !stepped};
   return {.skipped = !stepped};
 }

@@ -42,6 +42,7 @@ struct ExecutorOptions {
 struct StageModel {
   GPTConfig config;
   int stage = 0, stages = 1, virtual_stages = 1;
+  Placement placement = Placement::ring;
   std::vector<std::pair<int, int>> chunk_layers;  // [begin, end) of global block indices, per chunk
   std::vector<std::vector<Block>> chunks;         // the blocks of each chunk
   std::optional<Embedding> embedding;             // on the stage holding virtual stage 0
@@ -49,13 +50,15 @@ struct StageModel {
   BlockShard shard;  // what each block computes: the whole block, or a tensor-parallel slice
 
   // This stage's layers, materialised (the single-device model's weights for them).
-  static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages = 1);
+  static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages = 1,
+                          Placement placement = Placement::ring);
   // This stage's layers declared only (no memory): every block computes `shard`, and
   // `split(block)` sets how a layout splits it (hybrid: tensor parallelism). The caller
   // materialises the parameters (core/model/init.h) into whatever storage it keeps.
   using BlockSplit = std::function<void(Block& block)>;
   static StageModel declare(const GPTConfig& config, int stage, int stages, int virtual_stages,
-                            const BlockShard& shard, const BlockSplit& split);
+                            const BlockShard& shard, const BlockSplit& split,
+                            Placement placement = Placement::ring);
   ParamList params();  // embedding, chunks in order, head (only what this stage owns)
   void zero_grad();
   int num_layers() const;
@@ -82,7 +85,8 @@ StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const 
                           const data::Batch& batch, comm::Comm& comm, int step,
                           const ExecutorOptions& options = {});
 
-// A pipeline as the trainer runs it: this rank's stage of the model, its optimizer, the schedule.
+// A pipeline as the trainer runs it: this rank's stage of the model, its optimizer, the schedule
+// (whose chunks and placement decide which layers the stage holds: `virtual_stages` must match).
 // Before each step, outside its window, a barrier lines the stages up (see train_step); the
 // last stage reports the loss. Every stage writes its own whole tensors into checkpoints.
 class PipelineLayout : public train::Layout {

@@ -87,29 +87,59 @@ std::vector<Action> Schedule::compute_actions(int stage) const {
   return out;
 }
 
+int virtual_stage(Placement placement, int stages, int stage, int chunk) {
+  if (placement == Placement::v_shape) return chunk == 0 ? stage : 2 * stages - 1 - stage;
+  return chunk * stages + stage;
+}
+
+int Schedule::stage_of(int v) const {
+  if (placement == Placement::v_shape) return v < stages ? v : 2 * stages - 1 - v;
+  return v % stages;
+}
+
+int Schedule::chunk_of(int v) const {
+  return v / stages;  // both placements: the first P virtual stages are chunk 0
+}
+
+namespace {
+
+// The messages a compute needs before it runs, and the ones it sends after.
+void add_recv(const Schedule& s, int stage, const Action& a, std::vector<Action>& out) {
+  const int v = s.virtual_stage(stage, a.chunk), last = s.num_virtual_stages() - 1;
+  if (a.kind == ActionKind::forward && v > 0)
+    out.push_back({ActionKind::recv_activation, a.microbatch, a.chunk, s.stage_of(v - 1)});
+  const bool is_b = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+  if (is_b && v < last)
+    out.push_back({ActionKind::recv_grad, a.microbatch, a.chunk, s.stage_of(v + 1)});
+}
+
+void add_send(const Schedule& s, int stage, const Action& a, std::vector<Action>& out) {
+  const int v = s.virtual_stage(stage, a.chunk), last = s.num_virtual_stages() - 1;
+  if (a.kind == ActionKind::forward && v < last)
+    out.push_back({ActionKind::send_activation, a.microbatch, a.chunk, s.stage_of(v + 1)});
+  const bool is_b = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+  if (is_b && v > 0)
+    out.push_back({ActionKind::send_grad, a.microbatch, a.chunk, s.stage_of(v - 1)});
+}
+
+}  // namespace
+
+// A compute marked with_next forms a group with the compute after it (DualPipe's F&B): the
+// group's receives come first, then both computes, then the group's sends.
 Schedule with_communication(std::string name, int stages, int microbatches, int virtual_stages,
-                            std::vector<std::vector<Action>> compute) {
-  Schedule schedule{std::move(name), stages, microbatches, virtual_stages, {}};
+                            std::vector<std::vector<Action>> compute, Placement placement) {
+  Schedule schedule{std::move(name), stages, microbatches, virtual_stages, {}, placement};
   schedule.actions.resize(stages);
-  const int last = stages * virtual_stages - 1;
   for (int stage = 0; stage < stages; ++stage) {
     auto& out = schedule.actions[stage];
-    for (const Action& a : compute[stage]) {
-      const int v = schedule.virtual_stage(stage, a.chunk);
-      // Neighbouring virtual stages: v-1 and v+1 live on stage (v±1) mod P, chunk (v±1) / P.
-      const int prev_stage = (v - 1 + stages) % stages, next_stage = (v + 1) % stages;
-      const int mb = a.microbatch, c = a.chunk;
-      if (a.kind == ActionKind::forward) {
-        if (v > 0) out.push_back({ActionKind::recv_activation, mb, c, prev_stage});
-        out.push_back(a);
-        if (v < last) out.push_back({ActionKind::send_activation, mb, c, next_stage});
-      } else if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
-        if (v < last) out.push_back({ActionKind::recv_grad, mb, c, next_stage});
-        out.push_back(a);
-        if (v > 0) out.push_back({ActionKind::send_grad, mb, c, prev_stage});
-      } else {
-        out.push_back(a);  // backward_weight needs nothing from other stages
-      }
+    const auto& list = compute[stage];
+    for (size_t first = 0; first < list.size();) {
+      size_t end = first + 1;
+      while (end < list.size() && list[end - 1].with_next) ++end;
+      for (size_t i = first; i < end; ++i) add_recv(schedule, stage, list[i], out);
+      for (size_t i = first; i < end; ++i) out.push_back(list[i]);
+      for (size_t i = first; i < end; ++i) add_send(schedule, stage, list[i], out);
+      first = end;
     }
   }
   return schedule;
@@ -234,7 +264,8 @@ Schedule naive_model_parallel_schedule(int stages) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b",     "interleaved",
+                                              "zb-h1", "zbv",   "dualpipev"};
   return names;
 }
 
@@ -244,6 +275,8 @@ Schedule make_schedule(const std::string& name, int stages, int microbatches, in
   if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
   if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
+  if (name == "zbv") return zbv_schedule(stages, microbatches);
+  if (name == "dualpipev") return dualpipev_schedule(stages, microbatches);
   throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
                                           fmt::join(schedule_names(), ", ")));
 }

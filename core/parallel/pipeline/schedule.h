@@ -26,11 +26,22 @@ const char* kind_name(ActionKind kind);  // "forward", "recv_grad", ...
 bool is_compute(ActionKind kind);
 bool is_communication(ActionKind kind);
 
+// Where a stage's chunks sit in the model. ring: chunk c of stage s is virtual stage c*P + s
+// (Megatron's interleaving: activations go round the ring of stages V times). v_shape: two
+// chunks, stage s holds virtual stages s and 2P-1-s (ZB-V, DualPipeV): activations go down the
+// stages and come back up, so stage 0 holds the first and the last layers and the turn at stage
+// P-1 stays on one device.
+enum class Placement { ring, v_shape };
+int virtual_stage(Placement placement, int stages, int stage, int chunk);
+
 struct Action {
   ActionKind kind;
   int microbatch = 0;
   int chunk = 0;  // model chunk on this stage; 0 unless the schedule is interleaved
   int peer = -1;  // the other stage of a send/recv; -1 for compute
+  // DualPipe's "F&B": this compute is issued together with the next one, so both of their
+  // messages are received before the first starts and both results are sent after the second.
+  bool with_next = false;
   // "F3", "B3", "W2", "F3c1" (chunk shown when > 0), "send_act mb3 -> s2", "recv_grad mb1 <- s3".
   std::string str() const;
   bool operator==(const Action&) const = default;
@@ -47,11 +58,15 @@ struct Schedule {
   int stages = 1;
   int microbatches = 1;
   int virtual_stages = 1;  // model chunks per stage
-  // actions[stage] in execution order. Chunk c of stage s holds global virtual stage c*stages + s
-  // (Megatron layout), so activations go round the ring of stages virtual_stages times.
+  // actions[stage] in execution order; which virtual stage chunk c of a stage holds: placement.
   std::vector<std::vector<Action>> actions;
+  Placement placement = Placement::ring;
 
-  int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
+  int virtual_stage(int stage, int chunk) const {
+    return pipeline::virtual_stage(placement, stages, stage, chunk);
+  }
+  int stage_of(int virtual_stage) const;  // the stage holding a virtual stage
+  int chunk_of(int virtual_stage) const;  // and which of its chunks it is
   int num_virtual_stages() const { return stages * virtual_stages; }
   // Compute actions only, in order ("F0 F1 B0 ..." without the messages).
   std::vector<Action> compute_actions(int stage) const;
@@ -69,15 +84,24 @@ Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_sta
 std::vector<int> interleaved_round_sizes(int stages, int microbatches);
 Schedule zb_h1_schedule(int stages, int microbatches);
 Schedule naive_model_parallel_schedule(int stages);
+// V-shaped schedules (schedule_v.cpp): two chunks per stage, Placement::v_shape.
+Schedule zbv_schedule(int stages, int microbatches);
+Schedule dualpipev_schedule(int stages, int microbatches);
+// The fewest micro-batches each V schedule's warmup needs, and the most any schedule accepts
+// (a schedule is a list of every action: a million micro-batches would be gigabytes of actions).
+int min_microbatches(const std::string& schedule_name, int stages);
+constexpr int max_microbatches = 65536;
 
 // Names accepted by make_schedule / validate_pipeline_config.
-const std::vector<std::string>& schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1
+const std::vector<std::string>&
+schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
 
 // Adds the send/recv actions to per-stage compute lists (used by all generators; public so a
 // student's compute order can be turned into a full schedule).
 Schedule with_communication(std::string name, int stages, int microbatches, int virtual_stages,
-                            std::vector<std::vector<Action>> compute);
+                            std::vector<std::vector<Action>> compute,
+                            Placement placement = Placement::ring);
 
 // One point-to-point message. A send and the recv that consumes it have the same key.
 struct MessageKey {

@@ -27,6 +27,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/validator.h"
 
 namespace mgpu::pipeline {
@@ -76,8 +77,9 @@ SimulationResult simulate_schedule(const Schedule& s, const CostModel& costs) {
           clock[stage] += costs.compute_time(stage, a);
           result.timeline[stage].push_back({start, clock[stage], a});
         } else if (a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad) {
-          arrivals[*message_key(s, stage, a)].push_back(clock[stage] +
-                                                        costs.p2p_time(stage, a.peer));
+          // A hand-over to this stage's other chunk (the V's turn) is not a message.
+          const double p2p = a.peer == stage ? 0.0 : costs.p2p_time(stage, a.peer);
+          arrivals[*message_key(s, stage, a)].push_back(clock[stage] + p2p);
         } else {
           auto& queue = arrivals[*message_key(s, stage, a)];
           if (queue.empty()) break;  // blocked until the sender gets there
@@ -104,11 +106,35 @@ SimulationResult simulate_schedule(const Schedule& s, const CostModel& costs) {
   return result;
 }
 
+namespace {
+
+// The V schedules in the theory-mode units (a whole stage's F = 1, B = 2; a chunk is half of
+// it): each stage's bubble and busy time from bubble_theory.h.
+std::pair<double, double> v_bubble_and_busy(const std::string& name, int P, int M) {
+  const ChunkCosts chunk{0.5, 1.0, 0.5};
+  const double busy = 2.0 * M * (chunk.F + chunk.B);
+  if (name == "zbv") return {bubble_zbv(P, chunk), busy};
+  return {bubble_dualpipe(2 * P, chunk), busy};  // dualpipev: PP = 2P chunks
+}
+
+}  // namespace
+
 double bubble_fraction_theory(const std::string& name, int P, int M, int V) {
-  if (name == "gpipe" || name == "1f1b") return double(P - 1) / (M + P - 1);
+  const ChunkCosts stage{1.0, 2.0, 1.0};
+  if (name == "gpipe" || name == "1f1b") {
+    const double bubble = bubble_1f1b(P, stage);
+    return bubble / (bubble + M * (stage.F + stage.B));
+  }
   if (name == "naive") return double(P - 1) / P;
   if (name == "interleaved") return double(P - 1) / (V * M + P - 1);
-  if (name == "zb-h1") return 1.0 - 3.0 * M / (3.0 * M + P - 1 + std::max(0, P - M));
+  if (name == "zb-h1") {  // with M < P there are too few W's to fill the drain: P-M more
+    const double bubble = bubble_zb1p(P, stage) + std::max(0, P - M);
+    return bubble / (bubble + M * (stage.F + stage.B));
+  }
+  if (name == "zbv" || name == "dualpipev") {
+    const auto [bubble, busy] = v_bubble_and_busy(name, P, M);
+    return bubble / (bubble + busy);
+  }
   throw std::invalid_argument(fmt::format("no bubble theory for schedule '{}'", name));
 }
 
@@ -118,6 +144,11 @@ std::string bubble_formula(const std::string& name, int P, int M, int V) {
   if (name == "zb-h1")
     return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
                        3 * M + P - 1 + std::max(0, P - M));
+  if (name == "zbv" || name == "dualpipev") {
+    const auto [bubble, busy] = v_bubble_and_busy(name, P, M);
+    return fmt::format("{} / step = {:g}/{:g}", name == "zbv" ? "(P-1)F" : "(PP/2-1)(F&B+B-3W)",
+                       bubble, bubble + busy);
+  }
   return fmt::format("(P-1)/(M+P-1) = {}/{}", P - 1, M + P - 1);
 }
 
@@ -133,6 +164,10 @@ std::vector<int> peak_activations_theory(const std::string& name, int P, int M, 
       peak[s] = std::min(P - s, M);
     // Interleaved: warmup 2(P-s-1) + (V-1)g chunk-forwards, g the first round's micro-batches
     // (P when M is a multiple of P, as in Megatron), plus one in steady state.
+    else if (name == "zbv")  // 1F1B's PP chunks on EVERY stage (stage 0's peak in 1F1B)
+      peak[s] = peak_chunks_1f1b(2 * P);
+    else if (name == "dualpipev")
+      peak[s] = peak_chunks_dualpipe(2 * P);
     else if (name == "interleaved")
       peak[s] = std::min(2 * (P - s - 1) + (V - 1) * interleaved_round_sizes(P, M)[0] + 1, M * V);
     else

@@ -105,7 +105,7 @@ void check_dependencies(const Schedule& s, int stage, Problems& problems) {
       const int r = find(recv, a);
       if (r < 0 || r > i)
         problems.add("stage {}: {} has no {} before it (its input comes from stage {})", stage,
-                     a.str(), kind_name(recv), ((is_fwd ? v - 1 : v + 1) + s.stages) % s.stages);
+                     a.str(), kind_name(recv), s.stage_of(is_fwd ? v - 1 : v + 1));
     }
     if ((is_fwd && v < last) || (is_bwd && v > 0)) {
       const ActionKind send = is_fwd ? ActionKind::send_activation : ActionKind::send_grad;
@@ -118,7 +118,7 @@ void check_dependencies(const Schedule& s, int stage, Problems& problems) {
       const bool towards_next =
           a.kind == ActionKind::send_activation || a.kind == ActionKind::recv_grad;
       const int neighbour = towards_next ? v + 1 : v - 1;
-      if (neighbour < 0 || neighbour > last || a.peer != (neighbour + s.stages) % s.stages)
+      if (neighbour < 0 || neighbour > last || a.peer != s.stage_of(neighbour))
         problems.add("stage {}: {} talks to the wrong stage", stage, a.str());
     }
   }

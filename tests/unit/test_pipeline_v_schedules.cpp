@@ -1,0 +1,67 @@
+// The V-shaped schedules (ZB-V, DualPipeV): their bubbles equal the closed forms of
+// core/parallel/pipeline/bubble_theory.h exactly (simulated over a grid, and measured by the
+// executor in theory mode: test_pipeline_executor.cpp) and their activation peaks are the table's.
+#include <catch2/catch.hpp>
+
+#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/parallel/pipeline/simulate.h"
+#include "core/parallel/pipeline/validator.h"
+
+using namespace mgpu;
+using namespace mgpu::pipeline;
+
+namespace {
+
+// Every stage's idle time in the simulated step (all stages do the same work).
+std::vector<double> idle_per_stage(const Schedule& s, const CostModel& costs) {
+  const SimulationResult r = simulate_schedule(s, costs);
+  std::vector<double> idle;
+  for (double busy : r.busy_time) idle.push_back(r.makespan - busy);
+  return idle;
+}
+
+}  // namespace
+
+TEST_CASE("closed-form bubbles hold exactly over a grid of stages and micro-batches",
+          "[pipeline][schedule]") {
+  // Theory-mode unit costs: a whole stage's F = 1, B = 2 (B-input 1 + W 1); a chunk of a V
+  // schedule is half a stage.
+  const ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
+  const CostModel stage_costs = CostModel::uniform(1, 1, 1);
+  const CostModel chunk_costs = CostModel::uniform(0.5, 0.5, 0.5);
+  for (int P = 2; P <= 8; ++P)
+    for (int M = 2 * P; M <= 4 * P + 1; M += (P > 4 ? 3 : 1)) {
+      CAPTURE(P, M);
+      for (double idle : idle_per_stage(one_f_one_b_schedule(P, M), stage_costs))
+        CHECK(idle == bubble_1f1b(P, stage));
+      for (double idle : idle_per_stage(zb_h1_schedule(P, M), stage_costs))
+        CHECK(idle == bubble_zb1p(P, stage));
+      const Schedule zbv = zbv_schedule(P, M), dpv = dualpipev_schedule(P, M);
+      REQUIRE(validate_schedule(zbv).ok);
+      REQUIRE(validate_schedule(dpv).ok);
+      for (double idle : idle_per_stage(zbv, chunk_costs)) CHECK(idle == bubble_zbv(P, chunk));
+      for (double idle : idle_per_stage(dpv, chunk_costs))
+        CHECK(idle == bubble_dualpipe(2 * P, chunk));  // DualPipeV: PP = 2P chunks
+      // Activations (chunks held at the peak, on every stage): ZB-V PP, DualPipeV PP+1.
+      for (int peak : peak_inflight_microbatches(zbv)) CHECK(peak == peak_chunks_1f1b(2 * P));
+      for (int peak : peak_inflight_microbatches(dpv)) CHECK(peak == peak_chunks_dualpipe(2 * P));
+    }
+  // The smallest M each accepts is enough.
+  for (int P = 2; P <= 6; ++P) {
+    CHECK(validate_schedule(zbv_schedule(P, min_microbatches("zbv", P))).ok);
+    CHECK(validate_schedule(dualpipev_schedule(P, min_microbatches("dualpipev", P))).ok);
+  }
+}
+
+TEST_CASE("V placement: stage 0 holds the first and the last chunk, the turn is local",
+          "[pipeline][schedule]") {
+  const Schedule s = zbv_schedule(4, 8);
+  CHECK(s.virtual_stage(0, 0) == 0);
+  CHECK(s.virtual_stage(0, 1) == 7);
+  CHECK(s.virtual_stage(3, 1) == 4);
+  for (int v = 0; v < 8; ++v) CHECK(s.virtual_stage(s.stage_of(v), s.chunk_of(v)) == v);
+  bool local_turn = false;
+  for (const Action& a : s.actions[3])
+    if (a.kind == ActionKind::send_activation && a.chunk == 0) local_turn = a.peer == 3;
+  CHECK(local_turn);
+}
