@@ -35,7 +35,8 @@ class DataParallelLesson : public Lesson {
       fmt::print(out, "data:   global batch {} scattered by rank 0: {} sequences per rank\n", batch,
                  batch / c.ranks);
     DataParallelResult r = train_data_parallel(c, naive, out);
-    print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
+    print_checkpoint_lines(out, c,
+                           {r.first_step, {}, r.checkpoint_written, {}, 0, r.fresh_optimizer});
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
     print_loss_summary(out, c, r.losses);
 

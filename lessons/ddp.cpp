@@ -125,6 +125,7 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
   result.losses = trained.losses;
   result.first_step = trained.first_step;
   result.checkpoint_written = trained.checkpoint_written;
+  result.fresh_optimizer = trained.fresh_optimizer;
   if (!d.naive && !world.is_mpi() && trained.first_step < c.steps)
     result.shard_problem = data::check_shards_partition(
         task->sample(c.steps - 1, result.global_batch, c.seq), last_shards);
@@ -319,7 +320,8 @@ class DdpLesson : public Lesson {
     fmt::print(out, "== ddp: every rank a replica, gradients averaged by all-reduce ==\n");
     int batch = resolve_global_batch(c, d_);
     DataParallelResult r = train_data_parallel(c, d_, out);
-    print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
+    print_checkpoint_lines(out, c,
+                           {r.first_step, {}, r.checkpoint_written, {}, 0, r.fresh_optimizer});
     fmt::print(out, "data:   global batch {} = {} per rank x {} ranks x {} accumulation steps\n",
                batch, batch / (c.ranks * d_.accum), c.ranks, d_.accum);
     if (d_.overlap)

@@ -36,6 +36,7 @@ struct DataParallelResult {
   std::string shard_problem;  // check_shards_partition on the last step ("" = a partition)
   int first_step = 0;         // > 0 when resumed (--resume)
   bool checkpoint_written = false;
+  bool fresh_optimizer = false;  // resumed from a parameters-only checkpoint
 };
 
 // The global batch the options describe; throws UsageError when it does not divide into ranks x

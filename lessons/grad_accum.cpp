@@ -34,7 +34,8 @@ class GradAccumLesson : public Lesson {
     fmt::print(out, "global batch {} = {} per micro-batch x {} ranks x {} accumulation steps\n",
                batch, micro, c.ranks, d_.accum);
     DataParallelResult r = train_data_parallel(c, d_, out);
-    print_checkpoint_lines(out, c, {r.first_step, {}, r.checkpoint_written});
+    print_checkpoint_lines(out, c,
+                           {r.first_step, {}, r.checkpoint_written, {}, 0, r.fresh_optimizer});
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
     print_loss_summary(out, c, r.losses);
 
