@@ -236,10 +236,12 @@ StepTimeline measure_step(World& world, int step) {
 }
 
 // The model's FLOPs for one step, the count MFU is quoted in (PaLM, Chowdhery et al. 2022):
-// 6 N per token for the matmuls over every parameter (2 N forward, 4 N backward; N counted by
+// 6 N per token for the matmuls over the parameters (2 N forward, 4 N backward; N counted by
 // building the model on a phantom device) plus 12 L T C per token for attention's QK^T and AV,
-// forward and backward, without halving for the causal mask. Recompute is not counted: MFU
-// counts the model's FLOPs, not the hardware's.
+// forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
+// are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020; this GPT's LM
+// head is untied, a matmul, and stays): counted, they made MFU exceed 100% on an ideal profile.
+// Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
 double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
   RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
   counting.tracer.enabled = false;
@@ -248,6 +250,7 @@ double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
     ScopedRank scoped(counting);
     params = GPT(cfg).num_params();
   }
+  params -= (int64_t{cfg.vocab} + cfg.seq_len) * cfg.dim;  // wte and wpe: lookups
   const double per_token = 6.0 * static_cast<double>(params) +
                            12.0 * cfg.layers * static_cast<double>(cfg.seq_len) * cfg.dim;
   return per_token * static_cast<double>(tokens);

@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -264,4 +267,36 @@ TEST_CASE("memory counters are never negative and cannot overflow their sum", "[
   const auto ok = mgpu::trace::parse_chrome_trace(trace_with(R"({"parameters": 4096})"), "t");
   REQUIRE(ok.counters.size() == 1);
   CHECK(ok.counters[0].bytes[0] + ok.counters[0].bytes[1] >= 4096);
+}
+
+TEST_CASE("MFU stays at most 100% on an ideal custom profile", "[plan][hostile]") {
+  // Every efficiency 1, no launch overhead, free links: the modeled step is exactly its kernels'
+  // FLOPs at peak. Counting the embedding tables as matmuls printed 127% for gpt2-small; a small
+  // model with a large vocabulary shows it most.
+  ScratchDir dir;
+  std::ofstream(dir / "ideal.json")
+      << R"({"peak_TFLOPs": 100, "mem_bandwidth_GBps": 1000000, "launch_overhead_us": 0, )"
+         R"("intra_node": {"bandwidth_GBps": 100000, "latency_us": 0}, "efficiency": )"
+         R"({"gemm_fp32": 1, "gemm_half": 1, "hbm": 1, "flash_fraction": 1}})";
+  std::ofstream(dir / "model.json")
+      << R"({"layers": 2, "dim": 256, "heads": 4, "seq": 128, "vocab": 50257})";
+  const Result r = run_mgpu({"plan", "--model", dir / "model.json", "--gpus", "1", "--profile",
+                             dir / "ideal.json", "--precision", "fp32", "--json"});
+  REQUIRE(r.code == 0);
+  std::vector<double> mfus;
+  std::function<void(const nlohmann::json&)> collect = [&](const nlohmann::json& j) {
+    if (j.is_object())
+      for (const auto& [key, value] : j.items()) {
+        if (key == "mfu" && value.is_number()) mfus.push_back(value.get<double>());
+        collect(value);
+      }
+    else if (j.is_array())
+      for (const auto& value : j) collect(value);
+  };
+  collect(nlohmann::json::parse(r.out));
+  REQUIRE_FALSE(mfus.empty());
+  for (const double mfu : mfus) {
+    CHECK(mfu > 0.5);  // an ideal device is busy with the model's own FLOPs
+    CHECK(mfu <= 1.0);
+  }
 }
