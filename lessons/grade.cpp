@@ -90,6 +90,9 @@ const std::vector<ExerciseInfo>& exercises() {
         {"1F1B",
          "1F1B: stage s warms up with min(M, P-s-1) forwards, then repeats F(next) "
          "B(oldest) while forwards remain, then drains the backwards oldest first"},
+        {"ZB-V",
+         "ZB-V: stage s warms up with 2(P-s)-1 chunk-0 forwards, runs F B W on chunk 1 as soon as "
+         "the V turns, then F B W on chunk 0 and chunk 1 in turn; B's before W's in the drain"},
         {"reference",
          "backwards run in the order the gradients arrive from the next stage: "
          "micro-batch 0, 1, 2, ... in both schedules"}},

@@ -43,4 +43,13 @@ std::vector<std::vector<Action>> one_f_one_b_compute_order(int stages, int micro
   return compute;
 }
 
+// ZB-V: the reference is the lesson's own generator (core/parallel/pipeline/schedule_v.cpp, which
+// explains its phases), without the messages.
+std::vector<std::vector<Action>> zbv_compute_order(int stages, int microbatches) {
+  const pipeline::Schedule schedule = pipeline::zbv_schedule(stages, microbatches);
+  std::vector<std::vector<Action>> compute;
+  for (int stage = 0; stage < stages; ++stage) compute.push_back(schedule.compute_actions(stage));
+  return compute;
+}
+
 }  // namespace mgpu::reference

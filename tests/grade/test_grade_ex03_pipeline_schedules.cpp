@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/seams.h"
+#include "core/parallel/pipeline/simulate.h"
 #include "core/parallel/pipeline/validator.h"
 #include "exercises/exercises.h"
 #include "grade/grade_support.h"
@@ -47,6 +49,11 @@ namespace {
 Order gpipe(int p, int m) {
   if (grade::grading_mine()) return mine::gpipe_compute_order(p, m);
   return reference::gpipe_compute_order(p, m);
+}
+
+Order zbv(int p, int m) {
+  if (grade::grading_mine()) return mine::zbv_compute_order(p, m);
+  return reference::zbv_compute_order(p, m);
 }
 
 Order one_f_one_b(int p, int m) {
@@ -95,6 +102,25 @@ TEST_CASE("ex03 1F1B: a valid schedule with at most P-s forwards in flight (4 pt
         INFO("P=" << p << " M=" << m << " stage " << s);
         CHECK(peak_in_flight(order[s]) <= std::max(1, std::min(m, p - s)));
       }
+    }
+}
+
+TEST_CASE("ex03 ZB-V: a V-shaped schedule, deadlock-free at the closed-form bubble (3 pts)",
+          "[grade][ex03]") {
+  for (int p = 2; p <= 4; ++p)
+    for (int m : {2 * p - 1, 2 * p, 3 * p + 1}) {
+      INFO("zbv P=" << p << " M=" << m);
+      Order order = zbv(p, m);
+      REQUIRE(order.size() == static_cast<size_t>(p));
+      const auto schedule =
+          pipeline::with_communication("zbv", p, m, 2, order, pipeline::Placement::v_shape);
+      const auto result = pipeline::validate_schedule(schedule);
+      INFO(result.message);
+      REQUIRE(result.ok);  // every (micro-batch, chunk) once, in order, no deadlock
+      // F = B-input = W = 1 per chunk: every stage idles exactly (P-1) F.
+      const auto sim = pipeline::simulate_schedule(schedule, pipeline::CostModel::uniform(1, 1, 1));
+      for (int s = 0; s < p; ++s)
+        CHECK(sim.makespan - sim.busy_time[s] == pipeline::bubble_zbv(p, {1, 2, 1}));
     }
 }
 

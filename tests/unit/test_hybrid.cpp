@@ -461,7 +461,7 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   CHECK_THAT(sgd16.err, Catch::Contains("use --optimizer adamw or --precision fp32"));
   auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "naive"}));
   CHECK(schedule.code == 2);
-  CHECK_THAT(schedule.err, Catch::Contains("gpipe, 1f1b, interleaved or zb-h1, got 'naive'"));
+  CHECK_THAT(schedule.err, Catch::Contains("zb-h1, zbv or dualpipev, got 'naive'"));
   auto chunks = run_mgpu(mesh(1, 2, 4, {"--schedule", "interleaved", "--virtual-stages", "3"}, 4));
   CHECK(chunks.code == 2);
   CHECK_THAT(chunks.err, Catch::Contains("pp x V dividing the 8 layers (got pp 4 x V 3): use "
