@@ -278,12 +278,18 @@ json meta_json(const std::string& path, const json& meta, const std::string& key
   }
 }
 
-// A number field of the header's optimizer entry, when present: a finite JSON number.
-void check_number(const std::string& path, const json& object, const std::string& key,
-                  const std::string& owner) {
-  if (object.contains(key) && !object[key].is_number())
-    throw error(path, fmt::format("has a corrupt header: {} field '{}' is not a number", owner,
-                                  key.substr(0, 40)));
+// The optimizer entry's hyper-parameters: the numeric ones numbers, any other a string (e.g.
+// mixed precision's "master_weights": "fp32").
+void check_hyperparameters(const std::string& path, const json& optimizer) {
+  static const std::set<std::string> numeric = {"lr",    "weight_decay", "momentum",
+                                                "beta1", "beta2",        "eps"};
+  for (const auto& [key, value] : optimizer.items()) {
+    if (key == "name" || key == "step_count" || key == "loss_scaler") continue;
+    const bool number = numeric.count(key) > 0;
+    if (number ? !value.is_number() : !(value.is_number() || value.is_string()))
+      throw error(path, fmt::format("has a corrupt header: the optimizer's field '{}' is not a {}",
+                                    key.substr(0, 40), number ? "number" : "number or string"));
+  }
 }
 
 // The fp16 loss scaler's state: {"scale" > 0, "good_steps" >= 0, "skipped_steps" in [0, step]}.
@@ -308,9 +314,7 @@ void check_optimizer(const std::string& path, const json& optimizer, int64_t ste
     throw error(path, "has a corrupt header: the optimizer entry is not an object");
   if (!optimizer.contains("name") || !optimizer["name"].is_string())
     throw error(path, "has a corrupt header: the optimizer entry has no name");
-  for (const auto& [key, value] : optimizer.items())
-    if (key != "name" && key != "loss_scaler")
-      check_number(path, optimizer, key, "the optimizer's");
+  check_hyperparameters(path, optimizer);
   if (optimizer.contains("step_count")) {
     const int64_t count = get_step(path, optimizer["step_count"], "the optimizer's step count");
     if (count > step)
@@ -332,6 +336,41 @@ size_t checksum_position(const std::string& path, const std::string& bytes, size
                 "has a corrupt header: __metadata__.crc32 is not written once as "
                 "\"crc32\":\"<8 hex digits>\"");
   return at + token.size() - 1 - digits.size();
+}
+
+// mgpu's fields of __metadata__ into layout.info (and the checksum into layout); returns the
+// tensors' kinds.
+json read_metadata(const std::string& path, const std::string& bytes, size_t header_end,
+                   const json& meta, Layout& layout) {
+  const std::string format = meta_string(path, meta, "format");
+  if (format != kFormatName)
+    throw error(path, fmt::format("is a safetensors file but not an mgpu checkpoint "
+                                  "(__metadata__.format is '{}', expected '{}')",
+                                  format.substr(0, 40), kFormatName));
+  const std::string version = meta_string(path, meta, "version");
+  if (version == "2")
+    throw error(path, fmt::format("has format version 2, whose checksum does not cover its "
+                                  "header; this build reads version {} only: train again with "
+                                  "--checkpoint to write one",
+                                  kCheckpointVersion));
+  if (version != std::to_string(kCheckpointVersion))
+    throw error(path, fmt::format("has format version {}; this build reads version {}",
+                                  version.substr(0, 20), kCheckpointVersion));
+  const json step = meta_json(path, meta, "step");
+  layout.info.step = get_step(path, step, "step");
+  layout.info.config = meta_json(path, meta, "config");
+  layout.info.optimizer = meta_json(path, meta, "optimizer");
+  check_optimizer(path, layout.info.optimizer, layout.info.step);
+  layout.info.model = meta_json(path, meta, "model");
+  if (!layout.info.model.is_null() && !layout.info.model.is_object())
+    throw error(path, "has a corrupt header: __metadata__.model is not an object");
+  layout.info.precision = meta_string(path, meta, "precision");
+  const std::string crc = meta_string(path, meta, "crc32");
+  if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw error(path, "has a corrupt header: __metadata__.crc32 is not 8 hex digits");
+  layout.crc = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
+  layout.crc_at = checksum_position(path, bytes, header_end, crc);
+  return meta_json(path, meta, "kinds");
 }
 
 Layout parse_safetensors(const std::string& path, const std::string& bytes) {
@@ -359,35 +398,7 @@ Layout parse_safetensors(const std::string& path, const std::string& bytes) {
   if (!h.contains("__metadata__") || !h["__metadata__"].is_object())
     throw error(path, "is a safetensors file but not an mgpu checkpoint (no __metadata__)");
   const json& meta = h["__metadata__"];
-  const std::string format = meta_string(path, meta, "format");
-  if (format != kFormatName)
-    throw error(path, fmt::format("is a safetensors file but not an mgpu checkpoint "
-                                  "(__metadata__.format is '{}', expected '{}')",
-                                  format.substr(0, 40), kFormatName));
-  const std::string version = meta_string(path, meta, "version");
-  if (version == "2")
-    throw error(path, fmt::format("has format version 2, whose checksum does not cover its "
-                                  "header; this build reads version {} only: train again with "
-                                  "--checkpoint to write one",
-                                  kCheckpointVersion));
-  if (version != std::to_string(kCheckpointVersion))
-    throw error(path, fmt::format("has format version {}; this build reads version {}",
-                                  version.substr(0, 20), kCheckpointVersion));
-  const json step = meta_json(path, meta, "step");
-  info.step = get_step(path, step, "step");
-  info.config = meta_json(path, meta, "config");
-  info.optimizer = meta_json(path, meta, "optimizer");
-  check_optimizer(path, info.optimizer, info.step);
-  info.model = meta_json(path, meta, "model");
-  if (!info.model.is_null() && !info.model.is_object())
-    throw error(path, "has a corrupt header: __metadata__.model is not an object");
-  info.precision = meta_string(path, meta, "precision");
-  const json kinds = meta_json(path, meta, "kinds");
-  const std::string crc = meta_string(path, meta, "crc32");
-  if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
-    throw error(path, "has a corrupt header: __metadata__.crc32 is not 8 hex digits");
-  layout.crc = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
-  layout.crc_at = checksum_position(path, bytes, 8 + header_len, crc);
+  const json kinds = read_metadata(path, bytes, 8 + header_len, meta, layout);
   if (!kinds.is_object())
     throw error(path, "has a corrupt header: __metadata__.kinds is not an object");
 

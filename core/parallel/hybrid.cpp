@@ -104,6 +104,10 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
         fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev, "
                     "got '{}'",
                     o.schedule));
+  if (o.microbatches > pipeline::max_microbatches)  // a schedule lists every action (#33)
+    throw std::invalid_argument(fmt::format(
+        "{} micro-batches is more than the {} a schedule can hold: use --microbatches {} or fewer",
+        o.microbatches, pipeline::max_microbatches, pipeline::max_microbatches));
   if (v_shape && cfg.layers % (2 * m.pp) != 0)
     fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
                      o.schedule, m.pp, cfg.layers));

@@ -462,6 +462,11 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "naive"}));
   CHECK(schedule.code == 2);
   CHECK_THAT(schedule.err, Catch::Contains("zb-h1, zbv or dualpipev, got 'naive'"));
+  // #33: a million micro-batches is refused before its schedule is built (phantom: no host check).
+  const auto million = run_mgpu(std::vector<std::string>{
+      "run", "hybrid", "--microbatches", "1000000", "--batch", "1000000", "--device", "phantom"});
+  CHECK(million.code == 2);
+  CHECK_THAT(million.err, Catch::Contains("more than the 65536 a schedule can hold"));
   auto chunks = run_mgpu(mesh(1, 2, 4, {"--schedule", "interleaved", "--virtual-stages", "3"}, 4));
   CHECK(chunks.code == 2);
   CHECK_THAT(chunks.err, Catch::Contains("pp x V dividing the 8 layers (got pp 4 x V 3): use "
