@@ -27,6 +27,11 @@ namespace mgpu::plan {
 
 namespace {
 
+// ZB-V and DualPipeV: two model chunks per stage in a V (pipeline/schedule.h).
+bool is_v_schedule(const std::string& schedule) {
+  return schedule == "zbv" || schedule == "dualpipev";
+}
+
 // Ascending; O(sqrt n), so a global batch of millions enumerates at once.
 std::vector<int> divisors(int n) {
   std::vector<int> low, high;
@@ -85,7 +90,7 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
             if (interleaved && (pp == 1 || m.layers % (2 * pp) != 0 || per_replica / mbs < pp))
               continue;
             // The V schedules: two chunks per stage, and enough micro-batches for their warmup.
-            const bool v_shape = schedule == "zbv" || schedule == "dualpipev";
+            const bool v_shape = is_v_schedule(schedule);
             if (v_shape && (pp == 1 || m.layers % (2 * pp) != 0 ||
                             per_replica / mbs < pipeline::min_microbatches(schedule, pp)))
               continue;
@@ -433,13 +438,19 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   // layouts only; the best layout without cp is always simulated too, so the table shows what cp
   // buys (a pin of --cp makes this moot).
   const auto budget = static_cast<std::ptrdiff_t>(std::max(1, r.max_simulated));
-  auto flat = std::find_if(order.begin(), order.end(),
-                           [](const Candidate* c) { return c->layout.cp == 1; });
-  if (flat != order.end() && flat - order.begin() >= budget) {
-    const Candidate* moved = *flat;
-    order.erase(flat);
+  auto bring_into_budget = [&](auto&& wanted) {
+    auto it = std::find_if(order.begin(), order.end(), wanted);
+    if (it == order.end() || it - order.begin() < budget) return;
+    const Candidate* moved = *it;
+    order.erase(it);
     order.insert(order.begin() + std::min<std::ptrdiff_t>(budget / 2, order.size()), moved);
-  }
+  };
+  bring_into_budget([](const Candidate* c) { return c->layout.cp == 1; });
+  // Likewise the screen's closed-form bubbles favour the V schedules (ZB-V, DualPipeV) enough to
+  // fill the budget with them, while their head-and-embedding stage often makes them slower when
+  // simulated: the best layout of the other placement is always simulated too.
+  bring_into_budget([](const Candidate* c) { return !is_v_schedule(c->layout.schedule); });
+  bring_into_budget([](const Candidate* c) { return is_v_schedule(c->layout.schedule); });
 
   std::map<decltype(refusal_key(Layout{})), std::string> refusals;
   std::vector<Simulated> simulated;

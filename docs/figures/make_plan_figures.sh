@@ -22,4 +22,4 @@ vs=()
   --trace plan-best.json | grep -A18 "^per rank" | sed 's/^/full run: /'
 xvfb-run -a "$mgpu" viz plan-best.json \
   --title "mgpu-lab - the planner's best layout for GPT-3 6.7B on 2 DGX H100 nodes: dp $dp tp $tp pp $pp cp $cp, $schedule, ZeRO-$zero, $precision" \
-  --screenshot "$figures/plan-best-gpt3-6.7b-16gpus.png" --width 1400 --height 1300
+  --screenshot "$figures/plan-best-gpt3-6.7b-16gpus.png" --width 1400
