@@ -105,7 +105,7 @@ TEST_CASE("ex03 1F1B: a valid schedule with at most P-s forwards in flight (4 pt
     }
 }
 
-TEST_CASE("ex03 ZB-V: a V-shaped schedule, deadlock-free at the closed-form bubble (3 pts)",
+TEST_CASE("ex03 ZB-V: a V-shaped schedule that is deadlock-free at the closed-form bubble (3 pts)",
           "[grade][ex03]") {
   for (int p = 2; p <= 4; ++p)
     for (int m : {2 * p - 1, 2 * p, 3 * p + 1}) {

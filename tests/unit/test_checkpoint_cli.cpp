@@ -46,7 +46,7 @@ mgpu::CheckpointContents trained(const std::string& path, int steps) {
 
 }  // namespace
 
-TEST_CASE("--lr 1e30 stops every layout at the step it diverges, without a checkpoint",
+TEST_CASE("lr 1e30 stops every layout at the step it diverges, without a checkpoint",
           "[checkpoint][divergence]") {
   for (const std::string lesson :
        {"single_device", "ddp", "tensor_parallel", "pipeline", "zero", "hybrid"}) {
