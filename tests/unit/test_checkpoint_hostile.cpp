@@ -332,7 +332,8 @@ TEST_CASE("the loss scaler's fields are typed", "[checkpoint]") {
   };
   for (const auto& [scaler, says] : cases) {
     Fixture f;
-    f.edit_optimizer([&](json& o) { o["loss_scaler"] = scaler; });
+    const json& edited = scaler;  // clang < 16 cannot capture a structured binding
+    f.edit_optimizer([&](json& o) { o["loss_scaler"] = edited; });
     CAPTURE(scaler.dump());
     CHECK_THAT(f.load_error(), Catch::Contains(says));
   }
