@@ -166,6 +166,27 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
   if (!typed("--vocab") && !real_data) c.vocab = chosen.vocab;
 }
 
+namespace {
+// One typed word as the processes compare it: converted as CLI11 converts it for the option's type
+// and printed in shortest round-trip form, so `--lr 0.1` and `--lr 1e-1` agree while
+// `--seed 010` (octal, 8) and `--seed 10` do not; any other word as typed.
+std::string canonical_word(const std::string& type, const std::string& word) {
+  auto as = [&word](auto value) {
+    return CLI::detail::lexical_cast(word, value) ? fmt::format("{}", value) : word;
+  };
+  if (type.starts_with("UINT")) return as(uint64_t{});
+  if (type.starts_with("INT")) return as(int64_t{});
+  if (type.starts_with("FLOAT")) return as(double{});
+  return word;
+}
+
+std::string canonical_words(const CLI::Option& option, const std::vector<std::string>& words) {
+  std::vector<std::string> out;
+  for (const std::string& word : words) out.push_back(canonical_word(option.get_type_name(), word));
+  return fmt::format("{}", fmt::join(out, " "));
+}
+}  // namespace
+
 RunConfig resolved_run_config(const std::string& lesson, const CLI::App& app,
                               const CommonOptions& common) {
   RunConfig config = {{"lesson", lesson}};
@@ -179,9 +200,9 @@ RunConfig resolved_run_config(const std::string& lesson, const CLI::App& app,
     if (auto it = resolved.find(name); it != resolved.end())
       value = std::to_string(it->second);
     else if (option->count() > 0)
-      value = fmt::format("{}", fmt::join(option->results(), " "));
+      value = canonical_words(*option, option->results());
     else
-      value = option->get_default_str();
+      value = canonical_words(*option, {option->get_default_str()});
     config.emplace_back(name, value);
   }
   return config;

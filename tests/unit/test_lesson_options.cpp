@@ -201,3 +201,22 @@ TEST_CASE("every option of every training lesson changes the run or is refused w
     }
   }
 }
+
+// Under mpirun the processes compare this configuration before the first step (issue #33): the
+// same values spelled differently must agree, different values must not.
+TEST_CASE("the run configuration compares values and not their spelling", "[lesson][options][mpi]") {
+  auto resolved = [](const std::vector<std::string>& args) {
+    CLI::App app;
+    mgpu::lessons::CommonOptions common;
+    mgpu::lessons::add_common_options(app, common, {});
+    std::vector<std::string> reversed(args.rbegin(),
+                                      args.rend());  // CLI11 parses a reversed vector
+    app.parse(reversed);
+    return mgpu::lessons::resolved_run_config("ddp", app, common);
+  };
+  CHECK(resolved({"--lr", "0.1", "--seed", "7"}) == resolved({"--lr", "1e-1", "--seed", "0x7"}));
+  CHECK(resolved({"--seed", "010"}) != resolved({"--seed", "10"}));  // CLI11 reads 010 as octal 8
+  CHECK(resolved({"--lr", "0.0010"}) == resolved({"--lr", "1e-3"}));
+  CHECK(resolved({"--lr", "0.1"}) != resolved({"--lr", "0.2"}));
+  CHECK(resolved({"--precision", "bf16"}) != resolved({"--precision", "fp16"}));
+}
