@@ -148,6 +148,8 @@ class TraceView {
   const RankSummary& summary(int rank) const { return summary_[rank]; }
   // The step the summary describes (the last one of a multi-step run), or none: the whole run.
   std::optional<int> summary_step() const { return summary_step_; }
+  // Where the shown step starts (the time the ruler calls 0): summary_step()'s, else the run's.
+  double shown_start() const;
   // Theory from metadata["predictions"][key], if it is a number.
   std::optional<double> prediction(const std::string& key) const;
 
