@@ -106,6 +106,35 @@ const std::vector<int>& TraceView::lane_events(int rank, Lane l) const {
   return lane(rank, l).events;
 }
 
+std::vector<double> TraceView::gap_cuts() const {
+  if (!summary_step_ || !is_pipeline()) return {};
+  std::map<int, trace::Interval> steps;  // step -> its window over every rank
+  for (const Event& e : trace_.events) {
+    if (e.lane != Lane::step || e.step < 0) continue;
+    auto [it, fresh] = steps.try_emplace(e.step, trace::Interval{e.start, e.end()});
+    if (!fresh)
+      it->second = {std::min(it->second.begin, e.start), std::max(it->second.end, e.end())};
+  }
+  std::vector<double> cuts;
+  for (const auto& [step, window] : steps) {
+    cuts.push_back(window.begin);
+    cuts.push_back(window.end);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+void TraceView::add_gap(int rank, double start, double end, const std::vector<double>& cuts,
+                        double min_gap) {
+  for (auto c = std::upper_bound(cuts.begin(), cuts.end(), start); c != cuts.end() && *c < end;
+       ++c) {
+    if (*c - start <= min_gap || end - *c <= min_gap) continue;
+    gaps_[rank].push_back({start, *c});
+    start = *c;
+  }
+  gaps_[rank].push_back({start, end});
+}
+
 void TraceView::compute_gaps_and_summary() {
   gaps_.assign(num_ranks_, {});
   summary_.assign(num_ranks_, {});
@@ -118,6 +147,7 @@ void TraceView::compute_gaps_and_summary() {
     if (e.lane == Lane::step && e.step >= 0) steps.insert(e.step);
   summary_step_ = steps.size() > 1 ? std::optional<int>(*steps.rbegin()) : std::nullopt;
   const trace::TraceSummary analysis = trace::analyze(trace_, summary_step_);
+  const std::vector<double> cuts = gap_cuts();
   for (int r = 0; r < num_ranks_; ++r) {
     // Bubbles: the holes between busy intervals of the compute lane, inside the run window.
     // The lane index is already sorted by start: one pass, no re-sorting of the whole trace.
@@ -125,10 +155,10 @@ void TraceView::compute_gaps_and_summary() {
     for (int i : lane(r, Lane::compute).events) {
       const Event& e = trace_.events[i];
       if (e.dur <= 0) continue;
-      if (e.start - cursor > min_gap) gaps_[r].push_back({cursor, e.start});
+      if (e.start - cursor > min_gap) add_gap(r, cursor, e.start, cuts, min_gap);
       cursor = std::max(cursor, e.end());
     }
-    if (run_end_ - cursor > min_gap) gaps_[r].push_back({cursor, run_end_});
+    if (run_end_ - cursor > min_gap) add_gap(r, cursor, run_end_, cuts, min_gap);
 
     RankSummary& s = summary_[r];
     if (r < static_cast<int>(analysis.ranks.size())) {

@@ -196,6 +196,12 @@ class TraceView {
   }
   void index_lanes();
   void compute_gaps_and_summary();
+  // A pipeline's bubble belongs to one step: on a multi-step pipeline trace its idle gaps are
+  // cut at every step's start and end (each step's window over all ranks, as
+  // trace::analysis_window takes it), so the shown step's bubbles lie inside its window, start
+  // to end, and their labels are that step's idle time. Other traces: no cuts.
+  std::vector<double> gap_cuts() const;
+  void add_gap(int rank, double start, double end, const std::vector<double>& cuts, double min_gap);
   void index_partners();
   void stack_memory();
   void read_mesh();
