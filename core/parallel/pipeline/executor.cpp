@@ -1,17 +1,8 @@
-// The pipeline executor: one stage interprets its list of the schedule's actions, in order.
-// Idea: a forward STASHES its activations under (micro-batch, chunk); the matching backward (or
-// zero-bubble's W) frees them. That stash is the memory story: GPipe holds all M at the turn, 1F1B
-// at most P-s. Communication (p2p.h): activations go to the next virtual stage, gradients back to
-// the previous one; sends are async, receives block, and that is what makes the bubbles.
-// Step, per action:
-//   recv_activation  blocking recv of a [b,T,C] activation from the previous virtual stage
-//   forward          (embed if first virtual stage) -> this chunk's blocks -> (loss if last)
-//   send_activation  isend of the chunk's output to the next virtual stage
-//   recv_grad        blocking recv of d loss / d output from the next virtual stage
-//   backward         (head backward if last) -> blocks backward -> (embedding backward if first)
-//   send_grad        isend of d loss / d input to the previous virtual stage
-//   backward_input / backward_weight  zero-bubble's split backward (zero_bubble.h): B sends the
-//                    input gradient at once, W computes the weight gradients later to fill a bubble
+// The pipeline executor: one stage runs its list of the schedule's actions, in order. A forward
+// STASHES its activations under (micro-batch, chunk); the matching backward (or zero-bubble's W)
+// frees them: that stash is the memory story (GPipe holds all M at the turn, 1F1B at most P-s).
+// Communication (p2p.h): activations go to the next virtual stage, gradients back to the
+// previous one; sends are async and receives block, which is what makes the bubbles.
 #include "core/parallel/pipeline/executor.h"
 
 #include <fmt/format.h>
@@ -74,6 +65,15 @@ class StageRunner {
     return pipeline::activation_shape(microbatches_.at(microbatch), model_.config);
   }
 
+  // One action:
+  //   recv_activation  blocking recv of a [b,T,C] activation from the previous virtual stage
+  //   forward          (embed if first virtual stage) -> this chunk's blocks -> (loss if last)
+  //   send_activation  isend of the chunk's output to the next virtual stage
+  //   recv_grad        blocking recv of d loss / d output from the next virtual stage
+  //   backward         (head backward if last) -> blocks backward -> (embedding backward if first)
+  //   send_grad        isend of d loss / d input to the previous virtual stage
+  //   backward_input / backward_weight  zero-bubble's split backward (zero_bubble.h): B sends the
+  //                    input gradient at once, W computes the weight gradients later
   void execute(const Action& a) {
     switch (a.kind) {
       case ActionKind::recv_activation:

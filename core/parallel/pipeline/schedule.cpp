@@ -162,16 +162,32 @@ std::optional<MessageKey> message_key(const Schedule& schedule, int stage, const
 }
 
 // GPipe (all forwards, then all backwards) and 1F1B (warmup forwards, then one forward one
-// backward, then the drain): their compute order is exercise 03, so it comes from the installed
-// seam (solutions/pipeline_schedules.cpp holds the reference); the messages are added here.
-Schedule gpipe_schedule(int stages, int microbatches) {
+// backward, then the drain): their compute order is exercise 03, so it comes from the seams the
+// caller passes (solutions/pipeline_schedules.cpp holds the reference); the messages are added
+// here. Without a table, the one the program installed (`--impl`) is used.
+namespace {
+const ComputeOrderFn& required(const ComputeOrderFn& fn, const char* name) {
+  if (!fn) throw std::logic_error(std::string("pipeline schedule seam: '") + name + "' is empty");
+  return fn;
+}
+}  // namespace
+
+Schedule gpipe_schedule(int stages, int microbatches, const PipelineSeams& seams) {
   return with_communication("gpipe", stages, microbatches, 1,
-                            pipeline_seams().gpipe(stages, microbatches));
+                            required(seams.gpipe, "gpipe")(stages, microbatches));
+}
+
+Schedule one_f_one_b_schedule(int stages, int microbatches, const PipelineSeams& seams) {
+  return with_communication("1f1b", stages, microbatches, 1,
+                            required(seams.one_f_one_b, "one_f_one_b")(stages, microbatches));
+}
+
+Schedule gpipe_schedule(int stages, int microbatches) {
+  return gpipe_schedule(stages, microbatches, pipeline_seams());
 }
 
 Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  return with_communication("1f1b", stages, microbatches, 1,
-                            pipeline_seams().one_f_one_b(stages, microbatches));
+  return one_f_one_b_schedule(stages, microbatches, pipeline_seams());
 }
 
 void install_pipeline_seams(PipelineSeams seams) {
@@ -269,16 +285,33 @@ const std::vector<std::string>& schedule_names() {
   return names;
 }
 
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+namespace {
+// `seams` null: GPipe and 1F1B take the installed table (read only when one of them is asked for).
+Schedule schedule_named(const std::string& name, int stages, int microbatches, int virtual_stages,
+                        const PipelineSeams* seams) {
   if (name == "naive") return naive_model_parallel_schedule(stages);
-  if (name == "gpipe") return gpipe_schedule(stages, microbatches);
-  if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
+  if (name == "gpipe")
+    return seams ? gpipe_schedule(stages, microbatches, *seams)
+                 : gpipe_schedule(stages, microbatches);
+  if (name == "1f1b")
+    return seams ? one_f_one_b_schedule(stages, microbatches, *seams)
+                 : one_f_one_b_schedule(stages, microbatches);
   if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
   if (name == "zbv") return zbv_schedule(stages, microbatches);
   if (name == "dualpipev") return dualpipev_schedule(stages, microbatches);
   throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
                                           fmt::join(schedule_names(), ", ")));
+}
+}  // namespace
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
+                       const PipelineSeams& seams) {
+  return schedule_named(name, stages, microbatches, virtual_stages, &seams);
+}
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+  return schedule_named(name, stages, microbatches, virtual_stages, nullptr);
 }
 
 }  // namespace mgpu::pipeline
