@@ -4,8 +4,6 @@
 //   backward of (mb, chunk):  recv_grad from the next virtual stage, B, send_grad
 //   backward_weight:          purely local, no messages
 #include "core/parallel/pipeline/schedule.h"
-#include "core/parallel/pipeline/seams.h"
-#include "core/runtime/seam.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
@@ -159,45 +157,6 @@ std::optional<MessageKey> message_key(const Schedule& schedule, int stage, const
     default:
       return std::nullopt;
   }
-}
-
-// GPipe (all forwards, then all backwards) and 1F1B (warmup forwards, then one forward one
-// backward, then the drain): their compute order is exercise 03, so it comes from the seams the
-// caller passes (solutions/pipeline_schedules.cpp holds the reference); the messages are added
-// here. Without a table, the one the program installed (`--impl`) is used.
-namespace {
-const ComputeOrderFn& required(const ComputeOrderFn& fn, const char* name) {
-  if (!fn) throw std::logic_error(std::string("pipeline schedule seam: '") + name + "' is empty");
-  return fn;
-}
-}  // namespace
-
-Schedule gpipe_schedule(int stages, int microbatches, const PipelineSeams& seams) {
-  return with_communication("gpipe", stages, microbatches, 1,
-                            required(seams.gpipe, "gpipe")(stages, microbatches));
-}
-
-Schedule one_f_one_b_schedule(int stages, int microbatches, const PipelineSeams& seams) {
-  return with_communication("1f1b", stages, microbatches, 1,
-                            required(seams.one_f_one_b, "one_f_one_b")(stages, microbatches));
-}
-
-Schedule gpipe_schedule(int stages, int microbatches) {
-  return gpipe_schedule(stages, microbatches, pipeline_seams());
-}
-
-Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  return one_f_one_b_schedule(stages, microbatches, pipeline_seams());
-}
-
-void install_pipeline_seams(PipelineSeams seams) {
-  Seam<PipelineSeams>::install(std::move(seams));
-}
-
-const PipelineSeams& pipeline_seams() {
-  return Seam<PipelineSeams>::get("pipeline schedule seam",
-                                  Required{"gpipe", &PipelineSeams::gpipe},
-                                  Required{"one_f_one_b", &PipelineSeams::one_f_one_b});
 }
 
 // Interleaved 1F1B (Megatron-LM): each stage holds V model chunks, so a micro-batch visits every
