@@ -18,6 +18,7 @@
 #include <fmt/ostream.h>
 #include <CLI/CLI.hpp>
 
+#include "lessons/grade_exercises.h"
 #include "lessons/validate.h"
 
 extern char** environ;
@@ -30,138 +31,6 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
-
-// The exercises and their hints (short forms of docs/exercises/NN-*.md's "Hints"). Each hint
-// names the words of the graded checks it helps with; a failing check gets the first hint whose
-// words are in its name, else the first hint.
-struct Hint {
-  std::string for_checks;  // words in the check's name ("" = any check)
-  std::string text;
-};
-
-struct ExerciseInfo {
-  std::string id;
-  std::string title;
-  std::string doc;
-  std::vector<Hint> hints;
-  std::string file;     // the stub the student edits
-  std::string runs_in;  // where `--impl mine` shows the student's code in a lesson
-
-  const Hint& hint_for(const std::string& check) const {
-    for (auto& h : hints)
-      if (!h.for_checks.empty() && check.find(h.for_checks) != std::string::npos) return h;
-    return hints.front();
-  }
-};
-
-const std::vector<ExerciseInfo>& exercises() {
-  static const std::vector<ExerciseInfo> list = {
-      {"ex01",
-       "ring all-reduce",
-       "docs/exercises/01-ring-all-reduce.md",
-       {{"",
-         "cut the tensor into N chunks with comm::chunk_range; N-1 reduce-scatter steps, then "
-         "N-1 all-gather steps, always send right and receive from the left"},
-        {"avg", "for avg, sum first and divide once at the end"},
-        {"in place",
-         "take each chunk as a view with t.flat_range(begin, end) and reduce into it; "
-         "touch nothing outside the tensor you were given"},
-        {"bandwidth", "send one chunk (about 1/N of the buffer) per step, 2(N-1) steps in all"}},
-       "exercises/ring_all_reduce.cpp",
-       "every all-reduce of the DDP and data-parallel lessons, and `mgpu run collectives`"},
-      {"ex02",
-       "DDP gradient buckets",
-       "docs/exercises/02-ddp-buckets.md",
-       {{"",
-         "walk the tensors in backward order; close the bucket when the next tensor would "
-         "push it past bucket_bytes"},
-        {"oversized", "an empty bucket always takes the next tensor, however large"},
-        {"edge cases",
-         "no tensors: no buckets; don't forget to push the last, partly full "
-         "bucket"}},
-       "exercises/ddp_buckets.cpp",
-       "the DDP lesson's buckets and when each is all-reduced"},
-      {"ex03",
-       "pipeline schedules",
-       "docs/exercises/03-pipeline-schedules.md",
-       {{"GPipe",
-         "GPipe: every forward F0..F(M-1), then every backward in micro-batch order "
-         "B0 B1 ... B(M-1)"},
-        {"1F1B",
-         "1F1B: stage s warms up with min(M, P-s-1) forwards, then repeats F(next) "
-         "B(oldest) while forwards remain, then drains the backwards oldest first"},
-        {"ZB-V",
-         "ZB-V: stage s warms up with 2(P-s)-1 chunk-0 forwards, runs F B W on chunk 1 as soon as "
-         "the V turns, then F B W on chunk 0 and chunk 1 in turn; B's before W's in the drain"},
-        {"reference",
-         "backwards run in the order the gradients arrive from the next stage: "
-         "micro-batch 0, 1, 2, ... in both schedules"}},
-       "exercises/pipeline_schedules.cpp",
-       "the GPipe and 1F1B schedules of `mgpu run pipeline`"},
-      {"ex04",
-       "bubble accounting",
-       "docs/exercises/04-bubble-accounting.md",
-       {{"",
-         "clip each compute-lane event to [t0, t1], sort by start and merge overlaps; "
-         "idle = span - merged length"},
-        {"clipped",
-         "begin = max(start, t0), end = min(start + dur, t1); drop it if end <= "
-         "begin"},
-        {"one entry per rank",
-         "one result per rank, also for ranks with no events; only the "
-         "compute lane counts as busy"}},
-       "exercises/bubble_accounting.cpp",
-       "the \"measured\" bubble column of `mgpu run pipeline`"},
-      {"ex05",
-       "memory estimator",
-       "docs/exercises/05-memory-estimator.md",
-       {{"",
-         "bytes per parameter: fp32 4+4+8, mixed bf16 2+4+12; ZeRO stage k shards the last "
-         "k of (optimizer, gradients, parameters) to ceil(params / dp)"},
-        {"gpt_param_count",
-         "embeddings V*C + T*C; each block 12C^2 + 13C; head: a LayerNorm "
-         "(2C) and V*C without bias"}},
-       "exercises/memory_estimator.cpp",
-       "the \"predicted\" memory table of `mgpu run single_device`"},
-      {"ex06",
-       "tensor-parallel linear",
-       "docs/exercises/06-tensor-parallel.md",
-       {{"column",
-         "column: f (identity) then the local linear; backward: the local linear's "
-         "backward, then all-reduce dx"},
-        {"row",
-         "row: the local linear (bias only where given), then all-reduce y; backward is "
-         "the plain linear backward, nothing to communicate"}},
-       "exercises/tensor_parallel.cpp",
-       "every column- and row-parallel linear of `mgpu run tensor_parallel`"},
-      {"ex07",
-       "online-softmax merge",
-       "docs/exercises/07-online-softmax-merge.md",
-       {{"",
-         "lse = m + log(exp(lse_a - m) + exp(lse_b - m)), m the larger; out = exp(lse_a - "
-         "lse) out_a + exp(lse_b - lse) out_b"},
-        {"-inf", "lse = -inf weighs 0; when both parts are -inf leave out and lse as they are"},
-        {"overflow", "never compute exp(lse) itself: subtract m = max(lse_a, lse_b) first"},
-        {"backward",
-         "with w = exp(lse_part - lse): d_part_out = w dout, d_part_lse = w * sum "
-         "over the head's channels of dout * (out_part - out)"}},
-       "exercises/online_softmax_merge.cpp",
-       "every merge of ring attention in `mgpu run context_parallel` (contiguous, zigzag)"},
-      {"ex08",
-       "ZeRO-1 sharded optimizer step",
-       "docs/exercises/08-zero-sharded-step.md",
-       {{"",
-         "own comm::chunk_range's chunk; reduce_scatter (avg) into a chunk-sized buffer and "
-         "copy it into place, update, copy your chunk out and all_gather it into the whole "
-         "parameters"},
-        {"owned chunks",
-         "chunk r of N is comm::chunk_range(numel, N, r), as the collectives "
-         "cut it"}},
-       "exercises/zero_shard_step.cpp",
-       "every unit's chunks and stage 1's step in `mgpu run zero`"},
-  };
-  return list;
-}
 
 // ---- child processes ----
 

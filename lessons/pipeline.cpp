@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "core/parallel/pipeline/bubble_theory.h"
+#include "core/parallel/pipeline/layout.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/trace/analysis.h"
 #include "lessons/exercise_views.h"
@@ -63,9 +64,8 @@ void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
              zero_bubble ? " (B-input 1 + W 1)" : "", pipeline::render_schedule(schedule, costs));
 }
 
-}  // namespace
-
-PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out) {
+// The number of stages, once the options are known to make a pipeline (else a UsageError).
+int checked_stages(const CommonOptions& c, const PipelineOptions& p) {
   const int P = p.stages > 0 ? p.stages : c.ranks;
   if (launched_by_mpi() && P != c.ranks)
     throw UsageError(
@@ -81,7 +81,52 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
     throw UsageError(fmt::format("batch {} does not split into {} micro-batches: use --batch {}",
                                  c.batch, p.microbatches,
                                  std::max(1, c.batch / p.microbatches) * p.microbatches));
+  return P;
+}
 
+// What the run is: the schedule's idea, the model, how it is split and fed, the device, the plan.
+void print_setup(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
+                 const GPTConfig& cfg, const pipeline::Schedule& schedule,
+                 const WorldOptions& wopt) {
+  const int P = schedule.stages, V = schedule.virtual_stages;
+  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, P * V);
+  fmt::print(out, "{}.\n\n", explain(p.schedule));
+  fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
+  fmt::print(out,
+             "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
+             "computes the loss\n",
+             P, V, V > 1 ? "virtual " : "", partition.description, schedule.stage_of(P * V - 1));
+  fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n", c.batch,
+             p.microbatches, c.batch / p.microbatches, c.seq);
+  fmt::print(out, "device: {}{}\n", describe_world(wopt),
+             p.theory ? "; THEORY MODE: every F costs 1 ms and every B 2 ms per stage, kernels "
+                        "free, so all stages are equal"
+                      : "");
+  print_plan(out, schedule);
+}
+
+// After the last step: every stage's stash statistics to rank 0 (under mpirun the stages are
+// other processes), and the parameters (for the single-device comparison).
+void collect_last_step(RankContext& ctx, train::Layout& layout, std::mutex& mutex,
+                       PipelineResult& result) {
+  const int P = static_cast<int>(result.last_step.size());
+  auto& stage = static_cast<pipeline::PipelineLayout&>(layout);
+  const pipeline::StageStepStats& st = stage.last_stats();
+  std::vector<std::vector<int64_t>> all =
+      train::gather_to_root(ctx, {st.peak_stashed, st.stash_bytes, st.peak_activation_bytes});
+  std::lock_guard lock(mutex);
+  if (ctx.rank == 0)
+    for (int r = 0; r < P; ++r)
+      result.last_step[r] = {0, static_cast<int>(all[r][0]), all[r][1], all[r][2]};
+  if (ctx.device.has_data())  // phantom runs have shapes and times, no values to compare
+    for (Param* param : stage.stage().params())
+      result.params[param->name] = param->data.to_vector();
+}
+
+}  // namespace
+
+PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out) {
+  const int P = checked_stages(c, p);
   CommonOptions common = c;
   common.ranks = P;
   WorldOptions wopt = common.world_options();
@@ -95,29 +140,12 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   const pipeline::Schedule schedule =
       pipeline::make_schedule(p.schedule, P, p.microbatches, p.virtual_stages);
   const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
-  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, P * V);
-  const int loss_stage = schedule.stage_of(P * V - 1);
 
   PipelineResult result;
   result.model_params = count_params(cfg);
   result.theory_bubble = pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, V);
   result.expected_peak = pipeline::peak_activations_theory(p.schedule, P, p.microbatches, V);
-
-  if (!c.quiet) {
-    fmt::print(out, "{}.\n\n", explain(p.schedule));
-    fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
-    fmt::print(out,
-               "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
-               "computes the loss\n",
-               P, V, V > 1 ? "virtual " : "", partition.description, loss_stage);
-    fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n",
-               c.batch, p.microbatches, c.batch / p.microbatches, c.seq);
-    fmt::print(out, "device: {}{}\n", describe_world(wopt),
-               p.theory ? "; THEORY MODE: every F costs 1 ms and every B 2 ms per stage, kernels "
-                          "free, so all stages are equal"
-                        : "");
-    print_plan(out, schedule);
-  }
+  if (!c.quiet) print_setup(out, c, p, cfg, schedule, wopt);
   World world(wopt);
   std::mutex mutex;
   result.last_step.resize(P);
@@ -132,24 +160,12 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg, config),
       [&](RankContext& ctx) {
-        auto layout = std::make_unique<pipeline::PipelineLayout>(cfg, *ctx.comm, schedule, V,
-                                                                 optimizer_factory(c), exec);
-        return layout;
+        return std::make_unique<pipeline::PipelineLayout>(cfg, *ctx.comm, schedule, V,
+                                                          optimizer_factory(c), exec);
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {
-        auto& stage = static_cast<pipeline::PipelineLayout&>(layout);
-        const pipeline::StageStepStats& st = stage.last_stats();
-        // Every stage's stats to rank 0 (under mpirun the stages are other processes).
-        std::vector<std::vector<int64_t>> all =
-            train::gather_to_root(ctx, {st.peak_stashed, st.stash_bytes, st.peak_activation_bytes});
-        std::lock_guard lock(mutex);
-        if (ctx.rank == 0)
-          for (int r = 0; r < P; ++r)
-            result.last_step[r] = {0, static_cast<int>(all[r][0]), all[r][1], all[r][2]};
-        if (ctx.device.has_data())  // phantom runs have shapes and times, no values to compare
-          for (Param* param : stage.stage().params())
-            result.params[param->name] = param->data.to_vector();
+        collect_last_step(ctx, layout, mutex, result);
       });
   result.losses = trained.losses;
   print_checkpoint_lines(out, c, trained);

@@ -45,16 +45,19 @@ std::optional<viz::TimeWindow> parse_time_window(const std::string& text) {
   return w;
 }
 
-}  // namespace
-
-int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app(
-      "open traces in the dashboard (no trace: classroom mode, re-running the pipeline "
-      "lesson live)",
-      "mgpu viz");
+// What `mgpu viz` was asked, as parsed.
+struct VizArgs {
   std::vector<std::string> paths;
   viz::VizCliOptions opt;
-  app.add_option("traces", paths,
+  std::string layout = "columns";
+  std::string memory = "all";
+  std::string zoom;
+  ClassroomOptions classroom;
+};
+
+void add_viz_options(CLI::App& app, VizArgs& a) {
+  viz::VizCliOptions& opt = a.opt;
+  app.add_option("traces", a.paths,
                  "trace JSON files written with --trace (two to four with --compare)");
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit")
       ->check(OutputFile);  // refused before any work, like --checkpoint
@@ -66,31 +69,92 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   app.add_flag("--compare", opt.compare,
                "show two to four traces on one time scale and memory scale, each from its step "
                "start");
-  std::string layout = "columns";
-  app.add_option("--layout", layout, "compared runs side by side (columns) or stacked (rows)")
+  app.add_option("--layout", a.layout, "compared runs side by side (columns) or stacked (rows)")
       ->check(CLI::IsMember({"columns", "rows"}));
   app.add_option("--title", opt.title, "window title");
   app.add_option("--highlight", opt.highlight,
                  "highlight one communication group's events (e.g. tp1, dp0, pp0, world; the "
                  "hybrid lesson prints its groups)");
-  std::string memory = "all";
-  app.add_option("--memory", memory,
+  app.add_option("--memory", a.memory,
                  "memory strips: all categories, or model-states (parameters, gradients, "
                  "optimizer state on their own scale: ZeRO's shards)")
       ->check(CLI::IsMember({"all", "model-states"}));
-  std::string zoom;
-  app.add_option("--zoom", zoom,
+  app.add_option("--zoom", a.zoom,
                  "start zoomed in on this part of the shown step, e.g. 0.2ms..0.6ms (the ruler's "
                  "times: 0 is the step's start; units s, ms, us); \"Fit\" shows it all again");
-  ClassroomOptions classroom;
-  app.add_option("--set", classroom.settings,
+  app.add_option("--set", a.classroom.settings,
                  "classroom mode: set the sliders, e.g. schedule=gpipe,stages=4,microbatches=8");
-  app.add_option("--series", classroom.series,
+  app.add_option("--series", a.classroom.series,
                  "classroom mode: one screenshot per value, e.g. microbatches=1..32 (with "
                  "--screenshot out/m.png: out/m-microbatches-01.png, ...)");
-  app.add_option("--versus", classroom.versus,
+  app.add_option("--versus", a.classroom.versus,
                  "classroom mode: these schedules side by side under the same sliders, e.g. "
                  "gpipe,1f1b");
+}
+
+// Reads the parsed strings into `a.opt`; false (the error printed, one line) when they do not
+// make a request: a bad --zoom, or an option that needs a trace, or two, without them.
+bool read_viz_args(VizArgs& a, std::ostream& err) {
+  viz::VizCliOptions& opt = a.opt;
+  opt.model_states_only = a.memory == "model-states";
+  if (!a.zoom.empty()) {
+    opt.zoom = parse_time_window(a.zoom);
+    if (!opt.zoom) {
+      fmt::print(err,
+                 "mgpu viz: error: --zoom {}: give FROM..TO with units, FROM below TO, e.g. "
+                 "--zoom 0.2ms..0.6ms (units s, ms, us)\n",
+                 a.zoom.substr(0, 200));
+      return false;
+    }
+    if (a.paths.empty()) {
+      fmt::print(err,
+                 "mgpu viz: error: --zoom needs a trace, e.g. mgpu viz cp.json --zoom "
+                 "0.2ms..0.6ms (classroom mode does not take it)\n");
+      return false;
+    }
+  }
+  opt.layout = a.layout == "rows" ? viz::CompareLayout::rows : viz::CompareLayout::columns;
+  if (opt.compare && a.paths.size() < 2) {
+    fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
+    return false;
+  }
+  if (a.paths.empty() && !opt.highlight.empty()) {
+    fmt::print(err,
+               "mgpu viz: error: --highlight needs a trace, e.g. mgpu viz hybrid.json "
+               "--highlight tp1 (classroom mode, without a trace, does not take it)\n");
+    return false;
+  }
+  return true;
+}
+
+// Classroom mode without trace files, else the dashboard on them.
+int show(VizArgs& a, std::ostream& err) {
+  select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
+  if (a.paths.empty()) {
+    a.classroom.presentation = a.opt.presentation;
+    a.classroom.screenshot = a.opt.screenshot;
+    a.classroom.width = a.opt.width;
+    a.classroom.height = a.opt.height;
+    return run_classroom(a.classroom, err);
+  }
+  if (!a.classroom.settings.empty() || !a.classroom.series.empty() || !a.classroom.versus.empty()) {
+    fmt::print(err,
+               "mgpu viz: error: --set, --series and --versus drive classroom mode (no trace "
+               "files), e.g. mgpu viz --versus gpipe,1f1b --set microbatches=8\n");
+    return 2;
+  }
+  return viz::viz_main(a.paths, a.opt, err);
+}
+
+}  // namespace
+
+int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app(
+      "open traces in the dashboard (no trace: classroom mode, re-running the pipeline "
+      "lesson live)",
+      "mgpu viz");
+  VizArgs a;
+  add_viz_options(app, a);
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -100,49 +164,9 @@ int cmd_viz(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   } catch (const CLI::ParseError& e) {
     return usage_error(err, "viz", fmt::format("{} (see `mgpu viz --help`)", e.what()));
   }
-  opt.model_states_only = memory == "model-states";
-  if (!zoom.empty()) {
-    opt.zoom = parse_time_window(zoom);
-    if (!opt.zoom) {
-      fmt::print(err,
-                 "mgpu viz: error: --zoom {}: give FROM..TO with units, FROM below TO, e.g. "
-                 "--zoom 0.2ms..0.6ms (units s, ms, us)\n",
-                 zoom.substr(0, 200));
-      return 2;
-    }
-    if (paths.empty()) {
-      fmt::print(err, "mgpu viz: error: --zoom needs a trace, e.g. mgpu viz cp.json --zoom "
-                      "0.2ms..0.6ms (classroom mode does not take it)\n");
-      return 2;
-    }
-  }
-  opt.layout = layout == "rows" ? viz::CompareLayout::rows : viz::CompareLayout::columns;
-  if (opt.compare && paths.size() < 2) {
-    fmt::print(err, "mgpu viz: error: --compare needs two traces, e.g. gpipe.json 1f1b.json\n");
-    return 2;
-  }
-  if (paths.empty() && !opt.highlight.empty()) {
-    fmt::print(err,
-               "mgpu viz: error: --highlight needs a trace, e.g. mgpu viz hybrid.json "
-               "--highlight tp1 (classroom mode, without a trace, does not take it)\n");
-    return 2;
-  }
+  if (!read_viz_args(a, err)) return 2;
   try {
-    select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
-    if (paths.empty()) {
-      classroom.presentation = opt.presentation;
-      classroom.screenshot = opt.screenshot;
-      classroom.width = opt.width;
-      classroom.height = opt.height;
-      return run_classroom(classroom, err);
-    }
-    if (!classroom.settings.empty() || !classroom.series.empty() || !classroom.versus.empty()) {
-      fmt::print(err,
-                 "mgpu viz: error: --set, --series and --versus drive classroom mode (no trace "
-                 "files), e.g. mgpu viz --versus gpipe,1f1b --set microbatches=8\n");
-      return 2;
-    }
-    return viz::viz_main(paths, opt, err);
+    return show(a, err);
   } catch (const std::invalid_argument& e) {  // a file the user named (output_file.h)
     return usage_error(err, "viz", e.what());
   } catch (const std::exception& e) {

@@ -90,7 +90,7 @@ struct VizCliOptions {
   bool compare = false;            // --compare: 2-4 traces on a shared time scale (0: step start)
   CompareLayout layout = CompareLayout::columns;  // --layout columns|rows
   std::string title;
-  std::string highlight;  // --highlight tp1: that group's communication highlighted
+  std::string highlight;           // --highlight tp1: that group's communication highlighted
   std::optional<TimeWindow> zoom;  // --zoom 0.2ms..0.6ms
 };
 // `mgpu viz` after option parsing. Returns the process exit code (2: bad trace, unknown
@@ -155,6 +155,7 @@ class Dashboard {
   void draw_group_control();
   void rerun_with_current_params(const nlohmann::json& previous_params);
   void fit_axis_if_pending();
+  void draw_views(const PanelContext& ctx);  // the timelines, memory strips and summaries
   void draw_view(int v, float label_width, float column_w);
   void draw_view_summary(int v, const PanelContext& ctx);
 

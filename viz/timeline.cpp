@@ -14,78 +14,6 @@ namespace mgpu::viz {
 using trace::Event;
 using trace::Lane;
 
-// ---- palette
-// -------------------------------------------------------------------------------------
-
-const Palette& palette(bool presentation) {
-  static const Palette dark = {
-      .forward = IM_COL32(77, 144, 235, 255),
-      .backward = IM_COL32(240, 150, 50, 255),
-      .backward_weight = IM_COL32(176, 112, 224, 255),
-      .optimizer = IM_COL32(90, 190, 100, 255),
-      .compute = IM_COL32(150, 150, 160, 255),
-      .comm = IM_COL32(225, 75, 95, 255),
-      .idle = IM_COL32(70, 40, 40, 255),
-      .idle_hatch = IM_COL32(150, 80, 80, 255),
-      .idle_text = IM_COL32(255, 200, 200, 255),
-      .cell_text = IM_COL32(10, 10, 10, 255),
-      .cell_border = IM_COL32(20, 20, 25, 255),
-      .lane_background = IM_COL32(40, 42, 48, 255),
-      .ruler_text = IM_COL32(220, 220, 220, 255),
-      .ruler_line = IM_COL32(90, 90, 100, 255),
-      .selected = IM_COL32(255, 255, 255, 255),
-      .partner = IM_COL32(255, 230, 0, 255),
-      .capacity = IM_COL32(255, 60, 60, 255),
-      .peak = IM_COL32(255, 255, 255, 255),
-      .memory = {IM_COL32(96, 120, 160, 255), IM_COL32(205, 175, 70, 255),
-                 IM_COL32(150, 95, 170, 255), IM_COL32(70, 170, 150, 255),
-                 IM_COL32(200, 95, 95, 255), IM_COL32(130, 130, 130, 255)},
-  };
-  static const Palette light = {
-      .forward = IM_COL32(0, 90, 220, 255),
-      .backward = IM_COL32(255, 120, 0, 255),
-      .backward_weight = IM_COL32(140, 40, 200, 255),
-      .optimizer = IM_COL32(0, 160, 40, 255),
-      .compute = IM_COL32(110, 110, 110, 255),
-      .comm = IM_COL32(220, 0, 40, 255),
-      .idle = IM_COL32(255, 225, 225, 255),
-      .idle_hatch = IM_COL32(220, 60, 60, 255),
-      .idle_text = IM_COL32(150, 0, 0, 255),
-      .cell_text = IM_COL32(255, 255, 255, 255),
-      .cell_border = IM_COL32(0, 0, 0, 255),
-      .lane_background = IM_COL32(235, 235, 235, 255),
-      .ruler_text = IM_COL32(0, 0, 0, 255),
-      .ruler_line = IM_COL32(150, 150, 150, 255),
-      .selected = IM_COL32(0, 0, 0, 255),
-      .partner = IM_COL32(255, 0, 200, 255),
-      .capacity = IM_COL32(220, 0, 0, 255),
-      .peak = IM_COL32(0, 0, 0, 255),
-      .memory = {IM_COL32(60, 90, 150, 255), IM_COL32(220, 170, 0, 255),
-                 IM_COL32(150, 60, 170, 255), IM_COL32(0, 150, 130, 255),
-                 IM_COL32(200, 60, 60, 255), IM_COL32(120, 120, 120, 255)},
-  };
-  return presentation ? light : dark;
-}
-
-ImU32 dimmed(ImU32 colour, ImU32 background) {
-  // 25% of the colour over 75% of the background, channel by channel (alpha stays opaque).
-  ImU32 out = IM_COL32_A_MASK;
-  for (int shift : {IM_COL32_R_SHIFT, IM_COL32_G_SHIFT, IM_COL32_B_SHIFT}) {
-    const ImU32 c = (colour >> shift) & 0xFF, b = (background >> shift) & 0xFF;
-    out |= ((c + 3 * b) / 4) << shift;
-  }
-  return out;
-}
-
-ImU32 category_colour(const Palette& p, const std::string& c) {
-  if (c == trace::cat::forward) return p.forward;
-  if (c == trace::cat::backward) return p.backward;
-  if (c == trace::cat::backward_weight) return p.backward_weight;
-  if (c == trace::cat::optimizer) return p.optimizer;
-  if (c == trace::cat::comm) return p.comm;
-  return p.compute;
-}
-
 // ---- ruler
 // ---------------------------------------------------------------------------------------
 
@@ -161,173 +89,206 @@ void event_tooltip(const TraceView& view, int i, double origin) {
   ImGui::EndTooltip();
 }
 
+// What every part of one view's timeline draws with.
+struct LaneCanvas {
+  const PanelContext& ctx;
+  const TraceView& view;
+  const LaneLayout& layout;
+  ImDrawList* dl;
+  float x_left, x_right;
+  // Pixel x of time t, clamped just outside the lane: far-away times (a zoomed-in view of a long
+  // trace) become short off-screen coordinates, so nothing loops over or allocates for them.
+  float px(double t) const {
+    const TimeAxis& axis = ctx.axis;
+    const double x = axis.to_px(t);
+    return static_cast<float>(
+        std::clamp(std::isfinite(x) ? x : 0.0, axis.x0 - 64.0, axis.x0 + axis.width + 64.0));
+  }
+};
+
+// Rank label ("GPU 5  dp1 pp0 tp1" on a mesh) in the left column, centred on its lane group;
+// a member of the highlighted group gets a bar beside it and the highlight colour.
+void draw_rank_label(const LaneCanvas& c, int r, float x_origin, bool member) {
+  const float gy = static_cast<float>(c.layout.group_top(r));
+  const float gh = static_cast<float>(c.layout.group_height());
+  const Palette& pal = c.ctx.pal;
+  if (member)
+    c.dl->AddRectFilled({x_origin, gy}, {x_origin + 3 * c.ctx.scale, gy + gh}, pal.partner);
+  c.dl->AddText({x_origin + 6 * c.ctx.scale, gy + (gh - ImGui::GetTextLineHeight()) / 2},
+                member ? pal.partner : pal.ruler_text, c.view.rank_label(r).c_str());
+}
+
+// The compute lane's idle gaps (pipeline bubbles), hatched and labelled with their duration.
+// Gaps are disjoint and sorted: binary search the first one that reaches the screen.
+void draw_bubbles(const LaneCanvas& c, int r, float y0, float y1) {
+  const Palette& pal = c.ctx.pal;
+  const float hatch = 7 * c.ctx.scale;
+  const auto& gaps = c.view.idle_gaps(r);
+  auto first = std::lower_bound(gaps.begin(), gaps.end(), c.ctx.axis.t0,
+                                [](const Gap& g, double t) { return g.end < t; });
+  for (auto it = first; it != gaps.end() && it->start <= c.ctx.axis.t1; ++it) {
+    const Gap& g = *it;
+    const ImVec2 a{c.px(g.start), y0}, b{c.px(g.end), y1};
+    if (b.x - a.x < 1) continue;
+    hatched_rect(c.dl, a, b, pal, hatch);
+    const std::string d = format_duration(g.dur());
+    const ImVec2 size = ImGui::CalcTextSize(d.c_str());
+    // The label is centred in the gap's visible part, or dropped: never cut at an edge.
+    const float la = std::max(a.x, c.x_left), lb = std::min(b.x, c.x_right);
+    if (size.x + 6 < lb - la) {
+      const ImVec2 at{std::floor((la + lb - size.x) / 2), std::floor((y0 + y1 - size.y) / 2)};
+      c.dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.idle);
+      c.dl->AddText(at, pal.idle_text, d.c_str());
+    }
+  }
+}
+
+// One lane's events, coloured by category (faded when a group is highlighted), with the
+// micro-batch (or the collective's op) inside when it fits.
+void draw_lane_events(const LaneCanvas& c, int r, Lane lane, float y0, float y1, bool faded) {
+  const Palette& pal = c.ctx.pal;
+  for (const Block& blk : c.view.visible_blocks(r, lane, c.ctx.axis)) {
+    const Event& e = c.view.event(blk.event);
+    ImVec2 a{c.px(blk.start), y0 + 1}, b{c.px(blk.end), y1 - 1};
+    b.x = std::max(b.x, a.x + 1);  // at least one pixel, so nothing vanishes
+    const ImU32 colour = category_colour(pal, e.cat);
+    c.dl->AddRectFilled(a, b, faded ? dimmed(colour, pal.lane_background) : colour);
+    if (blk.dense()) continue;
+    if (b.x - a.x >= 4) c.dl->AddRect(a, b, pal.cell_border);
+    // Labels go in the cell's visible part (or are dropped), never cut at the window's edge.
+    const ImVec2 la{std::max(a.x, c.x_left), a.y}, lb{std::min(b.x, c.x_right), b.y};
+    if (e.microbatch >= 0) {
+      centred_text(c.dl, la, lb, pal.cell_text, std::to_string(e.microbatch).c_str());
+    } else if (lane == Lane::comm || e.cat == trace::cat::optimizer) {
+      centred_text(c.dl, la, lb, pal.cell_text, (e.op.empty() ? e.name : e.op).c_str());
+    }
+  }
+}
+
+// Every rank's label, lanes, bubbles and events.
+void draw_ranks(const LaneCanvas& c, float x_origin, const std::string& group) {
+  const std::vector<int>& members = c.view.group_ranks(group);
+  for (int r = 0; r < c.view.num_ranks(); ++r) {
+    draw_rank_label(c, r, x_origin, std::binary_search(members.begin(), members.end(), r));
+    for (Lane lane : {Lane::compute, Lane::comm}) {
+      const float y0 = static_cast<float>(c.layout.lane_top(r, lane));
+      const float y1 = y0 + static_cast<float>(c.layout.lane_height);
+      c.dl->AddRectFilled({c.x_left, y0}, {c.x_right, y1}, c.ctx.pal.lane_background);
+      c.dl->PushClipRect({c.x_left, y0}, {c.x_right, y1}, true);
+      // Bubbles first, so the events are drawn over any rounding at their edges.
+      if (lane == Lane::compute) draw_bubbles(c, r, y0, y1);
+      draw_lane_events(c, r, lane, y0, y1, /*faded=*/!group.empty());
+      c.dl->PopClipRect();
+    }
+  }
+}
+
+// The highlighted group's events at full colour, outlined, over the faded rest. They come per
+// rank and lane in start order: a run of events less than two pixels apart becomes one
+// rectangle (merged in time, so the walk over a group of 100k events is a few compares each).
+void draw_group_highlight(const LaneCanvas& c, const std::string& group, float top, float height) {
+  const TimeAxis& axis = c.ctx.axis;
+  c.dl->PushClipRect({c.x_left, top}, {c.x_right, top + height}, true);
+  const double merge_gap = 2 * axis.seconds_per_pixel();
+  const TraceView::Span* run = nullptr;  // the run's first event
+  double run_end = 0;
+  auto flush = [&] {
+    if (!run) return;
+    const float y0 = static_cast<float>(c.layout.lane_top(run->rank, run->lane));
+    const ImVec2 a{c.px(run->start), y0}, b{std::max(c.px(run_end), c.px(run->start) + 2),
+                                            y0 + static_cast<float>(c.layout.lane_height)};
+    c.dl->AddRectFilled(a, b, category_colour(c.ctx.pal, c.view.event(run->event).cat));
+    c.dl->AddRect(a, b, c.ctx.pal.partner, 0, 0, 2 * c.ctx.scale);
+    run = nullptr;
+  };
+  for (const TraceView::Span& e : c.view.group_spans(group)) {
+    if (e.lane == Lane::step || e.end < axis.t0 || e.start > axis.t1) continue;
+    if (run && e.rank == run->rank && e.lane == run->lane && e.start <= run_end + merge_gap) {
+      run_end = std::max(run_end, e.end);
+      continue;
+    }
+    flush();
+    run = &e;
+    run_end = e.end;
+  }
+  flush();
+  c.dl->PopClipRect();
+}
+
+// The selected event outlined, its partners outlined in another colour and linked to it.
+void draw_selection(const LaneCanvas& c, const Selection& selection) {
+  auto rect_of = [&](int i) {
+    const Event& e = c.view.event(i);
+    const float y0 = static_cast<float>(c.layout.lane_top(e.rank, e.lane));
+    return std::pair<ImVec2, ImVec2>{{c.px(e.start), y0},
+                                     {std::max(c.px(e.end()), c.px(e.start) + 2),
+                                      y0 + static_cast<float>(c.layout.lane_height)}};
+  };
+  const float scale = c.ctx.scale;
+  auto [sa, sb] = rect_of(selection.event);
+  const ImVec2 sc{(sa.x + sb.x) / 2, (sa.y + sb.y) / 2};
+  if (selection.partners) {
+    for (int p : *selection.partners) {
+      auto [pa, pb] = rect_of(p);
+      c.dl->AddLine(sc, {(pa.x + pb.x) / 2, (pa.y + pb.y) / 2}, c.ctx.pal.partner, 2 * scale);
+      c.dl->AddRect(pa, pb, c.ctx.pal.partner, 0, 0, 3 * scale);
+    }
+  }
+  c.dl->AddRect(sa, sb, c.ctx.pal.selected, 0, 0, 3 * scale);
+}
+
+// Hover tooltip and click-select (a click is a press and release without a drag). Returns the
+// event clicked, -1 for a click on empty space, -2 when nothing was clicked.
+int hover_and_click(const PanelContext& ctx, const TraceView& view, const LaneLayout& layout) {
+  const ImGuiIO& io = ImGui::GetIO();
+  const auto hit = layout.hit(io.MousePos.y, view.num_ranks());
+  const double slack = 2 * ctx.axis.seconds_per_pixel();
+  const int under =
+      hit ? view.event_at(hit->first, hit->second, ctx.axis.to_time(io.MousePos.x), slack) : -1;
+  if (under >= 0 && !ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2))
+    event_tooltip(view, under, ctx.axis.origin);
+  if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MouseDragMaxDistanceSqr[0] < 9)
+    return under;
+  return -2;
+}
+
 }  // namespace
 
 int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index,
                   const Selection& selection, LaneLayout& layout) {
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const Palette& pal = ctx.pal;
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   layout.top = origin.y;
   layout.lane_height = std::round(ImGui::GetTextLineHeight() + 8 * ctx.scale);
   layout.lane_gap = std::round(2 * ctx.scale);
   layout.group_gap = std::round(8 * ctx.scale);
-  const int ranks = view.num_ranks();
-  const float height = static_cast<float>(layout.total_height(ranks));
-  const TimeAxis& axis = ctx.axis;
-  const float x_left = static_cast<float>(axis.x0),
-              x_right = static_cast<float>(axis.x0 + axis.width);
-  // Pixel x of time t, clamped just outside the lane: far-away times (a zoomed-in view of a long
-  // trace) become short off-screen coordinates, so nothing loops over or allocates for them.
-  auto px = [&](double t) {
-    const double x = axis.to_px(t);
-    return static_cast<float>(
-        std::clamp(std::isfinite(x) ? x : 0.0, axis.x0 - 64.0, axis.x0 + axis.width + 64.0));
-  };
+  const float height = static_cast<float>(layout.total_height(view.num_ranks()));
+  const LaneCanvas canvas{ctx,
+                          view,
+                          layout,
+                          ImGui::GetWindowDrawList(),
+                          static_cast<float>(ctx.axis.x0),
+                          static_cast<float>(ctx.axis.x0 + ctx.axis.width)};
 
-  // The whole area is one invisible button: hover, click, drag and wheel are handled below.
-  ImGui::SetCursorScreenPos({x_left, origin.y});
+  // The whole area is one invisible button: hover, click, drag and wheel are handled here.
+  ImGui::SetCursorScreenPos({canvas.x_left, origin.y});
   ImGui::InvisibleButton(("timeline" + std::to_string(view_index)).c_str(),
-                         {std::max(1.0f, x_right - x_left), std::max(1.0f, height)});
+                         {std::max(1.0f, canvas.x_right - canvas.x_left), std::max(1.0f, height)});
   const bool hovered = ImGui::IsItemHovered();
-  ImGuiIO& io = ImGui::GetIO();
+  const ImGuiIO& io = ImGui::GetIO();
   if (hovered && io.MouseWheel != 0) ctx.axis.zoom(std::pow(1.25, io.MouseWheel), io.MousePos.x);
   if (ImGui::IsItemActive() && ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2)) {
     ctx.axis.pan(io.MouseDelta.x);
   }
 
-  dl->PushClipRect({origin.x, origin.y}, {x_right + 1, origin.y + height + 1}, true);
-  const float hatch = 7 * ctx.scale;
-  const std::string& group = selection.highlight;
-  const std::vector<int>& members = view.group_ranks(group);
+  canvas.dl->PushClipRect({origin.x, origin.y}, {canvas.x_right + 1, origin.y + height + 1}, true);
   // With a group highlighted, everything else is drawn faded; the group's events go on top.
-  auto fill = [&](ImU32 colour) {
-    return group.empty() ? colour : dimmed(colour, pal.lane_background);
-  };
-  for (int r = 0; r < ranks; ++r) {
-    // Rank label ("GPU 5  dp1 pp0 tp1" on a mesh) in the left column, centred on its lane group;
-    // a member of the highlighted group gets a bar beside it and the highlight colour.
-    const float gy = static_cast<float>(layout.group_top(r));
-    const float gh = static_cast<float>(layout.group_height());
-    const bool member = std::binary_search(members.begin(), members.end(), r);
-    if (member) dl->AddRectFilled({origin.x, gy}, {origin.x + 3 * ctx.scale, gy + gh}, pal.partner);
-    dl->AddText({origin.x + 6 * ctx.scale, gy + (gh - ImGui::GetTextLineHeight()) / 2},
-                member ? pal.partner : pal.ruler_text, view.rank_label(r).c_str());
+  draw_ranks(canvas, origin.x, selection.highlight);
+  if (!selection.highlight.empty())
+    draw_group_highlight(canvas, selection.highlight, origin.y, height);
+  if (selection.view == view_index && selection.event >= 0) draw_selection(canvas, selection);
+  canvas.dl->PopClipRect();
 
-    for (Lane lane : {Lane::compute, Lane::comm}) {
-      const float y0 = static_cast<float>(layout.lane_top(r, lane));
-      const float y1 = y0 + static_cast<float>(layout.lane_height);
-      dl->AddRectFilled({x_left, y0}, {x_right, y1}, pal.lane_background);
-      dl->PushClipRect({x_left, y0}, {x_right, y1}, true);
-
-      if (lane == Lane::compute) {
-        // Bubbles first, so the events are drawn over any rounding at their edges.
-        // Gaps are disjoint and sorted: binary search the first one that reaches the screen.
-        const auto& gaps = view.idle_gaps(r);
-        auto first = std::lower_bound(gaps.begin(), gaps.end(), axis.t0,
-                                      [](const Gap& g, double t) { return g.end < t; });
-        for (auto it = first; it != gaps.end() && it->start <= axis.t1; ++it) {
-          const Gap& g = *it;
-          const ImVec2 a{px(g.start), y0}, b{px(g.end), y1};
-          if (b.x - a.x < 1) continue;
-          hatched_rect(dl, a, b, pal, hatch);
-          const std::string d = format_duration(g.dur());
-          const ImVec2 size = ImGui::CalcTextSize(d.c_str());
-          // The label is centred in the gap's visible part, or dropped: never cut at an edge.
-          const float la = std::max(a.x, x_left), lb = std::min(b.x, x_right);
-          if (size.x + 6 < lb - la) {
-            const ImVec2 at{std::floor((la + lb - size.x) / 2), std::floor((y0 + y1 - size.y) / 2)};
-            dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.idle);
-            dl->AddText(at, pal.idle_text, d.c_str());
-          }
-        }
-      }
-
-      for (const Block& blk : view.visible_blocks(r, lane, axis)) {
-        const Event& e = view.event(blk.event);
-        ImVec2 a{px(blk.start), y0 + 1}, b{px(blk.end), y1 - 1};
-        b.x = std::max(b.x, a.x + 1);  // at least one pixel, so nothing vanishes
-        dl->AddRectFilled(a, b, fill(category_colour(pal, e.cat)));
-        if (blk.dense()) continue;
-        if (b.x - a.x >= 4) dl->AddRect(a, b, pal.cell_border);
-        // Labels go in the cell's visible part (or are dropped), never cut at the window's edge.
-        const ImVec2 la{std::max(a.x, x_left), a.y}, lb{std::min(b.x, x_right), b.y};
-        if (e.microbatch >= 0) {
-          centred_text(dl, la, lb, pal.cell_text, std::to_string(e.microbatch).c_str());
-        } else if (lane == Lane::comm || e.cat == trace::cat::optimizer) {
-          centred_text(dl, la, lb, pal.cell_text, (e.op.empty() ? e.name : e.op).c_str());
-        }
-      }
-      dl->PopClipRect();
-    }
-  }
-
-  // The highlighted group's events at full colour, outlined, over the faded rest. They come per
-  // rank and lane in start order: a run of events less than two pixels apart becomes one
-  // rectangle (merged in time, so the walk over a group of 100k events is a few compares each).
-  if (!group.empty()) {
-    dl->PushClipRect({x_left, origin.y}, {x_right, origin.y + height}, true);
-    const double merge_gap = 2 * axis.seconds_per_pixel();
-    const TraceView::Span* run = nullptr;  // the run's first event
-    double run_end = 0;
-    auto flush = [&] {
-      if (!run) return;
-      const float y0 = static_cast<float>(layout.lane_top(run->rank, run->lane));
-      const ImVec2 a{px(run->start), y0},
-          b{std::max(px(run_end), px(run->start) + 2), y0 + static_cast<float>(layout.lane_height)};
-      dl->AddRectFilled(a, b, category_colour(pal, view.event(run->event).cat));
-      dl->AddRect(a, b, pal.partner, 0, 0, 2 * ctx.scale);
-      run = nullptr;
-    };
-    for (const TraceView::Span& e : view.group_spans(group)) {
-      if (e.lane == Lane::step || e.end < axis.t0 || e.start > axis.t1) continue;
-      if (run && e.rank == run->rank && e.lane == run->lane && e.start <= run_end + merge_gap) {
-        run_end = std::max(run_end, e.end);
-        continue;
-      }
-      flush();
-      run = &e;
-      run_end = e.end;
-    }
-    flush();
-    dl->PopClipRect();
-  }
-
-  // Selection: the selected event outlined, its partners outlined in another colour and linked.
-  if (selection.view == view_index && selection.event >= 0) {
-    auto rect_of = [&](int i) {
-      const Event& e = view.event(i);
-      const float y0 = static_cast<float>(layout.lane_top(e.rank, e.lane));
-      return std::pair<ImVec2, ImVec2>{
-          {px(e.start), y0},
-          {std::max(px(e.end()), px(e.start) + 2), y0 + static_cast<float>(layout.lane_height)}};
-    };
-    auto [sa, sb] = rect_of(selection.event);
-    const ImVec2 sc{(sa.x + sb.x) / 2, (sa.y + sb.y) / 2};
-    if (selection.partners) {
-      for (int p : *selection.partners) {
-        auto [pa, pb] = rect_of(p);
-        dl->AddLine(sc, {(pa.x + pb.x) / 2, (pa.y + pb.y) / 2}, pal.partner, 2 * ctx.scale);
-        dl->AddRect(pa, pb, pal.partner, 0, 0, 3 * ctx.scale);
-      }
-    }
-    dl->AddRect(sa, sb, pal.selected, 0, 0, 3 * ctx.scale);
-  }
-  dl->PopClipRect();
-
-  // Hover tooltip and click-select (a click is a press and release without a drag).
-  int clicked = -2;  // -2: no click; -1: click on empty space (clears the selection)
-  if (hovered) {
-    const auto hit = layout.hit(io.MousePos.y, ranks);
-    const double slack = 2 * axis.seconds_per_pixel();
-    const int under =
-        hit ? view.event_at(hit->first, hit->second, axis.to_time(io.MousePos.x), slack) : -1;
-    if (under >= 0 && !ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2))
-      event_tooltip(view, under, ctx.axis.origin);
-    if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MouseDragMaxDistanceSqr[0] < 9) {
-      clicked = under;
-    }
-  }
+  const int clicked = hovered ? hover_and_click(ctx, view, layout) : -2;
   ImGui::SetCursorScreenPos({origin.x, origin.y + height + 4 * ctx.scale});
   ImGui::Dummy({1, 1});
   return clicked;

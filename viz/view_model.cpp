@@ -16,97 +16,6 @@ namespace mgpu::viz {
 using trace::Event;
 using trace::Lane;
 
-// ---- TimeAxis
-// ------------------------------------------------------------------------------------
-
-void TimeAxis::fit(double start, double end, double margin_fraction) {
-  if (!(end > start)) end = start + 1e-6;  // an empty or instantaneous trace still gets a scale
-  const double margin = (end - start) * margin_fraction;
-  t0 = start - margin;
-  t1 = end + margin;
-}
-
-void TimeAxis::zoom(double factor, double anchor_px) {
-  const double anchor_t = to_time(anchor_px);
-  const double span = std::max((t1 - t0) / factor, 1e-12);  // never collapse to nothing
-  const double frac = (anchor_px - x0) / width;
-  t0 = anchor_t - frac * span;
-  t1 = t0 + span;
-}
-
-void TimeAxis::pan(double dx_px) {
-  const double dt = dx_px * seconds_per_pixel();
-  t0 -= dt;
-  t1 -= dt;
-}
-
-// ---- formatting
-// ----------------------------------------------------------------------------------
-
-namespace {
-struct Unit {
-  double scale;
-  const char* name;
-};
-Unit unit_for(double magnitude) {
-  if (magnitude < 1e-6) return {1e9, "ns"};
-  if (magnitude < 1e-3) return {1e6, "us"};
-  if (magnitude < 1) return {1e3, "ms"};
-  return {1, "s"};
-}
-std::string printf_string(const char* fmt, double v, const char* unit) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v, unit);
-  return buf;
-}
-}  // namespace
-
-std::string format_time(double seconds, double step) {
-  if (seconds == 0) return "0";
-  // The unit of ten steps: "2.5 us" rather than "2500 ns" for 0.5 us ticks.
-  const Unit u = unit_for(std::abs(step) * 10);
-  // Enough decimals to tell neighbouring ticks apart.
-  const double step_in_unit = std::abs(step) * u.scale;
-  const char* fmt = step_in_unit >= 1 ? "%.0f %s" : step_in_unit >= 0.1 ? "%.1f %s" : "%.2f %s";
-  return printf_string(fmt, seconds * u.scale, u.name);
-}
-
-std::string format_duration(double seconds) {
-  if (seconds == 0) return "0";
-  const Unit u = unit_for(std::abs(seconds));
-  const double v = seconds * u.scale;
-  return printf_string(v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, u.name);
-}
-
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::abs(bytes) >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return printf_string(u == 0 ? "%.0f %s" : bytes >= 100 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-}
-
-Ticks ruler_ticks(const TimeAxis& axis, double min_spacing_px) {
-  Ticks ticks;
-  const double min_step = min_spacing_px * axis.seconds_per_pixel();
-  if (!(min_step > 0) || !std::isfinite(min_step)) return ticks;
-  const double pow10 = std::pow(10.0, std::floor(std::log10(min_step)));
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    ticks.step = m * pow10;
-    if (ticks.step >= min_step) break;
-  }
-  for (double k = std::ceil((axis.t0 - axis.origin) / ticks.step);; k += 1) {
-    double rel = k * ticks.step;
-    if (std::abs(rel) < ticks.step * 1e-9) rel = 0.0;
-    const double t = axis.origin + rel;
-    if (t > axis.t1) break;
-    ticks.times.push_back(t);
-  }
-  return ticks;
-}
-
 // ---- TraceView: indexing
 // -------------------------------------------------------------------------
 
@@ -197,6 +106,35 @@ const std::vector<int>& TraceView::lane_events(int rank, Lane l) const {
   return lane(rank, l).events;
 }
 
+std::vector<double> TraceView::gap_cuts() const {
+  if (!summary_step_ || !is_pipeline()) return {};
+  std::map<int, trace::Interval> steps;  // step -> its window over every rank
+  for (const Event& e : trace_.events) {
+    if (e.lane != Lane::step || e.step < 0) continue;
+    auto [it, fresh] = steps.try_emplace(e.step, trace::Interval{e.start, e.end()});
+    if (!fresh)
+      it->second = {std::min(it->second.begin, e.start), std::max(it->second.end, e.end())};
+  }
+  std::vector<double> cuts;
+  for (const auto& [step, window] : steps) {
+    cuts.push_back(window.begin);
+    cuts.push_back(window.end);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+void TraceView::add_gap(int rank, double start, double end, const std::vector<double>& cuts,
+                        double min_gap) {
+  for (auto c = std::upper_bound(cuts.begin(), cuts.end(), start); c != cuts.end() && *c < end;
+       ++c) {
+    if (*c - start <= min_gap || end - *c <= min_gap) continue;
+    gaps_[rank].push_back({start, *c});
+    start = *c;
+  }
+  gaps_[rank].push_back({start, end});
+}
+
 void TraceView::compute_gaps_and_summary() {
   gaps_.assign(num_ranks_, {});
   summary_.assign(num_ranks_, {});
@@ -209,6 +147,7 @@ void TraceView::compute_gaps_and_summary() {
     if (e.lane == Lane::step && e.step >= 0) steps.insert(e.step);
   summary_step_ = steps.size() > 1 ? std::optional<int>(*steps.rbegin()) : std::nullopt;
   const trace::TraceSummary analysis = trace::analyze(trace_, summary_step_);
+  const std::vector<double> cuts = gap_cuts();
   for (int r = 0; r < num_ranks_; ++r) {
     // Bubbles: the holes between busy intervals of the compute lane, inside the run window.
     // The lane index is already sorted by start: one pass, no re-sorting of the whole trace.
@@ -216,10 +155,10 @@ void TraceView::compute_gaps_and_summary() {
     for (int i : lane(r, Lane::compute).events) {
       const Event& e = trace_.events[i];
       if (e.dur <= 0) continue;
-      if (e.start - cursor > min_gap) gaps_[r].push_back({cursor, e.start});
+      if (e.start - cursor > min_gap) add_gap(r, cursor, e.start, cuts, min_gap);
       cursor = std::max(cursor, e.end());
     }
-    if (run_end_ - cursor > min_gap) gaps_[r].push_back({cursor, run_end_});
+    if (run_end_ - cursor > min_gap) add_gap(r, cursor, run_end_, cuts, min_gap);
 
     RankSummary& s = summary_[r];
     if (r < static_cast<int>(analysis.ranks.size())) {
@@ -301,111 +240,17 @@ void TraceView::stack_memory() {
   }
 }
 
+double TraceView::shown_start() const {
+  if (summary_step_) return trace::analysis_window(trace_, *summary_step_).begin;
+  return run_start_;
+}
+
 std::optional<double> TraceView::prediction(const std::string& key) const {
   const auto& md = trace_.metadata;
   if (!md.is_object() || !md.contains("predictions") || !md["predictions"].is_object()) return {};
   const auto& p = md["predictions"];
   if (!p.contains(key) || !p[key].is_number()) return {};
   return p[key].get<double>();
-}
-
-// ---- TraceView: the mesh and its groups
-// ----------------------------------------------------------
-
-bool TraceView::is_pipeline() const {
-  const auto& md = trace_.metadata;
-  if (!md.is_object() || !md.contains("config") || !md["config"].is_object()) return false;
-  const auto& config = md["config"];
-  if (!config.contains("schedule")) return false;
-  const auto pp = config.find("pp");  // the pipeline lesson's stages are its ranks
-  return pp == config.end() || !pp->is_number_integer() || pp->get<int64_t>() > 1;
-}
-
-void TraceView::read_mesh() {
-  const auto& md = trace_.metadata;
-  if (!md.is_object() || !md.contains("config") || !md["config"].is_object()) return;
-  const auto& config = md["config"];
-  // An axis is 1 when absent, and 0 (no mesh) when it is not a whole number of ranks in the trace.
-  auto axis = [&](const char* name) -> int {
-    if (!config.contains(name)) return 1;
-    const auto& v = config[name];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > num_ranks_) return 0;
-    return static_cast<int>(v.get<int64_t>());
-  };
-  const parallel::MeshShape shape{
-      .tp = axis("tp"), .cp = axis("cp"), .dp = axis("dp"), .pp = axis("pp")};
-  // A mesh that does not cover the trace's ranks would put wrong coordinates on the rows.
-  int64_t ranks = 1;
-  for (parallel::Axis a : parallel::kAxes) {
-    ranks *= shape.size(a);  // both factors <= num_ranks_: no overflow
-    if (ranks == 0 || ranks > num_ranks_) return;
-  }
-  if (ranks == num_ranks_ && ranks > 1) mesh_ = shape;
-}
-
-std::string TraceView::rank_label(int rank) const {
-  if (!mesh_ || rank < 0 || rank >= num_ranks_) return fmt::format("GPU {}", rank);
-  const std::array<int, 4> coords = parallel::mesh_coords(*mesh_, rank);
-  std::vector<std::string> where;
-  // Outer axes first, as the hybrid lesson prints them: "dp1 pp0 tp1".
-  for (parallel::Axis a :
-       {parallel::Axis::dp, parallel::Axis::pp, parallel::Axis::cp, parallel::Axis::tp}) {
-    if (mesh_->size(a) > 1)
-      where.push_back(fmt::format("{}{}", parallel::axis_name(a), coords[static_cast<int>(a)]));
-  }
-  return fmt::format("GPU {}  {}", rank, fmt::join(where, " "));
-}
-
-void TraceView::index_groups() {
-  std::set<std::string> names;
-  for (const Event& e : trace_.events)
-    if (!e.group.empty()) names.insert(e.group);
-  group_names_.assign(names.begin(), names.end());
-  group_members_.assign(group_names_.size(), {});
-  group_ranks_.assign(group_names_.size(), {});
-  group_spans_.assign(group_names_.size(), {});
-  event_group_.assign(trace_.events.size(), -1);
-  for (int r = 0; r < num_ranks_; ++r) {
-    for (Lane l : {Lane::compute, Lane::comm, Lane::step}) {
-      for (int i : lane(r, l).events) {
-        const int g = group_id(trace_.events[i].group);
-        if (g < 0) continue;
-        event_group_[i] = g;
-        group_members_[g].push_back(i);
-        group_spans_[g].push_back({trace_.events[i].start, trace_.events[i].end(), r, l, i});
-        if (group_ranks_[g].empty() || group_ranks_[g].back() != r) group_ranks_[g].push_back(r);
-      }
-    }
-  }
-}
-
-int TraceView::group_id(const std::string& group) const {
-  const auto it = std::lower_bound(group_names_.begin(), group_names_.end(), group);
-  return it != group_names_.end() && *it == group ? static_cast<int>(it - group_names_.begin())
-                                                  : -1;
-}
-
-const std::vector<int>& TraceView::group_events(const std::string& group) const {
-  static const std::vector<int> none;
-  const int g = group_id(group);
-  return g < 0 ? none : group_members_[g];
-}
-
-const std::vector<TraceView::Span>& TraceView::group_spans(const std::string& group) const {
-  static const std::vector<Span> none;
-  const int g = group_id(group);
-  return g < 0 ? none : group_spans_[g];
-}
-
-bool TraceView::in_group(int i, const std::string& group) const {
-  if (i < 0 || i >= static_cast<int>(event_group_.size()) || event_group_[i] < 0) return false;
-  return group_names_[event_group_[i]] == group;
-}
-
-const std::vector<int>& TraceView::group_ranks(const std::string& group) const {
-  static const std::vector<int> none;
-  const int g = group_id(group);
-  return g < 0 ? none : group_ranks_[g];
 }
 
 // ---- TraceView: queries

@@ -148,6 +148,8 @@ class TraceView {
   const RankSummary& summary(int rank) const { return summary_[rank]; }
   // The step the summary describes (the last one of a multi-step run), or none: the whole run.
   std::optional<int> summary_step() const { return summary_step_; }
+  // Where the shown step starts (the time the ruler calls 0): summary_step()'s, else the run's.
+  double shown_start() const;
   // Theory from metadata["predictions"][key], if it is a number.
   std::optional<double> prediction(const std::string& key) const;
 
@@ -194,6 +196,12 @@ class TraceView {
   }
   void index_lanes();
   void compute_gaps_and_summary();
+  // A pipeline's bubble belongs to one step: on a multi-step pipeline trace its idle gaps are
+  // cut at every step's start and end (each step's window over all ranks, as
+  // trace::analysis_window takes it), so the shown step's bubbles lie inside its window, start
+  // to end, and their labels are that step's idle time. Other traces: no cuts.
+  std::vector<double> gap_cuts() const;
+  void add_gap(int rank, double start, double end, const std::vector<double>& cuts, double min_gap);
   void index_partners();
   void stack_memory();
   void read_mesh();

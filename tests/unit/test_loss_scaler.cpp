@@ -13,7 +13,7 @@
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp.h"
 #include "core/parallel/hybrid.h"
-#include "core/parallel/pipeline/executor.h"
+#include "core/parallel/pipeline/layout.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"

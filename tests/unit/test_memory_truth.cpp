@@ -20,7 +20,7 @@
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/hybrid.h"
 #include "core/parallel/layerwise.h"
-#include "core/parallel/pipeline/executor.h"
+#include "core/parallel/pipeline/layout.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"

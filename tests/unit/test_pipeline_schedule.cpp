@@ -5,7 +5,9 @@
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
 #include "core/parallel/pipeline/schedule.h"
+#include "core/parallel/pipeline/seams.h"
 #include "core/parallel/pipeline/validator.h"
+#include "exercises/exercises.h"
 
 using namespace mgpu::pipeline;
 
@@ -191,4 +193,31 @@ TEST_CASE("partition_layers balances and flags uneven splits", "[pipeline]") {
   CHECK_FALSE(even.uneven);
   CHECK(even.description == "stages have 2,2,2,2 layers");
   CHECK_THROWS_AS(partition_layers(2, 3), std::invalid_argument);
+}
+
+TEST_CASE("GPipe and 1F1B take their compute order from the exercise table passed in",
+          "[pipeline]") {
+  // The reference orders swapped: a schedule built with this table must follow it, whatever the
+  // program installed (the reference, here).
+  const PipelineSeams swapped{"swapped", &mgpu::reference::one_f_one_b_compute_order,
+                              &mgpu::reference::gpipe_compute_order};
+  const Schedule gpipe = make_schedule("gpipe", 4, 8, 1, swapped);
+  const Schedule one_f_one_b = make_schedule("1f1b", 4, 8, 1, swapped);
+  CHECK(gpipe.name == "gpipe");
+  for (int stage = 0; stage < 4; ++stage) {
+    INFO("stage " << stage);
+    CHECK(compute_order(gpipe, stage) == compute_order(one_f_one_b_schedule(4, 8), stage));
+    CHECK(compute_order(one_f_one_b, stage) == compute_order(gpipe_schedule(4, 8), stage));
+  }
+  CHECK(validate_schedule(gpipe).ok);
+  // The other schedules are core's own: the table does not change them.
+  CHECK(compute_order(make_schedule("zb-h1", 4, 8, 1, swapped), 0) ==
+        compute_order(make_schedule("zb-h1", 4, 8, 1), 0));
+  // A table without the function is one clear error, not a crash.
+  try {
+    make_schedule("1f1b", 2, 2, 1, PipelineSeams{});
+    FAIL("no error");
+  } catch (const std::logic_error& e) {
+    CHECK(std::string(e.what()) == "pipeline schedule seam: 'one_f_one_b' is empty");
+  }
 }

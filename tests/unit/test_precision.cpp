@@ -12,7 +12,7 @@
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/ddp.h"
-#include "core/parallel/pipeline/executor.h"
+#include "core/parallel/pipeline/layout.h"
 #include "core/runtime/context.h"
 #include "core/runtime/world.h"
 #include "core/train/trainer.h"

@@ -376,3 +376,69 @@ TEST_CASE("idle time is called a bubble only in a pipeline run", "[viz]") {
   CHECK_FALSE(view_of({{"cp", 4}}).is_pipeline());  // ring attention idles, without a bubble
   CHECK_FALSE(TraceView(trace::Trace{}).is_pipeline());
 }
+
+namespace {
+
+// Two steps of a two-stage pipeline, the second after a barrier: rank 1 idles from its last work
+// in step 0 (t = 3) to its first in step 1 (t = 5.5), across step 0's end (4) and step 1's
+// start (4.5). Step 1 runs over [4.5, 8.5]; rank 1 works [5.5, 7.5] in it, so idles 2 s.
+trace::Trace two_pipeline_steps(bool pipeline) {
+  trace::Trace t;
+  t.num_ranks = 2;
+  if (pipeline) t.metadata = {{"config", {{"schedule", "1f1b"}, {"stages", 2}}}};
+  auto add = [&](int rank, const char* cat, Lane lane, double start, double dur, int step) {
+    trace::Event e;
+    e.name = cat;
+    e.cat = cat;
+    e.rank = rank;
+    e.lane = lane;
+    e.start = start;
+    e.dur = dur;
+    e.step = step;
+    t.events.push_back(e);
+  };
+  for (int step = 0; step < 2; ++step) {
+    const double s = 4.5 * step;
+    for (int rank = 0; rank < 2; ++rank) add(rank, trace::cat::step, Lane::step, s, 4, step);
+    add(0, trace::cat::forward, Lane::compute, s, 1, -1);
+    add(1, trace::cat::forward, Lane::compute, s + 1, 1, -1);
+    add(1, trace::cat::backward, Lane::compute, s + 2, 1, -1);
+    add(0, trace::cat::backward, Lane::compute, s + 3, 1, -1);
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a pipeline trace's shown step has its own bubbles, start to end (#29)", "[viz]") {
+  const TraceView view(two_pipeline_steps(true));
+  REQUIRE(view.is_pipeline());
+  REQUIRE(view.summary_step() == 1);
+  const trace::Interval window = trace::analysis_window(view.trace(), 1);
+  CHECK(view.shown_start() == window.begin);
+  for (int r = 0; r < view.num_ranks(); ++r) {
+    INFO("rank " << r);
+    double idle_in_step = 0;
+    for (const Gap& g : view.idle_gaps(r)) {
+      if (g.end <= window.begin || g.start >= window.end) continue;  // another step's
+      // A gap the shown step shows lies wholly inside it: its label is this step's idle time.
+      CHECK(g.start >= window.begin);
+      CHECK(g.end <= window.end);
+      idle_in_step += g.dur();
+    }
+    CHECK(idle_in_step == Approx(view.summary(r).idle));
+  }
+  // Rank 1's idle between its steps is cut at step 0's end and step 1's start.
+  std::vector<std::pair<double, double>> rank1;
+  for (const Gap& g : view.idle_gaps(1)) rank1.emplace_back(g.start, g.end);
+  CHECK(rank1 ==
+        std::vector<std::pair<double, double>>{{0, 1}, {3, 4}, {4, 4.5}, {4.5, 5.5}, {7.5, 8.5}});
+}
+
+TEST_CASE("a trace that is not a pipeline keeps its idle gaps whole", "[viz]") {
+  const TraceView view(two_pipeline_steps(false));
+  REQUIRE_FALSE(view.is_pipeline());
+  std::vector<std::pair<double, double>> rank1;
+  for (const Gap& g : view.idle_gaps(1)) rank1.emplace_back(g.start, g.end);
+  CHECK(rank1 == std::vector<std::pair<double, double>>{{0, 1}, {3, 5.5}, {7.5, 8.5}});
+}

@@ -6,17 +6,14 @@
 // (isend, waited at the end of the step), receives block: that is exactly what makes bubbles.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include "core/comm/comm.h"
 #include "core/data/task.h"
-#include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
 #include "core/parallel/pipeline/schedule.h"
-#include "core/train/trainer.h"
+#include "core/parallel/pipeline/stage_model.h"
 
 namespace mgpu::pipeline {
 
@@ -35,33 +32,6 @@ struct TheoryCosts {
 struct ExecutorOptions {
   std::optional<TheoryCosts> theory;  // empty: time comes from the kernels and the profile
   float loss_scale = 1.0f;            // fp16: the loss is multiplied by this before backward
-};
-
-// The part of the GPT one stage owns. Built from the full model's config and seed, so every stage
-// holds exactly the weights the single-device model has for the same layers (and nothing else).
-struct StageModel {
-  GPTConfig config;
-  int stage = 0, stages = 1, virtual_stages = 1;
-  Placement placement = Placement::ring;
-  std::vector<std::pair<int, int>> chunk_layers;  // [begin, end) of global block indices, per chunk
-  std::vector<std::vector<Block>> chunks;         // the blocks of each chunk
-  std::optional<Embedding> embedding;             // on the stage holding virtual stage 0
-  std::optional<Head> head;                       // on the stage holding the last virtual stage
-  BlockShard shard;  // what each block computes: the whole block, or a tensor-parallel slice
-
-  // This stage's layers, materialised (the single-device model's weights for them).
-  static StageModel build(const GPTConfig& config, int stage, int stages, int virtual_stages = 1,
-                          Placement placement = Placement::ring);
-  // This stage's layers declared only (no memory): every block computes `shard`, and
-  // `split(block)` sets how a layout splits it (hybrid: tensor parallelism). The caller
-  // materialises the parameters (core/model/init.h) into whatever storage it keeps.
-  using BlockSplit = std::function<void(Block& block)>;
-  static StageModel declare(const GPTConfig& config, int stage, int stages, int virtual_stages,
-                            const BlockShard& shard, const BlockSplit& split,
-                            Placement placement = Placement::ring);
-  ParamList params();  // embedding, chunks in order, head (only what this stage owns)
-  void zero_grad();
-  int num_layers() const;
 };
 
 // What one step measured on one stage.
@@ -84,30 +54,5 @@ StageStepStats run_schedule(StageModel& model, const Schedule& schedule,
 StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const Schedule& schedule,
                           const data::Batch& batch, comm::Comm& comm, int step,
                           const ExecutorOptions& options = {});
-
-// A pipeline as the trainer runs it: this rank's stage of the model, its optimizer, the schedule
-// (whose chunks and placement decide which layers the stage holds: `virtual_stages` must match).
-// Before each step, outside its window, a barrier lines the stages up (see train_step); the
-// last stage reports the loss. Every stage writes its own whole tensors into checkpoints.
-class PipelineLayout : public train::Layout {
- public:
-  PipelineLayout(const GPTConfig& config, comm::Comm& comm, Schedule schedule, int virtual_stages,
-                 const train::OptimizerFactory& make_optimizer, ExecutorOptions options = {});
-  std::string name() const override { return "pipeline"; }
-  void before_step(int step) override;
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
-  std::vector<train::TensorShard> shards() override;
-  optim::Optimizer* optimizer() override { return optimizer_.get(); }
-  const StageStepStats& last_stats() const { return stats_; }
-  StageModel& stage() { return stage_; }
-
- private:
-  comm::Comm& comm_;
-  StageModel stage_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  Schedule schedule_;
-  ExecutorOptions options_;
-  StageStepStats stats_;
-};
 
 }  // namespace mgpu::pipeline

@@ -4,8 +4,6 @@
 //   backward of (mb, chunk):  recv_grad from the next virtual stage, B, send_grad
 //   backward_weight:          purely local, no messages
 #include "core/parallel/pipeline/schedule.h"
-#include "core/parallel/pipeline/seams.h"
-#include "core/runtime/seam.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
@@ -161,29 +159,6 @@ std::optional<MessageKey> message_key(const Schedule& schedule, int stage, const
   }
 }
 
-// GPipe (all forwards, then all backwards) and 1F1B (warmup forwards, then one forward one
-// backward, then the drain): their compute order is exercise 03, so it comes from the installed
-// seam (solutions/pipeline_schedules.cpp holds the reference); the messages are added here.
-Schedule gpipe_schedule(int stages, int microbatches) {
-  return with_communication("gpipe", stages, microbatches, 1,
-                            pipeline_seams().gpipe(stages, microbatches));
-}
-
-Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  return with_communication("1f1b", stages, microbatches, 1,
-                            pipeline_seams().one_f_one_b(stages, microbatches));
-}
-
-void install_pipeline_seams(PipelineSeams seams) {
-  Seam<PipelineSeams>::install(std::move(seams));
-}
-
-const PipelineSeams& pipeline_seams() {
-  return Seam<PipelineSeams>::get("pipeline schedule seam",
-                                  Required{"gpipe", &PipelineSeams::gpipe},
-                                  Required{"one_f_one_b", &PipelineSeams::one_f_one_b});
-}
-
 // Interleaved 1F1B (Megatron-LM): each stage holds V model chunks, so a micro-batch visits every
 // stage V times. Work goes in rounds of micro-batches: forward chunk 0 of the round's
 // micro-batches, then chunk 1 of the same ones, ... (backward visits chunks in reverse). Megatron's
@@ -269,16 +244,33 @@ const std::vector<std::string>& schedule_names() {
   return names;
 }
 
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+namespace {
+// `seams` null: GPipe and 1F1B take the installed table (read only when one of them is asked for).
+Schedule schedule_named(const std::string& name, int stages, int microbatches, int virtual_stages,
+                        const PipelineSeams* seams) {
   if (name == "naive") return naive_model_parallel_schedule(stages);
-  if (name == "gpipe") return gpipe_schedule(stages, microbatches);
-  if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
+  if (name == "gpipe")
+    return seams ? gpipe_schedule(stages, microbatches, *seams)
+                 : gpipe_schedule(stages, microbatches);
+  if (name == "1f1b")
+    return seams ? one_f_one_b_schedule(stages, microbatches, *seams)
+                 : one_f_one_b_schedule(stages, microbatches);
   if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
   if (name == "zbv") return zbv_schedule(stages, microbatches);
   if (name == "dualpipev") return dualpipev_schedule(stages, microbatches);
   throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
                                           fmt::join(schedule_names(), ", ")));
+}
+}  // namespace
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
+                       const PipelineSeams& seams) {
+  return schedule_named(name, stages, microbatches, virtual_stages, &seams);
+}
+
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
+  return schedule_named(name, stages, microbatches, virtual_stages, nullptr);
 }
 
 }  // namespace mgpu::pipeline

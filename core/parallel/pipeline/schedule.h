@@ -76,6 +76,11 @@ struct Schedule {
 // before the compute that needs it, a send just after the compute that produced it. With buffered
 // sends (send never blocks, recv blocks) that placement cannot deadlock as long as the compute
 // order respects the data dependencies, which is what every generator here guarantees.
+// GPipe's and 1F1B's compute order is exercise 03: it comes from `seams` (seams.h), or, without
+// one, from the table the program installed.
+struct PipelineSeams;
+Schedule gpipe_schedule(int stages, int microbatches, const PipelineSeams& seams);
+Schedule one_f_one_b_schedule(int stages, int microbatches, const PipelineSeams& seams);
 Schedule gpipe_schedule(int stages, int microbatches);
 Schedule one_f_one_b_schedule(int stages, int microbatches);
 Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_stages);
@@ -95,6 +100,8 @@ constexpr int max_microbatches = 65536;
 // Names accepted by make_schedule / validate_pipeline_config.
 const std::vector<std::string>&
 schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
+                       const PipelineSeams& seams);
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
 
 // Adds the send/recv actions to per-stage compute lists (used by all generators; public so a

@@ -1,7 +1,8 @@
 // Exercise seam for pipeline schedules (exercise 03). The compute ORDER of GPipe and 1F1B is what
 // a student writes; core does not hold the reference copy. solutions/ holds it, exercises/ the
-// student's stubs, and the program installs one set (`--impl reference|mine`). gpipe_schedule and
-// one_f_one_b_schedule call whatever is installed and add the messages with with_communication.
+// student's stubs. gpipe_schedule, one_f_one_b_schedule and make_schedule take the table to call
+// (schedule.h) and add the messages with with_communication; called without one, they use the
+// table the program installed (`--impl reference|mine`).
 #pragma once
 #include <functional>
 #include <string>

@@ -1,6 +1,6 @@
 // Block and Head backward, split into B (input gradient) and W (weight gradient). Reads like
 // Block::backward in core/model/gpt.cpp, with each Linear's backward cut in two.
-#include "core/parallel/pipeline/stage.h"
+#include "core/parallel/pipeline/zero_bubble.h"
 
 #include "core/ops/ops.h"
 

@@ -1,0 +1,107 @@
+// Classroom mode: a lesson's parameters as controls over the timelines; changing one re-runs the
+// lesson in-process (the RerunHook callback) and its trace replaces the view(s).
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "viz/dashboard.h"
+#include "viz/ui.h"
+
+namespace mgpu::viz {
+
+void Dashboard::draw_classroom_controls() {
+  if (!options_.rerun || !options_.rerun->params.is_array()) return;
+  bool changed = false;
+  const nlohmann::json before = options_.rerun->params;
+  const float width = 160 * ui_scale(options_.presentation);
+  bool first = true;
+  for (auto& spec : options_.rerun->params) {
+    const std::string name = spec.value("name", std::string("?"));
+    const std::string type = spec.value("type", std::string("int"));
+    if (name == options_.rerun->split_by) continue;  // one run per value, side by side
+    // Controls wrap onto a second row rather than run off the right edge.
+    const float item_w =
+        width + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize(name.c_str()).x;
+    if (!first) fits_on_this_row(item_w, 20);
+    first = false;
+    ImGui::SetNextItemWidth(width);
+    if (type == "choice" && spec.contains("choices") && spec["choices"].is_array()) {
+      const auto& choices = spec["choices"];
+      const std::string current = spec.value("value", std::string());
+      if (ImGui::BeginCombo(name.c_str(), current.c_str())) {
+        for (const auto& c : choices) {
+          const std::string s = c.is_string() ? c.get<std::string>() : c.dump();
+          if (ImGui::Selectable(s.c_str(), s == current) && s != current) {
+            spec["value"] = s;
+            changed = true;
+          }
+        }
+        ImGui::EndCombo();
+      }
+    } else {
+      int v = spec.value("value", 0);
+      if (ImGui::SliderInt(name.c_str(), &v, spec.value("min", 0), spec.value("max", 100))) {
+        spec["value"] = v;
+        changed = true;
+      }
+    }
+  }
+  const char* idle_hint = "(classroom: change a value to re-run)";
+  if (!rerun_error_.empty()) {
+    ImGui::NewLine();
+    ImGui::TextColored({1, 0.3f, 0.3f, 1}, "%s", rerun_error_.c_str());
+  } else if (fits_on_this_row(ImGui::CalcTextSize(idle_hint).x, 20)) {
+    ImGui::TextDisabled("%s", idle_hint);
+  }
+  if (changed) rerun_with_current_params(before);
+}
+
+bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& value) {
+  if (!options_.rerun) return false;
+  for (auto& spec : options_.rerun->params) {
+    if (spec.value("name", std::string()) == name) {
+      const nlohmann::json before = options_.rerun->params;
+      spec["value"] = value;
+      rerun_with_current_params(before);
+      return rerun_error_.empty();
+    }
+  }
+  return false;
+}
+
+void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params) {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& spec : options_.rerun->params) {
+    if (spec.contains("name") && spec.contains("value"))
+      values[spec["name"].get<std::string>()] = spec["value"];
+  }
+  try {
+    const RerunHook& hook = *options_.rerun;
+    std::vector<TraceView> runs;
+    std::vector<std::string> labels;
+    if (hook.split_by.empty()) {
+      runs.emplace_back(hook.run(values));
+      labels = options_.labels;
+    }
+    for (const std::string& value :
+         hook.split_by.empty() ? std::vector<std::string>{} : hook.split_values) {
+      values[hook.split_by] = value;
+      runs.emplace_back(hook.run(values));
+      labels.push_back(hook.split_by + " " + value);
+    }
+    // Views past the re-run ones (a compare's other traces) stay.
+    for (size_t v = runs.size(); v < views_.size(); ++v) runs.push_back(std::move(views_[v]));
+    views_ = std::move(runs);
+    options_.labels = std::move(labels);
+    layouts_.resize(views_.size());
+    rerun_error_.clear();
+    select(-1, -1);
+    if (!highlight(highlight_)) highlight("");  // the new run may not have that group
+    fit();
+  } catch (const std::exception& e) {
+    rerun_error_ = std::string("re-run failed: ") + e.what();
+    options_.rerun->params = previous_params;  // the controls show what is on screen
+  }
+}
+
+}  // namespace mgpu::viz

@@ -1,0 +1,78 @@
+// The dashboard's colours: the ImGui dark theme by default, a light high-contrast theme for
+// presentation mode; events are coloured by trace category, memory by allocator category.
+#include <string>
+
+#include "viz/panels.h"
+
+namespace mgpu::viz {
+
+const Palette& palette(bool presentation) {
+  static const Palette dark = {
+      .forward = IM_COL32(77, 144, 235, 255),
+      .backward = IM_COL32(240, 150, 50, 255),
+      .backward_weight = IM_COL32(176, 112, 224, 255),
+      .optimizer = IM_COL32(90, 190, 100, 255),
+      .compute = IM_COL32(150, 150, 160, 255),
+      .comm = IM_COL32(225, 75, 95, 255),
+      .idle = IM_COL32(70, 40, 40, 255),
+      .idle_hatch = IM_COL32(150, 80, 80, 255),
+      .idle_text = IM_COL32(255, 200, 200, 255),
+      .cell_text = IM_COL32(10, 10, 10, 255),
+      .cell_border = IM_COL32(20, 20, 25, 255),
+      .lane_background = IM_COL32(40, 42, 48, 255),
+      .ruler_text = IM_COL32(220, 220, 220, 255),
+      .ruler_line = IM_COL32(90, 90, 100, 255),
+      .selected = IM_COL32(255, 255, 255, 255),
+      .partner = IM_COL32(255, 230, 0, 255),
+      .capacity = IM_COL32(255, 60, 60, 255),
+      .peak = IM_COL32(255, 255, 255, 255),
+      .memory = {IM_COL32(96, 120, 160, 255), IM_COL32(205, 175, 70, 255),
+                 IM_COL32(150, 95, 170, 255), IM_COL32(70, 170, 150, 255),
+                 IM_COL32(200, 95, 95, 255), IM_COL32(130, 130, 130, 255)},
+  };
+  static const Palette light = {
+      .forward = IM_COL32(0, 90, 220, 255),
+      .backward = IM_COL32(255, 120, 0, 255),
+      .backward_weight = IM_COL32(140, 40, 200, 255),
+      .optimizer = IM_COL32(0, 160, 40, 255),
+      .compute = IM_COL32(110, 110, 110, 255),
+      .comm = IM_COL32(220, 0, 40, 255),
+      .idle = IM_COL32(255, 225, 225, 255),
+      .idle_hatch = IM_COL32(220, 60, 60, 255),
+      .idle_text = IM_COL32(150, 0, 0, 255),
+      .cell_text = IM_COL32(255, 255, 255, 255),
+      .cell_border = IM_COL32(0, 0, 0, 255),
+      .lane_background = IM_COL32(235, 235, 235, 255),
+      .ruler_text = IM_COL32(0, 0, 0, 255),
+      .ruler_line = IM_COL32(150, 150, 150, 255),
+      .selected = IM_COL32(0, 0, 0, 255),
+      .partner = IM_COL32(255, 0, 200, 255),
+      .capacity = IM_COL32(220, 0, 0, 255),
+      .peak = IM_COL32(0, 0, 0, 255),
+      .memory = {IM_COL32(60, 90, 150, 255), IM_COL32(220, 170, 0, 255),
+                 IM_COL32(150, 60, 170, 255), IM_COL32(0, 150, 130, 255),
+                 IM_COL32(200, 60, 60, 255), IM_COL32(120, 120, 120, 255)},
+  };
+  return presentation ? light : dark;
+}
+
+ImU32 dimmed(ImU32 colour, ImU32 background) {
+  // 25% of the colour over 75% of the background, channel by channel (alpha stays opaque).
+  ImU32 out = IM_COL32_A_MASK;
+  for (int shift : {IM_COL32_R_SHIFT, IM_COL32_G_SHIFT, IM_COL32_B_SHIFT}) {
+    const ImU32 c = (colour >> shift) & 0xFF, b = (background >> shift) & 0xFF;
+    out |= ((c + 3 * b) / 4) << shift;
+  }
+  return out;
+}
+
+ImU32 category_colour(const Palette& p, const std::string& c) {
+  if (c == trace::cat::forward) return p.forward;
+  if (c == trace::cat::backward) return p.backward;
+  if (c == trace::cat::backward_weight) return p.backward_weight;
+  if (c == trace::cat::optimizer) return p.optimizer;
+  if (c == trace::cat::comm) return p.comm;
+  return p.compute;
+}
+
+}  // namespace mgpu::viz
