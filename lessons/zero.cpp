@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
 #include "lessons/training.h"
@@ -29,9 +30,8 @@ int64_t at(const CategoryBytes& b, MemCategory c) {
   return b[static_cast<int>(c)];
 }
 
-StateBytes state_bytes(const CommonOptions& c, int param_bytes) {
-  const int moments = c.optimizer == "sgd" ? 4 : 8;
-  return {param_bytes, 4, moments + (param_bytes < 4 ? 4 : 0)};
+theory::StateBytes state_bytes(const CommonOptions& c, int param_bytes) {
+  return theory::model_state_bytes(param_bytes, c.optimizer);
 }
 
 std::string stage_title(int stage) {
@@ -45,15 +45,6 @@ std::string stage_title(int stage) {
     default:
       return "stage 3 (FSDP): optimizer state, gradients and parameters sharded";
   }
-}
-
-// Bytes one rank sends per step with ring collectives: all-reduce 2(N-1)/N x G; reduce-scatter
-// and all-gather (N-1)/N x their size each.
-double wire_formula(int stage, const StateBytes& b, double psi, double n) {
-  const double f = (n - 1) / n, grads = b.grads * psi, params = b.params * psi;
-  if (stage == 0) return 2 * f * grads;
-  if (stage < 3) return f * grads + f * params;
-  return f * grads + 2 * f * params;
 }
 
 std::string stage_name(int stage) {
@@ -126,15 +117,15 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
   result.fresh_optimizer = trained.fresh_optimizer;
   result.skipped_steps = trained.skipped_steps;
   result.loss_scale = trained.loss_scale;
-  const StateBytes b = state_bytes(c, result.param_bytes);
+  const theory::StateBytes b = state_bytes(c, result.param_bytes);
   const double psi = static_cast<double>(result.params), n = c.ranks;
   nlohmann::json meta = {
       {"lesson", "zero"},
       {"config", c.to_json()},
       {"zero", {{"stage", options.stage}, {"prefetch", options.prefetch}}},
       {"predictions",
-       {{"model_state_bytes_per_rank", stage_formula(options.stage, b, psi, n).total()},
-        {"bytes_sent_per_rank", wire_formula(options.stage, b, psi, n)}}}};
+       {{"model_state_bytes_per_rank", theory::zero_model_states(options.stage, b, psi, n).total()},
+        {"bytes_sent_per_rank", theory::zero_bytes_sent(options.stage, b, psi, n)}}}};
   result.trace = world.collect_trace(meta);
   return result;
 }
@@ -145,9 +136,9 @@ namespace {
 
 void print_memory_table(std::ostream& out, const CommonOptions& c, int stage,
                         const ZeroRunResult& r) {
-  const StateBytes b = state_bytes(c, r.param_bytes);
+  const theory::StateBytes b = state_bytes(c, r.param_bytes);
   const double psi = static_cast<double>(r.params), n = c.ranks;
-  const StageFormula f = stage_formula(stage, b, psi, n);
+  const theory::ZeroStates f = theory::zero_model_states(stage, b, psi, n);
   const int shown = std::min<int>(static_cast<int>(r.peak.size()), 4);
   fmt::print(out,
              "\nmemory per rank: peak bytes by category, measured by the allocator, beside the "
@@ -207,7 +198,7 @@ void print_memory_table(std::ostream& out, const CommonOptions& c, int stage,
              c.ranks);
   for (int s = 0; s <= 3; ++s)
     fmt::print(out, "  stage {} {}{}", s,
-               format_bytes(static_cast<int64_t>(stage_formula(s, b, psi, n).total())),
+               format_bytes(static_cast<int64_t>(theory::zero_model_states(s, b, psi, n).total())),
                s < 3 ? "," : "\n");
 }
 
@@ -216,7 +207,7 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
   if (!step) return;
   const trace::TraceSummary s = trace::analyze(r.trace, step);
   const trace::RankSummary& r0 = s.ranks.at(0);
-  const StateBytes b = state_bytes(c, r.param_bytes);
+  const theory::StateBytes b = state_bytes(c, r.param_bytes);
   const double psi = static_cast<double>(r.params), n = c.ranks;
   fmt::print(out, "\ncommunication per step, rank 0 (sent bytes measured from the trace):\n");
   const std::string how =
@@ -226,7 +217,7 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
                   : fmt::format("reduce-scatter (N-1)/N x {} Psi + 2 all-gathers (N-1)/N x {} Psi",
                                 b.grads, b.params);
   fmt::print(out, "  sent {} (measured)   formula: {} = {}\n", format_bytes(r0.wire_bytes), how,
-             format_bytes(static_cast<int64_t>(wire_formula(stage, b, psi, n))));
+             format_bytes(static_cast<int64_t>(theory::zero_bytes_sent(stage, b, psi, n))));
   if (b.params == b.grads)
     fmt::print(out, "  in Psi: {:.2f} x {} B x (N-1)/N   (the paper: {} Psi{})\n",
                n > 1 ? double(r0.wire_bytes) / (b.grads * psi * (n - 1) / n) : 0.0, b.grads,
@@ -286,7 +277,8 @@ int print_paper_figure(const CommonOptions& c, std::ostream& out) {
     const double states = at(m, MemCategory::parameters) + at(m, MemCategory::gradients) +
                           at(m, MemCategory::optimizer_state);
     const double other = at(m, MemCategory::comm_buffers) + at(m, MemCategory::activations);
-    const StageFormula paper = stage_formula(stage, {2, 2, 12}, static_cast<double>(psi), n);
+    const theory::ZeroStates paper =
+        theory::zero_model_states(stage, {2, 2, 12}, static_cast<double>(psi), n);
     const double bytes_per_param = states / static_cast<double>(psi);
     fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n", stage_name(stage), gb(states),
                gb(paper.total()), gb(other),
@@ -392,11 +384,6 @@ class ZeroLesson : public Lesson {
 
 std::unique_ptr<Lesson> make_zero_lesson() {
   return std::make_unique<ZeroLesson>();
-}
-
-StageFormula stage_formula(int stage, const StateBytes& b, double psi, double n) {
-  return {b.params * psi / (stage >= 3 ? n : 1.0), b.grads * psi / (stage >= 2 ? n : 1.0),
-          b.optimizer * psi / (stage >= 1 ? n : 1.0)};
 }
 
 }  // namespace mgpu::lessons

@@ -19,9 +19,11 @@
 #include "core/memory/activations.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/hybrid.h"
-#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/runtime/world.h"
 #include "core/tensor/allocator.h"
+#include "core/theory/collectives.h"
+#include "core/theory/model_states.h"
+#include "core/theory/pipeline_bubbles.h"
 
 namespace mgpu::plan {
 
@@ -207,7 +209,7 @@ GPTConfig local_config(const GPTConfig& m, const Layout& l) {
 double ring_all_reduce(double bytes, int n, const LinkSpec& link) {
   if (n <= 1) return 0;
   const double bw = link.bandwidth > 0 ? link.achieved_bandwidth() : 1e30;
-  return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * link.latency;
+  return theory::ring_all_reduce_seconds(bytes, n, bw, link.latency);
 }
 
 // The link a group of `n` members `stride` ranks apart crosses at its slowest hop.
@@ -235,15 +237,13 @@ std::vector<Layout> enumerate_layouts(const GPTConfig& model, int gpus, int glob
   return layouts;
 }
 
-// Rough on purpose: it only orders candidates and drops the hopeless ones; every figure shown
-// comes from plan::simulate. Time: each stage's micro-batch = its layers' GEMMs and attention on
-// the roofline (kernel_time), elementwise passes, the 4 tp all-reduces per layer, the LM head on
-// the last stage and the p2p sends; the pipeline takes (M + pp - 1) of those; then the dp
-// gradient all-reduce (fp32 gradients) and the optimizer. Memory: the largest stage's states
-// (weights s B + fp32 gradients 4 B + AdamW 8 B, + 4 B fp32 masters when s = 2; ZeRO-1 shards
-// the optimizer over dp) plus the kept activations (activations.h) of the micro-batches in flight.
-Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProfile& p) {
-  const GPTConfig c = local_config(model, l);
+namespace {
+
+// Seconds of one micro-batch through one stage: its layers' GEMMs and attention on the roofline
+// (kernel_time), elementwise passes, recompute, the 4 tp all-reduces per layer, ring attention's
+// hops, the LM head and the p2p sends. `c` is the rank's local config (local_config).
+double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Layout& l,
+                           const HardwareProfile& p) {
   const DType dtype = c.dtype;
   const double s = static_cast<double>(dtype_size(dtype));
   const double C = c.dim, T = c.seq_len, V = c.vocab, H = c.heads, tp = l.tp;
@@ -282,36 +282,31 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
       l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
                : 0;
   const double head = 3 * gemm(rows, C, V);
-  const double per_micro = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
-  // The bubble in micro-batch times: (P-1) for gpipe/1f1b, (P-1)/V interleaved; the zero-bubble
-  // family's closed forms (bubble_theory.h) at F = W = B/2, over a micro-batch's F + B.
-  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
-  const double bubble = l.schedule == "interleaved" ? (l.pp - 1.0) / l.virtual_stages
-                        : l.schedule == "zb-h1"     ? pipeline::bubble_zb1p(l.pp, stage) / 3
-                        : l.schedule == "zbv"       ? pipeline::bubble_zbv(l.pp, chunk) / 3
-                        : l.schedule == "dualpipev" ? pipeline::bubble_dualpipe(2 * l.pp, chunk) / 3
-                                                    : l.pp - 1.0;
-  const double pipeline = (l.microbatches + bubble) * per_micro;
+  return layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
+}
 
-  const double block_params = 12 * C * C + 13 * C;
-  const double stage_params =
-      layers * block_params / tp + std::max((V + model.seq_len) * C, V * C + 2 * C);
-  const double optimizer_bytes = (s == 2 ? 12 : 8) / (l.zero == 1 ? double(l.dp) : 1.0);
-  const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
-  const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
+// Parameters of the largest stage, roughly: its blocks over tp plus the larger of the embeddings
+// and the head.
+double largest_stage_parameters(const GPTConfig& model, const GPTConfig& c, const Layout& l) {
+  const double C = c.dim, V = c.vocab, tp = l.tp;
+  const int layers = c.layers / l.pp;
+  const double block_params = static_cast<double>(theory::block_parameters(c.dim));
+  return layers * block_params / tp + std::max((V + model.seq_len) * C, V * C + 2 * C);
+}
 
-  // Micro-batches whose activations a stage holds at once: all of them in gpipe, pp in 1f1b,
-  // pp + (pp-1)/V chunks' worth in interleaved, and up to 2pp - 1 in zb-h1, whose deferred weight
-  // passes keep what W needs (an upper bound: measured 1.7x 1f1b's activations at pp 32).
+// Bytes of the largest stage: its model states (theory::model_state_bytes, AdamW; ZeRO-1 shards
+// the optimizer over dp), the kept activations (activations.h) of the micro-batches in flight
+// (theory::microbatches_in_flight), backward's workspace, the logits and the dp gradient buffer.
+double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layout& l,
+                          double stage_params) {
+  const double s = static_cast<double>(dtype_size(c.dtype));
+  const double C = c.dim, T = c.seq_len, V = c.vocab, H = c.heads, tp = l.tp;
+  const double rows = static_cast<double>(l.microbatch_size) * T;
+  const int layers = c.layers / l.pp;
+  const theory::StateBytes states = theory::model_state_bytes(int(s), "adamw");
+  const double optimizer_bytes = states.optimizer / (l.zero == 1 ? double(l.dp) : 1.0);
   const double in_flight =
-      l.schedule == "gpipe" ? l.microbatches
-      : l.schedule == "interleaved"
-          ? std::min<double>(l.pp + (l.pp - 1.0) / l.virtual_stages, l.microbatches)
-      : l.schedule == "zb-h1" ? std::min(2 * l.pp - 1, l.microbatches)
-      // V schedules: PP (ZB-V) or PP+1 (DualPipeV) half-stage chunks (DualPipe's table).
-      : l.schedule == "zbv"       ? pipeline::peak_chunks_1f1b(2 * l.pp) / 2.0
-      : l.schedule == "dualpipev" ? pipeline::peak_chunks_dualpipe(2 * l.pp) / 2.0
-                                  : std::min(l.pp, l.microbatches);
+      theory::microbatches_in_flight(l.schedule, l.pp, l.virtual_stages, l.microbatches);
   // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
   // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
   // only the output, whole.
@@ -326,9 +321,25 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
   const double logits = 2 * rows * V * 4;
   const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
-  const double memory = stage_params * (s + 4 + optimizer_bytes) + dp_buffer +
-                        in_flight * layers * kept + static_cast<double>(step.workspace) / tp +
-                        logits;
+  return stage_params * (s + states.grads + optimizer_bytes) + dp_buffer +
+         in_flight * layers * kept + static_cast<double>(step.workspace) / tp + logits;
+}
+
+}  // namespace
+
+// Rough on purpose: it only orders candidates and drops the hopeless ones; every figure shown
+// comes from plan::simulate. Time: each stage's micro-batch (micro_batch_seconds); the pipeline
+// takes (M + bubble) of those (theory::bubble_in_microbatches); then the dp gradient all-reduce
+// (fp32 gradients) and the optimizer. Memory: the largest stage's states and activations
+// (stage_memory_bytes).
+Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProfile& p) {
+  const GPTConfig c = local_config(model, l);
+  const double bubble = theory::bubble_in_microbatches(l.schedule, l.pp, l.virtual_stages);
+  const double pipeline = (l.microbatches + bubble) * micro_batch_seconds(model, c, l, p);
+  const double stage_params = largest_stage_parameters(model, c, l);
+  const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
+  const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
+  const double memory = stage_memory_bytes(model, c, l, stage_params);
   return {.step_seconds = pipeline + dp_comm + optimizer_step,
           .memory_bytes = static_cast<int64_t>(memory)};
 }
