@@ -47,6 +47,30 @@ std::string stage_title(int stage) {
   }
 }
 
+// What rank 0 gathers from every rank after training, by name (it travels as int64s through
+// train::gather_to_root, in this order).
+struct ZeroRankStats {
+  CategoryBytes peak{};        // allocator peaks by category, from after set-up
+  CategoryBytes settled{};     // current bytes by category after the last step
+  int64_t owned_elements = 0;  // parameter elements this rank's optimizer updates
+  int64_t largest_unit = 0;    // elements of the largest unit (a block, or the embedding)
+
+  std::vector<int64_t> values() const {
+    std::vector<int64_t> v(peak.begin(), peak.end());
+    v.insert(v.end(), settled.begin(), settled.end());
+    v.insert(v.end(), {owned_elements, largest_unit});
+    return v;
+  }
+  static ZeroRankStats from(const std::vector<int64_t>& v) {
+    ZeroRankStats s;
+    std::copy_n(v.begin(), kCategories, s.peak.begin());
+    std::copy_n(v.begin() + kCategories, kCategories, s.settled.begin());
+    s.owned_elements = v[2 * kCategories];
+    s.largest_unit = v[2 * kCategories + 1];
+    return s;
+  }
+};
+
 std::string stage_name(int stage) {
   return stage == 0 ? "baseline" : fmt::format("stage {}", stage);
 }
@@ -93,22 +117,19 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
       [&](RankContext& ctx, train::Layout& layout) {
         const auto& zero = static_cast<parallel::ZeroLayout&>(layout);
         const MemoryStats stats = ctx.allocator.stats();
-        std::vector<int64_t> mine(stats.peak.begin(), stats.peak.end());
-        mine.insert(mine.end(), stats.current.begin(), stats.current.end());
-        int64_t largest = 0;
-        for (const parallel::ZeroUnit& u : zero.units()) largest = std::max(largest, u.numel);
-        mine.insert(mine.end(), {zero.owned_elements(), largest});
-        auto all = train::gather_to_root(ctx, mine);
+        ZeroRankStats mine{
+            .peak = stats.peak, .settled = stats.current, .owned_elements = zero.owned_elements()};
+        for (const parallel::ZeroUnit& u : zero.units())
+          mine.largest_unit = std::max(mine.largest_unit, u.numel);
+        auto all = train::gather_to_root(ctx, mine.values());
         if (ctx.rank != 0) return;
         std::lock_guard lock(mutex);
         for (const auto& v : all) {
-          CategoryBytes peak{}, settled{};
-          std::copy_n(v.begin(), kCategories, peak.begin());
-          std::copy_n(v.begin() + kCategories, kCategories, settled.begin());
-          result.peak.push_back(peak);
-          result.settled.push_back(settled);
-          result.owned.push_back(v[2 * kCategories]);
-          result.largest_unit = v[2 * kCategories + 1];
+          const ZeroRankStats rank = ZeroRankStats::from(v);
+          result.peak.push_back(rank.peak);
+          result.settled.push_back(rank.settled);
+          result.owned.push_back(rank.owned_elements);
+          result.largest_unit = rank.largest_unit;
         }
       });
   result.losses = trained.losses;

@@ -394,40 +394,35 @@ std::string why_slower(const Simulated& best, const Simulated& other) {
 
 namespace {
 
-SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
-                               const Simulator& simulator) {
-  const auto started = std::chrono::steady_clock::now();
-  const Simulator run =
-      simulator ? simulator : [](const Workload& w, const Layout& l, const HardwareProfile& p) {
-        return simulate(w, l, p);
-      };
-  const GPTConfig& model = r.workload.model;
-  SearchResult result;
-  std::vector<Layout> layouts = enumerate_layouts(model, r.gpus, r.global_batch, r.pins);
-  result.enumerated = static_cast<int64_t>(layouts.size());
-
-  // The screen: fits (by formula, with a 5% margin so near misses are still simulated) or not,
-  // each side in estimated-time order.
-  const double capacity =
-      r.profile.memory_capacity > 0 ? static_cast<double>(r.profile.memory_capacity) : 1e300;
+// The screen's verdict on every layout: fits (by formula, with a 5% margin so near misses are
+// still simulated) or over, each side in estimated-time order.
+struct Screened {
   std::vector<Candidate> fits, over;
+};
+
+Screened screen_all(const GPTConfig& model, const std::vector<Layout>& layouts,
+                    const HardwareProfile& profile, double capacity) {
+  Screened s;
   for (const Layout& l : layouts) {
-    const Screen sc = screen_layout(model, l, r.profile);
-    (sc.memory_bytes > 1.05 * capacity ? over : fits).push_back({l, sc});
+    const Screen sc = screen_layout(model, l, profile);
+    (sc.memory_bytes > 1.05 * capacity ? s.over : s.fits).push_back({l, sc});
   }
-  result.screened_out = static_cast<int64_t>(over.size());
   // Equal estimates (gpipe and 1f1b of one mesh): the one needing less memory first.
   auto by_time = [](const Candidate& a, const Candidate& b) {
     return std::pair(a.screen.step_seconds, a.screen.memory_bytes) <
            std::pair(b.screen.step_seconds, b.screen.memory_bytes);
   };
-  std::stable_sort(fits.begin(), fits.end(), by_time);
-  std::stable_sort(over.begin(), over.end(), by_time);
+  std::stable_sort(s.fits.begin(), s.fits.end(), by_time);
+  std::stable_sort(s.over.begin(), s.over.end(), by_time);
+  return s;
+}
 
-  // The order to simulate in: the best candidate of each mesh first (half the budget), so the
-  // table compares meshes rather than micro-batch sizes of one; then the rest by estimate, except
-  // that a layout differing from one already queued only by its schedule waits until the end
-  // (same estimated time, more memory: gpipe beside 1f1b would mostly repeat a row).
+// The order to simulate in: the best candidate of each mesh first (half the budget), so the
+// table compares meshes rather than micro-batch sizes of one; then the rest by estimate, except
+// that a layout differing from one already queued only by its schedule waits until the end
+// (same estimated time, more memory: gpipe beside 1f1b would mostly repeat a row).
+std::vector<const Candidate*> simulation_order(const std::vector<Candidate>& fits,
+                                               int max_simulated) {
   std::vector<const Candidate*> order, twins;
   std::set<std::tuple<int, int, int, int>> meshes;
   std::set<const Candidate*> taken;
@@ -437,7 +432,7 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::set<decltype(but_schedule(Layout{}))> queued;
   for (const Candidate& c : fits)
     if (meshes.insert({c.layout.dp, c.layout.tp, c.layout.pp, c.layout.cp}).second &&
-        static_cast<int>(order.size()) < std::max(1, r.max_simulated / 2)) {
+        static_cast<int>(order.size()) < std::max(1, max_simulated / 2)) {
       order.push_back(&c), taken.insert(&c);
       queued.insert(but_schedule(c.layout));
     }
@@ -448,7 +443,7 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   // Context parallelism shrinks activations so much that the screen can fill the budget with cp
   // layouts only; the best layout without cp is always simulated too, so the table shows what cp
   // buys (a pin of --cp makes this moot).
-  const auto budget = static_cast<std::ptrdiff_t>(std::max(1, r.max_simulated));
+  const auto budget = static_cast<std::ptrdiff_t>(std::max(1, max_simulated));
   auto bring_into_budget = [&](auto&& wanted) {
     auto it = std::find_if(order.begin(), order.end(), wanted);
     if (it == order.end() || it - order.begin() < budget) return;
@@ -462,24 +457,29 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   // simulated: the best layout of the other placement is always simulated too.
   bring_into_budget([](const Candidate* c) { return !is_v_schedule(c->layout.schedule); });
   bring_into_budget([](const Candidate* c) { return is_v_schedule(c->layout.schedule); });
+  return order;
+}
 
-  std::map<decltype(refusal_key(Layout{})), std::string> refusals;
-  std::vector<Simulated> simulated;
-  auto refuse = [&](const Layout& l, const std::string& reason) {
-    refusals[refusal_key(l)] = reason;
-    result.refused_example.try_emplace(reason, l);
-  };
-  auto try_simulate = [&](const Layout& l, int planned) -> bool {
-    if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) {
-      ++result.refused[it->second];
+// Runs the simulator on layouts one at a time, remembering what the engine refused: one refusal
+// covers every layout with the same refusal_key, which is then not asked again.
+class SimulationRuns {
+ public:
+  SimulationRuns(const SearchRequest& r, const Simulator& run, const Progress& progress,
+                 double capacity, SearchResult& result)
+      : r_(r), run_(run), progress_(progress), capacity_(capacity), result_(result) {}
+
+  // True when `l` was simulated (fitting or not); false when the engine refused it.
+  bool simulate(const Layout& l, int planned) {
+    if (auto it = refusals_.find(refusal_key(l)); it != refusals_.end()) {
+      ++result_.refused[it->second];
       return false;
     }
     try {
-      Prediction p = run(r.workload, l, r.profile);
-      ++result.simulated;
-      if (progress) progress(result.simulated, planned, l, p);
-      const bool fits_memory = static_cast<double>(p.memory_peak_total) <= capacity;
-      simulated.push_back({l, p, fits_memory, ""});
+      Prediction p = run_(r_.workload, l, r_.profile);
+      ++result_.simulated;
+      if (progress_) progress_(result_.simulated, planned, l, p);
+      const bool fits_memory = static_cast<double>(p.memory_peak_total) <= capacity_;
+      simulated_.push_back({l, p, fits_memory, ""});
       return true;
     } catch (const std::invalid_argument& e) {
       refuse(l, e.what());
@@ -494,34 +494,38 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
       }
       throw;
     }
-  };
-  const int planned = r.max_simulated + std::min<int>(r.rejected_probes, over.size());
-  // Simulate in screen order until max_simulated ran; when none of them fits the capacity (the
-  // screen's memory formula was optimistic), go on down the list, up to three times as many.
-  int runs = 0, fitting = 0;
-  for (const Candidate* c : order) {
-    if (runs >= 3 * r.max_simulated || (runs >= r.max_simulated && fitting > 0)) break;
-    if (try_simulate(c->layout, planned)) {
-      ++runs;
-      fitting += simulated.back().fits ? 1 : 0;
-    }
   }
-  // The fastest layouts the screen found over capacity but by less than half of it again (the
-  // near misses worth explaining): simulated so "why not" has real numbers.
-  std::stable_partition(over.begin(), over.end(), [&](const Candidate& c) {
-    return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
-  });
-  int probes = 0;
-  for (const Candidate& c : over) {
-    if (probes >= r.rejected_probes) break;
-    if (try_simulate(c.layout, planned)) ++probes;
-  }
-  // Count every enumerated layout the refusals met cover (layouts never reached are not
-  // counted: the engine was not asked about them).
-  result.refused.clear();
-  for (const Layout& l : layouts)
-    if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) ++result.refused[it->second];
 
+  // Counts every enumerated layout the refusals met cover (layouts never reached are not
+  // counted: the engine was not asked about them).
+  void count_refusals(const std::vector<Layout>& layouts) {
+    result_.refused.clear();
+    for (const Layout& l : layouts)
+      if (auto it = refusals_.find(refusal_key(l)); it != refusals_.end())
+        ++result_.refused[it->second];
+  }
+
+  std::vector<Simulated>& simulated() { return simulated_; }
+
+ private:
+  void refuse(const Layout& l, const std::string& reason) {
+    refusals_[refusal_key(l)] = reason;
+    result_.refused_example.try_emplace(reason, l);
+  }
+
+  const SearchRequest& r_;
+  const Simulator& run_;
+  const Progress& progress_;
+  double capacity_;
+  SearchResult& result_;
+  std::map<decltype(refusal_key(Layout{})), std::string> refusals_;
+  std::vector<Simulated> simulated_;
+};
+
+// Ranks what fits by tokens/s and says why each one is slower than the best; what does not fit
+// is rejected with its excess.
+void rank_simulated(std::vector<Simulated>& simulated, const HardwareProfile& profile,
+                    SearchResult& result) {
   auto by_speed = [](const Simulated& a, const Simulated& b) {
     return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
   };
@@ -530,10 +534,52 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::stable_sort(result.rejected.begin(), result.rejected.end(), by_speed);
   for (Simulated& s : result.rejected)
     s.why = fmt::format("out of memory: {} per GPU > {} capacity (+{})",
-                        gib(s.prediction.memory_peak_total), gib(r.profile.memory_capacity),
-                        gib(s.prediction.memory_peak_total - r.profile.memory_capacity));
+                        gib(s.prediction.memory_peak_total), gib(profile.memory_capacity),
+                        gib(s.prediction.memory_peak_total - profile.memory_capacity));
   for (size_t i = 1; i < result.ranked.size(); ++i)
     result.ranked[i].why = why_slower(result.ranked[0], result.ranked[i]);
+}
+
+SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
+                               const Simulator& simulator) {
+  const auto started = std::chrono::steady_clock::now();
+  const Simulator run =
+      simulator ? simulator : [](const Workload& w, const Layout& l, const HardwareProfile& p) {
+        return simulate(w, l, p);
+      };
+  SearchResult result;
+  const std::vector<Layout> layouts =
+      enumerate_layouts(r.workload.model, r.gpus, r.global_batch, r.pins);
+  result.enumerated = static_cast<int64_t>(layouts.size());
+  const double capacity =
+      r.profile.memory_capacity > 0 ? static_cast<double>(r.profile.memory_capacity) : 1e300;
+  Screened screened = screen_all(r.workload.model, layouts, r.profile, capacity);
+  result.screened_out = static_cast<int64_t>(screened.over.size());
+
+  SimulationRuns runs(r, run, progress, capacity, result);
+  const int planned = r.max_simulated + std::min<int>(r.rejected_probes, screened.over.size());
+  // Simulate in screen order until max_simulated ran; when none of them fits the capacity (the
+  // screen's memory formula was optimistic), go on down the list, up to three times as many.
+  int ran = 0, fitting = 0;
+  for (const Candidate* c : simulation_order(screened.fits, r.max_simulated)) {
+    if (ran >= 3 * r.max_simulated || (ran >= r.max_simulated && fitting > 0)) break;
+    if (runs.simulate(c->layout, planned)) {
+      ++ran;
+      fitting += runs.simulated().back().fits ? 1 : 0;
+    }
+  }
+  // The fastest layouts the screen found over capacity but by less than half of it again (the
+  // near misses worth explaining): simulated so "why not" has real numbers.
+  std::stable_partition(screened.over.begin(), screened.over.end(), [&](const Candidate& c) {
+    return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
+  });
+  int probes = 0;
+  for (const Candidate& c : screened.over) {
+    if (probes >= r.rejected_probes) break;
+    if (runs.simulate(c.layout, planned)) ++probes;
+  }
+  runs.count_refusals(layouts);
+  rank_simulated(runs.simulated(), r.profile, result);
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

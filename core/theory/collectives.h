@@ -9,6 +9,7 @@
 // Rabenseifner & Gropp, "Optimization of collective communication operations in MPICH", IJHPCA
 // 19(1), 2005): 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth for the ring all-reduce.
 #pragma once
+#include <cstdint>
 
 namespace mgpu::theory {
 
@@ -28,6 +29,24 @@ inline double ring_shard_factor(double n) {
 inline double ring_all_reduce_seconds(double bytes, int n, double bandwidth, double latency) {
   if (n <= 1) return 0;
   return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+}
+
+// The same shares in whole bytes, as the collectives lesson prints them beside the trace: the
+// busiest rank of a ring all-reduce of `bytes` sends 2(n-1) x bytes / n, of a reduce-scatter,
+// all-gather or all-to-all (n-1) x bytes / n (rounded down).
+inline int64_t ring_all_reduce_sent_bytes(int64_t bytes, int n) {
+  return 2 * (n - 1) * bytes / n;
+}
+inline int64_t ring_shard_sent_bytes(int64_t bytes, int n) {
+  return (n - 1) * bytes / n;
+}
+
+// The root of a binomial-tree broadcast sends the whole buffer once per round, ceil(log2 n)
+// rounds (Thakur et al. 2005, section 4.1).
+inline int64_t binomial_broadcast_root_bytes(int64_t bytes, int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n) ++rounds;
+  return rounds * bytes;
 }
 
 }  // namespace mgpu::theory

@@ -51,6 +51,21 @@ int64_t gpt_parameters(const GPTConfig& cfg);
 int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,
                          bool last_stage);
 
+// Training FLOPs per token of the GPT with `params` parameters: 6N for the weights' GEMMs (forward
+// 2N, backward 4N; Kaplan et al., "Scaling Laws for Neural Language Models", 2020, section 2.1)
+// plus attention's scores and mixing, 6 x layers x T x C (GPT::flops_per_token).
+inline double training_flops_per_token(int64_t params, int layers, int seq, int dim) {
+  return 6.0 * double(params) + 6.0 * layers * double(seq) * dim;
+}
+
+// The model's FLOPs per token that MFU is quoted in (PaLM, Chowdhery et al. 2022, appendix B):
+// 6N for the matmuls over the `params` multiplied parameters (the embedding lookups excluded)
+// plus 12 x layers x T x C for attention's QK^T and AV, forward and backward, without halving for
+// the causal mask.
+inline double model_flops_per_token(int64_t params, int layers, int seq, int dim) {
+  return 6.0 * static_cast<double>(params) + 12.0 * layers * static_cast<double>(seq) * dim;
+}
+
 // Parameters of the whole model under tensor parallelism (Megatron-LM, Shoeybi et al. 2019,
 // section 3), split into what every tp rank holds in full (embeddings, layernorms, the
 // row-parallel biases, the head) and what is divided over the tp ranks (the qkv, attention
