@@ -33,5 +33,8 @@ struct ZeroRunResult {
 ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& options,
                          std::ostream& out);
 std::unique_ptr<Lesson> make_zero_lesson();
+// --paper: every stage of the ZeRO paper's 7.5B model on `c.ranks` phantom GPUs (lessons/
+// zero_paper.cpp), measured beside the paper's formula.
+int print_zero_paper_figure(const CommonOptions& c, std::ostream& out);
 
 }  // namespace mgpu::lessons
