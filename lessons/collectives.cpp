@@ -21,6 +21,7 @@
 #ifdef MGPU_HAVE_MPI
 #include "core/comm/mpi/mpi_comm.h"
 #endif
+#include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
 #include "lessons/collectives.h"
 #include "lessons/host_memory_check.h"
@@ -107,16 +108,11 @@ std::string format_size_exact(int64_t bytes) {
 }
 
 // What the formula says the busiest rank sends for one collective of S bytes (computed, shown
-// beside the measured sent_bytes): the ring sends (N-1) chunks of S/N per phase; the binomial
-// tree's root sends the whole buffer once per round.
+// beside the measured sent_bytes; core/theory/collectives.h).
 int64_t formula_sent_bytes(const std::string& kind, int64_t bytes, int N) {
-  if (kind == "all_reduce") return 2 * (N - 1) * bytes / N;
-  if (kind == "broadcast") {
-    int rounds = 0;
-    while ((1 << rounds) < N) ++rounds;
-    return rounds * bytes;
-  }
-  return (N - 1) * bytes / N;
+  if (kind == "all_reduce") return theory::ring_all_reduce_sent_bytes(bytes, N);
+  if (kind == "broadcast") return theory::binomial_broadcast_root_bytes(bytes, N);
+  return theory::ring_shard_sent_bytes(bytes, N);
 }
 
 // all_to_all cuts the buffer into N equal blocks: its sizes are rounded down to a multiple of N.
@@ -154,32 +150,27 @@ void library_all_reduce(comm::Comm& comm, Tensor& t) {
 }
 }  // namespace
 
-CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptions& o,
-                                  std::ostream& out) {
-  WorldOptions wopt = c.world_options();
+namespace {
+
+// One line, exit code 2, for sizes or collectives the sweep cannot run.
+void check_collectives_options(const CollectivesOptions& o) {
   if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes)
     throw UsageError(fmt::format("--min-bytes ({}) must be > 0 and <= --max-bytes ({})",
                                  o.min_bytes, o.max_bytes));
-  const std::vector<std::string> kinds = o.ops;
-  for (auto& k : kinds)
+  for (auto& k : o.ops)
     if (k != "all_reduce" && k != "reduce_scatter" && k != "all_gather" && k != "all_to_all" &&
         k != "broadcast")
       throw UsageError(
           fmt::format("unknown collective '{}' (use all_reduce, reduce_scatter, "
                       "all_gather, all_to_all, broadcast)",
                       k));
-  check_collectives_fit_host(c, o.max_bytes);  // before any buffer is allocated
-  const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
-  const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
+}
 
-  World world(wopt);
-  fmt::print(out, "ranks:  {}\n", describe_world(wopt));
-  fmt::print(
-      out, "ops:    {} over {} sizes, {} iteration(s) each; ring all-reduce: {} implementation\n\n",
-      fmt::join(kinds, ", "), counts.size(), iters, comm::comm_seams().impl_name);
-
-  // Run the sweep. Every collective is one event per rank in the trace; a barrier first makes
-  // everyone start together, so the event spans measure the algorithm, not the stragglers.
+// Runs the sweep: every collective is one event per rank in the trace; a barrier first makes
+// everyone start together, so the event spans measure the algorithm, not the stragglers. Returns
+// whether each issued collective produced the right result on every rank.
+std::vector<char> run_sweep(World& world, const std::vector<std::string>& kinds,
+                            const std::vector<int64_t>& counts, int iters) {
   struct Issued {
     std::string kind;
     int64_t count;
@@ -198,12 +189,19 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
       correct[i] = correct[i] && ok;
     }
   });
-  trace::Trace trace = world.collect_trace({{"lesson", "collectives"}, {"config", c.to_json()}});
+  return correct;
+}
 
-  // A collective starts when its last member arrives and ends when its last member leaves (the
-  // barrier's exits can be skewed across links of different latency: not the algorithm's cost).
-  // The bytes on the wire are measured too: the most any one rank's sends carried (trace
-  // sent_bytes), shown beside what the algorithm's formula says a rank sends.
+// Each collective's time and bytes, in issue order. A collective starts when its last member
+// arrives and ends when its last member leaves (the barrier's exits can be skewed across links of
+// different latency: not the algorithm's cost). The bytes on the wire: the most any one rank's
+// sends carried (trace sent_bytes).
+struct Measured {
+  std::vector<double> seconds;
+  std::vector<int64_t> sent;
+};
+
+Measured measure_collectives(const trace::Trace& trace) {
   std::map<int64_t, std::pair<double, double>> span_by_seq;
   std::map<int64_t, int64_t> sent_by_seq;
   for (auto& e : trace.events) {
@@ -213,56 +211,85 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
     if (!fresh)
       it->second = {std::max(it->second.first, e.start), std::max(it->second.second, e.end())};
   }
-  std::vector<double> seconds;
-  std::vector<int64_t> sent;
+  Measured m;
   for (auto& [seq, span] : span_by_seq) {
-    seconds.push_back(span.second - span.first);
-    sent.push_back(sent_by_seq[seq]);
+    m.seconds.push_back(span.second - span.first);
+    m.sent.push_back(sent_by_seq[seq]);
   }
+  return m;
+}
+
+// One collective's table: a row per size, the best of its iterations (from `next` on in issue
+// order), beside the alpha-beta time and the formula's bytes.
+void print_collective_table(std::ostream& out, const std::string& kind, int N,
+                            const std::vector<int64_t>& counts, int iters, const Measured& m,
+                            const std::vector<char>& correct, const WorldOptions& wopt,
+                            size_t& next, CollectivesResult& result) {
+  const bool modeled = wopt.clock == ClockKind::modeled;
+  fmt::print(out, "{} ({})\n", kind,
+             kind == "broadcast"    ? "binomial tree, root 0"
+             : kind == "all_to_all" ? "pairwise exchange on send/recv, S = what each rank holds"
+                                    : "ring on send/recv");
+  const std::string formula = kind == "all_reduce"  ? fmt::format("2({0}-1)/{0} x S", N)
+                              : kind == "broadcast" ? fmt::format("ceil(log2 {}) x S, root", N)
+                                                    : fmt::format("({0}-1)/{0} x S", N);
+  fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>12} {:>12} {:>8}\n", "size (S)", "time",
+             "algbw GB/s", "busbw GB/s", modeled ? "alpha-beta" : "", "sent/rank", "formula",
+             "correct");
+  for (int64_t sweep_count : counts) {
+    const int64_t n = elements_for(kind, sweep_count, N);
+    double best = 1e300;
+    int64_t most_sent = 0;
+    bool ok = true;
+    for (int i = 0; i < iters; ++i, ++next) {
+      if (next < m.seconds.size()) best = std::min(best, m.seconds[next]);
+      if (next < m.sent.size()) most_sent = std::max(most_sent, m.sent[next]);
+      ok = ok && correct[next];
+    }
+    int64_t bytes = n * 4;
+    auto bw = trace::collective_bandwidth(bytes, best, kind, N);
+    double theory = comm::alpha_beta_time(kind, n, 4, N, wopt.profile);
+    const int64_t by_formula = formula_sent_bytes(kind, bytes, N);
+    fmt::print(out, "  {:>9} {:>12} {:>11.2f} {:>11.2f} {:>12} {:>12} {:>12} {:>8}\n",
+               format_size(bytes), format_seconds(best), bw.algbw / 1e9, bw.busbw / 1e9,
+               modeled ? format_seconds(theory) : "", format_size_exact(most_sent),
+               format_size_exact(by_formula), ok ? "yes" : "NO");
+    result.rows.push_back({kind, bytes, best, theory, bw.busbw, ok, most_sent, by_formula});
+  }
+  fmt::print(out,
+             "  sent/rank: measured, the most bytes one rank's sends carried (trace "
+             "sent_bytes); formula: {}\n",
+             formula);
+  fmt::print(out, "\n");
+}
+
+}  // namespace
+
+CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptions& o,
+                                  std::ostream& out) {
+  WorldOptions wopt = c.world_options();
+  check_collectives_options(o);
+  const std::vector<std::string> kinds = o.ops;
+  check_collectives_fit_host(c, o.max_bytes);  // before any buffer is allocated
+  const std::vector<int64_t> counts = sweep(o.min_bytes, o.max_bytes);
+  const int iters = wopt.clock == ClockKind::modeled ? 1 : o.iters;
+
+  World world(wopt);
+  fmt::print(out, "ranks:  {}\n", describe_world(wopt));
+  fmt::print(
+      out, "ops:    {} over {} sizes, {} iteration(s) each; ring all-reduce: {} implementation\n\n",
+      fmt::join(kinds, ", "), counts.size(), iters, comm::comm_seams().impl_name);
+  const std::vector<char> correct = run_sweep(world, kinds, counts, iters);
+  trace::Trace trace = world.collect_trace({{"lesson", "collectives"}, {"config", c.to_json()}});
+  const Measured measured = measure_collectives(trace);
 
   CollectivesResult result;
   result.trace = trace;
-  const bool modeled = wopt.clock == ClockKind::modeled;
   size_t next = 0;
-  for (auto& kind : kinds) {
-    fmt::print(out, "{} ({})\n", kind,
-               kind == "broadcast"    ? "binomial tree, root 0"
-               : kind == "all_to_all" ? "pairwise exchange on send/recv, S = what each rank holds"
-                                      : "ring on send/recv");
-    const int N = world.size();
-    const std::string formula = kind == "all_reduce"  ? fmt::format("2({0}-1)/{0} x S", N)
-                                : kind == "broadcast" ? fmt::format("ceil(log2 {}) x S, root", N)
-                                                      : fmt::format("({0}-1)/{0} x S", N);
-    fmt::print(out, "  {:>9} {:>12} {:>11} {:>11} {:>12} {:>12} {:>12} {:>8}\n", "size (S)", "time",
-               "algbw GB/s", "busbw GB/s", modeled ? "alpha-beta" : "", "sent/rank", "formula",
-               "correct");
-    for (int64_t sweep_count : counts) {
-      const int64_t n = elements_for(kind, sweep_count, N);
-      double best = 1e300;
-      int64_t most_sent = 0;
-      bool ok = true;
-      for (int i = 0; i < iters; ++i, ++next) {
-        if (next < seconds.size()) best = std::min(best, seconds[next]);
-        if (next < sent.size()) most_sent = std::max(most_sent, sent[next]);
-        ok = ok && correct[next];
-      }
-      int64_t bytes = n * 4;
-      auto bw = trace::collective_bandwidth(bytes, best, kind, N);
-      double theory = comm::alpha_beta_time(kind, n, 4, N, wopt.profile);
-      const int64_t by_formula = formula_sent_bytes(kind, bytes, N);
-      fmt::print(out, "  {:>9} {:>12} {:>11.2f} {:>11.2f} {:>12} {:>12} {:>12} {:>8}\n",
-                 format_size(bytes), format_seconds(best), bw.algbw / 1e9, bw.busbw / 1e9,
-                 modeled ? format_seconds(theory) : "", format_size_exact(most_sent),
-                 format_size_exact(by_formula), ok ? "yes" : "NO");
-      result.rows.push_back({kind, bytes, best, theory, bw.busbw, ok, most_sent, by_formula});
-    }
-    fmt::print(out,
-               "  sent/rank: measured, the most bytes one rank's sends carried (trace "
-               "sent_bytes); formula: {}\n",
-               formula);
-    fmt::print(out, "\n");
-  }
-  if (modeled)
+  for (auto& kind : kinds)
+    print_collective_table(out, kind, world.size(), counts, iters, measured, correct, wopt, next,
+                           result);
+  if (wopt.clock == ClockKind::modeled)
     fmt::print(out,
                "On the modeled clock each message costs latency + bytes / bandwidth of its link "
                "({}: {:.0f} GB/s, {} latency),\nso the ring's time is 2(N-1) such steps of n/N "

@@ -16,13 +16,9 @@
 
 namespace mgpu::lessons {
 
-void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d) {
-  c.ranks = d.ranks;
-  c.steps = d.steps;
-  c.batch = d.batch;
-  c.layers = d.layers;
-  const CLI::Validator& positive = Positive;  // finite and > 0 (lessons/validate.h)
+namespace {
 
+void add_world_options(CLI::App& app, CommonOptions& c) {
   app.add_option("--ranks,-n", c.ranks, "number of ranks (virtual GPUs on cpu)")
       ->check(CLI::Range(1, 64))
       ->group("World");
@@ -45,68 +41,87 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   app.add_option("--impl", c.impl,
                  "exercise implementations: reference | mine | ex01=mine,ex03=mine,...")
       ->group("World");
+}
 
-  if (d.model_options) {
-    app.add_option("--layers", c.layers, "transformer blocks")->check(positive)->group("Model");
-    app.add_option("--dim", c.dim, "model width")->check(positive)->group("Model");
-    app.add_option("--heads", c.heads, "attention heads (must divide --dim)")
-        ->check(positive)
-        ->group("Model");
-    app.add_option("--seq", c.seq, "sequence length")->check(positive)->group("Model");
-    app.add_option("--model", c.model,
-                   "tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
-                   "gpt3-6.7b | gpt3-13b | gpt3-175b, or a JSON file {layers, dim, heads, vocab, "
-                   "seq}; --layers etc. override it")
-        ->group("Model");
-    app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
-        ->check(positive)
-        ->group("Model");
+void add_model_options(CLI::App& app, CommonOptions& c) {
+  const CLI::Validator& positive = Positive;  // finite and > 0 (lessons/validate.h)
+  app.add_option("--layers", c.layers, "transformer blocks")->check(positive)->group("Model");
+  app.add_option("--dim", c.dim, "model width")->check(positive)->group("Model");
+  app.add_option("--heads", c.heads, "attention heads (must divide --dim)")
+      ->check(positive)
+      ->group("Model");
+  app.add_option("--seq", c.seq, "sequence length")->check(positive)->group("Model");
+  app.add_option("--model", c.model,
+                 "tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
+                 "gpt3-6.7b | gpt3-13b | gpt3-175b, or a JSON file {layers, dim, heads, vocab, "
+                 "seq}; --layers etc. override it")
+      ->group("Model");
+  app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
+      ->check(positive)
+      ->group("Model");
+}
 
-    app.add_option("--steps", c.steps, "training steps")->check(positive)->group("Training");
-    app.add_option("--batch", c.batch, "global batch (sequences per step)")
-        ->check(positive)
-        ->group("Training");
-    app.add_option("--task", c.task, "markov | reverse | modadd | text (with --data)")
-        ->group("Training");
-    app.add_option("--data", c.data_file,
-                   "a text file to train on, byte-level (implies --task text)")
-        ->check(InputFile(kMaxDataFileBytes))
-        ->group("Training");
-    app.add_option("--optimizer", c.optimizer, "adamw | sgd")
-        ->check(CLI::IsMember({"adamw", "sgd"}))
-        ->group("Training");
-    app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
-    app.add_option(
-           "--weight-decay", c.weight_decay,
-           "AdamW's decoupled weight decay (PyTorch's default 0.01); SGD: L2 on the gradient")
-        ->check(NonNegative)
-        ->group("Training");
-    app.add_option("--seed", c.seed, "seed for init and data")->check(Unsigned)->group("Training");
-    app.add_option("--checkpoint", c.checkpoint,
-                   "save parameters + optimizer state here at the end")
-        ->check(OutputFile)
-        ->group("Training");
-    app.add_option("--resume", c.resume, "start from this checkpoint")
-        ->check(InputFile(kMaxCheckpointBytes))
-        ->group("Training");
-    app.add_option(
-           "--precision", c.precision,
-           "fp32 | bf16 | fp16: weights and activations (bf16/fp16 keep fp32 master weights)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-        ->group("Training");
-    app.add_option("--recompute", c.recompute,
-                   "none | selective | full: activations recomputed in backward instead of kept")
-        ->check(CLI::IsMember({"none", "selective", "full"}))
-        ->group("Training");
-    app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
-        ->check(NonNegative)
-        ->group("Output");
-  }
+// The training options, then --log-every (shown under Output).
+void add_training_options(CLI::App& app, CommonOptions& c) {
+  const CLI::Validator& positive = Positive;
+  app.add_option("--steps", c.steps, "training steps")->check(positive)->group("Training");
+  app.add_option("--batch", c.batch, "global batch (sequences per step)")
+      ->check(positive)
+      ->group("Training");
+  app.add_option("--task", c.task, "markov | reverse | modadd | text (with --data)")
+      ->group("Training");
+  app.add_option("--data", c.data_file, "a text file to train on, byte-level (implies --task text)")
+      ->check(InputFile(kMaxDataFileBytes))
+      ->group("Training");
+  app.add_option("--optimizer", c.optimizer, "adamw | sgd")
+      ->check(CLI::IsMember({"adamw", "sgd"}))
+      ->group("Training");
+  app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
+  app.add_option("--weight-decay", c.weight_decay,
+                 "AdamW's decoupled weight decay (PyTorch's default 0.01); SGD: L2 on the gradient")
+      ->check(NonNegative)
+      ->group("Training");
+  app.add_option("--seed", c.seed, "seed for init and data")->check(Unsigned)->group("Training");
+  app.add_option("--checkpoint", c.checkpoint, "save parameters + optimizer state here at the end")
+      ->check(OutputFile)
+      ->group("Training");
+  app.add_option("--resume", c.resume, "start from this checkpoint")
+      ->check(InputFile(kMaxCheckpointBytes))
+      ->group("Training");
+  app.add_option("--precision", c.precision,
+                 "fp32 | bf16 | fp16: weights and activations (bf16/fp16 keep fp32 master weights)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->group("Training");
+  app.add_option("--recompute", c.recompute,
+                 "none | selective | full: activations recomputed in backward instead of kept")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->group("Training");
+  app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
+      ->check(NonNegative)
+      ->group("Output");
+}
+
+void add_output_options(CLI::App& app, CommonOptions& c) {
   app.add_option("--trace", c.trace_path, "write the Chrome/Perfetto trace JSON here")
       ->check(OutputFile)
       ->group("Output");
   app.add_flag("--viz", c.viz, "open the dashboard on the trace when done")->group("Output");
   app.add_flag("--quiet,-q", c.quiet, "print only the summary")->group("Output");
+}
+
+}  // namespace
+
+void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d) {
+  c.ranks = d.ranks;
+  c.steps = d.steps;
+  c.batch = d.batch;
+  c.layers = d.layers;
+  add_world_options(app, c);
+  if (d.model_options) {
+    add_model_options(app, c);
+    add_training_options(app, c);
+  }
+  add_output_options(app, c);
 }
 
 namespace {

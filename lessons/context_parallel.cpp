@@ -18,6 +18,7 @@
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/mesh.h"
 #include "core/tensor/dtype.h"
+#include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
@@ -194,11 +195,12 @@ void print_wire(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
     fmt::print(out, "  rank {}: attention {:>10}   gradient all-reduce {:>10}\n", r,
                format_bytes(attention[size_t(r)]), format_bytes(gradients[size_t(r)]));
   fmt::print(out, "  attention formula: {} = {}\n", how, format_bytes(formula));
-  fmt::print(out,
-             "  gradients formula: ring all-reduce 2(cp-1)/cp x {} params x 4 B = {} (every GPU "
-             "holds all weights)\n",
-             with_commas(count_params(cfg)),
-             format_bytes(int64_t(2.0 * (cp - 1) / cp * double(count_params(cfg)) * 4.0)));
+  fmt::print(
+      out,
+      "  gradients formula: ring all-reduce 2(cp-1)/cp x {} params x 4 B = {} (every GPU "
+      "holds all weights)\n",
+      with_commas(count_params(cfg)),
+      format_bytes(int64_t(theory::ring_all_reduce_factor(cp) * double(count_params(cfg)) * 4.0)));
 }
 
 // Activation bytes this model keeps per GPU (fp32, --recompute none): per token and layer the 16C

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
 #include "lessons/training.h"
@@ -51,7 +52,7 @@ class DataParallelLesson : public Lesson {
     fmt::print(out,
                "DDP instead: no broadcast, and every rank sends 2(N-1)/N x P = {} B, "
                "whatever N is\n",
-               with_commas(static_cast<int64_t>(2 * (n - 1) / n * model_bytes)));
+               with_commas(static_cast<int64_t>(theory::ring_all_reduce_factor(n) * model_bytes)));
     if (s.ranks.size() > 1)
       fmt::print(out, "rank 0 busy {} vs replica busy {}: the replicas wait for the driver\n",
                  format_seconds(s.ranks[0].busy), format_seconds(s.ranks[1].busy));

@@ -20,6 +20,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/ddp.h"
 #include "core/runtime/input_file.h"
+#include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
 #include "core/train/single_device.h"
 #include "lessons/host_memory_check.h"
@@ -143,7 +144,8 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
         {"global_batch", result.global_batch}}},
       {"predictions",
        {{"gradient_bytes", result.gradient_bytes},
-        {"bytes_per_rank", d.naive ? 0.0 : 2 * (n - 1) / n * result.gradient_bytes},
+        {"bytes_per_rank",
+         d.naive ? 0.0 : theory::ring_all_reduce_factor(n) * result.gradient_bytes},
         {"ideal_speedup", n}}}};
   result.trace = world.collect_trace(meta);
   if (world.is_root()) {  // under mpirun the merged trace is on the root process only
@@ -231,7 +233,7 @@ void print_ddp_report(std::ostream& out, const CommonOptions& c, const DataParal
   fmt::print(
       out, "  ring traffic     2(N-1)/N x {} B = {} B sent per rank (the same for any N > 1){}\n",
       with_commas(r.gradient_bytes),
-      with_commas(static_cast<int64_t>(2 * (n - 1) / n * double(measured))),
+      with_commas(static_cast<int64_t>(theory::ring_all_reduce_factor(n) * double(measured))),
       sent ? fmt::format("; measured {} B", with_commas(*sent)) : " (formula; not measured yet)");
   fmt::print(out, "  comm {} of which hidden behind backward {} ({:.1f}% overlap), exposed {}\n",
              format_seconds(r0.comm), format_seconds(r0.overlap), 100 * r0.overlap_fraction,

@@ -204,113 +204,140 @@ nlohmann::json plan_json(const plan::SearchRequest& r, const plan::SearchResult&
           {"wall_seconds", result.wall_seconds}};
 }
 
+namespace {
+
+// What `mgpu plan` reads from its command line; a pin left at 0 (-1 for --zero, empty for the
+// strings) is searched.
+struct PlanArgs {
+  std::string model, profile = "DGX-H100", precision, schedule, recompute;
+  int gpus = 0, global_batch = 0, seq = 0, top = 5,
+      max_simulated = plan::SearchRequest{}.max_simulated;
+  int dp = 0, tp = 0, pp = 0, cp = 0, mbs = 0, zero = -1;
+  bool json = false;
+};
+
+void add_plan_options(CLI::App& app, PlanArgs& a) {
+  app.add_option("--model", a.model,
+                 "gpt2-small ... gpt2-xl, gpt3-2.7b ... gpt3-175b, or a JSON file {layers, dim, "
+                 "heads, seq, vocab}")
+      ->required();
+  app.add_option("--gpus", a.gpus, "number of GPUs")->required()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--profile", a.profile, "hardware profile (`mgpu profiles`) or JSON file")
+      ->capture_default_str();
+  app.add_option("--global-batch", a.global_batch,
+                 "sequences per step (default: the preset's; GPT-3 1536, otherwise 512)")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--seq", a.seq, "sequence length (default: the model's)")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--top", a.top, "layouts shown")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--max-simulated", a.max_simulated,
+                 "layouts simulated (in the screen's order; more is slower and surer)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  app.add_flag("--json", a.json,
+               "print the --top ranked layouts as JSON (progress goes to stderr)");
+  auto pin = [&](const char* name, int& value, const char* what) {
+    app.add_option(name, value, what)->check(CLI::Range(1, 1 << 20))->group("Pins");
+  };
+  pin("--dp", a.dp, "data-parallel replicas");
+  pin("--tp", a.tp, "tensor-parallel size (divides the heads)");
+  pin("--pp", a.pp, "pipeline stages (divides the layers)");
+  pin("--cp", a.cp, "context-parallel size (splits the sequence)");
+  pin("--microbatch-size", a.mbs, "sequences per micro-batch");
+  app.add_option("--zero", a.zero, "ZeRO stage over dp: 0 or 1")
+      ->check(CLI::IsMember({0, 1}))
+      ->group("Pins");
+  app.add_option("--schedule", a.schedule,
+                 "gpipe | 1f1b | interleaved (V = 2) | zb-h1 | zbv | dualpipev")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}))
+      ->group("Pins");
+  app.add_option("--precision", a.precision, "fp32 | bf16 | fp16 | any (default: bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "any"}))
+      ->group("Pins");
+  app.add_option("--recompute", a.recompute, "none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->group("Pins");
+}
+
+// The search the arguments ask for; throws UsageError (one line) for a step of more tokens than
+// the simulation samples and std::invalid_argument for a bad profile or model.
+plan::SearchRequest make_request(const PlanArgs& a, const PlanModel& chosen) {
+  plan::SearchRequest request;
+  request.workload.model = chosen.config;
+  if (a.seq > 0) request.workload.model.seq_len = a.seq;
+  request.gpus = a.gpus;
+  request.global_batch = a.global_batch > 0 ? a.global_batch : chosen.default_global_batch;
+  request.profile = HardwareProfile::load(a.profile);
+  request.top = a.top;
+  request.max_simulated = a.max_simulated;
+  plan::Pins& pins = request.pins;
+  if (a.dp > 0) pins.dp = a.dp;
+  if (a.tp > 0) pins.tp = a.tp;
+  if (a.pp > 0) pins.pp = a.pp;
+  if (a.cp > 0) pins.cp = a.cp;
+  if (a.mbs > 0) pins.microbatch_size = a.mbs;
+  if (a.zero >= 0) pins.zero = a.zero;
+  if (!a.schedule.empty()) pins.schedule = a.schedule;
+  if (!a.recompute.empty()) pins.recompute = a.recompute;
+  if (a.precision == "any")
+    pins.precisions = {"bf16", "fp16", "fp32"};
+  else if (!a.precision.empty())
+    pins.precisions = {a.precision};
+  request.workload.model.validate();
+  // The engine samples a step's token ids on the host: bound the tokens per step (GPT-3 trains
+  // 3.1 M; this allows 43 times that).
+  constexpr int64_t kMaxTokens = int64_t{1} << 27;
+  const int64_t tokens = int64_t{request.global_batch} * request.workload.model.seq_len;
+  if (tokens > kMaxTokens)
+    throw UsageError(fmt::format(
+        "--global-batch {} x --seq {} = {} tokens per step is more than the simulation samples "
+        "(at most {}): use --global-batch {} or less",
+        request.global_batch, request.workload.model.seq_len, tokens, kMaxTokens,
+        kMaxTokens / request.workload.model.seq_len));
+  return request;
+}
+
+void print_plan_header(std::ostream& out, const plan::SearchRequest& request,
+                       const std::string& model_name) {
+  const GPTConfig& m = request.workload.model;
+  const int nodes =
+      (request.gpus + request.profile.ranks_per_node - 1) / request.profile.ranks_per_node;
+  fmt::print(out, "model:   {} ({})\n", model_name, describe_model(m, count_params(m)));
+  fmt::print(out, "cluster: {} GPUs = {} node{} of {} ({}; {} per GPU)\n", request.gpus, nodes,
+             nodes == 1 ? "" : "s", request.profile.name, request.profile.description,
+             format_bytes(request.profile.memory_capacity));
+  fmt::print(out,
+             "batch:   {} sequences x {} tokens per step, AdamW\n"
+             "search:  a formula screen (memory: core/memory/activations.h; time: roofline + "
+             "ring collectives + bubble) only picks which layouts to simulate on the modeled "
+             "clock: its first {} (more while none of them fits), plus the near misses over "
+             "capacity that show why they lose\n",
+             request.global_batch, m.seq_len, request.max_simulated);
+}
+
+}  // namespace
+
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app(
       "which layout should this model use on N GPUs? Enumerates dp x tp x pp x cp, "
       "micro-batching, schedule, ZeRO, recompute and precision; simulates the promising "
       "layouts on the modeled clock and ranks them by tokens/s",
       "mgpu plan");
-  std::string model, profile = "DGX-H100", precision, schedule, recompute;
-  int gpus = 0, global_batch = 0, seq = 0, top = 5,
-      max_simulated = plan::SearchRequest{}.max_simulated;
-  int dp = 0, tp = 0, pp = 0, cp = 0, mbs = 0, zero = -1;
-  bool json = false;
-  app.add_option("--model", model,
-                 "gpt2-small ... gpt2-xl, gpt3-2.7b ... gpt3-175b, or a JSON file {layers, dim, "
-                 "heads, seq, vocab}")
-      ->required();
-  app.add_option("--gpus", gpus, "number of GPUs")->required()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--profile", profile, "hardware profile (`mgpu profiles`) or JSON file")
-      ->capture_default_str();
-  app.add_option("--global-batch", global_batch,
-                 "sequences per step (default: the preset's; GPT-3 1536, otherwise 512)")
-      ->check(CLI::Range(1, 1 << 24));
-  app.add_option("--seq", seq, "sequence length (default: the model's)")
-      ->check(CLI::Range(1, 1 << 24));
-  app.add_option("--top", top, "layouts shown")->capture_default_str()->check(CLI::Range(1, 1000));
-  app.add_option("--max-simulated", max_simulated,
-                 "layouts simulated (in the screen's order; more is slower and surer)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000));
-  app.add_flag("--json", json, "print the --top ranked layouts as JSON (progress goes to stderr)");
-  auto pin = [&](const char* name, int& value, const char* what) {
-    app.add_option(name, value, what)->check(CLI::Range(1, 1 << 20))->group("Pins");
-  };
-  pin("--dp", dp, "data-parallel replicas");
-  pin("--tp", tp, "tensor-parallel size (divides the heads)");
-  pin("--pp", pp, "pipeline stages (divides the layers)");
-  pin("--cp", cp, "context-parallel size (splits the sequence)");
-  pin("--microbatch-size", mbs, "sequences per micro-batch");
-  app.add_option("--zero", zero, "ZeRO stage over dp: 0 or 1")
-      ->check(CLI::IsMember({0, 1}))
-      ->group("Pins");
-  app.add_option("--schedule", schedule,
-                 "gpipe | 1f1b | interleaved (V = 2) | zb-h1 | zbv | dualpipev")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}))
-      ->group("Pins");
-  app.add_option("--precision", precision, "fp32 | bf16 | fp16 | any (default: bf16)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "any"}))
-      ->group("Pins");
-  app.add_option("--recompute", recompute, "none | selective | full")
-      ->check(CLI::IsMember({"none", "selective", "full"}))
-      ->group("Pins");
+  PlanArgs a;
+  add_plan_options(app, a);
   bool done = false;
   const int rc = parse_command(app, args, out, err, "plan", done);
   if (done) return rc;
 
   try {
-    const PlanModel chosen = plan_model(model);
-    plan::SearchRequest request;
-    request.workload.model = chosen.config;
-    if (seq > 0) request.workload.model.seq_len = seq;
-    request.gpus = gpus;
-    request.global_batch = global_batch > 0 ? global_batch : chosen.default_global_batch;
-    request.profile = HardwareProfile::load(profile);
-    request.top = top;
-    request.max_simulated = max_simulated;
-    plan::Pins& pins = request.pins;
-    if (dp > 0) pins.dp = dp;
-    if (tp > 0) pins.tp = tp;
-    if (pp > 0) pins.pp = pp;
-    if (cp > 0) pins.cp = cp;
-    if (mbs > 0) pins.microbatch_size = mbs;
-    if (zero >= 0) pins.zero = zero;
-    if (!schedule.empty()) pins.schedule = schedule;
-    if (!recompute.empty()) pins.recompute = recompute;
-    if (precision == "any")
-      pins.precisions = {"bf16", "fp16", "fp32"};
-    else if (!precision.empty())
-      pins.precisions = {precision};
-    request.workload.model.validate();
-    const GPTConfig& m = request.workload.model;
-    // The engine samples a step's token ids on the host: bound the tokens per step (GPT-3 trains
-    // 3.1 M; this allows 43 times that).
-    constexpr int64_t kMaxTokens = int64_t{1} << 27;
-    const int64_t tokens = int64_t{request.global_batch} * request.workload.model.seq_len;
-    if (tokens > kMaxTokens)
-      throw UsageError(fmt::format(
-          "--global-batch {} x --seq {} = {} tokens per step is more than the simulation samples "
-          "(at most {}): use --global-batch {} or less",
-          request.global_batch, request.workload.model.seq_len, tokens, kMaxTokens,
-          kMaxTokens / request.workload.model.seq_len));
+    const PlanModel chosen = plan_model(a.model);
+    const plan::SearchRequest request = make_request(a, chosen);
     // Pins no layout satisfies: one line before anything is printed (the search repeats this).
-    plan::enumerate_layouts(m, gpus, request.global_batch, pins);
-    std::ostream& progress = json ? err : out;
-    if (!json) {
-      const int nodes =
-          (gpus + request.profile.ranks_per_node - 1) / request.profile.ranks_per_node;
-      fmt::print(out, "model:   {} ({})\n", chosen.name, describe_model(m, count_params(m)));
-      fmt::print(out, "cluster: {} GPUs = {} node{} of {} ({}; {} per GPU)\n", gpus, nodes,
-                 nodes == 1 ? "" : "s", request.profile.name, request.profile.description,
-                 format_bytes(request.profile.memory_capacity));
-      fmt::print(out,
-                 "batch:   {} sequences x {} tokens per step, AdamW\n"
-                 "search:  a formula screen (memory: core/memory/activations.h; time: roofline + "
-                 "ring collectives + bubble) only picks which layouts to simulate on the modeled "
-                 "clock: its first {} (more while none of them fits), plus the near misses over "
-                 "capacity that show why they lose\n",
-                 request.global_batch, m.seq_len, max_simulated);
-    }
+    plan::enumerate_layouts(request.workload.model, a.gpus, request.global_batch, request.pins);
+    std::ostream& progress = a.json ? err : out;
+    if (!a.json) print_plan_header(out, request, chosen.name);
     select_impl("reference", progress);  // the engine runs the reference pipeline schedules
     const plan::SearchResult result = run_search(request, progress);
     if (result.simulated == 0 && !result.refused.empty()) {
@@ -320,7 +347,7 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
                          fmt::format("the engine refuses every layout these pins allow: {}",
                                      fmt::join(reasons, "; ")));
     }
-    if (json)
+    if (a.json)
       out << plan_json(request, result, chosen.name).dump(2) << "\n";
     else
       print_plan(out, request, result, chosen.name);

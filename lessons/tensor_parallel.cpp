@@ -16,31 +16,14 @@
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/tensor/dtype.h"
+#include "core/theory/collectives.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
 
 namespace {
-
-// Parameters of the model, split into what every tp rank holds in full and what is divided.
-struct TpParamCount {
-  int64_t replicated = 0;  // embeddings, layernorms, row-parallel biases, head
-  int64_t sharded = 0;     // qkv, attn.proj, fc, mlp.proj weights (+ column biases), all ranks
-  int64_t per_rank(int tp) const { return replicated + sharded / tp; }
-};
-
-TpParamCount tp_param_count(const GPTConfig& cfg) {
-  const int64_t c = cfg.dim, v = cfg.vocab, t = cfg.seq_len, l = cfg.layers;
-  TpParamCount n;
-  n.replicated = v * c + t * c + l * (2 * c + 2 * c + c + c) + 2 * c + v * c;
-  n.sharded = l * ((3 * c * c + 3 * c) + c * c + (4 * c * c + 4 * c) + 4 * c * c);
-  return n;
-}
-
-int optimizer_bytes_per_param(const std::string& optimizer) {
-  return optimizer == "sgd" ? 4 : 8;  // momentum; AdamW's m and v
-}
 
 // A tp layout (TensorParallel, or SequenceParallel on top of it) together with the mesh it takes
 // its group from (the group must outlive it).
@@ -165,19 +148,19 @@ void print_communication(std::ostream& out, const CommonOptions& c, const GPTCon
   fmt::print(out,
              "  on the wire  {} sent by rank 0 (measured)   formula: ring 2(t-1)/t x {} = {}{}\n",
              format_bytes(sent), format_bytes(bytes),
-             format_bytes(static_cast<int64_t>(2 * (t - 1) / t * double(bytes))),
+             format_bytes(static_cast<int64_t>(theory::ring_all_reduce_factor(t) * double(bytes))),
              c.ranks == 1 ? "; tp=1 sends nothing" : "");
 }
 
 void print_memory_split(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
                         const TensorParallelResult& r) {
-  const TpParamCount n = tp_param_count(cfg);
+  const theory::TpParameterSplit n = theory::tp_parameter_split(cfg);
   const int64_t local = n.per_rank(c.ranks);
   // Mixed precision: 2-byte weights, fp32 gradients, and the optimizer's fp32 master weights
   // (4 B) beside AdamW's m and v: 2 + 4 + 12 B per parameter.
   const bool mixed = cfg.dtype != DType::f32;
-  const int wb = static_cast<int>(dtype_size(cfg.dtype));
-  const int ob = optimizer_bytes_per_param(c.optimizer) + (mixed ? 4 : 0);
+  const theory::StateBytes b = theory::model_state_bytes(int(dtype_size(cfg.dtype)), c.optimizer);
+  const int wb = b.params, ob = b.optimizer;
   auto peak = [&](MemCategory m) { return r.memory.peak[static_cast<int>(m)]; };
   fmt::print(out, "\nmemory per GPU, rank 0 (measured by the allocator vs formula):\n");
   fmt::print(out, "  parameters held  {} (measured)   formula: {} replicated + {} / {} = {}\n",
@@ -204,11 +187,11 @@ void print_memory_split(std::ostream& out, const CommonOptions& c, const GPTConf
 // The Adam question: the run did not fit. Say why, and find the tp at which it fits again.
 void explain_out_of_memory(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
                            const OutOfMemory& oom) {
-  const TpParamCount n = tp_param_count(cfg);
+  const theory::TpParameterSplit n = theory::tp_parameter_split(cfg);
   const int64_t local = n.per_rank(c.ranks);
   const bool mixed = cfg.dtype != DType::f32;
-  const int wb = static_cast<int>(dtype_size(cfg.dtype));
-  const int ob = optimizer_bytes_per_param(c.optimizer) + (mixed ? 4 : 0);
+  const theory::StateBytes b = theory::model_state_bytes(int(dtype_size(cfg.dtype)), c.optimizer);
+  const int wb = b.params, ob = b.optimizer;
   fmt::print(out, "\nout of memory at tp={} with {} (capacity {} per GPU):\n", c.ranks, c.optimizer,
              c.capacity.empty() ? "the profile's" : c.capacity);
   fmt::print(

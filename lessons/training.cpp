@@ -9,6 +9,7 @@
 #include <fmt/ostream.h>
 
 #include "core/optim/mixed_precision.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
 #include "core/trace/chrome_trace.h"
@@ -70,7 +71,8 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
     const int64_t capacity =
         w.capacity_override > 0 ? w.capacity_override : w.profile.memory_capacity;
     // fp32: 4 + 4 + (4 SGD momentum | 8 AdamW); bf16/fp16: 2 + 4 + (4 master + 8 AdamW)
-    const int64_t per_param = cfg.dtype != DType::f32 ? 18 : (c.optimizer == "sgd" ? 12 : 16);
+    const int64_t per_param =
+        theory::model_state_bytes(int(dtype_size(cfg.dtype)), c.optimizer).total();
     const int64_t bytes = count_params(cfg) * per_param;
     if (capacity > 0 && bytes > capacity)
       throw UsageError(fmt::format(

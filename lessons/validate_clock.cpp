@@ -33,9 +33,9 @@
 #include "core/parallel/pipeline/simulate.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/plan/simulate.h"
+#include "core/theory/model_states.h"
 #include "lessons/cli.h"
 #include "lessons/impl.h"
-#include "lessons/zero.h"
 
 namespace mgpu::lessons {
 
@@ -243,13 +243,13 @@ void table5_rows(const HardwareProfile& profile, std::vector<Row>& rows) {
 // ZeRO Figure 1: Psi = 7.5B, N = 64, mixed-precision Adam (K = 12), decimal GB.
 void zero_rows(std::vector<Row>& rows) {
   const double psi = 7.5e9, n = 64;
-  const StateBytes mixed{.params = 2, .grads = 2, .optimizer = 12};
+  const theory::StateBytes mixed{.params = 2, .grads = 2, .optimizer = 12};
   const double published[] = {120, 31.4, 16.6, 1.9};
   const char* names[] = {"baseline (DDP)", "P_os", "P_os+g", "P_os+g+p"};
   for (int stage = 0; stage < 4; ++stage)
     rows.push_back({"Rajbhandari 2020 Fig. 1",
                     fmt::format("7.5B on 64 GPUs, {} model states (GB)", names[stage]),
-                    published[stage], stage_formula(stage, mixed, psi, n).total() / 1e9,
+                    published[stage], theory::zero_model_states(stage, mixed, psi, n).total() / 1e9,
                     Bound::exact, stage == 0 ? 0 : 1});
 }
 

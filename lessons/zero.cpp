@@ -7,14 +7,13 @@
 #include "lessons/zero.h"
 
 #include <algorithm>
-#include <cmath>
 #include <mutex>
 #include <ostream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
 #include "lessons/training.h"
@@ -29,9 +28,8 @@ int64_t at(const CategoryBytes& b, MemCategory c) {
   return b[static_cast<int>(c)];
 }
 
-StateBytes state_bytes(const CommonOptions& c, int param_bytes) {
-  const int moments = c.optimizer == "sgd" ? 4 : 8;
-  return {param_bytes, 4, moments + (param_bytes < 4 ? 4 : 0)};
+theory::StateBytes state_bytes(const CommonOptions& c, int param_bytes) {
+  return theory::model_state_bytes(param_bytes, c.optimizer);
 }
 
 std::string stage_title(int stage) {
@@ -47,22 +45,29 @@ std::string stage_title(int stage) {
   }
 }
 
-// Bytes one rank sends per step with ring collectives: all-reduce 2(N-1)/N x G; reduce-scatter
-// and all-gather (N-1)/N x their size each.
-double wire_formula(int stage, const StateBytes& b, double psi, double n) {
-  const double f = (n - 1) / n, grads = b.grads * psi, params = b.params * psi;
-  if (stage == 0) return 2 * f * grads;
-  if (stage < 3) return f * grads + f * params;
-  return f * grads + 2 * f * params;
-}
+// What rank 0 gathers from every rank after training, by name (it travels as int64s through
+// train::gather_to_root, in this order).
+struct ZeroRankStats {
+  CategoryBytes peak{};        // allocator peaks by category, from after set-up
+  CategoryBytes settled{};     // current bytes by category after the last step
+  int64_t owned_elements = 0;  // parameter elements this rank's optimizer updates
+  int64_t largest_unit = 0;    // elements of the largest unit (a block, or the embedding)
 
-std::string stage_name(int stage) {
-  return stage == 0 ? "baseline" : fmt::format("stage {}", stage);
-}
-
-std::string gb(double bytes) {
-  return fmt::format("{:.1f} GB", bytes / 1e9);
-}
+  std::vector<int64_t> values() const {
+    std::vector<int64_t> v(peak.begin(), peak.end());
+    v.insert(v.end(), settled.begin(), settled.end());
+    v.insert(v.end(), {owned_elements, largest_unit});
+    return v;
+  }
+  static ZeroRankStats from(const std::vector<int64_t>& v) {
+    ZeroRankStats s;
+    std::copy_n(v.begin(), kCategories, s.peak.begin());
+    std::copy_n(v.begin() + kCategories, kCategories, s.settled.begin());
+    s.owned_elements = v[2 * kCategories];
+    s.largest_unit = v[2 * kCategories + 1];
+    return s;
+  }
+};
 
 }  // namespace
 
@@ -102,22 +107,19 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
       [&](RankContext& ctx, train::Layout& layout) {
         const auto& zero = static_cast<parallel::ZeroLayout&>(layout);
         const MemoryStats stats = ctx.allocator.stats();
-        std::vector<int64_t> mine(stats.peak.begin(), stats.peak.end());
-        mine.insert(mine.end(), stats.current.begin(), stats.current.end());
-        int64_t largest = 0;
-        for (const parallel::ZeroUnit& u : zero.units()) largest = std::max(largest, u.numel);
-        mine.insert(mine.end(), {zero.owned_elements(), largest});
-        auto all = train::gather_to_root(ctx, mine);
+        ZeroRankStats mine{
+            .peak = stats.peak, .settled = stats.current, .owned_elements = zero.owned_elements()};
+        for (const parallel::ZeroUnit& u : zero.units())
+          mine.largest_unit = std::max(mine.largest_unit, u.numel);
+        auto all = train::gather_to_root(ctx, mine.values());
         if (ctx.rank != 0) return;
         std::lock_guard lock(mutex);
         for (const auto& v : all) {
-          CategoryBytes peak{}, settled{};
-          std::copy_n(v.begin(), kCategories, peak.begin());
-          std::copy_n(v.begin() + kCategories, kCategories, settled.begin());
-          result.peak.push_back(peak);
-          result.settled.push_back(settled);
-          result.owned.push_back(v[2 * kCategories]);
-          result.largest_unit = v[2 * kCategories + 1];
+          const ZeroRankStats rank = ZeroRankStats::from(v);
+          result.peak.push_back(rank.peak);
+          result.settled.push_back(rank.settled);
+          result.owned.push_back(rank.owned_elements);
+          result.largest_unit = rank.largest_unit;
         }
       });
   result.losses = trained.losses;
@@ -126,15 +128,15 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
   result.fresh_optimizer = trained.fresh_optimizer;
   result.skipped_steps = trained.skipped_steps;
   result.loss_scale = trained.loss_scale;
-  const StateBytes b = state_bytes(c, result.param_bytes);
+  const theory::StateBytes b = state_bytes(c, result.param_bytes);
   const double psi = static_cast<double>(result.params), n = c.ranks;
   nlohmann::json meta = {
       {"lesson", "zero"},
       {"config", c.to_json()},
       {"zero", {{"stage", options.stage}, {"prefetch", options.prefetch}}},
       {"predictions",
-       {{"model_state_bytes_per_rank", stage_formula(options.stage, b, psi, n).total()},
-        {"bytes_sent_per_rank", wire_formula(options.stage, b, psi, n)}}}};
+       {{"model_state_bytes_per_rank", theory::zero_model_states(options.stage, b, psi, n).total()},
+        {"bytes_sent_per_rank", theory::zero_bytes_sent(options.stage, b, psi, n)}}}};
   result.trace = world.collect_trace(meta);
   return result;
 }
@@ -145,9 +147,9 @@ namespace {
 
 void print_memory_table(std::ostream& out, const CommonOptions& c, int stage,
                         const ZeroRunResult& r) {
-  const StateBytes b = state_bytes(c, r.param_bytes);
+  const theory::StateBytes b = state_bytes(c, r.param_bytes);
   const double psi = static_cast<double>(r.params), n = c.ranks;
-  const StageFormula f = stage_formula(stage, b, psi, n);
+  const theory::ZeroStates f = theory::zero_model_states(stage, b, psi, n);
   const int shown = std::min<int>(static_cast<int>(r.peak.size()), 4);
   fmt::print(out,
              "\nmemory per rank: peak bytes by category, measured by the allocator, beside the "
@@ -207,7 +209,7 @@ void print_memory_table(std::ostream& out, const CommonOptions& c, int stage,
              c.ranks);
   for (int s = 0; s <= 3; ++s)
     fmt::print(out, "  stage {} {}{}", s,
-               format_bytes(static_cast<int64_t>(stage_formula(s, b, psi, n).total())),
+               format_bytes(static_cast<int64_t>(theory::zero_model_states(s, b, psi, n).total())),
                s < 3 ? "," : "\n");
 }
 
@@ -216,7 +218,7 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
   if (!step) return;
   const trace::TraceSummary s = trace::analyze(r.trace, step);
   const trace::RankSummary& r0 = s.ranks.at(0);
-  const StateBytes b = state_bytes(c, r.param_bytes);
+  const theory::StateBytes b = state_bytes(c, r.param_bytes);
   const double psi = static_cast<double>(r.params), n = c.ranks;
   fmt::print(out, "\ncommunication per step, rank 0 (sent bytes measured from the trace):\n");
   const std::string how =
@@ -226,7 +228,7 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
                   : fmt::format("reduce-scatter (N-1)/N x {} Psi + 2 all-gathers (N-1)/N x {} Psi",
                                 b.grads, b.params);
   fmt::print(out, "  sent {} (measured)   formula: {} = {}\n", format_bytes(r0.wire_bytes), how,
-             format_bytes(static_cast<int64_t>(wire_formula(stage, b, psi, n))));
+             format_bytes(static_cast<int64_t>(theory::zero_bytes_sent(stage, b, psi, n))));
   if (b.params == b.grads)
     fmt::print(out, "  in Psi: {:.2f} x {} B x (N-1)/N   (the paper: {} Psi{})\n",
                n > 1 ? double(r0.wire_bytes) / (b.grads * psi * (n - 1) / n) : 0.0, b.grads,
@@ -245,76 +247,6 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
   fmt::print(out, "  comm {} of which hidden behind compute {} ({:.1f}% overlap), exposed {}\n",
              format_seconds(r0.comm), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
              format_seconds(r0.exposed_comm));
-}
-
-// The paper's Figure 1: a 7.5B-parameter model on 64 GPUs with mixed precision and Adam (K = 12).
-// Each stage runs one step on phantom GPUs (shapes and bytes, no math), and the allocator says what
-// every rank holds.
-int print_paper_figure(const CommonOptions& c, std::ostream& out) {
-  CommonOptions p = c;
-  p.device = "phantom";
-  p.clock = "modeled";
-  p.layers = 35, p.dim = 4096, p.heads = 32, p.seq = 1024, p.vocab = 50257;
-  p.batch = p.ranks;
-  p.steps = 1;
-  p.capacity = "4TiB";  // the baseline does not fit 80 GB: that is the point of the figure
-  p.precision = "bf16";
-  p.optimizer = "adamw";
-  p.quiet = true;
-  p.trace_path.clear();
-  p.checkpoint.clear();
-  p.resume.clear();
-  auto task = make_task(p);
-  const int64_t psi = count_params(model_config(p, *task));
-  fmt::print(out,
-             "== the ZeRO paper's headline: Psi = {:.2f}B parameters on N = {} GPUs, mixed "
-             "precision with Adam (K = 12) ==\n",
-             psi / 1e9, p.ranks);
-  fmt::print(out, "model:  {} (phantom GPUs: shapes and bytes, no math; one step per stage)\n\n",
-             describe_model(model_config(p, *task), psi));
-  fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n", "", "model states per GPU",
-             "paper: (2+2+K) formula", "transient + activ.", "largest model in 80 GB");
-  fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n", "", "(measured)", "", "(measured)",
-             "(from the measured B/param)");
-  const double n = p.ranks;
-  std::vector<CategoryBytes> measured;
-  for (int stage = 0; stage <= 3; ++stage) {
-    std::ostringstream quiet;
-    ZeroRunResult r = train_zero(p, {.stage = stage, .prefetch = true}, quiet);
-    const CategoryBytes& m = r.peak.at(0);
-    measured.push_back(m);
-    const double states = at(m, MemCategory::parameters) + at(m, MemCategory::gradients) +
-                          at(m, MemCategory::optimizer_state);
-    const double other = at(m, MemCategory::comm_buffers) + at(m, MemCategory::activations);
-    const StageFormula paper = stage_formula(stage, {2, 2, 12}, static_cast<double>(psi), n);
-    const double bytes_per_param = states / static_cast<double>(psi);
-    fmt::print(out, "  {:<10} {:>22} {:>24} {:>20} {:>22}\n", stage_name(stage), gb(states),
-               gb(paper.total()), gb(other),
-               fmt::format("{:.1f}B params", 80e9 / bytes_per_param / 1e9));
-  }
-  // The same measurements as bars: one character per 2.5 GB of rank 0's model states.
-  fmt::print(out,
-             "\n  model states of rank 0, measured (P parameters, G gradients, O optimizer "
-             "state; one character = 2.5 GB, | = 80 GB):\n");
-  for (int stage = 0; stage <= 3; ++stage) {
-    const CategoryBytes& m = measured[static_cast<size_t>(stage)];
-    std::string bar;
-    double upto = 0;  // rounded at the category ends, so the whole bar is the rounded total
-    for (auto [category, letter] :
-         {std::pair{MemCategory::parameters, 'P'}, std::pair{MemCategory::gradients, 'G'},
-          std::pair{MemCategory::optimizer_state, 'O'}}) {
-      upto += static_cast<double>(at(m, category));
-      bar.resize(static_cast<size_t>(std::lround(upto / 2.5e9)), letter);
-    }
-    if (bar.size() > 32) bar.insert(32, "|");  // 32 characters = 80 GB
-    bar += fmt::format(" {}", gb(upto));
-    fmt::print(out, "  {:<10} {}\n", stage_name(stage), bar);
-  }
-  fmt::print(out,
-             "\n  (ours differ from the paper's 2+2+K in the gradients: they stay fp32 here (4 B), "
-             "so the baseline is\n   2+4+12 = 18 B/param; the largest model counts model states "
-             "only, as the paper's figure does)\n");
-  return 0;
 }
 
 class ZeroLesson : public Lesson {
@@ -355,7 +287,7 @@ class ZeroLesson : public Lesson {
               typed));
       CommonOptions p = c;
       if (app_->count("--ranks") == 0) p.ranks = 64;
-      return print_paper_figure(p, out);
+      return print_zero_paper_figure(p, out);
     }
     if (prefetch_option_->count() > 0 && options_.stage != 3)
       throw UsageError(fmt::format(
@@ -392,11 +324,6 @@ class ZeroLesson : public Lesson {
 
 std::unique_ptr<Lesson> make_zero_lesson() {
   return std::make_unique<ZeroLesson>();
-}
-
-StageFormula stage_formula(int stage, const StateBytes& b, double psi, double n) {
-  return {b.params * psi / (stage >= 3 ? n : 1.0), b.grads * psi / (stage >= 2 ? n : 1.0),
-          b.optimizer * psi / (stage >= 1 ? n : 1.0)};
 }
 
 }  // namespace mgpu::lessons

@@ -12,21 +12,6 @@
 
 namespace mgpu::lessons {
 
-// Bytes per parameter of the model states, as the run keeps them: the model's parameters (4 fp32,
-// 2 bf16), gradients (always fp32 here: accumulated and reduced in fp32) and optimizer state
-// (AdamW m + v = 8, plus the fp32 master weights = 12 under mixed precision: the paper's K).
-struct StateBytes {
-  int params = 4, grads = 4, optimizer = 8;
-};
-
-// The ZeRO paper's per-rank model-state bytes of each category at a stage (0 = DDP, 1 = P_os,
-// 2 = P_os+g, 3 = P_os+g+p) for Psi parameters over N ranks.
-struct StageFormula {
-  double params, grads, optimizer;
-  double total() const { return params + grads + optimizer; }
-};
-StageFormula stage_formula(int stage, const StateBytes& b, double psi, double n);
-
 struct ZeroRunResult {
   std::vector<float> losses;           // one per step run
   int64_t params = 0;                  // Psi: the full model's parameter count
@@ -48,5 +33,8 @@ struct ZeroRunResult {
 ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& options,
                          std::ostream& out);
 std::unique_ptr<Lesson> make_zero_lesson();
+// --paper: every stage of the ZeRO paper's 7.5B model on `c.ranks` phantom GPUs (lessons/
+// zero_paper.cpp), measured beside the paper's formula.
+int print_zero_paper_figure(const CommonOptions& c, std::ostream& out);
 
 }  // namespace mgpu::lessons

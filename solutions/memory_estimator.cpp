@@ -13,19 +13,16 @@
 // A sharded category holds ceil(params / dp) elements on the largest shard.
 #include <stdexcept>
 
+#include "core/theory/model_states.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::reference {
 
 namespace {
 
-struct BytesPerParam {
-  int64_t parameters, gradients, optimizer_state;
-};
-
-BytesPerParam bytes_per_param(ex::Precision precision) {
-  if (precision == ex::Precision::mixed_bf16) return {2, 4, 4 + 4 + 4};
-  return {4, 4, 4 + 4};
+// Bytes per parameter of the model states (core/theory/model_states.h): AdamW in both.
+theory::StateBytes bytes_per_param(ex::Precision precision) {
+  return theory::model_state_bytes(precision == ex::Precision::mixed_bf16 ? 2 : 4, "adamw");
 }
 
 // Elements one rank holds: all of them, or the largest of dp shards.
@@ -42,24 +39,18 @@ void validate(const ex::MemoryQuery& q) {
 
 }  // namespace
 
+// Embeddings (V + T) C, 12 C^2 + 13 C per block, the final layernorm 2C and the untied head V C.
 int64_t gpt_param_count(const GPTConfig& cfg) {
-  const int64_t c = cfg.dim, v = cfg.vocab, t = cfg.seq_len;
-  const int64_t embedding = v * c + t * c;                      // wte + wpe
-  const int64_t layer_norm = 2 * c;                             // weight + bias
-  const int64_t attention = (c * 3 * c + 3 * c) + (c * c + c);  // qkv + proj
-  const int64_t mlp = (c * 4 * c + 4 * c) + (4 * c * c + c);    // fc + proj
-  const int64_t block = 2 * layer_norm + attention + mlp;       // 12 C^2 + 13 C
-  const int64_t head = layer_norm + c * v;                      // ln_f + lm_head (no bias)
-  return embedding + cfg.layers * block + head;
+  return theory::gpt_parameters(cfg);
 }
 
 ex::MemoryEstimate estimate_memory(const ex::MemoryQuery& q) {
   validate(q);
-  const BytesPerParam b = bytes_per_param(q.precision);
+  const theory::StateBytes b = bytes_per_param(q.precision);
   ex::MemoryEstimate e;
-  e.optimizer_state = b.optimizer_state * elements_per_rank(q.params, q.dp, q.zero_stage >= 1);
-  e.gradients = b.gradients * elements_per_rank(q.params, q.dp, q.zero_stage >= 2);
-  e.parameters = b.parameters * elements_per_rank(q.params, q.dp, q.zero_stage >= 3);
+  e.optimizer_state = b.optimizer * elements_per_rank(q.params, q.dp, q.zero_stage >= 1);
+  e.gradients = b.grads * elements_per_rank(q.params, q.dp, q.zero_stage >= 2);
+  e.parameters = b.params * elements_per_rank(q.params, q.dp, q.zero_stage >= 3);
   return e;
 }
 

@@ -1,7 +1,7 @@
 // The planner's search, top to bottom (see search.h for the idea):
 //   1. enumerate the layouts the hybrid engine's rules allow, honouring the pins, and say what
 //      would work when the pins leave none;
-//   2. the screen: formula estimates that only decide which layouts get simulated;
+//   2. the screen (screen.cpp): formula estimates that only decide which layouts get simulated;
 //   3. simulate in screen order (one best layout per mesh first, so the table compares meshes),
 //      skip what the engine refuses, reject what does not fit, rank the rest by tokens/s.
 #include "core/plan/search.h"
@@ -16,10 +16,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/memory/activations.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/hybrid.h"
-#include "core/parallel/pipeline/bubble_theory.h"
 #include "core/runtime/world.h"
 #include "core/tensor/allocator.h"
 
@@ -193,28 +191,6 @@ std::string join_ints(const std::set<int>& values) {
       model, gpus));
 }
 
-// ---------------------------------------------------------------------------------- the screen
-
-GPTConfig local_config(const GPTConfig& m, const Layout& l) {
-  GPTConfig c = m;
-  c.dtype = parse_precision(l.precision);
-  c.recompute = parse_recompute(l.recompute);
-  c.seq_len = m.seq_len / l.cp;
-  return c;
-}
-
-// Ring all-reduce time of `bytes` over `n` members whose slowest hop is `link`.
-double ring_all_reduce(double bytes, int n, const LinkSpec& link) {
-  if (n <= 1) return 0;
-  const double bw = link.bandwidth > 0 ? link.achieved_bandwidth() : 1e30;
-  return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * link.latency;
-}
-
-// The link a group of `n` members `stride` ranks apart crosses at its slowest hop.
-const LinkSpec& group_link(const HardwareProfile& p, int n, int stride) {
-  return int64_t{stride} * (n - 1) < p.ranks_per_node ? p.intra_node : p.inter_node;
-}
-
 }  // namespace
 
 std::string describe(const Layout& l) {
@@ -233,104 +209,6 @@ std::vector<Layout> enumerate_layouts(const GPTConfig& model, int gpus, int glob
   if (layouts.empty()) explain_no_layout(model, gpus, global_batch, pins);
   for (const Layout& l : layouts) confirm_with_engine_rules(model, l, global_batch);
   return layouts;
-}
-
-// Rough on purpose: it only orders candidates and drops the hopeless ones; every figure shown
-// comes from plan::simulate. Time: each stage's micro-batch = its layers' GEMMs and attention on
-// the roofline (kernel_time), elementwise passes, the 4 tp all-reduces per layer, the LM head on
-// the last stage and the p2p sends; the pipeline takes (M + pp - 1) of those; then the dp
-// gradient all-reduce (fp32 gradients) and the optimizer. Memory: the largest stage's states
-// (weights s B + fp32 gradients 4 B + AdamW 8 B, + 4 B fp32 masters when s = 2; ZeRO-1 shards
-// the optimizer over dp) plus the kept activations (activations.h) of the micro-batches in flight.
-Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProfile& p) {
-  const GPTConfig c = local_config(model, l);
-  const DType dtype = c.dtype;
-  const double s = static_cast<double>(dtype_size(dtype));
-  const double C = c.dim, T = c.seq_len, V = c.vocab, H = c.heads, tp = l.tp;
-  const double rows = static_cast<double>(l.microbatch_size) * T;
-  const int layers = c.layers / l.pp;
-  auto gemm = [&](double m, double k, double n) {
-    return p.kernel_time(KernelCost{.kind = KernelKind::gemm,
-                                    .flops = 2 * m * k * n,
-                                    .bytes = s * (m * k + k * n + m * n),
-                                    .dtype = dtype,
-                                    .m = m,
-                                    .n = n,
-                                    .k = k});
-  };
-  const double linears = gemm(rows, C, 3 * C / tp) + gemm(rows, C / tp, C) +
-                         gemm(rows, C, 4 * C / tp) + gemm(rows, 4 * C / tp, C);
-  const double attention =
-      p.kernel_time(4 * rows * model.seq_len * C / tp,
-                    4 * s * l.microbatch_size * (H / tp) * T * model.seq_len, dtype);
-  const double elementwise = p.kernel_time(0, 20 * s * rows * C, dtype);
-  const double forward = linears + attention + elementwise;
-  const double recompute = l.recompute == "full"        ? forward
-                           : l.recompute == "selective" ? attention
-                                                        : 0;
-  const double tp_comm = 4 * ring_all_reduce(rows * C * s, l.tp, group_link(p, l.tp, 1));
-  // Ring attention: every block passes K and V (2 x its rows x C / tp) around the cp ring, forward
-  // and twice in backward; counted as exposed (the screen does not model the overlap).
-  const double cp_comm =
-      l.cp > 1 ? 3 * (l.cp - 1) *
-                     (group_link(p, l.cp, l.tp).latency +
-                      2 * rows * C / tp * s /
-                          std::max(group_link(p, l.cp, l.tp).achieved_bandwidth(), 1.0))
-               : 0;
-  const LinkSpec& pp_link = group_link(p, 2, l.tp * l.cp * l.dp);
-  const double p2p =
-      l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
-               : 0;
-  const double head = 3 * gemm(rows, C, V);
-  const double per_micro = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
-  // The bubble in micro-batch times: (P-1) for gpipe/1f1b, (P-1)/V interleaved; the zero-bubble
-  // family's closed forms (bubble_theory.h) at F = W = B/2, over a micro-batch's F + B.
-  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
-  const double bubble = l.schedule == "interleaved" ? (l.pp - 1.0) / l.virtual_stages
-                        : l.schedule == "zb-h1"     ? pipeline::bubble_zb1p(l.pp, stage) / 3
-                        : l.schedule == "zbv"       ? pipeline::bubble_zbv(l.pp, chunk) / 3
-                        : l.schedule == "dualpipev" ? pipeline::bubble_dualpipe(2 * l.pp, chunk) / 3
-                                                    : l.pp - 1.0;
-  const double pipeline = (l.microbatches + bubble) * per_micro;
-
-  const double block_params = 12 * C * C + 13 * C;
-  const double stage_params =
-      layers * block_params / tp + std::max((V + model.seq_len) * C, V * C + 2 * C);
-  const double optimizer_bytes = (s == 2 ? 12 : 8) / (l.zero == 1 ? double(l.dp) : 1.0);
-  const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
-  const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
-
-  // Micro-batches whose activations a stage holds at once: all of them in gpipe, pp in 1f1b,
-  // pp + (pp-1)/V chunks' worth in interleaved, and up to 2pp - 1 in zb-h1, whose deferred weight
-  // passes keep what W needs (an upper bound: measured 1.7x 1f1b's activations at pp 32).
-  const double in_flight =
-      l.schedule == "gpipe" ? l.microbatches
-      : l.schedule == "interleaved"
-          ? std::min<double>(l.pp + (l.pp - 1.0) / l.virtual_stages, l.microbatches)
-      : l.schedule == "zb-h1" ? std::min(2 * l.pp - 1, l.microbatches)
-      // V schedules: PP (ZB-V) or PP+1 (DualPipeV) half-stage chunks (DualPipe's table).
-      : l.schedule == "zbv"       ? pipeline::peak_chunks_1f1b(2 * l.pp) / 2.0
-      : l.schedule == "dualpipev" ? pipeline::peak_chunks_dualpipe(2 * l.pp) / 2.0
-                                  : std::min(l.pp, l.microbatches);
-  // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
-  // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
-  // only the output, whole.
-  // Under cp, ring attention keeps each local query row's probabilities against all T keys (cp
-  // blocks of T/cp), where the local config's formula counts T/cp of them.
-  const double cp_probabilities =
-      l.recompute == "none" ? rows * s * H * (model.seq_len - c.seq_len) : 0.0;
-  const double kept_whole =
-      static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size)) + cp_probabilities;
-  const double replicated = l.recompute == "full" ? kept_whole : rows * (s * 4 * C + 16);
-  const double kept = replicated + (kept_whole - replicated) / tp;
-  const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
-  const double logits = 2 * rows * V * 4;
-  const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
-  const double memory = stage_params * (s + 4 + optimizer_bytes) + dp_buffer +
-                        in_flight * layers * kept + static_cast<double>(step.workspace) / tp +
-                        logits;
-  return {.step_seconds = pipeline + dp_comm + optimizer_step,
-          .memory_bytes = static_cast<int64_t>(memory)};
 }
 
 // ---------------------------------------------------------------------------------- the search
@@ -383,40 +261,35 @@ std::string why_slower(const Simulated& best, const Simulated& other) {
 
 namespace {
 
-SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
-                               const Simulator& simulator) {
-  const auto started = std::chrono::steady_clock::now();
-  const Simulator run =
-      simulator ? simulator : [](const Workload& w, const Layout& l, const HardwareProfile& p) {
-        return simulate(w, l, p);
-      };
-  const GPTConfig& model = r.workload.model;
-  SearchResult result;
-  std::vector<Layout> layouts = enumerate_layouts(model, r.gpus, r.global_batch, r.pins);
-  result.enumerated = static_cast<int64_t>(layouts.size());
-
-  // The screen: fits (by formula, with a 5% margin so near misses are still simulated) or not,
-  // each side in estimated-time order.
-  const double capacity =
-      r.profile.memory_capacity > 0 ? static_cast<double>(r.profile.memory_capacity) : 1e300;
+// The screen's verdict on every layout: fits (by formula, with a 5% margin so near misses are
+// still simulated) or over, each side in estimated-time order.
+struct Screened {
   std::vector<Candidate> fits, over;
+};
+
+Screened screen_all(const GPTConfig& model, const std::vector<Layout>& layouts,
+                    const HardwareProfile& profile, double capacity) {
+  Screened s;
   for (const Layout& l : layouts) {
-    const Screen sc = screen_layout(model, l, r.profile);
-    (sc.memory_bytes > 1.05 * capacity ? over : fits).push_back({l, sc});
+    const Screen sc = screen_layout(model, l, profile);
+    (sc.memory_bytes > 1.05 * capacity ? s.over : s.fits).push_back({l, sc});
   }
-  result.screened_out = static_cast<int64_t>(over.size());
   // Equal estimates (gpipe and 1f1b of one mesh): the one needing less memory first.
   auto by_time = [](const Candidate& a, const Candidate& b) {
     return std::pair(a.screen.step_seconds, a.screen.memory_bytes) <
            std::pair(b.screen.step_seconds, b.screen.memory_bytes);
   };
-  std::stable_sort(fits.begin(), fits.end(), by_time);
-  std::stable_sort(over.begin(), over.end(), by_time);
+  std::stable_sort(s.fits.begin(), s.fits.end(), by_time);
+  std::stable_sort(s.over.begin(), s.over.end(), by_time);
+  return s;
+}
 
-  // The order to simulate in: the best candidate of each mesh first (half the budget), so the
-  // table compares meshes rather than micro-batch sizes of one; then the rest by estimate, except
-  // that a layout differing from one already queued only by its schedule waits until the end
-  // (same estimated time, more memory: gpipe beside 1f1b would mostly repeat a row).
+// The order to simulate in: the best candidate of each mesh first (half the budget), so the
+// table compares meshes rather than micro-batch sizes of one; then the rest by estimate, except
+// that a layout differing from one already queued only by its schedule waits until the end
+// (same estimated time, more memory: gpipe beside 1f1b would mostly repeat a row).
+std::vector<const Candidate*> simulation_order(const std::vector<Candidate>& fits,
+                                               int max_simulated) {
   std::vector<const Candidate*> order, twins;
   std::set<std::tuple<int, int, int, int>> meshes;
   std::set<const Candidate*> taken;
@@ -426,7 +299,7 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::set<decltype(but_schedule(Layout{}))> queued;
   for (const Candidate& c : fits)
     if (meshes.insert({c.layout.dp, c.layout.tp, c.layout.pp, c.layout.cp}).second &&
-        static_cast<int>(order.size()) < std::max(1, r.max_simulated / 2)) {
+        static_cast<int>(order.size()) < std::max(1, max_simulated / 2)) {
       order.push_back(&c), taken.insert(&c);
       queued.insert(but_schedule(c.layout));
     }
@@ -437,7 +310,7 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   // Context parallelism shrinks activations so much that the screen can fill the budget with cp
   // layouts only; the best layout without cp is always simulated too, so the table shows what cp
   // buys (a pin of --cp makes this moot).
-  const auto budget = static_cast<std::ptrdiff_t>(std::max(1, r.max_simulated));
+  const auto budget = static_cast<std::ptrdiff_t>(std::max(1, max_simulated));
   auto bring_into_budget = [&](auto&& wanted) {
     auto it = std::find_if(order.begin(), order.end(), wanted);
     if (it == order.end() || it - order.begin() < budget) return;
@@ -451,24 +324,29 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   // simulated: the best layout of the other placement is always simulated too.
   bring_into_budget([](const Candidate* c) { return !is_v_schedule(c->layout.schedule); });
   bring_into_budget([](const Candidate* c) { return is_v_schedule(c->layout.schedule); });
+  return order;
+}
 
-  std::map<decltype(refusal_key(Layout{})), std::string> refusals;
-  std::vector<Simulated> simulated;
-  auto refuse = [&](const Layout& l, const std::string& reason) {
-    refusals[refusal_key(l)] = reason;
-    result.refused_example.try_emplace(reason, l);
-  };
-  auto try_simulate = [&](const Layout& l, int planned) -> bool {
-    if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) {
-      ++result.refused[it->second];
+// Runs the simulator on layouts one at a time, remembering what the engine refused: one refusal
+// covers every layout with the same refusal_key, which is then not asked again.
+class SimulationRuns {
+ public:
+  SimulationRuns(const SearchRequest& r, const Simulator& run, const Progress& progress,
+                 double capacity, SearchResult& result)
+      : r_(r), run_(run), progress_(progress), capacity_(capacity), result_(result) {}
+
+  // True when `l` was simulated (fitting or not); false when the engine refused it.
+  bool simulate(const Layout& l, int planned) {
+    if (auto it = refusals_.find(refusal_key(l)); it != refusals_.end()) {
+      ++result_.refused[it->second];
       return false;
     }
     try {
-      Prediction p = run(r.workload, l, r.profile);
-      ++result.simulated;
-      if (progress) progress(result.simulated, planned, l, p);
-      const bool fits_memory = static_cast<double>(p.memory_peak_total) <= capacity;
-      simulated.push_back({l, p, fits_memory, ""});
+      Prediction p = run_(r_.workload, l, r_.profile);
+      ++result_.simulated;
+      if (progress_) progress_(result_.simulated, planned, l, p);
+      const bool fits_memory = static_cast<double>(p.memory_peak_total) <= capacity_;
+      simulated_.push_back({l, p, fits_memory, ""});
       return true;
     } catch (const std::invalid_argument& e) {
       refuse(l, e.what());
@@ -483,34 +361,38 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
       }
       throw;
     }
-  };
-  const int planned = r.max_simulated + std::min<int>(r.rejected_probes, over.size());
-  // Simulate in screen order until max_simulated ran; when none of them fits the capacity (the
-  // screen's memory formula was optimistic), go on down the list, up to three times as many.
-  int runs = 0, fitting = 0;
-  for (const Candidate* c : order) {
-    if (runs >= 3 * r.max_simulated || (runs >= r.max_simulated && fitting > 0)) break;
-    if (try_simulate(c->layout, planned)) {
-      ++runs;
-      fitting += simulated.back().fits ? 1 : 0;
-    }
   }
-  // The fastest layouts the screen found over capacity but by less than half of it again (the
-  // near misses worth explaining): simulated so "why not" has real numbers.
-  std::stable_partition(over.begin(), over.end(), [&](const Candidate& c) {
-    return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
-  });
-  int probes = 0;
-  for (const Candidate& c : over) {
-    if (probes >= r.rejected_probes) break;
-    if (try_simulate(c.layout, planned)) ++probes;
-  }
-  // Count every enumerated layout the refusals met cover (layouts never reached are not
-  // counted: the engine was not asked about them).
-  result.refused.clear();
-  for (const Layout& l : layouts)
-    if (auto it = refusals.find(refusal_key(l)); it != refusals.end()) ++result.refused[it->second];
 
+  // Counts every enumerated layout the refusals met cover (layouts never reached are not
+  // counted: the engine was not asked about them).
+  void count_refusals(const std::vector<Layout>& layouts) {
+    result_.refused.clear();
+    for (const Layout& l : layouts)
+      if (auto it = refusals_.find(refusal_key(l)); it != refusals_.end())
+        ++result_.refused[it->second];
+  }
+
+  std::vector<Simulated>& simulated() { return simulated_; }
+
+ private:
+  void refuse(const Layout& l, const std::string& reason) {
+    refusals_[refusal_key(l)] = reason;
+    result_.refused_example.try_emplace(reason, l);
+  }
+
+  const SearchRequest& r_;
+  const Simulator& run_;
+  const Progress& progress_;
+  double capacity_;
+  SearchResult& result_;
+  std::map<decltype(refusal_key(Layout{})), std::string> refusals_;
+  std::vector<Simulated> simulated_;
+};
+
+// Ranks what fits by tokens/s and says why each one is slower than the best; what does not fit
+// is rejected with its excess.
+void rank_simulated(std::vector<Simulated>& simulated, const HardwareProfile& profile,
+                    SearchResult& result) {
   auto by_speed = [](const Simulated& a, const Simulated& b) {
     return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
   };
@@ -519,10 +401,52 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::stable_sort(result.rejected.begin(), result.rejected.end(), by_speed);
   for (Simulated& s : result.rejected)
     s.why = fmt::format("out of memory: {} per GPU > {} capacity (+{})",
-                        gib(s.prediction.memory_peak_total), gib(r.profile.memory_capacity),
-                        gib(s.prediction.memory_peak_total - r.profile.memory_capacity));
+                        gib(s.prediction.memory_peak_total), gib(profile.memory_capacity),
+                        gib(s.prediction.memory_peak_total - profile.memory_capacity));
   for (size_t i = 1; i < result.ranked.size(); ++i)
     result.ranked[i].why = why_slower(result.ranked[0], result.ranked[i]);
+}
+
+SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
+                               const Simulator& simulator) {
+  const auto started = std::chrono::steady_clock::now();
+  const Simulator run =
+      simulator ? simulator : [](const Workload& w, const Layout& l, const HardwareProfile& p) {
+        return simulate(w, l, p);
+      };
+  SearchResult result;
+  const std::vector<Layout> layouts =
+      enumerate_layouts(r.workload.model, r.gpus, r.global_batch, r.pins);
+  result.enumerated = static_cast<int64_t>(layouts.size());
+  const double capacity =
+      r.profile.memory_capacity > 0 ? static_cast<double>(r.profile.memory_capacity) : 1e300;
+  Screened screened = screen_all(r.workload.model, layouts, r.profile, capacity);
+  result.screened_out = static_cast<int64_t>(screened.over.size());
+
+  SimulationRuns runs(r, run, progress, capacity, result);
+  const int planned = r.max_simulated + std::min<int>(r.rejected_probes, screened.over.size());
+  // Simulate in screen order until max_simulated ran; when none of them fits the capacity (the
+  // screen's memory formula was optimistic), go on down the list, up to three times as many.
+  int ran = 0, fitting = 0;
+  for (const Candidate* c : simulation_order(screened.fits, r.max_simulated)) {
+    if (ran >= 3 * r.max_simulated || (ran >= r.max_simulated && fitting > 0)) break;
+    if (runs.simulate(c->layout, planned)) {
+      ++ran;
+      fitting += runs.simulated().back().fits ? 1 : 0;
+    }
+  }
+  // The fastest layouts the screen found over capacity but by less than half of it again (the
+  // near misses worth explaining): simulated so "why not" has real numbers.
+  std::stable_partition(screened.over.begin(), screened.over.end(), [&](const Candidate& c) {
+    return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
+  });
+  int probes = 0;
+  for (const Candidate& c : screened.over) {
+    if (probes >= r.rejected_probes) break;
+    if (runs.simulate(c.layout, planned)) ++probes;
+  }
+  runs.count_refusals(layouts);
+  rank_simulated(runs.simulated(), r.profile, result);
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

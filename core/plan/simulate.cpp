@@ -18,6 +18,7 @@
 #include "core/comm/symmetric.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/hybrid.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/train/trainer.h"
 
@@ -251,25 +252,19 @@ double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
     params = GPT(cfg).num_params();
   }
   params -= (int64_t{cfg.vocab} + cfg.seq_len) * cfg.dim;  // wte and wpe: lookups
-  const double per_token = 6.0 * static_cast<double>(params) +
-                           12.0 * cfg.layers * static_cast<double>(cfg.seq_len) * cfg.dim;
-  return per_token * static_cast<double>(tokens);
+  return theory::model_flops_per_token(params, cfg.layers, cfg.seq_len, cfg.dim) *
+         static_cast<double>(tokens);
 }
 
 }  // namespace
 
-Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
-                    Simulation mode) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  const GPTConfig cfg = model_for(workload, layout);
-  const parallel::HybridOptions options = hybrid_options(cfg, workload, layout);
-  const int stride = stage_stride(options.mesh);
-  const std::optional<HardwareProfile> stage_profile =
-      stage_threads_profile(profile, stride, layout.pp);
-  // Stages that cannot be placed on nodes as threads: a small mesh runs in full instead (exact).
-  if (!stage_profile && layout.gpus() <= 64) mode = Simulation::full;
-  const bool representative = mode == Simulation::representative;
+namespace {
 
+// The world the simulation runs on: phantom devices on the modeled clock, one thread per stage
+// (representative: the stage's tp x cp x dp ranks stand in for it) or one per rank (full).
+WorldOptions simulation_world(const Layout& layout, const HardwareProfile& profile, int stride,
+                              const std::optional<HardwareProfile>& stage_profile,
+                              bool representative) {
   WorldOptions world_options;
   world_options.device = DeviceKind::phantom;
   world_options.clock = ClockKind::modeled;
@@ -298,7 +293,48 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
     world_options.ranks = layout.gpus();
     world_options.profile = profile;
   }
-  World world(world_options);
+  return world_options;
+}
+
+// Throughput, MFU, bubble and exposed communication of the measured step, and the memory of the
+// rank that needs the most.
+Prediction predict(const StepTimeline& timeline, const std::vector<RankMemory>& memory,
+                   const GPTConfig& cfg, const Layout& layout, const HardwareProfile& profile) {
+  Prediction p;
+  p.step_seconds = timeline.window.length();
+  const int64_t tokens = int64_t{layout.global_batch()} * cfg.seq_len;
+  p.tokens_per_s = p.step_seconds > 0 ? static_cast<double>(tokens) / p.step_seconds : 0;
+  p.tflops_per_gpu = p.step_seconds > 0
+                         ? model_flops_per_step(cfg, tokens) / p.step_seconds / layout.gpus() / 1e12
+                         : 0;
+  const double peak = profile.peak_for(cfg.dtype);
+  p.mfu = peak > 0 ? p.tflops_per_gpu * 1e12 / peak : 0;
+  p.bubble_fraction = timeline.busiest_bubble_fraction;
+  p.exposed_comm_seconds = timeline.worst_exposed_comm;
+  for (const RankMemory& m : memory)
+    if (m.stats.peak_total > p.memory_peak_total) {
+      p.memory_peak_total = m.stats.peak_total;
+      p.memory_peak = m.stats.peak;
+      p.worst_stage = m.stage;
+    }
+  p.tp_crosses_nodes = any_tp_group_crosses_nodes(layout, profile);
+  return p;
+}
+
+}  // namespace
+
+Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
+                    Simulation mode) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const GPTConfig cfg = model_for(workload, layout);
+  const parallel::HybridOptions options = hybrid_options(cfg, workload, layout);
+  const int stride = stage_stride(options.mesh);
+  const std::optional<HardwareProfile> stage_profile =
+      stage_threads_profile(profile, stride, layout.pp);
+  // Stages that cannot be placed on nodes as threads: a small mesh runs in full instead (exact).
+  if (!stage_profile && layout.gpus() <= 64) mode = Simulation::full;
+  const bool representative = mode == Simulation::representative;
+  World world(simulation_world(layout, profile, stride, stage_profile, representative));
 
   const PhantomTokens task(cfg.vocab);
   train::TrainOptions train_options;
@@ -330,27 +366,8 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
         std::lock_guard lock(mutex);
         memory[ctx.rank] = {ctx.allocator.stats(), hybrid.mesh().coord(Axis::pp)};
       });
-
-  Prediction p;
-  const StepTimeline timeline = measure_step(world, train_options.steps - 1);
-  p.step_seconds = timeline.window.length();
-  const int64_t tokens = int64_t{layout.global_batch()} * cfg.seq_len;
-  p.tokens_per_s = p.step_seconds > 0 ? static_cast<double>(tokens) / p.step_seconds : 0;
-  p.tflops_per_gpu = p.step_seconds > 0
-                         ? model_flops_per_step(cfg, tokens) / p.step_seconds / layout.gpus() / 1e12
-                         : 0;
-  const double peak = profile.peak_for(cfg.dtype);
-  p.mfu = peak > 0 ? p.tflops_per_gpu * 1e12 / peak : 0;
-  p.bubble_fraction = timeline.busiest_bubble_fraction;
-  p.exposed_comm_seconds = timeline.worst_exposed_comm;
-
-  for (const RankMemory& m : memory)
-    if (m.stats.peak_total > p.memory_peak_total) {
-      p.memory_peak_total = m.stats.peak_total;
-      p.memory_peak = m.stats.peak;
-      p.worst_stage = m.stage;
-    }
-  p.tp_crosses_nodes = any_tp_group_crosses_nodes(layout, profile);
+  Prediction p =
+      predict(measure_step(world, train_options.steps - 1), memory, cfg, layout, profile);
   p.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return p;

@@ -1,0 +1,80 @@
+// Closed forms of the model states: bytes per parameter by precision and optimizer, the ZeRO
+// paper's per-rank bytes at each stage and its bytes on the wire, and the GPT's parameter counts
+// (whole, per block, per pipeline stage under tensor parallelism). The lessons print them beside
+// what the allocator measures; the planner's screen and the memory-estimator reference use them.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "core/model/gpt.h"
+
+namespace mgpu::theory {
+
+// Bytes per parameter of the model states, as the runs keep them: the weights in the model's
+// type (4 fp32, 2 bf16/fp16), the gradients always fp32 (accumulated and reduced in fp32), the
+// optimizer state SGD's momentum 4 or AdamW's m + v 8, plus the fp32 master weights 4 under mixed
+// precision (the ZeRO paper's K = 12 for mixed-precision Adam).
+struct StateBytes {
+  int params = 4, grads = 4, optimizer = 8;
+  int total() const { return params + grads + optimizer; }
+};
+StateBytes model_state_bytes(int weight_bytes, std::string_view optimizer);
+
+// The ZeRO paper's per-rank model-state bytes of each category at a stage (0 = DDP, 1 = P_os,
+// 2 = P_os+g, 3 = P_os+g+p) for Psi parameters over N ranks (Rajbhandari et al., "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models", SC 2020, Figure 1 and section 5).
+struct ZeroStates {
+  double params, grads, optimizer;
+  double total() const { return params + grads + optimizer; }
+};
+ZeroStates zero_model_states(int stage, const StateBytes& b, double psi, double n);
+
+// Bytes one rank sends per step at a ZeRO stage with ring collectives (the paper's section 7):
+// stage 0 all-reduces the gradients, 2(N-1)/N x G; stages 1-2 reduce-scatter the gradients and
+// all-gather the parameters, (N-1)/N each; stage 3 all-gathers the parameters twice (forward and
+// backward).
+double zero_bytes_sent(int stage, const StateBytes& b, double psi, double n);
+
+// Parameters of one transformer block of width C: two layernorms 4C, qkv 3C^2 + 3C, attention
+// projection C^2 + C, MLP 8C^2 + 5C = 12 C^2 + 13 C (GPT-2; Kaplan et al. 2020, table 1 counts
+// the 12 C^2).
+int64_t block_parameters(int64_t C);
+
+// Parameters of the whole GPT: embeddings (V + T) C, the blocks, the final layernorm 2C and the
+// untied head V C.
+int64_t gpt_parameters(const GPTConfig& cfg);
+
+// Parameters pipeline stage s of P holds, tensor parallel over t (Megatron-LM's split: the qkv,
+// fc columns and projection rows are cut, 12 C^2 + 7 C per block over t; the layernorms and the
+// two row-parallel biases, 6 C, are replicated): [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) +
+// [s=P-1](V+2)C.
+int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,
+                         bool last_stage);
+
+// Training FLOPs per token of the GPT with `params` parameters: 6N for the weights' GEMMs (forward
+// 2N, backward 4N; Kaplan et al., "Scaling Laws for Neural Language Models", 2020, section 2.1)
+// plus attention's scores and mixing, 6 x layers x T x C (GPT::flops_per_token).
+inline double training_flops_per_token(int64_t params, int layers, int seq, int dim) {
+  return 6.0 * double(params) + 6.0 * layers * double(seq) * dim;
+}
+
+// The model's FLOPs per token that MFU is quoted in (PaLM, Chowdhery et al. 2022, appendix B):
+// 6N for the matmuls over the `params` multiplied parameters (the embedding lookups excluded)
+// plus 12 x layers x T x C for attention's QK^T and AV, forward and backward, without halving for
+// the causal mask.
+inline double model_flops_per_token(int64_t params, int layers, int seq, int dim) {
+  return 6.0 * static_cast<double>(params) + 12.0 * layers * static_cast<double>(seq) * dim;
+}
+
+// Parameters of the whole model under tensor parallelism (Megatron-LM, Shoeybi et al. 2019,
+// section 3), split into what every tp rank holds in full (embeddings, layernorms, the
+// row-parallel biases, the head) and what is divided over the tp ranks (the qkv, attention
+// projection, fc and MLP projection weights, with the column-parallel biases).
+struct TpParameterSplit {
+  int64_t replicated = 0;
+  int64_t sharded = 0;  // over all tp ranks together
+  int64_t per_rank(int tp) const { return replicated + sharded / tp; }
+};
+TpParameterSplit tp_parameter_split(const GPTConfig& cfg);
+
+}  // namespace mgpu::theory

@@ -1,0 +1,86 @@
+// The hybrid lesson's report (lessons/hybrid.cpp runs the mesh): who is who on the mesh, each
+// group's bytes measured beside core/theory's formulas, the pipeline bubble beside the
+// schedule's, and memory per rank beside the model states by formula.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/parallel/mesh.h"
+#include "core/runtime/profile.h"
+#include "core/tensor/allocator.h"
+#include "core/tensor/dtype.h"
+#include "core/theory/model_states.h"
+#include "core/trace/event.h"
+#include "lessons/lesson.h"
+
+namespace mgpu::lessons {
+
+struct HybridLessonOptions {
+  int dp = 0;  // 0: whatever --ranks leaves after tp and pp
+  int tp = 2, pp = 2;
+  std::string schedule = "1f1b";
+  int microbatches = 4;
+  int zero = 0;            // 1: ZeRO-1 over dp
+  int virtual_stages = 1;  // interleaved: chunks per stage
+  int cp = 1;              // context parallelism inside each stage (ring attention, zigzag)
+};
+
+// What rank 0 gathers from every rank after training, by name (it travels as int64s through
+// train::gather_to_root, in this order).
+struct HybridRankStats {
+  CategoryBytes peak{};        // allocator peaks by category, after building the model
+  int64_t peak_total = 0;      // the allocator's peak of all categories together
+  int64_t gradient_bytes = 0;  // what the dp all-reduce carries per step (the stage's gradients)
+  int64_t layers = 0;          // layers of this rank's pipeline stage
+  int64_t owned_elements = 0;  // parameter elements this rank's optimizer updates
+
+  std::vector<int64_t> values() const {
+    std::vector<int64_t> v(peak.begin(), peak.end());
+    v.insert(v.end(), {peak_total, gradient_bytes, layers, owned_elements});
+    return v;
+  }
+  static HybridRankStats from(const std::vector<int64_t>& v) {
+    HybridRankStats s;
+    std::copy_n(v.begin(), kNumMemCategories, s.peak.begin());
+    s.peak_total = v[kNumMemCategories];
+    s.gradient_bytes = v[kNumMemCategories + 1];
+    s.layers = v[kNumMemCategories + 2];
+    s.owned_elements = v[kNumMemCategories + 3];
+    return s;
+  }
+};
+
+// The run as the lesson prints it: the mesh, the model, and what every rank measured.
+struct HybridRun {
+  const CommonOptions& c;
+  const HybridLessonOptions& h;
+  GPTConfig cfg;
+  parallel::MeshShape mesh;
+  int micro_b = 0;  // sequences per micro-batch
+  std::vector<HybridRankStats> ranks;
+  trace::Trace trace;
+  int step = 0;  // the step the tables measure (the last one)
+
+  // bf16/fp16: 2 B weights beside fp32 gradients and fp32 masters (theory::model_state_bytes).
+  theory::StateBytes state_bytes() const {
+    return theory::model_state_bytes(int(dtype_size(cfg.dtype)), c.optimizer);
+  }
+};
+
+// "dp1 pp0 tp1" (and " cp1" when the mesh has a cp axis): who rank r is on the mesh.
+std::string coord_label(const parallel::MeshShape& shape, int r);
+// "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members, marking the
+// groups that cross nodes of the profile.
+void print_mesh(std::ostream& out, const parallel::MeshShape& shape,
+                const HardwareProfile& profile);
+// Bytes each GPU sent in the step, by group, measured from the trace beside the formulas.
+void print_traffic(std::ostream& out, const HybridRun& run);
+// The bubble per GPU (exercise 04's accounting) beside the schedule's formula.
+void print_bubbles(std::ostream& out, const HybridRun& run);
+// Peak memory per GPU by category, then the model states per stage by formula.
+void print_memory(std::ostream& out, const HybridRun& run);
+
+}  // namespace mgpu::lessons
