@@ -20,7 +20,7 @@ namespace {
 
 void add_world_options(CLI::App& app, CommonOptions& c) {
   app.add_option("--ranks,-n", c.ranks, "number of ranks (virtual GPUs on cpu)")
-      ->check(CLI::Range(1, 64))
+      ->check(InRange(1, 64, "ranks"))
       ->group("World");
   app.add_option("--device", c.device, "cpu | cuda | phantom (shapes only, no math)")
       ->check(CLI::IsMember({"cpu", "cuda", "phantom"}))
@@ -44,29 +44,32 @@ void add_world_options(CLI::App& app, CommonOptions& c) {
 }
 
 void add_model_options(CLI::App& app, CommonOptions& c) {
-  const CLI::Validator& positive = Positive;  // finite and > 0 (lessons/validate.h)
-  app.add_option("--layers", c.layers, "transformer blocks")->check(positive)->group("Model");
-  app.add_option("--dim", c.dim, "model width")->check(positive)->group("Model");
-  app.add_option("--heads", c.heads, "attention heads (must divide --dim)")
-      ->check(positive)
+  app.add_option("--layers", c.layers, "transformer blocks")
+      ->check(AtLeastOne("block"))
       ->group("Model");
-  app.add_option("--seq", c.seq, "sequence length")->check(positive)->group("Model");
+  app.add_option("--dim", c.dim, "model width")->check(AtLeastOne("element"))->group("Model");
+  app.add_option("--heads", c.heads, "attention heads (must divide --dim)")
+      ->check(AtLeastOne("head"))
+      ->group("Model");
+  app.add_option("--seq", c.seq, "sequence length")->check(AtLeastOne("token"))->group("Model");
   app.add_option("--model", c.model,
                  "tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
                  "gpt3-6.7b | gpt3-13b | gpt3-175b, or a JSON file {layers, dim, heads, vocab, "
                  "seq}; --layers etc. override it")
       ->group("Model");
   app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
-      ->check(positive)
+      ->check(AtLeastOne("token id"))
       ->group("Model");
 }
 
 // The training options, then --log-every (shown under Output).
 void add_training_options(CLI::App& app, CommonOptions& c) {
-  const CLI::Validator& positive = Positive;
-  app.add_option("--steps", c.steps, "training steps")->check(positive)->group("Training");
+  const CLI::Validator& positive = Positive;  // finite and > 0 (lessons/validate.h)
+  app.add_option("--steps", c.steps, "training steps")
+      ->check(AtLeastOne("step"))
+      ->group("Training");
   app.add_option("--batch", c.batch, "global batch (sequences per step)")
-      ->check(positive)
+      ->check(AtLeastOne("sequence"))
       ->group("Training");
   app.add_option("--task", c.task, "markov | reverse | modadd | text (with --data)")
       ->group("Training");

@@ -314,7 +314,8 @@ class ContextParallelLesson : public Lesson {
 
   void add_options(CLI::App& app) override {
     ranks_option_ = app.get_option_no_throw("--ranks");
-    app.add_option("--cp", cp_, "context-parallel ranks (default: --ranks)")->check(Positive);
+    app.add_option("--cp", cp_, "context-parallel ranks (default: --ranks)")
+        ->check(AtLeastOne("rank"));
     app.add_option("--cp-layout", layout_, "contiguous, zigzag, ulysses or chunked")
         ->capture_default_str();
     app.add_option("--compare", compare_,

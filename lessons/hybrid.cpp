@@ -139,25 +139,27 @@ class HybridLesson : public Lesson {
   }
   void add_options(CLI::App& app) override {
     app.add_option("--dp", options_.dp, "data-parallel replicas (default: ranks / (tp * pp))")
-        ->check(Positive);
+        ->check(AtLeastOne("rank"));
     app.add_option("--tp", options_.tp, "tensor-parallel ranks per stage")
-        ->check(Positive)
+        ->check(AtLeastOne("rank"))
         ->capture_default_str();
-    app.add_option("--pp", options_.pp, "pipeline stages")->check(Positive)->capture_default_str();
+    app.add_option("--pp", options_.pp, "pipeline stages")
+        ->check(AtLeastOne("stage"))
+        ->capture_default_str();
     app.add_option("--schedule", options_.schedule,
                    "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev")
         ->capture_default_str();
     app.add_option("--virtual-stages", options_.virtual_stages,
                    "interleaved: layer chunks per stage (V); pp x V must divide the layers")
-        ->check(Positive)
+        ->check(AtLeastOne("layer chunk"))
         ->capture_default_str();
     app.add_option("--microbatches", options_.microbatches, "micro-batches per replica (M)")
-        ->check(Positive)
+        ->check(AtLeastOne("micro-batch"))
         ->capture_default_str();
     app.add_option("--cp", options_.cp,
                    "context-parallel ranks per stage: every sequence split zigzag over them, "
                    "ring attention (--seq must split into 2 x cp chunks)")
-        ->check(Positive)
+        ->check(AtLeastOne("rank"))
         ->capture_default_str();
     app.add_option("--zero", options_.zero,
                    "0: gradients all-reduced over dp | 1: ZeRO-1 over dp (each dp rank keeps "

@@ -278,7 +278,7 @@ class PipelineLesson : public Lesson {
           ->capture_default_str();
     }
     app.add_option("--stages", options_.stages, "pipeline stages P (default: --ranks)")
-        ->check(Positive);
+        ->check(AtLeastOne("stage"));
     ranks_option_ = app.get_option("--ranks");
     app.add_flag("--theory", options_.theory,
                  "theory mode: fixed 1 ms per F and 2 ms per B, equal stages, exact formulas");

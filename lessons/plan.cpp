@@ -221,31 +221,33 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
                  "gpt2-small ... gpt2-xl, gpt3-2.7b ... gpt3-175b, or a JSON file {layers, dim, "
                  "heads, seq, vocab}")
       ->required();
-  app.add_option("--gpus", a.gpus, "number of GPUs")->required()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--gpus", a.gpus, "number of GPUs")
+      ->required()
+      ->check(InRange(1, 1 << 20, "GPUs"));
   app.add_option("--profile", a.profile, "hardware profile (`mgpu profiles`) or JSON file")
       ->capture_default_str();
   app.add_option("--global-batch", a.global_batch,
                  "sequences per step (default: the preset's; GPT-3 1536, otherwise 512)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(InRange(1, 1 << 24, "sequences"));
   app.add_option("--seq", a.seq, "sequence length (default: the model's)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(InRange(1, 1 << 24, "tokens"));
   app.add_option("--top", a.top, "layouts shown")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->check(InRange(1, 1000, "layouts"));
   app.add_option("--max-simulated", a.max_simulated,
                  "layouts simulated (in the screen's order; more is slower and surer)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 10000));
+      ->check(InRange(1, 10000, "layouts"));
   app.add_flag("--json", a.json,
                "print the --top ranked layouts as JSON (progress goes to stderr)");
-  auto pin = [&](const char* name, int& value, const char* what) {
-    app.add_option(name, value, what)->check(CLI::Range(1, 1 << 20))->group("Pins");
+  auto pin = [&](const char* name, int& value, const char* what, const char* unit) {
+    app.add_option(name, value, what)->check(InRange(1, 1 << 20, unit))->group("Pins");
   };
-  pin("--dp", a.dp, "data-parallel replicas");
-  pin("--tp", a.tp, "tensor-parallel size (divides the heads)");
-  pin("--pp", a.pp, "pipeline stages (divides the layers)");
-  pin("--cp", a.cp, "context-parallel size (splits the sequence)");
-  pin("--microbatch-size", a.mbs, "sequences per micro-batch");
+  pin("--dp", a.dp, "data-parallel replicas", "replicas");
+  pin("--tp", a.tp, "tensor-parallel size (divides the heads)", "ranks");
+  pin("--pp", a.pp, "pipeline stages (divides the layers)", "stages");
+  pin("--cp", a.cp, "context-parallel size (splits the sequence)", "ranks");
+  pin("--microbatch-size", a.mbs, "sequences per micro-batch", "sequences");
   app.add_option("--zero", a.zero, "ZeRO stage over dp: 0 or 1")
       ->check(CLI::IsMember({0, 1}))
       ->group("Pins");

@@ -21,6 +21,7 @@
 #include "lessons/lesson.h"
 #include "lessons/plan.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -73,7 +74,7 @@ class RecommendationsLesson : public Lesson {
   void add_options(CLI::App& app) override {
     app.add_option("--max-simulated", max_simulated_, "layouts simulated per case")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000));
+        ->check(InRange(1, 1000, "layouts"));
     // This lesson runs the planner, not a training world: the world's options do not apply, so
     // they are not offered (typing one is an error naming it, not a silently ignored option).
     for (const char* name : {"--ranks", "--device", "--clock", "--capacity", "--trace", "--viz",
@@ -162,21 +163,22 @@ class RecommendationsLesson : public Lesson {
     const double states = static_cast<double>(replica.total());
     const bool tp_crosses = best.prediction.tp_crosses_nodes;
     const std::string tp_group =
-        l.tp == 1 ? std::string("It needs no tensor-parallel group (tp 1: no all-reduces inside a "
-                                "layer); ")
-                  : fmt::format("Its tensor-parallel group {} a node (4 all-reduces of a "
-                                "micro-batch's activations per layer ride {} at {:.0f} GB/s); ",
-                                tp_crosses ? "CROSSES" : "stays inside",
-                                tp_crosses ? profile.inter_node.name : profile.intra_node.name,
-                                (tp_crosses ? profile.inter_node : profile.intra_node).bandwidth /
-                                    1e9);
+        l.tp == 1 ? std::string(
+                        "It needs no tensor-parallel group (tp 1: no all-reduces inside a "
+                        "layer); ")
+                  : fmt::format(
+                        "Its tensor-parallel group {} a node (4 all-reduces of a "
+                        "micro-batch's activations per layer ride {} at {:.0f} GB/s); ",
+                        tp_crosses ? "CROSSES" : "stays inside",
+                        tp_crosses ? profile.inter_node.name : profile.intra_node.name,
+                        (tp_crosses ? profile.inter_node : profile.intra_node).bandwidth / 1e9);
     fmt::print(out,
                "rule: it cannot be replicated (AdamW with {} weights holds {:.0f} B per "
                "parameter: {:.2f} TB of model states, computed, {:.0f}x one GPU), so #1 cuts it "
                "{} ways: tp {} x pp {}{}. {}",
                fp32 ? "fp32" : "bf16", states / static_cast<double>(params), states / 1e12,
-               std::ceil(states / static_cast<double>(profile.memory_capacity)),
-               l.tp * l.pp * l.cp, l.tp, l.pp,
+               std::ceil(states / static_cast<double>(profile.memory_capacity)), l.tp * l.pp * l.cp,
+               l.tp, l.pp,
                l.cp > 1 ? fmt::format(" x cp {} (each GPU keeps 1/{} of every sequence's tokens)",
                                       l.cp, l.cp)
                         : "",

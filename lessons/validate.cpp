@@ -20,6 +20,13 @@ std::string shown(const std::string& s) {
   return s.size() > 24 ? s.substr(0, 21) + "..." : s;
 }
 
+// A range's bound as a reader wants it: whole numbers in full (1048576, not 1.04858e+06), others
+// short (1e-06, 0.1).
+std::string bound(double v) {
+  return v == std::floor(v) && std::fabs(v) < 1e15 ? fmt::format("{:.0f}", v)
+                                                   : fmt::format("{:g}", v);
+}
+
 // The number in `s`, or a message why it is not a finite one.
 std::string read_finite(const std::string& s, double& value) {
   char* end = nullptr;
@@ -55,6 +62,17 @@ const CLI::Validator Positive(
     },
     "POSITIVE", "Positive");
 
+CLI::Validator AtLeastOne(const std::string& unit) {
+  return CLI::Validator(
+      [unit](std::string& s) {
+        double v = 0;
+        const std::string bad = read_finite(s, v);
+        if (!bad.empty()) return fmt::format("{}: give 1 {} or more", bad, unit);
+        return v >= 1 ? std::string() : fmt::format("{} must be at least 1 {}", shown(s), unit);
+      },
+      "", "AtLeastOne");
+}
+
 const CLI::Validator NonNegative(
     [](std::string& s) {
       double v = 0;
@@ -80,10 +98,11 @@ CLI::Validator InRange(double lo, double hi, const std::string& unit) {
       [lo, hi, unit](std::string& s) {
         double v = 0;
         const std::string bad = read_finite(s, v);
-        if (!bad.empty()) return fmt::format("{}: give {:g} to {:g} {}", bad, lo, hi, unit);
-        return v >= lo && v <= hi
-                   ? std::string()
-                   : fmt::format("{} must be from {:g} to {:g} {}", shown(s), lo, hi, unit);
+        if (!bad.empty())
+          return fmt::format("{}: give {} to {} {}", bad, bound(lo), bound(hi), unit);
+        return v >= lo && v <= hi ? std::string()
+                                  : fmt::format("{} must be from {} to {} {}", shown(s), bound(lo),
+                                                bound(hi), unit);
       },
       "", "InRange");
 }

@@ -11,6 +11,9 @@ namespace mgpu::lessons {
 
 // A finite number > 0 (replaces CLI::PositiveNumber, which lets nan through).
 extern const CLI::Validator Positive;
+// A count of at least one `unit`, the unit named in the message ("--steps: 0 must be at least 1
+// step").
+CLI::Validator AtLeastOne(const std::string& unit);
 // A finite number >= 0.
 extern const CLI::Validator NonNegative;
 // A finite number <= `max`, shown as typed ("--comm-timeout: 1e300 is above 86400").

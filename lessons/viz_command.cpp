@@ -62,9 +62,9 @@ void add_viz_options(CLI::App& app, VizArgs& a) {
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit")
       ->check(OutputFile);  // refused before any work, like --checkpoint
   app.add_option("--width", opt.width, "window or screenshot width (default 1600)")
-      ->check(CLI::Range(200, 8192));
+      ->check(InRange(200, 8192, "pixels"));
   app.add_option("--height", opt.height, "screenshot height (default: as tall as the content)")
-      ->check(CLI::Range(200, 8192));
+      ->check(InRange(200, 8192, "pixels"));
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
   app.add_flag("--compare", opt.compare,
                "show two to four traces on one time scale and memory scale, each from its step "

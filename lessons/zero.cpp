@@ -17,6 +17,7 @@
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
@@ -261,7 +262,7 @@ class ZeroLesson : public Lesson {
     app.add_option("--stage", options_.stage,
                    "0 (DDP) | 1 optimizer state | 2 + gradients | 3 + parameters "
                    "(FSDP)")
-        ->check(CLI::Range(0, 3))
+        ->check(InRange(0, 3, "(the ZeRO stage)"))
         ->capture_default_str();
     prefetch_option_ =
         app.add_option("--prefetch", options_.prefetch,

@@ -50,10 +50,10 @@ TEST_CASE("data-parallel bad input: one clear line and exit code 2", "[ddp][cli]
        "global batch 16 is not divisible by 2 ranks x 3 accumulation steps: use 12 or 18"},
       {{"run", "data_parallel", "--ranks", "3", "--batch", "2"},
        "global batch 2 is not divisible by 3 ranks x 1 accumulation steps: use 3"},
-      {{"run", "ddp", "--bucket-mb", "0"}, "--bucket-mb: 0 must be from 1e-06 to 1e+06 MB or auto"},
-      {{"run", "ddp", "--bucket-mb", "-2"}, "--bucket-mb: -2 must be from 1e-06 to 1e+06 MB"},
+      {{"run", "ddp", "--bucket-mb", "0"}, "--bucket-mb: 0 must be from 1e-06 to 1000000 MB or auto"},
+      {{"run", "ddp", "--bucket-mb", "-2"}, "--bucket-mb: -2 must be from 1e-06 to 1000000 MB"},
       {{"run", "ddp", "--bucket-mb", "lots"},
-       "--bucket-mb: 'lots' is not a number: give 1e-06 to 1e+06 MB or auto"},
+       "--bucket-mb: 'lots' is not a number: give 1e-06 to 1000000 MB or auto"},
       {{"run", "ddp", "--accum", "0"}, "--accum must be at least 1"},
       {{"run", "ddp", "--overlap", "maybe"}, "--overlap"},
   };

@@ -53,13 +53,27 @@ TEST_CASE("NaN and infinities are refused by every numeric option", "[cli][hosti
 TEST_CASE("range errors print the value as typed, not a 309-digit bound", "[cli][hostile]") {
   Result r = run_mgpu({"run", "single_device", "--dim", "-4"});
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains("--dim: -4 must be greater than 0"));
+  CHECK_THAT(r.err, Catch::Contains("--dim: -4 must be at least 1 element"));
   CHECK(r.err.size() < 200);
 }
 
 TEST_CASE("negative seeds and stages are refused", "[cli][hostile]") {
   check_refused({"run", "single_device", "--seed", "-1"}, "--seed: -1 must be 0 or more");
-  check_refused({"run", "pipeline", "--stages", "-1"}, "--stages: -1 must be greater than 0");
+  check_refused({"run", "pipeline", "--stages", "-1"}, "--stages: -1 must be at least 1 stage");
+}
+
+// Issue #33 item 7: every number is range-checked with its unit in the message.
+TEST_CASE("count and range errors name their unit", "[cli][hostile]") {
+  check_refused({"run", "single_device", "--steps", "0"}, "--steps: 0 must be at least 1 step");
+  check_refused({"run", "single_device", "--batch", "0"}, "--batch: 0 must be at least 1 sequence");
+  check_refused({"run", "single_device", "--ranks", "0"}, "--ranks: 0 must be from 1 to 64 ranks");
+  check_refused({"run", "hybrid", "--microbatches", "0"},
+                "--microbatches: 0 must be at least 1 micro-batch");
+  check_refused({"run", "zero", "--stage", "4"}, "--stage: 4 must be from 0 to 3 (the ZeRO stage)");
+  check_refused({"plan", "--model", "tiny", "--gpus", "0"}, "--gpus: 0 must be from 1 to");
+  check_refused({"plan", "--model", "tiny", "--gpus", "8", "--tp", "0"},
+                "--tp: 0 must be from 1 to 1048576 ranks");
+  check_refused({"viz", "x.json", "--width", "10"}, "--width: 10 must be from 200 to 8192 pixels");
 }
 
 TEST_CASE("list and profiles take no arguments", "[cli][hostile]") {

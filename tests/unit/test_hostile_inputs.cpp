@@ -181,12 +181,12 @@ TEST_CASE("model files: every field an exact integer in its range", "[cli][hosti
 }
 
 TEST_CASE("options that were coerced are refused with their unit", "[cli][hostile]") {
-  check_refused({"run", "context_parallel", "--cp", "-2"}, "--cp: -2 must be greater than 0");
+  check_refused({"run", "context_parallel", "--cp", "-2"}, "--cp: -2 must be at least 1 rank");
   check_refused({"run", "single_device", "--capacity", "0"}, "--capacity: '0' is below 1KiB");
   check_refused({"run", "ddp", "--bucket-mb", "inf"},
-                "--bucket-mb: 'inf' is not a finite number: give 1e-06 to 1e+06 MB or auto");
+                "--bucket-mb: 'inf' is not a finite number: give 1e-06 to 1000000 MB or auto");
   check_refused({"run", "ddp", "--bucket-mb", "1e-9"},
-                "--bucket-mb: 1e-9 must be from 1e-06 to 1e+06 MB or auto");
+                "--bucket-mb: 1e-9 must be from 1e-06 to 1000000 MB or auto");
   check_refused({"run", "single_device", "--comm-timeout", "1e-9"},
                 "--comm-timeout: 1e-9 must be from 0.1 to 86400 s");
 }
