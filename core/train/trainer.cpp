@@ -285,14 +285,15 @@ std::string likely_cause(Layout& layout, const TrainOptions& options,
 // After a step: a non-finite loss this rank knows, or a non-finite parameter this rank holds
 // (where a NaN gradient lands after the update), stops the run. Each rank checks what it holds;
 // a NaN reaches every rank's parameters through the same step's gradients, and a rank that
-// stops first ends the others' waits (World::run). Skipped fp16 steps changed nothing.
+// stops first ends the others' waits (World::run). A skipped fp16 step changed no parameter, but
+// its loss is still checked: the forward pass is not scaled, so a non-finite loss means the
+// weights themselves overflowed, which halving the loss scale cannot undo.
 void check_finite(int step, const StepOutcome& outcome, Layout& layout, const TrainOptions& options,
                   const CheckpointContents& resumed) {
-  if (outcome.skipped) return;
   std::string what;
   for (const std::optional<float>& loss : {outcome.loss, outcome.shard_loss})
     if (loss && !std::isfinite(*loss)) what = fmt::format("the loss is {}", *loss);
-  if (what.empty())
+  if (what.empty() && !outcome.skipped)
     for (TensorShard& shard : layout.shards()) {
       if (shard.kind != "param" || !shard.local.has_data()) continue;
       const std::vector<float> values = shard.local.to_vector();

@@ -62,6 +62,26 @@ TEST_CASE("lr 1e30 stops every layout at the step it diverges, without a checkpo
   }
 }
 
+// fp16 skips a step whose scaled gradients overflow and halves the scale; that cannot rescue
+// weights that overflow in the forward pass, so a non-finite loss stops the run even on a skipped
+// step.
+TEST_CASE("lr 1e30 in fp16 stops the run rather than skipping every step",
+          "[checkpoint][divergence]") {
+  for (const std::string lesson : {"single_device", "ddp", "pipeline"}) {
+    INFO(lesson);
+    const std::string ckpt = temp_path("diverged_fp16_" + lesson + ".safetensors");
+    auto r = run_mgpu(
+        with(tiny(lesson, 8), {"--precision", "fp16", "--lr", "1e30", "--checkpoint", ckpt}));
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(count_lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("training diverged at step ") &&
+                          Catch::Contains("the loss is") &&
+                          Catch::Contains("likely cause: --lr 1e+30 is far above the usual"));
+    CHECK(!fs::exists(ckpt));
+  }
+}
+
 TEST_CASE("a huge --weight-decay is named as the cause", "[checkpoint][divergence]") {
   for (const std::string lesson : {"single_device", "ddp"}) {
     INFO(lesson);
