@@ -19,6 +19,7 @@
 #include "core/parallel/mesh.h"
 #include "core/tensor/dtype.h"
 #include "core/trace/analysis.h"
+#include "lessons/impl.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -31,7 +32,8 @@ class MeshLayout : public parallel::ContextParallel {
  public:
   MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg, parallel::CpLayout layout,
              int seq, const train::OptimizerFactory& make_optimizer)
-      : ContextParallel(cfg, mesh->group(parallel::Axis::cp), layout, seq, make_optimizer),
+      : ContextParallel(cfg, mesh->group(parallel::Axis::cp), layout, seq, make_optimizer,
+                        selected_seams().cp),
         mesh_(std::move(mesh)) {}
 
  private:

@@ -19,6 +19,7 @@
 #include "core/parallel/pipeline/simulate.h"
 #include "core/trace/analysis.h"
 #include "lessons/exercise_views.h"
+#include "lessons/impl.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -153,8 +154,8 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg, config),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto layout =
-            std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, optimizer_factory(c));
+        auto layout = std::make_unique<parallel::HybridLayout>(
+            cfg, *ctx.comm, options, optimizer_factory(c), selected_seams().hybrid());
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

@@ -262,6 +262,7 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
     const PlanModel chosen = plan_model(model);
     plan::SearchRequest request;
     request.workload.model = chosen.config;
+    request.workload.seams = selected_seams().hybrid();
     if (seq > 0) request.workload.model.seq_len = seq;
     request.gpus = gpus;
     request.global_batch = global_batch > 0 ? global_batch : chosen.default_global_batch;

@@ -17,6 +17,7 @@
 #include "core/parallel/tensor_parallel.h"
 #include "core/tensor/dtype.h"
 #include "core/trace/analysis.h"
+#include "lessons/impl.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -48,8 +49,9 @@ template <class TpLayout>
 class MeshLayout : public TpLayout {
  public:
   MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-             const parallel::OptimizerFactory& make_optimizer)
-      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer), mesh_(std::move(mesh)) {}
+             const train::OptimizerFactory& make_optimizer)
+      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer, selected_seams().tp),
+        mesh_(std::move(mesh)) {}
 
  private:
   std::shared_ptr<parallel::Mesh> mesh_;
