@@ -9,6 +9,11 @@
 #include <string>
 
 #include "core/memory/seams.h"
+#include "core/parallel/context_parallel.h"
+#include "core/parallel/ddp_seams.h"
+#include "core/parallel/hybrid.h"
+#include "core/parallel/tensor_parallel.h"
+#include "core/parallel/zero.h"
 #include "core/trace/bubble_seams.h"
 
 namespace mgpu::ex {
@@ -29,12 +34,24 @@ class NotImplemented : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+// The exercise functions that layouts receive when they are built, one table per exercise. The
+// program picks one side (or a mix) with --impl and hands each layout the part it runs.
+struct SeamTables {
+  parallel::DdpSeams ddp;    // exercise 02
+  parallel::TpSeams tp;      // exercise 06
+  parallel::CpSeams cp;      // exercise 07
+  parallel::ZeroSeams zero;  // exercise 08
+  parallel::HybridSeams hybrid() const { return {tp, cp, zero}; }
+};
+
 // One graded exercise as the program sees it.
 struct Exercise {
-  std::string name;               // "ex01"
-  std::string title;              // "ring all-reduce"
-  std::function<void()> install;  // puts this side's functions into core's seam
-  std::function<void()> probe;    // a tiny call; throws NotImplemented while still a stub
+  std::string name;   // "ex01"
+  std::string title;  // "ring all-reduce"
+  // Puts this side's functions into `tables` (or, for a seam core still keeps in a slot, installs
+  // them there).
+  std::function<void(SeamTables& tables)> install;
+  std::function<void()> probe;  // a tiny call; throws NotImplemented while still a stub
 };
 
 }  // namespace mgpu::ex

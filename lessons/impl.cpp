@@ -17,6 +17,11 @@ namespace {
 std::string g_selected;
 std::vector<ExerciseChoice> g_installed;
 
+ex::SeamTables& seams_slot() {
+  static ex::SeamTables tables = reference::seams();
+  return tables;
+}
+
 std::string valid_names(const std::vector<ex::Exercise>& table) {
   std::string names;
   for (const ex::Exercise& e : table) names += (names.empty() ? "" : ", ") + e.name;
@@ -79,6 +84,7 @@ std::vector<ExerciseChoice> select_exercises(const std::string& spec,
                                              std::ostream& out) {
   const std::map<std::string, std::string> wanted = parse_spec(spec, reference);
   std::vector<ExerciseChoice> choices;
+  ex::SeamTables tables = reference::seams();
   for (size_t i = 0; i < reference.size(); ++i) {
     ExerciseChoice choice{reference[i].name, "reference", false};
     if (wanted.at(choice.name) == "mine") {
@@ -89,9 +95,10 @@ std::vector<ExerciseChoice> select_exercises(const std::string& spec,
         choice.installed = "mine";
       }
     }
-    (choice.installed == "mine" ? mine.at(i) : reference[i]).install();
+    (choice.installed == "mine" ? mine.at(i) : reference[i]).install(tables);
     choices.push_back(choice);
   }
+  use_seams(tables);
   return choices;
 }
 
@@ -110,6 +117,14 @@ const std::string& selected_impl() {
 
 const std::vector<ExerciseChoice>& installed_exercises() {
   return g_installed;
+}
+
+const ex::SeamTables& selected_seams() {
+  return seams_slot();
+}
+
+void use_seams(const ex::SeamTables& tables) {
+  seams_slot() = tables;
 }
 
 }  // namespace mgpu::lessons

@@ -268,6 +268,7 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
 plan::SearchRequest make_request(const PlanArgs& a, const PlanModel& chosen) {
   plan::SearchRequest request;
   request.workload.model = chosen.config;
+  request.workload.seams = selected_seams().hybrid();
   if (a.seq > 0) request.workload.model.seq_len = a.seq;
   request.gpus = a.gpus;
   request.global_batch = a.global_batch > 0 ? a.global_batch : chosen.default_global_batch;

@@ -108,6 +108,7 @@ class RecommendationsLesson : public Lesson {
                             plan::SearchRequest& request) {
     const PlanModel model = plan_model(k.model);
     request.workload.model = model.config;
+    request.workload.seams = selected_seams().hybrid();
     request.gpus = k.gpus;
     request.global_batch = model.default_global_batch;
     request.profile = profile;

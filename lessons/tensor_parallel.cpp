@@ -19,6 +19,7 @@
 #include "core/theory/collectives.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
+#include "lessons/impl.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -31,8 +32,9 @@ template <class TpLayout>
 class MeshLayout : public TpLayout {
  public:
   MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-             const parallel::OptimizerFactory& make_optimizer)
-      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer), mesh_(std::move(mesh)) {}
+             const train::OptimizerFactory& make_optimizer)
+      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer, selected_seams().tp),
+        mesh_(std::move(mesh)) {}
 
  private:
   std::shared_ptr<parallel::Mesh> mesh_;

@@ -85,21 +85,21 @@ class MegatronTpHooks final : public BlockHooks {
  public:
   explicit MegatronTpHooks(comm::Comm& tp) : tp_(tp) {}
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override {
-    parallel::tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
+    selected_seams().tp.column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
   }
   void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                        const Tensor& inp) override {
-    parallel::tp_seams().column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                                         linear.weight.data, tp_);
+    selected_seams().tp.column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                                        linear.weight.data, tp_);
   }
   void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override {
     const Tensor no_bias;
-    parallel::tp_seams().row_forward(out, inp, linear.weight.data,
-                                     tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
+    selected_seams().tp.row_forward(out, inp, linear.weight.data,
+                                    tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
   }
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
-    parallel::tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                                      linear.weight.data, tp_);
+    selected_seams().tp.row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
+                                     linear.weight.data, tp_);
   }
 
  private:
@@ -231,7 +231,8 @@ void table5_rows(const HardwareProfile& profile, std::vector<Row>& rows) {
                               .schedule = "1f1b",
                               .precision = "bf16",
                               .recompute = "full"};
-    const plan::Prediction prediction = plan::simulate({.model = p.model}, layout, profile);
+    const plan::Prediction prediction =
+        plan::simulate({.model = p.model, .seams = selected_seams().hybrid()}, layout, profile);
     rows.push_back({"Korthikanti 2022 Table 5",
                     fmt::format("{} iteration, full recompute (s), {} GPUs; fp32 TP sums, "
                                 "replicated head",

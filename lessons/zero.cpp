@@ -16,6 +16,7 @@
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
+#include "lessons/impl.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -100,8 +101,8 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
   train::TrainResult trained = train::train(
       world, *task, train_options(c, global_batch, cfg),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto layout =
-            std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm, options, optimizer_factory(c));
+        auto layout = std::make_unique<parallel::ZeroLayout>(
+            cfg, *ctx.comm, options, optimizer_factory(c), selected_seams().zero);
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

@@ -1,7 +1,6 @@
 // Context parallelism, top to bottom (see context_parallel.h for the idea):
 //   1. which tokens each rank holds (contiguous, zigzag, ulysses, chunked) and the size checks;
-//   2. ring attention: forward rotates K/V and merges partial results, backward rotates them
-//      again and brings dK/dV home;
+//   2. attention, where the ranks meet: ring attention (its K/V ring is in ring_attention.cpp) or
 //   3. Ulysses: all-to-all to whole sequences of a few heads, plain attention, all-to-all back;
 //   4. one step: my columns of the batch, forward, backward, gradients averaged over cp.
 #include "core/parallel/context_parallel.h"
@@ -12,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "core/ops/ops.h"
-#include "core/runtime/seam.h"
 
 namespace mgpu::parallel {
 
@@ -78,23 +76,12 @@ data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& 
   return mine;
 }
 
-// ---------------------------------------------------------------------------------- seams
-
-void install_cp_seams(CpSeams seams) {
-  Seam<CpSeams>::install(std::move(seams));
-}
-
-const CpSeams& cp_seams() {
-  return Seam<CpSeams>::get("context-parallel seam (exercise 07)",
-                            Required{"merge", &CpSeams::merge},
-                            Required{"merge_backward", &CpSeams::merge_backward});
-}
-
 // ---------------------------------------------------------------------------------- set-up
 
 ContextParallel::ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
-                                 const train::OptimizerFactory& make_optimizer)
-    : config_(cfg), cp_(cp), layout_(layout), seq_(seq), ring_(cp, layout, seq) {
+                                 const train::OptimizerFactory& make_optimizer,
+                                 const CpSeams& seams)
+    : config_(cfg), cp_(cp), layout_(layout), seq_(seq), ring_(cp, layout, seq, seams) {
   check_cp_size(cfg, seq, cp.size(), layout);
   // Every rank holds the whole seeded model. Ring attention and Ulysses keep the rank's rows of
   // the whole sequence's score matrix ([T/cp, T] per head, or [T, T] for H/cp heads: the same
@@ -111,8 +98,6 @@ ContextParallel::ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout 
 // ---------------------------------------------------------------------------------- attention
 
 namespace {
-constexpr int kTagKv = 71, kTagDkv = 72;
-
 Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
   return Tensor::zeros(shape, MemCategory::workspace, dtype);
 }
@@ -141,103 +126,6 @@ void ContextParallel::attention_backward(Tensor& dqkv, const Tensor& dout, const
   else
     ring_.attention_backward(dqkv, dout, qkv, out, att, lse, heads);
   if (open) phase_.emplace(phase_proto_);
-}
-
-// One pass of the K|V blocks round the ring. At step s this rank holds the block of rank
-// (r - s) mod cp: it posts the block's onward send and the next block's receive, runs
-// on_block(q, kv, keys) on the block in hand (when some key is visible to some query: the mask
-// is by global position), waits for the next block, then runs after_step().
-RingAttention::RingAttention(comm::Comm& cp, CpLayout layout, int seq) : cp_(cp) {
-  for (int r = 0; r < cp.size(); ++r) positions_.push_back(cp_positions(seq, cp.size(), r, layout));
-}
-
-template <class OnBlock, class AfterStep>
-void RingAttention::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step) {
-  const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  const int cp = cp_.size(), me = cp_.rank();
-  Tensor q = scratch({b, t, c}, qkv.dtype());
-  Tensor kv = scratch({b, t, 2 * c}, qkv.dtype()), kv_next = scratch({b, t, 2 * c}, qkv.dtype());
-  {
-    ComputeScope s({.name = "ring attention: pack q, k|v", .cat = category});
-    ops::copy_columns(q, 0, qkv, 0, c);
-    ops::copy_columns(kv, 0, qkv, c, 2 * c);
-  }
-  const std::vector<int32_t>& mine = positions();
-  for (int step = 0; step < cp; ++step) {
-    const std::vector<int32_t>& keys = positions_[(me - step + cp) % cp];
-    comm::Work send, recv;
-    if (step + 1 < cp) {  // the next block travels while this one is computed on
-      send = cp_.isend(kv, (me + 1) % cp, kTagKv);
-      recv = cp_.irecv(kv_next, (me + cp - 1) % cp, kTagKv);
-    }
-    if (keys.front() <= mine.back()) {
-      ComputeScope s({.name = "ring attention", .cat = category});
-      on_block(q, kv, keys);
-    }
-    if (step + 1 < cp) {
-      recv.wait();  // receive first: a send may only complete once its receive is posted
-      send.wait();
-      std::swap(kv, kv_next);
-    }
-    after_step();
-  }
-}
-
-// Forward: the first block (my own) starts the running (out, lse); every later one is merged in.
-void RingAttention::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                      int heads) {
-  const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
-  // The running output and every block's share are merged in fp32 and rounded once at the end
-  // (mixed precision), as single-device attention rounds its one fp32 result.
-  const bool fp32 = out.dtype() == DType::f32;
-  Tensor running = fp32 ? out : scratch({b, t, c});
-  Tensor block_out = scratch({b, t, c}), block_lse = scratch({b, heads, t});
-  bool first = true;
-  ring_pass(
-      qkv,
-      [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
-        if (first) {
-          ops::attention_block_forward(running, lse, att, q, kv, positions(), keys, heads);
-          first = false;
-        } else {
-          ops::attention_block_forward(block_out, block_lse, att, q, kv, positions(), keys, heads);
-          cp_seams().merge(running, lse, block_out, block_lse);  // exercise 07
-        }
-      },
-      [] {});
-  if (!fp32) ops::convert(out, running);
-}
-
-// Backward: the K/V blocks go round again, each with a dK/dV accumulator that every rank adds its
-// queries' share to; after cp steps and cp hops every accumulator is back with its owner, whole.
-void RingAttention::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                       const Tensor& out, const Tensor& att, const Tensor& lse,
-                                       int heads) {
-  const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  const int cp = cp_.size(), me = cp_.rank();
-  // fp32 accumulators (mixed precision too): each block adds its share, rounded once at the end.
-  // The dK|dV accumulator that travels the ring is fp32 on the wire for the same reason.
-  Tensor dq = scratch({b, t, c});
-  Tensor dkv = scratch({b, t, 2 * c}), dkv_next = scratch({b, t, 2 * c});
-  ring_pass(
-      qkv,
-      [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
-        ops::attention_block_backward(dq, dkv, dout, out, q, kv, att, lse, positions(), keys,
-                                      heads);
-      },
-      [&] {
-        if (cp == 1) return;
-        // the accumulator follows its block; the last hop takes it home
-        comm::Work send = cp_.isend(dkv, (me + 1) % cp, kTagDkv);
-        comm::Work recv = cp_.irecv(dkv_next, (me + cp - 1) % cp, kTagDkv);
-        recv.wait();
-        send.wait();
-        std::swap(dkv, dkv_next);
-      });
-  ComputeScope s({.name = "ring attention: unpack dq, dk|dv", .cat = category});
-  ops::copy_columns(dqkv, 0, dq, 0, c);
-  ops::copy_columns(dqkv, c, dkv, 0, 2 * c);
 }
 
 // ---------------------------------------------------------------------------------- Ulysses

@@ -40,7 +40,8 @@ data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& 
 
 // ------------------------------------------------------------------ exercise 07 seams
 // The online-softmax merge (docs/exercises/07-online-softmax-merge.md): solutions/ holds the
-// reference, exercises/ the student's; `--impl` picks which one ring attention runs.
+// reference, exercises/ the student's; `--impl` picks which table the program hands to the
+// layouts it builds, and ring attention runs the merge it was given.
 //   merge:    (out, lse) <- the attention result over both key sets, from two partial results
 //             over disjoint key sets: out [B,T,C] (H heads of C/H channels), lse [B,H,T] f32
 //             (-inf: that part saw no key).
@@ -56,9 +57,6 @@ struct CpSeams {
   MergeFn merge;
   MergeBackwardFn merge_backward;
 };
-void install_cp_seams(CpSeams seams);
-// The installed seams; throws std::logic_error if nothing was installed.
-const CpSeams& cp_seams();
 
 // Ring attention (contiguous or zigzag) as a block's attention hooks on the cp group `cp`: every
 // rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward. The linears keep
@@ -66,8 +64,8 @@ const CpSeams& cp_seams();
 class RingAttention : public BlockHooks {
  public:
   // `cp` must outlive this; `seq` is the global sequence length T. (Every layout's positions are
-  // kept; only contiguous and zigzag run the ring.)
-  RingAttention(comm::Comm& cp, CpLayout layout, int seq);
+  // kept; only contiguous and zigzag run the ring.) `seams`: exercise 07's merge.
+  RingAttention(comm::Comm& cp, CpLayout layout, int seq, CpSeams seams);
   void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
                          int heads) override;
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -80,6 +78,7 @@ class RingAttention : public BlockHooks {
   void ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step);
 
   comm::Comm& cp_;
+  CpSeams seams_;
   std::vector<std::vector<int32_t>> positions_;  // every cp rank's token positions
 };
 
@@ -87,8 +86,9 @@ class RingAttention : public BlockHooks {
 class ContextParallel : public train::Layout, private BlockHooks {
  public:
   // `seq` is the global sequence length T (every step's batch has it). `cp` must outlive this.
+  // `seams`: exercise 07's merge, which ring attention runs.
   ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
-                  const train::OptimizerFactory& make_optimizer);
+                  const train::OptimizerFactory& make_optimizer, const CpSeams& seams);
 
   std::string name() const override { return "context_parallel"; }
   train::StepOutcome step(const data::Batch& global_batch, int step) override;

@@ -4,6 +4,7 @@
 #include "core/parallel/ddp.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "core/data/sampler.h"
 #include "core/parallel/layerwise.h"
@@ -19,8 +20,13 @@ ParamList collect(auto& layer) {
 }
 }  // namespace
 
-DistributedDataParallel::DistributedDataParallel(GPT& model, comm::Comm& comm, DdpOptions options)
-    : model_(model), comm_(comm), options_(options) {
+DistributedDataParallel::DistributedDataParallel(GPT& model, comm::Comm& comm, DdpOptions options,
+                                                 DdpSeams seams)
+    : model_(model), comm_(comm), options_(options), seams_(std::move(seams)) {
+  if (!seams_.assign_buckets || !seams_.bucket_ready)
+    throw std::logic_error(
+        "DDP needs exercise 02's assign_buckets and bucket_ready: pass reference::seams().ddp or "
+        "mine::seams().ddp");
   if (options_.bucket_bytes <= 0)
     throw std::invalid_argument("DDP bucket size must be positive, got " +
                                 std::to_string(options_.bucket_bytes) + " bytes");
@@ -40,7 +46,7 @@ DistributedDataParallel::DistributedDataParallel(GPT& model, comm::Comm& comm, D
 
   std::vector<int64_t> bytes;
   for (Param* p : grads_in_backward_order_) bytes.push_back(p->grad.bytes());
-  plan_ = ddp_seams().assign_buckets(bytes, options_.bucket_bytes);
+  plan_ = seams_.assign_buckets(bytes, options_.bucket_bytes);
   // Gradient-as-bucket-view: each grad becomes a slice of its bucket's flat buffer, so backward
   // writes straight into the buffer that is all-reduced (no copy in, no copy out).
   for (const auto& bucket : plan_.buckets) {
@@ -95,9 +101,8 @@ void DistributedDataParallel::backward_layer_done(const std::vector<int>& grads,
 
 void DistributedDataParallel::launch_ready_buckets() {
   // In plan order only: collectives must be issued in the same order on every rank.
-  const auto& seams = ddp_seams();
   while (next_bucket_ < plan_.buckets.size() &&
-         seams.bucket_ready(plan_, static_cast<int>(next_bucket_), grad_final_)) {
+         seams_.bucket_ready(plan_, static_cast<int>(next_bucket_), grad_final_)) {
     in_flight_.push_back(
         comm_.all_reduce_async(bucket_buffers_[next_bucket_], comm::ReduceOp::avg));
     ++next_bucket_;
@@ -114,10 +119,11 @@ void DistributedDataParallel::wait_for_gradients() {
 }
 
 DdpLayout::DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions options, int accum,
-                     const train::OptimizerFactory& make_optimizer, int shard_index)
+                     const train::OptimizerFactory& make_optimizer, int shard_index,
+                     const DdpSeams& seams)
     : comm_(comm),
       model_(config),
-      ddp_(model_, comm, options),
+      ddp_(model_, comm, options, seams),
       optimizer_(make_optimizer(model_.params())),
       accum_(accum),
       shard_index_(shard_index) {}

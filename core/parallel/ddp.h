@@ -26,10 +26,10 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
-  // Packs the model's gradients into buckets (through the installed seam) and makes every
+  // Packs the model's gradients into buckets (exercise 02's `seams`) and makes every
   // param.grad a view into its bucket, so all-reducing a bucket reduces those gradients in place.
   // Create it before the optimizer; the model must outlive it.
-  DistributedDataParallel(GPT& model, comm::Comm& comm, DdpOptions options);
+  DistributedDataParallel(GPT& model, comm::Comm& comm, DdpOptions options, DdpSeams seams);
 
   // Forward + backward of this rank's (micro-)batch; gradients ACCUMULATE. With sync == false
   // (PyTorch's no_sync) nothing is communicated: use it for every micro-step but the last of a
@@ -48,6 +48,7 @@ class DistributedDataParallel {
   GPT& model_;
   comm::Comm& comm_;
   DdpOptions options_;
+  DdpSeams seams_;
   std::vector<Param*> grads_in_backward_order_;  // params, head first, embedding last
   std::vector<std::vector<int>> layer_grads_;    // backward indices per layer: head, blocks.., emb
   BucketPlan plan_;
@@ -63,7 +64,7 @@ class DistributedDataParallel {
 class DdpLayout : public train::Layout {
  public:
   DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions options, int accum,
-            const train::OptimizerFactory& make_optimizer, int shard_index);
+            const train::OptimizerFactory& make_optimizer, int shard_index, const DdpSeams& seams);
   std::string name() const override { return "ddp"; }
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
   std::vector<train::TensorShard> shards() override;

@@ -3,8 +3,8 @@
 // tensors, and issues each bucket as soon as backward has finished every gradient in it. How the
 // buckets are packed and when one is ready are the pieces a student re-implements: core declares
 // them here, solutions/ddp_buckets.cpp holds the reference, exercises/ddp_buckets.cpp the
-// student's, and the program installs one (`--impl reference|mine`). core/parallel/ddp.cpp only
-// ever calls what is installed.
+// student's; the program picks one table (`--impl reference|mine`) and hands it to every DDP it
+// builds. core/parallel/ddp.cpp only ever calls the table it was given.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -35,9 +35,5 @@ struct DdpSeams {
   AssignBucketsFn assign_buckets;
   BucketReadyFn bucket_ready;
 };
-
-void install_ddp_seams(DdpSeams seams);
-// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
-const DdpSeams& ddp_seams();
 
 }  // namespace mgpu::parallel

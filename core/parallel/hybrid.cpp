@@ -1,5 +1,5 @@
 // Hybrid DP x TP x PP, top to bottom (see hybrid.h for the idea):
-//   1. checking the mesh, and naming the ones that would work;
+//   1. checking the mesh, and naming the ones that would work (hybrid_check.cpp);
 //   2. building this rank's stage: the pipeline's layers for its pp coordinate, each block cut to
 //      its tp slice and wired to the tp group's f/g;
 //   3. one step: this replica's share of the batch through the pipeline schedule (the executor,
@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/data/sampler.h"
 #include "core/model/init.h"
@@ -20,25 +19,9 @@
 
 namespace mgpu::parallel {
 
-// ---------------------------------------------------------------------------------- the mesh
+// ---------------------------------------------------------------------------------- the hooks
 
 namespace {
-
-bool tp_fits(const GPTConfig& cfg, int tp) {
-  return cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0;
-}
-
-// "dp x tp x pp" meshes of `world_size` ranks this model can run (with the given cp).
-std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
-  std::vector<std::string> works;
-  const std::string with_cp = cp > 1 ? fmt::format(" --cp {}", cp) : "";
-  for (int tp = 1; cp >= 1 && tp <= world_size / cp; ++tp)
-    for (int pp = 1; pp <= world_size / (tp * cp); ++pp)
-      if (world_size % (tp * pp * cp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
-        works.push_back(
-            fmt::format("--dp {} --tp {} --pp {}{}", world_size / (tp * pp * cp), tp, pp, with_cp));
-  return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
-}
 
 // tp and cp together: the linears through TP's hooks (or plain), attention round the cp ring.
 class MeshBlockHooks : public BlockHooks {
@@ -80,93 +63,24 @@ class MeshBlockHooks : public BlockHooks {
 
 }  // namespace
 
-void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
-  const MeshShape& m = o.mesh;
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what,
-                                            world_size, meshes_that_work(cfg, world_size, m.cp)));
-  };
-  if (m.tp < 1 || m.cp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
-    fail(fmt::format("mesh --dp {} --tp {} --pp {}{} holds {} ranks but the world has {}", m.dp,
-                     m.tp, m.pp, m.cp != 1 ? fmt::format(" --cp {}", m.cp) : "",
-                     int64_t{m.dp} * m.tp * m.pp * m.cp, world_size));
-  if (m.cp > 1)  // zigzag: every sequence in 2cp equal chunks
-    check_cp_size(cfg, cfg.seq_len, m.cp, CpLayout::zigzag);
-  if (!tp_fits(cfg, m.tp))
-    fail(fmt::format("--tp {} does not divide the {} heads and the MLP width {}", m.tp, cfg.heads,
-                     4 * cfg.dim));
-  if (cfg.layers % m.pp != 0)
-    fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
-  const bool v_shape = o.schedule == "zbv" || o.schedule == "dualpipev";
-  if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
-      o.schedule != "zb-h1" && !v_shape)
-    throw std::invalid_argument(
-        fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev, "
-                    "got '{}'",
-                    o.schedule));
-  if (o.microbatches > pipeline::max_microbatches)  // a schedule lists every action (#33)
-    throw std::invalid_argument(fmt::format(
-        "{} micro-batches is more than the {} a schedule can hold: use --microbatches {} or fewer",
-        o.microbatches, pipeline::max_microbatches, pipeline::max_microbatches));
-  if (v_shape && cfg.layers % (2 * m.pp) != 0)
-    fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
-                     o.schedule, m.pp, cfg.layers));
-  if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))
-    fail(
-        fmt::format("{} with pp {} needs at least {} micro-batches (got {}): use "
-                    "--microbatches {} or more, or --schedule zb-h1",
-                    o.schedule, m.pp, pipeline::min_microbatches(o.schedule, m.pp), o.microbatches,
-                    pipeline::min_microbatches(o.schedule, m.pp)));
-  if (o.schedule != "interleaved" && o.virtual_stages != 1)
-    throw std::invalid_argument(
-        fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
-                    "--virtual-stages 1, or --schedule interleaved",
-                    o.virtual_stages));
-  if (o.schedule == "interleaved") {
-    const int V = o.virtual_stages;
-    std::vector<int> works;  // chunk counts that cut every stage into equal chunks
-    for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)
-      if (cfg.layers % (m.pp * v) == 0) works.push_back(v);
-    if (V < 2 || m.pp < 1 || cfg.layers % (m.pp * V) != 0)
-      throw std::invalid_argument(fmt::format(
-          "interleaved needs --virtual-stages V >= 2 with pp x V dividing the {} layers (got pp "
-          "{} x V {}): {}",
-          cfg.layers, m.pp, V,
-          works.empty() ? std::string("use --schedule 1f1b")
-                        : fmt::format("use --virtual-stages {}", fmt::join(works, " or "))));
-    if (o.microbatches < m.pp)
-      throw std::invalid_argument(fmt::format(
-          "interleaved 1F1B needs at least as many micro-batches as the {} stages (got {}): use "
-          "--microbatches {} or more, or --schedule 1f1b",
-          m.pp, o.microbatches, m.pp));
-  }
-  if (o.zero != 0 && o.zero != 1)
-    throw std::invalid_argument(fmt::format(
-        "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
-        "parameters, which the `zero` lesson shows on one data-parallel group",
-        o.zero));
-  if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)
-    throw std::invalid_argument(fmt::format(
-        "batch {} does not split into dp {} x {} micro-batches: use --batch {} (or another "
-        "--microbatches)",
-        global_batch, m.dp, o.microbatches, m.dp * std::max(1, o.microbatches)));
-}
-
 // ---------------------------------------------------------------------------------- the stage
 
 HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
-                           const train::OptimizerFactory& make_optimizer)
+                           const train::OptimizerFactory& make_optimizer, const HybridSeams& seams)
     : config_(cfg),
       mesh_(world, options.mesh),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
-      tp_hooks_(mesh_.group(Axis::tp)),
+      tp_hooks_(mesh_.group(Axis::tp), seams.tp),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
                                         options.virtual_stages)),
-      zero_(options.zero) {
+      zero_(options.zero),
+      zero_seams_(seams.zero) {
+  if (zero_ != 0) check_seams(zero_seams_);
   // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
   BlockShard shard = slice_.block();
   if (options.mesh.cp > 1) {
-    ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len);
+    ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len,
+                                            seams.cp);
     shard.attention_keys = cfg.seq_len;
   }
   // My pipeline stage's layers, every block split to my tp slice, each materialised at its place
@@ -208,7 +122,7 @@ void HybridLayout::shard_optimizer_over_dp() {
   if (stage_.head) add(*stage_.head);
   comm::Comm& dp = mesh_.group(Axis::dp);
   for (ParamList& params : layers) {
-    ZeroUnit u = plan_unit(std::move(params), dp.size(), dp.rank());
+    ZeroUnit u = plan_unit(std::move(params), dp.size(), dp.rank(), zero_seams_.owned_chunk);
     u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
     view_params(u, u.flat_params, /*grads=*/false);
     for (Param* p : u.params)
@@ -270,7 +184,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
     // ZeRO-1: the all-reduce's two halves with the optimizer between them (exercise 08's step).
     std::vector<FlatUnit> units;
     for (ZeroUnit& u : zero_units_) units.push_back({u.flat_params, u.flat_grads});
-    zero_seams().sharded_step(mesh_.group(Axis::dp), units, [&] {
+    zero_seams_.sharded_step(mesh_.group(Axis::dp), units, [&] {
       stepped = optimizer_step(optimizer_.get(), model_groups, step);
     });
   } else {

@@ -36,6 +36,14 @@ struct HybridOptions {
   int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
 };
 
+// The exercise functions a hybrid rank runs: exercise 06's linears (tp), exercise 07's merge (cp)
+// and exercise 08's owned chunk and sharded step (ZeRO-1 over dp).
+struct HybridSeams {
+  TpSeams tp;
+  CpSeams cp;
+  ZeroSeams zero;
+};
+
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
 // `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
 // and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved
@@ -49,7 +57,7 @@ class HybridLayout : public train::Layout {
  public:
   // Collective over `world`: every rank builds the mesh (its groups live in the layout).
   HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
-               const train::OptimizerFactory& make_optimizer);
+               const train::OptimizerFactory& make_optimizer, const HybridSeams& seams);
   std::string name() const override { return "hybrid"; }
   void before_step(int step) override;
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
@@ -77,6 +85,7 @@ class HybridLayout : public train::Layout {
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;
   int zero_ = 0;
+  ZeroSeams zero_seams_;
   std::vector<ZeroUnit> zero_units_;  // ZeRO-1: the stage's layers as flat units
   std::vector<OwnedSlice> owned_;     // ZeRO-1: my slices of them, what the optimizer updates
 };

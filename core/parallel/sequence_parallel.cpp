@@ -75,8 +75,14 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts) {
 // ---------------------------------------------------------------------------------- g, g-bar
 
 SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
-                                   const OptimizerFactory& make_optimizer)
-    : TensorParallel(cfg, tp, make_optimizer, tp.size()) {}
+                                   const train::OptimizerFactory& make_optimizer,
+                                   const TpSeams& seams)
+    : TensorParallel(cfg, tp, make_optimizer, seams, tp.size()), sp_linears_(tp, seams) {}
+
+SequenceParallelHooks::SequenceParallelHooks(comm::Comm& tp, TpSeams seams)
+    : tp_(tp), seams_(std::move(seams)) {
+  check_seams(seams_);
+}
 
 Tensor SequenceParallelHooks::full_sequence(const Tensor& mine) const {
   return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,
@@ -87,7 +93,8 @@ void SequenceParallelHooks::column_forward(const Linear& linear, Tensor& out, co
   // g forward: all-gather my tokens of ln(x) into the whole sequence the column linear needs.
   Tensor x = full_sequence(inp);
   all_gather_sequence(x, inp, tp_);
-  linear.forward(out, x);
+  // Every rank now holds the whole input, as TP's column linear expects (its f is the identity).
+  seams_.column_forward(out, x, linear.weight.data, linear.bias.data, tp_);
 }
 
 void SequenceParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
@@ -129,7 +136,9 @@ void SequenceParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Ten
   // sums every token on every rank, so it is complete (and equal) everywhere.
   Tensor dy = full_sequence(dout);
   all_gather_sequence(dy, dout, tp_);
-  linear.backward(dinp, dy, inp);
+  // The whole output's gradient on every rank, as TP's row linear expects (its g-bar backward is
+  // the identity).
+  seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dy, inp, linear.weight.data, tp_);
 }
 
 Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
@@ -140,21 +149,21 @@ Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
 // The layout's own hooks: SequenceParallelHooks with the forward/backward region closed around
 // them (the linears' kernels and the collectives record their own events).
 void SequenceParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { SequenceParallelHooks(tp_).column_forward(linear, out, inp); });
+  outside_phase([&] { sp_linears_.column_forward(linear, out, inp); });
 }
 
 void SequenceParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                        const Tensor& inp) {
-  outside_phase([&] { SequenceParallelHooks(tp_).column_backward(linear, dinp, dout, inp); });
+  outside_phase([&] { sp_linears_.column_backward(linear, dinp, dout, inp); });
 }
 
 void SequenceParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { SequenceParallelHooks(tp_).row_forward(linear, out, inp); });
+  outside_phase([&] { sp_linears_.row_forward(linear, out, inp); });
 }
 
 void SequenceParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                     const Tensor& inp) {
-  outside_phase([&] { SequenceParallelHooks(tp_).row_backward(linear, dinp, dout, inp); });
+  outside_phase([&] { sp_linears_.row_backward(linear, dinp, dout, inp); });
 }
 
 void SequenceParallel::all_reduce_layernorm_grads() {

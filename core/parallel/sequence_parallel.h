@@ -30,10 +30,13 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts);
 
 // The BlockHooks of TP + SP on their own, on group `tp`, for blocks whose shard has seq_parts =
 // tp.size(): g (all-gather forward, reduce-scatter backward) before the column linears, g-bar
-// (reduce-scatter forward, all-gather backward) after the row linears.
+// (reduce-scatter forward, all-gather backward) after the row linears. The column linear's
+// forward and the row linear's backward, whose TP conjugates are identities, are exercise 06's
+// functions (`seams`); the other two replace TP's all-reduce by a reduce-scatter, so they run the
+// plain linear and SP's own collective.
 class SequenceParallelHooks : public BlockHooks {
  public:
-  explicit SequenceParallelHooks(comm::Comm& tp) : tp_(tp) {}
+  SequenceParallelHooks(comm::Comm& tp, TpSeams seams);
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                        const Tensor& inp) override;
@@ -43,13 +46,15 @@ class SequenceParallelHooks : public BlockHooks {
  private:
   Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
   comm::Comm& tp_;
+  TpSeams seams_;
 };
 
 // One rank of a TP+SP run: TensorParallel's slices, checkpoints and optimizer, with the blocks'
 // replicated regions cut along the sequence and the communication above at the same four points.
 class SequenceParallel : public TensorParallel {
  public:
-  SequenceParallel(const GPTConfig& cfg, comm::Comm& tp, const OptimizerFactory& make_optimizer);
+  SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
+                   const train::OptimizerFactory& make_optimizer, const TpSeams& seams);
 
   std::string name() const override { return "sequence_parallel"; }
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
@@ -65,6 +70,8 @@ class SequenceParallel : public TensorParallel {
   // The layernorms saw only this rank's tokens: their weight/bias gradients are partial sums.
   void all_reduce_layernorm_grads();
   Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
+
+  SequenceParallelHooks sp_linears_;
 };
 
 }  // namespace mgpu::parallel

@@ -15,7 +15,6 @@
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/runtime/context.h"
-#include "core/runtime/seam.h"
 #include "core/train/trainer.h"
 
 namespace mgpu::parallel {
@@ -44,16 +43,17 @@ void g_backward(Tensor& dy, comm::Comm& tp) {
 
 // ---------------------------------------------------------------------------------- seams
 
-void install_tp_seams(TpSeams seams) {
-  Seam<TpSeams>::install(std::move(seams));
-}
-
-const TpSeams& tp_seams() {
-  return Seam<TpSeams>::get("tensor-parallel seam",
-                            Required{"column_forward", &TpSeams::column_forward},
-                            Required{"column_backward", &TpSeams::column_backward},
-                            Required{"row_forward", &TpSeams::row_forward},
-                            Required{"row_backward", &TpSeams::row_backward});
+void check_seams(const TpSeams& seams) {
+  const std::pair<const char*, bool> given[] = {{"column_forward", bool(seams.column_forward)},
+                                                {"column_backward", bool(seams.column_backward)},
+                                                {"row_forward", bool(seams.row_forward)},
+                                                {"row_backward", bool(seams.row_backward)}};
+  for (const auto& [name, present] : given)
+    if (!present)
+      throw std::logic_error(fmt::format(
+          "tensor-parallel seam '{}' is missing: pass exercise 06's table (reference::seams().tp "
+          "or mine::seams().tp)",
+          name));
 }
 
 // ---------------------------------------------------------------------------------- sharding
@@ -100,12 +100,13 @@ std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimi
 }
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                               const OptimizerFactory& make_optimizer)
-    : TensorParallel(cfg, tp, make_optimizer, 1) {}
+                               const train::OptimizerFactory& make_optimizer, const TpSeams& seams)
+    : TensorParallel(cfg, tp, make_optimizer, seams, 1) {}
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                               const OptimizerFactory& make_optimizer, int seq_parts)
-    : config_(cfg), tp_(tp), slice_(tp_slice(cfg, tp.size(), tp.rank())) {
+                               const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
+                               int seq_parts)
+    : config_(cfg), tp_(tp), linears_(tp, seams), slice_(tp_slice(cfg, tp.size(), tp.rank())) {
   BlockShard shard = slice_.block();
   shard.seq_parts = seq_parts;
   // Every rank materialises only its slice, drawn at its elements' places in the seeded
@@ -129,16 +130,21 @@ Tensor TensorParallel::fp32_partial(const Tensor& like) {
   return Tensor::empty(like.shape(), MemCategory::comm_buffers, DType::f32);
 }
 
+TensorParallelHooks::TensorParallelHooks(comm::Comm& tp, TpSeams seams)
+    : tp_(tp), seams_(std::move(seams)) {
+  check_seams(seams_);
+}
+
 void TensorParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  tp_seams().column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
+  seams_.column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
 }
 
 void TensorParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                           const Tensor& inp) {
   const bool fp32 = dinp.dtype() == DType::f32;
   Tensor dx = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
-  tp_seams().column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp,
-                             linear.weight.data, tp_);
+  seams_.column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
+                         tp_);
   if (!fp32) ops::convert(dinp, dx);
 }
 
@@ -146,22 +152,22 @@ void TensorParallelHooks::row_forward(const Linear& linear, Tensor& out, const T
   const Tensor no_bias;
   if (out.dtype() == DType::f32) {
     // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
-    tp_seams().row_forward(out, inp, linear.weight.data,
-                           tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
+    seams_.row_forward(out, inp, linear.weight.data, tp_.rank() == 0 ? linear.bias.data : no_bias,
+                       tp_);
     return;
   }
   // 2-byte activations: the fp32 sum of the partial products, rounded, then the bias (as the
   // single-device linear adds it to its rounded product).
   Tensor sum = TensorParallel::fp32_partial(out);
-  tp_seams().row_forward(sum, inp, linear.weight.data, no_bias, tp_);
+  seams_.row_forward(sum, inp, linear.weight.data, no_bias, tp_);
   ops::convert(out, sum);
   if (linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
 }
 
 void TensorParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                        const Tensor& inp) {
-  tp_seams().row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
-                          tp_);
+  seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
+                      tp_);
 }
 
 void TensorParallelHooks::column_backward_input(const Linear& linear, Tensor& dinp,
@@ -177,21 +183,21 @@ void TensorParallelHooks::column_backward_input(const Linear& linear, Tensor& di
 
 // The layout's own hooks: the same, with the forward/backward region closed around them.
 void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { TensorParallelHooks(tp_).column_forward(linear, out, inp); });
+  outside_phase([&] { linears_.column_forward(linear, out, inp); });
 }
 
 void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                      const Tensor& inp) {
-  outside_phase([&] { TensorParallelHooks(tp_).column_backward(linear, dinp, dout, inp); });
+  outside_phase([&] { linears_.column_backward(linear, dinp, dout, inp); });
 }
 
 void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { TensorParallelHooks(tp_).row_forward(linear, out, inp); });
+  outside_phase([&] { linears_.row_forward(linear, out, inp); });
 }
 
 void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                   const Tensor& inp) {
-  outside_phase([&] { TensorParallelHooks(tp_).row_backward(linear, dinp, dout, inp); });
+  outside_phase([&] { linears_.row_backward(linear, dinp, dout, inp); });
 }
 
 // ---------------------------------------------------------------------------------- one step

@@ -17,6 +17,7 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 #include "core/train/layout.h"
+#include "core/train/trainer.h"
 
 namespace mgpu::parallel {
 
@@ -28,7 +29,8 @@ void g_backward(Tensor& dy, comm::Comm& tp);  // identity
 
 // ------------------------------------------------------------------ exercise 06 seams
 // The column- and row-parallel linear (docs/exercises/06-tensor-parallel.md): solutions/ holds
-// the reference, exercises/ the student's; `--impl` picks which one the layout runs.
+// the reference, exercises/ the student's; `--impl` picks which table the program hands to every
+// layout it builds (lessons/impl.h), and each layout keeps the table it was given.
 //   column: y_local = f(x) @ w_local^T + b_local          w_local: my rows of W [out/t, in]
 //   row:    y       = g(x_local @ w_local^T) + b          w_local: my columns of W [out, in/t];
 //                                                         b is defined on one rank only
@@ -51,9 +53,9 @@ struct TpSeams {
   RowForwardFn row_forward;
   RowBackwardFn row_backward;
 };
-void install_tp_seams(TpSeams seams);
-// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
-const TpSeams& tp_seams();
+// Throws std::logic_error naming the first missing function (a layout checks its table once,
+// when it is built, rather than failing inside a block).
+void check_seams(const TpSeams& seams);
 
 // ------------------------------------------------------------------ sharding
 // Throws std::invalid_argument (one line, naming the tp sizes that work) unless tp >= 1 divides
@@ -67,8 +69,6 @@ struct TpSlice {
 };
 TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank);
 
-using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const ParamList&)>;
-
 // ------------------------------------------------------------------ pieces for layouts built on TP
 // (hybrid DP x TP x PP builds pipeline stages out of tensor-parallel blocks with these.)
 // Declares how tensor parallelism splits a block (declared, not yet materialised) for `slice`:
@@ -80,11 +80,12 @@ void split_block(Block& block, const GPTConfig& cfg, const TpSlice& slice);
 std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimizer& optimizer,
                                           bool writes_split, bool writes_replicated);
 
-// The BlockHooks of tensor parallelism on its own: the four linears through the installed seams
-// (f before the column-parallel ones, g after the row-parallel ones) on group `tp`.
+// The BlockHooks of tensor parallelism on its own: the four linears through the exercise-06
+// functions `seams` (f before the column-parallel ones, g after the row-parallel ones) on group
+// `tp`.
 class TensorParallelHooks : public BlockHooks {
  public:
-  explicit TensorParallelHooks(comm::Comm& tp) : tp_(tp) {}
+  TensorParallelHooks(comm::Comm& tp, TpSeams seams);
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                        const Tensor& inp) override;
@@ -94,14 +95,16 @@ class TensorParallelHooks : public BlockHooks {
 
  private:
   comm::Comm& tp_;
+  TpSeams seams_;
 };
 
 // One rank of a tensor-parallel run, as the training loop sees it (core/train/layout.h).
 class TensorParallel : public train::Layout, private BlockHooks {
  public:
   // Collective over `tp` only in the sense that every member builds its own slice of the same
-  // seeded full model. `tp` must outlive the layout.
-  TensorParallel(const GPTConfig& cfg, comm::Comm& tp, const OptimizerFactory& make_optimizer);
+  // seeded full model. `tp` must outlive the layout. `seams`: exercise 06's linears.
+  TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
+                 const train::OptimizerFactory& make_optimizer, const TpSeams& seams);
 
   std::string name() const override { return "tensor_parallel"; }
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
@@ -116,7 +119,8 @@ class TensorParallel : public train::Layout, private BlockHooks {
  protected:
   // For layouts that are TP with other communication at the same points (sequence parallelism):
   // the same slices, with the blocks' layernorm/residual regions split into `seq_parts`.
-  TensorParallel(const GPTConfig& cfg, comm::Comm& tp, const OptimizerFactory& make_optimizer,
+  TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
+                 const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
                  int seq_parts);
   BlockShard block_shard() const { return model_->shard(); }
 
@@ -144,6 +148,7 @@ class TensorParallel : public train::Layout, private BlockHooks {
 
   GPTConfig config_;
   comm::Comm& tp_;
+  TensorParallelHooks linears_;  // the four linears on tp (f, g) through exercise 06's functions
   TpSlice slice_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -19,7 +19,6 @@
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/layerwise.h"
 #include "core/runtime/context.h"
-#include "core/runtime/seam.h"
 
 namespace mgpu::parallel {
 
@@ -29,87 +28,22 @@ namespace {
 // of stages 2-3 exist only while their layer computes or communicates; the lesson names them.
 constexpr MemCategory kTransient = MemCategory::comm_buffers;
 
-// The collectives cut every tensor by comm::chunk_range; an owned chunk cut otherwise would update
-// elements whose averaged gradient never arrives here.
-void check_chunk(const ZeroUnit& u, int ranks, int rank) {
-  if (std::pair{u.begin, u.end} != comm::chunk_range(u.numel, ranks, rank))
-    throw std::logic_error(fmt::format(
-        "owned_chunk({}, {}, {}) returned [{}, {}) but the collectives give rank {} [{}, {})",
-        u.numel, ranks, rank, u.begin, u.end, rank, comm::chunk_range(u.numel, ranks, rank).first,
-        comm::chunk_range(u.numel, ranks, rank).second));
-}
-
 void drop_params(ZeroUnit& u, bool grads) {
   for (Param* p : u.params) (grads ? p->grad : p->data) = Tensor();
 }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------- shared with
-// hybrid's ZeRO-1: a unit's flat layout, my slices of it, and their map into the full model
-
-void view_params(ZeroUnit& u, Tensor flat, bool grads) {
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    Tensor view =
-        flat.flat_range(u.offsets[i], u.offsets[i] + shape_numel(u.shapes[i])).reshape(u.shapes[i]);
-    (grads ? u.params[i]->grad : u.params[i]->data) = view;
-  }
-}
-
-ZeroUnit plan_unit(ParamList params, int ranks, int rank) {
-  ZeroUnit u;
-  u.params = std::move(params);
-  for (Param* p : u.params) {
-    u.offsets.push_back(u.numel);
-    u.shapes.push_back(p->shape);
-    u.numel += shape_numel(p->shape);
-  }
-  std::tie(u.begin, u.end) = zero_seams().owned_chunk(u.numel, ranks, rank);
-  check_chunk(u, ranks, rank);
-  return u;
-}
-
-void append_owned_slices(const ZeroUnit& u, const Tensor& data, const Tensor& grad,
-                         std::vector<OwnedSlice>& out) {
-  // A tensor holding only the owned chunk starts at the chunk's first element.
-  const int64_t data_base = data.numel() == u.numel ? 0 : u.begin;
-  const int64_t grad_base = grad.numel() == u.numel ? 0 : u.begin;
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
-    const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
-    if (lo >= hi) continue;
-    OwnedSlice s{u.params[i], u.shapes[i], lo - first, hi - first, std::make_unique<Param>()};
-    s.shard->name = u.params[i]->name;
-    s.shard->shape = {hi - lo};
-    s.shard->spec = u.params[i]->spec.chunk(lo - first, hi - first);
-    s.shard->data = data.flat_range(lo - data_base, hi - data_base);
-    s.shard->grad = grad.flat_range(lo - grad_base, hi - grad_base);
-    out.push_back(std::move(s));
-  }
-}
-
-ParamList owned_params(const std::vector<OwnedSlice>& owned) {
-  ParamList params;
-  for (const OwnedSlice& s : owned) params.push_back(s.shard.get());
-  return params;
-}
-
-// ---------------------------------------------------------------------------------- seams
-
-void install_zero_seams(ZeroSeams seams) {
-  Seam<ZeroSeams>::install(std::move(seams));
-}
-
-const ZeroSeams& zero_seams() {
-  return Seam<ZeroSeams>::get("ZeRO seam", Required{"owned_chunk", &ZeroSeams::owned_chunk},
-                              Required{"sharded_step", &ZeroSeams::sharded_step});
-}
-
 // ---------------------------------------------------------------------------------- cutting
 
 ZeroLayout::ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
-                       const train::OptimizerFactory& make_optimizer)
-    : config_(config), dp_(dp), options_(options), model_(config, BlockShard::whole(config)) {
+                       const train::OptimizerFactory& make_optimizer, const ZeroSeams& seams)
+    : config_(config),
+      dp_(dp),
+      options_(options),
+      seams_(seams),
+      model_(config, BlockShard::whole(config)) {
+  check_seams(seams_);
   if (options_.stage < 0 || options_.stage > 3)
     throw std::invalid_argument(
         fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", options_.stage));
@@ -125,7 +59,7 @@ ZeroLayout::ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions opti
 void ZeroLayout::cut_shards() {
   const int stage = options_.stage;
   for (int layer = 0; layer < layer_count(model_); ++layer) {
-    ZeroUnit u = plan_unit(layer_params(model_, layer), dp_.size(), dp_.rank());
+    ZeroUnit u = plan_unit(layer_params(model_, layer), dp_.size(), dp_.rank(), seams_.owned_chunk);
     // Stages 0-2 keep the whole unit; stage 3 only its chunk, and never holds more of it.
     if (stage < 3)
       materialise_unit(u);
@@ -219,7 +153,7 @@ train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int step) {
   if (options_.stage == 1) {  // after backward: reduce-scatter, update my chunk, all-gather
     std::vector<FlatUnit> flat;
     for (ZeroUnit& u : units_) flat.push_back({u.flat_params, u.flat_grads});
-    zero_seams().sharded_step(dp_, flat, update_owned);
+    seams_.sharded_step(dp_, flat, update_owned);
     return {.shard_loss = loss, .skipped = !stepped};
   }
   finish_gradients();

@@ -53,9 +53,9 @@ struct ZeroSeams {
   ShardedStepFn sharded_step;
 };
 
-void install_zero_seams(ZeroSeams seams);
-// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
-const ZeroSeams& zero_seams();
+// Throws std::logic_error naming the first missing function (a layout checks its table once,
+// when it is built).
+void check_seams(const ZeroSeams& seams);
 
 // ------------------------------------------------------------------ the layout
 
@@ -84,8 +84,8 @@ struct ZeroUnit {
 // (hybrid DP x TP x PP runs ZeRO-1 over its dp group with these and the exercise-08 step.)
 
 // A unit's flat layout: its parameters' offsets and shapes in one flat vector, and the chunk rank
-// `rank` of `ranks` owns (zero_seams().owned_chunk, checked against the collectives' cut).
-ZeroUnit plan_unit(ParamList params, int ranks, int rank);
+// `rank` of `ranks` owns (exercise 08's owned_chunk, checked against the collectives' cut).
+ZeroUnit plan_unit(ParamList params, int ranks, int rank, const OwnedChunkFn& owned_chunk);
 // Points each parameter's data (grads = false) or grad (true) at its place in `flat`.
 void view_params(ZeroUnit& u, Tensor flat, bool grads);
 
@@ -108,8 +108,9 @@ ParamList owned_params(const std::vector<OwnedSlice>& owned);
 
 class ZeroLayout : public train::Layout {
  public:
+  // `seams`: exercise 08's owned chunk and sharded step.
   ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
-             const train::OptimizerFactory& make_optimizer);
+             const train::OptimizerFactory& make_optimizer, const ZeroSeams& seams);
   std::string name() const override;  // "zero-1", ...
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
   std::vector<train::TensorShard> shards() override;
@@ -139,6 +140,7 @@ class ZeroLayout : public train::Layout {
   GPTConfig config_;
   comm::Comm& dp_;
   ZeroOptions options_;
+  ZeroSeams seams_;
   GPT model_;  // declared; each rank materialises only what its stage keeps of it
   std::vector<ZeroUnit> units_;
   std::vector<OwnedSlice> owned_;

@@ -355,8 +355,8 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
           stage_worlds[ctx.rank] = std::make_unique<StageWorld>(*ctx.comm, options.mesh, profile);
           world_comm = stage_worlds[ctx.rank].get();
         }
-        auto built =
-            std::make_unique<parallel::HybridLayout>(cfg, *world_comm, options, make_optimizer);
+        auto built = std::make_unique<parallel::HybridLayout>(cfg, *world_comm, options,
+                                                              make_optimizer, workload.seams);
         ctx.allocator.reset_peaks();  // training's memory, not the set-up's full-model copy
         return built;
       },

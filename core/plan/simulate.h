@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/model/gpt.h"
+#include "core/parallel/hybrid.h"
 #include "core/runtime/profile.h"
 #include "core/tensor/allocator.h"
 
@@ -29,10 +30,12 @@ struct Layout {
   int global_batch() const { return dp * microbatches * microbatch_size; }
 };
 
-// What is trained: the model (its dtype/recompute are overridden by the layout's) and optimizer.
+// What is trained: the model (its dtype/recompute are overridden by the layout's) and optimizer,
+// and the exercise functions the simulated ranks run (the program's --impl selection).
 struct Workload {
   GPTConfig model;
   std::string optimizer = "adamw";
+  parallel::HybridSeams seams;
 };
 
 enum class Simulation {

@@ -1,11 +1,12 @@
-// One table of exercise seams: the functions a student re-implements, installed once by the
-// program (`--impl reference|mine`) and read by core wherever it calls them. Each table keeps its
-// own install_X_seams() / X_seams() names; they forward to Seam<Table>:
+// One table of exercise seams kept in a slot: the functions a student re-implements, installed
+// once by the program (`--impl reference|mine`) and read by core wherever it calls them. (The
+// layouts' own exercises - DDP buckets, TP linears, the CP merge, the ZeRO step - are not here:
+// each layout receives its table when it is built.) Each table keeps its own install_X_seams() /
+// X_seams() names; they forward to Seam<Table>:
 //
-//   void install_tp_seams(TpSeams s) { Seam<TpSeams>::install(std::move(s)); }
-//   const TpSeams& tp_seams() {
-//     return Seam<TpSeams>::get("tensor-parallel seam",
-//                               Required{"column_forward", &TpSeams::column_forward}, ...);
+//   void install_comm_seams(CommSeams s) { Seam<CommSeams>::install(std::move(s)); }
+//   const CommSeams& comm_seams() {
+//     return Seam<CommSeams>::get("comm seam", Required{"all_reduce", &CommSeams::all_reduce});
 //   }
 //
 // get() throws std::logic_error naming the first required function that is not installed.

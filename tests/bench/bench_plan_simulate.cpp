@@ -10,10 +10,7 @@
 #include <string>
 
 #include "core/plan/simulate.h"
-
-namespace mgpu::reference {
-void install_seams();
-}
+#include "exercises/exercises.h"
 
 // CPU seconds of every thread of this process so far (the host is shared: wall time varies).
 double cpu_seconds() {
@@ -33,6 +30,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   mgpu::plan::Workload work;
+  work.seams = mgpu::reference::seams().hybrid();
   work.model = {.vocab = 50257, .seq_len = 2048, .layers = 96, .dim = 12288, .heads = 96};
   struct Case {
     int dp, tp, pp, microbatches;

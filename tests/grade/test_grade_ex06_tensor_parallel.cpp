@@ -7,10 +7,12 @@
 #include <cmath>
 #include <vector>
 
+#include "core/model/param.h"
 #include "core/ops/ops.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/runtime/world.h"
 #include "grade/grade_support.h"
+#include "lessons/impl.h"
 
 using namespace mgpu;
 
@@ -45,13 +47,25 @@ Full unsharded(const std::vector<float>& x, const std::vector<float>& w,
   return f;
 }
 
-// Elements [c0, c1) of every row of a row-major [rows, cols] matrix (or [B, T, cols] tensor).
+// The elements of `full` that `spec` keeps, in the local tensor's order: the same PartitionSpec
+// the tensor-parallel layout declares on each parameter (core/model/param.h).
+std::vector<float> cut(const std::vector<float>& full, const PartitionSpec& spec) {
+  std::vector<float> local;
+  for (const ShardRun& run : spec.runs)
+    local.insert(local.end(), full.begin() + run.full_offset,
+                 full.begin() + run.full_offset + run.length);
+  return local;
+}
+
+// Rows [r0, r1) / columns [c0, c1) of a row-major [rows, cols] matrix (a [B, T, cols] tensor is
+// B*T rows; a vector is one column).
+std::vector<float> rows(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t r1) {
+  const int64_t n = static_cast<int64_t>(m.size()) / cols;
+  return cut(m, PartitionSpec::rows({n, cols}, {{r0, r1}}));
+}
 std::vector<float> columns(const std::vector<float>& m, int64_t cols, int64_t c0, int64_t c1) {
-  std::vector<float> out;
-  for (size_t row = 0; row < m.size() / static_cast<size_t>(cols); ++row)
-    for (int64_t c = c0; c < c1; ++c)
-      out.push_back(m[row * static_cast<size_t>(cols) + static_cast<size_t>(c)]);
-  return out;
+  const int64_t n = static_cast<int64_t>(m.size()) / cols;
+  return cut(m, PartitionSpec::columns({n, cols}, c0, c1));
 }
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
@@ -73,11 +87,6 @@ struct RankResult {
   int64_t begin = 0, end = 0;  // the rank's slice: output rows (column) or input columns (row)
   std::vector<float> y, dx, dw, db;
 };
-
-// Rows [r0, r1) of a row-major matrix with `cols` columns (a vector: cols = 1).
-std::vector<float> rows(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t r1) {
-  return {m.begin() + r0 * cols, m.begin() + r1 * cols};
-}
 
 // Which dimension of W is split over the ranks: column-parallel splits the outputs (rank r owns
 // output rows [r*OUT/t, (r+1)*OUT/t) of W and b, and sees all of x); row-parallel splits the
@@ -106,7 +115,7 @@ void check_sharded(Split split, int tp, bool backward) {
     Tensor Bi = column              ? Tensor::from({out}, rows(b, 1, s0, s1))
                 : group.rank() == 0 ? Tensor::from({OUT}, b)
                                     : Tensor();
-    const parallel::TpSeams& seams = parallel::tp_seams();
+    const parallel::TpSeams& seams = lessons::selected_seams().tp;
     Tensor Y = Tensor::zeros({B, T, out}, MemCategory::activations);
     (column ? seams.column_forward : seams.row_forward)(Y, X, W, Bi, group);
     mine.y = Y.to_vector();

@@ -11,14 +11,7 @@
 #include "core/parallel/ddp.h"
 #include "core/runtime/world.h"
 #include "core/train/trainer.h"
-
-namespace mgpu::reference {
-void install_seams();  // DDP's bucket assignment is an exercise seam: the reference one here
-}
-
-namespace mgpu::reference {
-void install_seams();  // the reference ring all-reduce, which every backend's all_reduce runs
-}
+#include "exercises/exercises.h"  // the reference ring all-reduce and DDP's bucket assignment
 
 using namespace mgpu;
 
@@ -27,7 +20,6 @@ int main() {
   WorldOptions o;
   o.backend = "mpi";
   o.comm_timeout = 20;
-  mgpu::reference::install_seams();
   World world(o);
   int failures = 0;
   world.run([&](RankContext& ctx) {
@@ -71,7 +63,7 @@ int main() {
             [](const ParamList& params) {
               return optim::make_adamw(optim::whole_params(params), DType::f16);
             },
-            ctx.rank);
+            ctx.rank, reference::seams().ddp);
       },
       {},
       [&](RankContext& ctx, train::Layout& layout) {

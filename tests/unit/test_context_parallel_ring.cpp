@@ -9,6 +9,7 @@
 #include "core/data/task.h"
 #include "core/parallel/context_parallel.h"
 #include "core/runtime/world.h"
+#include "exercises/exercises.h"
 
 using namespace mgpu;
 using namespace mgpu::parallel;
@@ -16,15 +17,15 @@ using namespace mgpu::parallel;
 namespace {
 // Merges one forward step of a 2-layer model on `cp` rank threads, counting the seam's calls.
 int merges_in_one_step(CpLayout layout, int cp) {
-  const CpSeams reference = cp_seams();
+  const CpSeams& reference = reference::seams().cp;
   std::atomic<int> merges{0};
-  install_cp_seams(
-      {"counting",
-       [&](Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
-         ++merges;
-         reference.merge(out, lse, block_out, block_lse);
-       },
-       reference.merge_backward});
+  const CpSeams counting{
+      "counting",
+      [&](Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
+        ++merges;
+        reference.merge(out, lse, block_out, block_lse);
+      },
+      reference.merge_backward};
   auto task = data::make_task("markov", 1, {.seq_len = 16});
   GPTConfig cfg;
   cfg.vocab = task->vocab_size();
@@ -34,12 +35,14 @@ int merges_in_one_step(CpLayout layout, int cp) {
   cfg.heads = 2;
   World world(WorldOptions{.ranks = cp});
   world.run([&](RankContext& ctx) {
-    ContextParallel layout_on_rank(cfg, *ctx.comm, layout, 16, [](const ParamList& params) {
-      return std::make_unique<optim::SGD>(params, optim::SGDOptions{});
-    });
+    ContextParallel layout_on_rank(
+        cfg, *ctx.comm, layout, 16,
+        [](const ParamList& params) {
+          return std::make_unique<optim::SGD>(params, optim::SGDOptions{});
+        },
+        counting);
     layout_on_rank.step(task->sample(0, 2, 16), 0);
   });
-  install_cp_seams(reference);
   return merges.load();
 }
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/parallel/ddp_seams.h"
 #include "core/trace/analysis.h"
+#include "exercises/exercises.h"
 #include "lessons/ddp.h"
 
 using namespace mgpu;
@@ -26,7 +27,7 @@ CommonOptions tiny(int ranks, int batch = 12) {
   return c;
 }
 
-DataParallelResult train(const CommonOptions& c, DataParallelOptions d) {
+DataParallelResult train_lesson(const CommonOptions& c, DataParallelOptions d) {
   std::ostringstream out;
   return train_data_parallel(c, d, out);
 }
@@ -62,7 +63,7 @@ TEST_CASE("every data-parallel variant reproduces the single-device parameters",
       };
       for (const auto& v : variants) {
         INFO(optimizer << ", " << ranks << " ranks, " << v.name);
-        DataParallelResult r = train(c, v.d);
+        DataParallelResult r = train_lesson(c, v.d);
         CHECK(r.losses.size() == 3);
         CHECK(max_param_difference(r.params, reference) <= tolerance);
       }
@@ -72,7 +73,7 @@ TEST_CASE("every data-parallel variant reproduces the single-device parameters",
       big.lr = c.lr;
       for (bool overlap : {true, false}) {
         INFO(optimizer << ", " << ranks << " ranks, accumulation k=2, overlap " << overlap);
-        DataParallelResult r = train(big, {.overlap = overlap, .accum = 2});
+        DataParallelResult r = train_lesson(big, {.overlap = overlap, .accum = 2});
         CHECK(max_param_difference(r.params, train_single_device_params(big, 24)) <= tolerance);
       }
     }
@@ -81,9 +82,9 @@ TEST_CASE("every data-parallel variant reproduces the single-device parameters",
 
 TEST_CASE("buckets follow the --bucket-mb cap and hold every gradient once", "[ddp]") {
   CommonOptions c = tiny(2);
-  CHECK(train(c, {.bucket_mb = "100"}).buckets == 1);
-  DataParallelResult small = train(c, {.bucket_mb = "0.0005"});
-  DataParallelResult autob = train(c, {});
+  CHECK(train_lesson(c, {.bucket_mb = "100"}).buckets == 1);
+  DataParallelResult small = train_lesson(c, {.bucket_mb = "0.0005"});
+  DataParallelResult autob = train_lesson(c, {});
   CHECK(autob.bucket_bytes == (autob.gradient_bytes + 3) / 4);
   CHECK(autob.buckets >= 4);
   CHECK(small.buckets > autob.buckets);
@@ -93,11 +94,11 @@ TEST_CASE("each rank trains on its own shard; a planted 'everyone uses shard 0' 
           "[ddp][sampler]") {
   CommonOptions c = tiny(2);
   auto reference = train_single_device_params(c, c.batch);
-  DataParallelResult good = train(c, {});
+  DataParallelResult good = train_lesson(c, {});
   CHECK(good.shard_problem.empty());
   CHECK(max_param_difference(good.params, reference) <= kAdamTolerance);
 
-  DataParallelResult planted = train(c, {.planted_same_shard = true});
+  DataParallelResult planted = train_lesson(c, {.planted_same_shard = true});
   CHECK_FALSE(planted.shard_problem.empty());  // check_shards_partition names the problem
   CHECK(max_param_difference(planted.params, reference) > 1e-3f);
 }
@@ -108,8 +109,8 @@ TEST_CASE("modeled clock: overlap shortens the step by exactly the hidden comm; 
   CommonOptions c = tiny(4, 16);
   c.dim = 32;
   c.profile = "2xRTX4090-PCIe";
-  DataParallelResult on = train(c, {.overlap = true, .bucket_mb = "0.004"});
-  DataParallelResult off = train(c, {.overlap = false});
+  DataParallelResult on = train_lesson(c, {.overlap = true, .bucket_mb = "0.004"});
+  DataParallelResult off = train_lesson(c, {.overlap = false});
   trace::TraceSummary s_on = trace::analyze(on.trace, c.steps - 1);
   trace::TraceSummary s_off = trace::analyze(off.trace, c.steps - 1);
   for (int r = 0; r < c.ranks; ++r) {
@@ -137,7 +138,7 @@ TEST_CASE("modeled clock: overlap shortens the step by exactly the hidden comm; 
 
 TEST_CASE("bucket seam: packs gradients in backward order; an oversized one gets its own bucket",
           "[ddp][seam]") {
-  const parallel::DdpSeams& seams = parallel::ddp_seams();
+  const parallel::DdpSeams& seams = reference::seams().ddp;
   parallel::BucketPlan plan = seams.assign_buckets({100, 100, 300, 50, 50, 150}, 200);
   CHECK(plan.buckets == std::vector<std::vector<int>>{{0, 1}, {2}, {3, 4}, {5}});
   CHECK(seams.assign_buckets({}, 10).buckets.empty());
@@ -150,8 +151,8 @@ TEST_CASE("bucket seam: packs gradients in backward order; an oversized one gets
 TEST_CASE("naive DataParallel: the driver works while the replicas idle, and DDP is faster",
           "[ddp][data_parallel]") {
   CommonOptions c = tiny(4);
-  DataParallelResult naive = train(c, {.naive = true});
-  DataParallelResult ddp = train(c, {});
+  DataParallelResult naive = train_lesson(c, {.naive = true});
+  DataParallelResult ddp = train_lesson(c, {});
   trace::TraceSummary s = trace::analyze(naive.trace, c.steps - 1);
   for (int r = 1; r < c.ranks; ++r) {
     CHECK(s.ranks[0].busy > 2 * s.ranks[r].busy);  // summing gradients + the only optimizer

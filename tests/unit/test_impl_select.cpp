@@ -22,12 +22,18 @@ using lessons::select_exercises;
 
 namespace {
 
-// The impl_name each exercise's seam holds now, in table order.
+// The impl_name each exercise's seam holds now, in table order: core's slot, or the selected
+// table that layouts receive.
 std::vector<std::string> installed_names() {
-  return {comm::comm_seams().impl_name,         parallel::ddp_seams().impl_name,
-          pipeline::pipeline_seams().impl_name, trace::bubble_seams().impl_name,
-          memory::memory_seams().impl_name,     parallel::tp_seams().impl_name,
-          parallel::cp_seams().impl_name,       parallel::zero_seams().impl_name};
+  const ex::SeamTables& selected = lessons::selected_seams();
+  return {comm::comm_seams().impl_name,
+          selected.ddp.impl_name,
+          pipeline::pipeline_seams().impl_name,
+          trace::bubble_seams().impl_name,
+          memory::memory_seams().impl_name,
+          selected.tp.impl_name,
+          selected.cp.impl_name,
+          selected.zero.impl_name};
 }
 
 // A "mine" table in which exercises 01 and 03 are written (the reference's code, installed under
@@ -35,9 +41,11 @@ std::vector<std::string> installed_names() {
 std::vector<ex::Exercise> mine_with_ex01_and_ex03_written() {
   std::vector<ex::Exercise> table = mine::exercise_table();
   table[0].probe = [] {};
-  table[0].install = [] { comm::install_comm_seams({"mine", &reference::ring_all_reduce}); };
+  table[0].install = [](ex::SeamTables&) {
+    comm::install_comm_seams({"mine", &reference::ring_all_reduce});
+  };
   table[2].probe = [] {};
-  table[2].install = [] {
+  table[2].install = [](ex::SeamTables&) {
     pipeline::install_pipeline_seams(
         {"mine", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
   };
@@ -45,7 +53,10 @@ std::vector<ex::Exercise> mine_with_ex01_and_ex03_written() {
 }
 
 struct RestoreReference {
-  ~RestoreReference() { reference::install_seams(); }
+  ~RestoreReference() {
+    reference::install_seams();
+    lessons::use_seams(reference::seams());
+  }
 };
 
 }  // namespace

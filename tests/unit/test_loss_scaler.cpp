@@ -20,6 +20,7 @@
 #include "core/runtime/world.h"
 #include "core/train/single_device.h"
 #include "core/train/trainer.h"
+#include "lessons/impl.h"
 
 using namespace mgpu;
 
@@ -207,7 +208,8 @@ TEST_CASE(
       {"ddp",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{}, 1,
-                                                      fp16_adamw(), ctx.rank);
+                                                      fp16_adamw(), ctx.rank,
+                                                      lessons::selected_seams().ddp);
        }},
       {"pipeline 1f1b",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
@@ -223,30 +225,36 @@ TEST_CASE(
       {"zero stage 1",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::ZeroLayout>(
-             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 1}, fp16_adamw());
+             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 1}, fp16_adamw(),
+             lessons::selected_seams().zero);
        }},
       {"zero stage 2",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::ZeroLayout>(
-             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 2}, fp16_adamw());
+             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 2}, fp16_adamw(),
+             lessons::selected_seams().zero);
        }},
       {"tensor parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw());
+         return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw(),
+                                                           lessons::selected_seams().tp);
        }},
       {"sequence parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::SequenceParallel>(cfg, *ctx.comm, fp16_adamw());
+         return std::make_unique<parallel::SequenceParallel>(cfg, *ctx.comm, fp16_adamw(),
+                                                             lessons::selected_seams().tp);
        }},
       {"context parallel zigzag",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::ContextParallel>(
-             cfg, *ctx.comm, parallel::CpLayout::zigzag, cfg.seq_len, fp16_adamw());
+             cfg, *ctx.comm, parallel::CpLayout::zigzag, cfg.seq_len, fp16_adamw(),
+             lessons::selected_seams().cp);
        }},
       {"zero stage 3",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::ZeroLayout>(
-             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 3}, fp16_adamw());
+             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 3}, fp16_adamw(),
+             lessons::selected_seams().zero);
        }},
   };
   for (const Case& c : cases) {
@@ -287,7 +295,8 @@ TEST_CASE("the loss scaler's state round-trips through a checkpoint: resume cont
   const GPTConfig cfg = fp16_config();
   auto ddp = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
     return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{}, 1,
-                                                 fp16_adamw(), ctx.rank);
+                                                 fp16_adamw(), ctx.rank,
+                                                 lessons::selected_seams().ddp);
   };
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   // Step 1 overflows (scale 2^15, clean count restarts); growth every 3 clean steps, so the
@@ -373,7 +382,8 @@ TEST_CASE("hybrid fp16: an overflow on one rank makes all 8 ranks skip that step
     options.mesh.dp = 2;
     options.mesh.pp = 2;
     const train::LayoutFactory hybrid = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-      return std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, fp16_adamw());
+      return std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, fp16_adamw(),
+                                                      lessons::selected_seams().hybrid());
     };
     // rank 5 = dp0 pp1 tp1: the last stage's second tp slice, in the first replica
     check_overflow_skipped_everywhere(8, 5, hybrid);

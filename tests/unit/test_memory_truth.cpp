@@ -26,6 +26,7 @@
 #include "core/parallel/zero.h"
 #include "core/runtime/world.h"
 #include "core/trace/chrome_trace.h"
+#include "lessons/impl.h"
 #include "unit/mgpu_cli.h"
 
 using namespace mgpu;
@@ -127,12 +128,14 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
     SECTION("tensor parallel over 2 and 4 ranks") {
       for (int tp : {2, 4})
         require_bit_equal(want, gathered_init(tp, [&](RankContext& ctx) {
-                            return std::make_unique<TensorParallel>(cfg, *ctx.comm, opt);
+                            return std::make_unique<TensorParallel>(cfg, *ctx.comm, opt,
+                                                                    lessons::selected_seams().tp);
                           }));
     }
     SECTION("sequence parallel over 2 ranks") {
       require_bit_equal(want, gathered_init(2, [&](RankContext& ctx) {
-                          return std::make_unique<SequenceParallel>(cfg, *ctx.comm, opt);
+                          return std::make_unique<SequenceParallel>(cfg, *ctx.comm, opt,
+                                                                    lessons::selected_seams().tp);
                         }));
     }
     SECTION("ZeRO stages 0-3 over 3 ranks (units that do not divide by 3)") {
@@ -143,7 +146,8 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
       for (int stage = 0; stage <= 3; ++stage)
         require_bit_equal(want, gathered_init(3, [&](RankContext& ctx) {
                             return std::make_unique<ZeroLayout>(cfg, *ctx.comm,
-                                                                ZeroOptions{.stage = stage}, opt);
+                                                                ZeroOptions{.stage = stage}, opt,
+                                                                lessons::selected_seams().zero);
                           }));
     }
     SECTION("pipeline over 2 and 4 stages") {
@@ -160,7 +164,8 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
           INFO("tp " << mesh.tp << " dp " << mesh.dp << " pp " << mesh.pp << " zero " << zero);
           const HybridOptions options{.mesh = mesh, .microbatches = 2, .zero = zero};
           require_bit_equal(want, gathered_init(mesh.tp * mesh.dp * mesh.pp, [&](RankContext& ctx) {
-                              return std::make_unique<HybridLayout>(cfg, *ctx.comm, options, opt);
+                              return std::make_unique<HybridLayout>(
+                                  cfg, *ctx.comm, options, opt, lessons::selected_seams().hybrid());
                             }));
         }
     }

@@ -10,6 +10,7 @@
 #include "core/plan/search.h"
 #include "core/plan/simulate.h"
 #include "core/runtime/profile.h"
+#include "exercises/exercises.h"
 
 using namespace mgpu;
 using namespace mgpu::plan;
@@ -28,6 +29,7 @@ int64_t heap_in_use() {
 
 Workload small_gpt() {
   Workload w;
+  w.seams = reference::seams().hybrid();
   w.model.vocab = 512;
   w.model.seq_len = 64;
   w.model.layers = 8;

@@ -9,6 +9,7 @@
 
 #include "core/plan/search.h"
 #include "core/runtime/world.h"
+#include "exercises/exercises.h"
 #include "unit/mgpu_cli.h"
 
 using namespace mgpu;
@@ -111,6 +112,7 @@ TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips 
           "[plan]") {
   SearchRequest r;
   r.workload.model = small_model();
+  r.workload.seams = reference::seams().hybrid();
   r.gpus = 4;
   r.global_batch = 8;
   r.profile = HardwareProfile::load("DGX-H100");  // 80 GiB: the screen passes this tiny model
@@ -274,6 +276,7 @@ TEST_CASE("recommendations narrates the rules from the planner's numbers", "[pla
 TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusal", "[plan]") {
   SearchRequest r;
   r.workload.model = small_model();
+  r.workload.seams = reference::seams().hybrid();
   r.gpus = 4;
   r.global_batch = 8;
   r.profile = HardwareProfile::load("DGX-H100");

@@ -12,6 +12,7 @@
 #include "core/comm/symmetric.h"
 #include "core/plan/simulate.h"
 #include "core/runtime/world.h"
+#include "exercises/exercises.h"
 
 using mgpu::plan::Layout;
 using mgpu::plan::Prediction;
@@ -22,6 +23,7 @@ namespace {
 
 Workload small_gpt() {
   Workload w;
+  w.seams = mgpu::reference::seams().hybrid();
   w.model.vocab = 1024;
   w.model.seq_len = 128;
   w.model.layers = 8;

@@ -16,6 +16,7 @@
 #include "core/runtime/context.h"
 #include "core/runtime/world.h"
 #include "core/train/trainer.h"
+#include "lessons/impl.h"
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 
@@ -231,7 +232,8 @@ TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per
             [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
               if (layout_name == "ddp")
                 return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{},
-                                                             1, adamw, ctx.rank);
+                                                             1, adamw, ctx.rank,
+                                                             lessons::selected_seams().ddp);
               return std::make_unique<pipeline::PipelineLayout>(
                   cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1), 1, adamw);
             },

@@ -15,6 +15,7 @@
 #include "core/parallel/mesh.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/runtime/world.h"
+#include "lessons/impl.h"
 #include "lessons/sequence_parallel.h"
 
 using namespace mgpu;
@@ -56,7 +57,7 @@ FullTensors train_sequence_parallel(const GPTConfig& cfg, const data::Task& task
   std::mutex mutex;
   World world(WorldOptions{.ranks = tp});
   world.run([&](RankContext& ctx) {
-    SequenceParallel layout(cfg, *ctx.comm, adamw);
+    SequenceParallel layout(cfg, *ctx.comm, adamw, lessons::selected_seams().tp);
     std::vector<float> mine;
     for (int step = 0; step < kSteps; ++step)
       mine.push_back(*layout.step(task.sample(step, kBatch, kSeq), step).loss);
@@ -148,7 +149,7 @@ trace::Trace one_step(const GPTConfig& cfg, const data::Task& task, int tp,
   World world(WorldOptions{.ranks = tp});
   world.run([&](RankContext& ctx) {
     Mesh mesh(*ctx.comm, {.tp = tp});
-    Layout layout(cfg, mesh.group(Axis::tp), adamw);
+    Layout layout(cfg, mesh.group(Axis::tp), adamw, lessons::selected_seams().tp);
     ctx.allocator.reset_peaks();
     StepScope scope(0);
     layout.step(task.sample(0, kBatch, kSeq), 0);

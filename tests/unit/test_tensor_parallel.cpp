@@ -17,6 +17,7 @@
 #include "core/parallel/mesh.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/runtime/world.h"
+#include "lessons/impl.h"
 
 using namespace mgpu;
 using namespace mgpu::parallel;
@@ -57,7 +58,7 @@ FullTensors train_tensor_parallel(const GPTConfig& cfg, const data::Task& task, 
   std::mutex mutex;
   World world(WorldOptions{.ranks = tp});
   world.run([&](RankContext& ctx) {
-    TensorParallel layout(cfg, *ctx.comm, adamw);
+    TensorParallel layout(cfg, *ctx.comm, adamw, lessons::selected_seams().tp);
     for (int step = 0; step < kSteps; ++step) layout.step(task.sample(step, kBatch, kSeq), step);
     std::lock_guard lock(mutex);
     for (const train::TensorShard& s : layout.shards()) {
@@ -117,7 +118,7 @@ TEST_CASE("one tensor-parallel step: 4 all-reduces of B*T*C per layer in the tp 
     World world(WorldOptions{.ranks = tp});
     world.run([&](RankContext& ctx) {
       Mesh mesh(*ctx.comm, {.tp = tp});
-      TensorParallel layout(cfg, mesh.group(Axis::tp), adamw);
+      TensorParallel layout(cfg, mesh.group(Axis::tp), adamw, lessons::selected_seams().tp);
       StepScope scope(0);
       layout.step(task->sample(0, kBatch, kSeq), 0);
     });

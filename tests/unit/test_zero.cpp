@@ -55,7 +55,7 @@ struct ZeroRun {
 };
 
 ZeroRun train_zero(const GPTConfig& cfg, const data::Task& task, int ranks, ZeroOptions options,
-                   int batch) {
+                   int batch, const ZeroSeams& seams = reference::seams().zero) {
   ZeroRun run;
   run.optimizer_bytes.resize(ranks);
   run.owned.resize(ranks);
@@ -63,7 +63,7 @@ ZeroRun train_zero(const GPTConfig& cfg, const data::Task& task, int ranks, Zero
   std::mutex mutex;
   World world(WorldOptions{.ranks = ranks});
   world.run([&](RankContext& ctx) {
-    ZeroLayout layout(cfg, *ctx.comm, options, adamw);
+    ZeroLayout layout(cfg, *ctx.comm, options, adamw, seams);
     ctx.allocator.reset_peaks();
     for (int step = 0; step < kSteps; ++step) {
       StepScope scope(step);
@@ -138,7 +138,7 @@ TEST_CASE("ZeRO cuts uneven shards: the first n % N ranks own one element more",
     std::vector<int64_t> numels;
     std::mutex mutex;
     world.run([&](RankContext& ctx) {
-      ZeroLayout layout(cfg, *ctx.comm, {.stage = 3}, adamw);
+      ZeroLayout layout(cfg, *ctx.comm, {.stage = 3}, adamw, reference::seams().zero);
       std::lock_guard lock(mutex);
       for (const ZeroUnit& u : layout.units()) {
         chunks[ctx.rank].push_back({u.begin, u.end});
@@ -216,7 +216,7 @@ TEST_CASE("a ZeRO stage other than 0-3 is refused", "[zero][errors]") {
   std::string message;
   world.run([&](RankContext& ctx) {
     try {
-      ZeroLayout layout(cfg, *ctx.comm, {.stage = 4}, adamw);
+      ZeroLayout layout(cfg, *ctx.comm, {.stage = 4}, adamw, reference::seams().zero);
     } catch (const std::invalid_argument& e) {
       message = e.what();
     }
@@ -229,19 +229,18 @@ TEST_CASE("stage 1 cuts its chunks and takes its step through exercise 08's seam
   auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);
   std::atomic<int> chunks{0}, steps{0};
-  install_zero_seams({"counting",
-                      [&](int64_t n, int ranks, int rank) {
-                        ++chunks;
-                        return reference::zero_owned_chunk(n, ranks, rank);
-                      },
-                      [&](comm::Comm& dp, const std::vector<FlatUnit>& units,
-                          const std::function<void()>& update) {
-                        ++steps;
-                        reference::zero_sharded_step(dp, units, update);
-                      }});
+  const ZeroSeams counting{
+      "counting",
+      [&](int64_t n, int ranks, int rank) {
+        ++chunks;
+        return reference::zero_owned_chunk(n, ranks, rank);
+      },
+      [&](comm::Comm& dp, const std::vector<FlatUnit>& units, const std::function<void()>& update) {
+        ++steps;
+        reference::zero_sharded_step(dp, units, update);
+      }};
   const FullTensors reference_run = train_single_device(cfg, *task, 4);
-  ZeroRun run = train_zero(cfg, *task, 2, {.stage = 1}, 4);
-  reference::install_seams();
+  ZeroRun run = train_zero(cfg, *task, 2, {.stage = 1}, 4, counting);
   CHECK(chunks == 2 * (cfg.layers + 2));  // every unit on both ranks
   CHECK(steps == 2 * kSteps);
   CHECK(worst_difference(reference_run, run.full) < 2e-5f);

@@ -1,0 +1,105 @@
+// Checking a hybrid mesh before any rank builds it: every axis must divide what it splits, and
+// a refusal names the meshes (or schedule options) that would work.
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/parallel/hybrid.h"
+
+namespace mgpu::parallel {
+
+namespace {
+
+bool tp_fits(const GPTConfig& cfg, int tp) {
+  return cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0;
+}
+
+// "dp x tp x pp" meshes of `world_size` ranks this model can run (with the given cp).
+std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
+  std::vector<std::string> works;
+  const std::string with_cp = cp > 1 ? fmt::format(" --cp {}", cp) : "";
+  for (int tp = 1; cp >= 1 && tp <= world_size / cp; ++tp)
+    for (int pp = 1; pp <= world_size / (tp * cp); ++pp)
+      if (world_size % (tp * pp * cp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
+        works.push_back(
+            fmt::format("--dp {} --tp {} --pp {}{}", world_size / (tp * pp * cp), tp, pp, with_cp));
+  return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
+}
+
+}  // namespace
+
+void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
+  const MeshShape& m = o.mesh;
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what,
+                                            world_size, meshes_that_work(cfg, world_size, m.cp)));
+  };
+  if (m.tp < 1 || m.cp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
+    fail(fmt::format("mesh --dp {} --tp {} --pp {}{} holds {} ranks but the world has {}", m.dp,
+                     m.tp, m.pp, m.cp != 1 ? fmt::format(" --cp {}", m.cp) : "",
+                     int64_t{m.dp} * m.tp * m.pp * m.cp, world_size));
+  if (m.cp > 1)  // zigzag: every sequence in 2cp equal chunks
+    check_cp_size(cfg, cfg.seq_len, m.cp, CpLayout::zigzag);
+  if (!tp_fits(cfg, m.tp))
+    fail(fmt::format("--tp {} does not divide the {} heads and the MLP width {}", m.tp, cfg.heads,
+                     4 * cfg.dim));
+  if (cfg.layers % m.pp != 0)
+    fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
+  const bool v_shape = o.schedule == "zbv" || o.schedule == "dualpipev";
+  if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
+      o.schedule != "zb-h1" && !v_shape)
+    throw std::invalid_argument(
+        fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev, "
+                    "got '{}'",
+                    o.schedule));
+  if (o.microbatches > pipeline::max_microbatches)  // a schedule lists every action (#33)
+    throw std::invalid_argument(fmt::format(
+        "{} micro-batches is more than the {} a schedule can hold: use --microbatches {} or fewer",
+        o.microbatches, pipeline::max_microbatches, pipeline::max_microbatches));
+  if (v_shape && cfg.layers % (2 * m.pp) != 0)
+    fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
+                     o.schedule, m.pp, cfg.layers));
+  if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))
+    fail(
+        fmt::format("{} with pp {} needs at least {} micro-batches (got {}): use "
+                    "--microbatches {} or more, or --schedule zb-h1",
+                    o.schedule, m.pp, pipeline::min_microbatches(o.schedule, m.pp), o.microbatches,
+                    pipeline::min_microbatches(o.schedule, m.pp)));
+  if (o.schedule != "interleaved" && o.virtual_stages != 1)
+    throw std::invalid_argument(
+        fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
+                    "--virtual-stages 1, or --schedule interleaved",
+                    o.virtual_stages));
+  if (o.schedule == "interleaved") {
+    const int V = o.virtual_stages;
+    std::vector<int> works;  // chunk counts that cut every stage into equal chunks
+    for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)
+      if (cfg.layers % (m.pp * v) == 0) works.push_back(v);
+    if (V < 2 || m.pp < 1 || cfg.layers % (m.pp * V) != 0)
+      throw std::invalid_argument(fmt::format(
+          "interleaved needs --virtual-stages V >= 2 with pp x V dividing the {} layers (got pp "
+          "{} x V {}): {}",
+          cfg.layers, m.pp, V,
+          works.empty() ? std::string("use --schedule 1f1b")
+                        : fmt::format("use --virtual-stages {}", fmt::join(works, " or "))));
+    if (o.microbatches < m.pp)
+      throw std::invalid_argument(fmt::format(
+          "interleaved 1F1B needs at least as many micro-batches as the {} stages (got {}): use "
+          "--microbatches {} or more, or --schedule 1f1b",
+          m.pp, o.microbatches, m.pp));
+  }
+  if (o.zero != 0 && o.zero != 1)
+    throw std::invalid_argument(fmt::format(
+        "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
+        "parameters, which the `zero` lesson shows on one data-parallel group",
+        o.zero));
+  if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)
+    throw std::invalid_argument(fmt::format(
+        "batch {} does not split into dp {} x {} micro-batches: use --batch {} (or another "
+        "--microbatches)",
+        global_batch, m.dp, o.microbatches, m.dp * std::max(1, o.microbatches)));
+}
+
+}  // namespace mgpu::parallel
