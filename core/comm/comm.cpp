@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 #include "core/comm/seams.h"
 #include "core/runtime/seam.h"
 
@@ -89,7 +89,7 @@ void Comm::recv_reduce(Tensor& accumulate, int src, int tag) {
   Tensor incoming =
       Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, accumulate.dtype());
   recv(incoming, src, tag);
-  local::add_into(accumulate, incoming);
+  algorithms::add_into(accumulate, incoming);
 }
 
 void install_comm_seams(CommSeams seams) {
@@ -98,6 +98,14 @@ void install_comm_seams(CommSeams seams) {
 
 const CommSeams& comm_seams() {
   return Seam<CommSeams>::get("comm seam", Required{"all_reduce", &CommSeams::all_reduce});
+}
+
+AllReduceFn installed_all_reduce() {
+  try {
+    return comm_seams().all_reduce;
+  } catch (const std::logic_error&) {
+    return [](Comm& comm, Tensor& t, ReduceOp op) { comm_seams().all_reduce(comm, t, op); };
+  }
 }
 
 }  // namespace mgpu::comm

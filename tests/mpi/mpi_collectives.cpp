@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/comm/algorithms/algorithms.h"
 #include "core/comm/comm.h"
-#include "core/comm/local/algorithms.h"
 #include "core/runtime/world.h"
 
 namespace mgpu::reference {
@@ -110,7 +110,7 @@ int main() {
       comm::Work second = ctx.comm->isend(message, (r + 1) % N, 13);
       ctx.comm->recv(incoming, (r - 1 + N) % N, 13);
       second.wait();
-      comm::local::add_into(unfused, incoming);
+      comm::algorithms::add_into(unfused, incoming);
       expect(std::memcmp(fused.f32(), unfused.f32(), n * sizeof(float)) == 0, "recv_reduce", n);
     }
     // irecvs match messages in the order they were posted, whatever order they are waited in.
