@@ -157,7 +157,7 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
 HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
                            const train::OptimizerFactory& make_optimizer)
     : config_(cfg),
-      mesh_(world, options.mesh),
+      mesh_(world, options.mesh, options.mesh_groups),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_hooks_(mesh_.group(Axis::tp)),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,

@@ -317,6 +317,9 @@ void World::run(const std::function<void(RankContext&)>& fn) {
     try {
       fn(ctx);
     } catch (const std::exception& e) {
+#ifdef MGPU_HAVE_MPI
+      comm::mpi::note_failure(e.what());
+#endif
       throw RankError(ctx.rank, e.what(), std::current_exception());
     }
     return;

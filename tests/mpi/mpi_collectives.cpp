@@ -127,6 +127,17 @@ int main() {
           expect(bufs[i].to_vector()[0] == float(10 + i), "irecv post order", i);
       }
     }
+    // Host messages move their bytes as they are: text of odd length, int64 no float holds.
+    {
+      const std::vector<uint8_t> text = {'{', '}', '\n'};
+      const std::vector<int64_t> counters = {(int64_t{1} << 53) + 1, -int64_t(r)};
+      comm::send_values(*ctx.comm, text, (r + 1) % N, 14);
+      comm::send_values(*ctx.comm, counters, (r + 1) % N, 14);
+      expect(comm::recv_values<uint8_t>(*ctx.comm, (r - 1 + N) % N, 14) == text, "host text", 3);
+      const std::vector<int64_t> got = comm::recv_values<int64_t>(*ctx.comm, (r - 1 + N) % N, 14);
+      expect(got == std::vector<int64_t>{(int64_t{1} << 53) + 1, -int64_t((r - 1 + N) % N)},
+             "host int64", 2);
+    }
     auto half = ctx.comm->split(r % 2, r);
     Tensor h = Tensor::from({1}, {1.0f});
     half->all_reduce(h);

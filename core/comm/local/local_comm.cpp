@@ -27,13 +27,16 @@ class LocalComm final : public AlgorithmicComm {
   std::string backend() const override { return "local"; }
 
   // ---- point-to-point ----
-  void send(const Tensor& t, int dst, int tag) override {
-    Posted posted = post(t, dst, tag);
-    world_->release(posted.key, posted.offer);
-    compute_waits_for(posted.end);
-  }
+  void send(const Tensor& t, int dst, int tag) override { send_now(outgoing(t), dst, tag); }
+  void recv(Tensor& t, int src, int tag) override { receive_now(incoming(t), src, tag); }
 
-  void recv(Tensor& t, int src, int tag) override { receive_now(t, src, tag, false); }
+  // Host messages: their bytes, as they are.
+  void send_host(const HostMessage& m, int dst, int tag) override {
+    send_now({m.data, m.bytes(), DeviceKind::cpu}, dst, tag);
+  }
+  void recv_host(const HostMessage& m, int src, int tag) override {
+    receive_now({m.data, m.bytes(), DeviceKind::cpu}, src, tag);
+  }
 
   // The receiver's buffer is the sum's target: whichever side comes second adds the sender's
   // values straight into it (local_world.h). Host f32 only; a CUDA or 16-bit buffer takes Comm's
@@ -41,12 +44,12 @@ class LocalComm final : public AlgorithmicComm {
   void recv_reduce(Tensor& accumulate, int src, int tag) override {
     if (accumulate.device().kind == DeviceKind::cuda || accumulate.dtype() != DType::f32)
       return Comm::recv_reduce(accumulate, src, tag);
-    receive_now(accumulate, src, tag, true);
+    receive_now(incoming(accumulate, true), src, tag);
   }
 
   // The receiver may copy from `t` until wait(): like MPI, t must not change before then.
   Work isend(const Tensor& t, int dst, int tag) override {
-    return on_wait([this, posted = post(t, dst, tag)] {
+    return on_wait([this, posted = post(outgoing(t), dst, tag)] {
       world_->release(posted.key, posted.offer);
       compute_waits_for(posted.end);
     });
@@ -61,7 +64,7 @@ class LocalComm final : public AlgorithmicComm {
     // `target` shares storage with the caller's tensor.
     return on_wait([this, target = t, key = std::move(key), ticket, posted, src, tag]() mutable {
       Arrived m = world_->take(key, ticket, my_world_rank(), waiting_for(key));
-      compute_waits_for(received(target, key, m, posted, src, tag));
+      compute_waits_for(received(target.bytes(), key, m, posted, src, tag));
     });
   }
 
@@ -85,34 +88,44 @@ class LocalComm final : public AlgorithmicComm {
     double end = 0;  // when the transfer ends on this rank's clock
   };
 
+  // A tensor's bytes (none for phantom tensors, which have shapes but no data).
+  static Outgoing outgoing(const Tensor& t) {
+    return {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind};
+  }
   static Incoming incoming(Tensor& t, bool accumulate = false) {
     return {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind, accumulate};
   }
 
-  // A blocking receive: into t, or added into t (recv_reduce); the same clock and trace.
-  void receive_now(Tensor& t, int src, int tag, bool accumulate) {
+  void send_now(const Outgoing& message, int dst, int tag) {
+    Posted posted = post(message, dst, tag);
+    world_->release(posted.key, posted.offer);
+    compute_waits_for(posted.end);
+  }
+
+  // A blocking receive: into the target, or added into it (recv_reduce); the same clock and trace.
+  void receive_now(const Incoming& target, int src, int tag) {
     check_peer(src, "recv from");
     MailboxKey key = mailbox(src, rank(), tag);
     double posted = ctx().clock.comm_issue_time();
-    Arrived m = world_->receive(key, incoming(t, accumulate), my_world_rank(), waiting_for(key));
-    compute_waits_for(received(t, key, m, posted, src, tag));
+    Arrived m = world_->receive(key, target, my_world_rank(), waiting_for(key));
+    compute_waits_for(received(target.bytes, key, m, posted, src, tag));
   }
 
-  // Offers t to dst's mailbox; the transfer ends at `end` on the modeled clock. This is the one
-  // place bytes leave a rank, so it is where they are counted for the trace.
-  Posted post(const Tensor& t, int dst, int tag) {
+  // Offers the message to dst's mailbox; the transfer ends at `end` on the modeled clock. This is
+  // the one place bytes leave a rank, so it is where they are counted for the trace.
+  Posted post(Outgoing message, int dst, int tag) {
     check_peer(dst, "send to");
     RankClock& clock = ctx().clock;
-    double sent = clock.comm_issue_time();
-    double transfer = ctx().profile.transfer_time(my_world_rank(), world_rank(dst), t.bytes());
+    const int64_t bytes = message.bytes;
+    message.sent = clock.comm_issue_time();
+    double transfer = ctx().profile.transfer_time(my_world_rank(), world_rank(dst), bytes);
     Posted posted;
     posted.key = mailbox(rank(), dst, tag);
-    posted.offer = world_->post(
-        posted.key, {t.has_data() ? t.raw() : nullptr, t.bytes(), t.device().kind, sent});
-    posted.end = clock.modeled() ? sent + transfer : clock.wall_now();
+    posted.offer = world_->post(posted.key, message);
+    posted.end = clock.modeled() ? message.sent + transfer : clock.wall_now();
     clock.wait_comm_until(posted.end);
-    count_sent(t.bytes());
-    record_p2p("send", dst, t.bytes(), t.bytes(), sent, posted.end);
+    count_sent(bytes);
+    record_p2p("send", dst, bytes, bytes, message.sent, posted.end);
     return posted;
   }
 
@@ -128,12 +141,12 @@ class LocalComm final : public AlgorithmicComm {
   }
 
   // The end of a receive whose message m has arrived: checks its size, moves the clock, traces.
-  double received(Tensor& t, const MailboxKey& key, const Arrived& m, double posted, int src,
+  double received(int64_t holds, const MailboxKey& key, const Arrived& m, double posted, int src,
                   int tag) {
-    if (m.bytes != t.bytes())
+    if (m.bytes != holds)
       throw CommError(fmt::format(
           "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",
-          my_world_rank(), m.bytes, key.src, tag, name(), t.bytes()));
+          my_world_rank(), m.bytes, key.src, tag, name(), holds));
     RankClock& clock = ctx().clock;
     double transfer = ctx().profile.transfer_time(key.src, key.dst, m.bytes);
     double end = clock.modeled() ? std::max(posted, m.sent + transfer) : clock.wall_now();
