@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/comm/seams.h"
 #include "core/comm/symmetric.h"
 #include "core/model/init.h"
 #include "core/ops/ops.h"
@@ -154,6 +155,7 @@ LayerTimes time_one_layer(GPTConfig cfg, int tp, int microbatch, bool sequence_p
   cfg.recompute = recompute;
   RankContext ctx(0, tp, Device::phantom(0), profile, ClockKind::modeled);
   ctx.tracer.enabled = false;
+  ctx.all_reduce = comm::installed_all_reduce();  // a context made by hand, not by a World
   ScopedRank scoped(ctx);
   std::vector<int> members(static_cast<size_t>(tp));
   for (int r = 0; r < tp; ++r) members[r] = r;

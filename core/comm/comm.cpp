@@ -8,8 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 #include "core/comm/seams.h"
+#include "core/runtime/context.h"
 #include "core/runtime/seam.h"
 
 namespace mgpu::comm {
@@ -89,7 +90,37 @@ void Comm::recv_reduce(Tensor& accumulate, int src, int tag) {
   Tensor incoming =
       Tensor::empty({accumulate.numel()}, MemCategory::comm_buffers, accumulate.dtype());
   recv(incoming, src, tag);
-  local::add_into(accumulate, incoming);
+  algorithms::add_into(accumulate, incoming);
+}
+
+namespace {
+// Host messages packed into tensors live outside the rank's allocator: control data must not
+// show in the lesson's memory figures. On CUDA devices they are device tensors (NCCL moves only
+// device memory).
+Allocator& message_memory() {
+  static Allocator host(Device::cpu());
+  return host;
+}
+Tensor packed_message(int64_t bytes) {
+  Allocator* where = current_rank().device.kind == DeviceKind::cuda ? nullptr : &message_memory();
+  return Tensor::zeros({(bytes + 3) / 4}, MemCategory::comm_buffers, DType::f32, where);
+}
+}  // namespace
+
+void Comm::send_host(const HostMessage& message, int dst, int tag) {
+  std::vector<float> words(static_cast<size_t>((message.bytes() + 3) / 4), 0.0f);
+  if (message.bytes() > 0) std::memcpy(words.data(), message.data, message.bytes());
+  Tensor packed = packed_message(message.bytes());
+  packed.copy_from(
+      Tensor::from(packed.shape(), words, MemCategory::comm_buffers, &message_memory()));
+  send(packed, dst, tag);
+}
+
+void Comm::recv_host(const HostMessage& message, int src, int tag) {
+  Tensor packed = packed_message(message.bytes());
+  recv(packed, src, tag);
+  const std::vector<float> words = packed.to_vector();
+  if (message.bytes() > 0) std::memcpy(message.data, words.data(), message.bytes());
 }
 
 void install_comm_seams(CommSeams seams) {
@@ -98,6 +129,14 @@ void install_comm_seams(CommSeams seams) {
 
 const CommSeams& comm_seams() {
   return Seam<CommSeams>::get("comm seam", Required{"all_reduce", &CommSeams::all_reduce});
+}
+
+AllReduceFn installed_all_reduce() {
+  try {
+    return comm_seams().all_reduce;
+  } catch (const std::logic_error&) {
+    return [](Comm& comm, Tensor& t, ReduceOp op) { comm_seams().all_reduce(comm, t, op); };
+  }
 }
 
 }  // namespace mgpu::comm

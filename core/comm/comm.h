@@ -7,10 +7,12 @@
 // Lengths need not divide by the group size: chunk r of n elements over N ranks is
 // chunk_range(n, N, r) (the first n % N ranks get one extra element).
 #pragma once
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/tensor/tensor.h"
 
@@ -34,6 +36,34 @@ std::string describe_collective(const char* kind, const Tensor* t, const ReduceO
 // by the group size; otherwise a CommError naming the sizes.
 void check_all_to_all_sizes(const Tensor& in, const Tensor& out, int group_size, int rank,
                             const std::string& group);
+
+// Element types of host messages: the control data a program sends besides tensors (token ids,
+// lengths, counters, text), each with its own type instead of smuggled through floats.
+enum class HostType : uint8_t { u8, i32, i64, f32 };
+constexpr int64_t host_type_size(HostType t) {
+  return t == HostType::u8 ? 1 : t == HostType::i64 ? 8 : 4;
+}
+template <class T>
+constexpr HostType host_type_of() {
+  if constexpr (std::is_same_v<T, int32_t>)
+    return HostType::i32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return HostType::i64;
+  else if constexpr (std::is_same_v<T, float>)
+    return HostType::f32;
+  else {
+    static_assert(sizeof(T) == 1, "host messages carry u8, i32, i64 or f32 values");
+    return HostType::u8;
+  }
+}
+
+// `count` values of `type` in host memory: what send_host / recv_host move, byte for byte.
+struct HostMessage {
+  void* data = nullptr;
+  int64_t count = 0;
+  HostType type = HostType::u8;
+  int64_t bytes() const { return count * host_type_size(type); }
+};
 
 // A pending async operation. wait() blocks until it completes (and, on the modeled clock, makes
 // the compute lane wait for it too). Waiting twice is harmless; destroying an unwaited Work waits.
@@ -91,6 +121,13 @@ class Comm {
   // local and MPI backends add straight from the sender's (or the wire's) buffer: one memory pass,
   // no temporary. The ring reduce-scatter's step.
   virtual void recv_reduce(Tensor& accumulate, int src, int tag = 0);
+  // Point-to-point of host values with their type (control messages: they carry values even when
+  // the rank's device is phantom). Timed and traced like send/recv, with the message's real byte
+  // count; the receiver's message must have the same type and count. The default packs the bytes
+  // into an f32 tensor on the rank's device (NCCL moves only device memory); the local and MPI
+  // backends move the bytes as they are.
+  virtual void send_host(const HostMessage& message, int dst, int tag = 0);
+  virtual void recv_host(const HostMessage& message, int src, int tag = 0);
 
   // Collectives; every member must call them in the same order with matching arguments.
   virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
@@ -116,5 +153,22 @@ class Comm {
   // comm. `name` labels the group in traces and errors (e.g. "dp0", "pp1").
   virtual std::unique_ptr<Comm> split(int color, int key, const std::string& name = "") = 0;
 };
+
+// A vector of host values: its length (i64), then the values (absent when empty).
+template <class T>
+void send_values(Comm& comm, const std::vector<T>& values, int dst, int tag) {
+  int64_t count = static_cast<int64_t>(values.size());
+  comm.send_host({&count, 1, HostType::i64}, dst, tag);
+  if (count > 0)
+    comm.send_host({const_cast<T*>(values.data()), count, host_type_of<T>()}, dst, tag);
+}
+template <class T>
+std::vector<T> recv_values(Comm& comm, int src, int tag) {
+  int64_t count = 0;
+  comm.recv_host({&count, 1, HostType::i64}, src, tag);
+  std::vector<T> values(static_cast<size_t>(count));
+  if (count > 0) comm.recv_host({values.data(), count, host_type_of<T>()}, src, tag);
+  return values;
+}
 
 }  // namespace mgpu::comm

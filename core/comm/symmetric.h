@@ -1,7 +1,7 @@
 // A symmetric group: a tensor-, context- or data-parallel group of which only this rank runs. Its
 // other members are implied mirrors that do the same work at the same time (the planner's
 // representative simulation, core/plan/simulate.h), so nothing is exchanged; what the group's
-// communication costs is still worked out by the local backend's own algorithms (the ring
+// communication costs is still worked out by the shared algorithms every backend runs (the ring
 // all-reduce seam, ring reduce-scatter / all-gather, pairwise all-to-all, dissemination barrier),
 // run against the mirrors:
 //   - a message this rank sends to the member d places ahead is matched by the one it receives

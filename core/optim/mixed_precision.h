@@ -34,6 +34,7 @@ class MixedPrecision : public Optimizer {
 
   std::string name() const override { return inner_->name(); }
   nlohmann::json hyperparams() const override;  // the inner optimizer's + "master_weights"
+  MixedPrecision* mixed_precision() override { return this; }
   // inner step on the masters, then every master rounded back into the model's parameters.
   void step() override;
 

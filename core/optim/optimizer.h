@@ -41,6 +41,8 @@ struct NamedTensor {
   int slice = -1;  // the optimizer's slice (slices()[slice]) this state belongs to
 };
 
+class MixedPrecision;
+
 class Optimizer {
  public:
   Optimizer(std::vector<ParamSlice> slices, float lr);
@@ -60,6 +62,9 @@ class Optimizer {
   int64_t state_bytes() const;
   // Hyper-parameters as JSON (name, lr, betas, ...) for checkpoints and run summaries.
   virtual nlohmann::json hyperparams() const = 0;
+  // Mixed precision's fp32 master weights stand apart from the model's parameters (checkpoints
+  // store and restore them): MixedPrecision returns itself, every other optimizer null.
+  virtual MixedPrecision* mixed_precision() { return nullptr; }
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps) { step_count_ = steps; }  // when resuming from a checkpoint

@@ -18,26 +18,8 @@ constexpr int kTagShape = 1, kTagTokens = 2, kTagTargets = 3, kTagGrad = 4, kTag
 
 // The batch's shape, token ids and the loss are control messages the driver's host program
 // sends, not device data: they live in host memory, so they carry values even when the ranks'
-// devices are phantom (shapes only).
-Allocator& host_memory() {
-  static Allocator host(Device::cpu());
-  return host;
-}
-Tensor host_tensor(const Shape& shape) {
-  return Tensor::empty(shape, MemCategory::comm_buffers, DType::f32, &host_memory());
-}
-
-// Token ids travel as f32 (exact below 2^24): the comm layer moves float tensors.
-Tensor ids_to_tensor(const std::vector<int32_t>& ids) {
-  Tensor t = host_tensor({static_cast<int64_t>(ids.size())});
-  for (size_t i = 0; i < ids.size(); ++i) t.f32()[i] = static_cast<float>(ids[i]);
-  return t;
-}
-std::vector<int32_t> tensor_to_ids(const Tensor& t) {
-  std::vector<int32_t> ids(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(t.f32()[i]);
-  return ids;
-}
+// devices are phantom (shapes only): host messages, the shape and the ids as int32, the loss
+// as f32.
 }  // namespace
 
 DataParallel::DataParallel(GPT& model, comm::Comm& comm) : model_(model), comm_(comm) {}
@@ -54,27 +36,25 @@ float DataParallel::forward_backward(const data::Batch* global_batch, float grad
 data::Batch DataParallel::scatter_batch(const data::Batch* global_batch) {
   const int ranks = comm_.size();
   if (comm_.rank() != kDriver) {
-    Tensor shape = host_tensor({2});  // [B, T] of my shard
-    comm_.recv(shape, kDriver, kTagShape);
+    int32_t shape[2] = {0, 0};  // [B, T] of my shard
+    comm_.recv_host({shape, 2, comm::HostType::i32}, kDriver, kTagShape);
     data::Batch shard;
-    shard.B = static_cast<int>(shape.f32()[0]);
-    shard.T = static_cast<int>(shape.f32()[1]);
-    Tensor tokens = host_tensor({shard.size()});
-    Tensor targets = host_tensor({shard.size()});
-    comm_.recv(tokens, kDriver, kTagTokens);
-    comm_.recv(targets, kDriver, kTagTargets);
-    shard.tokens = tensor_to_ids(tokens);
-    shard.targets = tensor_to_ids(targets);
+    shard.B = shape[0];
+    shard.T = shape[1];
+    shard.tokens.resize(static_cast<size_t>(shard.size()));
+    shard.targets.resize(static_cast<size_t>(shard.size()));
+    comm_.recv_host({shard.tokens.data(), shard.size(), comm::HostType::i32}, kDriver, kTagTokens);
+    comm_.recv_host({shard.targets.data(), shard.size(), comm::HostType::i32}, kDriver,
+                    kTagTargets);
     return shard;
   }
   for (int r = 1; r < ranks; ++r) {
     data::RowRange rows = data::shard_rows(global_batch->B, ranks, r);
     data::Batch shard = global_batch->rows(rows.begin, rows.end);
-    comm_.send(Tensor::from({2}, {float(shard.B), float(shard.T)}, MemCategory::comm_buffers,
-                            &host_memory()),
-               r, kTagShape);
-    comm_.send(ids_to_tensor(shard.tokens), r, kTagTokens);
-    comm_.send(ids_to_tensor(shard.targets), r, kTagTargets);
+    int32_t shape[2] = {shard.B, shard.T};
+    comm_.send_host({shape, 2, comm::HostType::i32}, r, kTagShape);
+    comm_.send_host({shard.tokens.data(), shard.size(), comm::HostType::i32}, r, kTagTokens);
+    comm_.send_host({shard.targets.data(), shard.size(), comm::HostType::i32}, r, kTagTargets);
   }
   data::RowRange mine = data::shard_rows(global_batch->B, ranks, kDriver);
   return global_batch->rows(mine.begin, mine.end);
@@ -87,10 +67,9 @@ void DataParallel::broadcast_parameters() {
 
 float DataParallel::reduce_gradients_to_driver(float my_loss) {
   const int ranks = comm_.size();
-  Tensor loss = Tensor::from({1}, {my_loss}, MemCategory::comm_buffers, &host_memory());
   if (comm_.rank() != kDriver) {
     for (Param* p : model_.params()) comm_.send(p->grad, kDriver, kTagGrad);
-    comm_.send(loss, kDriver, kTagLoss);
+    comm_.send_host({&my_loss, 1, comm::HostType::f32}, kDriver, kTagLoss);
     return my_loss;
   }
   // Rank 0 receives and adds every replica's gradients, one after the other: a serial bottleneck.
@@ -102,8 +81,9 @@ float DataParallel::reduce_gradients_to_driver(float my_loss) {
       ComputeScope s({.name = "sum gradients", .cat = trace::cat::compute, .peer = r});
       ops::axpy(p->grad, 1.0f, incoming);
     }
-    comm_.recv(loss, r, kTagLoss);
-    loss_sum += loss.f32()[0];
+    float loss = 0;
+    comm_.recv_host({&loss, 1, comm::HostType::f32}, r, kTagLoss);
+    loss_sum += loss;
   }
   // Each replica's gradient is the mean over its shard; equal shards make the mean of means the
   // mean over the global batch.

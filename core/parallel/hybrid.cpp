@@ -68,7 +68,7 @@ class MeshBlockHooks : public BlockHooks {
 HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
                            const train::OptimizerFactory& make_optimizer, const HybridSeams& seams)
     : config_(cfg),
-      mesh_(world, options.mesh),
+      mesh_(world, options.mesh, options.mesh_groups),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_hooks_(mesh_.group(Axis::tp), seams.tp),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,

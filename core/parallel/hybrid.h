@@ -34,6 +34,7 @@ struct HybridOptions {
   int microbatches = 4;           // per data-parallel replica and step
   int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
   int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
+  MeshGroupFactory mesh_groups;   // empty: Comm::split (the planner's representative passes one)
 };
 
 // The exercise functions a hybrid rank runs: exercise 06's linears (tp), exercise 07's merge (cp)

@@ -81,14 +81,13 @@ int group_index(const MeshShape& shape, const std::array<int, 4>& coords, Axis a
 }
 }  // namespace
 
-Mesh::Mesh(comm::Comm& world, MeshShape shape) : shape_(shape) {
+Mesh::Mesh(comm::Comm& world, MeshShape shape, const MeshGroupFactory& make_group) : shape_(shape) {
   shape_.validate(world.size());
   coords_ = mesh_coords(shape_, world.rank());
-  auto* builder = dynamic_cast<MeshGroups*>(&world);
   for (Axis axis : kAxes) {
     const int color = group_index(shape_, coords_, axis);
     const std::string name = fmt::format("{}{}", axis_name(axis), color);
-    if (!builder) {
+    if (!make_group) {
       groups_[static_cast<int>(axis)] = world.split(color, coord(axis), name);
       continue;
     }
@@ -98,7 +97,7 @@ Mesh::Mesh(comm::Comm& world, MeshShape shape) : shape_(shape) {
       at[static_cast<int>(axis)] = c;
       members.push_back(world.world_rank(mesh_rank(shape_, at)));
     }
-    groups_[static_cast<int>(axis)] = builder->mesh_group(axis, members, coord(axis), name);
+    groups_[static_cast<int>(axis)] = make_group(axis, members, coord(axis), name);
   }
   auto stage_neighbour = [&](int offset) {
     std::array<int, 4> c = coords_;

@@ -6,6 +6,7 @@
 // else calls Comm::split.
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,23 +33,19 @@ struct MeshShape {
 std::array<int, 4> mesh_coords(const MeshShape& shape, int world_rank);
 int mesh_rank(const MeshShape& shape, const std::array<int, 4>& coords);
 
-// The hook for a world whose ranks are not all present. The planner's representative simulation
-// (core/plan/simulate.cpp) runs one rank per pipeline stage: a tp, cp or dp group's other members
-// are implied mirrors of it, so there is nobody to Comm::split with. A world comm that also
-// implements MeshGroups builds every axis group itself; Mesh hands it the group's members (world
-// ranks, ordered by their coordinate on the axis) and this rank's index among them.
-class MeshGroups {
- public:
-  virtual ~MeshGroups() = default;
-  virtual std::unique_ptr<comm::Comm> mesh_group(Axis axis, const std::vector<int>& members,
-                                                 int my_index, const std::string& name) = 0;
-};
+// Builds the group of `axis` from its members (world ranks, ordered by their coordinate on the
+// axis) and this rank's index among them. For a world whose ranks are not all present: the
+// planner's representative simulation (core/plan/simulate.cpp) runs one rank per pipeline stage,
+// a tp, cp or dp group's other members are implied mirrors of it, so there is nobody to
+// Comm::split with; it passes a factory that builds those groups itself.
+using MeshGroupFactory = std::function<std::unique_ptr<comm::Comm>(
+    Axis axis, const std::vector<int>& members, int my_index, const std::string& name)>;
 
 class Mesh {
  public:
   // Collective over `world` (every rank calls it, in the same order as its other collectives).
-  // A world that implements MeshGroups builds the groups instead of Comm::split.
-  Mesh(comm::Comm& world, MeshShape shape);
+  // With `make_group`, it builds the groups instead of Comm::split.
+  Mesh(comm::Comm& world, MeshShape shape, const MeshGroupFactory& make_group = {});
 
   const MeshShape& shape() const { return shape_; }
   int coord(Axis axis) const { return coords_[static_cast<int>(axis)]; }

@@ -112,10 +112,11 @@ std::optional<HardwareProfile> stage_threads_profile(const HardwareProfile& prof
 }
 
 // The world as one stage's representative sees it: the full size, its full world rank, and the
-// mesh's groups built without the absent ranks (parallel::MeshGroups): pp is the real stage
-// threads, tp/cp/dp are symmetric groups priced on the full world's links. Only point-to-point
-// between representatives runs on it directly; nothing else may use the world itself.
-class StageWorld final : public comm::Comm, public parallel::MeshGroups {
+// mesh's groups built without the absent ranks (mesh_group, the mesh's group factory): pp is the
+// real stage threads, tp/cp/dp are symmetric groups priced on the full world's links. Only
+// point-to-point between representatives runs on it directly; nothing else may use the world
+// itself.
+class StageWorld final : public comm::Comm {
  public:
   StageWorld(comm::Comm& stages, const parallel::MeshShape& mesh, const HardwareProfile& profile)
       : stages_(stages), size_(mesh.ranks()), stride_(stage_stride(mesh)), profile_(profile) {}
@@ -149,7 +150,7 @@ class StageWorld final : public comm::Comm, public parallel::MeshGroups {
   std::unique_ptr<comm::Comm> split(int, int, const std::string&) override { refuse("split"); }
 
   std::unique_ptr<comm::Comm> mesh_group(Axis axis, const std::vector<int>& members, int my_index,
-                                         const std::string& name) override {
+                                         const std::string& name) {
     if (axis == Axis::pp) return stages_.split(0, my_index, name);  // every member is a thread
     return comm::make_symmetric_comm(current_rank(), profile_, members, my_index, name);
   }
@@ -345,6 +346,7 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
   const auto make_optimizer = optimizer_factory(workload, cfg.dtype);
 
   std::vector<std::unique_ptr<StageWorld>> stage_worlds(static_cast<size_t>(world.size()));
+  std::vector<parallel::HybridOptions> rank_options(static_cast<size_t>(world.size()), options);
   std::vector<RankMemory> memory(static_cast<size_t>(world.size()));
   std::mutex mutex;
   train::train(
@@ -354,9 +356,14 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
         if (representative) {
           stage_worlds[ctx.rank] = std::make_unique<StageWorld>(*ctx.comm, options.mesh, profile);
           world_comm = stage_worlds[ctx.rank].get();
+          rank_options[ctx.rank].mesh_groups = [stage = stage_worlds[ctx.rank].get()](
+                                                   Axis axis, const std::vector<int>& members,
+                                                   int my_index, const std::string& name) {
+            return stage->mesh_group(axis, members, my_index, name);
+          };
         }
-        auto built = std::make_unique<parallel::HybridLayout>(cfg, *world_comm, options,
-                                                              make_optimizer, workload.seams);
+        auto built = std::make_unique<parallel::HybridLayout>(
+            cfg, *world_comm, rank_options[ctx.rank], make_optimizer, workload.seams);
         ctx.allocator.reset_peaks();  // training's memory, not the set-up's full-model copy
         return built;
       },

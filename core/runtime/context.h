@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/all_reduce_fn.h"
 #include "core/runtime/clock.h"
 #include "core/runtime/profile.h"
 #include "core/tensor/allocator.h"
@@ -53,6 +54,9 @@ struct RankContext {
   RankClock clock;
   Tracer tracer;
   comm::Comm* comm = nullptr;  // the world communicator, owned by World
+  // The all-reduce this rank's communicators run (the exercise's ring, reference or the
+  // student's): World sets it from WorldOptions::all_reduce, groups made on this rank take it.
+  comm::AllReduceFn all_reduce;
 
   // Installs the allocator listener that samples memory onto the trace (the constructor does;
   // code that listens to the allocator for a while puts it back with this).

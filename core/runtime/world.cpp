@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/comm/local/local_world.h"
+#include "core/comm/seams.h"
 #include "core/ops/cpu/kernels.h"
 #include "core/runtime/gpu.h"
 #ifdef MGPU_HAVE_NCCL
@@ -138,6 +139,7 @@ struct World::Impl {
         r, world_size, device_for_rank(options.device, r, gpus), profile, options.clock, epoch);
     ctx->profile = options.profile;  // the allocator keeps the overridden capacity
     ctx->tracer.enabled = options.trace;
+    ctx->all_reduce = options.all_reduce;
     return ctx;
   }
 };
@@ -146,10 +148,27 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
   cpu::use_one_blas_thread();  // before any rank starts: OpenBLAS's idle pool would spin
   w.options = std::move(options);
-  std::string backend = w.options.backend;
-  if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";
-  auto epoch = std::chrono::steady_clock::now();
+  if (!w.options.all_reduce) w.options.all_reduce = comm::installed_all_reduce();
+  const std::string backend = choose_backend(w.options.backend);
+  const auto epoch = std::chrono::steady_clock::now();
+  if (backend == "mpi") {
+    make_mpi_world(epoch);
+  } else if (backend == "nccl") {
+    if (w.options.device != DeviceKind::cuda)
+      throw std::invalid_argument("backend nccl needs --device cuda (use local or mpi on cpu)");
+    make_nccl_world(epoch);
+  } else if (backend == "local") {
+    make_thread_world(epoch);
+  } else {
+    throw std::invalid_argument(fmt::format(
+        "backend '{}' is not available for a thread world; use auto, local or mpi", backend));
+  }
+}
 
+std::string World::choose_backend(const std::string& requested) {
+  Impl& w = *impl_;
+  std::string backend = requested;
+  if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";
   // CUDA: install the kernels and the caching allocator, and find out how many GPUs there are.
   // One GPU per rank -> NCCL; more ranks than GPUs -> shared-GPU mode on the local backend.
   if (w.options.device == DeviceKind::cuda && backend != "mpi") {
@@ -183,38 +202,37 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
                  fits ? "" : "SHARED-GPU MODE, ",
                  fits ? "" : " (ranks share GPUs: timings are not those of separate GPUs)");
   }
-
   if (backend == "mpi" && w.options.device == DeviceKind::cuda)
     throw std::invalid_argument(
         "--device cuda under mpirun is not supported yet (the mpi backend moves host tensors); "
         "run without mpirun: one process, one thread per GPU, nccl backend");
-  if (backend == "mpi") {
+  return backend;
+}
+
+void World::make_mpi_world(RankClock::Epoch epoch) {
+  Impl& w = *impl_;
 #ifdef MGPU_HAVE_MPI
-    auto process = comm::mpi::init_process();
-    w.mpi = true;
-    w.world_size = process.size;
-    w.first_rank = process.rank;
-    w.options.ranks = process.size;
-    w.ranks.push_back(w.make_rank(process.rank, epoch));
-    w.comms.push_back(comm::mpi::make_world_comm(*w.ranks[0], w.options.comm_timeout));
-    w.ranks[0]->comm = w.comms[0].get();
-    agree_on_run_config(w.options.run_config, process.rank, w.options.comm_timeout);
-    return;
+  auto process = comm::mpi::init_process();
+  w.mpi = true;
+  w.world_size = process.size;
+  w.first_rank = process.rank;
+  w.options.ranks = process.size;
+  w.ranks.push_back(w.make_rank(process.rank, epoch));
+  w.comms.push_back(
+      comm::mpi::make_world_comm(*w.ranks[0], w.options.comm_timeout, w.options.all_reduce));
+  w.ranks[0]->comm = w.comms[0].get();
+  agree_on_run_config(w.options.run_config, process.rank, w.options.comm_timeout);
 #else
-    throw std::invalid_argument(
-        "backend 'mpi' requested but this build has no MPI "
-        "(install libopenmpi-dev openmpi-bin and reconfigure)");
+  (void)w;
+  (void)epoch;
+  throw std::invalid_argument(
+      "backend 'mpi' requested but this build has no MPI "
+      "(install libopenmpi-dev openmpi-bin and reconfigure)");
 #endif
-  }
-  if (backend == "nccl") {
-    if (w.options.device != DeviceKind::cuda)
-      throw std::invalid_argument("backend nccl needs --device cuda (use local or mpi on cpu)");
-    make_nccl_world(epoch);
-    return;
-  }
-  if (backend != "local")
-    throw std::invalid_argument(fmt::format(
-        "backend '{}' is not available for a thread world; use auto, local or mpi", backend));
+}
+
+void World::make_thread_world(RankClock::Epoch epoch) {
+  Impl& w = *impl_;
   if (w.options.ranks < 1 || w.options.ranks > 64)
     throw std::invalid_argument(
         fmt::format("a thread world has 1 to 64 ranks, not {}", w.options.ranks));
@@ -226,7 +244,7 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
   }
   w.local = std::make_shared<comm::local::LocalWorld>(w.world_size, w.options.comm_timeout,
                                                       comm::local::ranks_share_cores(w.world_size));
-  w.comms = comm::local::make_local_world_comms(w.local, contexts);
+  w.comms = comm::local::make_local_world_comms(w.local, contexts, w.options.all_reduce);
   for (int r = 0; r < w.world_size; ++r) w.ranks[r]->comm = w.comms[r].get();
 }
 
@@ -299,6 +317,9 @@ void World::run(const std::function<void(RankContext&)>& fn) {
     try {
       fn(ctx);
     } catch (const std::exception& e) {
+#ifdef MGPU_HAVE_MPI
+      comm::mpi::note_failure(e.what());
+#endif
       throw RankError(ctx.rank, e.what(), std::current_exception());
     }
     return;

@@ -34,6 +34,10 @@ struct WorldOptions {
   // command line, a typo in one) would otherwise exchange messages of different sizes or train
   // different models in silence. Threads share one configuration, so nothing is compared.
   RunConfig run_config;
+  // The ring all-reduce every communicator of the world runs (exercise 01's function). Empty:
+  // the one installed by reference::install_seams() / mine::install_seams() when the World is
+  // made (comm::installed_all_reduce()).
+  comm::AllReduceFn all_reduce;
 };
 
 // Processes of one MPI job started with different run configurations: what() is the table of
@@ -95,7 +99,12 @@ class World {
   trace::Trace collect_trace(nlohmann::json metadata = nlohmann::json::object()) const;
 
  private:
-  void make_nccl_world(RankClock::Epoch epoch);  // backend nccl: one GPU per rank
+  // The backend `backend` resolves to ("auto": mpi under mpirun, else local, or nccl with one
+  // GPU per rank); installs CUDA when the device is cuda.
+  std::string choose_backend(const std::string& backend);
+  void make_mpi_world(RankClock::Epoch epoch);     // backend mpi: this process is one rank
+  void make_thread_world(RankClock::Epoch epoch);  // backend local: one thread per rank
+  void make_nccl_world(RankClock::Epoch epoch);    // backend nccl: one GPU per rank
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -13,6 +13,7 @@
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
+#include "core/train/checkpoint_shards.h"
 
 namespace mgpu::train {
 
@@ -40,48 +41,10 @@ class UntracedScope {
   bool was_;
 };
 
-// Floats travel exactly through every backend, so a small message is floats: a length, then
-// the values. Text (a JSON description) goes one byte per float. The messages live in host
-// memory outside the rank's allocator (a phantom tensor holds no values, and the bookkeeping
-// must not show in the lesson's memory figures); on CUDA devices they are device tensors.
-Allocator& host_memory() {
-  static Allocator host(Device::cpu());
-  return host;
-}
-
-Tensor message(int64_t n) {
-  Allocator* where = current_rank().device.kind == DeviceKind::cuda ? nullptr : &host_memory();
-  return Tensor::zeros({n}, MemCategory::comm_buffers, DType::f32, where);
-}
-
-void send_floats(comm::Comm& comm, const std::vector<float>& values, int dst, int tag) {
-  Tensor size = message(1);
-  size.fill(static_cast<float>(values.size()));
-  comm.send(size, dst, tag);
-  if (values.empty()) return;
-  Tensor t = message(static_cast<int64_t>(values.size()));
-  t.copy_from(Tensor::from(t.shape(), values, MemCategory::comm_buffers, &host_memory()));
-  comm.send(t, dst, tag);
-}
-
-std::vector<float> recv_floats(comm::Comm& comm, int src, int tag) {
-  Tensor size = message(1);
-  comm.recv(size, src, tag);
-  const auto n = static_cast<int64_t>(size.to_vector()[0]);
-  if (n == 0) return {};
-  Tensor values = message(n);
-  comm.recv(values, src, tag);
-  return values.to_vector();
-}
-
-std::vector<float> text_to_floats(const std::string& text) {
+// The trainer's messages are host messages with their real types (comm::send_values): floats for
+// losses and parameters, bytes for text (a JSON description), int64 for counters.
+std::vector<uint8_t> text_bytes(const std::string& text) {
   return {text.begin(), text.end()};
-}
-
-std::string floats_to_text(const std::vector<float>& values) {
-  std::string text;
-  for (float v : values) text.push_back(static_cast<char>(static_cast<int>(v)));
-  return text;
 }
 
 // One step's outcome on one rank, as four floats: has loss, loss, has shard loss, shard loss.
@@ -107,114 +70,6 @@ std::vector<float> global_losses(const std::vector<std::vector<float>>& per_rank
     losses.push_back(global ? *global : static_cast<float>(shards ? shard_sum / shards : 0.0));
   }
   return losses;
-}
-
-// Copies this rank's shards out of the full tensors of a checkpoint.
-void restore_shards(Layout& layout, const CheckpointContents& ckpt, const std::string& path) {
-  std::map<std::string, const CheckpointTensor*> by_name;
-  for (const CheckpointTensor& t : ckpt.tensors) by_name[t.name] = &t;
-  const bool parameters_only = ckpt.info.optimizer.is_null();
-  for (TensorShard& shard : layout.shards()) {
-    if (parameters_only && shard.kind == "optimizer_state") continue;  // stays fresh (zeros)
-    auto it = by_name.find(shard.full_name);
-    if (it == by_name.end())
-      throw std::invalid_argument(fmt::format(
-          "checkpoint '{}' has no tensor '{}' that this run needs (saved from another model or "
-          "optimizer?)",
-          path, shard.full_name));
-    const CheckpointTensor& full = *it->second;
-    if (full.shape != shard.full_shape)
-      throw std::invalid_argument(
-          fmt::format("checkpoint '{}' has {} {} but this model's is {} (another model?)", path,
-                      full.name, shape_str(full.shape), shape_str(shard.full_shape)));
-    if (!shard.local.has_data()) continue;  // phantom: shapes only
-    std::vector<float> local;
-    local.reserve(static_cast<size_t>(shard.local.numel()));
-    for (const ShardRun& run : shard.runs)
-      local.insert(local.end(), full.values.begin() + run.full_offset,
-                   full.values.begin() + run.full_offset + run.length);
-    Tensor values = Tensor::from(shard.local.shape(), local, MemCategory::workspace);
-    if (shard.local.dtype() == DType::f32)
-      shard.local.copy_from(values);
-    else  // a bf16/fp16 parameter without master weights on this rank: rounded
-      ops::convert(shard.local, values);
-  }
-  // fp16: the loss scale and its clean-step count continue where the saved run stopped (a
-  // checkpoint from a run without loss scaling starts the scaler fresh).
-  if (optim::LossScaler* scaler = layout.loss_scaler())
-    if (ckpt.info.optimizer.is_object() && ckpt.info.optimizer.contains("loss_scaler"))
-      scaler->load_state(ckpt.info.optimizer.at("loss_scaler"));
-  // Mixed precision: the checkpoint held the fp32 master weights; the model gets them rounded.
-  if (auto* mixed = dynamic_cast<optim::MixedPrecision*>(layout.optimizer()))
-    mixed->copy_master_to_model();
-  if (optim::Optimizer* opt = layout.optimizer()) {
-    const nlohmann::json& saved = ckpt.info.optimizer;
-    if (saved.is_null()) return;  // parameters only: the optimizer starts fresh
-    if (saved.value("name", std::string("?")) != opt->name())
-      throw std::invalid_argument(fmt::format("checkpoint '{}' holds {} state but this run uses {}",
-                                              path, saved.value("name", std::string("?")),
-                                              opt->name()));
-    opt->set_step_count(saved.value("step_count", ckpt.info.step));
-  }
-}
-
-// This rank's writer shards: a JSON description (names, shapes, runs) and their values in order.
-std::pair<std::string, std::vector<float>> describe_writer_shards(Layout& layout) {
-  nlohmann::json desc = nlohmann::json::array();
-  std::vector<float> values;
-  for (TensorShard& shard : layout.shards()) {
-    if (!shard.writer) continue;
-    nlohmann::json runs = nlohmann::json::array();
-    for (const ShardRun& r : shard.runs) runs.push_back({r.full_offset, r.length});
-    desc.push_back({{"name", shard.full_name},
-                    {"kind", shard.kind},
-                    {"shape", shard.full_shape},
-                    {"runs", runs}});
-    std::vector<float> v = shard.local.to_vector();
-    values.insert(values.end(), v.begin(), v.end());
-  }
-  return {desc.dump(), std::move(values)};
-}
-
-// Rank 0: every rank's writer shards placed into full tensors, parameters first, each tensor in
-// the order it first appears (rank 0's first). Every element must be written exactly once.
-std::vector<CheckpointTensor> assemble(
-    const std::vector<std::pair<std::string, std::vector<float>>>& per_rank) {
-  std::vector<CheckpointTensor> tensors;
-  std::map<std::string, size_t> index;
-  std::vector<int64_t> covered;
-  for (const auto& [text, values] : per_rank) {
-    size_t at = 0;
-    for (const nlohmann::json& d : nlohmann::json::parse(text)) {
-      const std::string name = d.at("name");
-      auto [it, fresh] = index.try_emplace(name, tensors.size());
-      if (fresh) {
-        Shape shape = d.at("shape").get<Shape>();
-        tensors.push_back({name, d.at("kind"), shape,
-                           std::vector<float>(static_cast<size_t>(shape_numel(shape)))});
-        covered.push_back(0);
-      }
-      CheckpointTensor& t = tensors[it->second];
-      for (const nlohmann::json& run : d.at("runs")) {
-        const int64_t offset = run[0], length = run[1];
-        if (offset < 0 || offset + length > static_cast<int64_t>(t.values.size()) ||
-            at + length > values.size())
-          throw std::logic_error(
-              fmt::format("checkpoint gather: a shard of '{}' lies outside it", name));
-        std::copy_n(values.begin() + static_cast<int64_t>(at), length, t.values.begin() + offset);
-        at += static_cast<size_t>(length);
-        covered[it->second] += length;
-      }
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (covered[i] != static_cast<int64_t>(tensors[i].values.size()))
-      throw std::logic_error(fmt::format(
-          "checkpoint gather: the ranks' writer shards cover {} of the {} elements of '{}'",
-          covered[i], tensors[i].values.size(), tensors[i].name));
-  std::stable_partition(tensors.begin(), tensors.end(),
-                        [](const CheckpointTensor& t) { return t.kind == "param"; });
-  return tensors;
 }
 
 // Every rank trains on the same global batch, a pure function of the step: the rank threads of a
@@ -247,20 +102,6 @@ class SharedBatches {
   std::mutex mutex_;
   std::map<int, Entry> by_step_;
 };
-
-// The run's model and the checkpoint's, field by field (both given): heads 8 and heads 4 make the
-// same shapes but another model, which only this comparison tells apart.
-void check_same_model(const TrainOptions& options, const CheckpointInfo& saved) {
-  if (!options.model.is_object() || !saved.model.is_object()) return;
-  for (const auto& [field, mine] : options.model.items()) {
-    if (!saved.model.contains(field) || saved.model[field] == mine) continue;
-    const std::string theirs = saved.model[field].dump().substr(0, 40);
-    throw std::invalid_argument(fmt::format(
-        "checkpoint '{}' holds the parameters of a model with {} {}, but this run's has {} {}: "
-        "resume with --{} {} (the options it was saved with)",
-        options.resume, field, theirs, field, mine.dump(), field, theirs));
-  }
-}
 
 // What most likely made a run diverge, from the optimizer's hyper-parameters and the state it
 // resumed from (the usual ranges are those of small GPT training; Loshchilov & Hutter 2019).
@@ -310,86 +151,160 @@ void check_finite(int step, const StepOutcome& outcome, Layout& layout, const Tr
 
 }  // namespace
 
-std::vector<TensorShard> partitioned_shards(const ParamList& params, optim::Optimizer* optimizer,
-                                            const WritesFn& writes) {
-  std::vector<TensorShard> shards;
-  auto place = [&](const std::string& name, const std::string& kind, const Param& p,
-                   const PartitionSpec& spec, const Tensor& local) {
-    // A parameter keeps its full shape; its optimizer state is flat ([numel]) in the full model.
-    const Shape full = kind == "param" ? spec.full_shape : Shape{spec.full_numel()};
-    shards.push_back({name, kind, full, spec.runs, local, writes(p)});
-  };
-  // Mixed precision: the fp32 master weights are the parameters a checkpoint stores (under the
-  // parameters' names, as single_device fp32 would), not their 2-byte rounding in the model.
-  auto* mixed = dynamic_cast<optim::MixedPrecision*>(optimizer);
-  const ParamList masters = mixed ? mixed->master_params() : params;
-  if (masters.size() != params.size())
-    throw std::logic_error("partitioned_shards: master weights do not match the parameters");
-  for (size_t i = 0; i < params.size(); ++i)
-    place(params[i]->name, "param", *params[i], params[i]->spec, masters[i]->data);
-  if (!optimizer) return shards;
-  for (const optim::NamedTensor& s : optimizer->state()) {
-    if (mixed && s.name.rfind("master.", 0) == 0) continue;  // stored above as the params
-    if (s.slice < 0) throw std::logic_error("optimizer state " + s.name + " names no slice");
-    const optim::ParamSlice& slice = optimizer->slices()[static_cast<size_t>(s.slice)];
-    const Param& p = *slice.param;
-    place(s.name.substr(0, s.name.find('[')), "optimizer_state", p,
-          slice.whole() ? p.spec : p.spec.chunk(slice.begin, slice.end), s.tensor);
-  }
-  return shards;
-}
-
-std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
-                                             bool writer) {
-  return partitioned_shards(params, optimizer, [writer](const Param&) { return writer; });
-}
-
 std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,
                                                  const std::vector<int64_t>& values) {
-  // An int64 travels as two floats of 24 bits each (exact); enough for byte counts < 2^48.
-  auto encode = [](const std::vector<int64_t>& v) {
-    std::vector<float> f;
-    for (int64_t x : v)
-      f.insert(f.end(), {static_cast<float>(x >> 24), static_cast<float>(x & 0xFFFFFF)});
-    return f;
-  };
-  auto decode = [](const std::vector<float>& f) {
-    std::vector<int64_t> v;
-    for (size_t i = 0; i + 1 < f.size(); i += 2)
-      v.push_back((static_cast<int64_t>(f[i]) << 24) + static_cast<int64_t>(f[i + 1]));
-    return v;
-  };
   UntracedScope untraced(ctx);
   comm::Comm& comm = *ctx.comm;
   if (comm.rank() != 0) {
-    send_floats(comm, encode(values), 0, kStatsTag);
+    comm::send_values(comm, values, 0, kStatsTag);
     return {};
   }
   std::vector<std::vector<int64_t>> all{values};
-  for (int r = 1; r < comm.size(); ++r) all.push_back(decode(recv_floats(comm, r, kStatsTag)));
+  for (int r = 1; r < comm.size(); ++r)
+    all.push_back(comm::recv_values<int64_t>(comm, r, kStatsTag));
   return all;
 }
 
-CheckpointContents read_resume_checkpoint(const TrainOptions& options) {
-  CheckpointContents ckpt = load_checkpoint_tensors(options.resume);
-  check_same_model(options, ckpt.info);
-  if (options.model_params >= 0) {
-    int64_t saved = 0;
-    for (const CheckpointTensor& t : ckpt.tensors)
-      if (t.kind == "param") saved += static_cast<int64_t>(t.values.size());
-    if (saved != options.model_params)
-      throw std::invalid_argument(fmt::format(
-          "checkpoint '{}' holds a model of {} parameters but this run's has {}: resume with the "
-          "options it was saved with (its header has them)",
-          options.resume, saved, options.model_params));
+namespace {
+
+// One training run: what every rank shares (options, the resumed checkpoint, the result, the
+// batches) and what each rank does: set up -> steps -> loss log and checkpoint to rank 0.
+class TrainingRun {
+ public:
+  TrainingRun(World& world, const data::Task& task, const TrainOptions& options,
+              const CheckpointContents& resume, TrainResult& result, const LossCallback& on_loss)
+      : world_(world),
+        options_(options),
+        resume_(resume),
+        result_(result),
+        on_loss_(on_loss),
+        first_(result.first_step),
+        steps_run_(options.steps - result.first_step),
+        reported_(static_cast<size_t>(std::max(steps_run_, 0)), false),
+        batches_(task, options, static_cast<int>(world.local_ranks().size())) {}
+
+  void on_rank(RankContext& ctx, const LayoutFactory& factory, const RankDone& on_done) {
+    std::unique_ptr<Layout> layout = set_up(ctx, factory);
+    std::vector<float> outcomes;  // 4 floats per step (append_outcome)
+    std::vector<int> skipped;
+    for (int step = first_; step < options_.steps; ++step) {
+      const StepOutcome outcome = run_step(*layout, step);
+      if (outcome.skipped) skipped.push_back(step);
+      append_outcome(outcomes, outcome);
+      if (outcome.loss && on_loss_ && world_.is_root()) {
+        std::lock_guard lock(mutex_);
+        if (!reported_[step - first_])
+          reported_[step - first_] = true, on_loss_(step, *outcome.loss);
+      }
+    }
+    if (on_done) on_done(ctx, *layout);
+    // Every rank skipped the same steps. (Phantom devices hold no values: nothing overflows, so
+    // there is nothing to report.)
+    if (ctx.rank == 0 && layout->loss_scaler() && ctx.device.has_data()) {
+      std::lock_guard lock(mutex_);
+      result_.skipped_steps = skipped;
+      result_.loss_scale = layout->loss_scaler()->scale();
+    }
+    UntracedScope untraced(ctx);
+    gather_losses(ctx, outcomes);
+    if (!options_.checkpoint.empty()) gather_checkpoint(ctx, *layout);
   }
-  if (ckpt.info.step >= options.steps)
-    throw std::invalid_argument(
-        fmt::format("checkpoint '{}' is already at step {}: ask for more --steps than that to "
-                    "continue training",
-                    options.resume, ckpt.info.step));
-  return ckpt;
-}
+
+  // Steps whose loss only the gather told: reported now, in order.
+  void report_the_rest() const {
+    if (!on_loss_ || !world_.is_root()) return;
+    for (int s = 0; s < steps_run_ && s < static_cast<int>(result_.losses.size()); ++s)
+      if (!reported_[s]) on_loss_(first_ + s, result_.losses[s]);
+  }
+
+ private:
+  std::unique_ptr<Layout> set_up(RankContext& ctx, const LayoutFactory& factory) {
+    std::unique_ptr<Layout> layout = factory(ctx);
+    if (options_.loss_scaling) layout->enable_loss_scaling(*options_.loss_scaling);
+    if (options_.resume.empty()) return layout;
+    restore_shards(*layout, resume_, options_.resume);
+    if (ctx.rank == 0 && resume_.info.optimizer.is_null() && layout->optimizer()) {
+      std::lock_guard lock(mutex_);
+      result_.fresh_optimizer = true;
+    }
+    return layout;
+  }
+
+  StepOutcome run_step(Layout& layout, int step) {
+    const std::shared_ptr<const data::Batch> batch = batches_.take(step);
+    layout.before_step(step);
+    StepOutcome outcome;
+    const optim::LossScaler* scaler = layout.loss_scaler();
+    const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
+    const int64_t calls_before = layout.optimizer_steps_called();
+    {
+      StepScope scope(step);
+      outcome = layout.step(*batch, step);
+    }
+    if (scaler && layout.optimizer_steps_called() == calls_before)
+      throw std::invalid_argument(fmt::format(
+          "--precision fp16 needs dynamic loss scaling, which the {} layout does not run yet "
+          "(train::Layout::optimizer_step): use --precision bf16 (same memory, no scaler)",
+          layout.name()));
+    if (scaler && scaler->skipped_steps() > skipped_before) outcome.skipped = true;
+    check_finite(step, outcome, layout, options_, resume_);
+    return outcome;
+  }
+
+  // The loss log, gathered to rank 0.
+  void gather_losses(RankContext& ctx, const std::vector<float>& outcomes) {
+    comm::Comm& comm = *ctx.comm;
+    if (!ctx.device.has_data()) {
+      if (ctx.rank == 0) result_.losses.assign(static_cast<size_t>(steps_run_), 0.0f);  // timing
+      return;
+    }
+    if (ctx.rank != 0) return comm::send_values(comm, outcomes, 0, kLossTag);
+    std::vector<std::vector<float>> per_rank{outcomes};
+    for (int r = 1; r < comm.size(); ++r)
+      per_rank.push_back(comm::recv_values<float>(comm, r, kLossTag));
+    std::lock_guard lock(mutex_);
+    result_.losses = global_losses(per_rank, steps_run_);
+  }
+
+  // The full model, gathered to rank 0 and written there.
+  void gather_checkpoint(RankContext& ctx, Layout& layout) {
+    comm::Comm& comm = *ctx.comm;
+    auto [text, values] = describe_writer_shards(layout);
+    if (ctx.rank != 0) {
+      comm::send_values(comm, text_bytes(text), 0, kShardHeaderTag);
+      comm::send_values(comm, values, 0, kShardDataTag);
+      return;
+    }
+    std::vector<std::pair<std::string, std::vector<float>>> per_rank{{text, values}};
+    for (int r = 1; r < comm.size(); ++r) {  // header first, then data: the order they come
+      const std::vector<uint8_t> header = comm::recv_values<uint8_t>(comm, r, kShardHeaderTag);
+      per_rank.emplace_back(std::string(header.begin(), header.end()),
+                            comm::recv_values<float>(comm, r, kShardDataTag));
+    }
+    nlohmann::json hyper = nullptr;
+    if (const optim::Optimizer* opt = layout.optimizer()) {
+      hyper = opt->hyperparams();
+      hyper["step_count"] = opt->step_count();
+    }
+    if (const optim::LossScaler* scaler = layout.loss_scaler())
+      hyper["loss_scaler"] = scaler->state();
+    save_checkpoint_tensors(options_.checkpoint, assemble(per_rank), options_.steps,
+                            options_.config, hyper, options_.model);
+    result_.checkpoint_written = true;
+  }
+
+  World& world_;
+  const TrainOptions& options_;
+  const CheckpointContents& resume_;
+  TrainResult& result_;
+  const LossCallback& on_loss_;
+  const int first_, steps_run_;
+  std::mutex mutex_;
+  std::vector<bool> reported_;  // steps whose loss on_loss has seen
+  SharedBatches batches_;
+};
+
+}  // namespace
 
 TrainResult train(World& world, const data::Task& task, const TrainOptions& options,
                   const LayoutFactory& factory, const LossCallback& on_loss,
@@ -405,99 +320,9 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
     resume = read_resume_checkpoint(options);
     result.first_step = static_cast<int>(resume.info.step);
   }
-  const int first = result.first_step;
-  const int steps_run = options.steps - first;
-
-  std::mutex mutex;
-  std::vector<bool> reported(static_cast<size_t>(std::max(steps_run, 0)), false);
-  SharedBatches batches(task, options, static_cast<int>(world.local_ranks().size()));
-  world.run([&](RankContext& ctx) {
-    std::unique_ptr<Layout> layout = factory(ctx);
-    if (options.loss_scaling) layout->enable_loss_scaling(*options.loss_scaling);
-    if (!options.resume.empty()) restore_shards(*layout, resume, options.resume);
-    if (ctx.rank == 0 && !options.resume.empty() && resume.info.optimizer.is_null() &&
-        layout->optimizer()) {
-      std::lock_guard lock(mutex);
-      result.fresh_optimizer = true;
-    }
-
-    std::vector<float> outcomes;  // 4 floats per step (append_outcome)
-    std::vector<int> skipped;
-    for (int step = first; step < options.steps; ++step) {
-      const std::shared_ptr<const data::Batch> batch = batches.take(step);
-      layout->before_step(step);
-      StepOutcome outcome;
-      const optim::LossScaler* scaler = layout->loss_scaler();
-      const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
-      const int64_t calls_before = layout->optimizer_steps_called();
-      {
-        StepScope scope(step);
-        outcome = layout->step(*batch, step);
-      }
-      if (scaler && layout->optimizer_steps_called() == calls_before)
-        throw std::invalid_argument(fmt::format(
-            "--precision fp16 needs dynamic loss scaling, which the {} layout does not run yet "
-            "(train::Layout::optimizer_step): use --precision bf16 (same memory, no scaler)",
-            layout->name()));
-      if (scaler && scaler->skipped_steps() > skipped_before) outcome.skipped = true;
-      if (outcome.skipped) skipped.push_back(step);
-      check_finite(step, outcome, *layout, options, resume);
-      append_outcome(outcomes, outcome);
-      if (outcome.loss && on_loss && world.is_root()) {
-        std::lock_guard lock(mutex);
-        if (!reported[step - first]) reported[step - first] = true, on_loss(step, *outcome.loss);
-      }
-    }
-    if (on_done) on_done(ctx, *layout);
-    // Every rank skipped the same steps. (Phantom devices hold no values: nothing overflows, so
-    // there is nothing to report.)
-    if (ctx.rank == 0 && layout->loss_scaler() && ctx.device.has_data()) {
-      std::lock_guard lock(mutex);
-      result.skipped_steps = skipped;
-      result.loss_scale = layout->loss_scaler()->scale();
-    }
-
-    UntracedScope untraced(ctx);
-    comm::Comm& comm = *ctx.comm;
-    if (ctx.device.has_data()) {  // the loss log, gathered to rank 0
-      if (ctx.rank != 0) {
-        send_floats(comm, outcomes, 0, kLossTag);
-      } else {
-        std::vector<std::vector<float>> per_rank{outcomes};
-        for (int r = 1; r < comm.size(); ++r) per_rank.push_back(recv_floats(comm, r, kLossTag));
-        std::lock_guard lock(mutex);
-        result.losses = global_losses(per_rank, steps_run);
-      }
-    } else if (ctx.rank == 0) {
-      result.losses.assign(static_cast<size_t>(steps_run), 0.0f);  // phantom: timing only
-    }
-    if (!options.checkpoint.empty()) {  // the full model, gathered to rank 0
-      auto [text, values] = describe_writer_shards(*layout);
-      if (ctx.rank != 0) {
-        send_floats(comm, text_to_floats(text), 0, kShardHeaderTag);
-        send_floats(comm, values, 0, kShardDataTag);
-      } else {
-        std::vector<std::pair<std::string, std::vector<float>>> per_rank{{text, values}};
-        for (int r = 1; r < comm.size(); ++r) {  // header first, then data: the order they come
-          std::string header = floats_to_text(recv_floats(comm, r, kShardHeaderTag));
-          per_rank.emplace_back(std::move(header), recv_floats(comm, r, kShardDataTag));
-        }
-        nlohmann::json hyper = nullptr;
-        if (const optim::Optimizer* opt = layout->optimizer()) {
-          hyper = opt->hyperparams();
-          hyper["step_count"] = opt->step_count();
-        }
-        if (const optim::LossScaler* scaler = layout->loss_scaler())
-          hyper["loss_scaler"] = scaler->state();
-        save_checkpoint_tensors(options.checkpoint, assemble(per_rank), options.steps,
-                                options.config, hyper, options.model);
-        result.checkpoint_written = true;
-      }
-    }
-  });
-  if (on_loss && world.is_root())
-    for (int s = 0; s < steps_run && s < static_cast<int>(result.losses.size()); ++s)
-      if (!reported[s]) on_loss(first + s, result.losses[s]);
+  TrainingRun run(world, task, options, resume, result, on_loss);
+  world.run([&](RankContext& ctx) { run.on_rank(ctx, factory, on_done); });
+  run.report_the_rest();
   return result;
 }
 

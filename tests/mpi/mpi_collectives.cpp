@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/comm/algorithms/algorithms.h"
 #include "core/comm/comm.h"
-#include "core/comm/local/algorithms.h"
 #include "core/runtime/world.h"
 
 namespace mgpu::reference {
@@ -110,7 +110,7 @@ int main() {
       comm::Work second = ctx.comm->isend(message, (r + 1) % N, 13);
       ctx.comm->recv(incoming, (r - 1 + N) % N, 13);
       second.wait();
-      comm::local::add_into(unfused, incoming);
+      comm::algorithms::add_into(unfused, incoming);
       expect(std::memcmp(fused.f32(), unfused.f32(), n * sizeof(float)) == 0, "recv_reduce", n);
     }
     // irecvs match messages in the order they were posted, whatever order they are waited in.
@@ -126,6 +126,17 @@ int main() {
         for (int i = 0; i < 3; ++i)
           expect(bufs[i].to_vector()[0] == float(10 + i), "irecv post order", i);
       }
+    }
+    // Host messages move their bytes as they are: text of odd length, int64 no float holds.
+    {
+      const std::vector<uint8_t> text = {'{', '}', '\n'};
+      const std::vector<int64_t> counters = {(int64_t{1} << 53) + 1, -int64_t(r)};
+      comm::send_values(*ctx.comm, text, (r + 1) % N, 14);
+      comm::send_values(*ctx.comm, counters, (r + 1) % N, 14);
+      expect(comm::recv_values<uint8_t>(*ctx.comm, (r - 1 + N) % N, 14) == text, "host text", 3);
+      const std::vector<int64_t> got = comm::recv_values<int64_t>(*ctx.comm, (r - 1 + N) % N, 14);
+      expect(got == std::vector<int64_t>{(int64_t{1} << 53) + 1, -int64_t((r - 1 + N) % N)},
+             "host int64", 2);
     }
     auto half = ctx.comm->split(r % 2, r);
     Tensor h = Tensor::from({1}, {1.0f});

@@ -7,7 +7,9 @@
 //   recv_larger   rank 0 sends rank 1 8 floats where rank 1 receives 4 (MPI would truncate)
 //   recv_smaller  rank 0 sends rank 1 4 floats where rank 1 receives 8
 // Every process must end non-zero within the comm timeout plus a few seconds, with the
-// diagnosis on stderr (tests/mpi/expect_fault.sh checks both).
+// diagnosis on stderr (tests/mpi/expect_fault.sh checks both). An optional second argument sets
+// the comm timeout (default 3 s): with 30 s, a fault that raises on one rank (raise,
+// recv_larger, recv_smaller) must still end the others promptly, as the local backend does.
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
   }
   WorldOptions o;
   o.backend = "mpi";
-  o.comm_timeout = 3;
+  o.comm_timeout = argc > 2 ? std::stod(argv[2]) : 3;
   mgpu::reference::install_seams();
   World world(o);
   try {

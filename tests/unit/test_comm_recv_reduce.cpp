@@ -7,9 +7,9 @@
 #include <cstring>
 #include <random>
 
+#include "core/comm/algorithms/algorithms.h"
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
-#include "core/comm/local/algorithms.h"
 #include "core/comm/local/local_world.h"
 #include "core/runtime/world.h"
 
@@ -31,7 +31,7 @@ std::vector<float> noisy(int64_t n, unsigned seed) {
 // acc + x as recv into a temporary + add_into computes it: the reference for every path.
 std::vector<float> recv_then_add(const std::vector<float>& acc, const std::vector<float>& x) {
   Tensor a = Tensor::from({static_cast<int64_t>(acc.size())}, acc);
-  comm::local::add_into(a, Tensor::from({static_cast<int64_t>(x.size())}, x));
+  comm::algorithms::add_into(a, Tensor::from({static_cast<int64_t>(x.size())}, x));
   return a.to_vector();
 }
 
@@ -194,7 +194,7 @@ TEST_CASE("recv_reduce costs what recv + add cost: same sums and clock and comm 
           } else {
             Tensor incoming = Tensor::empty({n}, MemCategory::comm_buffers);
             ctx.comm->recv(incoming, 0, 4);
-            comm::local::add_into(acc, incoming);
+            comm::algorithms::add_into(acc, incoming);
           }
         }
         result.sum = acc.to_vector();

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/comm/comm.h"
 #include "core/parallel/mesh.h"
 #include "core/runtime/world.h"
 
@@ -114,4 +118,26 @@ TEST_CASE("bad meshes are one clear line", "[mesh]") {
   World world(WorldOptions{.ranks = 4});
   CHECK_THROWS_WITH(world.run([&](RankContext& ctx) { Mesh mesh(*ctx.comm, {.tp = 3}); }),
                     Catch::Contains("holds 3 ranks but the world has 4"));
+}
+
+TEST_CASE("a mesh with a group factory asks it for every axis group, never Comm::split", "[mesh]") {
+  World world(WorldOptions{.ranks = 4});
+  const MeshShape shape{.tp = 2, .dp = 2};
+  std::mutex mutex;
+  std::set<std::string> asked;  // "rank r: axis members... index i name"
+  world.run([&](RankContext& ctx) {
+    const MeshGroupFactory make_group = [&](Axis axis, const std::vector<int>& members,
+                                            int my_index, const std::string& name) {
+      std::string line = fmt::format("rank {}: {} [{}] {} {}", ctx.rank, axis_name(axis),
+                                     fmt::join(members, ","), my_index, name);
+      std::lock_guard lock(mutex);
+      asked.insert(line);
+      return std::unique_ptr<comm::Comm>();  // Mesh only stores what the factory made
+    };
+    Mesh mesh(*ctx.comm, shape, make_group);
+  });
+  CHECK(asked.size() == 16);  // 4 ranks x 4 axes
+  CHECK(asked.count("rank 1: tp [0,1] 1 tp0") == 1);
+  CHECK(asked.count("rank 3: dp [1,3] 1 dp1") == 1);
+  CHECK(asked.count("rank 2: pp [2] 0 pp2") == 1);
 }

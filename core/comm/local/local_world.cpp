@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
 namespace mgpu::comm::local {
 
@@ -31,8 +31,9 @@ void deliver(const Incoming& target, const Outgoing& message) {
   if (!target.accumulate) {
     copy_bytes(target.data, target.kind, message.data, message.kind, message.bytes);
   } else if (target.data && message.data) {
-    add_floats(static_cast<float*>(target.data), static_cast<const float*>(message.data),
-               message.bytes / static_cast<int64_t>(sizeof(float)));
+    algorithms::add_floats(static_cast<float*>(target.data),
+                           static_cast<const float*>(message.data),
+                           message.bytes / static_cast<int64_t>(sizeof(float)));
   }
 }
 

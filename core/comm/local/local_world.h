@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/comm/all_reduce_fn.h"
 #include "core/comm/comm.h"
 #include "core/runtime/context.h"
 #include "core/tensor/allocator.h"
@@ -231,7 +232,9 @@ class LocalWorld {
 bool ranks_share_cores(int ranks);
 
 // One LocalComm per rank over the world group; ranks[r] is world rank r's context.
+// Every comm (and group split from it) runs `all_reduce` as its all-reduce.
 std::vector<std::unique_ptr<Comm>> make_local_world_comms(std::shared_ptr<LocalWorld> world,
-                                                          const std::vector<RankContext*>& ranks);
+                                                          const std::vector<RankContext*>& ranks,
+                                                          const AllReduceFn& all_reduce);
 
 }  // namespace mgpu::comm::local

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/all_reduce_fn.h"
 #include "core/comm/comm.h"
 #include "core/runtime/context.h"
 #include "core/trace/event.h"
@@ -20,7 +21,14 @@ struct Process {
 // MPI_Init_thread once per process (MPI_Finalize at exit); returns this process's rank and size.
 Process init_process();
 
-std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds);
+// This process's rank function raised `what`. When the process finishes (after printing its
+// error) it tells the others, whose waits then end the job at once with this error as the
+// headline of the "who waits for whom" table, instead of after the comm timeout.
+void note_failure(const std::string& what);
+
+// The world communicator; it and every group split from it run `all_reduce` as their all-reduce.
+std::unique_ptr<Comm> make_world_comm(RankContext& ctx, double timeout_seconds,
+                                      AllReduceFn all_reduce);
 
 // Open MPI's own MPI_Allreduce (sum, in place) over an mpi-backend comm's processes: untraced,
 // off the modeled clock. The collectives lesson races the ring against it; everything else runs

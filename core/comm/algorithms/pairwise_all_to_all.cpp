@@ -2,9 +2,9 @@
 // sends its block for rank r+s and receives, from rank r-s, the block that rank holds for it:
 // N-1 steps in which every rank both sends and receives one block of n/N elements, so no link
 // carries more than one message at a time. Rank r's own block is copied locally.
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 void pairwise_all_to_all(Comm& comm, const Tensor& in, Tensor& out) {
   const int n = comm.size(), r = comm.rank();
@@ -25,4 +25,4 @@ void pairwise_all_to_all(Comm& comm, const Tensor& in, Tensor& out) {
   }
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

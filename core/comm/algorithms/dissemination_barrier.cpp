@@ -1,9 +1,9 @@
 // Dissemination barrier. In round k every rank signals rank + 2^k and waits for rank - 2^k;
 // after ceil(log2 N) rounds every rank has (transitively) heard from every other rank, so no
 // rank leaves before all have arrived.
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 void dissemination_barrier(Comm& comm) {
   const int n = comm.size(), r = comm.rank();
@@ -17,4 +17,4 @@ void dissemination_barrier(Comm& comm) {
   }
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

@@ -1,10 +1,12 @@
-// Collective algorithms written on top of Comm::send/recv, one small file each. They work on any
-// backend's Comm (the local backend uses them; the ring all-reduce itself is an exercise and
-// lives in solutions/ring_all_reduce.cpp, reached through comm_seams()).
+// The collective algorithms, written once on top of Comm's point-to-point layer (send/recv/isend/
+// irecv/recv_reduce), one small file each. Every backend that runs its own algorithms (local,
+// mpi, symmetric: AlgorithmicComm, algorithmic_comm.h) runs these, so threads, mpirun and the
+// planner send the same messages and sum in the same order. The ring all-reduce itself is an
+// exercise (solutions/ring_all_reduce.cpp); the comm receives it at construction.
 #pragma once
 #include "core/comm/comm.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 // Ring reduce-scatter: afterwards `mine` on rank r holds the sum over all ranks of
 // chunk_range(n, N, r) of `in`. N-1 steps; `in` is only read and `mine` written only in the
@@ -16,8 +18,8 @@ void ring_all_gather(Comm& comm, Tensor& buffer);
 // Pairwise-exchange all-to-all (N-1 steps): block j of `in` goes to rank j; block j of `out`
 // comes from rank j. in.numel() must divide by N (the caller checks).
 void pairwise_all_to_all(Comm& comm, const Tensor& in, Tensor& out);
-// Comm::reduce_scatter / all_gather on top of the two rings, for backends that run their own
-// algorithms (local, mpi): the same comm buffer, messages and summation order on both.
+// Comm::reduce_scatter / all_gather on top of the two rings: the same comm buffer, messages and
+// summation order on every backend.
 // check_my_chunk throws the CommError a wrong chunk length deserves.
 void check_my_chunk(const Comm& comm, const char* op, const char* side, int64_t got, int64_t total);
 void ring_reduce_scatter_into(Comm& comm, const Tensor& in, Tensor& out, ReduceOp op,
@@ -35,4 +37,4 @@ void add_into(Tensor& acc, const Tensor& x);
 void add_floats(float* acc, const float* x, int64_t n);
 void scale(Tensor& t, float factor);
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

@@ -3,10 +3,10 @@
 // axpy/scale kernels, queued on the rank's compute stream like any other op.
 #include <stdexcept>
 
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 #include "core/ops/cuda_table.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 // Loops over restrict pointers: the compiler vectorises them (no aliasing to rule out). The add
 // runs in blocks of 16 so that -O2 vectorises it too (GCC's cheap cost model at -O2 skips loops
@@ -57,4 +57,4 @@ void scale(Tensor& t, float factor) {
   scale_floats(t.f32(), factor, t.numel());
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

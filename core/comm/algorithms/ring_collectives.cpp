@@ -1,12 +1,12 @@
 // reduce_scatter and all_gather with Comm's chunk convention, on top of the rings:
-// every backend that runs its own algorithms (local, mpi) calls these, so a reduce-scatter sums
-// in the same order, allocates the same comm buffer and sends the same messages on threads and
-// under mpirun.
+// every backend that runs its own algorithms (local, mpi, symmetric) calls these, so a
+// reduce-scatter sums in the same order, allocates the same comm buffer and sends the same
+// messages on threads, under mpirun and in the planner.
 #include <fmt/format.h>
 
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 void check_my_chunk(const Comm& comm, const char* op, const char* side, int64_t got,
                     int64_t total) {
@@ -30,4 +30,4 @@ void ring_all_gather_from(Comm& comm, const Tensor& in, Tensor& out) {
   ring_all_gather(comm, out);
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

@@ -1,8 +1,8 @@
 // Ring all-gather. Each step every rank forwards the chunk it got last step to its right
 // neighbour; after N-1 steps every rank has every chunk. Received chunks land in place.
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 void ring_all_gather(Comm& comm, Tensor& buffer) {
   const int n = comm.size(), r = comm.rank();
@@ -19,4 +19,4 @@ void ring_all_gather(Comm& comm, Tensor& buffer) {
   }
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

@@ -1,9 +1,9 @@
 // Binomial-tree broadcast. Number ranks relative to the root (v = 0 is the root). In round k
 // (mask = 2^k) every rank that already has the data (v < mask) sends it to v + mask, so the
 // set of ranks holding it doubles each round: ceil(log2 N) rounds instead of N-1.
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 void tree_broadcast(Comm& comm, Tensor& t, int root) {
   const int n = comm.size();
@@ -18,4 +18,4 @@ void tree_broadcast(Comm& comm, Tensor& t, int root) {
   }
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms

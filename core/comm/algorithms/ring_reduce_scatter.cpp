@@ -6,9 +6,9 @@
 // into, and the last (chunk r, the result) in `mine`.
 #include <algorithm>
 
-#include "core/comm/local/algorithms.h"
+#include "core/comm/algorithms/algorithms.h"
 
-namespace mgpu::comm::local {
+namespace mgpu::comm::algorithms {
 
 void ring_reduce_scatter(Comm& comm, const Tensor& in, Tensor& mine, Allocator* allocator) {
   const int n = comm.size(), r = comm.rank();
@@ -41,4 +41,4 @@ void ring_reduce_scatter(Comm& comm, const Tensor& in, Tensor& mine, Allocator* 
   }
 }
 
-}  // namespace mgpu::comm::local
+}  // namespace mgpu::comm::algorithms
