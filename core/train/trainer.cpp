@@ -123,9 +123,10 @@ std::string likely_cause(Layout& layout, const TrainOptions& options,
   return "the learning rate is too high for this model and data: try a smaller --lr";
 }
 
-// After a step: a non-finite loss this rank knows, or a non-finite parameter this rank holds
-// (where a NaN gradient lands after the update), stops the run. Each rank checks what it holds;
-// a NaN reaches every rank's parameters through the same step's gradients, and a rank that
+// After a step: a non-finite loss this rank knows, or after the last step a non-finite parameter
+// this rank holds, stops the run. A parameter made NaN or inf by an update shows in the next
+// step's loss (the forward reads every parameter), so only the last update, which no forward
+// follows, needs the parameters themselves read back: no per-step copy of the model. A rank that
 // stops first ends the others' waits (World::run). A skipped fp16 step changed no parameter, but
 // its loss is still checked: the forward pass is not scaled, so a non-finite loss means the
 // weights themselves overflowed, which halving the loss scale cannot undo.
@@ -134,7 +135,8 @@ void check_finite(int step, const StepOutcome& outcome, Layout& layout, const Tr
   std::string what;
   for (const std::optional<float>& loss : {outcome.loss, outcome.shard_loss})
     if (loss && !std::isfinite(*loss)) what = fmt::format("the loss is {}", *loss);
-  if (what.empty() && !outcome.skipped)
+  const bool last_step = step + 1 == options.steps;
+  if (what.empty() && !outcome.skipped && last_step)
     for (TensorShard& shard : layout.shards()) {
       if (shard.kind != "param" || !shard.local.has_data()) continue;
       const std::vector<float> values = shard.local.to_vector();

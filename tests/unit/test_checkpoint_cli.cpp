@@ -82,6 +82,21 @@ TEST_CASE("lr 1e30 in fp16 stops the run rather than skipping every step",
   }
 }
 
+// No forward follows the last update, so its parameters are read back before a checkpoint is
+// written: one SGD step of lr 1e39 overflows every weight to inf.
+TEST_CASE("the last update's non-finite parameters stop the run before the checkpoint",
+          "[checkpoint][divergence]") {
+  const std::string ckpt = temp_path("diverged_last_step.safetensors");
+  auto r = run_mgpu(
+      with(tiny("single_device", 1), {"--optimizer", "sgd", "--lr", "1e39", "--checkpoint", ckpt}));
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(count_lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("training diverged at step 1: parameter '") &&
+                        Catch::Contains("holds NaN or inf after the update"));
+  CHECK(!fs::exists(ckpt));
+}
+
 TEST_CASE("a huge --weight-decay is named as the cause", "[checkpoint][divergence]") {
   for (const std::string lesson : {"single_device", "ddp"}) {
     INFO(lesson);
