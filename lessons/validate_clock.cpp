@@ -77,73 +77,6 @@ GPTConfig megatron_model(int layers, int dim, int heads) {
   return c;
 }
 
-// Megatron-LM's tensor- and sequence-parallel reductions, as the published runs made them: the
-// partial sums go over the wire in the activations' type (bf16, 2 B per element), where the
-// engine's TensorParallelHooks / SequenceParallelHooks sum bf16 partials in fp32 (4 B per element,
-// so that TP computes the single-device model's numbers bit for bit in the lessons). Same GEMMs,
-// same collectives, half the bytes of the summed ones: what Korthikanti et al. timed.
-class MegatronTpHooks final : public BlockHooks {
- public:
-  explicit MegatronTpHooks(comm::Comm& tp) : tp_(tp) {}
-  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override {
-    selected_seams().tp.column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
-  }
-  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                       const Tensor& inp) override {
-    selected_seams().tp.column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                                        linear.weight.data, tp_);
-  }
-  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override {
-    const Tensor no_bias;
-    selected_seams().tp.row_forward(out, inp, linear.weight.data,
-                                    tp_.rank() == 0 ? linear.bias.data : no_bias, tp_);
-  }
-  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
-    selected_seams().tp.row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp,
-                                     linear.weight.data, tp_);
-  }
-
- private:
-  comm::Comm& tp_;
-};
-
-class MegatronSpHooks final : public BlockHooks {
- public:
-  explicit MegatronSpHooks(comm::Comm& tp) : tp_(tp) {}
-  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override {
-    Tensor x = whole(inp);
-    parallel::all_gather_sequence(x, inp, tp_);
-    linear.forward(out, x);
-  }
-  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                       const Tensor& inp) override {
-    Tensor x = whole(inp);
-    parallel::all_gather_sequence(x, inp, tp_);  // re-gathered for the weight gradient
-    Tensor dx = whole(inp);
-    linear.backward(dx, dout, x);
-    parallel::reduce_scatter_sequence(dinp, dx, tp_);
-  }
-  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override {
-    Tensor partial = whole(out);
-    const Tensor no_bias;
-    ops::linear_forward(partial, inp, linear.weight.data,
-                        tp_.rank() == 0 ? linear.bias.data : no_bias);
-    parallel::reduce_scatter_sequence(out, partial, tp_);
-  }
-  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
-    Tensor dy = whole(dout);
-    parallel::all_gather_sequence(dy, dout, tp_);
-    linear.backward(dinp, dy, inp);
-  }
-
- private:
-  Tensor whole(const Tensor& mine) const {
-    return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)},
-                         MemCategory::workspace, mine.dtype());
-  }
-  comm::Comm& tp_;
-};
-
 struct LayerTimes {
   double forward = 0, backward = 0;
 };
@@ -160,8 +93,14 @@ LayerTimes time_one_layer(GPTConfig cfg, int tp, int microbatch, bool sequence_p
   std::vector<int> members(static_cast<size_t>(tp));
   for (int r = 0; r < tp; ++r) members[r] = r;
   auto group = comm::make_symmetric_comm(ctx, profile, members, 0, "tp");
-  MegatronTpHooks tp_hooks(*group);
-  MegatronSpHooks sp_hooks(*group);
+  // Megatron-LM's reductions as the published runs made them: the partial sums go over the wire
+  // in the activations' type (bf16, 2 B per element), where the lessons sum them in fp32 (4 B, so
+  // that TP computes the single-device model's numbers bit for bit). Same GEMMs, same
+  // collectives, half the bytes of the summed ones: what Korthikanti et al. timed.
+  parallel::TensorParallelComm tp_comm(*group, selected_seams().tp,
+                                       parallel::PartialSums::activation_dtype);
+  parallel::SequenceParallelComm sp_comm(*group, selected_seams().tp,
+                                         parallel::PartialSums::activation_dtype);
   BlockShard shard = parallel::tp_slice(cfg, tp, 0).block();
   shard.seq_parts = sequence_parallel ? tp : 1;
   Block block(cfg, 0, shard);  // declared; materialised as tp rank 0's slice (phantom: shapes)
@@ -169,7 +108,7 @@ LayerTimes time_one_layer(GPTConfig cfg, int tp, int microbatch, bool sequence_p
   ParamList params;
   block.collect(params);
   materialise(params, cfg.seed, cfg.dtype);
-  block.hooks = sequence_parallel ? static_cast<BlockHooks*>(&sp_hooks) : &tp_hooks;
+  block.comm.linear = sequence_parallel ? static_cast<LinearComm*>(&sp_comm) : &tp_comm;
   const int64_t tokens = cfg.seq_len / shard.seq_parts;
   Tensor x = Tensor::empty({microbatch, tokens, cfg.dim}, MemCategory::activations, cfg.dtype);
   Tensor dx = Tensor::empty(x.shape(), MemCategory::workspace, cfg.dtype);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/model/init.h"
+#include "core/model/trace_phase.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
 
@@ -84,7 +85,17 @@ void Linear::forward(Tensor& out, const Tensor& inp) const {
 }
 
 void Linear::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-  ops::linear_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data);
+  backward_input(dinp, dout);  // ops::linear_backward's kernels, in its order
+  backward_weight(dout, inp);
+}
+
+void Linear::backward_input(Tensor& dinp, const Tensor& dout) const {
+  ops::matmul(dinp, dout, weight.data);  // [N,OC] @ [OC,IC]
+}
+
+void Linear::backward_weight(const Tensor& dout, const Tensor& inp) {
+  ops::matmul(weight.grad, dout, inp, /*trans_a=*/true, false, /*beta=*/1.0f);  // accumulated
+  if (bias.grad.defined()) ops::bias_grad(bias.grad, dout);
 }
 
 void Linear::collect(ParamList& list) {
@@ -104,6 +115,21 @@ void LayerNorm::forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& i
 
 void LayerNorm::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
                          const Tensor& rstd) {
+  ops::layernorm_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data, mean, rstd);
+}
+
+// The layernorm kernel computes both gradients at once: each half runs it and discards the other
+// part (the weight half is elementwise and cheap, so W recomputes it rather than faking a cost).
+void LayerNorm::backward_input(Tensor& dinp, const Tensor& dout, const Tensor& inp,
+                               const Tensor& mean, const Tensor& rstd) const {
+  Tensor dw = Tensor::zeros(weight.grad.shape(), MemCategory::workspace, weight.grad.dtype());
+  Tensor db = Tensor::zeros(bias.grad.shape(), MemCategory::workspace, bias.grad.dtype());
+  ops::layernorm_backward(dinp, dw, db, dout, inp, weight.data, mean, rstd);
+}
+
+void LayerNorm::backward_weight(const Tensor& dout, const Tensor& inp, const Tensor& mean,
+                                const Tensor& rstd) {
+  Tensor dinp = Tensor::zeros(inp.shape(), MemCategory::workspace, inp.dtype());
   ops::layernorm_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data, mean, rstd);
 }
 
@@ -235,28 +261,61 @@ int64_t attention_keys(const BlockShard& shard, int64_t seq) {
   return shard.attention_keys > 0 ? shard.attention_keys : seq;
 }
 
-BlockHooks& hooks_or_identity(BlockHooks* hooks) {
-  static BlockHooks identity;
-  return hooks ? *hooks : identity;
+// A call into a comm object, with the layout's phase (if any) paused around it.
+template <class Fn>
+void communicating(const BlockComm& comm, Fn&& fn) {
+  if (comm.phase)
+    comm.phase->paused(fn);
+  else
+    fn();
 }
 }  // namespace
 
-void BlockHooks::column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) {
-  ops::matmul(dinp, dout, linear.weight.data);
+// ---------------------------------------------------------------------------------- comm points
+
+void Block::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) const {
+  if (!comm.linear) return linear.forward(out, inp);
+  communicating(comm, [&] { comm.linear->column_forward(linear, out, inp); });
 }
 
-void BlockHooks::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                   int heads) {
-  (void)lse;  // plain attention keeps the probabilities themselves
-  ops::attention_forward(out, att, qkv, heads);
+void Block::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                            const Tensor& inp) const {
+  if (!comm.linear) return linear.backward(dinp, dout, inp);
+  communicating(comm, [&] { comm.linear->column_backward(linear, dinp, dout, inp); });
 }
 
-void BlockHooks::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                    const Tensor& out, const Tensor& att, const Tensor& lse,
-                                    int heads) {
-  (void)out, (void)lse;
-  ops::attention_backward(dqkv, dout, qkv, att, heads);
+void Block::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) const {
+  if (!comm.linear) return linear.forward(out, inp);
+  communicating(comm, [&] { comm.linear->row_forward(linear, out, inp); });
 }
+
+void Block::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                         const Tensor& inp) const {
+  if (!comm.linear) return linear.backward(dinp, dout, inp);
+  communicating(comm, [&] { comm.linear->row_backward(linear, dinp, dout, inp); });
+}
+
+void Block::column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) const {
+  if (!comm.linear) return ops::matmul(dinp, dout, linear.weight.data);
+  communicating(comm, [&] { comm.linear->column_backward_input(linear, dinp, dout); });
+}
+
+void Block::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv) const {
+  // Plain attention keeps the probabilities themselves (no lse).
+  if (!comm.attention) return ops::attention_forward(out, att, qkv, heads);
+  const std::string cat = comm.phase ? comm.phase->category() : trace::cat::forward;
+  communicating(comm, [&] { comm.attention->forward(out, att, lse, qkv, heads, cat); });
+}
+
+void Block::attention_backward(Tensor& dqkv, const Tensor& dout, const BlockActivations& a) const {
+  if (!comm.attention) return ops::attention_backward(dqkv, dout, a.qkv, a.att, heads);
+  const std::string cat = comm.phase ? comm.phase->category() : trace::cat::backward;
+  communicating(comm, [&] {
+    comm.attention->backward(dqkv, dout, a.qkv, a.attn_out, a.att, a.lse, heads, cat);
+  });
+}
+
+// ---------------------------------------------------------------------------------- Block
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
   a.allocate_missing(config, shard, x.dim(0), x.dim(1) * shard.seq_parts);
@@ -272,19 +331,18 @@ void Block::forward(const Tensor& x, BlockActivations& a) const {
 }
 
 void Block::forward_math(const Tensor& x, BlockActivations& a) const {
-  BlockHooks& at = hooks_or_identity(hooks);
   a.input = x;
   // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
-  at.column_forward(qkv, a.qkv, a.ln1);
-  at.attention_forward(a.attn_out, a.att, a.lse, a.qkv, heads);
-  at.row_forward(attn_proj, a.res1, a.attn_out);
+  column_forward(qkv, a.qkv, a.ln1);
+  attention_forward(a.attn_out, a.att, a.lse, a.qkv);
+  row_forward(attn_proj, a.res1, a.attn_out);
   ops::add(a.res1, a.res1, x);
   // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
-  at.column_forward(fc, a.fc, a.ln2);
+  column_forward(fc, a.fc, a.ln2);
   ops::gelu_forward(a.fc_gelu, a.fc);
-  at.row_forward(mlp_proj, a.out, a.fc_gelu);
+  row_forward(mlp_proj, a.out, a.fc_gelu);
   ops::add(a.out, a.out, a.res1);
 }
 
@@ -296,39 +354,88 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
   if (config.recompute == Recompute::full) {
     a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
     a.allocate_missing(config, shard, batch, seq);
-    forward_math(kept.input, a);  // a layout's hooks communicate again, as Megatron's recompute
+    forward_math(kept.input, a);  // the block communicates again, as Megatron's recompute
   } else {                        // selective: only the attention probabilities, from the kept qkv
     a.att = activation({batch, heads, seq, attention_keys(shard, seq)}, config.dtype);
     Tensor attn_out = workspace(kept.attn_out.shape(), config.dtype);  // same values as kept
-    hooks_or_identity(hooks).attention_forward(attn_out, a.att, a.lse, a.qkv, heads);
+    attention_forward(attn_out, a.att, a.lse, a.qkv);
   }
   return a;
 }
 
 void Block::backward(Tensor& dx, const Tensor& dout, const BlockActivations& kept) {
   const BlockActivations a = recomputed(kept);  // lives until the end of this backward
-  const Shape& shape = a.out.shape();           // [B,T,C]
+  backward_pass(dx, dout, a, nullptr);
+}
+
+void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations& a,
+                          BlockWeightGradInputs* deferred) {
+  const Shape& shape = a.out.shape();  // [B,T,C]
   const DType dt = a.out.dtype();
-  Tensor d_fc = workspace(a.fc.shape(), dt);
-  Tensor d_ln = workspace(shape, dt);
-  Tensor d_res1 = workspace(shape, dt);
-  Tensor d_attn_out = workspace(a.attn_out.shape(), dt);
-  Tensor d_qkv = workspace(a.qkv.shape(), dt);
+  // The upstream gradients: scratch for a whole backward; a split one keeps each weighted layer's
+  // for W, in the activations' type, so B + W round exactly as the whole backward does.
+  Tensor d_out = dout, d_fc, d_ln2, d_res1, d_attn_out, d_qkv, d_ln1;
+  if (deferred) {
+    BlockWeightGradInputs& keep = *deferred;
+    keep.d_out = activation(shape, dt);
+    keep.d_out.copy_from(dout);  // the block's dout may be overwritten by dx
+    d_out = keep.d_out;
+    d_fc = keep.d_fc = activation(a.fc.shape(), dt);
+    d_ln2 = keep.d_ln2 = activation(shape, dt);
+    d_res1 = keep.d_res1 = activation(shape, dt);
+    d_qkv = keep.d_qkv = activation(a.qkv.shape(), dt);
+    d_ln1 = keep.d_ln1 = activation(shape, dt);
+    d_attn_out = workspace(a.attn_out.shape(), dt);
+  } else {
+    d_fc = workspace(a.fc.shape(), dt);
+    d_ln2 = d_ln1 = workspace(shape, dt);
+    d_res1 = workspace(shape, dt);
+    d_attn_out = workspace(a.attn_out.shape(), dt);
+    d_qkv = workspace(a.qkv.shape(), dt);
+  }
+  // Each layer's backward: input and weight gradients together, or (deferred) the input's only.
+  // A row-parallel linear's input gradient is local under TP; a column-parallel one's is a
+  // partial sum that the block's LinearComm completes.
+  auto row = [&](Linear& linear, Tensor& dinp, const Tensor& dy, const Tensor& inp) {
+    deferred ? linear.backward_input(dinp, dy) : row_backward(linear, dinp, dy, inp);
+  };
+  auto column = [&](Linear& linear, Tensor& dinp, const Tensor& dy, const Tensor& inp) {
+    deferred ? column_backward_input(linear, dinp, dy) : column_backward(linear, dinp, dy, inp);
+  };
+  auto norm = [&](LayerNorm& ln, Tensor& dinp, const Tensor& dy, const Tensor& inp,
+                  const Tensor& mean, const Tensor& rstd) {
+    deferred ? ln.backward_input(dinp, dy, inp, mean, rstd)
+             : ln.backward(dinp, dy, inp, mean, rstd);
+  };
 
   // MLP branch, bottom-up. out = res1 + mlp(res1): res1 gets dout directly plus the branch.
-  BlockHooks& at = hooks_or_identity(hooks);
-  at.row_backward(mlp_proj, d_fc, dout, a.fc_gelu);
+  row(mlp_proj, d_fc, d_out, a.fc_gelu);
   ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
-  at.column_backward(fc, d_ln, d_fc, a.ln2);
-  ln2.backward(d_res1, d_ln, a.res1, a.ln2_mean, a.ln2_rstd);
-  ops::axpy(d_res1, 1.0f, dout);  // the residual path
+  column(fc, d_ln2, d_fc, a.ln2);
+  norm(ln2, d_res1, d_ln2, a.res1, a.ln2_mean, a.ln2_rstd);
+  ops::axpy(d_res1, 1.0f, d_out);  // the residual path
 
   // attention branch. res1 = x + attn(x): x gets d_res1 directly plus the branch.
-  at.row_backward(attn_proj, d_attn_out, d_res1, a.attn_out);
-  at.attention_backward(d_qkv, d_attn_out, a.qkv, a.attn_out, a.att, a.lse, heads);
-  at.column_backward(qkv, d_ln, d_qkv, a.ln1);
-  ln1.backward(dx, d_ln, a.input, a.ln1_mean, a.ln1_rstd);  // dout is not read after this
+  row(attn_proj, d_attn_out, d_res1, a.attn_out);
+  attention_backward(d_qkv, d_attn_out, a);
+  column(qkv, d_ln1, d_qkv, a.ln1);
+  norm(ln1, dx, d_ln1, a.input, a.ln1_mean, a.ln1_rstd);  // dout is not read after this
   ops::axpy(dx, 1.0f, d_res1);
+}
+
+void Block::backward_input(Tensor& dx, const Tensor& dout, const BlockActivations& acts,
+                           BlockWeightGradInputs& keep) const {
+  // The deferred pass reads the parameters and writes none of their gradients.
+  const_cast<Block*>(this)->backward_pass(dx, dout, acts, &keep);
+}
+
+void Block::backward_weight(const BlockActivations& a, const BlockWeightGradInputs& keep) {
+  mlp_proj.backward_weight(keep.d_out, a.fc_gelu);
+  fc.backward_weight(keep.d_fc, a.ln2);
+  ln2.backward_weight(keep.d_ln2, a.res1, a.ln2_mean, a.ln2_rstd);
+  attn_proj.backward_weight(keep.d_res1, a.attn_out);
+  qkv.backward_weight(keep.d_qkv, a.ln1);
+  ln1.backward_weight(keep.d_ln1, a.input, a.ln1_mean, a.ln1_rstd);
 }
 
 void Block::collect(ParamList& list) {
@@ -419,8 +526,8 @@ GPT::GPT(const GPTConfig& cfg, const BlockShard& shard)
   for (int i = 0; i < cfg.layers; i++) blocks.emplace_back(cfg, i, shard);
 }
 
-void GPT::set_block_hooks(BlockHooks* hooks) {
-  for (Block& block : blocks) block.hooks = hooks;
+void GPT::set_block_comm(const BlockComm& comm) {
+  for (Block& block : blocks) block.comm = comm;
 }
 
 ParamList GPT::params() {

@@ -17,9 +17,9 @@
 // [C,2C) k, [2C,3C) v, and within each, head h owns rows [h*hs, (h+1)*hs).
 //
 // Parallel layouts: a Block is parametrised by its shard (BlockShard: the heads and MLP hidden
-// units this rank computes; all of them on one device) and runs its four big linears through
-// BlockHooks, the few places where a parallel layout communicates. The default hooks just run the
-// linear, so on one device every point is the identity; the model never names a paradigm.
+// units this rank computes; all of them on one device) and communicates through its BlockComm
+// (linears: TP/SP; attention: CP), the few places where a parallel layout communicates; on one
+// device every point is the plain op, so the model never names a paradigm.
 //
 // Gradients: parameter .grad tensors ACCUMULATE (+=) across backward calls (gradient
 // accumulation); call zero_grad() between steps. Activation gradients are overwritten.
@@ -73,6 +73,10 @@ struct Linear {
   void forward(Tensor& out, const Tensor& inp) const;
   // dinp overwritten; weight.grad and bias.grad accumulated.
   void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp);
+  // backward's two halves (zero-bubble runs them apart): dinp = dout @ W (overwritten), and
+  // weight.grad += dout^T @ inp, bias.grad += column sums of dout.
+  void backward_input(Tensor& dinp, const Tensor& dout) const;
+  void backward_weight(const Tensor& dout, const Tensor& inp);
   void collect(ParamList& list);
 };
 
@@ -84,6 +88,11 @@ struct LayerNorm {
   void forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const;
   void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
                 const Tensor& rstd);
+  // backward's two halves: only dinp, or only the weight and bias gradients (+=).
+  void backward_input(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
+                      const Tensor& rstd) const;
+  void backward_weight(const Tensor& dout, const Tensor& inp, const Tensor& mean,
+                       const Tensor& rstd);
   void collect(ParamList& list);
 };
 
@@ -104,8 +113,8 @@ struct Embedding {
 // The part of a block one rank computes: its attention heads and its MLP hidden units. The
 // whole block on one device; a contiguous range of both under tensor parallelism. Under sequence
 // parallelism the regions outside the four linears (layernorms, residual adds, the block's input
-// and output) also hold only this rank's T/seq_parts tokens; the column linears' hooks then read
-// [B,T/seq_parts,C] and write [B,T,local], the row linears' hooks the reverse.
+// and output) also hold only this rank's T/seq_parts tokens; the column linears' LinearComm then
+// reads [B,T/seq_parts,C] and writes [B,T,local], the row linears' the reverse.
 struct BlockShard {
   int heads = 0;      // attention heads computed here (each of head_size channels)
   int hidden = 0;     // MLP hidden units computed here (4 * dim for the whole block)
@@ -117,41 +126,52 @@ struct BlockShard {
   bool operator==(const BlockShard&) const = default;
 };
 
-// The places inside a block where a parallel layout communicates. Column linears (attn.qkv,
-// mlp.fc) read the block's full-width input and write this shard's output columns; row linears
-// (attn.proj, mlp.proj) read this shard's columns and write full-width partial results. A layout
-// wraps them with its communication (tensor parallelism: f before a column linear, g after a row
-// linear). attention_forward / attention_backward are attention itself: by default causal
-// attention over the block's own tokens; context parallelism brings in the other ranks' K/V
-// (ring attention) or swaps sequence for heads (Ulysses). Every default is the one-device op.
-class BlockHooks {
+// The places inside a block where a parallel layout communicates, in two kinds (a null one is
+// the one-device op, so the model never names a paradigm):
+//   LinearComm    around the four big linears (tensor and sequence parallelism). Column linears
+//                 (attn.qkv, mlp.fc) read the block's full-width input and write this shard's
+//                 output columns; row linears (attn.proj, mlp.proj) read this shard's columns and
+//                 write full-width partial results. TP puts f before a column linear and g after a
+//                 row linear; SP puts their all-gather/reduce-scatter halves at the same places.
+//   AttentionComm attention itself (context parallelism): the other ranks' K/V come round a ring,
+//                 or an all-to-all swaps sequence for heads (Ulysses).
+// A comm object holds only its communication: the block opens no trace phase for it; the
+// layout's phase (TracePhase, if it gave one) is paused around every call (the linears' kernels
+// and the collectives record their own events, so the compute lane shows its waits).
+class LinearComm {
  public:
-  virtual ~BlockHooks() = default;
-  virtual void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-    linear.forward(out, inp);
-  }
+  virtual ~LinearComm() = default;
+  virtual void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) = 0;
   virtual void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                               const Tensor& inp) {
-    linear.backward(dinp, dout, inp);
-  }
-  virtual void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-    linear.forward(out, inp);
-  }
-  virtual void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-    linear.backward(dinp, dout, inp);
-  }
-  // Zero-bubble's split backward (B): only a column-parallel linear's input gradient,
-  // dinp = dout @ W (its weight gradient comes later, in W). Under TP each rank's product is a
-  // partial sum, completed by the same all-reduce as column_backward's.
-  virtual void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout);
-  // qkv [B,T,3C] -> out [B,T,C], keeping in att (and lse, if the layout needs it; it may
-  // allocate it) what attention_backward reads. Default: ops::attention_forward.
-  virtual void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                 int heads);
+                               const Tensor& inp) = 0;
+  virtual void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) = 0;
+  virtual void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                            const Tensor& inp) = 0;
+  // Zero-bubble's split backward (B): only a column linear's input gradient, dinp = dout @ W
+  // (its weight gradient comes later, in W), completed by column_backward's collective.
+  virtual void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) = 0;
+};
+
+class AttentionComm {
+ public:
+  virtual ~AttentionComm() = default;
+  // qkv [B,T,3C] -> out [B,T,C], keeping in att (and lse, which it may allocate) what backward
+  // reads. `category` labels the compute scopes it opens (the phase it runs in).
+  virtual void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
+                       const std::string& category) = 0;
   // dqkv overwritten from dout and what forward kept (out: forward's output).
-  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                  const Tensor& out, const Tensor& att, const Tensor& lse,
-                                  int heads);
+  virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& att, const Tensor& lse, int heads,
+                        const std::string& category) = 0;
+};
+
+class TracePhase;  // core/model/trace_phase.h
+
+// What a block communicates through; every member may be null.
+struct BlockComm {
+  LinearComm* linear = nullptr;        // null: the plain linears
+  AttentionComm* attention = nullptr;  // null: causal attention over the block's own tokens
+  TracePhase* phase = nullptr;         // the layout's forward/backward region, paused around comm
 };
 
 // Everything one block's backward needs, kept from its forward (MemCategory::activations).
@@ -179,6 +199,17 @@ struct BlockActivations {
   void allocate_missing(const GPTConfig& cfg, const BlockShard& shard, int64_t batch, int64_t seq);
 };
 
+// What a split backward's B keeps for its W: each weighted layer's upstream gradient, in the
+// activations' type (MemCategory::activations); x of every layer is already in the activations.
+struct BlockWeightGradInputs {
+  Tensor d_out;   // dy of mlp_proj (a copy: the block's dout is overwritten by dx)
+  Tensor d_fc;    // dy of fc (after the GELU backward)
+  Tensor d_ln2;   // dy of ln2
+  Tensor d_res1;  // dy of attn_proj
+  Tensor d_qkv;   // dy of qkv
+  Tensor d_ln1;   // dy of ln1
+};
+
 struct Block {
   int heads = 1;     // heads computed here (all of them unless sharded)
   GPTConfig config;  // shapes, dtype and recompute mode of the activations it keeps
@@ -187,9 +218,9 @@ struct Block {
   Linear qkv;        // C -> 3C      (column linear: 3 x local heads x head_size outputs)
   Linear attn_proj;  // C -> C       (row linear: residual projection)
   LayerNorm ln2;
-  Linear fc;                    // C -> 4C      (column linear: local hidden units)
-  Linear mlp_proj;              // 4C -> C      (row linear: residual projection)
-  BlockHooks* hooks = nullptr;  // where a layout communicates; null = one device (identity)
+  Linear fc;        // C -> 4C      (column linear: local hidden units)
+  Linear mlp_proj;  // 4C -> C      (row linear: residual projection)
+  BlockComm comm;   // where a layout communicates; all null = one device
 
   Block() = default;
   Block(const GPTConfig& cfg, int index);
@@ -199,11 +230,33 @@ struct Block {
   // dx = d loss / d x (overwritten; dx may be the same tensor as dout); parameter grads += .
   // Under config.recompute, first re-makes what forward dropped (a "recompute" trace event).
   void backward(Tensor& dx, const Tensor& dout, const BlockActivations& acts);
+  // Zero-bubble's split of the same backward (acts: complete, recomputed if need be):
+  //   B: dx only (dx may alias dout), filling `keep`; parameter grads untouched;
+  //   W: parameter grads += from what B kept.
+  void backward_input(Tensor& dx, const Tensor& dout, const BlockActivations& acts,
+                      BlockWeightGradInputs& keep) const;
+  void backward_weight(const BlockActivations& acts, const BlockWeightGradInputs& keep);
   // The forward's math alone, into fully allocated `acts` (forward = allocate, this, drop).
   void forward_math(const Tensor& x, BlockActivations& acts) const;
   // `kept` completed with what the recompute mode dropped (a copy of `kept` under none).
   BlockActivations recomputed(const BlockActivations& kept) const;
   void collect(ParamList& list);
+
+  // The communication points, dispatched to `comm` (null: the one-device op) with the layout's
+  // phase paused around them.
+  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) const;
+  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) const;
+  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) const;
+  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) const;
+  void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) const;
+  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv) const;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const BlockActivations& a) const;
+
+ private:
+  // The backward, written once: each layer's input and weight gradients together (deferred
+  // null), or only the input gradients, keeping in *deferred what backward_weight needs.
+  void backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations& a,
+                     BlockWeightGradInputs* deferred);
 };
 
 struct HeadActivations {
@@ -250,9 +303,9 @@ class GPT {
 
   const GPTConfig& config() const { return config_; }
   const BlockShard& shard() const { return shard_; }
-  // Every block runs its linears through `hooks` (null: the identity). The hooks must outlive
-  // the model's use.
-  void set_block_hooks(BlockHooks* hooks);
+  // Every block communicates through `comm` (null members: one device). What it points to must
+  // outlive the model's use.
+  void set_block_comm(const BlockComm& comm);
   ParamList params();  // forward order: embedding, blocks[0..L), head
   void zero_grad();
   int64_t num_params() const;

@@ -1,8 +1,8 @@
 // Context parallelism, top to bottom (see context_parallel.h for the idea):
 //   1. which tokens each rank holds (contiguous, zigzag, ulysses, chunked) and the size checks;
-//   2. attention, where the ranks meet: ring attention (its K/V ring is in ring_attention.cpp) or
-//   3. Ulysses: all-to-all to whole sequences of a few heads, plain attention, all-to-all back;
-//   4. one step: my columns of the batch, forward, backward, gradients averaged over cp.
+//   2. set-up: attention, where the ranks meet, is ring attention (ring_attention.cpp) or
+//      Ulysses (ulysses.cpp), the block's AttentionComm;
+//   3. one step: my columns of the batch, forward, backward, gradients averaged over cp.
 #include "core/parallel/context_parallel.h"
 
 #include <stdexcept>
@@ -81,135 +81,26 @@ data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& 
 ContextParallel::ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
                                  const train::OptimizerFactory& make_optimizer,
                                  const CpSeams& seams)
-    : config_(cfg), cp_(cp), layout_(layout), seq_(seq), ring_(cp, layout, seq, seams) {
+    : config_(cfg), cp_(cp), seq_(seq) {
   check_cp_size(cfg, seq, cp.size(), layout);
+  positions_ = cp_positions(seq, cp.size(), cp.rank(), layout);
+  // Attention is where the ranks meet: ring attention (contiguous, zigzag; its K/V ring is in
+  // ring_attention.cpp) or Ulysses' all-to-alls (ulysses.cpp). Chunked attends within its chunk.
+  const bool communicates = layout != CpLayout::chunked && cp.size() > 1;
+  if (layout == CpLayout::ulysses)
+    attention_ = std::make_unique<UlyssesAttention>(cp, seq);
+  else
+    attention_ = std::make_unique<RingAttention>(cp, layout, seq, seams);
   // Every rank holds the whole seeded model. Ring attention and Ulysses keep the rank's rows of
   // the whole sequence's score matrix ([T/cp, T] per head, or [T, T] for H/cp heads: the same
   // size); chunked keeps only its own chunk's [T/cp, T/cp].
   shard_ = BlockShard::whole(cfg);
-  if (layout != CpLayout::chunked && cp.size() > 1) shard_.attention_keys = seq;
+  if (communicates) shard_.attention_keys = seq;
   model_ = std::make_unique<GPT>(cfg);
   model_->embedding.positions = positions();
   for (Block& block : model_->blocks) block.shard = shard_;
-  if (layout != CpLayout::chunked && cp.size() > 1) model_->set_block_hooks(this);
+  if (communicates) model_->set_block_comm({.attention = attention_.get(), .phase = &phase_});
   optimizer_ = make_optimizer(model_->params());
-}
-
-// ---------------------------------------------------------------------------------- attention
-
-namespace {
-Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
-  return Tensor::zeros(shape, MemCategory::workspace, dtype);
-}
-}  // namespace
-
-void ContextParallel::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                        int heads) {
-  const bool open = phase_.has_value();
-  phase_.reset();  // the ring's compute records its own scopes, its waits none
-  ring_.category = phase_proto_.cat;
-  if (layout_ == CpLayout::ulysses)
-    ulysses_forward(out, att, qkv, heads);
-  else
-    ring_.attention_forward(out, att, lse, qkv, heads);
-  if (open) phase_.emplace(phase_proto_);
-}
-
-void ContextParallel::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                         const Tensor& out, const Tensor& att, const Tensor& lse,
-                                         int heads) {
-  const bool open = phase_.has_value();
-  phase_.reset();
-  ring_.category = phase_proto_.cat;
-  if (layout_ == CpLayout::ulysses)
-    ulysses_backward(dqkv, dout, qkv, att, heads);
-  else
-    ring_.attention_backward(dqkv, dout, qkv, out, att, lse, heads);
-  if (open) phase_.emplace(phase_proto_);
-}
-
-// ---------------------------------------------------------------------------------- Ulysses
-
-// [B, T/cp, parts*C] by sequence -> [B, T, parts*C/cp] by heads: block d of the all-to-all's input
-// holds my tokens' channels of rank d's heads; block s of its output, rank s's tokens of mine.
-Tensor ContextParallel::to_heads(const Tensor& by_sequence, int parts) {
-  const int cp = cp_.size();
-  const int64_t b = by_sequence.dim(0), t = by_sequence.dim(1);
-  const int64_t c = by_sequence.dim(2) / parts, cd = c / cp, block = b * t * parts * cd;
-  Tensor send = scratch({cp * block}, by_sequence.dtype());
-  Tensor recv = scratch({cp * block}, by_sequence.dtype());
-  Tensor by_heads = scratch({b, t * cp, parts * cd}, by_sequence.dtype());
-  {
-    ComputeScope s({.name = "ulysses: pack heads", .cat = phase_proto_.cat});
-    const Tensor rows = by_sequence.reshape({b * t, parts * c});
-    for (int d = 0; d < cp; ++d) {
-      Tensor to_d = send.flat_range(d * block, (d + 1) * block).reshape({b * t, parts * cd});
-      for (int p = 0; p < parts; ++p) ops::copy_columns(to_d, p * cd, rows, p * c + d * cd, cd);
-    }
-  }
-  cp_.all_to_all(send, recv);
-  ComputeScope s({.name = "ulysses: unpack sequence", .cat = phase_proto_.cat});
-  Tensor whole = by_heads.reshape({b, t * cp * parts * cd});
-  for (int src = 0; src < cp; ++src) {
-    const Tensor from = recv.flat_range(src * block, (src + 1) * block).reshape({b, block / b});
-    ops::copy_columns(whole, src * (block / b), from, 0, block / b);
-  }
-  return by_heads;
-}
-
-// The inverse: [B, T, parts*C/cp] by heads -> [B, T/cp, parts*C] by sequence.
-void ContextParallel::to_sequence(Tensor& by_sequence, const Tensor& by_heads, int parts) {
-  const int cp = cp_.size();
-  const int64_t b = by_sequence.dim(0), t = by_sequence.dim(1);
-  const int64_t c = by_sequence.dim(2) / parts, cd = c / cp, block = b * t * parts * cd;
-  Tensor send = scratch({cp * block}, by_heads.dtype());
-  Tensor recv = scratch({cp * block}, by_heads.dtype());
-  {
-    ComputeScope s({.name = "ulysses: pack sequence", .cat = phase_proto_.cat});
-    const Tensor whole = by_heads.reshape({b, t * cp * parts * cd});
-    for (int d = 0; d < cp; ++d) {
-      Tensor to_d = send.flat_range(d * block, (d + 1) * block).reshape({b, block / b});
-      ops::copy_columns(to_d, 0, whole, d * (block / b), block / b);
-    }
-  }
-  cp_.all_to_all(send, recv);
-  ComputeScope s({.name = "ulysses: unpack heads", .cat = phase_proto_.cat});
-  Tensor rows = by_sequence.reshape({b * t, parts * c});
-  for (int src = 0; src < cp; ++src) {
-    const Tensor from =
-        recv.flat_range(src * block, (src + 1) * block).reshape({b * t, parts * cd});
-    for (int p = 0; p < parts; ++p) ops::copy_columns(rows, p * c + src * cd, from, p * cd, cd);
-  }
-}
-
-void ContextParallel::ulysses_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads) {
-  const int cp = cp_.size();
-  const Tensor qkv_heads = to_heads(qkv, 3);  // whole sequences, heads/cp heads
-  Tensor out_heads =
-      scratch({qkv_heads.dim(0), qkv_heads.dim(1), qkv_heads.dim(2) / 3}, qkv.dtype());
-  Tensor att_heads =
-      att.reshape({qkv.dim(0), heads / cp, seq_, seq_});  // same size as [B,H,T/cp,T]
-  {
-    ComputeScope s({.name = "ulysses attention", .cat = phase_proto_.cat});
-    ops::attention_forward(out_heads, att_heads, qkv_heads, heads / cp);
-  }
-  to_sequence(out, out_heads, 1);
-}
-
-// Backward re-shards qkv rather than keeping the head-sharded copy (one more all-to-all instead
-// of another [B, T, 3C/cp] activation per layer).
-void ContextParallel::ulysses_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                       const Tensor& att, int heads) {
-  const int cp = cp_.size();
-  const Tensor qkv_heads = to_heads(qkv, 3);
-  const Tensor dout_heads = to_heads(dout, 1);
-  Tensor dqkv_heads = scratch(qkv_heads.shape(), qkv.dtype());
-  const Tensor att_heads = att.reshape({qkv.dim(0), heads / cp, seq_, seq_});
-  {
-    ComputeScope s({.name = "ulysses attention", .cat = phase_proto_.cat});
-    ops::attention_backward(dqkv_heads, dout_heads, qkv_heads, att_heads, heads / cp);
-  }
-  to_sequence(dqkv, dqkv_heads, 3);
 }
 
 // ---------------------------------------------------------------------------------- one step
@@ -224,14 +115,12 @@ train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
   const std::vector<int32_t>&tokens = mine.tokens, &targets = mine.targets;
   optimizer_->zero_grad();
   GPTActivations acts = GPTActivations::allocate(config_, shard_, batch.B, t);
-  phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
-  phase_.emplace(phase_proto_);
+  phase_.open("forward", trace::cat::forward);
   // My tokens' mean loss; the ranks' shares are equal, so their mean is the batch's mean.
   const float loss = model_->forward(tokens, targets, acts, loss_scale());
-  phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
-  phase_.emplace(phase_proto_);
+  phase_.open("backward", trace::cat::backward);
   model_->backward(tokens, acts);
-  phase_.reset();
+  phase_.close();
   // Each rank's gradient is d(its tokens' mean)/dW: their average is d(batch mean)/dW.
   // (Blocking, one tensor at a time: the sum then runs in the same order on threads and under
   // mpirun, so both give the same bits.)

@@ -12,12 +12,12 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/comm/comm.h"
 #include "core/model/gpt.h"
+#include "core/model/trace_phase.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 #include "core/train/layout.h"
@@ -58,32 +58,53 @@ struct CpSeams {
   MergeBackwardFn merge_backward;
 };
 
-// Ring attention (contiguous or zigzag) as a block's attention hooks on the cp group `cp`: every
-// rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward. The linears keep
-// the default hooks; a layout that also splits them (hybrid's TP) forwards attention here.
-class RingAttention : public BlockHooks {
+// Ring attention (contiguous or zigzag), context parallelism's attention on the cp group `cp`:
+// every rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward.
+class RingAttention : public AttentionComm {
  public:
   // `cp` must outlive this; `seq` is the global sequence length T. (Every layout's positions are
   // kept; only contiguous and zigzag run the ring.) `seams`: exercise 07's merge.
   RingAttention(comm::Comm& cp, CpLayout layout, int seq, CpSeams seams);
-  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                         int heads) override;
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Tensor& att, const Tensor& lse, int heads) override;
+  void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
+               const std::string& category) override;
+  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                const Tensor& att, const Tensor& lse, int heads,
+                const std::string& category) override;
   const std::vector<int32_t>& positions() const { return positions_[cp_.rank()]; }
-  std::string category = trace::cat::forward;  // what the ring's compute scopes are labelled
 
  private:
   template <class OnBlock, class AfterStep>
-  void ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step);
+  void ring_pass(const Tensor& qkv, const std::string& category, OnBlock&& on_block,
+                 AfterStep&& after_step);
 
   comm::Comm& cp_;
   CpSeams seams_;
   std::vector<std::vector<int32_t>> positions_;  // every cp rank's token positions
 };
 
+// Ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023), context parallelism's other attention: an
+// all-to-all turns my T/cp tokens of every head into the whole sequence of cp-th of the heads,
+// plain attention runs on those, and an all-to-all turns the result back. `seq`: the whole T.
+class UlyssesAttention : public AttentionComm {
+ public:
+  UlyssesAttention(comm::Comm& cp, int seq) : cp_(cp), seq_(seq) {}
+  void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
+               const std::string& category) override;
+  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                const Tensor& att, const Tensor& lse, int heads,
+                const std::string& category) override;
+
+ private:
+  // Sequence-sharded [B, T/cp, n*C] <-> head-sharded [B, T, n*C/cp] (n = 3 for qkv, 1 for out).
+  Tensor to_heads(const Tensor& by_sequence, int parts, const std::string& category);
+  void to_sequence(Tensor& by_sequence, const Tensor& by_heads, int parts,
+                   const std::string& category);
+  comm::Comm& cp_;
+  int seq_;
+};
+
 // One rank of a context-parallel run, as the training loop sees it (core/train/layout.h).
-class ContextParallel : public train::Layout, private BlockHooks {
+class ContextParallel : public train::Layout {
  public:
   // `seq` is the global sequence length T (every step's batch has it). `cp` must outlive this.
   // `seams`: exercise 07's merge, which ring attention runs.
@@ -96,31 +117,18 @@ class ContextParallel : public train::Layout, private BlockHooks {
   optim::Optimizer* optimizer() override { return optimizer_.get(); }
 
   GPT& model() { return *model_; }
-  const std::vector<int32_t>& positions() const { return ring_.positions(); }
+  const std::vector<int32_t>& positions() const { return positions_; }
 
  private:
-  // BlockHooks: attention is where the ranks meet.
-  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                         int heads) override;
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Tensor& att, const Tensor& lse, int heads) override;
-  void ulysses_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads);
-  void ulysses_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                        int heads);
-  // Sequence-sharded [B, T/cp, n*C] <-> head-sharded [B, T, n*C/cp] (n = 3 for qkv, 1 for out).
-  Tensor to_heads(const Tensor& by_sequence, int parts);
-  void to_sequence(Tensor& by_sequence, const Tensor& by_heads, int parts);
-
-  // The forward/backward region on the timeline; closed while the ring runs, whose compute gets
-  // scopes of its own, so waits for a K/V block show as idle rather than busy.
-  trace::Event phase_proto_;
-  std::optional<ComputeScope> phase_;
+  // The forward/backward region on the timeline; paused while attention communicates (the
+  // ring's compute gets scopes of its own, so waits for a K/V block show as idle, not busy).
+  TracePhase phase_;
 
   GPTConfig config_;
   comm::Comm& cp_;
-  CpLayout layout_;
   int seq_;
-  RingAttention ring_;  // every rank's token positions, and the ring (contiguous, zigzag)
+  std::vector<int32_t> positions_;            // my tokens' global positions
+  std::unique_ptr<AttentionComm> attention_;  // ring or Ulysses; null: chunked (no comm)
   BlockShard shard_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

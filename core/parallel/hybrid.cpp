@@ -19,50 +19,6 @@
 
 namespace mgpu::parallel {
 
-// ---------------------------------------------------------------------------------- the hooks
-
-namespace {
-
-// tp and cp together: the linears through TP's hooks (or plain), attention round the cp ring.
-class MeshBlockHooks : public BlockHooks {
- public:
-  MeshBlockHooks(BlockHooks* linears, RingAttention& ring) : linears_(linears), ring_(ring) {}
-  void column_forward(const Linear& l, Tensor& out, const Tensor& inp) override {
-    linears_ ? linears_->column_forward(l, out, inp) : BlockHooks::column_forward(l, out, inp);
-  }
-  void column_backward(Linear& l, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
-    linears_ ? linears_->column_backward(l, dinp, dout, inp)
-             : BlockHooks::column_backward(l, dinp, dout, inp);
-  }
-  void row_forward(const Linear& l, Tensor& out, const Tensor& inp) override {
-    linears_ ? linears_->row_forward(l, out, inp) : BlockHooks::row_forward(l, out, inp);
-  }
-  void row_backward(Linear& l, Tensor& dinp, const Tensor& dout, const Tensor& inp) override {
-    linears_ ? linears_->row_backward(l, dinp, dout, inp)
-             : BlockHooks::row_backward(l, dinp, dout, inp);
-  }
-  void column_backward_input(const Linear& l, Tensor& dinp, const Tensor& dout) override {
-    linears_ ? linears_->column_backward_input(l, dinp, dout)
-             : BlockHooks::column_backward_input(l, dinp, dout);
-  }
-  void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                         int heads) override {
-    ring_.category = trace::cat::forward;
-    ring_.attention_forward(out, att, lse, qkv, heads);
-  }
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Tensor& att, const Tensor& lse, int heads) override {
-    ring_.category = trace::cat::backward;
-    ring_.attention_backward(dqkv, dout, qkv, out, att, lse, heads);
-  }
-
- private:
-  BlockHooks* linears_;  // null: one tp rank, the plain linears
-  RingAttention& ring_;
-};
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------- the stage
 
 HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
@@ -70,7 +26,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
     : config_(cfg),
       mesh_(world, options.mesh, options.mesh_groups),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
-      tp_hooks_(mesh_.group(Axis::tp), seams.tp),
+      tp_comm_(mesh_.group(Axis::tp), seams.tp),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
                                         options.virtual_stages)),
       zero_(options.zero),
@@ -89,14 +45,13 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       cfg, mesh_.coord(Axis::pp), options.mesh.pp, schedule_.virtual_stages, shard,
       [&](Block& block) { split_block(block, cfg, slice_); }, schedule_.placement);
   if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
-  BlockHooks* hooks = options.mesh.tp > 1 ? &tp_hooks_ : nullptr;  // null: the plain blocks
-  if (ring_) {
-    cp_hooks_ = std::make_unique<MeshBlockHooks>(hooks, *ring_);
-    hooks = cp_hooks_.get();
-    if (stage_.embedding) stage_.embedding->positions = ring_->positions();
-  }
+  // The block's communication: TP's f and g around the linears, the cp ring for attention (a
+  // null one: the plain op). The pipeline executor's regions stay open through them.
+  const BlockComm comm{.linear = options.mesh.tp > 1 ? &tp_comm_ : nullptr,
+                       .attention = ring_.get()};
+  if (ring_ && stage_.embedding) stage_.embedding->positions = ring_->positions();
   for (auto& blocks : stage_.chunks)
-    for (Block& block : blocks) block.hooks = hooks;
+    for (Block& block : blocks) block.comm = comm;
   if (zero_ == 0) {
     optimizer_ = make_optimizer(stage_.params());
     return;

@@ -78,9 +78,8 @@ class HybridLayout : public train::Layout {
   GPTConfig config_;
   Mesh mesh_;
   TpSlice slice_;
-  TensorParallelHooks tp_hooks_;
-  std::unique_ptr<RingAttention> ring_;   // cp > 1
-  std::unique_ptr<BlockHooks> cp_hooks_;  // cp > 1: the linears (TP's or plain), ring attention
+  TensorParallelComm tp_comm_;           // tp > 1: f and g around the linears
+  std::unique_ptr<RingAttention> ring_;  // cp > 1: attention round the cp ring
   pipeline::StageModel stage_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;

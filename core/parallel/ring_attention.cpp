@@ -33,7 +33,8 @@ RingAttention::RingAttention(comm::Comm& cp, CpLayout layout, int seq, CpSeams s
 }
 
 template <class OnBlock, class AfterStep>
-void RingAttention::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&& after_step) {
+void RingAttention::ring_pass(const Tensor& qkv, const std::string& category, OnBlock&& on_block,
+                              AfterStep&& after_step) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
   Tensor q = scratch({b, t, c}, qkv.dtype());
@@ -65,8 +66,8 @@ void RingAttention::ring_pass(const Tensor& qkv, OnBlock&& on_block, AfterStep&&
 }
 
 // Forward: the first block (my own) starts the running (out, lse); every later one is merged in.
-void RingAttention::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
-                                      int heads) {
+void RingAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
+                            const std::string& category) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
   // The running output and every block's share are merged in fp32 and rounded once at the end
@@ -76,7 +77,7 @@ void RingAttention::attention_forward(Tensor& out, Tensor& att, Tensor& lse, con
   Tensor block_out = scratch({b, t, c}), block_lse = scratch({b, heads, t});
   bool first = true;
   ring_pass(
-      qkv,
+      qkv, category,
       [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
         if (first) {
           ops::attention_block_forward(running, lse, att, q, kv, positions(), keys, heads);
@@ -92,9 +93,9 @@ void RingAttention::attention_forward(Tensor& out, Tensor& att, Tensor& lse, con
 
 // Backward: the K/V blocks go round again, each with a dK/dV accumulator that every rank adds its
 // queries' share to; after cp steps and cp hops every accumulator is back with its owner, whole.
-void RingAttention::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                       const Tensor& out, const Tensor& att, const Tensor& lse,
-                                       int heads) {
+void RingAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                             const Tensor& att, const Tensor& lse, int heads,
+                             const std::string& category) {
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
   // fp32 accumulators (mixed precision too): each block adds its share, rounded once at the end.
@@ -102,7 +103,7 @@ void RingAttention::attention_backward(Tensor& dqkv, const Tensor& dout, const T
   Tensor dq = scratch({b, t, c});
   Tensor dkv = scratch({b, t, 2 * c}), dkv_next = scratch({b, t, 2 * c});
   ring_pass(
-      qkv,
+      qkv, category,
       [&](const Tensor& q, const Tensor& kv, const std::vector<int32_t>& keys) {
         ops::attention_block_backward(dq, dkv, dout, out, q, kv, att, lse, positions(), keys,
                                       heads);

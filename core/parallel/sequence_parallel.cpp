@@ -1,7 +1,7 @@
 // Sequence parallelism, top to bottom (see sequence_parallel.h for the idea):
 //   1. moving a [B,T,C] tensor between "my T/t tokens" and "the whole sequence";
-//   2. g and g-bar at the block's four communication points (the model calls them through its
-//      BlockHooks; TensorParallel supplies the slices, the checkpoint map and the optimizer);
+//   2. f-bar and g-bar at the block's four communication points (the block calls them through
+//      its LinearComm; TensorParallel supplies the slices, the checkpoint map and the optimizer);
 //   3. one step: the embedding's output cut to my tokens before block 0, the last block's output
 //      gathered before the (replicated) head, the layernorm gradients summed over the tp group.
 #include "core/parallel/sequence_parallel.h"
@@ -42,6 +42,12 @@ void for_each_token_run(const Tensor& full, int parts, int only_rank, Copy&& cop
   }
 }
 
+// A [B,T,C] buffer for a rank's [B,T/parts,C].
+Tensor whole_sequence(const Tensor& mine, int parts) {
+  return Tensor::empty({mine.dim(0), mine.dim(1) * parts, mine.dim(2)}, MemCategory::workspace,
+                       mine.dtype());
+}
+
 Tensor rank_major_buffer(const Tensor& full) {
   return Tensor::empty({full.numel()}, MemCategory::comm_buffers, full.dtype());
 }
@@ -72,98 +78,95 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts) {
   });
 }
 
-// ---------------------------------------------------------------------------------- g, g-bar
+// ---------------------------------------------------------------------------------- f-bar, g-bar
 
 SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
                                    const train::OptimizerFactory& make_optimizer,
                                    const TpSeams& seams)
-    : TensorParallel(cfg, tp, make_optimizer, seams, tp.size()), sp_linears_(tp, seams) {}
+    : TensorParallel(cfg, tp, make_optimizer, std::make_unique<SequenceParallelComm>(tp, seams),
+                     tp.size()) {}
 
-SequenceParallelHooks::SequenceParallelHooks(comm::Comm& tp, TpSeams seams)
-    : tp_(tp), seams_(std::move(seams)) {
+SequenceParallelComm::SequenceParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums)
+    : tp_(tp), seams_(std::move(seams)), sums_(sums) {
   check_seams(seams_);
 }
 
-Tensor SequenceParallelHooks::full_sequence(const Tensor& mine) const {
-  return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,
-                       mine.dtype());
+Tensor SequenceParallelComm::full_sequence(const Tensor& mine) const {
+  return whole_sequence(mine, tp_.size());
 }
 
-void SequenceParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  // g forward: all-gather my tokens of ln(x) into the whole sequence the column linear needs.
+bool SequenceParallelComm::sum_in_fp32(const Tensor& t) const {
+  return t.dtype() != DType::f32 && sums_ == PartialSums::fp32;
+}
+
+void SequenceParallelComm::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+  // f-bar forward: all-gather my tokens of ln(x) into the whole sequence the column linear needs.
   Tensor x = full_sequence(inp);
   all_gather_sequence(x, inp, tp_);
   // Every rank now holds the whole input, as TP's column linear expects (its f is the identity).
   seams_.column_forward(out, x, linear.weight.data, linear.bias.data, tp_);
 }
 
-void SequenceParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                            const Tensor& inp) {
+void SequenceParallelComm::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                           const Tensor& inp) {
   // The gathered input was dropped after the forward (keeping it would undo what SP saves), so
   // it is gathered again for the weight gradient: Korthikanti et al.'s extra all-gather, which
   // Megatron overlaps with the input-gradient GEMM.
   Tensor x = full_sequence(inp);
   all_gather_sequence(x, inp, tp_);
-  // g backward: every rank's columns contribute to d(input); sum them and keep my tokens.
-  // (2-byte activations: summed in fp32 and rounded once, as in TensorParallel.)
-  const bool fp32 = dinp.dtype() == DType::f32;
-  Tensor dx = fp32 ? full_sequence(inp) : TensorParallel::fp32_partial(x);
+  // f-bar backward: every rank's columns contribute to d(input); sum them and keep my tokens.
+  // (2-byte activations: summed in fp32 and rounded once, as in TensorParallelComm.)
+  const bool fp32 = sum_in_fp32(dinp);
+  Tensor dx = fp32 ? TensorParallel::fp32_partial(x) : full_sequence(inp);
   linear.backward(dx, dout, x);
-  Tensor mine = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+  Tensor mine = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
   reduce_scatter_sequence(mine, dx, tp_);
-  if (!fp32) ops::convert(dinp, mine);
+  if (fp32) ops::convert(dinp, mine);
 }
 
-void SequenceParallelHooks::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+void SequenceParallelComm::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   // g-bar forward: each rank's partial product over the whole sequence, summed and cut to my
   // tokens in one reduce-scatter. The bias is added by tp rank 0 only, so the sum holds it once.
   // (2-byte activations: the partial products are summed in fp32 and rounded once, then the
   // bias is added on every rank, as the single-device linear does.)
-  const bool fp32 = out.dtype() == DType::f32;
-  Tensor partial = fp32 ? full_sequence(out) : TensorParallel::fp32_partial(full_sequence(out));
+  const bool fp32 = sum_in_fp32(out);
+  Tensor partial = fp32 ? TensorParallel::fp32_partial(full_sequence(out)) : full_sequence(out);
   const Tensor no_bias;
   ops::linear_forward(partial, inp, linear.weight.data,
-                      fp32 && tp_.rank() == 0 ? linear.bias.data : no_bias);
-  Tensor sum = fp32 ? out : TensorParallel::fp32_partial(out);
+                      !fp32 && tp_.rank() == 0 ? linear.bias.data : no_bias);
+  Tensor sum = fp32 ? TensorParallel::fp32_partial(out) : out;
   reduce_scatter_sequence(sum, partial, tp_);
-  if (!fp32) ops::convert(out, sum);
-  if (!fp32 && linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
+  if (fp32) ops::convert(out, sum);
+  if (fp32 && linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
 }
 
-void SequenceParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                         const Tensor& inp) {
+void SequenceParallelComm::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                        const Tensor& inp) {
   // g-bar backward: all-gather the output's gradient over the sequence; the bias gradient then
   // sums every token on every rank, so it is complete (and equal) everywhere.
   Tensor dy = full_sequence(dout);
   all_gather_sequence(dy, dout, tp_);
-  // The whole output's gradient on every rank, as TP's row linear expects (its g-bar backward is
+  // The whole output's gradient on every rank, as TP's row linear expects (its g backward is
   // the identity).
   seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dy, inp, linear.weight.data, tp_);
 }
 
+void SequenceParallelComm::column_backward_input(const Linear& linear, Tensor& dinp,
+                                                 const Tensor& dout) {
+  // Zero-bubble's B: my columns' share of dout @ W over the whole sequence, summed and cut to my
+  // tokens (f-bar's backward), in fp32 under mixed precision as column_backward sums it.
+  const bool fp32 = sum_in_fp32(dinp);
+  const Shape whole = {dinp.dim(0), dinp.dim(1) * tp_.size(), dinp.dim(2)};
+  Tensor dx = fp32 ? Tensor::empty(whole, MemCategory::comm_buffers, DType::f32)
+                   : Tensor::empty(whole, MemCategory::workspace, dinp.dtype());
+  ops::matmul(dx, dout, linear.weight.data);
+  Tensor mine = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
+  reduce_scatter_sequence(mine, dx, tp_);
+  if (fp32) ops::convert(dinp, mine);
+}
+
 Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
-  return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)}, MemCategory::workspace,
-                       mine.dtype());
-}
-
-// The layout's own hooks: SequenceParallelHooks with the forward/backward region closed around
-// them (the linears' kernels and the collectives record their own events).
-void SequenceParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { sp_linears_.column_forward(linear, out, inp); });
-}
-
-void SequenceParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                       const Tensor& inp) {
-  outside_phase([&] { sp_linears_.column_backward(linear, dinp, dout, inp); });
-}
-
-void SequenceParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { sp_linears_.row_forward(linear, out, inp); });
-}
-
-void SequenceParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                    const Tensor& inp) {
-  outside_phase([&] { sp_linears_.row_backward(linear, dinp, dout, inp); });
+  return whole_sequence(mine, tp_.size());
 }
 
 void SequenceParallel::all_reduce_layernorm_grads() {
@@ -202,8 +205,7 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
   // The head stays replicated (as in TP): it reads the whole sequence, kept for its backward.
   Tensor head_input = Tensor::empty({batch.B, batch.T, config_.dim}, MemCategory::activations, dt);
 
-  phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
-  phase_.emplace(phase_proto_);
+  phase_.open("forward", trace::cat::forward);
   {
     // Every rank embeds the whole batch (the embedding is replicated), then enters the sequence-
     // parallel region with its own tokens: a cut, no communication (Megatron's "scatter").
@@ -217,11 +219,10 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
     x = &acts.blocks[i].out;
   }
   // Leaving the region: the last block's output all-gathered for the head.
-  outside_phase([&] { all_gather_sequence(head_input, *x, tp_); });
+  phase_.paused([&] { all_gather_sequence(head_input, *x, tp_); });
   const float loss = model.head.forward_loss(head_input, batch.targets, acts.head, loss_scale());
 
-  phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
-  phase_.emplace(phase_proto_);
+  phase_.open("backward", trace::cat::backward);
   Tensor d_full = full_sequence(acts.embedded);
   model.head.backward(d_full, acts.head);
   // The head ran on every rank alike, so each already holds the whole gradient of its input: the
@@ -231,9 +232,9 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
   for (size_t i = model.blocks.size(); i-- > 0;) model.blocks[i].backward(dx, dx, acts.blocks[i]);
   // The backward of the cut after the embedding: gather the whole sequence's gradient, so the
   // replicated embedding gets the same (complete) gradient on every rank.
-  outside_phase([&] { all_gather_sequence(d_full, dx, tp_); });
+  phase_.paused([&] { all_gather_sequence(d_full, dx, tp_); });
   model.embedding.backward(d_full, batch.tokens);
-  phase_.reset();
+  phase_.close();
   all_reduce_layernorm_grads();
   // fp16: a sharded weight's overflow is only on its owner: the found-inf flag is agreed over tp.
   const bool stepped = optimizer_step(optimizer_.get(), {&tp_}, step);

@@ -1,10 +1,13 @@
 // Sequence parallelism (Megatron-SP, Korthikanti et al. 2022) on top of tensor parallelism. TP
 // leaves the layernorms, residual adds and dropouts replicated: every tp rank stores the same
 // [B,T,C] activations there. SP splits those regions along the sequence instead (rank r keeps
-// tokens [r*T/t, (r+1)*T/t)) and replaces TP's all-reduces with their two halves:
-//   g  (before a column-parallel linear): all-gather along the sequence forward, reduce-scatter
-//      backward;
-//   g-bar (after a row-parallel linear): reduce-scatter forward, all-gather backward.
+// tokens [r*T/t, (r+1)*T/t)) and replaces TP's all-reduces with their two halves, at TP's places:
+//   f-bar (where TP's f is, before a column-parallel linear): all-gather along the sequence
+//         forward, reduce-scatter backward;
+//   g-bar (where TP's g is, after a row-parallel linear): reduce-scatter forward, all-gather
+//         backward.
+// (Korthikanti et al. call this pair g and g-bar, and TP's pair f and f-bar; here TP keeps Shoeybi
+// et al.'s f and g, and SP's operators carry a bar over the letter of the place they take.)
 // A ring all-reduce IS a reduce-scatter followed by an all-gather, so the bytes on the wire are
 // TP's; what shrinks is the activation memory outside the linears, to 1/t.
 #pragma once
@@ -28,29 +31,32 @@ void all_gather_sequence(Tensor& full, const Tensor& mine, comm::Comm& tp);
 void reduce_scatter_sequence(Tensor& mine, const Tensor& full, comm::Comm& tp);
 void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts);
 
-// The BlockHooks of TP + SP on their own, on group `tp`, for blocks whose shard has seq_parts =
-// tp.size(): g (all-gather forward, reduce-scatter backward) before the column linears, g-bar
-// (reduce-scatter forward, all-gather backward) after the row linears. The column linear's
-// forward and the row linear's backward, whose TP conjugates are identities, are exercise 06's
-// functions (`seams`); the other two replace TP's all-reduce by a reduce-scatter, so they run the
-// plain linear and SP's own collective.
-class SequenceParallelHooks : public BlockHooks {
+// Sequence parallelism's communication in a block, on group `tp`, for blocks whose shard has
+// seq_parts = tp.size(): f-bar (all-gather forward, reduce-scatter backward) before the column
+// linears, g-bar (reduce-scatter forward, all-gather backward) after the row linears. The column
+// linear's forward and the row linear's backward, whose TP conjugates are identities, are
+// exercise 06's functions (`seams`); the other two replace TP's all-reduce by a reduce-scatter,
+// so they run the plain linear and SP's own collective. `sums`: as TensorParallelComm's.
+class SequenceParallelComm : public LinearComm {
  public:
-  SequenceParallelHooks(comm::Comm& tp, TpSeams seams);
+  SequenceParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums = PartialSums::fp32);
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                        const Tensor& inp) override;
   void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
+  void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
 
  private:
   Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
+  bool sum_in_fp32(const Tensor& t) const;         // a 2-byte tensor whose partial sums go in fp32
   comm::Comm& tp_;
   TpSeams seams_;
+  PartialSums sums_;
 };
 
 // One rank of a TP+SP run: TensorParallel's slices, checkpoints and optimizer, with the blocks'
-// replicated regions cut along the sequence and the communication above at the same four points.
+// replicated regions cut along the sequence and SequenceParallelComm at the same four points.
 class SequenceParallel : public TensorParallel {
  public:
   SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
@@ -60,18 +66,9 @@ class SequenceParallel : public TensorParallel {
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
 
  private:
-  // BlockHooks: g before the column linears, g-bar after the row linears.
-  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
-  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                       const Tensor& inp) override;
-  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
-  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
-
   // The layernorms saw only this rank's tokens: their weight/bias gradients are partial sums.
   void all_reduce_layernorm_grads();
   Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
-
-  SequenceParallelHooks sp_linears_;
 };
 
 }  // namespace mgpu::parallel

@@ -1,12 +1,11 @@
 // Tensor parallelism, top to bottom (see tensor_parallel.h for the idea):
 //   1. sharding: which heads and hidden units each tp rank owns, cut from the seeded full model;
 //   2. where the all-reduces go: f before the column-parallel linears, g after the row-parallel
-//      ones (the model calls them through its BlockHooks, so the block's math is not repeated);
+//      ones (the block calls them through its LinearComm, so the block's math is not repeated);
 //   3. one step: forward, backward, optimizer - no gradient synchronisation at all;
 //   4. the map of every local tensor into the full model, for gathered checkpoints.
 #include "core/parallel/tensor_parallel.h"
 
-#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -101,12 +100,15 @@ std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimi
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
                                const train::OptimizerFactory& make_optimizer, const TpSeams& seams)
-    : TensorParallel(cfg, tp, make_optimizer, seams, 1) {}
+    : TensorParallel(cfg, tp, make_optimizer, std::make_unique<TensorParallelComm>(tp, seams), 1) {}
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                               const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
-                               int seq_parts)
-    : config_(cfg), tp_(tp), linears_(tp, seams), slice_(tp_slice(cfg, tp.size(), tp.rank())) {
+                               const train::OptimizerFactory& make_optimizer,
+                               std::unique_ptr<LinearComm> linears, int seq_parts)
+    : config_(cfg),
+      tp_(tp),
+      linears_(std::move(linears)),
+      slice_(tp_slice(cfg, tp.size(), tp.rank())) {
   BlockShard shard = slice_.block();
   shard.seq_parts = seq_parts;
   // Every rank materialises only its slice, drawn at its elements' places in the seeded
@@ -114,7 +116,7 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
   model_ = std::make_unique<GPT>(cfg, shard);
   for (Block& block : model_->blocks) split_block(block, cfg, slice_);
   materialise(model_->params(), cfg.seed, cfg.dtype);
-  if (tp.size() > 1) model_->set_block_hooks(this);  // one rank: the plain model
+  if (tp.size() > 1) model_->set_block_comm({.linear = linears_.get(), .phase = &phase_});
   optimizer_ = make_optimizer(model_->params());
 }
 
@@ -130,27 +132,31 @@ Tensor TensorParallel::fp32_partial(const Tensor& like) {
   return Tensor::empty(like.shape(), MemCategory::comm_buffers, DType::f32);
 }
 
-TensorParallelHooks::TensorParallelHooks(comm::Comm& tp, TpSeams seams)
-    : tp_(tp), seams_(std::move(seams)) {
+TensorParallelComm::TensorParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums)
+    : tp_(tp), seams_(std::move(seams)), sums_(sums) {
   check_seams(seams_);
 }
 
-void TensorParallelHooks::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+bool TensorParallelComm::sum_in_fp32(const Tensor& t) const {
+  return t.dtype() != DType::f32 && sums_ == PartialSums::fp32;
+}
+
+void TensorParallelComm::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   seams_.column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
 }
 
-void TensorParallelHooks::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                          const Tensor& inp) {
-  const bool fp32 = dinp.dtype() == DType::f32;
-  Tensor dx = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+void TensorParallelComm::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                         const Tensor& inp) {
+  const bool fp32 = sum_in_fp32(dinp);
+  Tensor dx = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
   seams_.column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
                          tp_);
-  if (!fp32) ops::convert(dinp, dx);
+  if (fp32) ops::convert(dinp, dx);
 }
 
-void TensorParallelHooks::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
+void TensorParallelComm::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   const Tensor no_bias;
-  if (out.dtype() == DType::f32) {
+  if (!sum_in_fp32(out)) {
     // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
     seams_.row_forward(out, inp, linear.weight.data, tp_.rank() == 0 ? linear.bias.data : no_bias,
                        tp_);
@@ -164,40 +170,21 @@ void TensorParallelHooks::row_forward(const Linear& linear, Tensor& out, const T
   if (linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
 }
 
-void TensorParallelHooks::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                       const Tensor& inp) {
+void TensorParallelComm::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
+                                      const Tensor& inp) {
   seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
                       tp_);
 }
 
-void TensorParallelHooks::column_backward_input(const Linear& linear, Tensor& dinp,
-                                                const Tensor& dout) {
+void TensorParallelComm::column_backward_input(const Linear& linear, Tensor& dinp,
+                                               const Tensor& dout) {
   // My columns' share of dout @ W, summed over the tp group (f's backward), in fp32 under mixed
   // precision as column_backward sums it.
-  const bool fp32 = dinp.dtype() == DType::f32;
-  Tensor dx = fp32 ? dinp : TensorParallel::fp32_partial(dinp);
+  const bool fp32 = sum_in_fp32(dinp);
+  Tensor dx = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
   ops::matmul(dx, dout, linear.weight.data);
   f_backward(dx, tp_);
-  if (!fp32) ops::convert(dinp, dx);
-}
-
-// The layout's own hooks: the same, with the forward/backward region closed around them.
-void TensorParallel::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { linears_.column_forward(linear, out, inp); });
-}
-
-void TensorParallel::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                     const Tensor& inp) {
-  outside_phase([&] { linears_.column_backward(linear, dinp, dout, inp); });
-}
-
-void TensorParallel::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  outside_phase([&] { linears_.row_forward(linear, out, inp); });
-}
-
-void TensorParallel::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                  const Tensor& inp) {
-  outside_phase([&] { linears_.row_backward(linear, dinp, dout, inp); });
+  if (fp32) ops::convert(dinp, dx);
 }
 
 // ---------------------------------------------------------------------------------- one step
@@ -206,13 +193,11 @@ train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
   // Every tp rank trains on the whole batch: TP splits the model, not the data.
   optimizer_->zero_grad();
   GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T);
-  phase_proto_ = {.name = "forward", .cat = trace::cat::forward};
-  phase_.emplace(phase_proto_);
+  phase_.open("forward", trace::cat::forward);
   const float loss = model_->forward(batch.tokens, batch.targets, acts, loss_scale());
-  phase_proto_ = {.name = "backward", .cat = trace::cat::backward};
-  phase_.emplace(phase_proto_);
+  phase_.open("backward", trace::cat::backward);
   model_->backward(batch.tokens, acts);
-  phase_.reset();
+  phase_.close();
   // No gradient synchronisation: the sharded weights' gradients are complete on their owner,
   // and the replicated parts (layernorms, embeddings, head, row biases) see the same inputs and
   // the same all-reduced output gradients on every rank, so their gradients are already equal.

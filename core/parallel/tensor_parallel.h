@@ -9,11 +9,11 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "core/comm/comm.h"
 #include "core/model/gpt.h"
+#include "core/model/trace_phase.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 #include "core/train/layout.h"
@@ -80,12 +80,16 @@ void split_block(Block& block, const GPTConfig& cfg, const TpSlice& slice);
 std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimizer& optimizer,
                                           bool writes_split, bool writes_replicated);
 
-// The BlockHooks of tensor parallelism on its own: the four linears through the exercise-06
-// functions `seams` (f before the column-parallel ones, g after the row-parallel ones) on group
-// `tp`.
-class TensorParallelHooks : public BlockHooks {
+// Where 2-byte activations' partial results are summed (an all-reduce or reduce-scatter of
+// partial products): in fp32, rounded once, so TP computes the single-device model's numbers (4 B
+// per element on the wire); or in the activations' type, as Megatron-LM sends them (2 B).
+enum class PartialSums { fp32, activation_dtype };
+
+// Tensor parallelism's communication in a block: the four linears through exercise 06's functions
+// `seams` on group `tp` (f before the column-parallel ones, g after the row-parallel ones).
+class TensorParallelComm : public LinearComm {
  public:
-  TensorParallelHooks(comm::Comm& tp, TpSeams seams);
+  TensorParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums = PartialSums::fp32);
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                        const Tensor& inp) override;
@@ -94,12 +98,14 @@ class TensorParallelHooks : public BlockHooks {
   void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
 
  private:
+  bool sum_in_fp32(const Tensor& t) const;  // a 2-byte tensor whose partial sums go in fp32
   comm::Comm& tp_;
   TpSeams seams_;
+  PartialSums sums_;
 };
 
 // One rank of a tensor-parallel run, as the training loop sees it (core/train/layout.h).
-class TensorParallel : public train::Layout, private BlockHooks {
+class TensorParallel : public train::Layout {
  public:
   // Collective over `tp` only in the sense that every member builds its own slice of the same
   // seeded full model. `tp` must outlive the layout. `seams`: exercise 06's linears.
@@ -118,37 +124,18 @@ class TensorParallel : public train::Layout, private BlockHooks {
 
  protected:
   // For layouts that are TP with other communication at the same points (sequence parallelism):
-  // the same slices, with the blocks' layernorm/residual regions split into `seq_parts`.
+  // the same slices, with the blocks' layernorm/residual regions split into `seq_parts`, and
+  // `linears` at the four points.
   TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                 const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
+                 const train::OptimizerFactory& make_optimizer, std::unique_ptr<LinearComm> linears,
                  int seq_parts);
   BlockShard block_shard() const { return model_->shard(); }
 
-  // The forward/backward region on the timeline is closed while a linear and its communication
-  // run, so the trace shows the compute lane waiting for the tp group (not "busy" through it).
-  template <class Fn>
-  void outside_phase(Fn&& fn) {
-    const bool open = phase_.has_value();
-    phase_.reset();  // the linear's kernels record their own events, the collective its own
-    fn();
-    if (open) phase_.emplace(phase_proto_);
-  }
-
- private:
-  // BlockHooks: where the all-reduces go.
-  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
-  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                       const Tensor& inp) override;
-  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
-  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
-
- protected:
-  trace::Event phase_proto_;
-  std::optional<ComputeScope> phase_;
-
+  // The forward/backward region on the timeline; the blocks pause it while they communicate.
+  TracePhase phase_;
   GPTConfig config_;
   comm::Comm& tp_;
-  TensorParallelHooks linears_;  // the four linears on tp (f, g) through exercise 06's functions
+  std::unique_ptr<LinearComm> linears_;  // TP: f and g through exercise 06's functions
   TpSlice slice_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -4,7 +4,8 @@
 //   B: dx = dy @ W                     W: dW += dy^T @ x,  db += colsum(dy)
 // so B must keep every Linear's dy (x is already in the activations) for W. LayerNorm's
 // backward kernel computes both at once; B discards its weight part and W recomputes it (cheap,
-// elementwise), rather than faking W's cost. Together B + W give exactly Block::backward's grads.
+// elementwise), rather than faking W's cost. A block's halves are the Block's own
+// (Block::backward_input / backward_weight: its one backward, run split); the head's are here.
 #pragma once
 #include <span>
 
@@ -12,15 +13,7 @@
 
 namespace mgpu::pipeline {
 
-// The upstream gradients B keeps for W, one per weighted layer (MemCategory::activations).
-struct BlockWeightGradInputs {
-  Tensor d_out;   // dy of mlp_proj (a copy: the block's dout is overwritten by dx)
-  Tensor d_fc;    // dy of fc (after the GELU backward)
-  Tensor d_ln2;   // dy of ln2
-  Tensor d_res1;  // dy of attn_proj
-  Tensor d_qkv;   // dy of qkv
-  Tensor d_ln1;   // dy of ln1
-};
+using mgpu::BlockWeightGradInputs;  // what B keeps for W (core/model/gpt.h)
 
 // B: dx = d loss / d x (dx may alias dout), filling `keep`. Parameter grads are untouched.
 void block_backward_input(const Block& block, Tensor& dx, const Tensor& dout,
