@@ -151,18 +151,12 @@ void SequenceParallelComm::row_backward(Linear& linear, Tensor& dinp, const Tens
   seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dy, inp, linear.weight.data, tp_);
 }
 
-void SequenceParallelComm::column_backward_input(const Linear& linear, Tensor& dinp,
-                                                 const Tensor& dout) {
-  // Zero-bubble's B: my columns' share of dout @ W over the whole sequence, summed and cut to my
-  // tokens (f-bar's backward), in fp32 under mixed precision as column_backward sums it.
-  const bool fp32 = sum_in_fp32(dinp);
-  const Shape whole = {dinp.dim(0), dinp.dim(1) * tp_.size(), dinp.dim(2)};
-  Tensor dx = fp32 ? Tensor::empty(whole, MemCategory::comm_buffers, DType::f32)
-                   : Tensor::empty(whole, MemCategory::workspace, dinp.dtype());
-  ops::matmul(dx, dout, linear.weight.data);
-  Tensor mine = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
-  reduce_scatter_sequence(mine, dx, tp_);
-  if (fp32) ops::convert(dinp, mine);
+void SequenceParallelComm::column_backward_input(const Linear&, Tensor&, const Tensor&) {
+  // Zero-bubble's B would also need g-bar's all-gather before the row linears' input gradients,
+  // and W the gathered dy: no schedule runs sequence-parallel blocks split (hybrid's are TP's).
+  throw std::logic_error(
+      "sequence parallelism has no split backward (zero-bubble B/W): run its blocks' whole "
+      "backward, or tensor parallelism under a zero-bubble schedule");
 }
 
 Tensor SequenceParallel::full_sequence(const Tensor& mine) const {

@@ -36,7 +36,8 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts);
 // linears, g-bar (reduce-scatter forward, all-gather backward) after the row linears. The column
 // linear's forward and the row linear's backward, whose TP conjugates are identities, are
 // exercise 06's functions (`seams`); the other two replace TP's all-reduce by a reduce-scatter,
-// so they run the plain linear and SP's own collective. `sums`: as TensorParallelComm's.
+// so they run the plain linear and SP's own collective. `sums`: as TensorParallelComm's. No
+// zero-bubble split: column_backward_input throws std::logic_error.
 class SequenceParallelComm : public LinearComm {
  public:
   SequenceParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums = PartialSums::fp32);

@@ -12,6 +12,7 @@
 
 #include "common/single_device_reference.h"
 #include "core/data/task.h"
+#include "core/model/init.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/runtime/world.h"
@@ -269,6 +270,72 @@ TEST_CASE("the sequence helpers cut, gather and reduce-scatter tokens along T", 
     for (float v : want) tripled.push_back(3 * v);
     CHECK(scattered[static_cast<size_t>(r)] == tripled);
   }
+}
+
+// The block's one backward run split (zero-bubble's B, then W) on tensor-parallel blocks: B's
+// column-linear input gradients are partial sums that TensorParallelComm all-reduces (f's
+// backward); B then W gives the whole backward's gradients bit for bit. Sequence-parallel blocks
+// have no split backward, and say so.
+TEST_CASE("the block's split backward (B, then W) gives its whole backward's gradients under TP",
+          "[sp][tp][split]") {
+  const int tp = 2;
+  const GPTConfig cfg = small_model(*data::make_task("markov", 7, {.seq_len = kSeq}));
+  std::vector<std::string> failures;
+  std::mutex mutex;
+  World world(WorldOptions{.ranks = tp});
+  world.run([&](RankContext& ctx) {
+    const int r = ctx.comm->rank();
+    TensorParallelComm comm(*ctx.comm, lessons::selected_seams().tp);
+    auto make_block = [&] {
+      Block block(cfg, 0, tp_slice(cfg, tp, r).block());
+      split_block(block, cfg, tp_slice(cfg, tp, r));
+      ParamList params;
+      block.collect(params);
+      materialise(params, cfg.seed, cfg.dtype);
+      block.comm.linear = &comm;
+      return block;
+    };
+    Block whole = make_block(), split = make_block();
+    std::vector<float> values(static_cast<size_t>(kBatch * kSeq * cfg.dim));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(float(i));
+    const Tensor x = Tensor::from({kBatch, kSeq, cfg.dim}, values);
+    BlockActivations whole_acts, split_acts;
+    whole.forward(x, whole_acts);
+    split.forward(x, split_acts);
+    Tensor dx_whole = Tensor::zeros(x.shape(), MemCategory::workspace);
+    Tensor dx_split = Tensor::zeros(x.shape(), MemCategory::workspace);
+    whole.backward(dx_whole, whole_acts.out, whole_acts);
+    BlockWeightGradInputs keep;
+    split.backward_input(dx_split, split_acts.out, split_acts, keep);
+    split.backward_weight(split_acts, keep);
+    ParamList want, got;
+    whole.collect(want);
+    split.collect(got);
+    std::lock_guard lock(mutex);
+    if (dx_whole.to_vector() != dx_split.to_vector())
+      failures.push_back("rank " + std::to_string(r) + " dx");
+    for (size_t i = 0; i < want.size(); ++i)
+      if (want[i]->grad.to_vector() != got[i]->grad.to_vector())
+        failures.push_back("rank " + std::to_string(r) + " " + want[i]->name);
+  });
+  std::string differ;
+  for (const std::string& f : failures) differ += f + "; ";
+  INFO("differ: " << differ);
+  CHECK(failures.empty());
+  // Sequence parallelism refuses the split rather than computing a wrong input gradient.
+  bool refused = false;
+  World one(WorldOptions{.ranks = 1});
+  one.run([&](RankContext& ctx) {
+    SequenceParallelComm sp(*ctx.comm, lessons::selected_seams().tp);
+    Linear linear;
+    Tensor t;
+    try {
+      sp.column_backward_input(linear, t, t);
+    } catch (const std::logic_error&) {
+      refused = true;
+    }
+  });
+  CHECK(refused);
 }
 
 TEST_CASE("a sequence that does not divide over the tp group is one clear line", "[sp]") {
