@@ -21,7 +21,8 @@ nlohmann::json classroom_parameters() {
   return nlohmann::json::array({
       {{"name", "schedule"},
        {"type", "choice"},
-       {"choices", {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}},
+       {"choices",
+        {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"}},
        {"value", "1f1b"}},
       {{"name", "stages"}, {"type", "int"}, {"min", 1}, {"max", 8}, {"value", 4}},
       {{"name", "microbatches"}, {"type", "int"}, {"min", 1}, {"max", 32}, {"value", 8}},
@@ -37,8 +38,9 @@ trace::Trace classroom_rerun(const nlohmann::json& params) {
   p.microbatches = params.value("microbatches", 8);
   p.virtual_stages = params.value("virtual_stages", 1);
   if (p.schedule == "naive") p.microbatches = 1;
-  // The V schedules bring their own two chunks per stage; the chunk slider is interleaved's.
-  const bool v_shape = p.schedule == "zbv" || p.schedule == "dualpipev";
+  // The V schedules and DualPipe bring their own two chunks per stage; the chunk slider is
+  // interleaved's.
+  const bool v_shape = p.schedule == "zbv" || p.schedule == "dualpipev" || p.schedule == "dualpipe";
   if (v_shape) p.virtual_stages = 1;
   CommonOptions c;
   c.ranks = p.stages;

@@ -150,7 +150,7 @@ class HybridLesson : public Lesson {
         ->check(AtLeastOne("stage"))
         ->capture_default_str();
     app.add_option("--schedule", options_.schedule,
-                   "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev")
+                   "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev | dualpipe")
         ->capture_default_str();
     app.add_option("--virtual-stages", options_.virtual_stages,
                    "interleaved: layer chunks per stage (V); pp x V must divide the layers")

@@ -42,6 +42,10 @@ std::string explain(const std::string& schedule) {
     return "ZB-V: two chunks per stage in a V (stage 0 holds the first and the last layers), the "
            "backward split into B and W; W's fill the gaps, every stage holds 1F1B's stage-0 "
            "activations";
+  if (schedule == "dualpipe")
+    return "DualPipe: two copies of the model, half of the micro-batches going down the stages "
+           "and half going up; each direction's work fills the other's bubble, and the two "
+           "copies of each stage all-reduce their gradients after the step";
   if (schedule == "dualpipev")
     return "DualPipeV: DualPipe cut in half into a V; in the steady state each stage runs a "
            "forward and a backward of two micro-batches as one pair (F&B), the tail splits B and W";
@@ -56,8 +60,8 @@ std::string percent(double x) {
 // The plan as the simulator times it, in units of one chunk forward (backward = 2 units).
 void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
   // ZB-H1's B and W take one cell each; everywhere else the full backward takes two.
-  const bool zero_bubble =
-      schedule.name == "zb-h1" || schedule.name == "zbv" || schedule.name == "dualpipev";
+  const bool zero_bubble = schedule.name == "zb-h1" || schedule.name == "zbv" ||
+                           schedule.name == "dualpipev" || schedule.name == "dualpipe";
   const pipeline::CostModel costs =
       zero_bubble ? pipeline::CostModel::uniform(1, 1, 1) : pipeline::CostModel{};
   fmt::print(out, "\nthe plan (simulated: F = 1 cell, B = 2 cells{}, '..' = idle):\n{}",
@@ -89,13 +93,20 @@ void print_setup(std::ostream& out, const CommonOptions& c, const PipelineOption
                  const GPTConfig& cfg, const pipeline::Schedule& schedule,
                  const WorldOptions& wopt) {
   const int P = schedule.stages, V = schedule.virtual_stages;
-  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, P * V);
+  const int parts = schedule.num_virtual_stages();
+  const pipeline::LayerPartition partition = pipeline::partition_layers(c.layers, parts);
   fmt::print(out, "{}.\n\n", explain(p.schedule));
   fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
-  fmt::print(out,
-             "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
-             "computes the loss\n",
-             P, V, V > 1 ? "virtual " : "", partition.description, schedule.stage_of(P * V - 1));
+  if (schedule.placement == pipeline::Placement::bidirectional)
+    fmt::print(out,
+               "split:  {} stage(s) x 2 copies: {}; stage s holds stage s of the down copy and "
+               "stage {}-s of the up copy; stages 0 and {} both embed and compute the loss\n",
+               P, partition.description, P - 1, P - 1);
+  else
+    fmt::print(out,
+               "split:  {} stage(s) x {} chunk(s): {}{}; stage 0 also embeds, stage {} "
+               "computes the loss\n",
+               P, V, V > 1 ? "virtual " : "", partition.description, schedule.stage_of(parts - 1));
   fmt::print(out, "data:   batch {} = {} micro-batch(es) of {} sequence(s) x {} tokens\n", c.batch,
              p.microbatches, c.batch / p.microbatches, c.seq);
   fmt::print(out, "device: {}{}\n", describe_world(wopt),
@@ -112,12 +123,20 @@ void collect_last_step(RankContext& ctx, train::Layout& layout, std::mutex& mute
   const int P = static_cast<int>(result.last_step.size());
   auto& stage = static_cast<pipeline::PipelineLayout&>(layout);
   const pipeline::StageStepStats& st = stage.last_stats();
-  std::vector<std::vector<int64_t>> all =
-      train::gather_to_root(ctx, {st.peak_stashed, st.stash_bytes, st.peak_activation_bytes});
+  const int64_t param_bytes =
+      ctx.allocator.stats().current[static_cast<int>(MemCategory::parameters)];
+  int64_t param_elements = 0;
+  for (const Param* param : stage.stage().params()) param_elements += param->data.numel();
+  std::vector<std::vector<int64_t>> all = train::gather_to_root(
+      ctx,
+      {st.peak_stashed, st.stash_bytes, st.peak_activation_bytes, param_bytes, param_elements});
   std::lock_guard lock(mutex);
   if (ctx.rank == 0)
-    for (int r = 0; r < P; ++r)
+    for (int r = 0; r < P; ++r) {
       result.last_step[r] = {0, static_cast<int>(all[r][0]), all[r][1], all[r][2]};
+      result.param_bytes[r] = all[r][3];
+      result.param_elements[r] = all[r][4];
+    }
   if (ctx.device.has_data())  // phantom runs have shapes and times, no values to compare
     for (Param* param : stage.stage().params())
       result.params[param->name] = param->data.to_vector();
@@ -149,6 +168,8 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   World world(wopt);
   std::mutex mutex;
   result.last_step.resize(P);
+  result.param_bytes.resize(P);
+  result.param_elements.resize(P);
   if (!c.quiet) fmt::print(out, "\ntraining {} steps:\n", c.steps);
   nlohmann::json config = c.to_json();
   config["schedule"] = p.schedule;
@@ -215,40 +236,6 @@ void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
                "B kept, until W runs, s micro-batches after B on stage s)\n");
 }
 
-// DualPipe's README table at this run's P, in theory mode's costs, beside what this run measured:
-// its bubble per stage from the trace, parameter copies from the stages' parameters, activation
-// peaks from the executor's stash count.
-void print_dualpipe_table(std::ostream& out, const PipelineOptions& p, const PipelineResult& r) {
-  const int P = static_cast<int>(r.last_step.size());
-  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};  // ms
-  fmt::print(out,
-             "\nDualPipe's table (github.com/deepseek-ai/DualPipe) at {} devices, in ms (a "
-             "stage's F 1, B 2, W 1; a V chunk is half a stage; F&B = F + B on one stream):\n",
-             P);
-  auto row = [&](const char* name, const char* formula, double bubble, int peak, bool half) {
-    fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}{}\n", name, formula,
-               fmt::format("{:g}", bubble), "1x", peak, half ? " (half-stage chunks)" : "");
-  };
-  fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}\n", "schedule", "bubble per stage", "theory",
-             "params", "peak activations (chunks held)");
-  row("1F1B", "(PP-1)(F+B)", pipeline::bubble_1f1b(P, stage), pipeline::peak_chunks_1f1b(P), false);
-  row("ZB1P", "(PP-1)(F+B-2W)", pipeline::bubble_zb1p(P, stage), pipeline::peak_chunks_1f1b(P),
-      false);
-  row("ZB-V", "(P-1)F", pipeline::bubble_zbv(P, chunk), pipeline::peak_chunks_1f1b(2 * P), true);
-  row("DualPipeV", "(PP/2-1)(F&B+B-3W)", pipeline::bubble_dualpipe(2 * P, chunk),
-      pipeline::peak_chunks_dualpipe(2 * P), true);
-  int64_t held = 0;
-  for (const auto& [name, values] : r.params) held += static_cast<int64_t>(values.size());
-  int most_held = 0;
-  for (const auto& st : r.last_step) most_held = std::max(most_held, st.peak_stashed);
-  const double worst = *std::max_element(r.measured_bubble.begin(), r.measured_bubble.end());
-  fmt::print(out,
-             "  this run ({}): bubble {:g} ms per stage (trace: {:.1f}% of a {:g} ms step), "
-             "params {:.2f}x (all stages / model), peak {} chunks held\n",
-             p.schedule, worst * r.measured_step_seconds * 1e3, 100 * worst,
-             r.measured_step_seconds * 1e3, double(held) / double(r.model_params), most_held);
-}
-
 class PipelineLesson : public Lesson {
  public:
   explicit PipelineLesson(bool naive) : naive_(naive) {
@@ -261,7 +248,7 @@ class PipelineLesson : public Lesson {
   std::string summary() const override {
     return naive_ ? "split the layers over GPUs: it fits, but only one GPU works at a time"
                   : "micro-batches fill the pipeline: GPipe, 1F1B, interleaved, ZB-H1, ZB-V, "
-                    "DualPipeV; bubbles vs theory";
+                    "DualPipe(V); bubbles vs theory";
   }
   LessonDefaults defaults() const override {
     return {.ranks = 4, .steps = 20, .batch = 16, .layers = 8};
@@ -269,7 +256,7 @@ class PipelineLesson : public Lesson {
   void add_options(CLI::App& app) override {
     if (!naive_) {
       app.add_option("--schedule", options_.schedule,
-                     "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev")
+                     "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev | dualpipe")
           ->capture_default_str();
       app.add_option("--microbatches", options_.microbatches, "micro-batches per batch (M)")
           ->capture_default_str();
@@ -296,9 +283,9 @@ class PipelineLesson : public Lesson {
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
     report(out, c, options_, r);
     const std::string& s = options_.schedule;
-    // The V schedules are where DualPipe's table is news; 1F1B and ZB-H1 have their rows in it.
-    if (options_.theory && !r.params.empty() && (s == "zbv" || s == "dualpipev"))
-      print_dualpipe_table(out, options_, r);
+    // The V schedules and DualPipe are where its table is news; 1F1B and ZB-H1 have rows in it.
+    if (options_.theory && !r.params.empty() && (s == "zbv" || s == "dualpipev" || s == "dualpipe"))
+      print_dualpipe_table(out, options_.schedule, r);
     return finish_run(c, r.trace, name(), out);
   }
 

@@ -13,7 +13,7 @@
 namespace mgpu::lessons {
 
 struct PipelineOptions {
-  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev
+  std::string schedule = "1f1b";  // naive | gpipe | ... | zbv | dualpipev | dualpipe
   int stages = 0;                 // 0 = --ranks
   int microbatches = 8;
   int virtual_stages = 1;
@@ -29,6 +29,8 @@ struct PipelineResult {
   std::vector<double> measured_bubble;               // per rank, last step
   double measured_step_seconds = 0;                  // the last step's window in the trace
   int64_t model_params = 0;                          // the whole model's parameter count
+  std::vector<int64_t> param_elements;               // per stage: the parameters it holds
+  std::vector<int64_t> param_bytes;                  // per stage: the allocator's parameter bytes
   double theory_bubble = 0;
   std::vector<int> expected_peak;  // peak_activations_theory, per stage
   trace::Trace trace;
@@ -37,6 +39,9 @@ struct PipelineResult {
 // Validates the configuration (throws UsageError with validate_pipeline_config's one line), then
 // trains c.steps steps of the schedule, narrating to `out` unless c.quiet.
 PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out);
+
+// DualPipe's README table at the run's P beside what the run measured (pipeline_table.cpp).
+void print_dualpipe_table(std::ostream& out, const std::string& schedule, const PipelineResult& r);
 
 std::unique_ptr<Lesson> make_model_parallel_lesson();
 std::unique_ptr<Lesson> make_pipeline_lesson();

@@ -252,8 +252,9 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
       ->check(CLI::IsMember({0, 1}))
       ->group("Pins");
   app.add_option("--schedule", a.schedule,
-                 "gpipe | 1f1b | interleaved (V = 2) | zb-h1 | zbv | dualpipev")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}))
+                 "gpipe | 1f1b | interleaved (V = 2) | zb-h1 | zbv | dualpipev | dualpipe")
+      ->check(
+          CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"}))
       ->group("Pins");
   app.add_option("--precision", a.precision, "fp32 | bf16 | fp16 | any (default: bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "any"}))

@@ -58,7 +58,7 @@ struct VizArgs {
 void add_viz_options(CLI::App& app, VizArgs& a) {
   viz::VizCliOptions& opt = a.opt;
   app.add_option("traces", a.paths,
-                 "trace JSON files written with --trace (two to four with --compare)");
+                 "trace JSON files written with --trace (two to six with --compare)");
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit")
       ->check(OutputFile);  // refused before any work, like --checkpoint
   app.add_option("--width", opt.width, "window or screenshot width (default 1600)")
@@ -67,7 +67,7 @@ void add_viz_options(CLI::App& app, VizArgs& a) {
       ->check(InRange(200, 8192, "pixels"));
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
   app.add_flag("--compare", opt.compare,
-               "show two to four traces on one time scale and memory scale, each from its step "
+               "show two to six traces on one time scale and memory scale, each from its step "
                "start");
   app.add_option("--layout", a.layout, "compared runs side by side (columns) or stacked (rows)")
       ->check(CLI::IsMember({"columns", "rows"}));

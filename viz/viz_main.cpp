@@ -20,7 +20,7 @@
 namespace mgpu::viz {
 
 namespace {
-constexpr size_t kMaxCompared = 4;  // stacked views that still fit a screen
+constexpr size_t kMaxCompared = 6;  // views that still fit a screen (six schedules in rows)
 
 // Empty when the window shows part of some trace's shown step; else why not, in one line.
 std::string zoom_outside_traces(const TimeWindow& zoom, const std::vector<trace::Trace>& traces) {

@@ -52,6 +52,8 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   if (ring_ && stage_.embedding) stage_.embedding->positions = ring_->positions();
   for (auto& blocks : stage_.chunks)
     for (Block& block : blocks) block.comm = comm;
+  if (schedule_.placement == pipeline::Placement::bidirectional)
+    mirror_ = std::make_unique<pipeline::MirrorGradients>(mesh_.group(Axis::pp));
   if (zero_ == 0) {
     optimizer_ = make_optimizer(stage_.params());
     return;
@@ -127,6 +129,10 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   stats_ = pipeline::run_schedule(stage_, schedule_,
                                   data::split_micro_batches(mine, schedule_.microbatches),
                                   mesh_.group(Axis::pp), options);
+  if (mirror_) {  // DualPipe: the two copies of each stage sum their gradients and loss halves
+    mirror_->all_reduce(stage_);
+    if (stage_.head) stats_.loss = mirror_->loss(stats_.loss);
+  }
   // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).
@@ -178,7 +184,9 @@ void HybridLayout::average_gradients_over(Axis axis) {
 
 std::vector<train::TensorShard> HybridLayout::shards() {
   // (cp ranks hold equal copies too: cp rank 0's is written.)
-  const bool cp0 = mesh_.coord(Axis::cp) == 0;
+  // (DualPipe: stages s and pp-1-s hold the same parts; the lower half's are written.)
+  const bool cp0 =
+      mesh_.coord(Axis::cp) == 0 && (!mirror_ || mesh_.coord(Axis::pp) < mesh_.shape().pp / 2);
   const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
   // The dp replicas hold equal copies: replica 0's is written.
   if (zero_ == 0) return tp_shards(stage_.params(), *optimizer_, replica0, replica0 && tp0);

@@ -22,6 +22,7 @@
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/pipeline/executor.h"
+#include "core/parallel/pipeline/mirror_gradients.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
 #include "core/train/layout.h"
@@ -84,6 +85,7 @@ class HybridLayout : public train::Layout {
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;
+  std::unique_ptr<pipeline::MirrorGradients> mirror_;  // DualPipe's two copies, else null
   int zero_ = 0;
   ZeroSeams zero_seams_;
   std::vector<ZeroUnit> zero_units_;  // ZeRO-1: the stage's layers as flat units

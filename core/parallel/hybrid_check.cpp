@@ -49,11 +49,19 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
   const bool v_shape = o.schedule == "zbv" || o.schedule == "dualpipev";
   if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
-      o.schedule != "zb-h1" && !v_shape)
+      o.schedule != "zb-h1" && !v_shape && o.schedule != "dualpipe")
     throw std::invalid_argument(
-        fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev, "
-                    "got '{}'",
+        fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev or "
+                    "dualpipe, got '{}'",
                     o.schedule));
+  const int dualpipe_least = pipeline::min_microbatches("dualpipe", m.pp);
+  if (o.schedule == "dualpipe" &&
+      (m.pp % 2 != 0 || o.microbatches % 2 != 0 || o.microbatches < dualpipe_least))
+    throw std::invalid_argument(
+        fmt::format("dualpipe needs an even pp and an even number of micro-batches, at least "
+                    "2 x pp (got pp {} and {}): use --pp {} --microbatches {}",
+                    m.pp, o.microbatches, m.pp % 2 ? m.pp + 1 : m.pp,
+                    std::max(2 * (m.pp + m.pp % 2), o.microbatches + o.microbatches % 2)));
   if (o.microbatches > pipeline::max_microbatches)  // a schedule lists every action (#33)
     throw std::invalid_argument(fmt::format(
         "{} micro-batches is more than the {} a schedule can hold: use --microbatches {} or fewer",

@@ -131,7 +131,9 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const GPTConfig c = local_config(model, l);
   const double bubble = theory::bubble_in_microbatches(l.schedule, l.pp, l.virtual_stages);
   const double pipeline = (l.microbatches + bubble) * micro_batch_seconds(model, c, l, p);
-  const double stage_params = largest_stage_parameters(model, c, l);
+  // DualPipe holds two copies: every stage keeps two stages' parameters (and their states).
+  const double stage_params =
+      (l.schedule == "dualpipe" ? 2 : 1) * largest_stage_parameters(model, c, l);
   const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
   const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
   const double memory = stage_memory_bytes(model, c, l, stage_params);

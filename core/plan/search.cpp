@@ -78,7 +78,7 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
         for (int mbs : divisors(per_replica)) {
           if (!allowed(pins.microbatch_size, mbs)) continue;
           for (const std::string schedule :
-               {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}) {
+               {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"}) {
             // One stage: every schedule is plain gradient accumulation; keep 1f1b.
             if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule != "1f1b")
               continue;
@@ -91,6 +91,11 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
             const bool v_shape = is_v_schedule(schedule);
             if (v_shape && (pp == 1 || m.layers % (2 * pp) != 0 ||
                             per_replica / mbs < pipeline::min_microbatches(schedule, pp)))
+              continue;
+            // DualPipe: an even pp (the two copies meet in the middle), M even and at least 2pp.
+            const int M = per_replica / mbs;
+            if (schedule == "dualpipe" &&
+                (pp % 2 != 0 || M % 2 != 0 || M < pipeline::min_microbatches(schedule, pp)))
               continue;
             for (int zero : {0, 1}) {
               // ZeRO-1 over one replica shards nothing: searched only where dp > 1.

@@ -11,6 +11,7 @@ double bubble_in_microbatches(const std::string& schedule, int pp, int virtual_s
          : schedule == "zb-h1"     ? bubble_zb1p(pp, stage) / 3
          : schedule == "zbv"       ? bubble_zbv(pp, chunk) / 3
          : schedule == "dualpipev" ? bubble_dualpipe(2 * pp, chunk) / 3
+         : schedule == "dualpipe"  ? bubble_dualpipe(pp, stage) / 3
                                    : pp - 1.0;
 }
 
@@ -22,6 +23,7 @@ double microbatches_in_flight(const std::string& schedule, int pp, int virtual_s
          : schedule == "zb-h1"     ? std::min(2 * pp - 1, microbatches)
          : schedule == "zbv"       ? peak_chunks_1f1b(2 * pp) / 2.0
          : schedule == "dualpipev" ? peak_chunks_dualpipe(2 * pp) / 2.0
+         : schedule == "dualpipe"  ? peak_chunks_dualpipe(pp)
                                    : std::min(pp, microbatches);
 }
 

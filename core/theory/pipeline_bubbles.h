@@ -57,13 +57,14 @@ inline int peak_chunks_dualpipe(int pp) {
 // The planner's screen (core/plan/search.cpp): the bubble in micro-batch times of a stage
 // (F + B each), (P-1) for gpipe and 1f1b, (P-1)/V interleaved (Narayanan et al., "Efficient
 // Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021, section 2.2),
-// and the zero-bubble family's closed forms above at F = W = B/2.
+// and the zero-bubble family's closed forms above at F = W = B/2 (DualPipe's PP = pp, whole
+// stages).
 double bubble_in_microbatches(const std::string& schedule, int pp, int virtual_stages);
 
 // Micro-batches whose activations a stage holds at once: all M in gpipe, pp in 1f1b (the same
 // paper), pp + (pp-1)/V chunks' worth in interleaved, up to 2pp - 1 in zb-h1 (its deferred weight
 // passes keep what W needs: an upper bound), and the V schedules' PP (ZB-V) or PP+1 (DualPipeV)
-// half-stage chunks from DualPipe's table.
+// half-stage chunks from DualPipe's table; DualPipe's PP+1 whole-stage chunks (of its two copies).
 double microbatches_in_flight(const std::string& schedule, int pp, int virtual_stages,
                               int microbatches);
 

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Regenerates the lesson pages' dashboard figures from the runs their captions name:
 #   docs/figures/make_lesson_figures.sh [BUILD_DIR]      (default: build-cpu)
-# README and 06-pipeline: the demo's 1F1B run (./dev.sh demo); 07 and 08: tensor and sequence
-# parallelism on 4 GPUs, 3 steps, as the captions say. Each screenshot is as tall as its content.
+# README and 06-pipeline: the demo's 1F1B run (./dev.sh demo) and six schedules in theory mode;
+# 07 and 08: tensor and sequence parallelism on 4 GPUs, 3 steps, as the captions say. Each
+# screenshot is as tall as its content.
 set -euo pipefail
 source "$(dirname "$0")/figure_setup.sh" "$@"
 "$mgpu" run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
   --trace pipeline-1f1b.json >/dev/null
 xvfb-run -a "$mgpu" viz pipeline-1f1b.json --screenshot "$figures/pipeline-1f1b-lesson.png" \
   --width 1400
+# 06-pipeline's schedule figure: the five schedules of DualPipe's table and DualPipe itself, each
+# `run pipeline --schedule S --theory` (4 stages, 8 micro-batches, F 1 ms, B 2 ms), stacked in
+# rows on one time scale.
+schedules=(gpipe 1f1b zb-h1 zbv dualpipev dualpipe)
+for schedule in "${schedules[@]}"; do
+  "$mgpu" run pipeline --schedule "$schedule" --theory --trace "$schedule.json" >/dev/null
+done
+xvfb-run -a "$mgpu" viz --compare "${schedules[@]/%/.json}" --layout rows \
+  --title "mgpu-lab - GPipe, 1F1B, ZB-H1, ZB-V, DualPipeV, DualPipe: 4 stages, 8 micro-batches" \
+  --screenshot "$figures/pipeline-schedules.png" --width 1400
 for lesson in tensor_parallel sequence_parallel; do
   "$mgpu" run "$lesson" --ranks 4 --dim 256 --heads 8 --layers 4 --batch 16 --seq 64 --steps 3 \
     --trace "$lesson.json" >/dev/null

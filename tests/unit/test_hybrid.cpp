@@ -252,12 +252,13 @@ TEST_CASE("hybrid interleaved and zb-h1 train to the single-device parameters",
 }
 
 // ZB-V and DualPipeV put two chunks on every stage in a V: stage 0 embeds AND computes the loss.
-TEST_CASE("hybrid zbv and dualpipev train to the single-device parameters",
+// DualPipe holds two copies (stages s and pp-1-s all-reduce their gradients after the step).
+TEST_CASE("hybrid zbv, dualpipev and dualpipe train to the single-device parameters",
           "[hybrid][lesson][equivalence][schedule]") {
   const auto want = single_device_parameters();
   const int meshes[][4] = {{2, 2, 2, 4}, {1, 2, 4, 8}};  // dp, tp, pp, micro-batches
   for (const auto& m : meshes)
-    for (std::string schedule : {"zbv", "dualpipev"}) {
+    for (std::string schedule : {"zbv", "dualpipev", "dualpipe"}) {
       INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2] << " " << schedule);
       const std::string path = temp_path("hybrid_v_schedule.ckpt");
       run_to_checkpoint(
@@ -461,7 +462,7 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   CHECK_THAT(sgd16.err, Catch::Contains("use --optimizer adamw or --precision fp32"));
   auto schedule = run_mgpu(mesh(2, 2, 2, {"--schedule", "naive"}));
   CHECK(schedule.code == 2);
-  CHECK_THAT(schedule.err, Catch::Contains("zb-h1, zbv or dualpipev, got 'naive'"));
+  CHECK_THAT(schedule.err, Catch::Contains("zbv, dualpipev or dualpipe, got 'naive'"));
   // #33: a million micro-batches is refused before its schedule is built (phantom: no host check).
   const auto million = run_mgpu(std::vector<std::string>{
       "run", "hybrid", "--microbatches", "1000000", "--batch", "1000000", "--device", "phantom"});

@@ -81,6 +81,9 @@ TEST_CASE("every executed schedule trains to the single-device parameters", "[pi
       {"zbv", 3, 6, 1, 7, 6},  // 7 layers: uneven chunks
       {"dualpipev", 2, 4, 1, 4, 8},
       {"dualpipev", 3, 6, 1, 6, 6},
+      // DualPipe: two copies, half the micro-batches each way; 6 layers in 4 parts: 2,2,1,1.
+      {"dualpipe", 2, 4, 1, 2, 8},
+      {"dualpipe", 4, 8, 1, 6, 8},
   };
   for (const Case& k : cases) {
     CAPTURE(k.schedule, k.stages, k.microbatches, k.virtual_stages, k.layers);
@@ -191,6 +194,24 @@ TEST_CASE("theory mode: the executor measures the V schedules' closed-form bubbl
       const int expected_peak = name == "zbv" ? 2 * P : 2 * P + 1;
       for (const auto& st : r.last_step) CHECK(st.peak_stashed == expected_peak);
     }
+}
+
+TEST_CASE("theory mode: the executor measures DualPipe's closed-form bubble", "[pipeline]") {
+  for (auto [P, M] : std::vector<std::pair<int, int>>{{2, 4}, {4, 8}, {4, 12}, {6, 12}}) {
+    CAPTURE(P, M);
+    std::ostringstream sink;
+    PipelineResult r = train_pipeline(tiny(P, P, M, 2), {"dualpipe", P, M, 1, true}, sink);
+    // A chunk is a whole stage of one copy (F 1, B 2, W 1); every stage runs M of them.
+    const double bubble = pipeline::bubble_dualpipe(P, {1, 2, 1});
+    const double theory = bubble / (bubble + 3.0 * M);
+    CHECK(r.theory_bubble == Approx(theory).margin(1e-12));
+    for (double measured : r.measured_bubble) CHECK(std::abs(measured - theory) < 1e-9);
+    for (const auto& st : r.last_step) CHECK(st.peak_stashed == pipeline::peak_chunks_dualpipe(P));
+    // Two copies: every stage holds the parameters of two stages.
+    int64_t held = 0;
+    for (int64_t n : r.param_elements) held += n;
+    CHECK(held == 2 * r.model_params);
+  }
 }
 
 TEST_CASE("V schedules train to 1F1B's parameters bit for bit, with and without recompute",

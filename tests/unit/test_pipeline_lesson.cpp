@@ -2,6 +2,12 @@
 // plus exit code 2 for every impossible configuration.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/checkpoints.h"
+#include "common/first_adamw_step.h"
 #include "mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
@@ -92,6 +98,70 @@ TEST_CASE("zbv and dualpipev run from the command line at their closed-form bubb
   CHECK_THAT(d.out, Catch::Contains("peak 9 chunks held"));
 }
 
+TEST_CASE("dualpipe runs from the command line at its closed-form bubble, with two copies",
+          "[lesson][pipeline]") {
+  Result d = run_mgpu(args({"run", "pipeline", "--theory", "--schedule", "dualpipe"}));
+  INFO(d.err);
+  REQUIRE(d.code == 0);
+  CHECK_THAT(d.out, Catch::Contains("stages 0 and 3 both embed and compute the loss"));
+  // (PP/2-1)(F&B+B-3W) at PP = 4, F = 1, B = 2, W = 1 ms: 2 ms of a 2 + 8 x 3 ms step.
+  CHECK_THAT(d.out, Catch::Contains("(PP/2-1)(F&B+B-3W) / step = 2/26"));
+  CHECK_THAT(d.out, Catch::Contains("rank 0  bubble measured   7.7%  theory   7.7%"));
+  CHECK_THAT(d.out, Catch::Contains("rank 3  bubble measured   7.7%  theory   7.7%"));
+  CHECK_THAT(d.out, Catch::Contains("rank 1  held  5 (expected  5)"));  // PP + 1
+  CHECK_THAT(d.out, Catch::Contains("DualPipe   (PP/2-1)(F&B+B-3W)          2      2x  5"));
+  CHECK_THAT(d.out, Catch::Contains("this run (dualpipe): bubble 2 ms per stage"));
+  CHECK_THAT(d.out, Catch::Contains("params 2.00x (all stages / model), peak 5 chunks held"));
+  // The two copies of each stage sum their gradients: one all-reduce per pair in the trace.
+  CHECK_THAT(d.out, Catch::Contains("rank 0  parameters"));
+}
+
+TEST_CASE("dualpipe's checkpoint is the single-device model (fp32, bf16), recompute bit for bit",
+          "[lesson][pipeline][checkpoint]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "mgpu_test_dualpipe";
+  fs::create_directories(dir);
+  auto checkpoint = [&](bool pipeline, const std::string& precision, int steps,
+                        const std::string& recompute) {
+    const std::string tag =
+        fmt::format("{}_{}_{}_{}", pipeline ? "dualpipe" : "single", precision, steps, recompute);
+    const fs::path path = dir / (tag + ".ckpt");
+    std::vector<std::string> a = {"run",        pipeline ? "pipeline" : "single_device",
+                                  "--steps",    std::to_string(steps),
+                                  "--layers",   "4",
+                                  "--dim",      "16",
+                                  "--heads",    "2",
+                                  "--seq",      "8",
+                                  "--batch",    "16",
+                                  "-q",         "--precision",
+                                  precision,    "--recompute",
+                                  recompute,    "--checkpoint",
+                                  path.string()};
+    if (pipeline)
+      a.insert(a.end(), {"--ranks", "4", "--schedule", "dualpipe", "--microbatches", "8"});
+    Result r = run_mgpu(a);
+    INFO(tag << ": " << r.err);
+    REQUIRE(r.code == 0);
+    return mgpu::testing::load_checkpoint_by_name(path);
+  };
+  using mgpu::testing::max_difference;
+  // The same gradient summed in another order (each direction's half, then the copies'
+  // all-reduce): fp32 within reordering after 3 steps; bf16 after one AdamW step where the
+  // arithmetic determines it (first_adamw_step.h: rounding noise in a near-zero gradient moves a
+  // weight by up to one update), as every other layout is compared (test_lesson_precision.cpp).
+  const auto fp32 = checkpoint(true, "fp32", 3, "none");
+  CHECK(max_difference(fp32, checkpoint(false, "fp32", 3, "none"), "param") <= 2e-5f);
+  CHECK(max_difference(fp32, checkpoint(false, "fp32", 3, "none"), "optimizer_state") <= 2e-5f);
+  const auto bf16 = checkpoint(true, "bf16", 1, "none");
+  mgpu::testing::check_first_adamw_step(bf16, checkpoint(false, "bf16", 1, "none"), 3e-3f, 2e-5f);
+  for (std::string mode : {"selective", "full"}) {
+    INFO("--recompute " << mode);
+    CHECK(max_difference(checkpoint(true, "fp32", 3, mode), fp32, "param") == 0.0f);
+    CHECK(max_difference(checkpoint(true, "fp32", 3, mode), fp32, "optimizer_state") == 0.0f);
+    CHECK(max_difference(checkpoint(true, "bf16", 1, mode), bf16, "param") == 0.0f);
+  }
+}
+
 TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline]") {
   struct Case {
     std::vector<std::string> args;
@@ -113,6 +183,11 @@ TEST_CASE("impossible pipeline configs: one line and exit 2", "[lesson][pipeline
       {{"--schedule", "dualpipev", "--microbatches", "4"}, "needs at least 8 micro-batches"},
       {{"--schedule", "dualpipev", "--layers", "6"}, "it needs at least 8 layers"},
       {{"--schedule", "zbv", "--virtual-stages", "2"}, "zbv and dualpipev always use 2 chunks"},
+      {{"--schedule", "dualpipe", "--ranks", "3"},
+       "dualpipe needs an even number of stages (got 3): use --stages 2 or 4"},
+      {{"--schedule", "dualpipe", "--microbatches", "4"},
+       "dualpipe with 4 stages needs an even number of micro-batches, at least 8 (got 4)"},
+      {{"--schedule", "dualpipe", "--microbatches", "9"}, "use --microbatches 10"},
       // #33: a million micro-batches is refused before anything is allocated.
       {{"--microbatches", "1000000", "--batch", "1000000"}, "more than the 65536"},
   };

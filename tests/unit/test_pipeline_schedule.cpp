@@ -172,7 +172,13 @@ TEST_CASE("Config errors are one clear line", "[pipeline]") {
         "--schedule interleaved");
   CHECK(error("pipedream", 2, 4, 1, 8) ==
         "unknown pipeline schedule 'pipedream': use one of naive, gpipe, 1f1b, interleaved, zb-h1, "
-        "zbv, dualpipev");
+        "zbv, dualpipev, dualpipe");
+  CHECK(error("dualpipe", 3, 6, 1, 8) ==
+        "dualpipe needs an even number of stages (got 3): use --stages 2 or 4, or --schedule "
+        "dualpipev");
+  CHECK(error("dualpipe", 2, 3, 1, 8) ==
+        "dualpipe with 2 stages needs an even number of micro-batches, at least 4 (got 3): use "
+        "--microbatches 4");
   CHECK(error("1f1b", 2, 4, 2, 8).find("only applies to the interleaved schedule") !=
         std::string::npos);
   CHECK(error("naive", 2, 4, 1, 8).find("use --microbatches 1") != std::string::npos);

@@ -65,3 +65,39 @@ TEST_CASE("V placement: stage 0 holds the first and the last chunk, the turn is 
     if (a.kind == ActionKind::send_activation && a.chunk == 0) local_turn = a.peer == 3;
   CHECK(local_turn);
 }
+
+TEST_CASE("DualPipe's bubble and activations equal its closed forms over a grid",
+          "[pipeline][schedule]") {
+  // DualPipe's chunk is a whole stage of one copy: F = 1, B = 2 (B-input 1 + W 1), PP = P.
+  const ChunkCosts stage{1, 2, 1};
+  const CostModel stage_costs = CostModel::uniform(1, 1, 1);
+  for (int P = 2; P <= 8; P += 2)
+    for (int M = 2 * P; M <= 4 * P + 2; M += 2) {
+      CAPTURE(P, M);
+      const Schedule dp = dualpipe_schedule(P, M);
+      REQUIRE(validate_schedule(dp).ok);
+      for (double idle : idle_per_stage(dp, stage_costs)) CHECK(idle == bubble_dualpipe(P, stage));
+      for (int peak : peak_inflight_microbatches(dp)) CHECK(peak == peak_chunks_dualpipe(P));
+    }
+  CHECK(validate_schedule(dualpipe_schedule(4, min_microbatches("dualpipe", 4))).ok);
+}
+
+TEST_CASE("DualPipe placement: two copies, micro-batches enter from both ends",
+          "[pipeline][schedule]") {
+  const Schedule s = dualpipe_schedule(4, 8);
+  CHECK(s.num_virtual_stages() == 4);  // the model in P parts, each held twice
+  for (int stage = 0; stage < 4; ++stage) {
+    CHECK(s.virtual_stage(stage, 0) == stage);      // the down copy
+    CHECK(s.virtual_stage(stage, 1) == 3 - stage);  // the up copy
+  }
+  // The down half (micro-batches 0-3) runs on chunk 0 and goes to the next stage, the up half
+  // (4-7) on chunk 1 and goes to the previous one; stage 3 starts with the up half.
+  for (int stage = 0; stage < 4; ++stage)
+    for (const Action& a : s.actions[stage]) {
+      CHECK((a.chunk == 0) == (a.microbatch < 4));
+      if (a.kind == ActionKind::send_activation)
+        CHECK(a.peer == (a.chunk == 0 ? stage + 1 : stage - 1));
+    }
+  CHECK(s.compute_actions(0).front() == forward(0, 0));
+  CHECK(s.compute_actions(3).front() == forward(4, 1));
+}

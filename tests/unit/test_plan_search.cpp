@@ -42,12 +42,14 @@ TEST_CASE("plan enumerates every valid layout of a small model (counted by hand)
   // micro-batch sizes dividing 8 / dp; when pp > 1 gpipe, 1f1b and zb-h1, plus interleaved (V 2)
   // where pp x 2 divides the 4 layers and M >= pp (pp 2: M 4 and 2 of (1,2,2), M 8, 4, 2 of
   // (2,2,1)), plus zbv (M >= 2pp-1) and dualpipev (M >= 2pp) where 2 x pp divides the layers
-  // (pp 2: M 4 of (1,2,2), M 8 and 4 of (2,2,1), each twice); x 2 ZeRO stages when dp > 1; x 3
-  // recompute modes: 12 + (9 + 2 + 2) x 6 + 12 x 3 + 18 + (12 + 3 + 4) x 3 + 12 = 213.
+  // (pp 2: M 4 of (1,2,2), M 8 and 4 of (2,2,1), each twice), plus dualpipe (even pp, even
+  // M >= 2pp: M 4 of (1,2,2), M 8 and 4 of (2,2,1), M 8 of (1,4,1)); x 2 ZeRO stages when dp > 1;
+  // x 3 recompute modes: 12 + (9 + 2 + 2 + 1) x 6 + 12 x 3 + 18 + (12 + 3 + 4 + 2) x 3 + 12 + 3
+  // = 228.
   Pins pins = fp32_only();
   pins.cp = 1;
   const std::vector<Layout> all = enumerate_layouts(small_model(), 4, 8, pins);
-  CHECK(all.size() == 213);
+  CHECK(all.size() == 228);
   for (const Layout& l : all) {
     CHECK(l.gpus() == 4);
     CHECK(l.global_batch() == 8);
@@ -56,11 +58,11 @@ TEST_CASE("plan enumerates every valid layout of a small model (counted by hand)
   }
   // cp 2 and 4 split the 8 tokens into 2 cp zigzag chunks: they add layouts.
   pins.cp.reset();
-  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() > 213);
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() > 228);
   // Precision "any": three times as many.
   pins.cp = 1;
   pins.precisions = {"fp32", "bf16", "fp16"};
-  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() == 3 * 213);
+  CHECK(enumerate_layouts(small_model(), 4, 8, pins).size() == 3 * 228);
 }
 
 TEST_CASE("plan pins fix an axis and search the rest", "[plan]") {
@@ -133,7 +135,7 @@ TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips 
     return p;
   };
   const SearchResult result = search(r, {}, fake);
-  CHECK(result.enumerated == 213);
+  CHECK(result.enumerated == 228);
   REQUIRE(!result.ranked.empty());
   for (size_t i = 1; i < result.ranked.size(); ++i)
     CHECK(result.ranked[i - 1].prediction.tokens_per_s >= result.ranked[i].prediction.tokens_per_s);
@@ -150,11 +152,11 @@ TEST_CASE("plan ranks by simulated tokens/s and rejects over capacity and skips 
   }
   REQUIRE(result.refused.count("zero 1 is not supported yet") == 1);
   // One engine call per refused mesh and option set, not one per micro-batching: the ZeRO-1
-  // meshes (dp 4 tp 1 pp 1: 3 recompute modes; dp 2 pp 2: 6 schedules x 3; dp 2 tp 2: 3) are 24
-  // calls for 54 layouts (6 + 13 x 3 + 9).
+  // meshes (dp 4 tp 1 pp 1: 3 recompute modes; dp 2 pp 2: 7 schedules x 3; dp 2 tp 2: 3) are 27
+  // calls for 57 layouts (6 + 14 x 3 + 9).
   const int refused_calls = calls - result.simulated;
-  CHECK(refused_calls == 24);
-  CHECK(result.refused.at("zero 1 is not supported yet") == 54);
+  CHECK(refused_calls == 27);
+  CHECK(result.refused.at("zero 1 is not supported yet") == 57);
 }
 
 TEST_CASE("mgpu plan: bad input is one line and exit 2", "[plan][cli]") {
@@ -292,7 +294,7 @@ TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusa
   };
   const SearchResult result = search(r, {}, fake);
   REQUIRE(result.refused.count("cp refused") == 1);
-  CHECK(result.refused.at("cp refused") == result.enumerated - 213);  // every cp > 1 layout
+  CHECK(result.refused.at("cp refused") == result.enumerated - 228);  // every cp > 1 layout
   for (const Simulated& s : result.ranked) CHECK(s.layout.cp == 1);
   // Any other failure on a stage thread is a failure, not a refusal.
   auto broken = [](const Workload&, const Layout&, const HardwareProfile&) -> Prediction {

@@ -126,6 +126,7 @@ class MpiComm final : public AlgorithmicComm {
   }
 
   std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
+    next_seq();  // split() is one of the group's collectives, numbered as the local backend does
     MPI_Comm sub;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
     if (sub == MPI_COMM_NULL) return nullptr;

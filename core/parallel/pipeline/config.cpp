@@ -29,6 +29,23 @@ void validate_v_schedule(const std::string& name, int stages, int microbatches, 
                     name, stages, least, microbatches, least));
 }
 
+// DualPipe: the two copies meet in the middle (an even number of stages, so no stage holds both
+// copies of one part), each direction takes half of the micro-batches, and each half must fill
+// DualPipeV's warmup on P/2 stages (M/2 >= P).
+void validate_dualpipe(int stages, int microbatches) {
+  if (stages % 2 != 0)
+    fail(
+        fmt::format("dualpipe needs an even number of stages (got {}): use --stages {}, or "
+                    "--schedule dualpipev",
+                    stages, stages == 1 ? "2" : fmt::format("{} or {}", stages - 1, stages + 1)));
+  const int least = min_microbatches("dualpipe", stages);
+  if (microbatches < least || microbatches % 2 != 0)
+    fail(
+        fmt::format("dualpipe with {} stages needs an even number of micro-batches, at least {} "
+                    "(got {}): use --microbatches {}",
+                    stages, least, microbatches, std::max(least, microbatches + 1)));
+}
+
 }  // namespace
 
 void validate_pipeline_config(const std::string& schedule_name, int stages, int microbatches,
@@ -66,13 +83,14 @@ void validate_pipeline_config(const std::string& schedule_name, int stages, int 
   if (schedule_name != "interleaved" && virtual_stages != 1)
     fail(
         fmt::format("--virtual-stages {} only applies to the interleaved schedule (zbv and "
-                    "dualpipev always use 2 chunks): use "
+                    "dualpipev always use 2 chunks, dualpipe 2 copies): use "
                     "--virtual-stages 1, or --schedule interleaved",
                     virtual_stages));
   if (schedule_name == "zbv" || schedule_name == "dualpipev") {
     validate_v_schedule(schedule_name, stages, microbatches, layers);
     return;
   }
+  if (schedule_name == "dualpipe") validate_dualpipe(stages, microbatches);
   if (schedule_name != "interleaved") return;
   if (microbatches < stages)
     // Rounds of fewer than P micro-batches leave stage 0 waiting for each micro-batch to come

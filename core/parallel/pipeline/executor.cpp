@@ -104,8 +104,11 @@ class StageRunner {
   }
 
   // In theory mode a compute action costs a fixed share of the stage's time (see executor.h).
+  // A chunk holds stages / parts of a stage's share: 1/V, but a whole one in DualPipe (one part
+  // of one of its two copies).
   void charge_theory_time(double whole_stage_cost) {
-    if (options_.theory) ctx_.clock.advance_compute(whole_stage_cost / model_.virtual_stages);
+    const int chunks_per_share = schedule_.num_virtual_stages() / schedule_.stages;
+    if (options_.theory) ctx_.clock.advance_compute(whole_stage_cost / chunks_per_share);
   }
 
   void forward(int mb, int chunk) {

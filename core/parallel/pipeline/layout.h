@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel/pipeline/executor.h"
+#include "core/parallel/pipeline/mirror_gradients.h"
 #include "core/train/trainer.h"
 
 namespace mgpu::pipeline {
@@ -33,6 +34,7 @@ class PipelineLayout : public train::Layout {
   Schedule schedule_;
   ExecutorOptions options_;
   StageStepStats stats_;
+  std::unique_ptr<MirrorGradients> mirror_;  // DualPipe's pair of copies, else null
 };
 
 }  // namespace mgpu::pipeline

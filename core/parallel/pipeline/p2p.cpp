@@ -25,7 +25,7 @@ void StageP2P::recv_activation(const Action& a) {
 
 void StageP2P::send_activation(const Action& a, const Tensor& out) {
   if (a.peer == stage_) {  // the next chunk is on this stage: no message, no copy
-    received_activations_[{a.microbatch, schedule_.chunk_of(virtual_stage(a.chunk) + 1)}] = out;
+    received_activations_[{a.microbatch, schedule_.neighbour(stage_, a.chunk, +1).second}] = out;
     return;
   }
   activation_sends_[{a.microbatch, a.chunk}] = comm_.isend(out, a.peer, tag(a));
@@ -41,7 +41,7 @@ void StageP2P::recv_grad(const Action& a) {
 
 void StageP2P::send_grad(const Action& a) {
   if (a.peer == stage_) {
-    received_grads_[{a.microbatch, schedule_.chunk_of(virtual_stage(a.chunk) - 1)}] =
+    received_grads_[{a.microbatch, schedule_.neighbour(stage_, a.chunk, -1).second}] =
         std::move(input_grads_.at({a.microbatch, a.chunk}));
     input_grads_.erase({a.microbatch, a.chunk});
     return;

@@ -87,16 +87,30 @@ std::vector<Action> Schedule::compute_actions(int stage) const {
 
 int virtual_stage(Placement placement, int stages, int stage, int chunk) {
   if (placement == Placement::v_shape) return chunk == 0 ? stage : 2 * stages - 1 - stage;
+  if (placement == Placement::bidirectional) return chunk == 0 ? stage : stages - 1 - stage;
   return chunk * stages + stage;
+}
+
+int model_parts(Placement placement, int stages, int chunks) {
+  return placement == Placement::bidirectional ? stages : stages * chunks;
+}
+
+std::pair<int, int> Schedule::neighbour(int stage, int chunk, int step) const {
+  if (placement == Placement::bidirectional)
+    return {chunk == 0 ? stage + step : stage - step, chunk};
+  const int v = virtual_stage(stage, chunk) + step;
+  return {stage_of(v), chunk_of(v)};
 }
 
 int Schedule::stage_of(int v) const {
   if (placement == Placement::v_shape) return v < stages ? v : 2 * stages - 1 - v;
+  if (placement == Placement::bidirectional) return v;
   return v % stages;
 }
 
 int Schedule::chunk_of(int v) const {
-  return v / stages;  // both placements: the first P virtual stages are chunk 0
+  if (placement == Placement::bidirectional) return 0;
+  return v / stages;  // ring and V: the first P virtual stages are chunk 0
 }
 
 namespace {
@@ -105,19 +119,23 @@ namespace {
 void add_recv(const Schedule& s, int stage, const Action& a, std::vector<Action>& out) {
   const int v = s.virtual_stage(stage, a.chunk), last = s.num_virtual_stages() - 1;
   if (a.kind == ActionKind::forward && v > 0)
-    out.push_back({ActionKind::recv_activation, a.microbatch, a.chunk, s.stage_of(v - 1)});
+    out.push_back({ActionKind::recv_activation, a.microbatch, a.chunk,
+                   s.neighbour(stage, a.chunk, -1).first});
   const bool is_b = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
   if (is_b && v < last)
-    out.push_back({ActionKind::recv_grad, a.microbatch, a.chunk, s.stage_of(v + 1)});
+    out.push_back(
+        {ActionKind::recv_grad, a.microbatch, a.chunk, s.neighbour(stage, a.chunk, +1).first});
 }
 
 void add_send(const Schedule& s, int stage, const Action& a, std::vector<Action>& out) {
   const int v = s.virtual_stage(stage, a.chunk), last = s.num_virtual_stages() - 1;
   if (a.kind == ActionKind::forward && v < last)
-    out.push_back({ActionKind::send_activation, a.microbatch, a.chunk, s.stage_of(v + 1)});
+    out.push_back({ActionKind::send_activation, a.microbatch, a.chunk,
+                   s.neighbour(stage, a.chunk, +1).first});
   const bool is_b = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
   if (is_b && v > 0)
-    out.push_back({ActionKind::send_grad, a.microbatch, a.chunk, s.stage_of(v - 1)});
+    out.push_back(
+        {ActionKind::send_grad, a.microbatch, a.chunk, s.neighbour(stage, a.chunk, -1).first});
 }
 
 }  // namespace
@@ -239,8 +257,8 @@ Schedule naive_model_parallel_schedule(int stages) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b",     "interleaved",
-                                              "zb-h1", "zbv",   "dualpipev"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b",      "interleaved",
+                                              "zb-h1", "zbv",   "dualpipev", "dualpipe"};
   return names;
 }
 
@@ -259,6 +277,7 @@ Schedule schedule_named(const std::string& name, int stages, int microbatches, i
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
   if (name == "zbv") return zbv_schedule(stages, microbatches);
   if (name == "dualpipev") return dualpipev_schedule(stages, microbatches);
+  if (name == "dualpipe") return dualpipe_schedule(stages, microbatches);
   throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
                                           fmt::join(schedule_names(), ", ")));
 }

@@ -7,6 +7,7 @@
 #include <compare>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mgpu::pipeline {
@@ -30,9 +31,14 @@ bool is_communication(ActionKind kind);
 // (Megatron's interleaving: activations go round the ring of stages V times). v_shape: two
 // chunks, stage s holds virtual stages s and 2P-1-s (ZB-V, DualPipeV): activations go down the
 // stages and come back up, so stage 0 holds the first and the last layers and the turn at stage
-// P-1 stays on one device.
-enum class Placement { ring, v_shape };
+// P-1 stays on one device. bidirectional (DualPipe): the model in P parts, two copies; chunk 0 of
+// stage s is part s of the "down" copy (micro-batches enter at stage 0), chunk 1 is part P-1-s of
+// the "up" copy (they enter at stage P-1), so each direction's next part is on the neighbouring
+// stage in its own direction, in the same chunk.
+enum class Placement { ring, v_shape, bidirectional };
 int virtual_stage(Placement placement, int stages, int stage, int chunk);
+// How many parts the model is cut into: stages x chunks, except the bidirectional placement's P.
+int model_parts(Placement placement, int stages, int chunks);
 
 struct Action {
   ActionKind kind;
@@ -65,9 +71,16 @@ struct Schedule {
   int virtual_stage(int stage, int chunk) const {
     return pipeline::virtual_stage(placement, stages, stage, chunk);
   }
-  int stage_of(int virtual_stage) const;  // the stage holding a virtual stage
+  int stage_of(int virtual_stage) const;  // the stage holding a virtual stage (chunk 0's copy)
   int chunk_of(int virtual_stage) const;  // and which of its chunks it is
-  int num_virtual_stages() const { return stages * virtual_stages; }
+  int num_virtual_stages() const { return model_parts(placement, stages, virtual_stages); }
+  // Where the data of chunk `chunk` on `stage` goes next (step +1, the forward's direction) or
+  // came from (step -1): the stage and chunk holding the neighbouring virtual stage.
+  std::pair<int, int> neighbour(int stage, int chunk, int step) const;
+  // Whether micro-batch mb passes through chunk `chunk` (bidirectional: one direction's half).
+  bool carries(int chunk, int microbatch) const {
+    return placement != Placement::bidirectional || (microbatch < microbatches / 2) == (chunk == 0);
+  }
   // Compute actions only, in order ("F0 F1 B0 ..." without the messages).
   std::vector<Action> compute_actions(int stage) const;
 };
@@ -92,6 +105,9 @@ Schedule naive_model_parallel_schedule(int stages);
 // V-shaped schedules (schedule_v.cpp): two chunks per stage, Placement::v_shape.
 Schedule zbv_schedule(int stages, int microbatches);
 Schedule dualpipev_schedule(int stages, int microbatches);
+// Bidirectional DualPipe (schedule_dualpipe.cpp): Placement::bidirectional, micro-batches
+// 0..M/2-1 go down (chunk 0), M/2..M-1 go up (chunk 1); even stages, even M >= 2P.
+Schedule dualpipe_schedule(int stages, int microbatches);
 // The fewest micro-batches each V schedule's warmup needs, and the most any schedule accepts
 // (a schedule is a list of every action: a million micro-batches would be gigabytes of actions).
 int min_microbatches(const std::string& schedule_name, int stages);
@@ -99,7 +115,7 @@ constexpr int max_microbatches = 65536;
 
 // Names accepted by make_schedule / validate_pipeline_config.
 const std::vector<std::string>&
-schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev
+schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev, dualpipe
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
                        const PipelineSeams& seams);
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);

@@ -126,6 +126,7 @@ int min_microbatches(const std::string& name, int stages) {
   if (name == "dualpipev")
     return 2 * stages;  // phase 4 needs M >= 2P - s - 1 on every stage,
                         // and DualPipe asks for 2P
+  if (name == "dualpipe") return 2 * stages;  // DualPipeV's 2(P/2) per direction
   return 1;
 }
 

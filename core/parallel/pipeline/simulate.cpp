@@ -108,11 +108,13 @@ SimulationResult simulate_schedule(const Schedule& s, const CostModel& costs) {
 
 namespace {
 
-// The V schedules in the theory-mode units (a whole stage's F = 1, B = 2; a chunk is half of
-// it): each stage's bubble and busy time from bubble_theory.h.
+// The V schedules and DualPipe in the theory-mode units (a whole stage's F = 1, B = 2; a V's
+// chunk is half of it, DualPipe's a whole stage of one copy, each seeing M/2 micro-batches):
+// each stage's bubble and busy time from bubble_theory.h.
 std::pair<double, double> v_bubble_and_busy(const std::string& name, int P, int M) {
-  const ChunkCosts chunk{0.5, 1.0, 0.5};
+  const ChunkCosts chunk{0.5, 1.0, 0.5}, stage{1.0, 2.0, 1.0};
   const double busy = 2.0 * M * (chunk.F + chunk.B);
+  if (name == "dualpipe") return {bubble_dualpipe(P, stage), busy};  // PP = P stages
   if (name == "zbv") return {bubble_zbv(P, chunk), busy};
   return {bubble_dualpipe(2 * P, chunk), busy};  // dualpipev: PP = 2P chunks
 }
@@ -131,7 +133,7 @@ double bubble_fraction_theory(const std::string& name, int P, int M, int V) {
     const double bubble = bubble_zb1p(P, stage) + std::max(0, P - M);
     return bubble / (bubble + M * (stage.F + stage.B));
   }
-  if (name == "zbv" || name == "dualpipev") {
+  if (name == "zbv" || name == "dualpipev" || name == "dualpipe") {
     const auto [bubble, busy] = v_bubble_and_busy(name, P, M);
     return bubble / (bubble + busy);
   }
@@ -144,7 +146,7 @@ std::string bubble_formula(const std::string& name, int P, int M, int V) {
   if (name == "zb-h1")
     return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
                        3 * M + P - 1 + std::max(0, P - M));
-  if (name == "zbv" || name == "dualpipev") {
+  if (name == "zbv" || name == "dualpipev" || name == "dualpipe") {
     const auto [bubble, busy] = v_bubble_and_busy(name, P, M);
     return fmt::format("{} / step = {:g}/{:g}", name == "zbv" ? "(P-1)F" : "(PP/2-1)(F&B+B-3W)",
                        bubble, bubble + busy);
@@ -168,6 +170,8 @@ std::vector<int> peak_activations_theory(const std::string& name, int P, int M, 
       peak[s] = peak_chunks_1f1b(2 * P);
     else if (name == "dualpipev")
       peak[s] = peak_chunks_dualpipe(2 * P);
+    else if (name == "dualpipe")  // PP + 1 chunks, each a whole stage of one copy
+      peak[s] = peak_chunks_dualpipe(P);
     else if (name == "interleaved")
       peak[s] = std::min(2 * (P - s - 1) + (V - 1) * interleaved_round_sizes(P, M)[0] + 1, M * V);
     else

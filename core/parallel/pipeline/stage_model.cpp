@@ -27,7 +27,8 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
   // Only this stage's layers are declared; each is materialised (by the caller) at its place in
   // the seeded single-device model, so a stage holds exactly the single-device weights of its
   // layers and never the rest of the model.
-  const LayerPartition partition = partition_layers(config.layers, stages * virtual_stages);
+  const LayerPartition partition =
+      partition_layers(config.layers, model_parts(placement, stages, virtual_stages));
   for (int chunk = 0; chunk < virtual_stages; ++chunk) {
     const auto [begin, end] = partition.ranges[virtual_stage(placement, stages, stage, chunk)];
     m.chunk_layers.emplace_back(begin, end);
@@ -38,9 +39,15 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
     }
     m.chunks.push_back(std::move(blocks));
   }
-  if (stage == 0) m.embedding.emplace(config);
-  const int last = stages * virtual_stages - 1;  // the head's virtual stage
-  if (virtual_stage(placement, stages, stage, virtual_stages - 1) == last) m.head.emplace(config);
+  // The embedding goes with virtual stage 0, the head with the last (bidirectional: on both ends).
+  const int last = model_parts(placement, stages, virtual_stages) - 1;
+  auto holds = [&](int v) {
+    for (int chunk = 0; chunk < virtual_stages; ++chunk)
+      if (virtual_stage(placement, stages, stage, chunk) == v) return true;
+    return false;
+  };
+  if (holds(0)) m.embedding.emplace(config);
+  if (holds(last)) m.head.emplace(config);
   for (Param* p : m.params()) p->spec.stage = stage;
   return m;
 }

@@ -35,7 +35,8 @@ std::string blocked_at(const Action& a) {
 bool fields_in_range(const Schedule& s, int stage, const Action& a, Problems& problems) {
   const bool comm = is_communication(a.kind);
   if (a.microbatch < 0 || a.microbatch >= s.microbatches || a.chunk < 0 ||
-      a.chunk >= s.virtual_stages || (comm && (a.peer < 0 || a.peer >= s.stages))) {
+      a.chunk >= s.virtual_stages || !s.carries(a.chunk, a.microbatch) ||
+      (comm && (a.peer < 0 || a.peer >= s.stages))) {
     problems.add("stage {}: {} is out of range (M={}, V={}, P={})", stage, a.str(), s.microbatches,
                  s.virtual_stages, s.stages);
     return false;
@@ -60,6 +61,7 @@ void check_compute(const Schedule& s, int stage, Problems& problems) {
   };
   for (int chunk = 0; chunk < s.virtual_stages; ++chunk) {
     for (int mb = 0; mb < s.microbatches; ++mb) {
+      if (!s.carries(chunk, mb)) continue;
       const std::string name = label(mb, chunk);
       const std::string where_chunk = s.virtual_stages > 1 ? fmt::format(" chunk {}", chunk) : "";
       const int f = where(ActionKind::forward, mb, chunk);
@@ -105,7 +107,7 @@ void check_dependencies(const Schedule& s, int stage, Problems& problems) {
       const int r = find(recv, a);
       if (r < 0 || r > i)
         problems.add("stage {}: {} has no {} before it (its input comes from stage {})", stage,
-                     a.str(), kind_name(recv), s.stage_of(is_fwd ? v - 1 : v + 1));
+                     a.str(), kind_name(recv), s.neighbour(stage, a.chunk, is_fwd ? -1 : +1).first);
     }
     if ((is_fwd && v < last) || (is_bwd && v > 0)) {
       const ActionKind send = is_fwd ? ActionKind::send_activation : ActionKind::send_grad;
@@ -118,7 +120,8 @@ void check_dependencies(const Schedule& s, int stage, Problems& problems) {
       const bool towards_next =
           a.kind == ActionKind::send_activation || a.kind == ActionKind::recv_grad;
       const int neighbour = towards_next ? v + 1 : v - 1;
-      if (neighbour < 0 || neighbour > last || a.peer != s.stage_of(neighbour))
+      if (neighbour < 0 || neighbour > last ||
+          a.peer != s.neighbour(stage, a.chunk, towards_next ? +1 : -1).first)
         problems.add("stage {}: {} talks to the wrong stage", stage, a.str());
     }
   }

@@ -1,0 +1,65 @@
+// DualPipe's README table (github.com/deepseek-ai/DualPipe, "Pipeline bubbles and memory usage
+// comparison") at the run's P, in theory mode's costs, beside what the run measured: the bubble
+// per stage from the trace, the parameter copies from the stages' parameters (and the
+// allocator's bytes), the activation peaks from the executor's stash count.
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+#include <ostream>
+
+#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/tensor/allocator.h"
+#include "lessons/pipeline.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+// One row: DualPipe's chunks are whole stages of one of its two copies, a V's are half-stages.
+void table_row(std::ostream& out, const char* name, const char* formula, double bubble,
+               const char* copies, int peak, const char* chunk_note) {
+  fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}{}\n", name, formula, fmt::format("{:g}", bubble),
+             copies, peak, chunk_note);
+}
+
+}  // namespace
+
+void print_dualpipe_table(std::ostream& out, const std::string& schedule, const PipelineResult& r) {
+  const int P = static_cast<int>(r.last_step.size());
+  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};  // ms
+  fmt::print(out,
+             "\nDualPipe's table (github.com/deepseek-ai/DualPipe) at {} devices, in ms (a "
+             "stage's F 1, B 2, W 1; a V chunk is half a stage; F&B = F + B on one stream):\n",
+             P);
+  fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}\n", "schedule", "bubble per stage", "theory",
+             "params", "peak activations (chunks held)");
+  table_row(out, "1F1B", "(PP-1)(F+B)", pipeline::bubble_1f1b(P, stage), "1x",
+            pipeline::peak_chunks_1f1b(P), "");
+  table_row(out, "ZB1P", "(PP-1)(F+B-2W)", pipeline::bubble_zb1p(P, stage), "1x",
+            pipeline::peak_chunks_1f1b(P), "");
+  table_row(out, "ZB-V", "(P-1)F", pipeline::bubble_zbv(P, chunk), "1x",
+            pipeline::peak_chunks_1f1b(2 * P), " (half-stage chunks)");
+  table_row(out, "DualPipeV", "(PP/2-1)(F&B+B-3W)", pipeline::bubble_dualpipe(2 * P, chunk), "1x",
+            pipeline::peak_chunks_dualpipe(2 * P), " (half-stage chunks)");
+  if (P % 2 == 0)  // DualPipe's two copies meet in the middle: even P only
+    table_row(out, "DualPipe", "(PP/2-1)(F&B+B-3W)", pipeline::bubble_dualpipe(P, stage), "2x",
+              pipeline::peak_chunks_dualpipe(P), " (whole-stage chunks)");
+  int64_t held = 0;
+  for (int64_t n : r.param_elements) held += n;
+  int most_held = 0;
+  for (const auto& st : r.last_step) most_held = std::max(most_held, st.peak_stashed);
+  const double worst = *std::max_element(r.measured_bubble.begin(), r.measured_bubble.end());
+  fmt::print(out,
+             "  this run ({}): bubble {:g} ms per stage (trace: {:.1f}% of a {:g} ms step), "
+             "params {:.2f}x (all stages / model), peak {} chunks held\n",
+             schedule, worst * r.measured_step_seconds * 1e3, 100 * worst,
+             r.measured_step_seconds * 1e3, double(held) / double(r.model_params), most_held);
+  if (schedule != "dualpipe") return;
+  for (int s = 0; s < P; ++s)
+    fmt::print(out, "  rank {}  parameters {:>10} (allocator; stages {} and {})\n", s,
+               format_bytes(r.param_bytes[s]), s, P - 1 - s);
+}
+
+}  // namespace mgpu::lessons
