@@ -16,6 +16,7 @@
 #include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/layout.h"
 #include "core/parallel/pipeline/simulate.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "lessons/exercise_views.h"
 #include "lessons/training.h"
@@ -145,6 +146,10 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   result.model_params = count_params(cfg);
   result.theory_bubble = pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, V);
   result.expected_peak = pipeline::peak_activations_theory(p.schedule, P, p.microbatches, V);
+  if (cfg.tie_embeddings && schedule.stage_of(P * V - 1) != 0)  // the head off stage 0
+    result.embedding_group_bytes = theory::embedding_group_bytes(cfg);
+  result.vocab = cfg.vocab;
+  result.dim = cfg.dim;
   if (!c.quiet) print_setup(out, c, p, cfg, schedule, wopt);
   World world(wopt);
   std::mutex mutex;
@@ -184,6 +189,19 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
 
 namespace {
 
+// Tied embeddings: the embedding group's all-reduce of the last step, as the trace has it, beside
+// its bytes by the formula.
+void print_embedding_group(std::ostream& out, const CommonOptions& c, const PipelineResult& r) {
+  if (r.embedding_group_bytes == 0) return;
+  fmt::print(out, "\nembedding group (tied wte: the first and the last stage), step {}:\n",
+             c.steps);
+  for (const trace::Event& e : r.trace.events)
+    if (e.group == "embedding" && e.op == "all_reduce" && e.step == c.steps - 1)
+      fmt::print(out, "  rank {}  {} of the wte gradient: {:>10}  (vocab {} x dim {} x 4 B = {})\n",
+                 e.rank, e.op, format_bytes(e.bytes), r.vocab, r.dim,
+                 format_bytes(r.embedding_group_bytes));
+}
+
 // The end-of-run report: bubble and memory, measured beside the theory, then the pictures.
 void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
             const PipelineResult& r) {
@@ -213,6 +231,7 @@ void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
     fmt::print(out,
                "  (the allocator holds more: W still needs the Linear inputs and the gradients "
                "B kept, until W runs, s micro-batches after B on stage s)\n");
+  print_embedding_group(out, c, r);
 }
 
 // DualPipe's README table at this run's P, in theory mode's costs, beside what this run measured:

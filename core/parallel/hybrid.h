@@ -82,6 +82,7 @@ class HybridLayout : public train::Layout {
   std::unique_ptr<RingAttention> ring_;   // cp > 1
   std::unique_ptr<BlockHooks> cp_hooks_;  // cp > 1: the linears (TP's or plain), ring attention
   pipeline::StageModel stage_;
+  std::unique_ptr<comm::Comm> embedding_group_;  // tied across stages: {first, last} of my pp
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;

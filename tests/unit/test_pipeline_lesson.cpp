@@ -2,6 +2,9 @@
 // plus exit code 2 for every impossible configuration.
 #include <catch2/catch.hpp>
 
+#include <map>
+
+#include "core/trace/chrome_trace.h"
 #include "mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
@@ -141,4 +144,37 @@ TEST_CASE("a billion-parameter model pipelines on phantom GPUs: shapes and times
   CHECK_THAT(r.out, Catch::Contains("1,613,828,096 parameters") && Catch::Contains("parameters"));
   CHECK_THAT(r.out, Catch::Contains("phantom device: timing only"));
   CHECK_THAT(r.out, Catch::Contains("rank 0  held  8 (expected  8)"));
+}
+
+// Tied embeddings: the first and the last stage all-reduce the wte gradient over their embedding
+// group once per step, vocab x dim x 4 bytes (fp32 gradients), and the middle stages take no part.
+TEST_CASE("tied pipeline: one embedding-group all-reduce per step with the embedding's bytes",
+          "[lesson][pipeline][tied]") {
+  const std::string trace_path = mgpu::testing::temp_path("tied_pipeline_trace.json");
+  Result r =
+      run_mgpu({"run",     "pipeline", "--ranks",          "4",  "--layers",       "4",
+                "--dim",   "16",       "--heads",          "2",  "--seq",          "8",
+                "--vocab", "40",       "--batch",          "8",  "--microbatches", "4",
+                "--steps", "3",        "--tie-embeddings", "on", "--trace",        trace_path});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const int64_t bytes = 40 * 16 * 4;
+  CHECK_THAT(r.out, Catch::Contains("embedding group (tied wte: the first and the last stage)"));
+  CHECK_THAT(r.out, Catch::Contains("rank 0  all_reduce of the wte gradient:    2.5 KiB  (vocab 40 "
+                                    "x dim 16 x 4 B = 2.5 KiB)"));
+  const mgpu::trace::Trace trace = mgpu::trace::read_chrome_trace(trace_path);
+  std::map<std::pair<int, int>, int> per_rank_step;  // (rank, step) -> all-reduces
+  for (const mgpu::trace::Event& e : trace.events) {
+    if (e.group != "embedding") continue;
+    CHECK(e.op == "all_reduce");
+    CHECK(e.bytes == bytes);
+    per_rank_step[{e.rank, e.step}]++;
+  }
+  std::map<std::pair<int, int>, int> expected;
+  for (int step = 0; step < 3; ++step) expected[{0, step}] = expected[{3, step}] = 1;
+  CHECK(per_rank_step == expected);
+  // Untied: no embedding group.
+  Result u = run_mgpu(args({"run", "pipeline", "--steps", "2"}));
+  REQUIRE(u.code == 0);
+  CHECK_THAT(u.out, !Catch::Contains("embedding group"));
 }

@@ -91,12 +91,12 @@ void block_backward_weight(Block& block, const BlockActivations& a,
 void head_backward_input(const Head& head, Tensor& dx, const HeadActivations& a,
                          HeadWeightGradInputs& keep) {
   keep.d_ln = kept(a.ln.shape(), a.ln.dtype());
-  ops::matmul(keep.d_ln, a.dlogits, head.lm_head.weight.data);
+  ops::matmul(keep.d_ln, a.dlogits, head.output_weight().data);
   layernorm_input_grad(dx, keep.d_ln, a.input, head.ln_f, a.ln_mean, a.ln_rstd);
 }
 
 void head_backward_weight(Head& head, const HeadActivations& a, const HeadWeightGradInputs& keep) {
-  linear_weight_grad(head.lm_head, a.dlogits, a.ln);
+  ops::matmul(head.output_weight().grad, a.dlogits, a.ln, /*trans_a=*/true, false, /*beta=*/1.0f);
   layernorm_weight_grad(head.ln_f, keep.d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
 
