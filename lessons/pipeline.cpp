@@ -6,6 +6,7 @@
 #include "lessons/pipeline.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <ostream>
 
@@ -189,17 +190,21 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
 
 namespace {
 
-// Tied embeddings: the embedding group's all-reduce of the last step, as the trace has it, beside
-// its bytes by the formula.
+// Tied embeddings: the embedding group's all-reduce of the last step (each member's last), as
+// the trace has it, beside its bytes by the formula.
 void print_embedding_group(std::ostream& out, const CommonOptions& c, const PipelineResult& r) {
   if (r.embedding_group_bytes == 0) return;
+  std::map<int, const trace::Event*> last;  // rank -> its last all-reduce in the group
+  for (const trace::Event& e : r.trace.events)
+    if (e.group == "embedding" && e.op == "all_reduce" &&
+        (!last.count(e.rank) || last[e.rank]->start < e.start))
+      last[e.rank] = &e;
   fmt::print(out, "\nembedding group (tied wte: the first and the last stage), step {}:\n",
              c.steps);
-  for (const trace::Event& e : r.trace.events)
-    if (e.group == "embedding" && e.op == "all_reduce" && e.step == c.steps - 1)
-      fmt::print(out, "  rank {}  {} of the wte gradient: {:>10}  (vocab {} x dim {} x 4 B = {})\n",
-                 e.rank, e.op, format_bytes(e.bytes), r.vocab, r.dim,
-                 format_bytes(r.embedding_group_bytes));
+  for (const auto& [rank, e] : last)
+    fmt::print(
+        out, "  rank {}  all_reduce of the wte gradient: {:>10}  (vocab {} x dim {} x 4 B = {})\n",
+        rank, format_bytes(e->bytes), r.vocab, r.dim, format_bytes(r.embedding_group_bytes));
 }
 
 // The end-of-run report: bubble and memory, measured beside the theory, then the pictures.
