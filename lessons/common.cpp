@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/model/model_file.h"
+#include "core/model/presets.h"
 #include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
 #include "lessons/lesson.h"
@@ -55,10 +56,15 @@ void add_model_options(CLI::App& app, CommonOptions& c) {
   app.add_option("--model", c.model,
                  "tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
                  "gpt3-6.7b | gpt3-13b | gpt3-175b, or a JSON file {layers, dim, heads, vocab, "
-                 "seq}; --layers etc. override it")
+                 "seq, tie_embeddings}; --layers etc. override it")
       ->group("Model");
   app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
       ->check(AtLeastOne("token id"))
+      ->group("Model");
+  app.add_option("--tie-embeddings", c.tie_embeddings,
+                 "on | off: the output head reads the token embedding (default: on for the GPT-2 "
+                 "and GPT-3 presets, off for the tiny model)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->group("Model");
 }
 
@@ -127,42 +133,12 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   add_output_options(app, c);
 }
 
-namespace {
-
-struct ModelPreset {
-  const char* name;
-  int layers, dim, heads, seq, vocab;  // vocab 0: the task's
-};
-
-// As published: GPT-2 (Radford et al. 2019) and GPT-3 (Brown et al. 2020, table 2.1). GPT-3 13B's
-// published d_model 5140 is not divisible by its 40 heads; the trained model used 5120.
-constexpr ModelPreset kPresets[] = {
-    {"tiny", 2, 64, 4, 32, 0},
-    {"gpt2-small", 12, 768, 12, 1024, 50257},
-    {"gpt2-medium", 24, 1024, 16, 1024, 50257},
-    {"gpt2-large", 36, 1280, 20, 1024, 50257},
-    {"gpt2-xl", 48, 1600, 25, 1024, 50257},
-    {"gpt3-2.7b", 32, 2560, 32, 2048, 50257},
-    {"gpt3-6.7b", 32, 4096, 32, 2048, 50257},
-    {"gpt3-13b", 40, 5120, 40, 2048, 50257},
-    {"gpt3-175b", 96, 12288, 96, 2048, 50257},
-};
-
-}  // namespace
-
-std::vector<std::string> model_preset_names() {
-  std::vector<std::string> names;
-  for (const ModelPreset& p : kPresets) names.emplace_back(p.name);
-  return names;
-}
-
 void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given) {
   if (c.model.empty()) return;
-  ModelPreset chosen{"", c.layers, c.dim, c.heads, c.seq, c.vocab};
-  bool found = false;
-  for (const ModelPreset& p : kPresets)
-    if (c.model == p.name) chosen = p, found = true;
-  if (!found) {
+  ModelPreset chosen{"", c.layers, c.dim, c.heads, c.seq, c.vocab, c.tie_embeddings == "on"};
+  if (const ModelPreset* preset = find_model_preset(c.model)) {
+    chosen = *preset;
+  } else {
     if (c.model.size() < 5 || c.model.substr(c.model.size() - 5) != ".json")
       throw UsageError(fmt::format("unknown --model '{}': use one of {} or a JSON file",
                                    echo_input(c.model), fmt::join(model_preset_names(), ", ")));
@@ -172,6 +148,7 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
     chosen.heads = shape.heads;
     chosen.seq = shape.seq;
     chosen.vocab = shape.vocab;
+    chosen.tie_embeddings = shape.tie_embeddings.value_or(false);
   }
   auto typed = [&](const char* name) {
     return std::find(given.begin(), given.end(), name) != given.end();
@@ -180,6 +157,7 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
   if (!typed("--dim")) c.dim = chosen.dim;
   if (!typed("--heads")) c.heads = chosen.heads;
   if (!typed("--seq")) c.seq = chosen.seq;
+  if (!typed("--tie-embeddings")) c.tie_embeddings = chosen.tie_embeddings ? "on" : "off";
   const bool real_data = !c.data_file.empty() || c.task == "text";  // keeps its own vocabulary
   if (!typed("--vocab") && !real_data) c.vocab = chosen.vocab;
 }

@@ -41,6 +41,7 @@ struct CommonOptions {
   int seq = 32;
   std::string model = "";  // a preset (gpt2-small, ...) or a JSON file; "" = the options above
   int vocab = 0;           // 0 = what the task needs
+  std::string tie_embeddings = "off";  // on | off; a preset's own unless typed (core/model/presets)
   // training
   int steps = 150;
   int batch = 16;
@@ -100,8 +101,6 @@ void apply_mpi_world_size(CommonOptions& common, bool ranks_given);
 // file, except those the user typed (`given`: the option names used, e.g. "--layers"). Throws
 // UsageError for an unknown preset or a bad file.
 void apply_model_preset(CommonOptions& common, const std::vector<std::string>& given);
-// The presets, in size order: name and (layers, dim, heads, seq, vocab).
-std::vector<std::string> model_preset_names();
 
 // The run configuration every process of an MPI job must share (WorldOptions::run_config): the
 // lesson, then each of its command's options with the value it resolved to (typed or default),

@@ -6,6 +6,7 @@
 #include "lessons/pipeline.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <ostream>
 
@@ -16,6 +17,7 @@
 #include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/layout.h"
 #include "core/parallel/pipeline/simulate.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "lessons/exercise_views.h"
 #include "lessons/training.h"
@@ -164,6 +166,10 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   result.model_params = count_params(cfg);
   result.theory_bubble = pipeline::bubble_fraction_theory(p.schedule, P, p.microbatches, V);
   result.expected_peak = pipeline::peak_activations_theory(p.schedule, P, p.microbatches, V);
+  if (cfg.tie_embeddings && schedule.stage_of(P * V - 1) != 0)  // the head off stage 0
+    result.embedding_group_bytes = theory::embedding_group_bytes(cfg);
+  result.vocab = cfg.vocab;
+  result.dim = cfg.dim;
   if (!c.quiet) print_setup(out, c, p, cfg, schedule, wopt);
   World world(wopt);
   std::mutex mutex;
@@ -205,6 +211,23 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
 
 namespace {
 
+// Tied embeddings: the embedding group's all-reduce of the last step (each member's last), as
+// the trace has it, beside its bytes by the formula.
+void print_embedding_group(std::ostream& out, const CommonOptions& c, const PipelineResult& r) {
+  if (r.embedding_group_bytes == 0) return;
+  std::map<int, const trace::Event*> last;  // rank -> its last all-reduce in the group
+  for (const trace::Event& e : r.trace.events)
+    if (e.group == "embedding" && e.op == "all_reduce" &&
+        (!last.count(e.rank) || last[e.rank]->start < e.start))
+      last[e.rank] = &e;
+  fmt::print(out, "\nembedding group (tied wte: the first and the last stage), step {}:\n",
+             c.steps);
+  for (const auto& [rank, e] : last)
+    fmt::print(
+        out, "  rank {}  all_reduce of the wte gradient: {:>10}  (vocab {} x dim {} x 4 B = {})\n",
+        rank, format_bytes(e->bytes), r.vocab, r.dim, format_bytes(r.embedding_group_bytes));
+}
+
 // The end-of-run report: bubble and memory, measured beside the theory, then the pictures.
 void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
             const PipelineResult& r) {
@@ -234,6 +257,7 @@ void report(std::ostream& out, const CommonOptions& c, const PipelineOptions& p,
     fmt::print(out,
                "  (the allocator holds more: W still needs the Linear inputs and the gradients "
                "B kept, until W runs, s micro-batches after B on stage s)\n");
+  print_embedding_group(out, c, r);
 }
 
 class PipelineLesson : public Lesson {

@@ -33,6 +33,10 @@ struct PipelineResult {
   std::vector<int64_t> param_bytes;                  // per stage: the allocator's parameter bytes
   double theory_bubble = 0;
   std::vector<int> expected_peak;  // peak_activations_theory, per stage
+  // Tied across stages: the embedding group's all-reduce bytes by theory::embedding_group_bytes
+  // (0: no embedding group), and the model's vocab x dim the formula reads.
+  int64_t embedding_group_bytes = 0;
+  int vocab = 0, dim = 0;
   trace::Trace trace;
 };
 

@@ -30,6 +30,7 @@ PlanModel plan_model(const std::string& name_or_file) {
   m.config.dim = c.dim;
   m.config.heads = c.heads;
   m.config.seq_len = c.seq;
+  m.config.tie_embeddings = c.tie_embeddings == "on";
   if (c.vocab > 0) m.config.vocab = c.vocab;  // "tiny" trains on a task's vocabulary: the default
   m.default_global_batch = name_or_file.rfind("gpt3-", 0) == 0 ? 1536 : 512;
   return m;

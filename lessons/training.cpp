@@ -52,6 +52,7 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   cfg.layers = c.layers;
   cfg.dim = c.dim;
   cfg.heads = c.heads;
+  cfg.tie_embeddings = c.tie_embeddings == "on";
   cfg.seed = c.seed;
   try {
     cfg.dtype = parse_precision(c.precision);
@@ -132,11 +133,9 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
   t.config = config.is_null() ? c.to_json() : std::move(config);
   t.model_params = c.resume.empty() ? -1 : count_params(cfg);
   // Named as the options are, so a mismatch on --resume names the option to change.
-  t.model = {{"layers", cfg.layers},
-             {"dim", cfg.dim},
-             {"heads", cfg.heads},
-             {"seq", cfg.seq_len},
-             {"vocab", cfg.vocab}};
+  t.model = {{"layers", cfg.layers}, {"dim", cfg.dim},
+             {"heads", cfg.heads},   {"seq", cfg.seq_len},
+             {"vocab", cfg.vocab},   {"tie-embeddings", cfg.tie_embeddings ? "on" : "off"}};
   // fp16 (5 exponent bits) loses small gradients without dynamic loss scaling: every layout
   // multiplies the loss by the scale and skips steps with inf/NaN gradients.
   if (c.precision == "fp16") t.loss_scaling = train::LossScaling{};
@@ -292,8 +291,9 @@ std::string format_seconds(double s) {
 }
 
 std::string describe_model(const GPTConfig& cfg, int64_t params) {
-  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters", cfg.layers,
-                     cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params));
+  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters{}", cfg.layers,
+                     cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params),
+                     cfg.tie_embeddings ? ", tied embeddings" : "");
 }
 
 std::string describe_world(const WorldOptions& w) {

@@ -278,10 +278,11 @@ class ZeroLesson : public Lesson {
     if (paper_) {
       // The figure fixes the model, precision, optimizer and device; only --ranks may change.
       for (const char* typed :
-           {"--stage",     "--prefetch",  "--checkpoint", "--resume",   "--trace",
-            "--device",    "--clock",     "--model",      "--layers",   "--dim",
-            "--heads",     "--seq",       "--vocab",      "--batch",    "--steps",
-            "--precision", "--optimizer", "--recompute",  "--capacity", "--profile"})
+           {"--stage",         "--prefetch",  "--checkpoint", "--resume",   "--trace",
+            "--device",        "--clock",     "--model",      "--layers",   "--dim",
+            "--heads",         "--seq",       "--vocab",      "--batch",    "--steps",
+            "--precision",     "--optimizer", "--recompute",  "--capacity", "--profile",
+            "--tie-embeddings"})
         if (app_->count(typed) > 0)
           throw UsageError(fmt::format(
               "--paper compares every stage of a fixed 7.5B model (bf16, AdamW) on phantom GPUs: "

@@ -461,25 +461,30 @@ HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, i
 
 Head::Head(const GPTConfig& cfg)
     : ln_f("head.ln_f", cfg.dim),
-      lm_head("head.lm_head", cfg.dim, cfg.vocab, 0.02f, /*has_bias=*/false) {}
+      lm_head("head.lm_head", cfg.dim, cfg.vocab, 0.02f, /*has_bias=*/false) {
+  // Tied, a copy of wte where the embedding is elsewhere: seeded as wte (the same name, the same
+  // draw), so both copies start equal, and a checkpoint knows it as the one tensor.
+  if (cfg.tie_embeddings) lm_head.weight.name = "embedding.wte";
+}
 
 float Head::forward_loss(const Tensor& x, std::span<const int32_t> targets, HeadActivations& a,
                          float grad_scale) const {
   a.input = x;
   ln_f.forward(a.ln, a.ln_mean, a.ln_rstd, x);
-  lm_head.forward(a.logits, a.ln);
+  ops::linear_forward(a.logits, a.ln, output_weight().data, lm_head.bias.data);
   return ops::cross_entropy_forward_backward(a.dlogits, a.logits, targets, grad_scale);
 }
 
 void Head::backward(Tensor& dx, const HeadActivations& a) {
   Tensor d_ln = workspace(a.ln.shape(), a.ln.dtype());
-  lm_head.backward(d_ln, a.dlogits, a.ln);
+  ops::linear_backward(d_ln, output_weight().grad, lm_head.bias.grad, a.dlogits, a.ln,
+                       output_weight().data);
   ln_f.backward(dx, d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
 
 void Head::collect(ParamList& list) {
   ln_f.collect(list);
-  lm_head.collect(list);
+  if (!tied) lm_head.collect(list);
 }
 
 // ---------------------------------------------------------------------------------- GPT
@@ -522,6 +527,7 @@ GPT::GPT(const GPTConfig& cfg) : GPT(cfg, BlockShard::whole(validated(cfg))) {
 
 GPT::GPT(const GPTConfig& cfg, const BlockShard& shard)
     : embedding(validated(cfg)), head(cfg), config_(cfg), shard_(shard) {
+  if (cfg.tie_embeddings) head.tied = &embedding.wte;
   blocks.reserve(static_cast<size_t>(cfg.layers));
   for (int i = 0; i < cfg.layers; i++) blocks.emplace_back(cfg, i, shard);
 }

@@ -57,6 +57,9 @@ struct GPTConfig {
   // optimizer keeps fp32 master weights (optim::MixedPrecision).
   DType dtype = DType::f32;
   Recompute recompute = Recompute::none;
+  // Tied embeddings (GPT-2, Press & Wolf 2017): the output head reads the token-embedding matrix,
+  // logits = x @ wte^T, and its gradient adds to wte's. One matrix of vocab x dim instead of two.
+  bool tie_embeddings = false;
 
   // Throws std::invalid_argument with one line saying what is wrong and what would work.
   void validate() const;
@@ -268,16 +271,25 @@ struct HeadActivations {
 };
 
 // Final layernorm + LM head (no bias) + mean cross-entropy.
+// Tied (GPTConfig::tie_embeddings): the head's matrix is the embedding's wte. Where the embedding
+// lives beside the head, `tied` points at it and lm_head holds nothing; where it does not (the
+// last pipeline stage), lm_head.weight is this stage's copy of wte, named and seeded as
+// "embedding.wte", whose gradient the layout sums with the embedding's (pipeline: the embedding
+// group).
 struct Head {
   LayerNorm ln_f;
-  Linear lm_head;  // C -> vocab, no bias
+  Linear lm_head;         // C -> vocab, no bias
+  Param* tied = nullptr;  // the embedding's wte, when tied and beside it
   Head() = default;
   explicit Head(const GPTConfig& cfg);  // declared, not allocated
+  // The matrix the logits are computed with: the tied wte, or lm_head's own weight.
+  Param& output_weight() { return tied ? *tied : lm_head.weight; }
+  const Param& output_weight() const { return tied ? *tied : lm_head.weight; }
   // Returns the mean loss over B*T tokens and leaves grad_scale * dloss/dlogits in acts.dlogits.
   float forward_loss(const Tensor& x, std::span<const int32_t> targets, HeadActivations& acts,
                      float grad_scale = 1.0f) const;
   void backward(Tensor& dx, const HeadActivations& acts);  // dx overwritten, grads +=
-  void collect(ParamList& list);
+  void collect(ParamList& list);  // ln_f, then lm_head's weight unless it reads `tied`
 };
 
 // All activations of one forward pass of the whole model.
@@ -298,7 +310,7 @@ class GPT {
   // what it keeps (core/model/init.h), so every shard is born as its slice of the seeded
   // single-device model and nothing larger ever exists.
   GPT(const GPTConfig& cfg, const BlockShard& shard);
-  GPT(const GPT&) = delete;  // params() hands out pointers into this object
+  GPT(const GPT&) = delete;  // params() hands out pointers into this object (the tied head too)
   GPT& operator=(const GPT&) = delete;
 
   const GPTConfig& config() const { return config_; }
@@ -306,7 +318,7 @@ class GPT {
   // Every block communicates through `comm` (null members: one device). What it points to must
   // outlive the model's use.
   void set_block_comm(const BlockComm& comm);
-  ParamList params();  // forward order: embedding, blocks[0..L), head
+  ParamList params();  // forward order: embedding, blocks[0..L), head (wte once when tied)
   void zero_grad();
   int64_t num_params() const;
   // Training FLOPs per token: 6N (forward 2N + backward 4N) plus attention scores and weighted

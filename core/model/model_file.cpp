@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kShapeHint =
     "a model file is {\"layers\": 12, \"dim\": 768, \"heads\": 12, \"seq\": 1024, \"vocab\": "
-    "50257} (vocab optional)";
+    "50257, \"tie_embeddings\": true} (vocab and tie_embeddings optional)";
 
 // The field as an int: an integer JSON number (not a bool, not 2.9, not 2.0) within its range.
 int integer_field(const nlohmann::json& j, const ModelFieldRange& range, bool optional,
@@ -49,7 +49,7 @@ ModelShape parse_model_json(const std::string& text, const std::string& source) 
     throw std::invalid_argument(
         fmt::format("{}: not a model file (not a JSON object); {}", source, kShapeHint));
   for (const auto& [key, value] : j.items()) {
-    bool known = false;
+    bool known = key == "tie_embeddings";
     for (const ModelFieldRange& r : kModelFieldRanges) known = known || key == r.key;
     if (!known)
       throw std::invalid_argument(
@@ -59,6 +59,13 @@ ModelShape parse_model_json(const std::string& text, const std::string& source) 
   int* fields[] = {&shape.layers, &shape.dim, &shape.heads, &shape.seq, &shape.vocab};
   for (size_t i = 0; i < std::size(kModelFieldRanges); ++i)
     *fields[i] = integer_field(j, kModelFieldRanges[i], i == 4, source);
+  if (j.contains("tie_embeddings")) {
+    const nlohmann::json& tie = j.at("tie_embeddings");
+    if (!tie.is_boolean())
+      throw std::invalid_argument(fmt::format("{}: 'tie_embeddings' must be true or false, got {}",
+                                              source, echo_input(tie.dump(), 40)));
+    shape.tie_embeddings = tie.get<bool>();
+  }
   return shape;
 }
 

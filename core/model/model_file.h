@@ -1,14 +1,17 @@
-// A model's shape from a `--model FILE.json` ({"layers", "dim", "heads", "seq", "vocab"}): every
-// field an exact integer in its range, so `"layers": true`, 2.9 or 4294967298 is refused with one
-// line instead of becoming 1, 2 or 2.
+// A model's shape from a `--model FILE.json` ({"layers", "dim", "heads", "seq", "vocab",
+// "tie_embeddings"}): every size field an exact integer in its range, so `"layers": true`, 2.9 or
+// 4294967298 is refused with one line instead of becoming 1, 2 or 2; "tie_embeddings" is true or
+// false (not 1, not "on").
 #pragma once
+#include <optional>
 #include <string>
 
 namespace mgpu {
 
 struct ModelShape {
   int layers = 0, dim = 0, heads = 0, seq = 0;
-  int vocab = 0;  // 0 (or absent): the task's vocabulary
+  int vocab = 0;                       // 0 (or absent): the task's vocabulary
+  std::optional<bool> tie_embeddings;  // absent: off (the tiny model's default)
 };
 
 // The ranges a model file's fields must lie in (inclusive), for the messages and the README.

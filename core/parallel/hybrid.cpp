@@ -45,6 +45,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       cfg, mesh_.coord(Axis::pp), options.mesh.pp, schedule_.virtual_stages, shard,
       [&](Block& block) { split_block(block, cfg, slice_); }, schedule_.placement);
   if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
+  embedding_group_ = pipeline::make_embedding_group(stage_, mesh_.group(Axis::pp));
   // The block's communication: TP's f and g around the linears, the cp ring for attention (a
   // null one: the plain op). The pipeline executor's regions stay open through them.
   const BlockComm comm{.linear = options.mesh.tp > 1 ? &tp_comm_ : nullptr,
@@ -133,6 +134,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
     mirror_->all_reduce(stage_);
     if (stage_.head) stats_.loss = mirror_->loss(stats_.loss);
   }
+  pipeline::all_reduce_embedding_grad(stage_, embedding_group_.get());  // tied across stages
   // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).
@@ -189,14 +191,19 @@ std::vector<train::TensorShard> HybridLayout::shards() {
       mesh_.coord(Axis::cp) == 0 && (!mirror_ || mesh_.coord(Axis::pp) < mesh_.shape().pp / 2);
   const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
   // The dp replicas hold equal copies: replica 0's is written.
-  if (zero_ == 0) return tp_shards(stage_.params(), *optimizer_, replica0, replica0 && tp0);
-  // ZeRO-1: every dp rank writes its own chunk (tp-replicated tensors: tp rank 0's).
-  std::vector<train::TensorShard> shards =
-      train::partitioned_shards(owned_params(owned_), optimizer_.get(),
-                                [&](const Param& p) { return (p.spec.split() || tp0) && cp0; });
-  // The whole local parameters too: a resume fills them (the chunks' owners write them).
-  for (train::TensorShard& s : train::whole_tensor_shards(stage_.params(), nullptr, false))
-    shards.push_back(std::move(s));
+  std::vector<train::TensorShard> shards;
+  if (zero_ == 0) {
+    shards = tp_shards(stage_.params(), *optimizer_, replica0, replica0 && tp0);
+  } else {
+    // ZeRO-1: every dp rank writes its own chunk (tp-replicated tensors: tp rank 0's).
+    shards = train::partitioned_shards(owned_params(owned_), optimizer_.get(), [&](const Param& p) {
+      return (p.spec.split() || tp0) && cp0;
+    });
+    // The whole local parameters too: a resume fills them (the chunks' owners write them).
+    for (train::TensorShard& s : train::whole_tensor_shards(stage_.params(), nullptr, false))
+      shards.push_back(std::move(s));
+  }
+  pipeline::read_only_tied_copy(stage_, shards);  // tied: the first stage writes the one wte
   return shards;
 }
 

@@ -82,6 +82,7 @@ class HybridLayout : public train::Layout {
   TensorParallelComm tp_comm_;           // tp > 1: f and g around the linears
   std::unique_ptr<RingAttention> ring_;  // cp > 1: attention round the cp ring
   pipeline::StageModel stage_;
+  std::unique_ptr<comm::Comm> embedding_group_;  // tied across stages: {first, last} of my pp
   std::unique_ptr<optim::Optimizer> optimizer_;
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;

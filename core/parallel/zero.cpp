@@ -117,27 +117,40 @@ train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int step) {
   LayerHooks hooks;
   const int last = layer_count(model_) - 1;
   const bool prefetch = options_.prefetch;
+  // Tied: the head (the last unit) reads the embedding unit's wte and adds to its gradient, so
+  // stage 3 gathers unit 0 for the head too, and stages 2-3 open unit 0's bucket with the head's
+  // and reduce it only after the embedding's backward.
+  const bool tied = config_.tie_embeddings;
   if (options_.stage == 3) {
     // Each unit is whole only while it computes; with prefetch the next one is already on its
     // way, so its all-gather hides behind this unit's compute.
     hooks.before_forward = [&](int l) {
       gather(l);
       attach(l);
+      if (tied && l == last) gather(0), attach(0);
       if (prefetch && l < last) gather(l + 1);
     };
-    hooks.after_forward = [&](int l) { release(l); };
+    hooks.after_forward = [&](int l) {
+      release(l);
+      if (tied && l == last) release(0);
+    };
     hooks.before_backward = [&](int l) {
       gather(l);
       attach(l);
+      if (tied && l == last) gather(0), attach(0), open_bucket(0);
       if (prefetch && l > 0) gather(l - 1);
-      open_bucket(l);
+      if (!(tied && l == 0)) open_bucket(l);
     };
     hooks.after_backward = [&](int l) {
       reduce(l);
       release(l);
+      if (tied && l == last) release(0);
     };
   } else if (options_.stage == 2) {  // each bucket reduce-scattered as backward finishes it
-    hooks.before_backward = [&](int l) { open_bucket(l); };
+    hooks.before_backward = [&](int l) {
+      if (tied && l == last) open_bucket(0);
+      if (!(tied && l == 0)) open_bucket(l);
+    };
     hooks.after_backward = [&](int l) { reduce(l); };
   } else if (options_.stage == 0) {  // DDP: each unit all-reduced as backward finishes it
     hooks.after_backward = [&](int l) { reduce(l); };

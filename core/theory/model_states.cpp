@@ -31,22 +31,28 @@ int64_t block_parameters(int64_t C) {
 
 int64_t gpt_parameters(const GPTConfig& cfg) {
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len;
-  const int64_t embedding = V * C + T * C;  // wte + wpe
-  const int64_t head = 2 * C + C * V;       // ln_f + lm_head (no bias)
+  const int64_t embedding = V * C + T * C;                        // wte + wpe
+  const int64_t head = 2 * C + (cfg.tie_embeddings ? 0 : C * V);  // ln_f + lm_head (no bias)
   return embedding + cfg.layers * block_parameters(C) + head;
 }
 
 int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,
                          bool last_stage) {
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len, L = stage_layers;
+  const bool head_reads_wte = cfg.tie_embeddings && first_stage && last_stage;
   return (first_stage ? (V + T) * C : 0) + L * (6 * C + (12 * C * C + 7 * C) / tp) +
-         (last_stage ? (V + 2) * C : 0);
+         (last_stage ? (head_reads_wte ? 2 : V + 2) * C : 0);
+}
+
+int64_t embedding_group_bytes(const GPTConfig& cfg) {
+  return int64_t{cfg.vocab} * cfg.dim * 4;
 }
 
 TpParameterSplit tp_parameter_split(const GPTConfig& cfg) {
   const int64_t c = cfg.dim, v = cfg.vocab, t = cfg.seq_len, l = cfg.layers;
   TpParameterSplit n;
-  n.replicated = v * c + t * c + l * (2 * c + 2 * c + c + c) + 2 * c + v * c;
+  n.replicated =
+      v * c + t * c + l * (2 * c + 2 * c + c + c) + 2 * c + (cfg.tie_embeddings ? 0 : v * c);
   n.sharded = l * ((3 * c * c + 3 * c) + c * c + (4 * c * c + 4 * c) + 4 * c * c);
   return n;
 }

@@ -41,15 +41,23 @@ double zero_bytes_sent(int stage, const StateBytes& b, double psi, double n);
 int64_t block_parameters(int64_t C);
 
 // Parameters of the whole GPT: embeddings (V + T) C, the blocks, the final layernorm 2C and the
-// untied head V C.
+// head's V C unless it is tied to the token embedding (then counted once, as GPT-2 publishes:
+// gpt2-small 124,439,808).
 int64_t gpt_parameters(const GPTConfig& cfg);
 
 // Parameters pipeline stage s of P holds, tensor parallel over t (Megatron-LM's split: the qkv,
 // fc columns and projection rows are cut, 12 C^2 + 7 C per block over t; the layernorms and the
 // two row-parallel biases, 6 C, are replicated): [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) +
-// [s=P-1](V+2)C.
+// [s=P-1](V+2)C. Tied, the last stage still holds its copy of the V C matrix (the embedding
+// group's), except on a single stage, where the head reads the embedding's.
 int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,
                          bool last_stage);
+
+// Bytes of the tied embedding's gradient that a pipeline's embedding group {first stage, last
+// stage} all-reduces once per step: vocab x dim x 4 (gradients are fp32 in every precision).
+// Each of the two members sends 2(N-1)/N = 1 times it in a ring of N = 2 (Megatron-LM's
+// _allreduce_embedding_grads; Shoeybi et al. 2019, Narayanan et al. 2021).
+int64_t embedding_group_bytes(const GPTConfig& cfg);
 
 // Training FLOPs per token of the GPT with `params` parameters: 6N for the weights' GEMMs (forward
 // 2N, backward 4N; Kaplan et al., "Scaling Laws for Neural Language Models", 2020, section 2.1)

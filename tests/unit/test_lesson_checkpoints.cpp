@@ -4,6 +4,7 @@
 // one line with exit code 2.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -137,4 +138,96 @@ TEST_CASE("the weight decay option reaches the optimizer in every lesson", "[les
     CHECK(max_difference(load_checkpoint_by_name(path), plain, "param") > 1e-5f);
     CHECK(mgpu::read_checkpoint_info(path.string()).optimizer.at("weight_decay") == 0.5);
   }
+}
+
+// Tied embeddings (--tie-embeddings on): every layout trains to the tied single-device model. The
+// pipeline keeps a copy of wte on its first and last stages and sums their gradients over the
+// embedding group; without that sum the copies drift apart and the checkpoint (the first stage's
+// wte) misses the head's gradient.
+TEST_CASE("tied embeddings: every layout's checkpoint is the tied single-device model",
+          "[lesson][checkpoint][tied]") {
+  auto tied_run = [](const std::string& lesson, const std::string& tag,
+                     std::vector<std::string> more) {
+    fs::path path = scratch() / ("tied_" + lesson + "_" + tag + ".ckpt");
+    auto args = tiny_run(lesson, 3);
+    if (std::find(more.begin(), more.end(), "--ranks") != more.end())  // replaces tiny_run's 2
+      args.erase(std::find(args.begin(), args.end(), "--ranks"),
+                 std::find(args.begin(), args.end(), "--ranks") + 2);
+    args.insert(args.end(), {"--tie-embeddings", "on", "--checkpoint", path.string()});
+    args.insert(args.end(), more.begin(), more.end());
+    auto r = run_mgpu(args);
+    INFO(lesson << " " << tag << ": " << r.err);
+    REQUIRE(r.code == 0);
+    return load_checkpoint_by_name(path);
+  };
+  for (const std::string precision : {"fp32", "bf16"}) {
+    INFO(precision);
+    auto reference = tied_run("single_device", precision, {"--precision", precision});
+    REQUIRE(reference.count("embedding.wte") == 1);
+    REQUIRE(reference.count("head.lm_head.weight") == 0);  // stored once
+    struct Layout {
+      std::string lesson, tag;
+      std::vector<std::string> more;
+    };
+    std::vector<Layout> layouts = {
+        {"pipeline", "2stages", {}},
+        {"pipeline", "4stages", {"--ranks", "4"}},
+        {"ddp", "ddp", {}},
+    };
+    if (precision == "fp32")
+      layouts.insert(
+          layouts.end(),
+          {{"pipeline", "zbh1", {"--schedule", "zb-h1"}},
+           {"tensor_parallel", "tp", {}},
+           {"zero", "zero0", {"--stage", "0"}},
+           {"zero", "zero1", {"--stage", "1"}},
+           {"hybrid", "hybrid", {"--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2"}}});
+    for (const Layout& l : layouts) {
+      INFO(l.lesson << " " << l.tag);
+      std::vector<std::string> more = l.more;
+      more.insert(more.end(), {"--precision", precision});
+      auto mine = tied_run(l.lesson, l.tag + precision, more);
+      CHECK(mine.count("head.lm_head.weight") == 0);
+      CHECK(max_difference(mine, reference, "param") <= kTolerance);
+      CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
+    }
+  }
+  // Tying is a different model: the untied run's wte differs.
+  auto untied = load_checkpoint_by_name(checkpoint_of("single_device", 3, "straight"));
+  auto tied = tied_run("single_device", "again", {});
+  CHECK(max_difference(untied, tied, "param") > 1e-4f);
+}
+
+TEST_CASE("tied embeddings: a checkpoint resumes across layouts, not across the flag",
+          "[lesson][checkpoint][tied]") {
+  auto run = [](const std::string& lesson, int steps, const std::string& tag,
+                std::vector<std::string> more) {
+    fs::path path = scratch() / ("tied_resume_" + lesson + "_" + tag + ".ckpt");
+    auto args = tiny_run(lesson, steps);
+    args.insert(args.end(), {"--checkpoint", path.string()});
+    args.insert(args.end(), more.begin(), more.end());
+    return std::pair{run_mgpu(args), path};
+  };
+  auto [s, straight] = run("single_device", 4, "four", {"--tie-embeddings", "on"});
+  REQUIRE(s.code == 0);
+  for (const std::string first : {"single_device", "pipeline", "zero"}) {
+    auto [h, half] = run(first, 2, "half", {"--tie-embeddings", "on"});
+    INFO(first << ": " << h.err);
+    REQUIRE(h.code == 0);
+    for (const std::string then : {"single_device", "pipeline", "zero"}) {
+      INFO(first << " then " << then);
+      auto [r, resumed] =
+          run(then, 4, "resumed", {"--tie-embeddings", "on", "--resume", half.string()});
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      CHECK(max_difference(load_checkpoint_by_name(resumed), load_checkpoint_by_name(straight),
+                           "param") <= kTolerance);
+    }
+  }
+  auto [h, half] = run("pipeline", 2, "half", {"--tie-embeddings", "on"});
+  REQUIRE(h.code == 0);
+  auto [r, path] = run("single_device", 4, "untied", {"--resume", half.string()});
+  CHECK(r.code == 2);
+  CHECK(mgpu::testing::count_lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("--tie-embeddings \"on\""));
 }

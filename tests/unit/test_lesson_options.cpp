@@ -49,6 +49,7 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--seq", {"12"}},
     {"--model", {"gpt2-small"}},  // the typed sizes win; its 50257-token vocabulary remains
     {"--vocab", {"100"}},
+    {"--tie-embeddings", {"on"}},
     {"--steps", {"4"}},
     {"--batch", {"24"}},
     {"--task", {"reverse"}},

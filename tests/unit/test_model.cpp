@@ -3,12 +3,14 @@
 // accumulation, and a phantom run.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "core/model/gpt.h"
 #include "core/model/init.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
+#include "core/theory/model_states.h"
 #include "test_ops_gradcheck.h"
 
 using namespace mgpu;
@@ -166,6 +168,9 @@ TEST_CASE("Head backward: input and every parameter", "[model][gradcheck]") {
 TEST_CASE("whole model: every parameter's gradient matches finite differences",
           "[model][gradcheck]") {
   GPTConfig cfg = tiny_config();
+  // Tied, wte's gradient is the embedding's plus the head's.
+  cfg.tie_embeddings = GENERATE(false, true);
+  INFO("tie_embeddings " << cfg.tie_embeddings);
   GPT model(cfg);
   ParamList params = model.params();
   for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 300 + i);
@@ -278,4 +283,36 @@ TEST_CASE("ranks as threads: concurrent models give the single-thread result", "
   for (auto& th : ranks) th.join();
   REQUIRE(got[0] == expected);
   REQUIRE(got[1] == expected);
+}
+
+TEST_CASE("tied embeddings: the head reads wte, which is listed and counted once", "[model]") {
+  GPTConfig cfg = tiny_config();
+  cfg.tie_embeddings = true;
+  GPT model(cfg);
+  ParamList params = model.params();
+  REQUIRE(params.back()->name == "head.ln_f.bias");  // no lm_head of its own
+  REQUIRE(std::count_if(params.begin(), params.end(),
+                        [](Param* p) { return p->name == "embedding.wte"; }) == 1);
+  REQUIRE(&model.head.output_weight() == &model.embedding.wte);
+  GPTConfig untied = tiny_config();
+  REQUIRE(model.num_params() == GPT(untied).num_params() - int64_t{11} * 8);
+  REQUIRE(model.num_params() == theory::gpt_parameters(cfg));
+  // Same seed: the untied model's wte is the tied one's, its head a second matrix.
+  const int64_t b = 2, t = 5;
+  auto tokens = random_ids(size_t(b * t), cfg.vocab, 4);
+  auto targets = random_ids(size_t(b * t), cfg.vocab, 5);
+  GPT other(untied);
+  REQUIRE(other.embedding.wte.data.to_vector() == model.embedding.wte.data.to_vector());
+  REQUIRE(other.loss(tokens, targets, b, t) != model.loss(tokens, targets, b, t));
+  // Hand-tied: the untied model with its head set to wte computes the tied model's loss, and the
+  // tied wte's gradient is the sum of the untied wte's and head's.
+  other.head.lm_head.weight.data.copy_from(other.embedding.wte.data);
+  model.zero_grad();
+  other.zero_grad();
+  REQUIRE(other.forward_backward(tokens, targets, b, t) ==
+          model.forward_backward(tokens, targets, b, t));
+  const auto tied = model.embedding.wte.grad.to_vector();
+  const auto emb = other.embedding.wte.grad.to_vector();
+  const auto head = other.head.lm_head.weight.grad.to_vector();
+  for (size_t i = 0; i < tied.size(); i++) REQUIRE(tied[i] == Approx(emb[i] + head[i]));
 }

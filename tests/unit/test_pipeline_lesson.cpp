@@ -3,11 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "common/checkpoints.h"
 #include "common/first_adamw_step.h"
+#include "core/trace/analysis.h"
+#include "core/trace/chrome_trace.h"
 #include "mgpu_cli.h"
 
 using mgpu::testing::run_mgpu;
@@ -216,4 +219,41 @@ TEST_CASE("a billion-parameter model pipelines on phantom GPUs: shapes and times
   CHECK_THAT(r.out, Catch::Contains("1,613,828,096 parameters") && Catch::Contains("parameters"));
   CHECK_THAT(r.out, Catch::Contains("phantom device: timing only"));
   CHECK_THAT(r.out, Catch::Contains("rank 0  held  8 (expected  8)"));
+}
+
+// Tied embeddings: the first and the last stage all-reduce the wte gradient over their embedding
+// group once per step, vocab x dim x 4 bytes (fp32 gradients), and the middle stages take no part.
+TEST_CASE("tied pipeline: one embedding-group all-reduce per step with the embedding's bytes",
+          "[lesson][pipeline][tied]") {
+  const std::string trace_path = mgpu::testing::temp_path("tied_pipeline_trace.json");
+  Result r =
+      run_mgpu({"run",     "pipeline", "--ranks",          "4",  "--layers",       "4",
+                "--dim",   "16",       "--heads",          "2",  "--seq",          "8",
+                "--vocab", "80",       "--batch",          "8",  "--microbatches", "4",
+                "--steps", "3",        "--tie-embeddings", "on", "--trace",        trace_path});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const int64_t bytes = 80 * 16 * 4;
+  CHECK_THAT(r.out, Catch::Contains("embedding group (tied wte: the first and the last stage)"));
+  CHECK_THAT(r.out, Catch::Contains("rank 0  all_reduce of the wte gradient:   5.00 KiB  (vocab 80 "
+                                    "x dim 16 x 4 B = 5.00 KiB)"));
+  const mgpu::trace::Trace trace = mgpu::trace::read_chrome_trace(trace_path);
+  for (const mgpu::trace::Event& e : trace.events)
+    if (e.group == "embedding") {
+      CHECK(e.op == "all_reduce");
+      CHECK(e.bytes == bytes);
+    }
+  for (int step = 0; step < 3; ++step) {  // one per member in each step's window
+    const mgpu::trace::Interval window = mgpu::trace::analysis_window(trace, step);
+    std::map<int, int> per_rank;
+    for (const mgpu::trace::Event& e : trace.events)
+      if (e.group == "embedding" && e.start >= window.begin && e.start < window.end)
+        per_rank[e.rank]++;
+    INFO("step " << step);
+    CHECK(per_rank == std::map<int, int>{{0, 1}, {3, 1}});
+  }
+  // Untied: no embedding group.
+  Result u = run_mgpu(args({"run", "pipeline"}));
+  REQUIRE(u.code == 0);
+  CHECK_THAT(u.out, !Catch::Contains("embedding group"));
 }

@@ -63,6 +63,7 @@ PipelineLayout::PipelineLayout(const GPTConfig& config, comm::Comm& comm, Schedu
     : comm_(comm),
       stage_(
           StageModel::build(config, comm.rank(), comm.size(), virtual_stages, schedule.placement)),
+      embedding_group_(make_embedding_group(stage_, comm)),
       optimizer_(make_optimizer(stage_.params())),
       schedule_(std::move(schedule)),
       options_(options),
@@ -77,6 +78,7 @@ train::StepOutcome PipelineLayout::step(const data::Batch& global_batch, int ste
   ExecutorOptions options = options_;
   options.loss_scale = loss_scale();
   stats_ = run_and_mirror(stage_, schedule_, global_batch, comm_, options, mirror_.get());
+  all_reduce_embedding_grad(stage_, embedding_group_.get());  // tied: the embedding group
   // Each stage updates only its own parameters; fp16's found-inf flag is agreed over the stages,
   // so an overflow in one stage's gradients makes every stage skip the step.
   const bool stepped = optimizer_step(optimizer_.get(), {&comm_}, step);
@@ -88,7 +90,10 @@ train::StepOutcome PipelineLayout::step(const data::Batch& global_batch, int ste
 std::vector<train::TensorShard> PipelineLayout::shards() {
   // DualPipe: stages s and P-1-s hold the same parts; the lower half writes them.
   const bool writer = !mirror_ || stage_.stage < stage_.stages / 2;
-  return train::whole_tensor_shards(stage_.params(), optimizer_.get(), writer);
+  std::vector<train::TensorShard> shards =
+      train::whole_tensor_shards(stage_.params(), optimizer_.get(), writer);
+  read_only_tied_copy(stage_, shards);  // tied: the first stage writes the one wte
+  return shards;
 }
 
 }  // namespace mgpu::pipeline

@@ -30,6 +30,7 @@ class PipelineLayout : public train::Layout {
  private:
   comm::Comm& comm_;
   StageModel stage_;
+  std::unique_ptr<comm::Comm> embedding_group_;  // tied across stages: {first, last}, else null
   std::unique_ptr<optim::Optimizer> optimizer_;
   Schedule schedule_;
   ExecutorOptions options_;

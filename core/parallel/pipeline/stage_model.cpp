@@ -46,8 +46,10 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
       if (virtual_stage(placement, stages, stage, chunk) == v) return true;
     return false;
   };
-  if (holds(0)) m.embedding.emplace(config);
+  if (holds(0)) m.embedding = std::make_unique<Embedding>(config);
   if (holds(last)) m.head.emplace(config);
+  // Tied beside the embedding: the head reads this stage's wte (else lm_head is its copy).
+  if (config.tie_embeddings && m.embedding && m.head) m.head->tied = &m.embedding->wte;
   for (Param* p : m.params()) p->spec.stage = stage;
   return m;
 }
@@ -69,6 +71,31 @@ int StageModel::num_layers() const {
   int n = 0;
   for (const auto& blocks : chunks) n += static_cast<int>(blocks.size());
   return n;
+}
+
+Param* StageModel::embedding_group_weight() {
+  if (!config.tie_embeddings || (embedding && head)) return nullptr;
+  if (embedding) return &embedding->wte;
+  return head ? &head->lm_head.weight : nullptr;
+}
+
+std::unique_ptr<comm::Comm> make_embedding_group(StageModel& model, comm::Comm& pipeline) {
+  if (!model.config.tie_embeddings || pipeline.size() == 1) return nullptr;
+  // The middle stages join no group (color -1, MPI_UNDEFINED): split gives them null.
+  const bool member = model.embedding_group_weight() != nullptr;
+  return pipeline.split(member ? 0 : -1, pipeline.rank(), "embedding");
+}
+
+void all_reduce_embedding_grad(StageModel& model, comm::Comm* group) {
+  if (!group) return;
+  group->all_reduce(model.embedding_group_weight()->grad, comm::ReduceOp::sum);
+}
+
+void read_only_tied_copy(StageModel& model, std::vector<train::TensorShard>& shards) {
+  if (!model.embedding_group_weight() || model.embedding) return;
+  const std::string name = model.embedding_group_weight()->name;  // "embedding.wte"
+  for (train::TensorShard& s : shards)
+    if (s.full_name == name || s.full_name.ends_with("." + name)) s.writer = false;
 }
 
 }  // namespace mgpu::pipeline

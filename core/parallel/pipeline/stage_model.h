@@ -2,14 +2,23 @@
 // stage s is virtual stage schedule.virtual_stage(s, c)); the stage holding the first virtual stage
 // also embeds the tokens, the one holding the last computes the loss. Nothing else of the model
 // ever exists on the stage.
+//
+// Tied embeddings (Megatron-LM's embedding group): the first stage's wte and the last stage's
+// head read one matrix. Each of the two stages keeps a copy, born equal (both seeded as
+// "embedding.wte"); after backward the two gradients are summed by an all-reduce over the group
+// {first stage, last stage}, once per step, so both copies take the same optimizer step and stay
+// equal. A stage holding both (one stage, or a V's turn) reads its own wte: no copy, no group.
 #pragma once
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "core/comm/comm.h"
 #include "core/model/gpt.h"
 #include "core/parallel/pipeline/schedule.h"
+#include "core/train/layout.h"
 
 namespace mgpu::pipeline {
 
@@ -21,8 +30,9 @@ struct StageModel {
   Placement placement = Placement::ring;
   std::vector<std::pair<int, int>> chunk_layers;  // [begin, end) of global block indices, per chunk
   std::vector<std::vector<Block>> chunks;         // the blocks of each chunk
-  std::optional<Embedding> embedding;             // on the stage holding virtual stage 0
-  std::optional<Head> head;                       // on the stage holding the last virtual stage
+  // On the stage holding virtual stage 0 (on the heap: a tied head beside it points at its wte).
+  std::unique_ptr<Embedding> embedding;
+  std::optional<Head> head;  // on the stage holding the last virtual stage
   BlockShard shard;  // what each block computes: the whole block, or a tensor-parallel slice
 
   // This stage's layers, materialised (the single-device model's weights for them).
@@ -38,6 +48,21 @@ struct StageModel {
   ParamList params();  // embedding, chunks in order, head (only what this stage owns)
   void zero_grad();
   int num_layers() const;
+  // The copy of the tied matrix whose gradient this stage sums over the embedding group, or null
+  // when it is not in one (untied, or the embedding and the head both here).
+  Param* embedding_group_weight();
 };
+
+// The embedding group of a pipeline over `stages` (every stage calls it: it splits `pipeline`):
+// {first stage, last stage} when `model` is tied across stages, else null.
+std::unique_ptr<comm::Comm> make_embedding_group(StageModel& model, comm::Comm& pipeline);
+
+// Sums the tied matrix's gradient over the embedding group (once per step, after backward; a
+// no-op without a group). Megatron-LM's _allreduce_embedding_grads.
+void all_reduce_embedding_grad(StageModel& model, comm::Comm* group);
+
+// A checkpoint stores the tied matrix once: the first stage's. On the last stage the copy and its
+// optimizer state become read-only shards (a resume fills them; they write nothing).
+void read_only_tied_copy(StageModel& model, std::vector<train::TensorShard>& shards);
 
 }  // namespace mgpu::pipeline

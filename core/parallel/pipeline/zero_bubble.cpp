@@ -3,6 +3,8 @@
 // two.
 #include "core/parallel/pipeline/zero_bubble.h"
 
+#include "core/ops/ops.h"
+
 namespace mgpu::pipeline {
 
 void block_backward_input(const Block& block, Tensor& dx, const Tensor& dout,
@@ -19,12 +21,13 @@ void head_backward_input(const Head& head, Tensor& dx, const HeadActivations& a,
                          HeadWeightGradInputs& keep) {
   // Kept in the activations' type, as the whole backward's is, so B + W round alike.
   keep.d_ln = Tensor::empty(a.ln.shape(), MemCategory::activations, a.ln.dtype());
-  head.lm_head.backward_input(keep.d_ln, a.dlogits);
+  ops::matmul(keep.d_ln, a.dlogits, head.output_weight().data);  // the tied wte or lm_head's own
   head.ln_f.backward_input(dx, keep.d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
 
 void head_backward_weight(Head& head, const HeadActivations& a, const HeadWeightGradInputs& keep) {
-  head.lm_head.backward_weight(a.dlogits, a.ln);
+  ops::matmul(head.output_weight().grad, a.dlogits, a.ln, /*trans_a=*/true, false, /*beta=*/1.0f);
+  if (head.lm_head.bias.grad.defined()) ops::bias_grad(head.lm_head.bias.grad, a.dlogits);
   head.ln_f.backward_weight(keep.d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
 
