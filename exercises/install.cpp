@@ -1,4 +1,4 @@
-// Installs the student's implementations into core's seams (`--impl mine`).
+// The student's side of the exercise table (`--impl mine`).
 #include "exercises/exercises.h"
 #include "exercises/probe.h"
 

@@ -8,10 +8,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/comm/seams.h"
 #include "core/memory/seams.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp_seams.h"
 #include "core/parallel/hybrid.h"
+#include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
 #include "core/trace/bubble_seams.h"
@@ -34,22 +36,26 @@ class NotImplemented : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-// The exercise functions that layouts receive when they are built, one table per exercise. The
-// program picks one side (or a mix) with --impl and hands each layout the part it runs.
+// The exercise functions, one table per exercise. The program picks one side (or a mix) with
+// --impl and hands each part to what runs it: a World its all-reduce, a layout its functions when
+// it is built, make_schedule its compute orders, a lesson's table its accounting or estimate.
 struct SeamTables {
-  parallel::DdpSeams ddp;    // exercise 02
-  parallel::TpSeams tp;      // exercise 06
-  parallel::CpSeams cp;      // exercise 07
-  parallel::ZeroSeams zero;  // exercise 08
-  parallel::HybridSeams hybrid() const { return {tp, cp, zero}; }
+  comm::CommSeams comm;              // exercise 01
+  parallel::DdpSeams ddp;            // exercise 02
+  pipeline::PipelineSeams pipeline;  // exercise 03
+  trace::BubbleSeams bubble;         // exercise 04
+  memory::MemorySeams memory;        // exercise 05
+  parallel::TpSeams tp;              // exercise 06
+  parallel::CpSeams cp;              // exercise 07
+  parallel::ZeroSeams zero;          // exercise 08
+  parallel::HybridSeams hybrid() const { return {tp, cp, zero, pipeline, comm.all_reduce}; }
 };
 
 // One graded exercise as the program sees it.
 struct Exercise {
   std::string name;   // "ex01"
   std::string title;  // "ring all-reduce"
-  // Puts this side's functions into `tables` (or, for a seam core still keeps in a slot, installs
-  // them there).
+  // Puts this side's functions of this exercise into `tables`.
   std::function<void(SeamTables& tables)> install;
   std::function<void()> probe;  // a tiny call; throws NotImplemented while still a stub
 };

@@ -13,8 +13,8 @@
 #include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
 #include "core/tensor/allocator.h"
+#include "exercises/selection.h"
 #include "lessons/grade.h"
-#include "lessons/impl.h"
 #include "lessons/lesson.h"
 #include "lessons/plan.h"
 #include "lessons/viz_command.h"
@@ -30,9 +30,9 @@ namespace {
 // knows what the figures below measure. Nothing for the default (every exercise the reference).
 void print_student_code_line(std::ostream& out) {
   std::string mine;
-  for (auto& choice : installed_exercises())
+  for (auto& choice : ex::installed_exercises())
     if (choice.installed == "mine") mine += (mine.empty() ? "" : ", ") + choice.name;
-  bool asked = std::any_of(installed_exercises().begin(), installed_exercises().end(),
+  bool asked = std::any_of(ex::installed_exercises().begin(), ex::installed_exercises().end(),
                            [](auto& c) { return c.installed == "mine" || c.fell_back; });
   if (asked)
     fmt::print(out, "your code (exercises/) runs: {}; every other exercise is the reference\n",
@@ -125,7 +125,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         given.emplace_back(name);
     apply_model_preset(common, given);
     common.run_config = resolved_run_config(lesson.name(), app, common);
-    select_impl(common.impl, out);
+    ex::select_impl(common.impl, out);
     print_student_code_line(out);
     return lesson.run(common, out);
   } catch (const UsageError& e) {

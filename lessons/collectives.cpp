@@ -17,12 +17,12 @@
 
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
-#include "core/comm/seams.h"
 #ifdef MGPU_HAVE_MPI
 #include "core/comm/mpi/mpi_comm.h"
 #endif
 #include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
+#include "exercises/selection.h"
 #include "lessons/collectives.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/training.h"
@@ -278,7 +278,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   fmt::print(out, "ranks:  {}\n", describe_world(wopt));
   fmt::print(
       out, "ops:    {} over {} sizes, {} iteration(s) each; ring all-reduce: {} implementation\n\n",
-      fmt::join(kinds, ", "), counts.size(), iters, comm::comm_seams().impl_name);
+      fmt::join(kinds, ", "), counts.size(), iters, ex::selected_seams().comm.impl_name);
   const std::vector<char> correct = run_sweep(world, kinds, counts, iters);
   trace::Trace trace = world.collect_trace({{"lesson", "collectives"}, {"config", c.to_json()}});
   const Measured measured = measure_collectives(trace);
@@ -301,7 +301,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   return result;
 }
 
-// Under mpirun: the ring all-reduce of this lesson (the installed seam, here running over the MPI
+// Under mpirun: the ring all-reduce of this lesson (the world's, as --impl selected, over the MPI
 // backend's send/recv) against MPI_Allreduce, on the same buffers, in the same run, wall clock.
 void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int iters,
                         std::ostream& out) {
@@ -318,7 +318,7 @@ void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int it
     };
     for (size_t k = 0; k < counts.size(); ++k) {
       Tensor t = Tensor::zeros({counts[k]}, MemCategory::comm_buffers);
-      double ring = time_it([&] { comm::comm_seams().all_reduce(comm, t, comm::ReduceOp::sum); });
+      double ring = time_it([&] { ctx.all_reduce(comm, t, comm::ReduceOp::sum); });
       double mpi = time_it([&] { library_all_reduce(comm, t); });
       seconds[k] = {ring, mpi};
     }

@@ -12,6 +12,7 @@
 #include "core/model/presets.h"
 #include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
+#include "exercises/selection.h"
 #include "lessons/lesson.h"
 #include "lessons/validate.h"
 
@@ -252,6 +253,7 @@ WorldOptions CommonOptions::world_options() const {
   w.backend = backend;
   if (!capacity.empty()) w.capacity_override = parse_bytes(capacity);
   w.run_config = run_config;
+  w.all_reduce = ex::selected_seams().comm.all_reduce;  // exercise 01, as --impl selected
   return w;
 }
 

@@ -20,7 +20,7 @@
 #include "core/tensor/dtype.h"
 #include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -34,7 +34,7 @@ class MeshLayout : public parallel::ContextParallel {
   MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg, parallel::CpLayout layout,
              int seq, const train::OptimizerFactory& make_optimizer)
       : ContextParallel(cfg, mesh->group(parallel::Axis::cp), layout, seq, make_optimizer,
-                        selected_seams().cp),
+                        ex::selected_seams().cp),
         mesh_(std::move(mesh)) {}
 
  private:

@@ -23,8 +23,8 @@
 #include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
 #include "core/train/single_device.h"
+#include "exercises/selection.h"
 #include "lessons/host_memory_check.h"
-#include "lessons/impl.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -104,7 +104,7 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
     return std::make_unique<parallel::DdpLayout>(
         cfg, *ctx.comm,
         parallel::DdpOptions{.overlap = d.overlap, .bucket_bytes = result.bucket_bytes}, d.accum,
-        optimizer_factory(c), shard, selected_seams().ddp);
+        optimizer_factory(c), shard, ex::selected_seams().ddp);
   };
   train::TrainResult trained = train::train(
       world, *task, train_options(c, result.global_batch, cfg), factory,

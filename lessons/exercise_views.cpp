@@ -4,7 +4,7 @@
 #include <fmt/ostream.h>
 
 #include "core/trace/analysis.h"
-#include "core/trace/bubble_seams.h"
+#include "exercises/selection.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -13,7 +13,7 @@ std::vector<double> measured_bubble_fractions(const trace::Trace& trace, int ste
   const trace::Interval window = trace::analysis_window(trace, step);
   std::vector<double> fractions;
   for (const trace::RankIdle& r :
-       trace::bubble_seams().bubble_accounting(trace, window.begin, window.end))
+       ex::selected_seams().bubble.bubble_accounting(trace, window.begin, window.end))
     fractions.push_back(r.bubble_fraction);
   return fractions;
 }
@@ -33,11 +33,11 @@ std::string elements_formula(int64_t params, int dp, bool sharded) {
 }  // namespace
 
 std::string bubble_accounting_credit() {
-  return seam_credit("exercise 04's bubble accounting", trace::bubble_seams().impl_name);
+  return seam_credit("exercise 04's bubble accounting", ex::selected_seams().bubble.impl_name);
 }
 
 void print_memory_prediction(std::ostream& out, const MemoryRun& run, const MemoryStats& measured) {
-  const memory::MemorySeams& seams = memory::memory_seams();
+  const memory::MemorySeams& seams = ex::selected_seams().memory;
   const int64_t params = seams.gpt_param_count(run.model);
   const memory::MemoryEstimate predicted =
       seams.estimate_memory({params, run.precision, run.dp, run.zero_stage});

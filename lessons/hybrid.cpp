@@ -16,9 +16,9 @@
 #include "core/parallel/hybrid.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/trace/analysis.h"
+#include "exercises/selection.h"
 #include "lessons/exercise_views.h"
 #include "lessons/hybrid_report.h"
-#include "lessons/impl.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -78,9 +78,8 @@ bool run_hybrid(World& world, data::Task& task, const parallel::HybridOptions& o
   train::TrainResult trained = train::train(
       world, task, train_options(c, c.batch, run.cfg, config),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        return std::make_unique<parallel::HybridLayout>(run.cfg, *ctx.comm, options,
-                                                        optimizer_factory(c),
-                                                        selected_seams().hybrid());
+        return std::make_unique<parallel::HybridLayout>(
+            run.cfg, *ctx.comm, options, optimizer_factory(c), ex::selected_seams().hybrid());
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {

@@ -19,6 +19,7 @@
 #include "core/parallel/pipeline/simulate.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
+#include "exercises/selection.h"
 #include "lessons/exercise_views.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
@@ -158,8 +159,8 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   }
   auto task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
-  const pipeline::Schedule schedule =
-      pipeline::make_schedule(p.schedule, P, p.microbatches, p.virtual_stages);
+  const pipeline::Schedule schedule = pipeline::make_schedule(
+      p.schedule, P, p.microbatches, p.virtual_stages, ex::selected_seams().pipeline);
   const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
 
   PipelineResult result;

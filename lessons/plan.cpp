@@ -13,8 +13,8 @@
 #include <fmt/ranges.h>
 
 #include "core/tensor/allocator.h"
+#include "exercises/selection.h"
 #include "lessons/cli.h"
-#include "lessons/impl.h"
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
@@ -270,7 +270,7 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
 plan::SearchRequest make_request(const PlanArgs& a, const PlanModel& chosen) {
   plan::SearchRequest request;
   request.workload.model = chosen.config;
-  request.workload.seams = selected_seams().hybrid();
+  request.workload.seams = ex::selected_seams().hybrid();
   if (a.seq > 0) request.workload.model.seq_len = a.seq;
   request.gpus = a.gpus;
   request.global_batch = a.global_batch > 0 ? a.global_batch : chosen.default_global_batch;
@@ -343,7 +343,7 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
     plan::enumerate_layouts(request.workload.model, a.gpus, request.global_batch, request.pins);
     std::ostream& progress = a.json ? err : out;
     if (!a.json) print_plan_header(out, request, chosen.name);
-    select_impl("reference", progress);  // the engine runs the reference pipeline schedules
+    ex::select_impl("reference", progress);  // the engine runs the reference pipeline schedules
     const plan::SearchResult result = run_search(request, progress);
     if (result.simulated == 0 && !result.refused.empty()) {
       std::vector<std::string> reasons;

@@ -15,9 +15,8 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/memory/seams.h"
 #include "core/tensor/allocator.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 #include "lessons/lesson.h"
 #include "lessons/plan.h"
 #include "lessons/training.h"
@@ -88,7 +87,7 @@ class RecommendationsLesson : public Lesson {
     quiet_ = c.quiet;
     const HardwareProfile profile =
         HardwareProfile::load(profile_option_->count() > 0 ? c.profile : "DGX-H100");
-    select_impl("reference", out);
+    ex::select_impl("reference", out);
     fmt::print(out,
                "Which layout should I use? Four questions to the planner (`mgpu plan`) on {} "
                "({} GPUs per node, {} per GPU; {} inside a node, {} between).\n"
@@ -108,7 +107,7 @@ class RecommendationsLesson : public Lesson {
                             plan::SearchRequest& request) {
     const PlanModel model = plan_model(k.model);
     request.workload.model = model.config;
-    request.workload.seams = selected_seams().hybrid();
+    request.workload.seams = ex::selected_seams().hybrid();
     request.gpus = k.gpus;
     request.global_batch = model.default_global_batch;
     request.profile = profile;
@@ -158,7 +157,7 @@ class RecommendationsLesson : public Lesson {
     // Model states of one unsharded replica, from the memory estimator the lessons use.
     const int64_t params = count_params(request.workload.model);
     const bool fp32 = l.precision == "fp32";
-    const memory::MemoryEstimate replica = memory::memory_seams().estimate_memory(
+    const memory::MemoryEstimate replica = ex::selected_seams().memory.estimate_memory(
         {.params = params,
          .precision = fp32 ? memory::Precision::fp32 : memory::Precision::mixed_bf16});
     const double states = static_cast<double>(replica.total());

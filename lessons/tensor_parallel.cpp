@@ -19,7 +19,7 @@
 #include "core/theory/collectives.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -33,7 +33,7 @@ class MeshLayout : public TpLayout {
  public:
   MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
              const train::OptimizerFactory& make_optimizer)
-      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer, selected_seams().tp),
+      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer, ex::selected_seams().tp),
         mesh_(std::move(mesh)) {}
 
  private:

@@ -35,8 +35,8 @@
 #include "core/parallel/sequence_parallel.h"
 #include "core/plan/simulate.h"
 #include "core/theory/model_states.h"
+#include "exercises/selection.h"
 #include "lessons/cli.h"
-#include "lessons/impl.h"
 
 namespace mgpu::lessons {
 
@@ -88,7 +88,7 @@ LayerTimes time_one_layer(GPTConfig cfg, int tp, int microbatch, bool sequence_p
   cfg.recompute = recompute;
   RankContext ctx(0, tp, Device::phantom(0), profile, ClockKind::modeled);
   ctx.tracer.enabled = false;
-  ctx.all_reduce = comm::installed_all_reduce();  // a context made by hand, not by a World
+  ctx.all_reduce = ex::selected_seams().comm.all_reduce;  // a context made by hand, not by a World
   ScopedRank scoped(ctx);
   std::vector<int> members(static_cast<size_t>(tp));
   for (int r = 0; r < tp; ++r) members[r] = r;
@@ -97,9 +97,9 @@ LayerTimes time_one_layer(GPTConfig cfg, int tp, int microbatch, bool sequence_p
   // in the activations' type (bf16, 2 B per element), where the lessons sum them in fp32 (4 B, so
   // that TP computes the single-device model's numbers bit for bit). Same GEMMs, same
   // collectives, half the bytes of the summed ones: what Korthikanti et al. timed.
-  parallel::TensorParallelComm tp_comm(*group, selected_seams().tp,
+  parallel::TensorParallelComm tp_comm(*group, ex::selected_seams().tp,
                                        parallel::PartialSums::activation_dtype);
-  parallel::SequenceParallelComm sp_comm(*group, selected_seams().tp,
+  parallel::SequenceParallelComm sp_comm(*group, ex::selected_seams().tp,
                                          parallel::PartialSums::activation_dtype);
   BlockShard shard = parallel::tp_slice(cfg, tp, 0).block();
   shard.seq_parts = sequence_parallel ? tp : 1;
@@ -173,7 +173,7 @@ void table5_rows(const HardwareProfile& profile, std::vector<Row>& rows) {
                               .precision = "bf16",
                               .recompute = "full"};
     const plan::Prediction prediction =
-        plan::simulate({.model = p.model, .seams = selected_seams().hybrid()}, layout, profile);
+        plan::simulate({.model = p.model, .seams = ex::selected_seams().hybrid()}, layout, profile);
     rows.push_back({"Korthikanti 2022 Table 5",
                     fmt::format("{} iteration, full recompute (s), {} GPUs; fp32 TP sums, "
                                 "replicated head",
@@ -207,8 +207,8 @@ void bubble_rows(std::vector<Row>& rows) {
                         {"1f1b", "Narayanan 2021", 8, 64, 1},
                         {"interleaved", "Narayanan 2021", 4, 8, 2}};
   for (const Case& c : cases) {
-    const auto schedule =
-        pipeline::make_schedule(c.schedule, c.stages, c.microbatches, c.virtual_stages);
+    const auto schedule = pipeline::make_schedule(c.schedule, c.stages, c.microbatches,
+                                                  c.virtual_stages, ex::selected_seams().pipeline);
     const double simulated = pipeline::simulate_schedule(schedule).bubble_fraction;
     rows.push_back(
         {c.source,
@@ -273,7 +273,7 @@ int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::o
     return usage_error(err, "validate", e.what());
   }
   std::ostringstream quiet;
-  select_impl("reference", quiet);  // the engine's seams: the reference implementations
+  ex::select_impl("reference", quiet);  // the engine's seams: the reference implementations
   std::vector<Row> rows;
   table4_rows(profile, rows);
   table5_rows(profile, rows);

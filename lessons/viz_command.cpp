@@ -10,9 +10,9 @@
 #include <fmt/ostream.h>
 #include <CLI/CLI.hpp>
 
+#include "exercises/selection.h"
 #include "lessons/classroom.h"
 #include "lessons/cli.h"
-#include "lessons/impl.h"
 #include "lessons/validate.h"
 
 #ifdef MGPU_HAVE_VIZ
@@ -129,7 +129,7 @@ bool read_viz_args(VizArgs& a, std::ostream& err) {
 
 // Classroom mode without trace files, else the dashboard on them.
 int show(VizArgs& a, std::ostream& err) {
-  select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
+  ex::select_impl("reference");  // classroom mode runs the pipeline lesson, which uses the seams
   if (a.paths.empty()) {
     a.classroom.presentation = a.opt.presentation;
     a.classroom.screenshot = a.opt.screenshot;

@@ -15,8 +15,8 @@
 
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
+#include "exercises/selection.h"
 #include "lessons/ddp.h"
-#include "lessons/impl.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
@@ -102,7 +102,7 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
       world, *task, train_options(c, global_batch, cfg),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto layout = std::make_unique<parallel::ZeroLayout>(
-            cfg, *ctx.comm, options, optimizer_factory(c), selected_seams().zero);
+            cfg, *ctx.comm, options, optimizer_factory(c), ex::selected_seams().zero);
         return layout;
       },
       [&](int step, float loss) { log.record(step, loss); },

@@ -1,4 +1,4 @@
-// Installs the reference implementations into core's seams (the default, `--impl reference`).
+// The reference side of the exercise table (the default, `--impl reference`).
 #include "exercises/exercises.h"
 #include "exercises/probe.h"
 

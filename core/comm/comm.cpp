@@ -9,9 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/comm/algorithms/algorithms.h"
-#include "core/comm/seams.h"
 #include "core/runtime/context.h"
-#include "core/runtime/seam.h"
 
 namespace mgpu::comm {
 
@@ -121,22 +119,6 @@ void Comm::recv_host(const HostMessage& message, int src, int tag) {
   recv(packed, src, tag);
   const std::vector<float> words = packed.to_vector();
   if (message.bytes() > 0) std::memcpy(message.data, words.data(), message.bytes());
-}
-
-void install_comm_seams(CommSeams seams) {
-  Seam<CommSeams>::install(std::move(seams));
-}
-
-const CommSeams& comm_seams() {
-  return Seam<CommSeams>::get("comm seam", Required{"all_reduce", &CommSeams::all_reduce});
-}
-
-AllReduceFn installed_all_reduce() {
-  try {
-    return comm_seams().all_reduce;
-  } catch (const std::logic_error&) {
-    return [](Comm& comm, Tensor& t, ReduceOp op) { comm_seams().all_reduce(comm, t, op); };
-  }
 }
 
 }  // namespace mgpu::comm

@@ -2,8 +2,8 @@
 // What training state costs per rank (parameters, gradients, AdamW state, sharded or not by
 // ZeRO) is what the lessons predict before they measure it with the allocator. The student
 // re-implements the estimate: core declares it here, solutions/ holds the reference, exercises/
-// the student's version, and the program installs one (`--impl`), so a student's estimator
-// fills the lessons' "predicted" column.
+// the student's version, and the program hands the lessons the one `--impl` selects, so a
+// student's estimator fills the lessons' "predicted" column.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -43,9 +43,5 @@ struct MemorySeams {
   ParamCountFn gpt_param_count;
   EstimateMemoryFn estimate_memory;
 };
-
-void install_memory_seams(MemorySeams seams);
-// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
-const MemorySeams& memory_seams();
 
 }  // namespace mgpu::memory

@@ -28,7 +28,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
       tp_comm_(mesh_.group(Axis::tp), seams.tp),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
-                                        options.virtual_stages)),
+                                        options.virtual_stages, seams.pipeline)),
       zero_(options.zero),
       zero_seams_(seams.zero) {
   if (zero_ != 0) check_seams(zero_seams_);

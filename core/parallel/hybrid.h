@@ -19,10 +19,12 @@
 #include <memory>
 #include <string>
 
+#include "core/comm/all_reduce_fn.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/pipeline/mirror_gradients.h"
+#include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
 #include "core/train/layout.h"
@@ -38,12 +40,15 @@ struct HybridOptions {
   MeshGroupFactory mesh_groups;   // empty: Comm::split (the planner's representative passes one)
 };
 
-// The exercise functions a hybrid rank runs: exercise 06's linears (tp), exercise 07's merge (cp)
-// and exercise 08's owned chunk and sharded step (ZeRO-1 over dp).
+// The exercise functions a hybrid rank runs: exercise 06's linears (tp), exercise 07's merge (cp),
+// exercise 08's owned chunk and sharded step (ZeRO-1 over dp), exercise 03's GPipe and 1F1B
+// compute orders (pp) and exercise 01's all-reduce (the world the planner's simulation makes).
 struct HybridSeams {
   TpSeams tp;
   CpSeams cp;
   ZeroSeams zero;
+  pipeline::PipelineSeams pipeline;
+  comm::AllReduceFn all_reduce;
 };
 
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to

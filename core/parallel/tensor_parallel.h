@@ -30,7 +30,7 @@ void g_backward(Tensor& dy, comm::Comm& tp);  // identity
 // ------------------------------------------------------------------ exercise 06 seams
 // The column- and row-parallel linear (docs/exercises/06-tensor-parallel.md): solutions/ holds
 // the reference, exercises/ the student's; `--impl` picks which table the program hands to every
-// layout it builds (lessons/impl.h), and each layout keeps the table it was given.
+// layout it builds (exercises/selection.h), and each layout keeps the table it was given.
 //   column: y_local = f(x) @ w_local^T + b_local          w_local: my rows of W [out/t, in]
 //   row:    y       = g(x_local @ w_local^T) + b          w_local: my columns of W [out, in/t];
 //                                                         b is defined on one rank only

@@ -335,7 +335,10 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
   // Stages that cannot be placed on nodes as threads: a small mesh runs in full instead (exact).
   if (!stage_profile && layout.gpus() <= 64) mode = Simulation::full;
   const bool representative = mode == Simulation::representative;
-  World world(simulation_world(layout, profile, stride, stage_profile, representative));
+  WorldOptions world_options =
+      simulation_world(layout, profile, stride, stage_profile, representative);
+  world_options.all_reduce = workload.seams.all_reduce;
+  World world(world_options);
 
   const PhantomTokens task(cfg.vocab);
   train::TrainOptions train_options;

@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 
 #include "core/comm/local/local_world.h"
-#include "core/comm/seams.h"
 #include "core/ops/cpu/kernels.h"
 #include "core/runtime/gpu.h"
 #ifdef MGPU_HAVE_NCCL
@@ -62,6 +61,16 @@ void agree_on_run_config(const RunConfig& mine, int my_rank, double timeout) {
   throw RunConfigMismatch(describe_run_config_disagreement(per_rank), my_rank == 0);
 }
 #endif
+
+// The all-reduce of a world made without one (WorldOptions::all_reduce empty): core holds no
+// ring all-reduce of its own (it is exercise 01), so asking for one is a mistake of the caller.
+void no_all_reduce(comm::Comm& comm, Tensor&, comm::ReduceOp) {
+  throw std::logic_error(fmt::format(
+      "all_reduce on group '{}': this World was made without an all-reduce; set "
+      "WorldOptions::all_reduce to exercise 01's function (the --impl selection's, e.g. "
+      "ex::selected_seams().comm.all_reduce)",
+      comm.name()));
+}
 
 // A value as a table cell: what the user typed may be long.
 std::string cell(const std::string& value) {
@@ -148,7 +157,7 @@ World::World(WorldOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
   cpu::use_one_blas_thread();  // before any rank starts: OpenBLAS's idle pool would spin
   w.options = std::move(options);
-  if (!w.options.all_reduce) w.options.all_reduce = comm::installed_all_reduce();
+  if (!w.options.all_reduce) w.options.all_reduce = no_all_reduce;
   const std::string backend = choose_backend(w.options.backend);
   const auto epoch = std::chrono::steady_clock::now();
   if (backend == "mpi") {

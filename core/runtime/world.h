@@ -34,9 +34,9 @@ struct WorldOptions {
   // command line, a typo in one) would otherwise exchange messages of different sizes or train
   // different models in silence. Threads share one configuration, so nothing is compared.
   RunConfig run_config;
-  // The ring all-reduce every communicator of the world runs (exercise 01's function). Empty:
-  // the one installed by reference::install_seams() / mine::install_seams() when the World is
-  // made (comm::installed_all_reduce()).
+  // The ring all-reduce every communicator of the world runs (exercise 01's function, from the
+  // program's --impl selection). Empty: every all_reduce on this world's communicators throws
+  // std::logic_error saying so (a world that never all-reduces needs none).
   comm::AllReduceFn all_reduce;
 };
 

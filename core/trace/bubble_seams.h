@@ -1,8 +1,8 @@
 // Exercise seam for bubble accounting (exercise 04: docs/exercises/04-bubble-accounting.md).
 // How much of a window each rank sat idle is what a pipeline lesson's bubble table reports. The
 // student re-implements it: core declares the signature here, solutions/ holds the reference,
-// exercises/ the student's version, and the program installs one (`--impl`), so a student's
-// accounting fills the pipeline lesson's "measured" column.
+// exercises/ the student's version, and the program hands the lessons the one `--impl` selects,
+// so a student's accounting fills the pipeline lesson's "measured" column.
 #pragma once
 #include <functional>
 #include <string>
@@ -28,9 +28,5 @@ struct BubbleSeams {
   std::string impl_name;  // "reference" or "mine"
   BubbleAccountingFn bubble_accounting;
 };
-
-void install_bubble_seams(BubbleSeams seams);
-// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
-const BubbleSeams& bubble_seams();
 
 }  // namespace mgpu::trace

@@ -10,15 +10,10 @@
 #include "core/trace/analysis.h"
 #include "lessons/ddp.h"
 
-namespace mgpu::reference {
-void install_seams();
-}
-
 using namespace mgpu;
 using namespace mgpu::lessons;
 
 int main(int argc, char** argv) {
-  mgpu::reference::install_seams();
   std::string profile = argc > 1 ? argv[1] : "8xH100-NVLink";
   int per_rank = argc > 2 ? std::atoi(argv[2]) : 8;
   int dim = argc > 3 ? std::atoi(argv[3]) : 64;

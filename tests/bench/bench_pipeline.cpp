@@ -7,14 +7,12 @@
 #include <string>
 
 #include "core/trace/analysis.h"
-#include "exercises/exercises.h"
 #include "lessons/pipeline.h"
 
 using namespace mgpu;
 using namespace mgpu::lessons;
 
 int main(int argc, char** argv) {
-  reference::install_seams();  // the schedules' reference compute orders
   const int P = 4, batch = 32;
   CommonOptions c;
   c.ranks = P;

@@ -21,7 +21,6 @@ double cpu_seconds() {
 }
 
 int main(int argc, char** argv) {
-  mgpu::reference::install_seams();
   mgpu::HardwareProfile profile;
   try {
     profile = mgpu::HardwareProfile::load(argc > 1 ? argv[1] : "2x8xH100-IB");

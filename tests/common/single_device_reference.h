@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/selected_seams.h"
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
@@ -24,7 +25,7 @@ inline FullTensors train_single_device_reference(const GPTConfig& cfg, const dat
                                                  int batch, int seq,
                                                  std::vector<float>* losses = nullptr) {
   FullTensors full;
-  World world(WorldOptions{.ranks = 1});
+  World world(WorldOptions{.ranks = 1, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext&) {
     GPT model(cfg);
     auto opt = make_optimizer(model.params());

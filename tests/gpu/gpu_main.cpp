@@ -1,16 +1,14 @@
 // Main of every GPU test executable: without a usable GPU it prints one line and exits 77, which
 // ctest (SKIP_RETURN_CODE 77) reports as "skipped" instead of passed or failed. With a GPU it
-// installs the CUDA module and the exercise seams and runs the Catch2 tests.
+// installs the CUDA module, selects the reference exercise tables and runs the Catch2 tests.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 
 #include "core/runtime/gpu.h"
-
-namespace mgpu::reference {
-void install_seams();
-}
+#include "exercises/exercises.h"
+#include "exercises/selection.h"
 
 int main(int argc, char* argv[]) {
   if (!mgpu::cuda::install()) {
@@ -19,6 +17,6 @@ int main(int argc, char* argv[]) {
                                                    : "this build has no CUDA");
     return 77;
   }
-  mgpu::reference::install_seams();
+  mgpu::ex::use_seams(mgpu::reference::seams());
   return Catch::Session().run(argc, argv);
 }

@@ -3,6 +3,7 @@
 // checks the exact sum, then all-gathers and broadcasts.
 #include <numeric>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 #include "gpu_test_util.h"
@@ -45,6 +46,7 @@ void check_collectives(World& world) {
 
 WorldOptions gpu_world(int ranks, const std::string& backend) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.device = DeviceKind::cuda;
   o.clock = ClockKind::cuda;  // also exercises the scope-boundary syncs

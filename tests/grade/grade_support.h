@@ -2,25 +2,27 @@
 // tagged [grade][exNN]; `mgpu grade` reads the points from the name and runs each case on its own.
 // Names avoid commas and square brackets so that a name is also a valid Catch2 test spec.
 //
-// The implementation under test is the one catch_main installed: the reference, or the student's
+// The implementation under test is the one catch_main selected: the reference, or the student's
 // when MGPU_IMPL=mine.
 #pragma once
-#include "core/comm/seams.h"
 #include "core/runtime/world.h"
+#include "exercises/selection.h"
 
 namespace mgpu::grade {
 
 inline bool grading_mine() {
-  return comm::comm_seams().impl_name == "mine";
+  return ex::selected_seams().comm.impl_name == "mine";
 }
 
-// `ranks` rank threads on the local backend; a deadlock in the code under test is reported as a
-// CommError after 3 seconds instead of hanging the grader.
+// `ranks` rank threads on the local backend, their all-reduce the selected one (exercise 01); a
+// deadlock in the code under test is reported as a CommError after 3 seconds instead of hanging
+// the grader.
 inline WorldOptions local_world(int ranks) {
   WorldOptions o;
   o.ranks = ranks;
   o.backend = "local";
   o.comm_timeout = 3;
+  o.all_reduce = ex::selected_seams().comm.all_reduce;
   return o;
 }
 

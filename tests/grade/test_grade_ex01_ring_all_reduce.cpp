@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/comm/comm.h"
-#include "core/comm/seams.h"
 #include "core/runtime/world.h"
+#include "exercises/selection.h"
 #include "grade/grade_support.h"
 
 using namespace mgpu;
@@ -29,7 +29,7 @@ std::vector<std::vector<float>> all_reduce_on(int ranks, int64_t n, ReduceOp op)
   std::vector<std::vector<float>> got(ranks);
   world.run([&](RankContext& ctx) {
     Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
-    comm::comm_seams().all_reduce(*ctx.comm, t, op);
+    ex::selected_seams().comm.all_reduce(*ctx.comm, t, op);
     got[ctx.rank] = t.to_vector();
   });
   return got;
@@ -80,7 +80,7 @@ TEST_CASE("ex01 in place: a view is reduced and its neighbours are untouched (1 
     Tensor buffer = Tensor::from({n + 3}, padded);
     Tensor view = buffer.flat_range(2, 2 + n);
     before[ctx.rank] = view.f32();
-    comm::comm_seams().all_reduce(*ctx.comm, view, ReduceOp::sum);
+    ex::selected_seams().comm.all_reduce(*ctx.comm, view, ReduceOp::sum);
     after[ctx.rank] = view.f32();
     whole[ctx.rank] = buffer.to_vector();
   });
@@ -103,7 +103,7 @@ TEST_CASE("ex01 bandwidth: each rank sends about 2(N-1)/N of the buffer (1 pts)"
   World world(grade::local_world(ranks));
   world.run([&](RankContext& ctx) {
     Tensor t = Tensor::from({n}, testing::rank_input(ctx.rank, n));
-    comm::comm_seams().all_reduce(*ctx.comm, t, ReduceOp::sum);
+    ex::selected_seams().comm.all_reduce(*ctx.comm, t, ReduceOp::sum);
   });
   trace::Trace trace = world.collect_trace();
   const int64_t ring_bytes = 2 * (ranks - 1) * ((n + ranks - 1) / ranks) * 4;

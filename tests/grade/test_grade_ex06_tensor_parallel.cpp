@@ -11,8 +11,8 @@
 #include "core/ops/ops.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/runtime/world.h"
+#include "exercises/selection.h"
 #include "grade/grade_support.h"
-#include "lessons/impl.h"
 
 using namespace mgpu;
 
@@ -115,7 +115,7 @@ void check_sharded(Split split, int tp, bool backward) {
     Tensor Bi = column              ? Tensor::from({out}, rows(b, 1, s0, s1))
                 : group.rank() == 0 ? Tensor::from({OUT}, b)
                                     : Tensor();
-    const parallel::TpSeams& seams = lessons::selected_seams().tp;
+    const parallel::TpSeams& seams = ex::selected_seams().tp;
     Tensor Y = Tensor::zeros({B, T, out}, MemCategory::activations);
     (column ? seams.column_forward : seams.row_forward)(Y, X, W, Bi, group);
     mine.y = Y.to_vector();

@@ -11,8 +11,8 @@
 
 #include "core/ops/ops.h"
 #include "core/parallel/context_parallel.h"
+#include "exercises/selection.h"
 #include "grade/grade_support.h"
-#include "lessons/impl.h"
 
 using namespace mgpu;
 
@@ -77,7 +77,7 @@ void merge_blocks_in_order(const std::vector<int>& order) {
   Partial running = block(in.q, in.kv, range(2 * order[0], 2 * order[0] + 2));
   for (size_t i = 1; i < order.size(); ++i) {
     const Partial next = block(in.q, in.kv, range(2 * order[i], 2 * order[i] + 2));
-    lessons::selected_seams().cp.merge(running.out, running.lse, next.out, next.lse);
+    ex::selected_seams().cp.merge(running.out, running.lse, next.out, next.lse);
   }
   check_close(running.out.to_vector(), whole.out.to_vector(), 1e-5f, "out");
   check_close(running.lse.to_vector(), whole.lse.to_vector(), 1e-5f, "lse");
@@ -90,7 +90,7 @@ TEST_CASE("ex07 two halves of the keys merge into attention over all of them (3 
   const Partial whole = block(in.q, in.kv, range(0, T));
   Partial first = block(in.q, in.kv, range(0, T / 2));
   const Partial second = block(in.q, in.kv, range(T / 2, T));
-  lessons::selected_seams().cp.merge(first.out, first.lse, second.out, second.lse);
+  ex::selected_seams().cp.merge(first.out, first.lse, second.out, second.lse);
   check_close(first.out.to_vector(), whole.out.to_vector(), 1e-5f, "out");
   check_close(first.lse.to_vector(), whole.lse.to_vector(), 1e-5f, "lse");
 }
@@ -106,20 +106,20 @@ TEST_CASE("ex07 a part that saw no key (lse -inf) weighs nothing (2 pts)", "[gra
   Tensor out = Tensor::from({B, T, C}, o), lse = Tensor::from({B, H, T}, l);
   const Tensor empty_out = Tensor::from({B, T, C}, std::vector<float>(B * T * C, 7.0f));
   const Tensor empty_lse = Tensor::from({B, H, T}, std::vector<float>(B * H * T, -kInf));
-  lessons::selected_seams().cp.merge(out, lse, empty_out, empty_lse);
+  ex::selected_seams().cp.merge(out, lse, empty_out, empty_lse);
   check_close(out.to_vector(), o, 1e-6f, "out after merging an empty part");
   check_close(lse.to_vector(), l, 1e-6f, "lse after merging an empty part");
   // an empty running result takes the part as it is
   Tensor none_out = Tensor::from({B, T, C}, std::vector<float>(B * T * C, 0.0f));
   Tensor none_lse = Tensor::from({B, H, T}, std::vector<float>(B * H * T, -kInf));
-  lessons::selected_seams().cp.merge(none_out, none_lse, Tensor::from({B, T, C}, o),
-                                     Tensor::from({B, H, T}, l));
+  ex::selected_seams().cp.merge(none_out, none_lse, Tensor::from({B, T, C}, o),
+                                Tensor::from({B, H, T}, l));
   check_close(none_out.to_vector(), o, 1e-6f, "out of an empty result merged with a part");
   check_close(none_lse.to_vector(), l, 1e-6f, "lse of an empty result merged with a part");
   // two empty parts stay empty: lse -inf, out 0, no NaN
   Tensor both_out = Tensor::from({B, T, C}, std::vector<float>(B * T * C, 0.0f));
   Tensor both_lse = Tensor::from({B, H, T}, std::vector<float>(B * H * T, -kInf));
-  lessons::selected_seams().cp.merge(both_out, both_lse, empty_out.reshape({B, T, C}), empty_lse);
+  ex::selected_seams().cp.merge(both_out, both_lse, empty_out.reshape({B, T, C}), empty_lse);
   check_close(both_lse.to_vector(), std::vector<float>(B * H * T, -kInf), 0, "lse of two empties");
   check_close(both_out.to_vector(), std::vector<float>(B * T * C, 0.0f), 0, "out of two empties");
 }
@@ -133,8 +133,7 @@ TEST_CASE("ex07 log-sum-exps near 1000 merge without overflow (2 pts)", "[grade]
   }
   const std::vector<float> oa = values(B * T * C, 1.0f, 0.2f), ob = values(B * T * C, 1.0f, 1.1f);
   Tensor out = Tensor::from({B, T, C}, oa), lse = Tensor::from({B, H, T}, la);
-  lessons::selected_seams().cp.merge(out, lse, Tensor::from({B, T, C}, ob),
-                                     Tensor::from({B, H, T}, lb));
+  ex::selected_seams().cp.merge(out, lse, Tensor::from({B, T, C}, ob), Tensor::from({B, H, T}, lb));
   std::vector<float> want_out(oa.size()), want_lse(la.size());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -171,9 +170,9 @@ TEST_CASE("ex07 bonus: the merge's backward matches finite differences (2 pts)",
                        Tensor::from({B, H, T}, lb));
   Tensor d_out = Tensor::zeros({B, T, C}, MemCategory::workspace);
   Tensor d_lse = Tensor::zeros({B, H, T}, MemCategory::workspace);
-  lessons::selected_seams().cp.merge_backward(d_out, d_lse, Tensor::from({B, T, C}, g), merged_out,
-                                              merged_lse, Tensor::from({B, T, C}, oa),
-                                              Tensor::from({B, H, T}, la));
+  ex::selected_seams().cp.merge_backward(d_out, d_lse, Tensor::from({B, T, C}, g), merged_out,
+                                         merged_lse, Tensor::from({B, T, C}, oa),
+                                         Tensor::from({B, H, T}, la));
   const double eps = 1e-2;
   std::vector<float> want_out(oa.size()), want_lse(la.size());
   for (size_t i = 0; i < oa.size(); ++i) {

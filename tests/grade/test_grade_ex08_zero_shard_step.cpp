@@ -11,8 +11,8 @@
 #include "core/comm/comm.h"
 #include "core/parallel/zero.h"
 #include "core/runtime/world.h"
+#include "exercises/selection.h"
 #include "grade/grade_support.h"
-#include "lessons/impl.h"
 
 using namespace mgpu;
 
@@ -50,10 +50,9 @@ std::vector<RankResult> run_step(int ranks, World& world) {
       }
       units.push_back({Tensor::from({kUnitSizes[u]}, p, MemCategory::parameters),
                        Tensor::from({kUnitSizes[u]}, g, MemCategory::gradients)});
-      mine.owned.push_back(
-          lessons::selected_seams().zero.owned_chunk(kUnitSizes[u], ranks, ctx.rank));
+      mine.owned.push_back(ex::selected_seams().zero.owned_chunk(kUnitSizes[u], ranks, ctx.rank));
     }
-    lessons::selected_seams().zero.sharded_step(dp, units, [&] {
+    ex::selected_seams().zero.sharded_step(dp, units, [&] {
       ++mine.updates;
       for (size_t u = 0; u < units.size(); ++u) {
         mine.grads_at_update.push_back(units[u].grads.to_vector());
@@ -87,7 +86,7 @@ TEST_CASE("ex08 owned chunks are consecutive and cut like the collectives (2 pts
       INFO(numel << " elements over " << ranks << " ranks");
       int64_t next = 0;
       for (int r = 0; r < ranks; ++r) {
-        auto [begin, end] = lessons::selected_seams().zero.owned_chunk(numel, ranks, r);
+        auto [begin, end] = ex::selected_seams().zero.owned_chunk(numel, ranks, r);
         CHECK(begin == next);
         CHECK(end - begin == numel / ranks + (r < numel % ranks ? 1 : 0));
         next = end;

@@ -16,10 +16,10 @@
 using namespace mgpu;
 
 int main() {
-  reference::install_seams();
   WorldOptions o;
   o.backend = "mpi";
   o.comm_timeout = 20;
+  o.all_reduce = &reference::ring_all_reduce;
   World world(o);
   int failures = 0;
   world.run([&](RankContext& ctx) {

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "common/collective_reference.h"
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 WorldOptions options_for(int ranks) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.backend = "local";
   o.comm_timeout = 10;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 #include "core/trace/analysis.h"
@@ -18,6 +19,7 @@ namespace {
 
 WorldOptions options_for(int ranks) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.backend = "local";
   o.comm_timeout = 10;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 
@@ -18,6 +19,7 @@ namespace {
 
 WorldOptions options_for(int ranks, double timeout = 20) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.backend = "local";
   o.comm_timeout = timeout;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
 #include "exercises/exercises.h"
@@ -21,6 +22,7 @@ namespace {
 
 WorldOptions two_ranks() {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = 2;
   o.backend = "local";
   o.comm_timeout = 10;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/selected_seams.h"
 #include "core/comm/algorithms/algorithms.h"
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
@@ -41,6 +42,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 WorldOptions local_world(int ranks, ClockKind clock = ClockKind::modeled) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.backend = "local";
   o.clock = clock;

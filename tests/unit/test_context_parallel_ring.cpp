@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "common/selected_seams.h"
 #include "core/data/task.h"
 #include "core/parallel/context_parallel.h"
 #include "core/runtime/world.h"
@@ -33,7 +34,7 @@ int merges_in_one_step(CpLayout layout, int cp) {
   cfg.layers = 2;
   cfg.dim = 16;
   cfg.heads = 2;
-  World world(WorldOptions{.ranks = cp});
+  World world(WorldOptions{.ranks = cp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     ContextParallel layout_on_rank(
         cfg, *ctx.comm, layout, 16,

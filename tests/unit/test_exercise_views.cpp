@@ -1,5 +1,5 @@
 // What the lessons show through exercise seams 04 and 05: the figures follow whatever is
-// installed, so a deliberately wrong implementation changes them and the credit names it.
+// selected, so a deliberately wrong implementation changes them and the credit names it.
 #include <catch2/catch.hpp>
 
 #include <sstream>
@@ -7,6 +7,7 @@
 #include "core/memory/seams.h"
 #include "core/trace/bubble_seams.h"
 #include "exercises/exercises.h"
+#include "exercises/selection.h"
 #include "lessons/exercise_views.h"
 #include "lessons/training.h"
 
@@ -15,7 +16,7 @@ using namespace mgpu;
 namespace {
 
 struct RestoreReference {
-  ~RestoreReference() { reference::install_seams(); }
+  ~RestoreReference() { ex::use_seams(reference::seams()); }
 };
 
 trace::Event event(int rank, trace::Lane lane, double start, double dur, int step = -1) {
@@ -43,7 +44,7 @@ trace::Trace two_rank_step() {
 
 }  // namespace
 
-TEST_CASE("measured_bubble_fractions uses the installed bubble accounting (exercise 04)",
+TEST_CASE("measured_bubble_fractions uses the selected bubble accounting (exercise 04)",
           "[exercise_views]") {
   RestoreReference restore;
   const trace::Trace t = two_rank_step();
@@ -54,24 +55,26 @@ TEST_CASE("measured_bubble_fractions uses the installed bubble accounting (exerc
   CHECK(lessons::bubble_accounting_credit() == "exercise 04's bubble accounting (reference)");
 
   // A wrong accounting (sums durations instead of their union) shows through.
-  trace::install_bubble_seams({"mine", [](const trace::Trace& tr, double t0, double t1) {
-                                 std::vector<trace::RankIdle> out(tr.num_ranks);
-                                 for (int r = 0; r < tr.num_ranks; ++r) out[r].rank = r;
-                                 for (const auto& e : tr.events)
-                                   if (e.lane == trace::Lane::compute) out[e.rank].busy += e.dur;
-                                 for (auto& r : out) {
-                                   r.idle = (t1 - t0) - r.busy;
-                                   r.bubble_fraction = r.idle / (t1 - t0);
-                                 }
-                                 return out;
-                               }});
+  ex::SeamTables wrong = reference::seams();
+  wrong.bubble = {"mine", [](const trace::Trace& tr, double t0, double t1) {
+                    std::vector<trace::RankIdle> out(tr.num_ranks);
+                    for (int r = 0; r < tr.num_ranks; ++r) out[r].rank = r;
+                    for (const auto& e : tr.events)
+                      if (e.lane == trace::Lane::compute) out[e.rank].busy += e.dur;
+                    for (auto& r : out) {
+                      r.idle = (t1 - t0) - r.busy;
+                      r.bubble_fraction = r.idle / (t1 - t0);
+                    }
+                    return out;
+                  }};
+  ex::use_seams(wrong);
   const auto wrong_view = lessons::measured_bubble_fractions(t, 0);
   CHECK(wrong_view[0] == Approx(0.2));
   CHECK(wrong_view[1] == Approx(0.4));
   CHECK(lessons::bubble_accounting_credit() == "exercise 04's bubble accounting (yours)");
 }
 
-TEST_CASE("print_memory_prediction uses the installed estimator (exercise 05) beside the measure",
+TEST_CASE("print_memory_prediction uses the selected estimator (exercise 05) beside the measure",
           "[exercise_views]") {
   RestoreReference restore;
   lessons::MemoryRun run;
@@ -90,11 +93,13 @@ TEST_CASE("print_memory_prediction uses the installed estimator (exercise 05) be
         std::string::npos);
 
   // A wrong estimator (forgets Adam's second moment) changes the prediction, not the measure.
-  memory::install_memory_seams({"mine", &reference::gpt_param_count, [](const ex::MemoryQuery& q) {
-                                  ex::MemoryEstimate e = reference::estimate_memory(q);
-                                  e.optimizer_state /= 2;
-                                  return e;
-                                }});
+  ex::SeamTables wrong = reference::seams();
+  wrong.memory = {"mine", &reference::gpt_param_count, [](const ex::MemoryQuery& q) {
+                    ex::MemoryEstimate e = reference::estimate_memory(q);
+                    e.optimizer_state /= 2;
+                    return e;
+                  }};
+  ex::use_seams(wrong);
   std::ostringstream mine_out;
   lessons::print_memory_prediction(mine_out, run, measured);
   const std::string mine = mine_out.str();

@@ -1,39 +1,27 @@
 // `--impl`: which exercise implementations drive the lessons. With the untouched stubs, `mine`
 // falls back everywhere and says so; an explicit list installs exactly what it names; a bad spec
-// is one line naming the valid exercises. Which implementation ran is read back from core's seams.
+// is one line naming the valid exercises. Which implementation was chosen is read back from the
+// selected tables (ex::selected_seams(), what the program hands out).
 #include <catch2/catch.hpp>
 
 #include <sstream>
 
-#include "core/comm/seams.h"
-#include "core/memory/seams.h"
-#include "core/parallel/context_parallel.h"
-#include "core/parallel/ddp_seams.h"
-#include "core/parallel/pipeline/seams.h"
-#include "core/parallel/tensor_parallel.h"
-#include "core/parallel/zero.h"
-#include "core/trace/bubble_seams.h"
+#include <stdexcept>
+
 #include "exercises/exercises.h"
-#include "lessons/impl.h"
-#include "lessons/lesson.h"
+#include "exercises/selection.h"
 
 using namespace mgpu;
-using lessons::select_exercises;
+using ex::select_exercises;
 
 namespace {
 
-// The impl_name each exercise's seam holds now, in table order: core's slot, or the selected
-// table that layouts receive.
+// The impl_name each exercise's table holds now in the selection, in exercise order.
 std::vector<std::string> installed_names() {
-  const ex::SeamTables& selected = lessons::selected_seams();
-  return {comm::comm_seams().impl_name,
-          selected.ddp.impl_name,
-          pipeline::pipeline_seams().impl_name,
-          trace::bubble_seams().impl_name,
-          memory::memory_seams().impl_name,
-          selected.tp.impl_name,
-          selected.cp.impl_name,
-          selected.zero.impl_name};
+  const ex::SeamTables& selected = ex::selected_seams();
+  return {selected.comm.impl_name,   selected.ddp.impl_name,    selected.pipeline.impl_name,
+          selected.bubble.impl_name, selected.memory.impl_name, selected.tp.impl_name,
+          selected.cp.impl_name,     selected.zero.impl_name};
 }
 
 // A "mine" table in which exercises 01 and 03 are written (the reference's code, installed under
@@ -41,22 +29,19 @@ std::vector<std::string> installed_names() {
 std::vector<ex::Exercise> mine_with_ex01_and_ex03_written() {
   std::vector<ex::Exercise> table = mine::exercise_table();
   table[0].probe = [] {};
-  table[0].install = [](ex::SeamTables&) {
-    comm::install_comm_seams({"mine", &reference::ring_all_reduce});
+  table[0].install = [](ex::SeamTables& tables) {
+    tables.comm = {"mine", &reference::ring_all_reduce};
   };
   table[2].probe = [] {};
-  table[2].install = [](ex::SeamTables&) {
-    pipeline::install_pipeline_seams(
-        {"mine", &reference::gpipe_compute_order, &reference::one_f_one_b_compute_order});
+  table[2].install = [](ex::SeamTables& tables) {
+    tables.pipeline = {"mine", &reference::gpipe_compute_order,
+                       &reference::one_f_one_b_compute_order};
   };
   return table;
 }
 
 struct RestoreReference {
-  ~RestoreReference() {
-    reference::install_seams();
-    lessons::use_seams(reference::seams());
-  }
+  ~RestoreReference() { ex::use_seams(reference::seams()); }
 };
 
 }  // namespace
@@ -126,7 +111,7 @@ TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
     std::ostringstream out;
     try {
       select_exercises(spec, reference::exercise_table(), mine::exercise_table(), out);
-    } catch (const lessons::UsageError& e) {
+    } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
     return std::string("no error");

@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/model/checkpoint.h"
 #include "core/optim/mixed_precision.h"
@@ -20,7 +21,7 @@
 #include "core/runtime/world.h"
 #include "core/train/single_device.h"
 #include "core/train/trainer.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 
 using namespace mgpu;
 
@@ -77,6 +78,7 @@ TEST_CASE("loss scaler skips the step on inf/NaN gradients and unscales clean on
 TEST_CASE("all ranks skip together: the found-inf flag is all-reduced over the groups",
           "[loss_scaler]") {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = 4;
   o.backend = "local";
   o.comm_timeout = 10;
@@ -146,6 +148,7 @@ struct ScaledRun {
 ScaledRun train_scaled(int ranks, const train::TrainOptions& options,
                        const train::LayoutFactory& factory) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.backend = "local";
   o.comm_timeout = 20;
@@ -209,52 +212,54 @@ TEST_CASE(
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{}, 1,
                                                       fp16_adamw(), ctx.rank,
-                                                      lessons::selected_seams().ddp);
+                                                      ex::selected_seams().ddp);
        }},
       {"pipeline 1f1b",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<pipeline::PipelineLayout>(
-             cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1), 1, fp16_adamw());
+             cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1, compute_orders()), 1,
+             fp16_adamw());
        }},
       {"pipeline zb-h1",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<pipeline::PipelineLayout>(
-             cfg, *ctx.comm, pipeline::make_schedule("zb-h1", 2, 4, 1), 1, fp16_adamw());
+             cfg, *ctx.comm, pipeline::make_schedule("zb-h1", 2, 4, 1, compute_orders()), 1,
+             fp16_adamw());
        }},
       // ZeRO: each rank checks only the gradient chunk it owns; TP: only its weight slices.
       {"zero stage 1",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ZeroLayout>(
-             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 1}, fp16_adamw(),
-             lessons::selected_seams().zero);
+         return std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm,
+                                                       parallel::ZeroOptions{.stage = 1},
+                                                       fp16_adamw(), ex::selected_seams().zero);
        }},
       {"zero stage 2",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ZeroLayout>(
-             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 2}, fp16_adamw(),
-             lessons::selected_seams().zero);
+         return std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm,
+                                                       parallel::ZeroOptions{.stage = 2},
+                                                       fp16_adamw(), ex::selected_seams().zero);
        }},
       {"tensor parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw(),
-                                                           lessons::selected_seams().tp);
+                                                           ex::selected_seams().tp);
        }},
       {"sequence parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
          return std::make_unique<parallel::SequenceParallel>(cfg, *ctx.comm, fp16_adamw(),
-                                                             lessons::selected_seams().tp);
+                                                             ex::selected_seams().tp);
        }},
       {"context parallel zigzag",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ContextParallel>(
-             cfg, *ctx.comm, parallel::CpLayout::zigzag, cfg.seq_len, fp16_adamw(),
-             lessons::selected_seams().cp);
+         return std::make_unique<parallel::ContextParallel>(cfg, *ctx.comm,
+                                                            parallel::CpLayout::zigzag, cfg.seq_len,
+                                                            fp16_adamw(), ex::selected_seams().cp);
        }},
       {"zero stage 3",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ZeroLayout>(
-             cfg, *ctx.comm, parallel::ZeroOptions{.stage = 3}, fp16_adamw(),
-             lessons::selected_seams().zero);
+         return std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm,
+                                                       parallel::ZeroOptions{.stage = 3},
+                                                       fp16_adamw(), ex::selected_seams().zero);
        }},
   };
   for (const Case& c : cases) {
@@ -295,8 +300,7 @@ TEST_CASE("the loss scaler's state round-trips through a checkpoint: resume cont
   const GPTConfig cfg = fp16_config();
   auto ddp = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
     return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{}, 1,
-                                                 fp16_adamw(), ctx.rank,
-                                                 lessons::selected_seams().ddp);
+                                                 fp16_adamw(), ctx.rank, ex::selected_seams().ddp);
   };
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   // Step 1 overflows (scale 2^15, clean count restarts); growth every 3 clean steps, so the
@@ -383,7 +387,7 @@ TEST_CASE("hybrid fp16: an overflow on one rank makes all 8 ranks skip that step
     options.mesh.pp = 2;
     const train::LayoutFactory hybrid = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
       return std::make_unique<parallel::HybridLayout>(cfg, *ctx.comm, options, fp16_adamw(),
-                                                      lessons::selected_seams().hybrid());
+                                                      ex::selected_seams().hybrid());
     };
     // rank 5 = dp0 pp1 tp1: the last stage's second tp slice, in the first replica
     check_overflow_skipped_everywhere(8, 5, hybrid);

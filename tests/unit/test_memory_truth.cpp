@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/model/gpt.h"
 #include "core/optim/mixed_precision.h"
@@ -26,7 +27,7 @@
 #include "core/parallel/zero.h"
 #include "core/runtime/world.h"
 #include "core/trace/chrome_trace.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 #include "unit/mgpu_cli.h"
 
 using namespace mgpu;
@@ -69,7 +70,7 @@ FullValues gathered_init(
   std::map<std::string, std::vector<int>> writes;
   std::vector<MemoryStats> built(static_cast<size_t>(ranks));  // right after construction
   std::mutex mutex;
-  World world(WorldOptions{.ranks = ranks});
+  World world(WorldOptions{.ranks = ranks, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     std::unique_ptr<train::Layout> layout = make_layout(ctx);
     const MemoryStats stats = ctx.allocator.stats();
@@ -129,13 +130,13 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
       for (int tp : {2, 4})
         require_bit_equal(want, gathered_init(tp, [&](RankContext& ctx) {
                             return std::make_unique<TensorParallel>(cfg, *ctx.comm, opt,
-                                                                    lessons::selected_seams().tp);
+                                                                    ex::selected_seams().tp);
                           }));
     }
     SECTION("sequence parallel over 2 ranks") {
       require_bit_equal(want, gathered_init(2, [&](RankContext& ctx) {
                           return std::make_unique<SequenceParallel>(cfg, *ctx.comm, opt,
-                                                                    lessons::selected_seams().tp);
+                                                                    ex::selected_seams().tp);
                         }));
     }
     SECTION("ZeRO stages 0-3 over 3 ranks (units that do not divide by 3)") {
@@ -147,14 +148,16 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
         require_bit_equal(want, gathered_init(3, [&](RankContext& ctx) {
                             return std::make_unique<ZeroLayout>(cfg, *ctx.comm,
                                                                 ZeroOptions{.stage = stage}, opt,
-                                                                lessons::selected_seams().zero);
+                                                                ex::selected_seams().zero);
                           }));
     }
     SECTION("pipeline over 2 and 4 stages") {
       for (int pp : {2, 4})
         require_bit_equal(want, gathered_init(pp, [&](RankContext& ctx) {
                             return std::make_unique<pipeline::PipelineLayout>(
-                                cfg, *ctx.comm, pipeline::make_schedule("1f1b", pp, 2, 1), 1, opt);
+                                cfg, *ctx.comm,
+                                pipeline::make_schedule("1f1b", pp, 2, 1, compute_orders()), 1,
+                                opt);
                           }));
     }
     SECTION("hybrid dp x tp x pp, with and without ZeRO-1") {
@@ -164,8 +167,8 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
           INFO("tp " << mesh.tp << " dp " << mesh.dp << " pp " << mesh.pp << " zero " << zero);
           const HybridOptions options{.mesh = mesh, .microbatches = 2, .zero = zero};
           require_bit_equal(want, gathered_init(mesh.tp * mesh.dp * mesh.pp, [&](RankContext& ctx) {
-                              return std::make_unique<HybridLayout>(
-                                  cfg, *ctx.comm, options, opt, lessons::selected_seams().hybrid());
+                              return std::make_unique<HybridLayout>(cfg, *ctx.comm, options, opt,
+                                                                    ex::selected_seams().hybrid());
                             }));
         }
     }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/parallel/mesh.h"
 #include "core/runtime/world.h"
@@ -46,7 +47,7 @@ std::vector<MeshShape> factorisations(int n) {
 TEST_CASE("a mesh over 8 ranks, for every factorisation", "[mesh]") {
   const auto shapes = factorisations(8);
   REQUIRE(shapes.size() == 20);  // ordered factorisations of 2^3 into 4 factors: C(6,3)
-  World world(WorldOptions{.ranks = 8});
+  World world(WorldOptions{.ranks = 8, .all_reduce = selected_all_reduce()});
   for (const MeshShape& shape : shapes) {
     INFO(shape.describe());
     std::mutex mutex;
@@ -115,13 +116,13 @@ TEST_CASE("bad meshes are one clear line", "[mesh]") {
   CHECK_THAT(message({.tp = 2, .pp = -1}, 8), Catch::Contains("axis pp has size -1"));
   CHECK(message({.tp = 2, .cp = 2, .dp = 2}, 8) == "(accepted)");
   // and the Mesh constructor refuses it on every rank before any split
-  World world(WorldOptions{.ranks = 4});
+  World world(WorldOptions{.ranks = 4, .all_reduce = selected_all_reduce()});
   CHECK_THROWS_WITH(world.run([&](RankContext& ctx) { Mesh mesh(*ctx.comm, {.tp = 3}); }),
                     Catch::Contains("holds 3 ranks but the world has 4"));
 }
 
 TEST_CASE("a mesh with a group factory asks it for every axis group, never Comm::split", "[mesh]") {
-  World world(WorldOptions{.ranks = 4});
+  World world(WorldOptions{.ranks = 4, .all_reduce = selected_all_reduce()});
   const MeshShape shape{.tp = 2, .dp = 2};
   std::mutex mutex;
   std::set<std::string> asked;  // "rank r: axis members... index i name"

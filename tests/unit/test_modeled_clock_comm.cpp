@@ -2,6 +2,7 @@
 // bit-identical traces across runs.
 #include <catch2/catch.hpp>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/runtime/world.h"
@@ -20,6 +21,7 @@ HardwareProfile test_profile() {
 
 WorldOptions options_for(int ranks) {
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = ranks;
   o.backend = "local";
   o.profile = test_profile();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
+#include "common/selected_seams.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/pipeline/validator.h"
@@ -35,7 +36,7 @@ TEST_CASE("Action::str names the action", "[pipeline]") {
 }
 
 TEST_CASE("GPipe P=2 M=2: full action lists", "[pipeline]") {
-  const Schedule s = gpipe_schedule(2, 2);
+  const Schedule s = gpipe_schedule(2, 2, compute_orders());
   CHECK(s.name == "gpipe");
   CHECK(all_actions(s, 0) ==
         "F0, send_act mb0 -> s1, F1, send_act mb1 -> s1, "
@@ -46,7 +47,7 @@ TEST_CASE("GPipe P=2 M=2: full action lists", "[pipeline]") {
 }
 
 TEST_CASE("1F1B P=2 M=3: warmup, steady, cooldown", "[pipeline]") {
-  const Schedule s = one_f_one_b_schedule(2, 3);
+  const Schedule s = one_f_one_b_schedule(2, 3, compute_orders());
   CHECK(compute_order(s, 0) == "F0 F1 B0 F2 B1 B2");
   CHECK(compute_order(s, 1) == "F0 B0 F1 B1 F2 B2");
   CHECK(all_actions(s, 0) ==
@@ -55,14 +56,14 @@ TEST_CASE("1F1B P=2 M=3: warmup, steady, cooldown", "[pipeline]") {
 }
 
 TEST_CASE("1F1B P=4 M=8: first and last stage", "[pipeline]") {
-  const Schedule s = one_f_one_b_schedule(4, 8);
+  const Schedule s = one_f_one_b_schedule(4, 8, compute_orders());
   CHECK(compute_order(s, 0) == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
   CHECK(compute_order(s, 1) == "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
   CHECK(compute_order(s, 3) == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
 }
 
 TEST_CASE("1F1B with fewer micro-batches than stages is all warmup", "[pipeline]") {
-  const Schedule s = one_f_one_b_schedule(4, 2);
+  const Schedule s = one_f_one_b_schedule(4, 2, compute_orders());
   CHECK(compute_order(s, 0) == "F0 F1 B0 B1");
   CHECK(compute_order(s, 3) == "F0 B0 F1 B1");
 }
@@ -139,11 +140,12 @@ TEST_CASE("Interleaved 1F1B P=2 M=5 V=2: rounds of 3 and 2 micro-batches", "[pip
 
 TEST_CASE("make_schedule dispatches by name", "[pipeline]") {
   for (const auto& name : schedule_names()) {
-    const Schedule s =
-        make_schedule(name, 2, name == "naive" ? 1 : 4, name == "interleaved" ? 2 : 1);
+    const Schedule s = make_schedule(name, 2, name == "naive" ? 1 : 4,
+                                     name == "interleaved" ? 2 : 1, compute_orders());
     CHECK(s.name == name);
   }
-  CHECK_THROWS_WITH(make_schedule("2f2b", 2, 4, 1), Catch::Contains("use one of naive, gpipe"));
+  CHECK_THROWS_WITH(make_schedule("2f2b", 2, 4, 1, compute_orders()),
+                    Catch::Contains("use one of naive, gpipe"));
 }
 
 TEST_CASE("Config errors are one clear line", "[pipeline]") {
@@ -203,8 +205,8 @@ TEST_CASE("partition_layers balances and flags uneven splits", "[pipeline]") {
 
 TEST_CASE("GPipe and 1F1B take their compute order from the exercise table passed in",
           "[pipeline]") {
-  // The reference orders swapped: a schedule built with this table must follow it, whatever the
-  // program installed (the reference, here).
+  // The reference orders swapped: a schedule built with this table must follow it, not the
+  // selection (the reference, here).
   const PipelineSeams swapped{"swapped", &mgpu::reference::one_f_one_b_compute_order,
                               &mgpu::reference::gpipe_compute_order};
   const Schedule gpipe = make_schedule("gpipe", 4, 8, 1, swapped);
@@ -212,13 +214,15 @@ TEST_CASE("GPipe and 1F1B take their compute order from the exercise table passe
   CHECK(gpipe.name == "gpipe");
   for (int stage = 0; stage < 4; ++stage) {
     INFO("stage " << stage);
-    CHECK(compute_order(gpipe, stage) == compute_order(one_f_one_b_schedule(4, 8), stage));
-    CHECK(compute_order(one_f_one_b, stage) == compute_order(gpipe_schedule(4, 8), stage));
+    CHECK(compute_order(gpipe, stage) ==
+          compute_order(one_f_one_b_schedule(4, 8, compute_orders()), stage));
+    CHECK(compute_order(one_f_one_b, stage) ==
+          compute_order(gpipe_schedule(4, 8, compute_orders()), stage));
   }
   CHECK(validate_schedule(gpipe).ok);
   // The other schedules are core's own: the table does not change them.
   CHECK(compute_order(make_schedule("zb-h1", 4, 8, 1, swapped), 0) ==
-        compute_order(make_schedule("zb-h1", 4, 8, 1), 0));
+        compute_order(make_schedule("zb-h1", 4, 8, 1, compute_orders()), 0));
   // A table without the function is one clear error, not a crash.
   try {
     make_schedule("1f1b", 2, 2, 1, PipelineSeams{});

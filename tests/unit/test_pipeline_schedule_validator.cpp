@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/selected_seams.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/validator.h"
 
@@ -25,7 +26,8 @@ TEST_CASE("Validator accepts every generated schedule on a grid", "[pipeline]") 
     CHECK(naive.ok);
     for (int M = 1; M <= 12; ++M) {
       for (const Schedule& s :
-           {gpipe_schedule(P, M), one_f_one_b_schedule(P, M), zb_h1_schedule(P, M)}) {
+           {gpipe_schedule(P, M, compute_orders()), one_f_one_b_schedule(P, M, compute_orders()),
+            zb_h1_schedule(P, M)}) {
         const ValidationResult r = validate_schedule(s);
         INFO(s.name << " P=" << P << " M=" << M << "\n" << r.message);
         CHECK(r.ok);
@@ -43,7 +45,7 @@ TEST_CASE("Validator accepts every generated schedule on a grid", "[pipeline]") 
 }
 
 TEST_CASE("Validator: backward before forward", "[pipeline]") {
-  Schedule s = one_f_one_b_schedule(2, 3);
+  Schedule s = one_f_one_b_schedule(2, 3, compute_orders());
   auto& list = s.actions[1];  // recv_act mb0, F0, B0, send_grad mb0, ...
   std::swap(list[index_of(list, forward(0))], list[index_of(list, backward(0))]);
   const ValidationResult r = validate_schedule(s);
@@ -53,7 +55,7 @@ TEST_CASE("Validator: backward before forward", "[pipeline]") {
 }
 
 TEST_CASE("Validator: missing micro-batch", "[pipeline]") {
-  Schedule s = gpipe_schedule(2, 6);
+  Schedule s = gpipe_schedule(2, 6, compute_orders());
   auto& list = s.actions[0];
   std::erase_if(list, [](const Action& a) { return a.microbatch == 5; });
   const ValidationResult r = validate_schedule(s);
@@ -64,7 +66,7 @@ TEST_CASE("Validator: missing micro-batch", "[pipeline]") {
 }
 
 TEST_CASE("Validator: duplicated forward", "[pipeline]") {
-  Schedule s = one_f_one_b_schedule(3, 4);
+  Schedule s = one_f_one_b_schedule(3, 4, compute_orders());
   auto& list = s.actions[2];
   list.insert(list.begin() + index_of(list, forward(2)) + 1, forward(2));
   const ValidationResult r = validate_schedule(s);
@@ -73,7 +75,7 @@ TEST_CASE("Validator: duplicated forward", "[pipeline]") {
 }
 
 TEST_CASE("Validator: recv without send", "[pipeline]") {
-  Schedule s = one_f_one_b_schedule(2, 3);
+  Schedule s = one_f_one_b_schedule(2, 3, compute_orders());
   auto& list = s.actions[0];
   list.erase(list.begin() + index_of(list, {ActionKind::send_activation, 1, 0, 1}));
   const ValidationResult r = validate_schedule(s);
@@ -84,7 +86,7 @@ TEST_CASE("Validator: recv without send", "[pipeline]") {
 }
 
 TEST_CASE("Validator: send without recv, wrong peer", "[pipeline]") {
-  Schedule s = gpipe_schedule(3, 2);
+  Schedule s = gpipe_schedule(3, 2, compute_orders());
   auto& list = s.actions[1];
   list[index_of(list, {ActionKind::send_activation, 0, 0, 2})].peer = 0;
   const ValidationResult r = validate_schedule(s);
@@ -96,7 +98,7 @@ TEST_CASE("Validator: send without recv, wrong peer", "[pipeline]") {
 TEST_CASE("Validator: swapping two recvs makes a circular wait", "[pipeline]") {
   // Stage 1 waits for the gradient of micro-batch 1 before forwarding it, but stage 2 can only
   // produce that gradient after receiving the forward activation of micro-batch 1.
-  Schedule s = one_f_one_b_schedule(3, 3);
+  Schedule s = one_f_one_b_schedule(3, 3, compute_orders());
   auto& list = s.actions[1];
   std::swap(list[index_of(list, {ActionKind::recv_activation, 1, 0, 0})],
             list[index_of(list, {ActionKind::recv_grad, 1, 0, 2})]);

@@ -3,6 +3,7 @@
 // executor in theory mode: test_pipeline_executor.cpp) and their activation peaks are the table's.
 #include <catch2/catch.hpp>
 
+#include "common/selected_seams.h"
 #include "core/parallel/pipeline/bubble_theory.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/parallel/pipeline/validator.h"
@@ -32,7 +33,7 @@ TEST_CASE("closed-form bubbles hold exactly over a grid of stages and micro-batc
   for (int P = 2; P <= 8; ++P)
     for (int M = 2 * P; M <= 4 * P + 1; M += (P > 4 ? 3 : 1)) {
       CAPTURE(P, M);
-      for (double idle : idle_per_stage(one_f_one_b_schedule(P, M), stage_costs))
+      for (double idle : idle_per_stage(one_f_one_b_schedule(P, M, compute_orders()), stage_costs))
         CHECK(idle == bubble_1f1b(P, stage));
       for (double idle : idle_per_stage(zb_h1_schedule(P, M), stage_costs))
         CHECK(idle == bubble_zb1p(P, stage));

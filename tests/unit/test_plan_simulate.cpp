@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/selected_seams.h"
 #include "core/comm/cost_model.h"
 #include "core/comm/symmetric.h"
 #include "core/plan/simulate.h"
@@ -124,6 +125,8 @@ TEST_CASE("a symmetric group charges what the local backend's algorithms do", "[
       for (int r = 0; r < g.ranks; r += g.stride) members.push_back(r);
 
       mgpu::WorldOptions options;
+
+      options.all_reduce = selected_all_reduce();
       options.ranks = g.ranks;
       options.device = mgpu::DeviceKind::phantom;
       options.backend = "local";
@@ -181,6 +184,7 @@ TEST_CASE("a symmetric group charges what the local backend's algorithms do", "[
 
 TEST_CASE("a symmetric group refuses tensors with values", "[plan][comm]") {
   mgpu::WorldOptions options;
+  options.all_reduce = selected_all_reduce();
   options.ranks = 1;
   options.device = mgpu::DeviceKind::cpu;
   options.backend = "local";

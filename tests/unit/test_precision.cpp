@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 
+#include "common/selected_seams.h"
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/ops/ops.h"
@@ -16,7 +17,7 @@
 #include "core/runtime/context.h"
 #include "core/runtime/world.h"
 #include "core/train/trainer.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 
@@ -216,6 +217,7 @@ TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per
           return optim::make_adamw(optim::whole_params(params), dtype);
         };
         WorldOptions o;
+        o.all_reduce = selected_all_reduce();
         o.ranks = 2;
         o.backend = "local";
         o.comm_timeout = 20;
@@ -233,9 +235,10 @@ TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per
               if (layout_name == "ddp")
                 return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{},
                                                              1, adamw, ctx.rank,
-                                                             lessons::selected_seams().ddp);
+                                                             ex::selected_seams().ddp);
               return std::make_unique<pipeline::PipelineLayout>(
-                  cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1), 1, adamw);
+                  cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1, compute_orders()), 1,
+                  adamw);
             },
             {}, [&](RankContext& ctx, train::Layout& layout) {  // after training, still alive
               const MemoryStats s = ctx.allocator.stats();

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/data/task.h"
 #include "core/model/gpt.h"
@@ -94,8 +95,10 @@ PipelineRun pipeline_run(const std::string& schedule_name, Recompute mode,
   cfg.dtype = dtype;
   auto task = data::make_task("markov", 3, {.seq_len = 8});
   cfg.vocab = task->vocab_size();
-  const pipeline::Schedule schedule = pipeline::make_schedule(schedule_name, P, M, 1);
+  const pipeline::Schedule schedule =
+      pipeline::make_schedule(schedule_name, P, M, 1, compute_orders());
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = P;
   o.backend = "local";
   o.comm_timeout = 10;

@@ -112,6 +112,7 @@ TEST_CASE("profiles: presets, JSON round trip, links, clear errors", "[runtime][
   std::filesystem::remove(bad);
 }
 
+#include "common/selected_seams.h"
 #include "core/runtime/host_memory.h"
 
 TEST_CASE("cpu ranks never get more capacity than their share of the host's memory",
@@ -145,6 +146,7 @@ TEST_CASE("a World leaves no BLAS worker threads spinning beside the ranks", "[r
 #endif
 #endif
   WorldOptions o;
+  o.all_reduce = selected_all_reduce();
   o.ranks = 2;
   o.backend = "local";
   World world(o);

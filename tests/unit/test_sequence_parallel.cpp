@@ -10,13 +10,14 @@
 #include <map>
 #include <mutex>
 
+#include "common/selected_seams.h"
 #include "common/single_device_reference.h"
 #include "core/data/task.h"
 #include "core/model/init.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/runtime/world.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 #include "lessons/sequence_parallel.h"
 
 using namespace mgpu;
@@ -56,9 +57,9 @@ FullTensors train_sequence_parallel(const GPTConfig& cfg, const data::Task& task
                                     std::vector<float>& losses) {
   FullTensors full;
   std::mutex mutex;
-  World world(WorldOptions{.ranks = tp});
+  World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    SequenceParallel layout(cfg, *ctx.comm, adamw, lessons::selected_seams().tp);
+    SequenceParallel layout(cfg, *ctx.comm, adamw, ex::selected_seams().tp);
     std::vector<float> mine;
     for (int step = 0; step < kSteps; ++step)
       mine.push_back(*layout.step(task.sample(step, kBatch, kSeq), step).loss);
@@ -147,10 +148,10 @@ template <class Layout>
 trace::Trace one_step(const GPTConfig& cfg, const data::Task& task, int tp,
                       std::vector<int64_t>& peak_activations) {
   peak_activations.assign(static_cast<size_t>(tp), 0);
-  World world(WorldOptions{.ranks = tp});
+  World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     Mesh mesh(*ctx.comm, {.tp = tp});
-    Layout layout(cfg, mesh.group(Axis::tp), adamw, lessons::selected_seams().tp);
+    Layout layout(cfg, mesh.group(Axis::tp), adamw, ex::selected_seams().tp);
     ctx.allocator.reset_peaks();
     StepScope scope(0);
     layout.step(task.sample(0, kBatch, kSeq), 0);
@@ -244,7 +245,7 @@ TEST_CASE("the sequence helpers cut, gather and reduce-scatter tokens along T", 
   std::vector<float> full_values(static_cast<size_t>(b * t * c));
   for (size_t i = 0; i < full_values.size(); ++i) full_values[i] = float(i);
   std::vector<std::vector<float>> kept(tp), gathered(tp), scattered(tp);
-  World world(WorldOptions{.ranks = tp});
+  World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     const int r = ctx.comm->rank();
     Tensor full = Tensor::from({b, t, c}, full_values);
@@ -285,7 +286,7 @@ TEST_CASE("the block's split backward (B, then W) gives its whole backward's gra
   World world(WorldOptions{.ranks = tp});
   world.run([&](RankContext& ctx) {
     const int r = ctx.comm->rank();
-    TensorParallelComm comm(*ctx.comm, lessons::selected_seams().tp);
+    TensorParallelComm comm(*ctx.comm, ex::selected_seams().tp);
     auto make_block = [&] {
       Block block(cfg, 0, tp_slice(cfg, tp, r).block());
       split_block(block, cfg, tp_slice(cfg, tp, r));
@@ -326,7 +327,7 @@ TEST_CASE("the block's split backward (B, then W) gives its whole backward's gra
   bool refused = false;
   World one(WorldOptions{.ranks = 1});
   one.run([&](RankContext& ctx) {
-    SequenceParallelComm sp(*ctx.comm, lessons::selected_seams().tp);
+    SequenceParallelComm sp(*ctx.comm, ex::selected_seams().tp);
     Linear linear;
     Tensor t;
     try {

@@ -11,13 +11,14 @@
 #include <utility>
 #include <vector>
 
+#include "common/selected_seams.h"
 #include "common/single_device_reference.h"
 #include "core/data/task.h"
 #include "core/ops/ops.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/runtime/world.h"
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 
 using namespace mgpu;
 using namespace mgpu::parallel;
@@ -56,9 +57,9 @@ FullTensors train_tensor_parallel(const GPTConfig& cfg, const data::Task& task, 
   FullTensors full;
   std::vector<std::string> short_runs;  // shards whose runs do not add up to the local tensor
   std::mutex mutex;
-  World world(WorldOptions{.ranks = tp});
+  World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    TensorParallel layout(cfg, *ctx.comm, adamw, lessons::selected_seams().tp);
+    TensorParallel layout(cfg, *ctx.comm, adamw, ex::selected_seams().tp);
     for (int step = 0; step < kSteps; ++step) layout.step(task.sample(step, kBatch, kSeq), step);
     std::lock_guard lock(mutex);
     for (const train::TensorShard& s : layout.shards()) {
@@ -115,10 +116,10 @@ TEST_CASE("one tensor-parallel step: 4 all-reduces of B*T*C per layer in the tp 
   auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);
   for (int tp : {2, 4}) {
-    World world(WorldOptions{.ranks = tp});
+    World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
     world.run([&](RankContext& ctx) {
       Mesh mesh(*ctx.comm, {.tp = tp});
-      TensorParallel layout(cfg, mesh.group(Axis::tp), adamw, lessons::selected_seams().tp);
+      TensorParallel layout(cfg, mesh.group(Axis::tp), adamw, ex::selected_seams().tp);
       StepScope scope(0);
       layout.step(task->sample(0, kBatch, kSeq), 0);
     });
@@ -154,7 +155,7 @@ TEST_CASE("f and g: a column-parallel then row-parallel pair is the unsharded pa
              dy = values(b * t * out, 0.9f);
   // Unsharded reference.
   std::vector<float> want_y, want_dx, want_dw1, want_dw2, want_db2;
-  World one(WorldOptions{.ranks = 1});
+  World one(WorldOptions{.ranks = 1, .all_reduce = selected_all_reduce()});
   one.run([&](RankContext&) {
     Tensor X = Tensor::from({b, t, in}, x), W1 = Tensor::from({hidden, in}, w1),
            B1 = Tensor::from({hidden}, b1), W2 = Tensor::from({out, hidden}, w2),
@@ -177,7 +178,7 @@ TEST_CASE("f and g: a column-parallel then row-parallel pair is the unsharded pa
   // Per rank: (what the rank computed, its share of the unsharded result).
   std::vector<std::vector<std::pair<std::vector<float>, std::vector<float>>>> compared(
       static_cast<size_t>(tp));
-  World world(WorldOptions{.ranks = static_cast<int>(tp)});
+  World world(WorldOptions{.ranks = static_cast<int>(tp), .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     comm::Comm& group = *ctx.comm;
     const int64_t r = group.rank(), h0 = r * hidden / tp, h1 = (r + 1) * hidden / tp;

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/selected_seams.h"
 #include "core/model/checkpoint.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
@@ -34,7 +35,7 @@ std::vector<std::string> tiny(std::vector<std::string> args) {
 // the single-device model so names and shapes are checked by load_checkpoint.
 std::map<std::string, std::vector<float>> read_all(const std::string& path) {
   std::map<std::string, std::vector<float>> all;
-  World world(WorldOptions{.ranks = 1});
+  World world(WorldOptions{.ranks = 1, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext&) {
     CheckpointInfo info = read_checkpoint_info(path);
     for (const CheckpointEntry& e : info.tensors) all[e.name] = {};

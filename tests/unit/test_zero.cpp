@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/selected_seams.h"
 #include "common/single_device_reference.h"
 #include "core/comm/comm.h"
 #include "core/data/task.h"
@@ -61,7 +62,7 @@ ZeroRun train_zero(const GPTConfig& cfg, const data::Task& task, int ranks, Zero
   run.owned.resize(ranks);
   run.memory.resize(ranks);
   std::mutex mutex;
-  World world(WorldOptions{.ranks = ranks});
+  World world(WorldOptions{.ranks = ranks, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     ZeroLayout layout(cfg, *ctx.comm, options, adamw, seams);
     ctx.allocator.reset_peaks();
@@ -133,7 +134,7 @@ TEST_CASE("ZeRO cuts uneven shards: the first n % N ranks own one element more",
   auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);
   for (int ranks : {3, 7}) {
-    World world(WorldOptions{.ranks = ranks});
+    World world(WorldOptions{.ranks = ranks, .all_reduce = selected_all_reduce()});
     std::vector<std::vector<std::pair<int64_t, int64_t>>> chunks(ranks);
     std::vector<int64_t> numels;
     std::mutex mutex;
@@ -212,7 +213,7 @@ TEST_CASE("ZeRO-3 sends 1.5x the bytes of ZeRO-0 per step and stages 1-2 the sam
 TEST_CASE("a ZeRO stage other than 0-3 is refused", "[zero][errors]") {
   auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);
-  World world(WorldOptions{.ranks = 1});
+  World world(WorldOptions{.ranks = 1, .all_reduce = selected_all_reduce()});
   std::string message;
   world.run([&](RankContext& ctx) {
     try {

@@ -262,17 +262,11 @@ const std::vector<std::string>& schedule_names() {
   return names;
 }
 
-namespace {
-// `seams` null: GPipe and 1F1B take the installed table (read only when one of them is asked for).
-Schedule schedule_named(const std::string& name, int stages, int microbatches, int virtual_stages,
-                        const PipelineSeams* seams) {
+Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
+                       const PipelineSeams& seams) {
   if (name == "naive") return naive_model_parallel_schedule(stages);
-  if (name == "gpipe")
-    return seams ? gpipe_schedule(stages, microbatches, *seams)
-                 : gpipe_schedule(stages, microbatches);
-  if (name == "1f1b")
-    return seams ? one_f_one_b_schedule(stages, microbatches, *seams)
-                 : one_f_one_b_schedule(stages, microbatches);
+  if (name == "gpipe") return gpipe_schedule(stages, microbatches, seams);
+  if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches, seams);
   if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
   if (name == "zbv") return zbv_schedule(stages, microbatches);
@@ -280,16 +274,6 @@ Schedule schedule_named(const std::string& name, int stages, int microbatches, i
   if (name == "dualpipe") return dualpipe_schedule(stages, microbatches);
   throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
                                           fmt::join(schedule_names(), ", ")));
-}
-}  // namespace
-
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
-                       const PipelineSeams& seams) {
-  return schedule_named(name, stages, microbatches, virtual_stages, &seams);
-}
-
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages) {
-  return schedule_named(name, stages, microbatches, virtual_stages, nullptr);
 }
 
 }  // namespace mgpu::pipeline

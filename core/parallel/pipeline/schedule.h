@@ -89,13 +89,10 @@ struct Schedule {
 // before the compute that needs it, a send just after the compute that produced it. With buffered
 // sends (send never blocks, recv blocks) that placement cannot deadlock as long as the compute
 // order respects the data dependencies, which is what every generator here guarantees.
-// GPipe's and 1F1B's compute order is exercise 03: it comes from `seams` (seams.h), or, without
-// one, from the table the program installed.
+// GPipe's and 1F1B's compute order is exercise 03: it comes from `seams` (seams.h).
 struct PipelineSeams;
 Schedule gpipe_schedule(int stages, int microbatches, const PipelineSeams& seams);
 Schedule one_f_one_b_schedule(int stages, int microbatches, const PipelineSeams& seams);
-Schedule gpipe_schedule(int stages, int microbatches);
-Schedule one_f_one_b_schedule(int stages, int microbatches);
 Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_stages);
 // Interleaved 1F1B takes micro-batches in rounds: floor(M / P) rounds (one when M < P) of sizes
 // as equal as possible, larger first; each round is at least P, so M need not be a multiple of P.
@@ -118,7 +115,6 @@ const std::vector<std::string>&
 schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev, dualpipe
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
                        const PipelineSeams& seams);
-Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages);
 
 // Adds the send/recv actions to per-stage compute lists (used by all generators; public so a
 // student's compute order can be turned into a full schedule).

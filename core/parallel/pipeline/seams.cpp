@@ -1,18 +1,16 @@
 // Exercise 03's two schedules: the compute order from a seams table, the messages from
-// with_communication (schedule.cpp); and the program's installed table, the default.
+// with_communication (schedule.cpp).
 #include "core/parallel/pipeline/seams.h"
 
 #include <stdexcept>
 #include <string>
-
-#include "core/runtime/seam.h"
 
 namespace mgpu::pipeline {
 
 // GPipe (all forwards, then all backwards) and 1F1B (warmup forwards, then one forward one
 // backward, then the drain): their compute order is exercise 03, so it comes from the seams the
 // caller passes (solutions/pipeline_schedules.cpp holds the reference); the messages are added
-// here. Without a table, the one the program installed (`--impl`) is used.
+// here.
 namespace {
 const ComputeOrderFn& required(const ComputeOrderFn& fn, const char* name) {
   if (!fn) throw std::logic_error(std::string("pipeline schedule seam: '") + name + "' is empty");
@@ -28,24 +26,6 @@ Schedule gpipe_schedule(int stages, int microbatches, const PipelineSeams& seams
 Schedule one_f_one_b_schedule(int stages, int microbatches, const PipelineSeams& seams) {
   return with_communication("1f1b", stages, microbatches, 1,
                             required(seams.one_f_one_b, "one_f_one_b")(stages, microbatches));
-}
-
-Schedule gpipe_schedule(int stages, int microbatches) {
-  return gpipe_schedule(stages, microbatches, pipeline_seams());
-}
-
-Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  return one_f_one_b_schedule(stages, microbatches, pipeline_seams());
-}
-
-void install_pipeline_seams(PipelineSeams seams) {
-  Seam<PipelineSeams>::install(std::move(seams));
-}
-
-const PipelineSeams& pipeline_seams() {
-  return Seam<PipelineSeams>::get("pipeline schedule seam",
-                                  Required{"gpipe", &PipelineSeams::gpipe},
-                                  Required{"one_f_one_b", &PipelineSeams::one_f_one_b});
 }
 
 }  // namespace mgpu::pipeline

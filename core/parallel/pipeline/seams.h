@@ -1,8 +1,7 @@
 // Exercise seam for pipeline schedules (exercise 03). The compute ORDER of GPipe and 1F1B is what
 // a student writes; core does not hold the reference copy. solutions/ holds it, exercises/ the
 // student's stubs. gpipe_schedule, one_f_one_b_schedule and make_schedule take the table to call
-// (schedule.h) and add the messages with with_communication; called without one, they use the
-// table the program installed (`--impl reference|mine`).
+// (schedule.h) and add the messages with with_communication.
 #pragma once
 #include <functional>
 #include <string>
@@ -21,9 +20,5 @@ struct PipelineSeams {
   ComputeOrderFn gpipe;
   ComputeOrderFn one_f_one_b;
 };
-
-void install_pipeline_seams(PipelineSeams seams);
-// The installed seams; throws std::logic_error naming the missing one if nothing was installed.
-const PipelineSeams& pipeline_seams();
 
 }  // namespace mgpu::pipeline

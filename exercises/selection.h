@@ -1,5 +1,6 @@
-// Which implementation of each graded exercise the lessons call: the reference (solutions/) or
-// the student's (exercises/). `--impl` takes
+// Which implementation of each graded exercise the program runs: the reference (solutions/) or
+// the student's (exercises/). Beside the tables, apart from the lessons, so that every test
+// shares one main that selects them. `--impl` takes
 //   reference                 every exercise from solutions/ (the default)
 //   mine                      every exercise the student has written; each one still a stub
 //                             falls back to the reference and says so on one line
@@ -13,33 +14,32 @@
 
 #include "exercises/types.h"
 
-namespace mgpu::lessons {
+namespace mgpu::ex {
 
-// What was installed for one exercise.
+// What was selected for one exercise.
 struct ExerciseChoice {
   std::string name;        // "ex01"
   std::string installed;   // "mine" or "reference"
   bool fell_back = false;  // asked for "mine", but it is still a stub
 };
 
-// Parses `spec`, probes and installs; prints one line per fallback to `out`. Throws UsageError
-// (one line listing the valid names) for a bad spec.
+// Parses `spec`, probes and selects; prints one line per fallback to `out`. Throws
+// std::invalid_argument (one line listing the valid names) for a bad spec.
 void select_impl(const std::string& spec, std::ostream& out);
 void select_impl(const std::string& spec);  // fallback lines to std::cout
 const std::string& selected_impl();
-// Per exercise, what the last select_impl installed.
+// Per exercise, what the last select_impl selected.
 const std::vector<ExerciseChoice>& installed_exercises();
-// The exercise functions every layout the program builds receives (the reference's until a
-// selection is made); each lesson hands a layout the part it runs.
-const ex::SeamTables& selected_seams();
+// The exercise functions the program hands out (the reference's until a selection is made): each
+// lesson hands a World, a layout, a schedule or a table the part it runs.
+const SeamTables& selected_seams();
 // Makes `tables` the selection without probing (the graded tests run the stubs as they are).
-void use_seams(const ex::SeamTables& tables);
+void use_seams(const SeamTables& tables);
 
 // The same with the two tables given (tests hand in a "mine" table whose exercises are known);
 // the result becomes selected_seams().
 std::vector<ExerciseChoice> select_exercises(const std::string& spec,
-                                             const std::vector<ex::Exercise>& reference,
-                                             const std::vector<ex::Exercise>& mine,
-                                             std::ostream& out);
+                                             const std::vector<Exercise>& reference,
+                                             const std::vector<Exercise>& mine, std::ostream& out);
 
-}  // namespace mgpu::lessons
+}  // namespace mgpu::ex

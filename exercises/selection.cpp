@@ -1,36 +1,36 @@
-#include "lessons/impl.h"
+#include "exercises/selection.h"
 
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
 #include "exercises/exercises.h"
-#include "lessons/lesson.h"
 
-namespace mgpu::lessons {
+namespace mgpu::ex {
 
 namespace {
 
 std::string g_selected;
 std::vector<ExerciseChoice> g_installed;
 
-ex::SeamTables& seams_slot() {
-  static ex::SeamTables tables = reference::seams();
+SeamTables& seams_slot() {
+  static SeamTables tables = reference::seams();
   return tables;
 }
 
-std::string valid_names(const std::vector<ex::Exercise>& table) {
+std::string valid_names(const std::vector<Exercise>& table) {
   std::string names;
-  for (const ex::Exercise& e : table) names += (names.empty() ? "" : ", ") + e.name;
+  for (const Exercise& e : table) names += (names.empty() ? "" : ", ") + e.name;
   return names;
 }
 
 [[noreturn]] void bad_spec(const std::string& spec, const std::string& why,
-                           const std::vector<ex::Exercise>& table) {
-  throw UsageError(fmt::format(
+                           const std::vector<Exercise>& table) {
+  throw std::invalid_argument(fmt::format(
       "--impl '{}': {}; use reference, mine, or a list like ex01=mine,ex03=mine (exercises: {}; "
       "each one mine or reference)",
       spec, why, valid_names(table)));
@@ -38,13 +38,13 @@ std::string valid_names(const std::vector<ex::Exercise>& table) {
 
 // exercise name -> "mine" | "reference", for every exercise in the table.
 std::map<std::string, std::string> parse_spec(const std::string& spec,
-                                              const std::vector<ex::Exercise>& table) {
+                                              const std::vector<Exercise>& table) {
   std::map<std::string, std::string> wanted;
   if (spec == "reference" || spec == "mine") {
-    for (const ex::Exercise& e : table) wanted[e.name] = spec;
+    for (const Exercise& e : table) wanted[e.name] = spec;
     return wanted;
   }
-  for (const ex::Exercise& e : table) wanted[e.name] = "reference";
+  for (const Exercise& e : table) wanted[e.name] = "reference";
   if (spec.empty()) bad_spec(spec, "empty", table);
   std::istringstream items(spec);
   std::string item;
@@ -64,12 +64,12 @@ std::map<std::string, std::string> parse_spec(const std::string& spec,
   return wanted;
 }
 
-// True when the student's version is still a stub (its probe throws ex::NotImplemented). Any
+// True when the student's version is still a stub (its probe throws NotImplemented). Any
 // other error counts as written: the lesson will show that error where it happens.
-bool still_a_stub(const ex::Exercise& mine) {
+bool still_a_stub(const Exercise& mine) {
   try {
     mine.probe();
-  } catch (const ex::NotImplemented&) {
+  } catch (const NotImplemented&) {
     return true;
   } catch (...) {
   }
@@ -79,12 +79,11 @@ bool still_a_stub(const ex::Exercise& mine) {
 }  // namespace
 
 std::vector<ExerciseChoice> select_exercises(const std::string& spec,
-                                             const std::vector<ex::Exercise>& reference,
-                                             const std::vector<ex::Exercise>& mine,
-                                             std::ostream& out) {
+                                             const std::vector<Exercise>& reference,
+                                             const std::vector<Exercise>& mine, std::ostream& out) {
   const std::map<std::string, std::string> wanted = parse_spec(spec, reference);
   std::vector<ExerciseChoice> choices;
-  ex::SeamTables tables = reference::seams();
+  SeamTables tables = reference::seams();
   for (size_t i = 0; i < reference.size(); ++i) {
     ExerciseChoice choice{reference[i].name, "reference", false};
     if (wanted.at(choice.name) == "mine") {
@@ -119,12 +118,12 @@ const std::vector<ExerciseChoice>& installed_exercises() {
   return g_installed;
 }
 
-const ex::SeamTables& selected_seams() {
+const SeamTables& selected_seams() {
   return seams_slot();
 }
 
-void use_seams(const ex::SeamTables& tables) {
+void use_seams(const SeamTables& tables) {
   seams_slot() = tables;
 }
 
-}  // namespace mgpu::lessons
+}  // namespace mgpu::ex
