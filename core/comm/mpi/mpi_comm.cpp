@@ -266,12 +266,9 @@ class MpiComm final : public AlgorithmicComm {
                              p.bytes / static_cast<int64_t>(sizeof(float)));
     else if (p.target && p.bytes > 0)
       std::memcpy(p.target, message, static_cast<size_t>(p.bytes));
-    RankClock& clock = ctx().clock;
-    double transfer = ctx().profile.transfer_time(world_rank(p.src), my_world_rank(), p.bytes);
-    double end = clock.modeled() ? std::max(p.posted, sent + transfer) : clock.wall_now();
-    clock.wait_comm_until(end);
-    record_p2p("recv", p.src, p.bytes, 0, p.posted, end);
-    return end;
+    const double transfer =
+        ctx().profile.transfer_time(world_rank(p.src), my_world_rank(), p.bytes);
+    return receive_ends(p.src, p.bytes, p.posted, sent, transfer);
   }
 
   // A message of another size than the posted buffer is the local backend's error, word for
