@@ -173,7 +173,8 @@ class SymmetricComm final : public AlgorithmicComm {
       sent = it->second.front();
       it->second.pop_front();
     }
-    return receive_ends(src, t.bytes(), posted, sent, step_time(distance, t.bytes()));
+    return receive_ends(src, t.bytes(), posted, sent, step_time(distance, t.bytes()),
+                        /*sent_on_my_clock=*/true);
   }
 
   // Runs the steps (the algorithm's sends and receives, on the comm lane) or replays their first

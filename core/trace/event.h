@@ -47,7 +47,7 @@ struct Event {
   int64_t sent_bytes = 0;
   // Comm events: the part of `dur` (seconds) this rank spent waiting for a partner's message to
   // be sent (a receive posted before its sender got there); the rest of `dur` moved bytes.
-  // Measured on the modeled clock only (0 on wall-clock and CUDA traces).
+  // Modeled clock: always; wall clock: threads only (they share one clock); else 0.
   double wait = 0;
   double flops = 0;
   std::string group;  // process group, e.g. "world", "dp0", "pp1"

@@ -2,6 +2,9 @@
 // bit-identical traces across runs.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/runtime/world.h"
@@ -108,6 +111,35 @@ TEST_CASE("a partner late by a known time: the receive waits exactly that, then 
   const std::string drawn = trace::render_ascii_timeline(trace, opt);
   CHECK_THAT(drawn, Catch::Contains("~~~~~"));
   CHECK_THAT(drawn, Catch::Contains("~ waiting for a partner"));
+}
+
+TEST_CASE("on the wall clock, threads measure a receive's wait the same way",
+          "[clock][comm][wait]") {
+  // Rank 1 answers rank 0's "go" only after 50 ms of (host) work: rank 0's receive, posted right
+  // after its "go", blocks about that long before rank 1 hands over the data.
+  WorldOptions o = options_for(2);
+  o.clock = ClockKind::wall;
+  World world(o);
+  world.run([](RankContext& ctx) {
+    Tensor go = Tensor::zeros({1}, MemCategory::workspace);
+    Tensor answer = Tensor::zeros({1000}, MemCategory::workspace);
+    if (ctx.rank == 0) {
+      ctx.comm->send(go, 1, 0);
+      ctx.comm->recv(answer, 1, 1);
+    } else {
+      ctx.comm->recv(go, 0, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the late partner's work
+      ctx.comm->send(answer, 0, 1);
+    }
+  });
+  auto trace = world.collect_trace();
+  const trace::Event* answer = nullptr;
+  for (const auto& e : trace.events)
+    if (e.rank == 0 && e.op == "recv") answer = &e;
+  REQUIRE(answer);
+  INFO("recv " << answer->dur << " s, of which waiting " << answer->wait << " s");
+  CHECK(answer->wait > 0.025);  // most of the 50 ms (rank 0 may start its receive a little late)
+  CHECK(answer->wait <= answer->dur);
 }
 
 TEST_CASE("a late member's all-reduce: the others wait, its own ring steps stay on the wire",

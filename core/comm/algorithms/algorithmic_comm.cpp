@@ -46,13 +46,11 @@ void AlgorithmicComm::record_p2p(const char* op, int group_peer, int64_t bytes, 
 }
 
 double AlgorithmicComm::receive_ends(int src, int64_t bytes, double posted, double sent,
-                                     double transfer) {
+                                     double transfer, bool sent_on_my_clock) {
   RankClock& clock = ctx_.clock;
-  double end = clock.wall_now(), wait = 0;
-  if (clock.modeled()) {
-    end = std::max(posted, sent + transfer);
-    wait = std::clamp(sent - posted, 0.0, end - posted);
-  }
+  const double end = clock.modeled() ? std::max(posted, sent + transfer) : clock.wall_now();
+  const double wait =
+      clock.modeled() || sent_on_my_clock ? std::clamp(sent - posted, 0.0, end - posted) : 0.0;
   clock.wait_comm_until(end);
   if (depth_ > 0) count_wait(wait);
   record_p2p("recv", src, bytes, 0, posted, end, wait);

@@ -104,10 +104,13 @@ class AlgorithmicComm : public Comm {
                   double end, double wait = 0);
   // A receive from group rank `src` posted at `posted` whose message left its sender at `sent`
   // and takes `transfer` on the link: on the modeled clock it ends at max(posted, sent +
-  // transfer), and the time before `sent` is waiting for the partner (on the wall clock it ends
-  // now and is not split). Moves the comm lane, records the recv (or adds its wait to the
-  // enclosing collective's) and returns its end.
-  double receive_ends(int src, int64_t bytes, double posted, double sent, double transfer);
+  // transfer), and the time before `sent` is waiting for the partner. On the wall clock it ends
+  // now; `sent_on_my_clock`: the sender's stamp is on this rank's clock (threads of one world
+  // share its epoch; processes do not), so the time before it is measured as waiting too.
+  // Moves the comm lane, records the recv (or adds its wait to the enclosing collective's) and
+  // returns its end.
+  double receive_ends(int src, int64_t bytes, double posted, double sent, double transfer,
+                      bool sent_on_my_clock);
   // Waiting inside the collective being run (a backend that replays a collective adds it here).
   void count_wait(double seconds) { collective_wait_ += seconds; }
   double collective_wait() const { return collective_wait_; }

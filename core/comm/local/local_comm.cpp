@@ -148,7 +148,7 @@ class LocalComm final : public AlgorithmicComm {
           "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",
           my_world_rank(), m.bytes, key.src, tag, name(), holds));
     const double transfer = ctx().profile.transfer_time(key.src, key.dst, m.bytes);
-    return receive_ends(src, m.bytes, posted, m.sent, transfer);
+    return receive_ends(src, m.bytes, posted, m.sent, transfer, /*sent_on_my_clock=*/true);
   }
 
   std::shared_ptr<LocalWorld> world_;

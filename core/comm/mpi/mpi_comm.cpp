@@ -268,7 +268,8 @@ class MpiComm final : public AlgorithmicComm {
       std::memcpy(p.target, message, static_cast<size_t>(p.bytes));
     const double transfer =
         ctx().profile.transfer_time(world_rank(p.src), my_world_rank(), p.bytes);
-    return receive_ends(p.src, p.bytes, p.posted, sent, transfer);
+    // Each process's wall clock counts from its own start: a sender's stamp is not comparable.
+    return receive_ends(p.src, p.bytes, p.posted, sent, transfer, /*sent_on_my_clock=*/false);
   }
 
   // A message of another size than the posted buffer is the local backend's error, word for
