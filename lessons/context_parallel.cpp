@@ -134,10 +134,11 @@ void print_balance(std::ostream& out, const trace::Trace& trace) {
   const trace::TraceSummary s = trace::analyze(trace, last_step(trace));
   double lo = 1e300, hi = 0;
   fmt::print(out, "\nper GPU, last step (measured from the trace):\n");
-  fmt::print(out, "  {:<5} {:>10} {:>10} {:>10}\n", "rank", "busy", "idle", "comm");
+  fmt::print(out, "  {:<5} {:>10} {:>10} {:>10} {:>10}\n", "rank", "busy", "idle", "comm wire",
+             "comm wait");
   for (const trace::RankSummary& r : s.ranks) {
-    fmt::print(out, "  {:<5} {:>10} {:>10} {:>10}\n", r.rank, format_seconds(r.busy),
-               format_seconds(r.idle), format_seconds(r.comm));
+    fmt::print(out, "  {:<5} {:>10} {:>10} {:>10} {:>10}\n", r.rank, format_seconds(r.busy),
+               format_seconds(r.idle), format_seconds(r.comm_wire), format_seconds(r.comm_wait));
     lo = std::min(lo, r.busy);
     hi = std::max(hi, r.busy);
   }

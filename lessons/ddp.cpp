@@ -236,8 +236,9 @@ void print_ddp_report(std::ostream& out, const CommonOptions& c, const DataParal
       with_commas(r.gradient_bytes),
       with_commas(static_cast<int64_t>(theory::ring_all_reduce_factor(n) * double(measured))),
       sent ? fmt::format("; measured {} B", with_commas(*sent)) : " (formula; not measured yet)");
-  fmt::print(out, "  comm {} of which hidden behind backward {} ({:.1f}% overlap), exposed {}\n",
-             format_seconds(r0.comm), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
+  fmt::print(out,
+             "  comm {},\n  of which hidden behind backward {} ({:.1f}% overlap), exposed {}\n",
+             format_comm_split(r0), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
              format_seconds(r0.exposed_comm));
 }
 

@@ -299,9 +299,10 @@ class TensorParallelLesson : public Lesson {
     fmt::print(
         out,
         "  communication {} of the step is exposed: TP's all-reduces sit between the "
-        "layers that need them, nothing hides them.\n  That is why TP stays inside a node "
-        "(NVLink); try --profile docs/lessons/slow-1GBps.json to see it across a slow link.\n",
-        format_seconds(r0.exposed_comm));
+        "layers that need them, nothing hides them.\n  (all of its comm: {})\n  That is why TP "
+        "stays inside a node (NVLink); try --profile docs/lessons/slow-1GBps.json to see it "
+        "across a slow link.\n",
+        format_seconds(r0.exposed_comm), format_comm_split(r0));
     r.trace.metadata["predictions"]["all_reduces_per_step"] = 4 * cfg.layers;
     return finish_run(c, r.trace, name(), out);
   }

@@ -290,6 +290,11 @@ std::string format_seconds(double s) {
   return fmt::format("{:.1f} ns", s * 1e9);
 }
 
+std::string format_comm_split(const trace::RankSummary& r) {
+  return fmt::format("{} ({} on the wire + {} waiting for a partner)", format_seconds(r.comm),
+                     format_seconds(r.comm_wire), format_seconds(r.comm_wait));
+}
+
 std::string describe_model(const GPTConfig& cfg, int64_t params) {
   return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters{}", cfg.layers,
                      cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params),
@@ -342,13 +347,15 @@ void print_rank_table(std::ostream& out, const trace::Trace& trace, std::optiona
   trace::TraceSummary s = trace::analyze(trace, step);
   fmt::print(out, "\nper rank{} ({} window):\n", step ? fmt::format(", step {}", *step + 1) : "",
              format_seconds(s.window.end - s.window.begin));
-  fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>8} {:>9} {:>11} {:>12}\n", "rank", "busy",
-             "comm", "idle", pipeline_schedule ? "bubble" : "idle %", "overlap", "sent",
-             "peak memory");
+  // comm = wire (bytes moving) + wait (for a partner that has not sent yet): see the glossary.
+  fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>11} {:>8} {:>9} {:>11} {:>12}\n", "rank", "busy",
+             "comm wire", "comm wait", "idle", pipeline_schedule ? "bubble" : "idle %", "overlap",
+             "sent", "peak memory");
   for (const trace::RankSummary& r : s.ranks)
-    fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>7.1f}% {:>8.1f}% {:>11} {:>12}\n", r.rank,
-               format_seconds(r.busy), format_seconds(r.comm), format_seconds(r.idle),
-               100 * r.bubble_fraction, 100 * r.overlap_fraction, format_bytes(r.wire_bytes),
+    fmt::print(out, "  {:<5} {:>11} {:>11} {:>11} {:>11} {:>7.1f}% {:>8.1f}% {:>11} {:>12}\n",
+               r.rank, format_seconds(r.busy), format_seconds(r.comm_wire),
+               format_seconds(r.comm_wait), format_seconds(r.idle), 100 * r.bubble_fraction,
+               100 * r.overlap_fraction, format_bytes(r.wire_bytes),
                format_bytes(r.peak_memory.total));
 }
 

@@ -10,6 +10,7 @@
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
+#include "core/trace/analysis.h"
 #include "core/trace/event.h"
 #include "core/train/trainer.h"
 #include "lessons/lesson.h"
@@ -110,5 +111,8 @@ int finish_trace(const CommonOptions& c, const trace::Trace& trace, const std::s
 std::string with_commas(int64_t n);
 // seconds -> "1.23 ms" / "4.56 us" / "2.10 s"
 std::string format_seconds(double s);
+// A rank's communication time split: "1.200 ms (0.800 ms on the wire + 0.400 ms waiting for a
+// partner)" (trace::RankSummary's comm = comm_wire + comm_wait).
+std::string format_comm_split(const trace::RankSummary& r);
 
 }  // namespace mgpu::lessons

@@ -246,8 +246,8 @@ void print_traffic(std::ostream& out, const CommonOptions& c, int stage, const Z
                "  (the paper's {} Psi counts every transfer at 2 B; here the all-gathers move {}-B "
                "parameters and the\n   reduce-scatters {}-B gradients)\n",
                stage < 3 ? 2 : 3, b.params, b.grads);
-  fmt::print(out, "  comm {} of which hidden behind compute {} ({:.1f}% overlap), exposed {}\n",
-             format_seconds(r0.comm), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
+  fmt::print(out, "  comm {},\n  of which hidden behind compute {} ({:.1f}% overlap), exposed {}\n",
+             format_comm_split(r0), format_seconds(r0.overlap), 100 * r0.overlap_fraction,
              format_seconds(r0.exposed_comm));
 }
 

@@ -13,6 +13,7 @@ namespace mgpu::viz {
 
 struct Palette {
   ImU32 forward, backward, backward_weight, optimizer, compute, comm;
+  ImU32 comm_wait;  // a comm event's waiting for a partner: hatched in `comm` over this
   ImU32 idle, idle_hatch, idle_text;
   ImU32 cell_text, cell_border;
   ImU32 lane_background, ruler_text, ruler_line;
@@ -64,12 +65,13 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
 // The largest parameters + gradients + optimizer state of a view (over its ranks and samples).
 int64_t max_model_states(const TraceView& view);
 
-// Per-rank table: busy, comm, idle, bubble %, overlap %, peak memory (+ theory where known).
+// Per-rank table: busy, comm wire, comm wait, idle, bubble %, overlap %, peak memory (+ theory
+// where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);
 
 // Per-rank bars for the summarised step (or run): busy and idle share of the compute lane, the
-// comm lane's share under it, and measured vs theory (metadata "predictions") as bars. Called by
-// draw_summary under its table.
+// comm lane's share under it (wire solid, waiting lighter), and measured vs theory (metadata
+// "predictions") as bars. Called by draw_summary under its table.
 void draw_time_bars(const PanelContext& ctx, const TraceView& view);
 
 // Colour keys: event categories and idle; memory categories and the capacity line.

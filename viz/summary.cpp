@@ -44,11 +44,11 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings |
                                 ImGuiTableFlags_NoHostExtendX;
-  if (!ImGui::BeginTable(id.c_str(), 8, flags)) return;
+  if (!ImGui::BeginTable(id.c_str(), 9, flags)) return;
   // Idle time is a "bubble" only in a pipeline schedule (docs/glossary.md).
   const char* idle_share = view.is_pipeline() ? "bubble" : "idle %";
-  for (const char* h :
-       {"rank", "busy", "comm", "idle", idle_share, "overlap", "sent", "peak memory"}) {
+  for (const char* h : {"rank", "busy", "comm wire", "comm wait", "idle", idle_share, "overlap",
+                        "sent", "peak memory"}) {
     ImGui::TableSetupColumn(h);
   }
   ImGui::TableHeadersRow();
@@ -58,8 +58,9 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     ImGui::TableNextColumn();
     ImGui::Text("GPU %d", r);
     for (const std::string& cell :
-         {format_duration(s.busy), format_duration(s.comm), format_duration(s.idle),
-          format_percent(s.bubble), s.comm > 0 ? format_percent(s.overlap) : std::string("-"),
+         {format_duration(s.busy), format_duration(s.comm_wire), format_duration(s.comm_wait),
+          format_duration(s.idle), format_percent(s.bubble),
+          s.comm > 0 ? format_percent(s.overlap) : std::string("-"),
           s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : std::string("-"),
           s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : std::string("-")}) {
       ImGui::TableNextColumn();
@@ -99,6 +100,7 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
     const RankSummary& s = view.summary(r);
     const double window = s.busy + s.idle;
     const double busy = window > 0 ? s.busy / window : 0, comm = window > 0 ? s.comm / window : 0;
+    const double wait = window > 0 ? s.comm_wait / window : 0;
     const ImVec2 at = ImGui::GetCursorScreenPos();
     char label[16];
     std::snprintf(label, sizeof label, "GPU %d", r);
@@ -108,10 +110,11 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
     dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h + comm_h + 1}, pal.lane_background);
     const float xb = bar(x0, at.y, bar_w, bar_h, busy, pal.compute);
     bar(xb, at.y, bar_w, bar_h, 1 - busy, pal.idle_hatch);
-    bar(x0, at.y + bar_h + 1, bar_w, comm_h, comm, pal.comm);
-    char text[96];
-    std::snprintf(text, sizeof text, "busy %.1f%%   comm %.1f%%   idle %.1f%%", 100 * busy,
-                  100 * comm, 100 * (1 - busy));
+    const float xw = bar(x0, at.y + bar_h + 1, bar_w, comm_h, comm - wait, pal.comm);
+    bar(xw, at.y + bar_h + 1, bar_w, comm_h, wait, pal.comm_wait);
+    char text[128];
+    std::snprintf(text, sizeof text, "busy %.1f%%   comm %.1f%% (waiting %.1f%%)   idle %.1f%%",
+                  100 * busy, 100 * comm, 100 * wait, 100 * (1 - busy));
     dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h + comm_h + 1 - line) / 2},
                 pal.ruler_text, text);
     ImGui::Dummy(
@@ -144,19 +147,27 @@ void draw_legend(const PanelContext& ctx, bool any_pipeline) {
   struct Key {
     const char* name;
     ImU32 colour;
+    ImU32 hatch = 0;  // lines over the box, as the timeline draws it (0: none)
   };
   const Key keys[] = {{"forward", p.forward},
                       {"backward", p.backward},
                       {"backward (weights)", p.backward_weight},
                       {"optimizer", p.optimizer},
                       {"other compute", p.compute},
-                      {"communication", p.comm},
+                      {"comm on the wire", p.comm},
+                      {"comm waiting for a partner", p.comm_wait, p.comm},
                       {any_pipeline ? "idle (bubble)" : "idle", p.idle_hatch}};
   const float box = ImGui::GetTextLineHeight();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const Key& k : keys) {
     const ImVec2 at = ImGui::GetCursorScreenPos();
     dl->AddRectFilled(at, {at.x + box, at.y + box}, k.colour);
+    if (k.hatch) {  // the timeline's hatching, in little
+      dl->PushClipRect(at, {at.x + box, at.y + box}, true);
+      for (float x = -box; x < box; x += box / 3)
+        dl->AddLine({at.x + x, at.y + box}, {at.x + x + box, at.y}, k.hatch);
+      dl->PopClipRect();
+    }
     ImGui::Dummy({box, box});
     ImGui::SameLine();
     ImGui::TextUnformatted(k.name);

@@ -51,16 +51,20 @@ void centred_text(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 colour, const char* 
 
 // `a`, `b` must already be clamped to the visible lane: the line count is then bounded by the
 // window width / spacing, whatever the trace's timestamps are.
-void hatched_rect(ImDrawList* dl, ImVec2 a, ImVec2 b, const Palette& pal, float spacing) {
-  dl->AddRectFilled(a, b, pal.idle);
+void hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 fill, ImU32 lines, float spacing) {
+  dl->AddRectFilled(a, b, fill);
   dl->PushClipRect(a, b, true);
   const float h = b.y - a.y;
   spacing = std::max(spacing, 2.0f);
   // Start on a multiple of the spacing so the hatching does not shimmer while panning a gap.
   for (float x = std::floor((a.x - h) / spacing) * spacing; x < b.x; x += spacing) {
-    dl->AddLine({x, b.y}, {x + h, a.y}, pal.idle_hatch);
+    dl->AddLine({x, b.y}, {x + h, a.y}, lines);
   }
   dl->PopClipRect();
+}
+
+void hatched_rect(ImDrawList* dl, ImVec2 a, ImVec2 b, const Palette& pal, float spacing) {
+  hatched(dl, a, b, pal.idle, pal.idle_hatch, spacing);
 }
 
 std::string tooltip_line(const char* key, const std::string& value) {
@@ -76,6 +80,11 @@ void event_tooltip(const TraceView& view, int i, double origin) {
               e.cat.c_str());
   ImGui::TextUnformatted(tooltip_line("start", format_duration(e.start - origin)).c_str());
   ImGui::TextUnformatted(tooltip_line("duration", format_duration(e.dur)).c_str());
+  if (e.wait > 0)
+    ImGui::TextUnformatted(
+        tooltip_line("waiting for a partner", format_duration(e.wait) + ", then on the wire " +
+                                                  format_duration(e.dur - e.wait))
+            .c_str());
   if (e.microbatch >= 0) ImGui::Text("micro-batch: %d", e.microbatch);
   if (e.layer >= 0) ImGui::Text("layer: %d", e.layer);
   if (e.chunk >= 0) ImGui::Text("chunk: %d", e.chunk);
@@ -154,6 +163,11 @@ void draw_lane_events(const LaneCanvas& c, int r, Lane lane, float y0, float y1,
     const ImU32 colour = category_colour(pal, e.cat);
     c.dl->AddRectFilled(a, b, faded ? dimmed(colour, pal.lane_background) : colour);
     if (blk.dense()) continue;
+    // Its waiting for a partner (counted from its start, as the analysis does): hatched, lighter.
+    if (lane == Lane::comm && e.wait > 0 && !faded) {
+      const float wait_end = std::min(b.x, c.px(e.start + e.wait));
+      if (wait_end > a.x) hatched(c.dl, a, {wait_end, b.y}, pal.comm_wait, colour, 5 * c.ctx.scale);
+    }
     if (b.x - a.x >= 4) c.dl->AddRect(a, b, pal.cell_border);
     // Labels go in the cell's visible part (or are dropped), never cut at the window's edge.
     const ImVec2 la{std::max(a.x, c.x_left), a.y}, lb{std::min(b.x, c.x_right), b.y};

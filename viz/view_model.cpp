@@ -165,6 +165,8 @@ void TraceView::compute_gaps_and_summary() {
       const trace::RankSummary& a = analysis.ranks[r];
       s.busy = a.busy;
       s.comm = a.comm;
+      s.comm_wire = a.comm_wire;
+      s.comm_wait = a.comm_wait;
       s.idle = a.idle;
       s.bubble = a.bubble_fraction;
       s.overlap = a.overlap_fraction;

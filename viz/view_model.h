@@ -104,11 +104,13 @@ struct MemorySpan {
 
 // From core/trace/analysis (analyze()), plus when the memory peak happens.
 struct RankSummary {
-  double busy = 0;     // seconds the compute lane is busy (union of intervals)
-  double comm = 0;     // seconds the comm lane is busy
-  double idle = 0;     // run window - busy
-  double bubble = 0;   // idle / run window (fraction)
-  double overlap = 0;  // (compute ∩ comm) / comm (fraction; 0 with no comm)
+  double busy = 0;       // seconds the compute lane is busy (union of intervals)
+  double comm = 0;       // seconds the comm lane is busy = comm_wire + comm_wait
+  double comm_wire = 0;  // of which bytes move
+  double comm_wait = 0;  // of which it waits for a partner (trace::RankSummary)
+  double idle = 0;       // run window - busy
+  double bubble = 0;     // idle / run window (fraction)
+  double overlap = 0;    // (compute ∩ comm) / comm (fraction; 0 with no comm)
   int64_t bytes_sent = 0;
   int64_t peak_bytes = 0;  // highest total of the memory counters
   double peak_time = 0;

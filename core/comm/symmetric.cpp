@@ -56,6 +56,7 @@ Call replay_key(const CollectiveCall& c) {
 // A collective's first run, to replay for the same call.
 struct Replay {
   double duration = 0;
+  double wait = 0;  // waiting for a partner inside it (trace::Event::wait)
   int64_t sent_bytes = 0;
   int64_t transient_bytes = 0;  // the most it held at once, beyond what was there
   MemCategory transient_category = MemCategory::comm_buffers;
@@ -172,11 +173,8 @@ class SymmetricComm final : public AlgorithmicComm {
       sent = it->second.front();
       it->second.pop_front();
     }
-    RankClock& clock = ctx().clock;
-    const double end = std::max(posted, sent + step_time(distance, t.bytes()));
-    clock.wait_comm_until(end);
-    record_p2p("recv", src, t.bytes(), 0, posted, end);
-    return end;
+    return receive_ends(src, t.bytes(), posted, sent, step_time(distance, t.bytes()),
+                        /*sent_on_my_clock=*/true);
   }
 
   // Runs the steps (the algorithm's sends and receives, on the comm lane) or replays their first
@@ -190,6 +188,7 @@ class SymmetricComm final : public AlgorithmicComm {
       Replay r = *recorded;
       r.duration = std::max(start, ctx().clock.comm_now()) - start;
       r.sent_bytes = sent_bytes() - sent_before;
+      r.wait = collective_wait();
       replays_.emplace(call, r);
     }
   }
@@ -226,6 +225,7 @@ class SymmetricComm final : public AlgorithmicComm {
   void replay(const Replay& r, double start) {
     ctx().clock.wait_comm_until(start + r.duration);
     count_sent(r.sent_bytes);
+    count_wait(r.wait);
     if (r.transient_bytes > 0)  // allocated and freed at once: the peaks move as in the run
       ctx().allocator.allocate(r.transient_bytes, r.transient_category);
   }

@@ -52,6 +52,15 @@ std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, In
   return merge_intervals(std::move(clipped));
 }
 
+std::vector<Interval> comm_wire_intervals(const Trace& trace, int rank, Interval window) {
+  std::vector<Interval> clipped;
+  for (const Event& e : trace.events) {
+    if (e.rank != rank || e.lane != Lane::comm) continue;
+    clipped.push_back({std::max(e.start + e.wait, window.begin), std::min(e.end(), window.end)});
+  }
+  return merge_intervals(std::move(clipped));
+}
+
 // ---------------------------------------------------------------------------------------------
 
 namespace {
@@ -100,6 +109,8 @@ RankSummary summarize_rank(const Trace& trace, int rank, Interval window, bool w
   const auto comm = lane_intervals(trace, rank, Lane::comm, window);
   r.busy = total_length(compute);
   r.comm = total_length(comm);
+  r.comm_wire = total_length(comm_wire_intervals(trace, rank, window));
+  r.comm_wait = r.comm - r.comm_wire;
   r.idle = r.span - r.busy;
   r.bubble_fraction = r.span > 0 ? r.idle / r.span : 0;
   r.overlap = total_length(intersect(compute, comm));

@@ -6,7 +6,10 @@
 //   any event on any rank). span = t1 - t0, the same for every rank so ranks compare directly.
 // - busy: length of the union of the rank's compute-lane events clipped to the window (two
 //   overlapping kernels count once). idle = span - busy; bubble_fraction = idle / span.
-// - comm: length of the union of the rank's comm-lane events in the window.
+// - comm: length of the union of the rank's comm-lane events in the window, split into
+//   comm_wire: the union of the events' parts that move bytes ([start + wait, end]: an event's
+//   waiting is counted from its start, wherever in a collective it fell), and
+//   comm_wait = comm - comm_wire: time the lane only waits for a partner that has not sent yet.
 // - overlap: time when the compute and comm lanes are both active; overlap_fraction =
 //   overlap / comm (0 without comm), the share of communication hidden behind compute;
 //   exposed_comm = comm - overlap.
@@ -42,6 +45,8 @@ double total_length(const std::vector<Interval>& merged);
 std::vector<Interval> intersect(const std::vector<Interval>& a, const std::vector<Interval>& b);
 // The intervals of `rank` on `lane`, clipped to `window`, merged.
 std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, Interval window);
+// The parts of the rank's comm-lane events that move bytes, [start + wait, end], clipped, merged.
+std::vector<Interval> comm_wire_intervals(const Trace& trace, int rank, Interval window);
 
 // ---- Memory ----
 struct MemoryPeak {
@@ -61,7 +66,9 @@ struct RankSummary {
   int rank = 0;
   double span = 0;
   double busy = 0;
-  double comm = 0;
+  double comm = 0;       // = comm_wire + comm_wait
+  double comm_wire = 0;  // bytes moving
+  double comm_wait = 0;  // waiting for a partner
   double idle = 0;
   double bubble_fraction = 0;
   double overlap = 0;

@@ -45,8 +45,14 @@ struct Look {
   const char* ansi;  // colour escape
 };
 
+// A comm event's waiting for a partner, [start, start + wait], is drawn apart from the rest of
+// it (its wire time) as a piece of this category.
+constexpr const char* kWaitPiece = "wait";
+
 Look look_of(const Event& e) {
-  if (e.lane == Lane::comm) return {'=', "comm", "\x1b[1;36m"};
+  if (e.lane == Lane::comm && e.cat == kWaitPiece)
+    return {'~', "waiting for a partner", "\x1b[2;36m"};
+  if (e.lane == Lane::comm) return {'=', "comm on the wire", "\x1b[1;36m"};
   if (e.cat == cat::forward) return {'F', "forward", "\x1b[30;42m"};
   if (e.cat == cat::backward) return {'B', "backward", "\x1b[97;44m"};
   if (e.cat == cat::backward_weight) return {'W', "weight grad", "\x1b[97;45m"};
@@ -100,6 +106,32 @@ std::vector<const Event*> events_on(const Trace& trace, int rank, Lane lane, Int
       out.push_back(&e);
     }
   }
+  return out;
+}
+
+// The comm events with their waiting split off as a piece of its own (kWaitPiece).
+std::vector<Event> split_waits(const std::vector<const Event*>& events) {
+  std::vector<Event> pieces;
+  for (const Event* e : events) {
+    pieces.push_back(*e);
+    if (e->wait <= 0) continue;
+    Event& wire = pieces.back();
+    Event waiting = wire;
+    waiting.cat = kWaitPiece;
+    waiting.dur = e->wait;
+    wire.start = e->start + e->wait;
+    wire.dur = e->dur - e->wait;
+    if (!(wire.dur > 0))
+      wire = waiting;
+    else
+      pieces.push_back(std::move(waiting));
+  }
+  return pieces;
+}
+
+std::vector<const Event*> pointers_to(const std::vector<Event>& events) {
+  std::vector<const Event*> out;
+  for (const Event& e : events) out.push_back(&e);
   return out;
 }
 
@@ -219,10 +251,15 @@ std::string render_legend(const Trace& trace, const Grid& g, const AsciiTimeline
   for (const Event& e : trace.events) {
     if (e.lane == Lane::step) continue;
     present.emplace(look_of(e).letter, look_of(e));
+    if (e.lane == Lane::comm && e.wait > 0) {
+      Event waiting = e;
+      waiting.cat = kWaitPiece;
+      present.emplace('~', look_of(waiting));
+    }
     any_microbatch |= e.lane == Lane::compute && e.microbatch >= 0;
   }
   std::string out;
-  for (char letter : std::string("FBWOC=")) {
+  for (char letter : std::string("FBWOC=~")) {
     auto it = present.find(letter);
     if (it == present.end()) continue;
     const Look& look = it->second;
@@ -262,8 +299,9 @@ std::string render_ascii_timeline(const Trace& trace, const AsciiTimelineOptions
                        render_row(events_on(trace, rank, Lane::compute, window), g, opt, colour));
     if (any_comm) {
       const std::string comm_label = std::string(rank_label(rank).size() + 1, ' ') + "comm";
+      const std::vector<Event> pieces = split_waits(events_on(trace, rank, Lane::comm, window));
       out += fmt::format("{:<{}}{}{}\n", comm_label, label_width, separator,
-                         render_row(events_on(trace, rank, Lane::comm, window), g, opt, colour));
+                         render_row(pointers_to(pieces), g, opt, colour));
     }
   }
   if (opt.legend) out += render_legend(trace, g, opt, colour);

@@ -5,13 +5,15 @@
 //   GPU 0 compute|F0F1fF2F3f.........B0bbbF4fB1bbbF5.B2bbb...
 //         comm   |....=.....=.....=.....=..........
 //   GPU 1 compute|...F0fF1F2.....B0bbbF3fB1bbbF4fB2bbb...
-//   F forward  B backward  W weight grad  O optimizer  C other compute  = comm  . idle
+//   F forward  B backward  W weight grad  O optimizer  C other compute  = comm on the wire
+//   ~ waiting for a partner  . idle
 //   F3 = micro-batch 3; 1 char = 25 us
 //
 // Cells are proportional to time; a cell shows the event covering most of it (idle when nothing
 // covers half of it), and every event of non-zero length gets at least one cell. A run of cells
 // of one event starts with its label (kind letter + micro-batch) where it fits, then the letter in
-// lower case, so back-to-back events of one kind still read apart.
+// lower case, so back-to-back events of one kind still read apart. A comm event's waiting for a
+// partner (Event::wait, drawn first) shows as '~', its wire time as '='.
 #pragma once
 #include <optional>
 #include <string>

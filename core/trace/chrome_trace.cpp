@@ -60,6 +60,7 @@ json event_args(const Event& e) {
   if (e.peer >= 0) args["peer"] = e.peer;
   if (e.bytes != 0) args["bytes"] = e.bytes;
   if (e.sent_bytes != 0) args["sent_bytes"] = e.sent_bytes;
+  if (e.wait != 0) args["wait_s"] = e.wait;  // seconds, exact (a double round-trips in JSON)
   if (e.flops != 0) args["flops"] = e.flops;
   if (!e.group.empty()) args["group"] = e.group;
   if (!e.op.empty()) args["op"] = e.op;
@@ -223,6 +224,10 @@ class Reader {
     e.peer = optional_int32(args, "peer", where, -1);
     e.bytes = optional_int(args, "bytes", where, 0);
     e.sent_bytes = optional_int(args, "sent_bytes", where, 0);
+    e.wait = optional_number(args, "wait_s", where, 0);  // absent in traces before the split
+    if (!(e.wait >= 0 && e.wait <= e.dur))
+      fail(fmt::format("{}.wait_s = {} s is outside 0 to the event's dur ({} s)", where, e.wait,
+                       e.dur));
     e.flops = optional_number(args, "flops", where, 0);
     e.group = optional_string(args, "group", where);
     e.op = optional_string(args, "op", where);

@@ -1,5 +1,7 @@
 #include "core/trace/event.h"
 
+#include <algorithm>
+
 namespace mgpu::trace {
 
 const char* lane_name(Lane l) {
@@ -15,7 +17,7 @@ const char* lane_name(Lane l) {
 }
 
 Event comm_event(const char* op, double start, double end, int64_t bytes, int64_t sent_bytes,
-                 const std::string& group) {
+                 const std::string& group, double wait) {
   Event e;
   e.name = op;
   e.op = op;
@@ -25,6 +27,7 @@ Event comm_event(const char* op, double start, double end, int64_t bytes, int64_
   e.dur = end - start;
   e.bytes = bytes;
   e.sent_bytes = sent_bytes;
+  e.wait = std::clamp(wait, 0.0, e.dur);
   e.group = group;
   return e;
 }

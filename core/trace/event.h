@@ -45,6 +45,10 @@ struct Event {
   // Comm events: the bytes this rank itself put on the wire for the operation, counted in the
   // backend's send path (a ring all-reduce of S bytes sends 2(N-1)/N x S; a recv sends 0).
   int64_t sent_bytes = 0;
+  // Comm events: the part of `dur` (seconds) this rank spent waiting for a partner's message to
+  // be sent (a receive posted before its sender got there); the rest of `dur` moved bytes.
+  // Modeled clock: always; wall clock: threads only (they share one clock); else 0.
+  double wait = 0;
   double flops = 0;
   std::string group;  // process group, e.g. "world", "dp0", "pp1"
   std::string op;     // collective kind: "all_reduce", "send", "recv", ...
@@ -64,9 +68,9 @@ struct CounterSample {
 
 // One communication on a rank's comm lane, as every backend records it: `op` is the collective's
 // kind or "send"/"recv", `sent_bytes` what this rank itself put on the wire for it. The caller
-// adds what only it knows (a point-to-point peer, a collective's seq).
+// adds what only it knows (a point-to-point peer, a collective's seq). `wait`: see Event::wait.
 Event comm_event(const char* op, double start, double end, int64_t bytes, int64_t sent_bytes,
-                 const std::string& group);
+                 const std::string& group, double wait = 0);
 
 struct Trace {
   // lesson, config, clock ("modeled"|"wall"|"cuda"), profile, predictions{...}, num_ranks

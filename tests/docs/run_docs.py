@@ -30,7 +30,8 @@ The comparison rule (docs/architecture.md, "Executable docs", says the same for 
   * figures of this machine are masked: on a line that says `wall`, `this machine` or `this
     host` (wall-clock times, host memory), and on every line of a command run with
     `--clock wall` or of a block marked `wall`, each number is replaced by `#` on both sides
-    (and runs of spaces count as one: column widths follow the figures); a line that ends with
+    and each time by `# s` whatever its unit (`577.348 us` and `1.2 ms` alike), and runs of
+    spaces count as one (column widths follow the figures); a line that ends with
     the planner's own run time, `(1.38 s)` or `in 22.5 s`, has that figure masked;
   * file names: commands run in a fresh scratch directory (with `build`, `docs`, ... linked in),
     and that directory's absolute path is replaced by `.` in the output;
@@ -55,6 +56,8 @@ WALL_LINE = re.compile(r"\bwall\b|this machine|this host")
 # The planner's own run time at the end of a line: "... (1.38 s)", "..., in 22.5 s" (the
 # modeled figures on the same line stay exact).
 WALL_SECONDS = re.compile(r"(\(|\bin )[0-9]+(\.[0-9]+)? s(\)?)$")
+# A time with its unit, on a masked line: "577.348 us", "1.2 ms", "3 s" (not "GB/s").
+WALL_TIME = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)? ?(?:ns|us|µs|ms|s)\b")
 OPTIONS = re.compile(r"^\s*<!--\s*docs:(.*?)-->\s*$")
 FENCE = re.compile(r"^```")
 RUNNABLE = re.compile(r"^(\./build/mgpu|mpirun\b.*\./build/mgpu)")
@@ -159,7 +162,10 @@ def run_command(command, work):
 def masked(line, wall_run):
     line = WALL_SECONDS.sub(r"\1# s\3", line.rstrip())
     if wall_run or WALL_LINE.search(line):
-        # Column widths follow the figures, so runs of spaces count as one on a masked line.
+        # A time's unit follows its size (577 us on one run, 1.2 ms on a loaded one): a time
+        # becomes `# s` whatever its unit. Column widths follow the figures, so runs of spaces
+        # count as one on a masked line.
+        line = WALL_TIME.sub("# s", line)
         return re.sub(r" +", " ", NUMBER.sub("#", line))
     return line
 

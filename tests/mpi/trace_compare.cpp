@@ -1,5 +1,5 @@
 // trace_compare A.json B.json: exit 0 when two Chrome traces written by mgpu hold the same run,
-// event for event (name, category, rank, lane, ts, dur, step, peer, bytes, sent_bytes, group,
+// event for event (name, category, rank, lane, ts, dur, wait, step, peer, bytes, sent_bytes, group,
 // seq, ...), memory sample for memory sample, with the same metadata; otherwise print the first
 // difference and exit 1. The mpirun tests use it to hold a run under mpirun (one process per
 // rank, trace merged on rank 0) to the thread run's modeled timeline, exactly.
@@ -18,9 +18,9 @@ namespace {
 
 std::string describe(const trace::Event& e) {
   return fmt::format(
-      "rank {} lane {} {} [{}] ts={:.17g} dur={:.17g} step={} mb={} layer={} chunk={} peer={} "
-      "bytes={} sent_bytes={} flops={:.17g} group={} op={} seq={}",
-      e.rank, static_cast<int>(e.lane), e.name, e.cat, e.start, e.dur, e.step, e.microbatch,
+      "rank {} lane {} {} [{}] ts={:.17g} dur={:.17g} wait={:.17g} step={} mb={} layer={} "
+      "chunk={} peer={} bytes={} sent_bytes={} flops={:.17g} group={} op={} seq={}",
+      e.rank, static_cast<int>(e.lane), e.name, e.cat, e.start, e.dur, e.wait, e.step, e.microbatch,
       e.layer, e.chunk, e.peer, e.bytes, e.sent_bytes, e.flops, e.group, e.op, e.seq);
 }
 

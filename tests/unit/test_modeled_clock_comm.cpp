@@ -2,10 +2,17 @@
 // bit-identical traces across runs.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/runtime/world.h"
+#include "core/trace/analysis.h"
+#include "core/trace/ascii_timeline.h"
+#include "core/trace/chrome_trace.h"
+#include "mgpu_cli.h"
 
 using namespace mgpu;
 
@@ -60,6 +67,104 @@ TEST_CASE("2-rank send/recv: recv ends at max(posted, sent + transfer)", "[clock
   CHECK(recv.start == 0);
   CHECK(recv.end() == 1e-3 + transfer);
   CHECK(world.rank(1).clock.compute_now() == 1e-3 + transfer);
+  // The receive was posted 1 ms before its message left: that much of it is waiting.
+  CHECK(recv.wait == 1e-3);
+  CHECK(send.wait == 0);
+}
+
+TEST_CASE("a partner late by a known time: the receive waits exactly that, then the wire time",
+          "[clock][comm][wait]") {
+  // Rank 1 computes 3 kernels (3 ms) and then sends; rank 0 receives from t = 0 and answers.
+  const double late = 3e-3;
+  const int64_t bytes = 4000;
+  World world(options_for(2));
+  world.run([](RankContext& ctx) {
+    Tensor t = Tensor::zeros({1000}, MemCategory::workspace);
+    if (ctx.rank == 0) {
+      ctx.comm->recv(t, 1, 0);
+      ctx.comm->send(t, 1, 1);
+    } else {
+      for (int k = 0; k < 3; ++k) KernelScope kernel("late", 0, 0);
+      ctx.comm->send(t, 0, 0);
+      ctx.comm->recv(t, 0, 1);
+    }
+  });
+  const double wire = 1e-6 + bytes / 1e9;  // the link's alpha + bytes / bandwidth
+  CHECK(test_profile().transfer_time(1, 0, bytes) == wire);
+  auto trace = world.collect_trace();
+  const auto& waited = find(trace, 0, "recv");
+  CHECK(waited.start == 0);
+  CHECK(waited.wait == late);
+  CHECK(waited.dur - waited.wait == Approx(wire).epsilon(1e-12));
+  CHECK(find(trace, 1, "recv").wait == 0);  // rank 0 answered at once: nothing to wait for
+
+  // The analysis splits the rank's comm the same way, and a trace file keeps the split.
+  for (const trace::Trace& t : {trace, trace::from_chrome_json(trace::to_chrome_json(trace))}) {
+    const trace::RankSummary r0 = trace::analyze(t).ranks.at(0);
+    CHECK(r0.comm_wait == Approx(late).epsilon(1e-12));
+    CHECK(r0.comm_wire == Approx(2 * wire).epsilon(1e-12));  // its receive's and its answer's
+    CHECK(r0.comm == Approx(r0.comm_wire + r0.comm_wait).epsilon(1e-12));
+    CHECK(trace::analyze(t).ranks.at(1).comm_wait == 0);
+  }
+  // The timeline draws the waiting as '~' and names it in the legend.
+  trace::AsciiTimelineOptions opt;
+  opt.width = 80;
+  opt.colour = false;
+  const std::string drawn = trace::render_ascii_timeline(trace, opt);
+  CHECK_THAT(drawn, Catch::Contains("~~~~~"));
+  CHECK_THAT(drawn, Catch::Contains("~ waiting for a partner"));
+}
+
+TEST_CASE("on the wall clock, threads measure a receive's wait the same way",
+          "[clock][comm][wait]") {
+  // Rank 1 answers rank 0's "go" only after 50 ms of (host) work: rank 0's receive, posted right
+  // after its "go", blocks about that long before rank 1 hands over the data.
+  WorldOptions o = options_for(2);
+  o.clock = ClockKind::wall;
+  World world(o);
+  world.run([](RankContext& ctx) {
+    Tensor go = Tensor::zeros({1}, MemCategory::workspace);
+    Tensor answer = Tensor::zeros({1000}, MemCategory::workspace);
+    if (ctx.rank == 0) {
+      ctx.comm->send(go, 1, 0);
+      ctx.comm->recv(answer, 1, 1);
+    } else {
+      ctx.comm->recv(go, 0, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the late partner's work
+      ctx.comm->send(answer, 0, 1);
+    }
+  });
+  auto trace = world.collect_trace();
+  const trace::Event* answer = nullptr;
+  for (const auto& e : trace.events)
+    if (e.rank == 0 && e.op == "recv") answer = &e;
+  REQUIRE(answer);
+  INFO("recv " << answer->dur << " s, of which waiting " << answer->wait << " s");
+  CHECK(answer->wait > 0.025);  // most of the 50 ms (rank 0 may start its receive a little late)
+  CHECK(answer->wait <= answer->dur);
+}
+
+TEST_CASE("a late member's all-reduce: the others wait, its own ring steps stay on the wire",
+          "[clock][comm][wait]") {
+  // 2 ranks, one ring step each way: on time it costs 2 steps of `step`. Rank 1 is 1 ms late, so
+  // rank 0 sends its half, waits for rank 1's (late - step, the part of the delay not covered by
+  // its own send), receives it (step) and forwards the sum (step).
+  const int64_t n = 4096;
+  const double late = 1e-3, step = 1e-6 + (n / 2) * 4 / 1e9;
+  World world(options_for(2));
+  world.run([&](RankContext& ctx) {
+    if (ctx.rank == 1) KernelScope kernel("late", 0, 0);
+    Tensor t = Tensor::zeros({n}, MemCategory::gradients);
+    ctx.comm->all_reduce(t);
+  });
+  auto trace = world.collect_trace();
+  const auto& on_time = find(trace, 0, "all_reduce");
+  CHECK(on_time.dur == Approx(late + 2 * step).epsilon(1e-12));
+  CHECK(on_time.wait == Approx(late - step).epsilon(1e-12));
+  const auto& latecomer = find(trace, 1, "all_reduce");
+  CHECK(latecomer.start == late);
+  CHECK(latecomer.wait == 0);
+  CHECK(latecomer.dur == Approx(2 * step).epsilon(1e-12));
 }
 
 TEST_CASE("4-rank ring all-reduce costs 2(N-1)(alpha + (n/N)*4/bw)", "[clock][comm]") {
@@ -197,4 +302,22 @@ TEST_CASE("collect_trace fills metadata and orders events by rank, then start", 
     const auto& b = trace.events[i];
     CHECK(std::tie(a.rank, a.start) <= std::tie(b.rank, b.start));
   }
+}
+
+TEST_CASE("model_parallel's comm was mostly waiting for the next stage: now it says so",
+          "[clock][comm][wait][lesson]") {
+  // Stage 0 posts the receive of its backward gradient right after its forward, then waits for
+  // the other three stages' forwards and backwards: its link is free almost all that time.
+  const std::string path = mgpu::testing::temp_path("model_parallel_wait.json");
+  auto r = mgpu::testing::run_mgpu(mgpu::testing::with_tiny_model(
+      {"run", "model_parallel", "--theory", "--steps", "2", "--trace", path}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("comm wire   comm wait"));
+  const trace::Trace t = trace::read_chrome_trace(path);
+  const trace::RankSummary r0 = trace::analyze(t, 1).ranks.at(0);
+  INFO("comm " << r0.comm << " s, wire " << r0.comm_wire << " s, wait " << r0.comm_wait << " s");
+  CHECK(r0.comm_wait > 0.9 * r0.comm);
+  CHECK(r0.comm_wire > 0);
+  std::filesystem::remove(path);
 }

@@ -37,6 +37,7 @@ Trace sample_trace() {
   send.peer = 0;
   send.bytes = int64_t(1) << 40;
   send.sent_bytes = (int64_t(1) << 40) + 3;
+  send.wait = 3e-9;  // of its 7 ns, waiting for the partner (exact through the JSON)
   send.group = "pp0";
   send.op = "send";
   send.seq = 17;

@@ -73,3 +73,17 @@ TEST_CASE("absurd rank counts are refused before anything is allocated per rank"
   many += "}";
   CHECK(error_of(many) == "t.json: 5000 distinct pids; the dashboard shows at most 4096 ranks");
 }
+
+TEST_CASE("a comm event's wait: absent reads as 0, outside 0..dur is refused", "[trace][hostile]") {
+  const std::string x = R"({"ph": "X", "name": "recv", "cat": "comm", "pid": 1, "tid": 1, )";
+  // Traces written before comm was split into wire and wait have no wait_s: all wire.
+  Trace old = parse_chrome_trace(trace_text(x + R"("ts": 1, "dur": 4})"));
+  CHECK(old.events.at(1).wait == 0);
+  Trace split =
+      parse_chrome_trace(trace_text(x + R"("ts": 1, "dur": 4, "args": {"wait_s": 3e-6}})"));
+  CHECK(split.events.at(1).wait == 3e-6);
+  CHECK(error_of(trace_text(x + R"("ts": 1, "dur": 4, "args": {"wait_s": 5e-6}})")) ==
+        "t.json: traceEvents[1].args.wait_s = 5e-06 s is outside 0 to the event's dur (4e-06 s)");
+  CHECK_THAT(error_of(trace_text(x + R"("ts": 1, "dur": 4, "args": {"wait_s": -1}})")),
+             Catch::Contains("traceEvents[1].args.wait_s = -1 s is outside"));
+}

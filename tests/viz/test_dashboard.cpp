@@ -462,3 +462,51 @@ TEST_CASE("viz --zoom outside the shown step is one line and exit code 2", "[viz
   CHECK_THAT(error, Catch::Contains("--zoom starts at 100 s but the shown step ends at"));
   CHECK(std::count(error.begin(), error.end(), '\n') == 1);
 }
+
+TEST_CASE("a comm event's waiting for a partner is drawn hatched over a lighter colour",
+          "[viz][wait]") {
+  // GPU 0 receives from 1 ms to 4 ms, of which 2 ms waiting for GPU 1 (which computes 0-3 ms):
+  // the first 2 ms are hatched (comm lines over comm_wait), the last 1 ms is solid comm.
+  trace::Trace t;
+  t.num_ranks = 2;
+  auto add = [&](int rank, Lane lane, double start, double dur, const char* cat, double wait) {
+    trace::Event e;
+    e.name = e.cat = cat;
+    e.rank = rank;
+    e.lane = lane;
+    e.start = start;
+    e.dur = dur;
+    e.wait = wait;
+    t.events.push_back(e);
+  };
+  add(0, Lane::compute, 0, 1e-3, trace::cat::forward, 0);
+  add(0, Lane::comm, 1e-3, 3e-3, trace::cat::comm, 2e-3);
+  add(1, Lane::compute, 0, 3e-3, trace::cat::forward, 0);
+  add(1, Lane::comm, 3e-3, 1e-3, trace::cat::comm, 0);
+  DashboardOptions options;
+  options.traces.push_back(t);
+  Dashboard d(options);
+  CHECK(d.views()[0].summary(0).comm_wait == Approx(2e-3));
+  CHECK(d.views()[0].summary(0).comm_wire == Approx(1e-3));
+  const auto png = out_dir() / "comm-wait.png";
+  REQUIRE(render_screenshot(d, png.string(), 1280, 0) == 0);  // as tall as its content
+  const Image img(png);
+  const Palette& pal = palette(false);
+  const TimeAxis& axis = d.axis();
+  const LaneLayout& layout = d.layout(0);
+  auto count_in = [&](int rank, double t0, double t1, ImU32 colour) {
+    int n = 0;
+    const double y = layout.lane_top(rank, Lane::comm) + layout.lane_height / 2;
+    for (double x = axis.to_px(t0) + 2; x < axis.to_px(t1) - 2; x += 1) n += img.at(x, y) == colour;
+    return n;
+  };
+  const int waiting = count_in(0, 1e-3, 3e-3, pal.comm_wait);
+  const int lines = count_in(0, 1e-3, 3e-3, pal.comm);
+  INFO("waiting part: " << waiting << " comm_wait pixels, " << lines << " comm pixels");
+  CHECK(waiting > 20);
+  CHECK(lines > 0);
+  CHECK(waiting > 2 * lines);
+  CHECK(count_in(0, 3e-3, 4e-3, pal.comm_wait) == 0);  // the wire part is solid comm
+  CHECK(count_in(0, 3.2e-3, 3.8e-3, pal.comm) > 10);
+  CHECK(count_in(1, 3e-3, 4e-3, pal.comm_wait) == 0);  // GPU 1 did not wait
+}

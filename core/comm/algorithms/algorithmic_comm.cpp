@@ -3,7 +3,8 @@
 //
 // Modeled clock: the steps move only the comm lane (a step's send occupies it for the transfer, a
 // receive ends at max(posted, sent + transfer)); the collective ends when its last step does.
-// Blocking collectives then make the compute lane wait; async ones do so in Work::wait().
+// Blocking collectives then make the compute lane wait; async ones do so in Work::wait(). The
+// event's `wait` sums its receives' waiting for a partner that had not sent yet.
 #include "core/comm/algorithms/algorithmic_comm.h"
 
 #include <algorithm>
@@ -37,11 +38,23 @@ void AlgorithmicComm::compute_waits_for(double end) {
 }
 
 void AlgorithmicComm::record_p2p(const char* op, int group_peer, int64_t bytes, int64_t sent_bytes,
-                                 double start, double end) {
+                                 double start, double end, double wait) {
   if (depth_ > 0 || !ctx_.tracer.enabled) return;
-  trace::Event e = trace::comm_event(op, start, end, bytes, sent_bytes, name_);
+  trace::Event e = trace::comm_event(op, start, end, bytes, sent_bytes, name_, wait);
   e.peer = world_rank(group_peer);
   ctx_.tracer.record(std::move(e));
+}
+
+double AlgorithmicComm::receive_ends(int src, int64_t bytes, double posted, double sent,
+                                     double transfer, bool sent_on_my_clock) {
+  RankClock& clock = ctx_.clock;
+  const double end = clock.modeled() ? std::max(posted, sent + transfer) : clock.wall_now();
+  const double wait =
+      clock.modeled() || sent_on_my_clock ? std::clamp(sent - posted, 0.0, end - posted) : 0.0;
+  clock.wait_comm_until(end);
+  if (depth_ > 0) count_wait(wait);
+  record_p2p("recv", src, bytes, 0, posted, end, wait);
+  return end;
 }
 
 Work AlgorithmicComm::wait_until(double end) {
@@ -60,6 +73,7 @@ double AlgorithmicComm::collective(const CollectiveCall& call, StepsRef steps) {
   agree_on_call(seq, call);
   const double start = clock.comm_issue_time();
   const int64_t sent_before = sent_bytes_;
+  collective_wait_ = 0;
   ++depth_;
   struct Leave {
     int& depth;
@@ -69,8 +83,8 @@ double AlgorithmicComm::collective(const CollectiveCall& call, StepsRef steps) {
   const double end = clock.modeled() ? std::max(start, clock.comm_now()) : clock.wall_now();
   clock.wait_comm_until(end);
   if (ctx_.tracer.enabled) {  // sent_bytes: what this rank's sends inside it carried
-    trace::Event e =
-        trace::comm_event(call.kind, start, end, call.bytes, sent_bytes_ - sent_before, name_);
+    trace::Event e = trace::comm_event(call.kind, start, end, call.bytes, sent_bytes_ - sent_before,
+                                       name_, collective_wait_);
     e.seq = seq;
     ctx_.tracer.record(std::move(e));
   }

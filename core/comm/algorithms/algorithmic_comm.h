@@ -99,8 +99,21 @@ class AlgorithmicComm : public Comm {
   void count_sent(int64_t bytes) { sent_bytes_ += bytes; }
   int64_t sent_bytes() const { return sent_bytes_; }
   // A point-to-point event, unless inside a collective (which records one event for all of it).
+  // `wait`: the part of [start, end] spent waiting for the partner (trace::Event::wait).
   void record_p2p(const char* op, int group_peer, int64_t bytes, int64_t sent_bytes, double start,
-                  double end);
+                  double end, double wait = 0);
+  // A receive from group rank `src` posted at `posted` whose message left its sender at `sent`
+  // and takes `transfer` on the link: on the modeled clock it ends at max(posted, sent +
+  // transfer), and the time before `sent` is waiting for the partner. On the wall clock it ends
+  // now; `sent_on_my_clock`: the sender's stamp is on this rank's clock (threads of one world
+  // share its epoch; processes do not), so the time before it is measured as waiting too.
+  // Moves the comm lane, records the recv (or adds its wait to the enclosing collective's) and
+  // returns its end.
+  double receive_ends(int src, int64_t bytes, double posted, double sent, double transfer,
+                      bool sent_on_my_clock);
+  // Waiting inside the collective being run (a backend that replays a collective adds it here).
+  void count_wait(double seconds) { collective_wait_ += seconds; }
+  double collective_wait() const { return collective_wait_; }
   // A Work whose wait() makes the compute lane wait for `end`.
   Work wait_until(double end);
   // A Work whose wait() runs `fn`.
@@ -132,6 +145,7 @@ class AlgorithmicComm : public Comm {
   int64_t sent_bytes_ = 0;            // bytes this rank has sent in this group, ever
   const char* collective_kind_ = "";  // the collective this rank is in, while depth_ > 0
   int64_t collective_seq_ = 0;
+  double collective_wait_ = 0;  // waiting inside the collective this rank is in
 };
 
 }  // namespace mgpu::comm

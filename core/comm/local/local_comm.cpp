@@ -147,12 +147,8 @@ class LocalComm final : public AlgorithmicComm {
       throw CommError(fmt::format(
           "rank {} received {} bytes from rank {} (tag {}) in group {}, but its buffer holds {}",
           my_world_rank(), m.bytes, key.src, tag, name(), holds));
-    RankClock& clock = ctx().clock;
-    double transfer = ctx().profile.transfer_time(key.src, key.dst, m.bytes);
-    double end = clock.modeled() ? std::max(posted, m.sent + transfer) : clock.wall_now();
-    clock.wait_comm_until(end);
-    record_p2p("recv", src, m.bytes, 0, posted, end);
-    return end;
+    const double transfer = ctx().profile.transfer_time(key.src, key.dst, m.bytes);
+    return receive_ends(src, m.bytes, posted, m.sent, transfer, /*sent_on_my_clock=*/true);
   }
 
   std::shared_ptr<LocalWorld> world_;

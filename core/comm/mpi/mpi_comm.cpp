@@ -267,12 +267,10 @@ class MpiComm final : public AlgorithmicComm {
                              p.bytes / static_cast<int64_t>(sizeof(float)));
     else if (p.target && p.bytes > 0)
       std::memcpy(p.target, message, static_cast<size_t>(p.bytes));
-    RankClock& clock = ctx().clock;
-    double transfer = ctx().profile.transfer_time(world_rank(p.src), my_world_rank(), p.bytes);
-    double end = clock.modeled() ? std::max(p.posted, sent + transfer) : clock.wall_now();
-    clock.wait_comm_until(end);
-    record_p2p("recv", p.src, p.bytes, 0, p.posted, end);
-    return end;
+    const double transfer =
+        ctx().profile.transfer_time(world_rank(p.src), my_world_rank(), p.bytes);
+    // Each process's wall clock counts from its own start: a sender's stamp is not comparable.
+    return receive_ends(p.src, p.bytes, p.posted, sent, transfer, /*sent_on_my_clock=*/false);
   }
 
   // A message of another size than the posted buffer is the local backend's error, word for
