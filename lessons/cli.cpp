@@ -39,8 +39,6 @@ void print_student_code_line(std::ostream& out) {
                mine.empty() ? "none yet" : mine);
 }
 
-constexpr int kExitUsage = 2;
-
 int cmd_list(std::ostream& out) {
   fmt::print(out, "Lessons (run one with `mgpu run NAME`, options with `mgpu run NAME --help`):\n");
   for (auto& lesson : all_lessons())

@@ -17,6 +17,9 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
 // one line "mgpu WHERE: error: ..." (done, 2); otherwise returns 0 with done false.
 int parse_command(CLI::App& app, std::vector<std::string> args, std::ostream& out,
                   std::ostream& err, const std::string& where, bool& done);
+// The exit code of bad input (a usage error).
+inline constexpr int kExitUsage = 2;
+
 // "mgpu WHERE: error: WHAT" on `err`; returns 2, the exit code of bad input.
 int usage_error(std::ostream& err, const std::string& where, const std::string& what);
 

@@ -18,6 +18,7 @@
 #include <fmt/ostream.h>
 #include <CLI/CLI.hpp>
 
+#include "lessons/cli.h"
 #include "lessons/grade_exercises.h"
 #include "lessons/validate.h"
 
@@ -30,7 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 // ---- child processes ----
 

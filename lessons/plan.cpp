@@ -45,11 +45,11 @@ plan::SearchResult run_search(const plan::SearchRequest& request, std::ostream& 
                       });
 }
 
-namespace {
-
 std::string gib(int64_t bytes) {
   return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
 }
+
+namespace {
 
 std::string tokens_rate(double tokens_per_s) {
   return tokens_per_s >= 1e6 ? fmt::format("{:.2f} M", tokens_per_s / 1e6)

@@ -23,6 +23,9 @@ struct PlanModel {
 };
 PlanModel plan_model(const std::string& name_or_file);
 
+// Bytes as the planner prints them: "12.3 GiB".
+std::string gib(int64_t bytes);
+
 // Runs the search, printing one progress line per simulation to `progress`.
 plan::SearchResult run_search(const plan::SearchRequest& request, std::ostream& progress);
 

@@ -28,10 +28,6 @@ namespace {
 
 using plan::Simulated;
 
-std::string gib(int64_t bytes) {
-  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
-}
-
 // The first ranked layout `pick` accepts, if any was simulated.
 const Simulated* best_where(const plan::SearchResult& r,
                             const std::function<bool(const plan::Layout&)>& pick) {

@@ -26,10 +26,6 @@ namespace {
 
 constexpr int kCategories = kNumMemCategories;
 
-int64_t at(const CategoryBytes& b, MemCategory c) {
-  return b[static_cast<int>(c)];
-}
-
 theory::StateBytes state_bytes(const CommonOptions& c, int param_bytes) {
   return theory::model_state_bytes(param_bytes, c.optimizer);
 }

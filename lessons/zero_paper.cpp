@@ -15,10 +15,6 @@ namespace mgpu::lessons {
 
 namespace {
 
-int64_t at(const CategoryBytes& b, MemCategory c) {
-  return b[static_cast<int>(c)];
-}
-
 std::string stage_name(int stage) {
   return stage == 0 ? "baseline" : fmt::format("stage {}", stage);
 }

@@ -28,20 +28,20 @@ std::string limit_text(int64_t bytes) {
   return fmt::format("{} bytes", bytes);
 }
 
-std::invalid_argument bad(const std::string& option, const std::string& path,
+std::invalid_argument bad_input(const std::string& option, const std::string& path,
                           const std::string& what) {
   return std::invalid_argument(fmt::format("{} '{}' {}", option, echo_input(path, 120), what));
 }
 
 std::invalid_argument not_regular(const std::string& option, const std::string& path,
                                   fs::file_type type) {
-  return bad(option, path,
+  return bad_input(option, path,
              fmt::format("is {}, not a regular file: name a file to read", file_type_name(type)));
 }
 
 std::invalid_argument too_big(const std::string& option, const std::string& path, int64_t size,
                               int64_t max_bytes) {
-  return bad(option, path,
+  return bad_input(option, path,
              fmt::format("is {} bytes, above the limit of {}", size, limit_text(max_bytes)));
 }
 
@@ -91,7 +91,7 @@ std::string echo_input(const std::string& text, size_t max) {
 void check_path_name(const std::string& path, const std::string& option) {
   if (path.empty()) throw std::invalid_argument(fmt::format("{} needs a file name", option));
   if (path.size() > kMaxPathChars)
-    throw bad(
+    throw bad_input(
         option, path,
         fmt::format("is {} characters long; paths are limited to {}", path.size(), kMaxPathChars));
 }
@@ -101,17 +101,17 @@ void check_input_file(const std::string& path, const std::string& option, int64_
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);  // follows symlinks: the file read is the target
   if (!fs::exists(st))
-    throw bad(option, path,
+    throw bad_input(option, path,
               ec && ec != std::errc::no_such_file_or_directory
                   ? fmt::format("cannot be read: {}", ec.message())
                   : std::string("does not exist"));
   if (st.type() != fs::file_type::regular) throw not_regular(option, path, st.type());
   const uintmax_t size = fs::file_size(path, ec);
-  if (ec) throw bad(option, path, fmt::format("cannot be read: {}", ec.message()));
+  if (ec) throw bad_input(option, path, fmt::format("cannot be read: {}", ec.message()));
   if (size > static_cast<uintmax_t>(max_bytes))
     throw too_big(option, path, static_cast<int64_t>(size), max_bytes);
   if (::access(path.c_str(), R_OK) != 0)
-    throw bad(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
+    throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
 }
 
 std::string read_input_file(const std::string& path, const std::string& option, int64_t max_bytes) {
@@ -119,10 +119,10 @@ std::string read_input_file(const std::string& path, const std::string& option, 
   // O_NONBLOCK: opening a fifo swapped in since the check returns at once instead of waiting
   // for a writer; fstat then refuses it.
   Descriptor file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  if (file.fd < 0) throw bad(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
+  if (file.fd < 0) throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
   struct stat st {};
   if (::fstat(file.fd, &st) != 0)
-    throw bad(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
+    throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw not_regular(option, path, type_of(st.st_mode));
   if (st.st_size > max_bytes) throw too_big(option, path, st.st_size, max_bytes);
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
@@ -130,7 +130,7 @@ std::string read_input_file(const std::string& path, const std::string& option, 
   while (used < bytes.size()) {  // a file that shrank since fstat just ends early
     const ssize_t n = ::read(file.fd, bytes.data() + used, bytes.size() - used);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw bad(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
+    if (n < 0) throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
     if (n == 0) break;
     used += static_cast<size_t>(n);
   }

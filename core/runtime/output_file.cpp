@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::invalid_argument bad(const std::string& option, const std::string& path,
+std::invalid_argument bad_output(const std::string& option, const std::string& path,
                           const std::string& what) {
   return std::invalid_argument(fmt::format("{} '{}' {}", option, path, what));
 }
@@ -50,23 +50,23 @@ void check_output_path(const std::string& path, const std::string& option) {
       fs::status(path, ec);  // follows symlinks: the file written is the target
   if (fs::exists(st)) {
     if (st.type() != fs::file_type::regular)
-      throw bad(option, shown,
+      throw bad_output(option, shown,
                 fmt::format("is {}, not a regular file: name a new file or an existing one",
                             file_type_name(st.type())));
     if (::access(path.c_str(), W_OK) != 0)
-      throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+      throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   }
   const fs::path dir = folder_of(fs::path(path));
   const fs::file_status dst = fs::status(dir, ec);
   if (!fs::exists(dst))
-    throw bad(
+    throw bad_output(
         option, shown,
         fmt::format("cannot be created: folder '{}' does not exist", dir.string().substr(0, 80)));
   if (dst.type() != fs::file_type::directory)
-    throw bad(option, shown,
+    throw bad_output(option, shown,
               fmt::format("cannot be created: '{}' is not a folder", dir.string().substr(0, 80)));
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw bad(option, shown,
+    throw bad_output(option, shown,
               fmt::format("cannot be created in folder '{}': {}", dir.string().substr(0, 80),
                           std::strerror(errno)));
 }
@@ -85,13 +85,13 @@ void write_file_atomically(const std::string& path, const std::string& option,
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+  if (fd < 0) throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   TempFile tmp{name.data()};
   ::fchmod(fd, 0644);  // mkstemp makes 0600; an output file is as readable as any other
   std::FILE* file = ::fdopen(fd, "wb");
   if (!file) {
     ::close(fd);
-    throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+    throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   }
   try {
     write(file);
@@ -104,17 +104,17 @@ void write_file_atomically(const std::string& path, const std::string& option,
   const int write_errno = errno;
   ok = (std::fclose(file) == 0) && ok;
   if (!ok)
-    throw bad(
+    throw bad_output(
         option, shown,
         fmt::format("cannot be written: {}", std::strerror(write_errno ? write_errno : errno)));
   // Rename only over a regular file or nothing (the target may have changed since the check).
   const fs::file_status now = fs::symlink_status(target, ec);
   if (fs::exists(now) && now.type() != fs::file_type::regular)
-    throw bad(
+    throw bad_output(
         option, shown,
         fmt::format("is {}, not a regular file: nothing was replaced", file_type_name(now.type())));
   if (std::rename(tmp.path.c_str(), target.c_str()) != 0)
-    throw bad(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+    throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   tmp.path.clear();
 }
 

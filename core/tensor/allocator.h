@@ -25,6 +25,10 @@ constexpr int kNumMemCategories = 6;
 const char* category_name(MemCategory c);  // "parameters", "gradients", ...
 
 using CategoryBytes = std::array<int64_t, kNumMemCategories>;
+// The bytes of one category in a per-category array.
+inline int64_t at(const CategoryBytes& bytes, MemCategory category) {
+  return bytes[static_cast<int>(category)];
+}
 
 struct MemoryStats {
   CategoryBytes current{};
