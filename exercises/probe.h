@@ -39,14 +39,16 @@ inline void probe_all_reduce(void (*all_reduce)(comm::Comm&, Tensor&, comm::Redu
 
 // The probe of exercise 06: the column-parallel forward on a one-rank group (f and the local
 // linear, nothing to wait for).
-using ColumnForward = void (*)(Tensor&, const Tensor&, const Tensor&, const Tensor&, comm::Comm&);
+using ColumnForward = void (*)(Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               parallel::LinearCollectives&);
 inline void probe_column_parallel(ColumnForward column_forward) {
   run_probe(1, [&](RankContext& ctx) {
     Tensor x = Tensor::from({1, 1, 2}, {1.0f, 2.0f});
     Tensor w = Tensor::from({2, 2}, {1.0f, 0.0f, 0.0f, 1.0f});
     Tensor b = Tensor::from({2}, {0.0f, 0.0f});
     Tensor y = Tensor::zeros({1, 1, 2}, MemCategory::activations);
-    column_forward(y, x, w, b, *ctx.comm);
+    parallel::TensorParallelCollectives tp(*ctx.comm);
+    column_forward(y, x, w, b, tp);
   });
 }
 

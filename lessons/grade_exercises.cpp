@@ -94,13 +94,17 @@ ExerciseInfo ex06_tensor_parallel() {
           "tensor-parallel linear",
           "docs/exercises/06-tensor-parallel.md",
           {{"column",
-            "column: f (identity) then the local linear; backward: the local linear's "
-            "backward, then all-reduce dx"},
+            "column: c.gather(x) (f's forward), then the local linear; backward: gather x "
+            "again, the local linear's backward into c.partial_buffer(dx), then c.sum(dx, ...)"},
            {"row",
-            "row: the local linear (bias only where given), then all-reduce y; backward is "
-            "the plain linear backward, nothing to communicate"}},
+            "row: the local linear (bias only where given) into c.partial_buffer(y), then "
+            "c.sum(y, ...); backward: c.gather(dy) (g's backward), then the linear backward"},
+           {"sequence",
+            "sequence parallelism: use only c's gather, partial_buffer and sum (never the tp "
+            "group's all-reduce): there x, dx, y and dy are this rank's tokens"}},
           "exercises/tensor_parallel.cpp",
-          "every column- and row-parallel linear of `mgpu run tensor_parallel`"};
+          "every column- and row-parallel linear of `mgpu run tensor_parallel` and "
+          "`mgpu run sequence_parallel`"};
 }
 
 ExerciseInfo ex07_online_softmax_merge() {

@@ -1,7 +1,8 @@
 // Sequence parallelism, top to bottom (see sequence_parallel.h for the idea):
 //   1. moving a [B,T,C] tensor between "my T/t tokens" and "the whole sequence";
-//   2. f-bar and g-bar at the block's four communication points (the block calls them through
-//      its LinearComm; TensorParallel supplies the slices, the checkpoint map and the optimizer);
+//   2. f-bar and g-bar: TP's four linears (exercise 06's functions, through TensorParallelComm)
+//      given SP's collectives, an all-gather and a reduce-scatter along the sequence
+//      (TensorParallel supplies the slices, the checkpoint map and the optimizer);
 //   3. one step: the embedding's output cut to my tokens before block 0, the last block's output
 //      gathered before the (replicated) head, the layernorm gradients summed over the tp group.
 #include "core/parallel/sequence_parallel.h"
@@ -87,68 +88,29 @@ SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
                      tp.size()) {}
 
 SequenceParallelComm::SequenceParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums)
-    : tp_(tp), seams_(std::move(seams)), sums_(sums) {
-  check_seams(seams_);
+    : TensorParallelComm(std::move(seams),
+                         std::make_unique<SequenceParallelCollectives>(tp, sums)) {}
+
+Tensor SequenceParallelCollectives::gather(const Tensor& mine) {
+  // f-bar forward (before a column linear), g-bar backward (after a row linear).
+  Tensor whole = whole_sequence(mine, tp_.size());
+  all_gather_sequence(whole, mine, tp_);
+  return whole;
 }
 
-Tensor SequenceParallelComm::full_sequence(const Tensor& mine) const {
-  return whole_sequence(mine, tp_.size());
+Tensor SequenceParallelCollectives::partial_buffer(const Tensor& mine) {
+  if (!sums_in_fp32(mine)) return whole_sequence(mine, tp_.size());
+  return Tensor::empty({mine.dim(0), mine.dim(1) * tp_.size(), mine.dim(2)},
+                       MemCategory::comm_buffers, DType::f32);
 }
 
-bool SequenceParallelComm::sum_in_fp32(const Tensor& t) const {
-  return t.dtype() != DType::f32 && sums_ == PartialSums::fp32;
-}
-
-void SequenceParallelComm::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  // f-bar forward: all-gather my tokens of ln(x) into the whole sequence the column linear needs.
-  Tensor x = full_sequence(inp);
-  all_gather_sequence(x, inp, tp_);
-  // Every rank now holds the whole input, as TP's column linear expects (its f is the identity).
-  seams_.column_forward(out, x, linear.weight.data, linear.bias.data, tp_);
-}
-
-void SequenceParallelComm::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                           const Tensor& inp) {
-  // The gathered input was dropped after the forward (keeping it would undo what SP saves), so
-  // it is gathered again for the weight gradient: Korthikanti et al.'s extra all-gather, which
-  // Megatron overlaps with the input-gradient GEMM.
-  Tensor x = full_sequence(inp);
-  all_gather_sequence(x, inp, tp_);
-  // f-bar backward: every rank's columns contribute to d(input); sum them and keep my tokens.
-  // (2-byte activations: summed in fp32 and rounded once, as in TensorParallelComm.)
-  const bool fp32 = sum_in_fp32(dinp);
-  Tensor dx = fp32 ? TensorParallel::fp32_partial(x) : full_sequence(inp);
-  linear.backward(dx, dout, x);
-  Tensor mine = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
-  reduce_scatter_sequence(mine, dx, tp_);
-  if (fp32) ops::convert(dinp, mine);
-}
-
-void SequenceParallelComm::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  // g-bar forward: each rank's partial product over the whole sequence, summed and cut to my
-  // tokens in one reduce-scatter. The bias is added by tp rank 0 only, so the sum holds it once.
-  // (2-byte activations: the partial products are summed in fp32 and rounded once, then the
-  // bias is added on every rank, as the single-device linear does.)
-  const bool fp32 = sum_in_fp32(out);
-  Tensor partial = fp32 ? TensorParallel::fp32_partial(full_sequence(out)) : full_sequence(out);
-  const Tensor no_bias;
-  ops::linear_forward(partial, inp, linear.weight.data,
-                      !fp32 && tp_.rank() == 0 ? linear.bias.data : no_bias);
-  Tensor sum = fp32 ? TensorParallel::fp32_partial(out) : out;
+void SequenceParallelCollectives::sum(Tensor& mine, Tensor& partial) {
+  // f-bar backward, g-bar forward: the whole sequence's partial results, summed and cut to my
+  // tokens in one reduce-scatter (2-byte activations summed in fp32 are rounded once).
+  const bool fp32 = partial.dtype() != mine.dtype();
+  Tensor sum = fp32 ? TensorParallel::fp32_partial(mine) : mine;
   reduce_scatter_sequence(sum, partial, tp_);
-  if (fp32) ops::convert(out, sum);
-  if (fp32 && linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
-}
-
-void SequenceParallelComm::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                                        const Tensor& inp) {
-  // g-bar backward: all-gather the output's gradient over the sequence; the bias gradient then
-  // sums every token on every rank, so it is complete (and equal) everywhere.
-  Tensor dy = full_sequence(dout);
-  all_gather_sequence(dy, dout, tp_);
-  // The whole output's gradient on every rank, as TP's row linear expects (its g backward is
-  // the identity).
-  seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dy, inp, linear.weight.data, tp_);
+  if (fp32) ops::convert(mine, sum);
 }
 
 void SequenceParallelComm::column_backward_input(const Linear&, Tensor&, const Tensor&) {

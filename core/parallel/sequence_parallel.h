@@ -31,29 +31,28 @@ void all_gather_sequence(Tensor& full, const Tensor& mine, comm::Comm& tp);
 void reduce_scatter_sequence(Tensor& mine, const Tensor& full, comm::Comm& tp);
 void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts);
 
-// Sequence parallelism's communication in a block, on group `tp`, for blocks whose shard has
-// seq_parts = tp.size(): f-bar (all-gather forward, reduce-scatter backward) before the column
-// linears, g-bar (reduce-scatter forward, all-gather backward) after the row linears. The column
-// linear's forward and the row linear's backward, whose TP conjugates are identities, are
-// exercise 06's functions (`seams`); the other two replace TP's all-reduce by a reduce-scatter,
-// so they run the plain linear and SP's own collective. `sums`: as TensorParallelComm's. No
+// Sequence parallelism's collectives for exercise 06's linears, on group `tp`: gather is an
+// all-gather along the sequence (my [B,T/t,C] -> the whole [B,T,C]), sum a reduce-scatter of the
+// whole sequence's partial results to my tokens. Put where TP's are, they make f into f-bar and g
+// into g-bar.
+class SequenceParallelCollectives : public LinearCollectives {
+ public:
+  explicit SequenceParallelCollectives(comm::Comm& tp, PartialSums sums = PartialSums::fp32)
+      : LinearCollectives(tp, sums) {}
+  Tensor gather(const Tensor& mine) override;
+  Tensor partial_buffer(const Tensor& mine) override;
+  void sum(Tensor& mine, Tensor& partial) override;
+};
+
+// Sequence parallelism's communication in a block, for blocks whose shard has seq_parts =
+// tp.size(): TP's four linears, exercise 06's functions (`seams`), with SP's collectives. The
+// column linear's backward gathers its input again (Korthikanti et al.'s extra all-gather): the
+// gathered input was dropped after the forward, as keeping it would undo what SP saves. No
 // zero-bubble split: column_backward_input throws std::logic_error.
-class SequenceParallelComm : public LinearComm {
+class SequenceParallelComm : public TensorParallelComm {
  public:
   SequenceParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums = PartialSums::fp32);
-  void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
-  void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
-                       const Tensor& inp) override;
-  void row_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
-  void row_backward(Linear& linear, Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
   void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
-
- private:
-  Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
-  bool sum_in_fp32(const Tensor& t) const;         // a 2-byte tensor whose partial sums go in fp32
-  comm::Comm& tp_;
-  TpSeams seams_;
-  PartialSums sums_;
 };
 
 // One rank of a TP+SP run: TensorParallel's slices, checkpoints and optimizer, with the blocks'

@@ -132,40 +132,54 @@ Tensor TensorParallel::fp32_partial(const Tensor& like) {
   return Tensor::empty(like.shape(), MemCategory::comm_buffers, DType::f32);
 }
 
+// TP's f and g: every rank holds the whole input (gather is the identity); partial results are
+// summed by an all-reduce, in fp32 for 2-byte activations.
+Tensor TensorParallelCollectives::gather(const Tensor& mine) {
+  return mine;
+}
+
+Tensor TensorParallelCollectives::partial_buffer(const Tensor& mine) {
+  return sums_in_fp32(mine) ? TensorParallel::fp32_partial(mine) : mine;
+}
+
+void TensorParallelCollectives::sum(Tensor& mine, Tensor& partial) {
+  tp_.all_reduce(partial, comm::ReduceOp::sum);
+  if (!partial.shares_storage(mine)) ops::convert(mine, partial);  // rounded once
+}
+
 TensorParallelComm::TensorParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums)
-    : tp_(tp), seams_(std::move(seams)), sums_(sums) {
+    : TensorParallelComm(std::move(seams), std::make_unique<TensorParallelCollectives>(tp, sums)) {}
+
+TensorParallelComm::TensorParallelComm(TpSeams seams,
+                                       std::unique_ptr<LinearCollectives> collectives)
+    : seams_(std::move(seams)), collectives_(std::move(collectives)) {
   check_seams(seams_);
 }
 
-bool TensorParallelComm::sum_in_fp32(const Tensor& t) const {
-  return t.dtype() != DType::f32 && sums_ == PartialSums::fp32;
-}
-
 void TensorParallelComm::column_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
-  seams_.column_forward(out, inp, linear.weight.data, linear.bias.data, tp_);
+  seams_.column_forward(out, inp, linear.weight.data, linear.bias.data, *collectives_);
 }
 
 void TensorParallelComm::column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                          const Tensor& inp) {
-  const bool fp32 = sum_in_fp32(dinp);
-  Tensor dx = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
-  seams_.column_backward(dx, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
-                         tp_);
-  if (fp32) ops::convert(dinp, dx);
+  seams_.column_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
+                         *collectives_);
 }
 
 void TensorParallelComm::row_forward(const Linear& linear, Tensor& out, const Tensor& inp) {
   const Tensor no_bias;
-  if (!sum_in_fp32(out)) {
-    // The bias is added once, by tp rank 0, so the all-reduced sum holds it once.
-    seams_.row_forward(out, inp, linear.weight.data, tp_.rank() == 0 ? linear.bias.data : no_bias,
-                       tp_);
+  if (!collectives_->sums_in_fp32(out)) {
+    // The bias is added once, by tp rank 0, so the summed output holds it once.
+    const bool adds_bias = collectives_->group().rank() == 0;
+    seams_.row_forward(out, inp, linear.weight.data, adds_bias ? linear.bias.data : no_bias,
+                       *collectives_);
     return;
   }
-  // 2-byte activations: the fp32 sum of the partial products, rounded, then the bias (as the
-  // single-device linear adds it to its rounded product).
+  // 2-byte activations: the fp32 sum of the partial products (the seam's output is fp32),
+  // rounded, then the bias on every rank (as the single-device linear adds it to its rounded
+  // product).
   Tensor sum = TensorParallel::fp32_partial(out);
-  seams_.row_forward(sum, inp, linear.weight.data, no_bias, tp_);
+  seams_.row_forward(sum, inp, linear.weight.data, no_bias, *collectives_);
   ops::convert(out, sum);
   if (linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
 }
@@ -173,18 +187,16 @@ void TensorParallelComm::row_forward(const Linear& linear, Tensor& out, const Te
 void TensorParallelComm::row_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                                       const Tensor& inp) {
   seams_.row_backward(dinp, linear.weight.grad, linear.bias.grad, dout, inp, linear.weight.data,
-                      tp_);
+                      *collectives_);
 }
 
 void TensorParallelComm::column_backward_input(const Linear& linear, Tensor& dinp,
                                                const Tensor& dout) {
   // My columns' share of dout @ W, summed over the tp group (f's backward), in fp32 under mixed
   // precision as column_backward sums it.
-  const bool fp32 = sum_in_fp32(dinp);
-  Tensor dx = fp32 ? TensorParallel::fp32_partial(dinp) : dinp;
+  Tensor dx = collectives_->partial_buffer(dinp);
   ops::matmul(dx, dout, linear.weight.data);
-  f_backward(dx, tp_);
-  if (fp32) ops::convert(dinp, dx);
+  collectives_->sum(dinp, dx);
 }
 
 // ---------------------------------------------------------------------------------- one step

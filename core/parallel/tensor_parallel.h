@@ -27,24 +27,70 @@ void f_backward(Tensor& dx, comm::Comm& tp);  // all-reduce (sum) of the input's
 void g_forward(Tensor& y, comm::Comm& tp);    // all-reduce (sum) of the partial outputs
 void g_backward(Tensor& dy, comm::Comm& tp);  // identity
 
+// Where 2-byte activations' partial results are summed (an all-reduce or reduce-scatter of
+// partial products): in fp32, rounded once, so TP computes the single-device model's numbers (4 B
+// per element on the wire); or in the activations' type, as Megatron-LM sends them (2 B).
+enum class PartialSums { fp32, activation_dtype };
+
+// ------------------------------------------------------------------ the collectives f and g use
+// f and g are the same two collectives over the tp group, swapped (they are conjugate):
+//   f (before a column-parallel linear): gather forward, sum backward
+//   g (after a row-parallel linear):     sum forward,    gather backward
+// The layout passes them to exercise 06's linears. Tensor parallelism: gather is the identity
+// (every rank holds the whole input) and sum an all-reduce. Sequence parallelism: gather is an
+// all-gather along the sequence and sum a reduce-scatter to my tokens (sequence_parallel.h).
+class LinearCollectives {
+ public:
+  LinearCollectives(comm::Comm& tp, PartialSums sums) : tp_(tp), sums_(sums) {}
+  virtual ~LinearCollectives() = default;
+  // The whole tensor, from my part of it (TP: `mine` itself).
+  virtual Tensor gather(const Tensor& mine) = 0;
+  // A buffer for the partial results whose sum() is `mine`: shaped like the whole tensor, in fp32
+  // when 2-byte partial results are summed in fp32 (TP in fp32: `mine` itself).
+  virtual Tensor partial_buffer(const Tensor& mine) = 0;
+  // mine = my part of the sum of every rank's `partial` (TP: all of it).
+  virtual void sum(Tensor& mine, Tensor& partial) = 0;
+  comm::Comm& group() { return tp_; }
+  // Whether a partial result for the 2-byte tensor `t` is summed in fp32.
+  bool sums_in_fp32(const Tensor& t) const {
+    return t.dtype() != DType::f32 && sums_ == PartialSums::fp32;
+  }
+
+ protected:
+  comm::Comm& tp_;
+  PartialSums sums_;
+};
+
+// Tensor parallelism's: gather is the identity, sum an all-reduce.
+class TensorParallelCollectives : public LinearCollectives {
+ public:
+  explicit TensorParallelCollectives(comm::Comm& tp, PartialSums sums = PartialSums::fp32)
+      : LinearCollectives(tp, sums) {}
+  Tensor gather(const Tensor& mine) override;
+  Tensor partial_buffer(const Tensor& mine) override;
+  void sum(Tensor& mine, Tensor& partial) override;
+};
+
 // ------------------------------------------------------------------ exercise 06 seams
 // The column- and row-parallel linear (docs/exercises/06-tensor-parallel.md): solutions/ holds
 // the reference, exercises/ the student's; `--impl` picks which table the program hands to every
-// layout it builds (exercises/selection.h), and each layout keeps the table it was given.
+// layout it builds (exercises/selection.h), and each layout keeps the table it was given. TP and SP both
+// run them; `c` says which collectives f and g are made of.
 //   column: y_local = f(x) @ w_local^T + b_local          w_local: my rows of W [out/t, in]
 //   row:    y       = g(x_local @ w_local^T) + b          w_local: my columns of W [out, in/t];
 //                                                         b is defined on one rank only
-// Backward: the linear's backward (dw_local, db ACCUMULATE; dx overwritten), then the conjugate.
+// Backward: the conjugate's backward where it gathers, the linear's backward (dw_local, db
+// ACCUMULATE; dx overwritten), the conjugate's backward where it sums.
 using ColumnForwardFn = std::function<void(Tensor& y_local, const Tensor& x, const Tensor& w_local,
-                                           const Tensor& b_local, comm::Comm& tp)>;
+                                           const Tensor& b_local, LinearCollectives& c)>;
 using ColumnBackwardFn =
     std::function<void(Tensor& dx, Tensor& dw_local, Tensor& db_local, const Tensor& dy_local,
-                       const Tensor& x, const Tensor& w_local, comm::Comm& tp)>;
+                       const Tensor& x, const Tensor& w_local, LinearCollectives& c)>;
 using RowForwardFn = std::function<void(Tensor& y, const Tensor& x_local, const Tensor& w_local,
-                                        const Tensor& b, comm::Comm& tp)>;
+                                        const Tensor& b, LinearCollectives& c)>;
 using RowBackwardFn =
     std::function<void(Tensor& dx_local, Tensor& dw_local, Tensor& db, const Tensor& dy,
-                       const Tensor& x_local, const Tensor& w_local, comm::Comm& tp)>;
+                       const Tensor& x_local, const Tensor& w_local, LinearCollectives& c)>;
 
 struct TpSeams {
   std::string impl_name;  // "reference" or "mine"
@@ -80,16 +126,13 @@ void split_block(Block& block, const GPTConfig& cfg, const TpSlice& slice);
 std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimizer& optimizer,
                                           bool writes_split, bool writes_replicated);
 
-// Where 2-byte activations' partial results are summed (an all-reduce or reduce-scatter of
-// partial products): in fp32, rounded once, so TP computes the single-device model's numbers (4 B
-// per element on the wire); or in the activations' type, as Megatron-LM sends them (2 B).
-enum class PartialSums { fp32, activation_dtype };
-
 // Tensor parallelism's communication in a block: the four linears through exercise 06's functions
-// `seams` on group `tp` (f before the column-parallel ones, g after the row-parallel ones).
+// `seams` on group `tp` (f before the column-parallel ones, g after the row-parallel ones), made
+// of `collectives` (TP's by default; sequence parallelism passes its own).
 class TensorParallelComm : public LinearComm {
  public:
   TensorParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums = PartialSums::fp32);
+  TensorParallelComm(TpSeams seams, std::unique_ptr<LinearCollectives> collectives);
   void column_forward(const Linear& linear, Tensor& out, const Tensor& inp) override;
   void column_backward(Linear& linear, Tensor& dinp, const Tensor& dout,
                        const Tensor& inp) override;
@@ -98,10 +141,8 @@ class TensorParallelComm : public LinearComm {
   void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
 
  private:
-  bool sum_in_fp32(const Tensor& t) const;  // a 2-byte tensor whose partial sums go in fp32
-  comm::Comm& tp_;
   TpSeams seams_;
-  PartialSums sums_;
+  std::unique_ptr<LinearCollectives> collectives_;
 };
 
 // One rank of a tensor-parallel run, as the training loop sees it (core/train/layout.h).

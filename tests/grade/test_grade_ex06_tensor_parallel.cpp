@@ -1,7 +1,8 @@
 // Graded: exercise 06, the column- and row-parallel linear (docs/exercises/06-tensor-parallel.md).
 // The installed seam functions run on 1, 2 and 4 rank threads, each rank holding its slice of one
 // full linear; outputs and gradients are compared with the unsharded linear (ops::linear_*), and
-// the number of all-reduces each one issues is counted from the trace.
+// the number of all-reduces each one issues is counted from the trace. The last case runs them
+// with sequence parallelism's collectives, each rank holding its tokens outside the linears.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "core/model/param.h"
 #include "core/ops/ops.h"
+#include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/runtime/world.h"
 #include "exercises/selection.h"
@@ -29,15 +31,17 @@ struct Full {  // the unsharded linear's results
   std::vector<float> y, dx, dw, db;
 };
 
+// On a [B, seq, in] batch (seq = T but for the sequence-parallel case).
 Full unsharded(const std::vector<float>& x, const std::vector<float>& w,
-               const std::vector<float>& b, const std::vector<float>& dy, int64_t in, int64_t out) {
+               const std::vector<float>& b, const std::vector<float>& dy, int64_t in, int64_t out,
+               int64_t seq = T) {
   Full f;
   World one(grade::local_world(1));
   one.run([&](RankContext&) {
-    Tensor X = Tensor::from({B, T, in}, x), W = Tensor::from({out, in}, w),
-           Bi = Tensor::from({out}, b), DY = Tensor::from({B, T, out}, dy);
-    Tensor Y = Tensor::zeros({B, T, out}, MemCategory::activations);
-    Tensor DX = Tensor::zeros({B, T, in}, MemCategory::workspace);
+    Tensor X = Tensor::from({B, seq, in}, x), W = Tensor::from({out, in}, w),
+           Bi = Tensor::from({out}, b), DY = Tensor::from({B, seq, out}, dy);
+    Tensor Y = Tensor::zeros({B, seq, out}, MemCategory::activations);
+    Tensor DX = Tensor::zeros({B, seq, in}, MemCategory::workspace);
     Tensor DW = Tensor::zeros({out, in}, MemCategory::gradients);
     Tensor DB = Tensor::zeros({out}, MemCategory::gradients);
     ops::linear_forward(Y, X, W, Bi);
@@ -116,15 +120,16 @@ void check_sharded(Split split, int tp, bool backward) {
                 : group.rank() == 0 ? Tensor::from({OUT}, b)
                                     : Tensor();
     const parallel::TpSeams& seams = ex::selected_seams().tp;
+    parallel::TensorParallelCollectives tp_collectives(group);
     Tensor Y = Tensor::zeros({B, T, out}, MemCategory::activations);
-    (column ? seams.column_forward : seams.row_forward)(Y, X, W, Bi, group);
+    (column ? seams.column_forward : seams.row_forward)(Y, X, W, Bi, tp_collectives);
     mine.y = Y.to_vector();
     if (!backward) return;
     Tensor DY = Tensor::from({B, T, out}, column ? columns(dy, OUT, s0, s1) : dy);
     Tensor DX = Tensor::zeros({B, T, in}, MemCategory::workspace);
     Tensor DW = Tensor::zeros(W.shape(), MemCategory::gradients);
     Tensor DB = Tensor::zeros({out}, MemCategory::gradients);
-    (column ? seams.column_backward : seams.row_backward)(DX, DW, DB, DY, X, W, group);
+    (column ? seams.column_backward : seams.row_backward)(DX, DW, DB, DY, X, W, tp_collectives);
     mine.dx = DX.to_vector(), mine.dw = DW.to_vector(), mine.db = DB.to_vector();
   });
   for (const RankResult& r : got) {
@@ -154,6 +159,75 @@ void check_sharded(Split split, int tp, bool backward) {
   else
     CHECK(issued <= expected);
 }
+
+// Rank r's tokens [r*seq/t, (r+1)*seq/t) of every sequence of a [batch, seq, cols] tensor.
+std::vector<float> my_tokens(const std::vector<float>& m, int64_t seq, int64_t cols, int r, int t) {
+  std::vector<float> mine;
+  const int64_t batch = static_cast<int64_t>(m.size()) / (seq * cols), n = seq / t;
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto part = rows(m, cols, b * seq + r * n, b * seq + (r + 1) * n);
+    mine.insert(mine.end(), part.begin(), part.end());
+  }
+  return mine;
+}
+
+// Sequence parallelism on `tp` rank threads: the column linear's input and the row linear's output
+// are this rank's tokens, so the linears' gather and sum are an all-gather and a reduce-scatter.
+void check_sequence_parallel(int tp) {
+  INFO("sequence parallelism, tp = " << tp);
+  constexpr int64_t S = 4;  // a sequence that 2 and 4 ranks cut into equal parts
+  const auto x = values(B * S * IN, 1.0f), w = values(OUT * IN, 0.5f), b = values(OUT, 0.3f),
+             dy = values(B * S * OUT, 0.8f);
+  std::vector<float> h = values(B * S * OUT, 0.6f);  // the row linear's input (OUT wide, to IN)
+  const auto wr = values(IN * OUT, 0.4f), br = values(IN, 0.2f), dyr = values(B * S * IN, 0.7f);
+  const Full column = unsharded(x, w, b, dy, IN, OUT, S),
+             row = unsharded(h, wr, br, dyr, OUT, IN, S);
+  std::vector<RankResult> got_column(static_cast<size_t>(tp)), got_row(got_column.size());
+  World world(grade::local_world(tp));
+  world.run([&](RankContext& ctx) {
+    comm::Comm& group = *ctx.comm;
+    const int r = group.rank();
+    const int64_t o0 = r * OUT / tp, o1 = (r + 1) * OUT / tp, n = S / tp;
+    const parallel::TpSeams& seams = lessons::selected_seams().tp;
+    parallel::SequenceParallelCollectives sp(group);
+    // Column: my tokens in, my output columns of the whole sequence out.
+    Tensor X = Tensor::from({B, n, IN}, my_tokens(x, S, IN, r, tp));
+    Tensor W = Tensor::from({o1 - o0, IN}, rows(w, IN, o0, o1));
+    Tensor Bi = Tensor::from({o1 - o0}, rows(b, 1, o0, o1));
+    Tensor Y = Tensor::zeros({B, S, o1 - o0}, MemCategory::activations);
+    seams.column_forward(Y, X, W, Bi, sp);
+    Tensor DY = Tensor::from({B, S, o1 - o0}, columns(dy, OUT, o0, o1));
+    Tensor DX = Tensor::zeros({B, n, IN}, MemCategory::workspace);
+    Tensor DW = Tensor::zeros(W.shape(), MemCategory::gradients);
+    Tensor DB = Tensor::zeros({o1 - o0}, MemCategory::gradients);
+    seams.column_backward(DX, DW, DB, DY, X, W, sp);
+    got_column[size_t(r)] = {o0, o1, Y.to_vector(), DX.to_vector(), DW.to_vector(), DB.to_vector()};
+    // Row: my input columns of the whole sequence in, my tokens of the summed output out.
+    Tensor H = Tensor::from({B, S, o1 - o0}, columns(h, OUT, o0, o1));
+    Tensor WR = Tensor::from({IN, o1 - o0}, columns(wr, OUT, o0, o1));
+    Tensor BR = r == 0 ? Tensor::from({IN}, br) : Tensor();
+    Tensor YR = Tensor::zeros({B, n, IN}, MemCategory::activations);
+    seams.row_forward(YR, H, WR, BR, sp);
+    Tensor DYR = Tensor::from({B, n, IN}, my_tokens(dyr, S, IN, r, tp));
+    Tensor DH = Tensor::zeros(H.shape(), MemCategory::workspace);
+    Tensor DWR = Tensor::zeros(WR.shape(), MemCategory::gradients);
+    Tensor DBR = Tensor::zeros({IN}, MemCategory::gradients);
+    seams.row_backward(DH, DWR, DBR, DYR, H, WR, sp);
+    got_row[size_t(r)] = {o0, o1, YR.to_vector(), DH.to_vector(), DWR.to_vector(), DBR.to_vector()};
+  });
+  for (int r = 0; r < tp; ++r) {
+    const RankResult &c = got_column[size_t(r)], &w_ = got_row[size_t(r)];
+    check_close(c.y, columns(column.y, OUT, c.begin, c.end),
+                "column y_local: my columns, all tokens");
+    check_close(c.dx, my_tokens(column.dx, S, IN, r, tp), "column dx: my tokens of the sum");
+    check_close(c.dw, rows(column.dw, IN, c.begin, c.end), "column dw_local");
+    check_close(c.db, rows(column.db, 1, c.begin, c.end), "column db_local");
+    check_close(w_.y, my_tokens(row.y, S, IN, r, tp), "row y: my tokens of the sum, bias once");
+    check_close(w_.dx, columns(row.dx, OUT, w_.begin, w_.end), "row dx_local: my input columns");
+    check_close(w_.dw, columns(row.dw, OUT, w_.begin, w_.end), "row dw_local");
+    check_close(w_.db, row.db, "row db: the whole bias gradient on every rank");
+  }
+}
 }  // namespace
 
 TEST_CASE("ex06 column-parallel forward gives each rank its output columns (2 pts)",
@@ -171,4 +245,10 @@ TEST_CASE("ex06 row-parallel forward all-reduces the partial outputs (3 pts)", "
 
 TEST_CASE("ex06 row-parallel backward needs no communication (2 pts)", "[grade][ex06]") {
   for (int tp : {1, 2, 4}) check_sharded(Split::row, tp, true);
+}
+
+TEST_CASE(
+    "ex06 the same linears under sequence parallelism gather and sum along the sequence (2 pts)",
+    "[grade][ex06]") {
+  for (int tp : {2, 4}) check_sequence_parallel(tp);
 }

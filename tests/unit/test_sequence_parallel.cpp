@@ -6,6 +6,7 @@
 // sequence that does not divide is one clear line. Rank threads compute, the main thread asserts.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -368,4 +369,39 @@ TEST_CASE("activation peaks equal the formula under every recompute mode", "[sp]
       CHECK(sp_peaks[size_t(rank)] < tp_peaks[size_t(rank)]);
     }
   }
+}
+
+// No path around exercise 06's seam: every one of sequence parallelism's linears, forward and
+// backward, runs the table's functions (here the reference's, counted), 2 layers x 2 column and 2
+// row linears per step; a table whose functions throw (the untouched stubs) stops the step.
+TEST_CASE("sequence parallelism runs every linear through exercise 06's functions", "[sp][seam]") {
+  const auto task = data::make_task("markov", 7, {.seq_len = kSeq});
+  const GPTConfig cfg = small_model(*task);
+  std::atomic<int> column_forward{0}, column_backward{0}, row_forward{0}, row_backward{0};
+  const TpSeams reference = lessons::selected_seams().tp;
+  TpSeams counted = reference;
+  counted.column_forward = [&](auto&... a) { ++column_forward, reference.column_forward(a...); };
+  counted.column_backward = [&](auto&... a) { ++column_backward, reference.column_backward(a...); };
+  counted.row_forward = [&](auto&... a) { ++row_forward, reference.row_forward(a...); };
+  counted.row_backward = [&](auto&... a) { ++row_backward, reference.row_backward(a...); };
+  TpSeams throwing = reference;
+  throwing.column_backward = [](auto&...) { throw std::runtime_error("the stub"); };
+  std::atomic<int> stopped{0};
+  World world(WorldOptions{.ranks = 2});
+  world.run([&](RankContext& ctx) {
+    SequenceParallel layout(cfg, *ctx.comm, adamw, counted);
+    (void)layout.step(task->sample(0, kBatch, kSeq), 0);
+    SequenceParallel stub(cfg, *ctx.comm, adamw, throwing);
+    try {
+      (void)stub.step(task->sample(0, kBatch, kSeq), 0);
+    } catch (const std::runtime_error&) {
+      ++stopped;
+    }
+  });
+  const int per_rank = cfg.layers * 2, ranks = 2;
+  CHECK(column_forward == per_rank * ranks);
+  CHECK(column_backward == per_rank * ranks);
+  CHECK(row_forward == per_rank * ranks);
+  CHECK(row_backward == per_rank * ranks);
+  CHECK(stopped == ranks);
 }
