@@ -19,7 +19,7 @@ std::vector<std::vector<pipeline::Action>> one_f_one_b_compute_order(int stages,
 
 // Two chunks per stage in a V: pipeline::forward(mb, chunk), pipeline::backward_input(mb, chunk)
 // and pipeline::backward_weight(mb, chunk). The grader wants no deadlock and the closed-form
-// bubble, (P-1) F per stage (core/parallel/pipeline/bubble_theory.h).
+// bubble, (P-1) F per stage (core/theory/pipeline_bubbles.h).
 std::vector<std::vector<pipeline::Action>> zbv_compute_order(int stages, int microbatches) {
   (void)stages, (void)microbatches;
   throw ex::NotImplemented("not implemented yet: see docs/exercises/03-pipeline-schedules.md");

@@ -14,7 +14,7 @@
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 
-#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/layout.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/theory/model_states.h"

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <ostream>
 
-#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/tensor/allocator.h"
 #include "lessons/pipeline.h"
 #include "lessons/training.h"
@@ -28,24 +28,24 @@ void table_row(std::ostream& out, const char* name, const char* formula, double 
 
 void print_dualpipe_table(std::ostream& out, const std::string& schedule, const PipelineResult& r) {
   const int P = static_cast<int>(r.last_step.size());
-  const pipeline::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};  // ms
+  const theory::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};  // ms
   fmt::print(out,
              "\nDualPipe's table (github.com/deepseek-ai/DualPipe) at {} devices, in ms (a "
              "stage's F 1, B 2, W 1; a V chunk is half a stage; F&B = F + B on one stream):\n",
              P);
   fmt::print(out, "  {:<10} {:<20} {:>8} {:>7}  {}\n", "schedule", "bubble per stage", "theory",
              "params", "peak activations (chunks held)");
-  table_row(out, "1F1B", "(PP-1)(F+B)", pipeline::bubble_1f1b(P, stage), "1x",
-            pipeline::peak_chunks_1f1b(P), "");
-  table_row(out, "ZB1P", "(PP-1)(F+B-2W)", pipeline::bubble_zb1p(P, stage), "1x",
-            pipeline::peak_chunks_1f1b(P), "");
-  table_row(out, "ZB-V", "(P-1)F", pipeline::bubble_zbv(P, chunk), "1x",
-            pipeline::peak_chunks_1f1b(2 * P), " (half-stage chunks)");
-  table_row(out, "DualPipeV", "(PP/2-1)(F&B+B-3W)", pipeline::bubble_dualpipe(2 * P, chunk), "1x",
-            pipeline::peak_chunks_dualpipe(2 * P), " (half-stage chunks)");
+  table_row(out, "1F1B", "(PP-1)(F+B)", theory::bubble_1f1b(P, stage), "1x",
+            theory::peak_chunks_1f1b(P), "");
+  table_row(out, "ZB1P", "(PP-1)(F+B-2W)", theory::bubble_zb1p(P, stage), "1x",
+            theory::peak_chunks_1f1b(P), "");
+  table_row(out, "ZB-V", "(P-1)F", theory::bubble_zbv(P, chunk), "1x",
+            theory::peak_chunks_1f1b(2 * P), " (half-stage chunks)");
+  table_row(out, "DualPipeV", "(PP/2-1)(F&B+B-3W)", theory::bubble_dualpipe(2 * P, chunk), "1x",
+            theory::peak_chunks_dualpipe(2 * P), " (half-stage chunks)");
   if (P % 2 == 0)  // DualPipe's two copies meet in the middle: even P only
-    table_row(out, "DualPipe", "(PP/2-1)(F&B+B-3W)", pipeline::bubble_dualpipe(P, stage), "2x",
-              pipeline::peak_chunks_dualpipe(P), " (whole-stage chunks)");
+    table_row(out, "DualPipe", "(PP/2-1)(F&B+B-3W)", theory::bubble_dualpipe(P, stage), "2x",
+              theory::peak_chunks_dualpipe(P), " (whole-stage chunks)");
   int64_t held = 0;
   for (int64_t n : r.param_elements) held += n;
   int most_held = 0;

@@ -3,9 +3,6 @@
 // or the step is skipped on every rank of the model together.
 #include "core/train/layout.h"
 
-#include <algorithm>
-#include <limits>
-
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 
@@ -13,7 +10,7 @@ namespace mgpu::train {
 
 void Layout::enable_loss_scaling(const LossScaling& options) {
   scaler_ = std::make_unique<optim::LossScaler>(options.scaler);
-  inject_overflow_ = options.inject_overflow;
+  before_found_inf_ = options.before_found_inf;
 }
 
 float Layout::loss_scale() const {
@@ -29,12 +26,7 @@ bool Layout::optimizer_step(optim::Optimizer* optimizer,
     optimizer->step();
     return true;
   }
-  const std::pair<int, int> here{step, current_rank().rank};
-  const bool inject =
-      std::find(inject_overflow_.begin(), inject_overflow_.end(), here) != inject_overflow_.end();
-  if (inject && optimizer && !optimizer->slices().empty() &&
-      optimizer->slices()[0].grad().has_data())
-    optimizer->slices()[0].grad().flat_range(0, 1).fill(std::numeric_limits<float>::infinity());
+  if (before_found_inf_) before_found_inf_(step, optimizer);
   if (optimizer) return scaler_->step(*optimizer, model_groups);
   // No optimizer here (naive data parallel's replicas): agree on the flag, keep the same scale.
   return scaler_->update(optim::LossScaler::found_inf({}, model_groups));

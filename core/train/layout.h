@@ -8,6 +8,7 @@
 // trainer a factory that builds it on each rank; the lesson only configures and narrates.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,10 +52,10 @@ struct StepOutcome {
 // fp16's dynamic loss scaling, which the trainer turns on in a layout (TrainOptions::loss_scaling).
 struct LossScaling {
   optim::LossScalerOptions scaler;  // start 2^16, x2 after 2000 clean steps, /2 on inf/NaN
-  // Injected overflows, for tests and demonstrations: at step s, global rank r's first gradient
-  // element becomes inf just before the found-inf check (after any gradient all-reduce), so only
-  // the flag's all-reduce can make the other ranks skip with it. Pairs (step, rank).
-  std::vector<std::pair<int, int>> inject_overflow;
+  // Called on every rank with the step and its optimizer (null on a rank without one) just before
+  // the found-inf check, after any gradient all-reduce: what a rank's gradients hold there is what
+  // the flag's all-reduce decides on (tests plant an overflow on one rank here).
+  std::function<void(int step, optim::Optimizer* optimizer)> before_found_inf;
 };
 
 class Layout {
@@ -92,7 +93,7 @@ class Layout {
 
  private:
   std::unique_ptr<optim::LossScaler> scaler_;
-  std::vector<std::pair<int, int>> inject_overflow_;
+  std::function<void(int, optim::Optimizer*)> before_found_inf_;
   int64_t optimizer_steps_called_ = 0;
 };
 

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/pipeline/simulate.h"
@@ -120,7 +120,7 @@ TEST_CASE("ex03 ZB-V: a V-shaped schedule that is deadlock-free at the closed-fo
       // F = B-input = W = 1 per chunk: every stage idles exactly (P-1) F.
       const auto sim = pipeline::simulate_schedule(schedule, pipeline::CostModel::uniform(1, 1, 1));
       for (int s = 0; s < p; ++s)
-        CHECK(sim.makespan - sim.busy_time[s] == pipeline::bubble_zbv(p, {1, 2, 1}));
+        CHECK(sim.makespan - sim.busy_time[s] == theory::bubble_zbv(p, {1, 2, 1}));
     }
 }
 

@@ -188,7 +188,7 @@ void check_sequence_parallel(int tp) {
     comm::Comm& group = *ctx.comm;
     const int r = group.rank();
     const int64_t o0 = r * OUT / tp, o1 = (r + 1) * OUT / tp, n = S / tp;
-    const parallel::TpSeams& seams = lessons::selected_seams().tp;
+    const parallel::TpSeams& seams = ex::selected_seams().tp;
     parallel::SequenceParallelCollectives sp(group);
     // Column: my tokens in, my output columns of the whole sequence out.
     Tensor X = Tensor::from({B, n, IN}, my_tokens(x, S, IN, r, tp));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "common/overflow.h"
 #include "core/comm/comm.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/ddp.h"
@@ -54,7 +55,7 @@ int main() {
   t.steps = 3;
   t.global_batch = 2 * world.size();
   t.seq = 8;
-  t.loss_scaling = train::LossScaling{.inject_overflow = {{1, world.size() - 1}}};
+  t.loss_scaling = mgpu::testing::overflow_at({{1, world.size() - 1}});
   train::train(
       world, *task, t,
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {

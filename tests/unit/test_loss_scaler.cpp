@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 
+#include "common/overflow.h"
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/model/checkpoint.h"
@@ -174,7 +175,7 @@ train::TrainOptions scaled_options(int steps, std::vector<std::pair<int, int>> i
   t.steps = steps;
   t.global_batch = 8;
   t.seq = 8;
-  t.loss_scaling = train::LossScaling{.inject_overflow = std::move(inject)};
+  t.loss_scaling = mgpu::testing::overflow_at(std::move(inject));
   return t;
 }
 

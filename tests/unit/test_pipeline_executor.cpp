@@ -12,7 +12,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "lessons/pipeline.h"
 #include "lessons/training.h"
@@ -185,9 +185,9 @@ TEST_CASE("theory mode: the executor measures the V schedules' closed-form bubbl
       std::ostringstream sink;
       PipelineResult r =
           train_pipeline(tiny(P, 2 * P, M, 2), {name, P, M, 1, /*theory=*/true}, sink);
-      const pipeline::ChunkCosts chunk{0.5, 1, 0.5};
+      const theory::ChunkCosts chunk{0.5, 1, 0.5};
       const double bubble =
-          name == "zbv" ? pipeline::bubble_zbv(P, chunk) : pipeline::bubble_dualpipe(2 * P, chunk);
+          name == "zbv" ? theory::bubble_zbv(P, chunk) : theory::bubble_dualpipe(2 * P, chunk);
       const double theory = bubble / (bubble + 3.0 * M);
       CHECK(r.theory_bubble == Approx(theory).margin(1e-12));
       for (double measured : r.measured_bubble) CHECK(std::abs(measured - theory) < 1e-9);
@@ -202,11 +202,11 @@ TEST_CASE("theory mode: the executor measures DualPipe's closed-form bubble", "[
     std::ostringstream sink;
     PipelineResult r = train_pipeline(tiny(P, P, M, 2), {"dualpipe", P, M, 1, true}, sink);
     // A chunk is a whole stage of one copy (F 1, B 2, W 1); every stage runs M of them.
-    const double bubble = pipeline::bubble_dualpipe(P, {1, 2, 1});
+    const double bubble = theory::bubble_dualpipe(P, {1, 2, 1});
     const double theory = bubble / (bubble + 3.0 * M);
     CHECK(r.theory_bubble == Approx(theory).margin(1e-12));
     for (double measured : r.measured_bubble) CHECK(std::abs(measured - theory) < 1e-9);
-    for (const auto& st : r.last_step) CHECK(st.peak_stashed == pipeline::peak_chunks_dualpipe(P));
+    for (const auto& st : r.last_step) CHECK(st.peak_stashed == theory::peak_chunks_dualpipe(P));
     // Two copies: every stage holds the parameters of two stages.
     int64_t held = 0;
     for (int64_t n : r.param_elements) held += n;

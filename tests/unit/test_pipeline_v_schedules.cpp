@@ -1,10 +1,10 @@
 // The V-shaped schedules (ZB-V, DualPipeV): their bubbles equal the closed forms of
-// core/parallel/pipeline/bubble_theory.h exactly (simulated over a grid, and measured by the
+// core/theory/pipeline_bubbles.h exactly (simulated over a grid, and measured by the
 // executor in theory mode: test_pipeline_executor.cpp) and their activation peaks are the table's.
 #include <catch2/catch.hpp>
 
 #include "common/selected_seams.h"
-#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/parallel/pipeline/validator.h"
 
@@ -27,25 +27,25 @@ TEST_CASE("closed-form bubbles hold exactly over a grid of stages and micro-batc
           "[pipeline][schedule]") {
   // Theory-mode unit costs: a whole stage's F = 1, B = 2 (B-input 1 + W 1); a chunk of a V
   // schedule is half a stage.
-  const ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
+  const theory::ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
   const CostModel stage_costs = CostModel::uniform(1, 1, 1);
   const CostModel chunk_costs = CostModel::uniform(0.5, 0.5, 0.5);
   for (int P = 2; P <= 8; ++P)
     for (int M = 2 * P; M <= 4 * P + 1; M += (P > 4 ? 3 : 1)) {
       CAPTURE(P, M);
       for (double idle : idle_per_stage(one_f_one_b_schedule(P, M, compute_orders()), stage_costs))
-        CHECK(idle == bubble_1f1b(P, stage));
+        CHECK(idle == theory::bubble_1f1b(P, stage));
       for (double idle : idle_per_stage(zb_h1_schedule(P, M), stage_costs))
-        CHECK(idle == bubble_zb1p(P, stage));
+        CHECK(idle == theory::bubble_zb1p(P, stage));
       const Schedule zbv = zbv_schedule(P, M), dpv = dualpipev_schedule(P, M);
       REQUIRE(validate_schedule(zbv).ok);
       REQUIRE(validate_schedule(dpv).ok);
-      for (double idle : idle_per_stage(zbv, chunk_costs)) CHECK(idle == bubble_zbv(P, chunk));
+      for (double idle : idle_per_stage(zbv, chunk_costs)) CHECK(idle == theory::bubble_zbv(P, chunk));
       for (double idle : idle_per_stage(dpv, chunk_costs))
-        CHECK(idle == bubble_dualpipe(2 * P, chunk));  // DualPipeV: PP = 2P chunks
+        CHECK(idle == theory::bubble_dualpipe(2 * P, chunk));  // DualPipeV: PP = 2P chunks
       // Activations (chunks held at the peak, on every stage): ZB-V PP, DualPipeV PP+1.
-      for (int peak : peak_inflight_microbatches(zbv)) CHECK(peak == peak_chunks_1f1b(2 * P));
-      for (int peak : peak_inflight_microbatches(dpv)) CHECK(peak == peak_chunks_dualpipe(2 * P));
+      for (int peak : peak_inflight_microbatches(zbv)) CHECK(peak == theory::peak_chunks_1f1b(2 * P));
+      for (int peak : peak_inflight_microbatches(dpv)) CHECK(peak == theory::peak_chunks_dualpipe(2 * P));
     }
   // The smallest M each accepts is enough.
   for (int P = 2; P <= 6; ++P) {
@@ -70,15 +70,15 @@ TEST_CASE("V placement: stage 0 holds the first and the last chunk, the turn is 
 TEST_CASE("DualPipe's bubble and activations equal its closed forms over a grid",
           "[pipeline][schedule]") {
   // DualPipe's chunk is a whole stage of one copy: F = 1, B = 2 (B-input 1 + W 1), PP = P.
-  const ChunkCosts stage{1, 2, 1};
+  const theory::ChunkCosts stage{1, 2, 1};
   const CostModel stage_costs = CostModel::uniform(1, 1, 1);
   for (int P = 2; P <= 8; P += 2)
     for (int M = 2 * P; M <= 4 * P + 2; M += 2) {
       CAPTURE(P, M);
       const Schedule dp = dualpipe_schedule(P, M);
       REQUIRE(validate_schedule(dp).ok);
-      for (double idle : idle_per_stage(dp, stage_costs)) CHECK(idle == bubble_dualpipe(P, stage));
-      for (int peak : peak_inflight_microbatches(dp)) CHECK(peak == peak_chunks_dualpipe(P));
+      for (double idle : idle_per_stage(dp, stage_costs)) CHECK(idle == theory::bubble_dualpipe(P, stage));
+      for (int peak : peak_inflight_microbatches(dp)) CHECK(peak == theory::peak_chunks_dualpipe(P));
     }
   CHECK(validate_schedule(dualpipe_schedule(4, min_microbatches("dualpipe", 4))).ok);
 }

@@ -378,7 +378,7 @@ TEST_CASE("sequence parallelism runs every linear through exercise 06's function
   const auto task = data::make_task("markov", 7, {.seq_len = kSeq});
   const GPTConfig cfg = small_model(*task);
   std::atomic<int> column_forward{0}, column_backward{0}, row_forward{0}, row_backward{0};
-  const TpSeams reference = lessons::selected_seams().tp;
+  const TpSeams reference = ex::selected_seams().tp;
   TpSeams counted = reference;
   counted.column_forward = [&](auto&... a) { ++column_forward, reference.column_forward(a...); };
   counted.column_backward = [&](auto&... a) { ++column_backward, reference.column_backward(a...); };

@@ -27,7 +27,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "core/parallel/pipeline/bubble_theory.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/validator.h"
 
 namespace mgpu::pipeline {
@@ -110,27 +110,27 @@ namespace {
 
 // The V schedules and DualPipe in the theory-mode units (a whole stage's F = 1, B = 2; a V's
 // chunk is half of it, DualPipe's a whole stage of one copy, each seeing M/2 micro-batches):
-// each stage's bubble and busy time from bubble_theory.h.
+// each stage's bubble and busy time from core/theory/pipeline_bubbles.h.
 std::pair<double, double> v_bubble_and_busy(const std::string& name, int P, int M) {
-  const ChunkCosts chunk{0.5, 1.0, 0.5}, stage{1.0, 2.0, 1.0};
+  const theory::ChunkCosts chunk{0.5, 1.0, 0.5}, stage{1.0, 2.0, 1.0};
   const double busy = 2.0 * M * (chunk.F + chunk.B);
-  if (name == "dualpipe") return {bubble_dualpipe(P, stage), busy};  // PP = P stages
-  if (name == "zbv") return {bubble_zbv(P, chunk), busy};
-  return {bubble_dualpipe(2 * P, chunk), busy};  // dualpipev: PP = 2P chunks
+  if (name == "dualpipe") return {theory::bubble_dualpipe(P, stage), busy};  // PP = P stages
+  if (name == "zbv") return {theory::bubble_zbv(P, chunk), busy};
+  return {theory::bubble_dualpipe(2 * P, chunk), busy};  // dualpipev: PP = 2P chunks
 }
 
 }  // namespace
 
 double bubble_fraction_theory(const std::string& name, int P, int M, int V) {
-  const ChunkCosts stage{1.0, 2.0, 1.0};
+  const theory::ChunkCosts stage{1.0, 2.0, 1.0};
   if (name == "gpipe" || name == "1f1b") {
-    const double bubble = bubble_1f1b(P, stage);
+    const double bubble = theory::bubble_1f1b(P, stage);
     return bubble / (bubble + M * (stage.F + stage.B));
   }
   if (name == "naive") return double(P - 1) / P;
   if (name == "interleaved") return double(P - 1) / (V * M + P - 1);
   if (name == "zb-h1") {  // with M < P there are too few W's to fill the drain: P-M more
-    const double bubble = bubble_zb1p(P, stage) + std::max(0, P - M);
+    const double bubble = theory::bubble_zb1p(P, stage) + std::max(0, P - M);
     return bubble / (bubble + M * (stage.F + stage.B));
   }
   if (name == "zbv" || name == "dualpipev" || name == "dualpipe") {
@@ -167,11 +167,11 @@ std::vector<int> peak_activations_theory(const std::string& name, int P, int M, 
     // Interleaved: warmup 2(P-s-1) + (V-1)g chunk-forwards, g the first round's micro-batches
     // (P when M is a multiple of P, as in Megatron), plus one in steady state.
     else if (name == "zbv")  // 1F1B's PP chunks on EVERY stage (stage 0's peak in 1F1B)
-      peak[s] = peak_chunks_1f1b(2 * P);
+      peak[s] = theory::peak_chunks_1f1b(2 * P);
     else if (name == "dualpipev")
-      peak[s] = peak_chunks_dualpipe(2 * P);
+      peak[s] = theory::peak_chunks_dualpipe(2 * P);
     else if (name == "dualpipe")  // PP + 1 chunks, each a whole stage of one copy
-      peak[s] = peak_chunks_dualpipe(P);
+      peak[s] = theory::peak_chunks_dualpipe(P);
     else if (name == "interleaved")
       peak[s] = std::min(2 * (P - s - 1) + (V - 1) * interleaved_round_sizes(P, M)[0] + 1, M * V);
     else
