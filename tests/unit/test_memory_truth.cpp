@@ -181,10 +181,6 @@ namespace {
 
 using Maxima = std::vector<CategoryBytes>;  // per rank
 
-int64_t at(const CategoryBytes& b, MemCategory c) {
-  return b[static_cast<int>(c)];
-}
-
 // The maximum over every memory sample of the trace, per rank and category.
 Maxima trace_maxima(const std::string& path) {
   std::ifstream in(path);
