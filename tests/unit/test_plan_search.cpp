@@ -254,7 +254,7 @@ TEST_CASE("recommendations narrates the rules from the planner's numbers", "[pla
   CHECK_THAT(r.out, Catch::Contains("one would expect pure data parallelism, but") &&
                         Catch::Contains("#1 here is dp 4 tp 1 pp 1 cp 2"));
   // 175B: bf16 weights + fp32 gradients + fp32 masters and AdamW moments, the lessons' 18 B.
-  CHECK_THAT(r.out, Catch::Contains("AdamW with bf16 weights holds 18 B per parameter: 3.15 TB"));
+  CHECK_THAT(r.out, Catch::Contains("AdamW with bf16 weights holds 18 B per parameter: 3.14 TB"));
   // The tensor-parallel sentence follows #1's tp: no group to place when tp is 1.
   const size_t cut = r.out.find("ways: tp ");
   REQUIRE(cut != std::string::npos);

@@ -284,7 +284,7 @@ TEST_CASE("the block's split backward (B, then W) gives its whole backward's gra
   const GPTConfig cfg = small_model(*data::make_task("markov", 7, {.seq_len = kSeq}));
   std::vector<std::string> failures;
   std::mutex mutex;
-  World world(WorldOptions{.ranks = tp});
+  World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     const int r = ctx.comm->rank();
     TensorParallelComm comm(*ctx.comm, ex::selected_seams().tp);
@@ -326,7 +326,7 @@ TEST_CASE("the block's split backward (B, then W) gives its whole backward's gra
   CHECK(failures.empty());
   // Sequence parallelism refuses the split rather than computing a wrong input gradient.
   bool refused = false;
-  World one(WorldOptions{.ranks = 1});
+  World one(WorldOptions{.ranks = 1, .all_reduce = selected_all_reduce()});
   one.run([&](RankContext& ctx) {
     SequenceParallelComm sp(*ctx.comm, ex::selected_seams().tp);
     Linear linear;
@@ -387,7 +387,7 @@ TEST_CASE("sequence parallelism runs every linear through exercise 06's function
   TpSeams throwing = reference;
   throwing.column_backward = [](auto&...) { throw std::runtime_error("the stub"); };
   std::atomic<int> stopped{0};
-  World world(WorldOptions{.ranks = 2});
+  World world(WorldOptions{.ranks = 2, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     SequenceParallel layout(cfg, *ctx.comm, adamw, counted);
     (void)layout.step(task->sample(0, kBatch, kSeq), 0);
