@@ -158,6 +158,7 @@ nlohmann::json event_to_json(const trace::Event& e) {
           {"lane", int(e.lane)},
           {"start", e.start},
           {"dur", e.dur},
+          {"wait", e.wait},
           {"mb", e.microbatch},
           {"layer", e.layer},
           {"chunk", e.chunk},
@@ -179,6 +180,7 @@ trace::Event event_from_json(const nlohmann::json& j) {
   e.lane = static_cast<trace::Lane>(j["lane"].get<int>());
   e.start = j["start"];
   e.dur = j["dur"];
+  e.wait = j["wait"];
   e.microbatch = j["mb"];
   e.layer = j["layer"];
   e.chunk = j["chunk"];
