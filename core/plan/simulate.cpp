@@ -241,8 +241,9 @@ StepTimeline measure_step(World& world, int step) {
 // 6 N per token for the matmuls over the parameters (2 N forward, 4 N backward; N counted by
 // building the model on a phantom device) plus 12 L T C per token for attention's QK^T and AV,
 // forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
-// are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020; this GPT's LM
-// head is untied, a matmul, and stays): counted, they made MFU exceed 100% on an ideal profile.
+// are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020): counted, they
+// made MFU exceed 100% on an ideal profile. The LM head is a matmul and stays: its own matrix, or
+// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted once).
 // Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
 double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
   RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
@@ -252,7 +253,8 @@ double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
     ScopedRank scoped(counting);
     params = GPT(cfg).num_params();
   }
-  params -= (int64_t{cfg.vocab} + cfg.seq_len) * cfg.dim;  // wte and wpe: lookups
+  // wpe, and an untied wte: lookups only (a tied wte is the head's matmul too).
+  params -= (int64_t{cfg.tie_embeddings ? 0 : cfg.vocab} + cfg.seq_len) * cfg.dim;
   return theory::model_flops_per_token(params, cfg.layers, cfg.seq_len, cfg.dim) *
          static_cast<double>(tokens);
 }
