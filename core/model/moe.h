@@ -1,0 +1,110 @@
+// Mixture of experts: a block's MLP replaced by E expert MLPs and a router that sends each token
+// to its top-k experts (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch Transformer,
+// Fedus et al. 2021; Mixtral, Jiang et al. 2024).
+//
+//   probs  = softmax(x @ Wr^T)                         [N, E]   router, fp32
+//   route  = top-k of each token's probs, renormalised weights, at most `capacity` tokens per
+//            expert per group (exercise 09: the routing, its send counts and its permutation)
+//   rows   = the kept (token, choice) pairs' x, permuted so each expert's rows are contiguous
+//   y_e    = proj_e(gelu(fc_e(rows of e)))            each expert a GELU MLP
+//   out[t] = sum over t's kept choices of weight * y                       (combine)
+//   loss  += aux_loss_coef * E * sum_e f_e * P_e    Switch's load-balancing loss, per group
+//
+// Under expert parallelism the experts are split over the ranks of an `ep` group (rank j holds
+// experts [j*E/ep, (j+1)*E/ep)) and the permuted rows travel to their expert's rank and back by
+// two variable-size all-to-alls per layer (ExpertComm); on one device the exchange is a copy.
+//
+// Groups (GShard section 2.2): capacity, dropping and the auxiliary loss are counted per group
+// of consecutive tokens, one sequence, so no layout's split of the batch changes which tokens an
+// expert drops or what the loss is.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace mgpu {
+
+class Tensor;
+
+// ---- routing: exercise 09's seam ----
+
+// One routing call: the router's probabilities of `tokens` tokens, in groups of `group_tokens`
+// consecutive tokens (tokens % group_tokens == 0).
+struct RouteQuery {
+  std::span<const float> probs;  // [tokens, experts] row-major, each row sums to 1
+  int64_t tokens = 0;
+  int64_t group_tokens = 0;  // capacity and priority are per group
+  int experts = 0;
+  int top_k = 1;
+  int64_t capacity = 0;  // most (token, choice) slots an expert keeps per group; 0 = dropless
+  int ranks = 1;         // expert-parallel ranks; rank j holds experts [j*E/ranks, (j+1)*E/ranks)
+};
+
+// Where each (token, choice) slot goes. A slot is token * top_k + choice.
+struct Routing {
+  // Per slot: choices in descending probability (ties: the lower expert first).
+  std::vector<int32_t> expert;  // [tokens * top_k]
+  std::vector<float> weight;    // [tokens * top_k] p / (sum of the token's top-k p), dropped too
+  // Per slot: its row in the permuted buffer (its index in `order`), or -1 when dropped.
+  std::vector<int32_t> position;  // [tokens * top_k]
+  // The kept slots in dispatch order: by expert, then by increasing slot. Rows of expert e are
+  // contiguous, and so are rows bound for one rank.
+  std::vector<int32_t> order;
+  std::vector<int64_t> tokens_per_expert;  // [experts] kept slots (over all groups)
+  std::vector<int64_t> send_counts;        // [ranks] kept slots bound for each rank's experts
+  int64_t dropped = 0;                     // slots over capacity
+};
+// Which slots an expert keeps when more than `capacity` choose it in one group: in order of
+// (choice, token), so every token's first choice comes before any token's second (GShard), and
+// earlier tokens before later ones within a choice.
+using RouteFn = Routing (*)(const RouteQuery& query);
+
+struct MoeSeams {
+  const char* side = "";
+  RouteFn route = nullptr;
+};
+
+// Per-group capacity: ceil(capacity_factor * group_tokens * top_k / experts); 0 (dropless) when
+// capacity_factor is 0. The one place the rule is written (Switch Transformer eq. 4).
+int64_t expert_capacity(double capacity_factor, int64_t group_tokens, int top_k, int experts);
+
+// A routing with no values to route on (phantom devices: the planner, memory dry runs): every
+// token's choices go round-robin over the experts, so every expert gets the same load.
+Routing balanced_routing(const RouteQuery& query);
+
+// ---- the exchange around the experts (expert parallelism) ----
+
+// Who sends how many rows to whom in one MoE layer's exchange, made once per forward from the
+// routing and used by all four exchanges (forward dispatch and combine, and their backwards).
+struct ExchangePlan {
+  int ranks = 1, local_experts = 0;
+  // Rows this rank sends to rank j for each of j's experts, [ranks][local_experts] flattened
+  // (send[j * local_experts + e]: e counted within j's experts).
+  std::vector<int64_t> send;
+  // rows this rank receives from rank s for each of its own local experts, [ranks][local_experts].
+  std::vector<int64_t> recv;
+  int64_t sent_rows() const;      // sum of send
+  int64_t received_rows() const;  // sum of recv
+  // Rows of local expert e once received, from every source (sum over s of recv[s][e]).
+  std::vector<int64_t> rows_per_local_expert() const;
+};
+
+// Where a block's experts live and how their rows get there. Null (one device): this rank holds
+// every expert and the exchanges are copies.
+class ExpertComm {
+ public:
+  virtual ~ExpertComm() = default;
+  virtual int ranks() const = 0;  // the ep group's size
+  virtual int rank() const = 0;   // this rank's index: it holds experts [rank*E/ranks, ...)
+  // Exchanges the per-expert counts (a small all-to-all) and returns the plan.
+  virtual ExchangePlan plan(const Routing& routing, int experts) = 0;
+  // Rows in dispatch order [sent_rows, C] -> rows of this rank's experts [received_rows, C],
+  // grouped by local expert (within an expert, by source rank). Forward dispatch; the backward
+  // of combine.
+  virtual void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan& plan) = 0;
+  // The reverse: rows of this rank's experts back to the ranks their tokens came from, in
+  // dispatch order. Forward combine; the backward of dispatch.
+  virtual void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan) = 0;
+};
+
+}  // namespace mgpu
