@@ -52,6 +52,33 @@ void GPTConfig::validate() const {
   if (dim % heads != 0)
     throw std::invalid_argument(fmt::format(
         "GPT config: heads ({}) must divide dim ({}): try heads {}", heads, dim, divisors_of(dim)));
+  validate_experts();
+}
+
+void GPTConfig::validate_experts() const {
+  auto refuse = [](const std::string& line) { throw std::invalid_argument("GPT config: " + line); };
+  if (experts < 0)
+    refuse(fmt::format("experts ({}) must be >= 0 (0: the dense model), e.g. 4", experts));
+  if (experts == 0) return;
+  if (top_k < 1) refuse(fmt::format("top_k ({}) must be at least 1, e.g. top_k 2", top_k));
+  if (top_k > experts)
+    refuse(fmt::format("top_k ({}) must be at most experts ({}): try top_k {}", top_k, experts,
+                       std::min(2, experts)));
+  if (moe_every < 1)
+    refuse(fmt::format("moe_every ({}) must be at least 1 (1: every block is MoE)", moe_every));
+  if (!(capacity_factor >= 0.0))
+    refuse(fmt::format("capacity_factor ({}) must be positive, e.g. 1.25 (0: dropless)",
+                       capacity_factor));
+  if (expert_hidden < 0)
+    refuse(fmt::format("expert_hidden ({}) must be >= 0 (0: 4 * dim)", expert_hidden));
+  if (!(aux_loss_coef >= 0.0f))
+    refuse(fmt::format("aux_loss_coef ({}) must be >= 0, e.g. 0.01", aux_loss_coef));
+}
+
+void refuse_experts(const GPTConfig& cfg, const std::string& layout, const std::string& instead) {
+  if (cfg.experts > 0)
+    throw std::invalid_argument(
+        fmt::format("{} cannot run experts (--experts {}): {}", layout, cfg.experts, instead));
 }
 
 // ---------------------------------------------------------------------------------- helpers
@@ -199,13 +226,14 @@ BlockActivations BlockActivations::allocate(const GPTConfig& cfg, const BlockSha
   // the next block's input: always kept
   a.out = activation({batch, seq / shard.seq_parts, cfg.dim}, cfg.dtype);
   if (cfg.recompute == Recompute::full) return a;
-  a.allocate_missing(cfg, shard, batch, seq);
+  // Which blocks are dense is the block's to say: with experts, its forward allocates the MLP's.
+  a.allocate_missing(cfg, shard, batch, seq, /*dense_mlp=*/cfg.experts == 0);
   if (cfg.recompute == Recompute::selective) a.att = Tensor();  // made in forward, then dropped
   return a;
 }
 
 void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& shard,
-                                        int64_t batch, int64_t seq) {
+                                        int64_t batch, int64_t seq, bool dense_mlp) {
   const int64_t b = batch, t = seq, c = cfg.dim;
   const int64_t t_mine = seq / shard.seq_parts;  // tokens of the layernorm/residual regions
   const int64_t local_c = int64_t{shard.heads} * cfg.head_size();  // channels of my heads
@@ -225,8 +253,10 @@ void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& 
   need(ln2, {b, t_mine, c});
   need_stat(ln2_mean);
   need_stat(ln2_rstd);
-  need(fc, {b, t, shard.hidden});
-  need(fc_gelu, {b, t, shard.hidden});
+  if (dense_mlp) {
+    need(fc, {b, t, shard.hidden});
+    need(fc_gelu, {b, t, shard.hidden});
+  }
   need(out, {b, t_mine, c});
 }
 
@@ -235,7 +265,7 @@ int64_t BlockActivations::bytes() const {
   for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &attn_out, &res1, &ln2,
                           &ln2_mean, &ln2_rstd, &fc, &fc_gelu, &out})
     total += t->bytes();
-  return total;
+  return total + moe.bytes();
 }
 
 Block::Block(const GPTConfig& cfg, int index) : Block(cfg, index, BlockShard::whole(cfg)) {}
@@ -252,6 +282,10 @@ Block::Block(const GPTConfig& cfg, int index, const BlockShard& shard_)
   qkv = Linear(p + "attn.qkv", c, 3 * local_c, 0.02f);
   attn_proj = Linear(p + "attn.proj", local_c, c, residual_std);
   ln2 = LayerNorm(p + "ln2", c);
+  if (cfg.is_moe_block(index)) {
+    moe = MoeLayer(cfg, index, shard);
+    return;
+  }
   fc = Linear(p + "mlp.fc", c, shard.hidden, 0.02f);
   mlp_proj = Linear(p + "mlp.proj", shard.hidden, c, residual_std);
 }
@@ -264,10 +298,7 @@ int64_t attention_keys(const BlockShard& shard, int64_t seq) {
 // A call into a comm object, with the layout's phase (if any) paused around it.
 template <class Fn>
 void communicating(const BlockComm& comm, Fn&& fn) {
-  if (comm.phase)
-    comm.phase->paused(fn);
-  else
-    fn();
+  with_phase_paused(comm.phase, fn);
 }
 }  // namespace
 
@@ -318,7 +349,7 @@ void Block::attention_backward(Tensor& dqkv, const Tensor& dout, const BlockActi
 // ---------------------------------------------------------------------------------- Block
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
-  a.allocate_missing(config, shard, x.dim(0), x.dim(1) * shard.seq_parts);
+  a.allocate_missing(config, shard, x.dim(0), x.dim(1) * shard.seq_parts, !is_moe());
   forward_math(x, a);
   // Activation checkpointing: free what the backward will recompute.
   if (config.recompute == Recompute::selective) a.att = Tensor();
@@ -340,9 +371,13 @@ void Block::forward_math(const Tensor& x, BlockActivations& a) const {
   ops::add(a.res1, a.res1, x);
   // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
-  column_forward(fc, a.fc, a.ln2);
-  ops::gelu_forward(a.fc_gelu, a.fc);
-  row_forward(mlp_proj, a.out, a.fc_gelu);
+  if (is_moe()) {  // out = res1 + moe(ln2(res1))
+    moe.forward(a.out, a.ln2, a.moe, comm);
+  } else {
+    column_forward(fc, a.fc, a.ln2);
+    ops::gelu_forward(a.fc_gelu, a.fc);
+    row_forward(mlp_proj, a.out, a.fc_gelu);
+  }
   ops::add(a.out, a.out, a.res1);
 }
 
@@ -353,7 +388,7 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
   BlockActivations a = kept;
   if (config.recompute == Recompute::full) {
     a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
-    a.allocate_missing(config, shard, batch, seq);
+    a.allocate_missing(config, shard, batch, seq, !is_moe());
     forward_math(kept.input, a);  // the block communicates again, as Megatron's recompute
   } else {                        // selective: only the attention probabilities, from the kept qkv
     a.att = activation({batch, heads, seq, attention_keys(shard, seq)}, config.dtype);
@@ -375,6 +410,8 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
   // The upstream gradients: scratch for a whole backward; a split one keeps each weighted layer's
   // for W, in the activations' type, so B + W round exactly as the whole backward does.
   Tensor d_out = dout, d_fc, d_ln2, d_res1, d_attn_out, d_qkv, d_ln1;
+  if (deferred && is_moe())
+    throw std::logic_error("an MoE block has no split backward (zero-bubble refuses experts)");
   if (deferred) {
     BlockWeightGradInputs& keep = *deferred;
     keep.d_out = activation(shape, dt);
@@ -387,7 +424,7 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
     d_ln1 = keep.d_ln1 = activation(shape, dt);
     d_attn_out = workspace(a.attn_out.shape(), dt);
   } else {
-    d_fc = workspace(a.fc.shape(), dt);
+    if (!is_moe()) d_fc = workspace(a.fc.shape(), dt);
     d_ln2 = d_ln1 = workspace(shape, dt);
     d_res1 = workspace(shape, dt);
     d_attn_out = workspace(a.attn_out.shape(), dt);
@@ -409,9 +446,13 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
   };
 
   // MLP branch, bottom-up. out = res1 + mlp(res1): res1 gets dout directly plus the branch.
-  row(mlp_proj, d_fc, d_out, a.fc_gelu);
-  ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
-  column(fc, d_ln2, d_fc, a.ln2);
+  if (is_moe()) {
+    moe.backward(d_ln2, d_out, a.ln2, a.moe, comm);
+  } else {
+    row(mlp_proj, d_fc, d_out, a.fc_gelu);
+    ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
+    column(fc, d_ln2, d_fc, a.ln2);
+  }
   norm(ln2, d_res1, d_ln2, a.res1, a.ln2_mean, a.ln2_rstd);
   ops::axpy(d_res1, 1.0f, d_out);  // the residual path
 
@@ -443,6 +484,7 @@ void Block::collect(ParamList& list) {
   qkv.collect(list);
   attn_proj.collect(list);
   ln2.collect(list);
+  if (is_moe()) return moe.collect(list);
   fc.collect(list);
   mlp_proj.collect(list);
 }
@@ -536,6 +578,24 @@ void GPT::set_block_comm(const BlockComm& comm) {
   for (Block& block : blocks) block.comm = comm;
 }
 
+void GPT::set_loss_grad_scale(float scale) {
+  for (Block& block : blocks) block.moe.loss_grad_scale = scale;
+}
+
+float GPT::aux_loss() const {
+  float total = 0.0f;
+  for (const Block& block : blocks)
+    if (block.is_moe()) total += block.moe.last.aux_loss;
+  return total;
+}
+
+std::vector<MoeStats> GPT::moe_stats() const {
+  std::vector<MoeStats> stats;
+  for (const Block& block : blocks)
+    if (block.is_moe()) stats.push_back(block.moe.last);
+  return stats;
+}
+
 ParamList GPT::params() {
   ParamList list;
   embedding.collect(list);
@@ -555,8 +615,21 @@ int64_t GPT::num_params() const {
 }
 
 double GPT::flops_per_token(int64_t seq) const {
-  return 6.0 * static_cast<double>(num_params()) +
+  return 6.0 * static_cast<double>(active_params()) +
          6.0 * config_.layers * static_cast<double>(seq) * config_.dim;
+}
+
+int64_t GPT::active_params() const {
+  int64_t n = 0;
+  for (Param* p : const_cast<GPT*>(this)->params()) n += shape_numel(p->shape);
+  // Each token runs top_k of an MoE block's experts (the router runs whole).
+  for (const Block& block : blocks)
+    if (block.is_moe())
+      for (const Param* p :
+           {&block.moe.fc_weight, &block.moe.fc_bias, &block.moe.proj_weight, &block.moe.proj_bias})
+        n -= shape_numel(p->shape) / block.moe.local_experts *
+             (block.moe.local_experts - block.moe.top_k);
+  return n;
 }
 
 float GPT::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -567,6 +640,7 @@ float GPT::forward(std::span<const int32_t> tokens, std::span<const int32_t> tar
     blocks[i].forward(*x, acts.blocks[i]);
     x = &acts.blocks[i].out;
   }
+  set_loss_grad_scale(grad_scale);
   return head.forward_loss(*x, targets, acts.head, grad_scale);
 }
 
