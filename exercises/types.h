@@ -10,6 +10,7 @@
 
 #include "core/comm/seams.h"
 #include "core/memory/seams.h"
+#include "core/model/moe.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp_seams.h"
 #include "core/parallel/hybrid.h"
@@ -48,6 +49,7 @@ struct SeamTables {
   parallel::TpSeams tp;              // exercise 06
   parallel::CpSeams cp;              // exercise 07
   parallel::ZeroSeams zero;          // exercise 08
+  MoeSeams moe;                      // exercise 09
   parallel::HybridSeams hybrid() const { return {tp, cp, zero, pipeline, comm.all_reduce}; }
 };
 

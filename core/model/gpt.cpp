@@ -52,6 +52,27 @@ void GPTConfig::validate() const {
   if (dim % heads != 0)
     throw std::invalid_argument(fmt::format(
         "GPT config: heads ({}) must divide dim ({}): try heads {}", heads, dim, divisors_of(dim)));
+  validate_experts();
+}
+
+void GPTConfig::validate_experts() const {
+  auto refuse = [](const std::string& line) { throw std::invalid_argument("GPT config: " + line); };
+  if (experts < 0)
+    refuse(fmt::format("experts ({}) must be >= 0 (0: the dense model), e.g. 4", experts));
+  if (experts == 0) return;
+  if (top_k < 1) refuse(fmt::format("top_k ({}) must be at least 1, e.g. top_k 2", top_k));
+  if (top_k > experts)
+    refuse(fmt::format("top_k ({}) must be at most experts ({}): try top_k {}", top_k, experts,
+                       std::min(2, experts)));
+  if (moe_every < 1)
+    refuse(fmt::format("moe_every ({}) must be at least 1 (1: every block is MoE)", moe_every));
+  if (!(capacity_factor >= 0.0))
+    refuse(fmt::format("capacity_factor ({}) must be positive, e.g. 1.25 (0: dropless)",
+                       capacity_factor));
+  if (expert_hidden < 0)
+    refuse(fmt::format("expert_hidden ({}) must be >= 0 (0: 4 * dim)", expert_hidden));
+  if (!(aux_loss_coef >= 0.0f))
+    refuse(fmt::format("aux_loss_coef ({}) must be >= 0, e.g. 0.01", aux_loss_coef));
 }
 
 // ---------------------------------------------------------------------------------- helpers
@@ -199,13 +220,14 @@ BlockActivations BlockActivations::allocate(const GPTConfig& cfg, const BlockSha
   // the next block's input: always kept
   a.out = activation({batch, seq / shard.seq_parts, cfg.dim}, cfg.dtype);
   if (cfg.recompute == Recompute::full) return a;
-  a.allocate_missing(cfg, shard, batch, seq);
+  // Which blocks are dense is the block's to say: with experts, its forward allocates the MLP's.
+  a.allocate_missing(cfg, shard, batch, seq, /*dense_mlp=*/cfg.experts == 0);
   if (cfg.recompute == Recompute::selective) a.att = Tensor();  // made in forward, then dropped
   return a;
 }
 
 void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& shard,
-                                        int64_t batch, int64_t seq) {
+                                        int64_t batch, int64_t seq, bool dense_mlp) {
   const int64_t b = batch, t = seq, c = cfg.dim;
   const int64_t t_mine = seq / shard.seq_parts;  // tokens of the layernorm/residual regions
   const int64_t local_c = int64_t{shard.heads} * cfg.head_size();  // channels of my heads
@@ -225,8 +247,10 @@ void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& 
   need(ln2, {b, t_mine, c});
   need_stat(ln2_mean);
   need_stat(ln2_rstd);
-  need(fc, {b, t, shard.hidden});
-  need(fc_gelu, {b, t, shard.hidden});
+  if (dense_mlp) {
+    need(fc, {b, t, shard.hidden});
+    need(fc_gelu, {b, t, shard.hidden});
+  }
   need(out, {b, t_mine, c});
 }
 
@@ -235,7 +259,7 @@ int64_t BlockActivations::bytes() const {
   for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &attn_out, &res1, &ln2,
                           &ln2_mean, &ln2_rstd, &fc, &fc_gelu, &out})
     total += t->bytes();
-  return total;
+  return total + moe.bytes();
 }
 
 Block::Block(const GPTConfig& cfg, int index) : Block(cfg, index, BlockShard::whole(cfg)) {}
@@ -252,6 +276,10 @@ Block::Block(const GPTConfig& cfg, int index, const BlockShard& shard_)
   qkv = Linear(p + "attn.qkv", c, 3 * local_c, 0.02f);
   attn_proj = Linear(p + "attn.proj", local_c, c, residual_std);
   ln2 = LayerNorm(p + "ln2", c);
+  if (cfg.is_moe_block(index)) {
+    moe = MoeLayer(cfg, index, shard);
+    return;
+  }
   fc = Linear(p + "mlp.fc", c, shard.hidden, 0.02f);
   mlp_proj = Linear(p + "mlp.proj", shard.hidden, c, residual_std);
 }
@@ -318,7 +346,7 @@ void Block::attention_backward(Tensor& dqkv, const Tensor& dout, const BlockActi
 // ---------------------------------------------------------------------------------- Block
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
-  a.allocate_missing(config, shard, x.dim(0), x.dim(1) * shard.seq_parts);
+  a.allocate_missing(config, shard, x.dim(0), x.dim(1) * shard.seq_parts, !is_moe());
   forward_math(x, a);
   // Activation checkpointing: free what the backward will recompute.
   if (config.recompute == Recompute::selective) a.att = Tensor();
@@ -353,7 +381,7 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
   BlockActivations a = kept;
   if (config.recompute == Recompute::full) {
     a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
-    a.allocate_missing(config, shard, batch, seq);
+    a.allocate_missing(config, shard, batch, seq, !is_moe());
     forward_math(kept.input, a);  // the block communicates again, as Megatron's recompute
   } else {                        // selective: only the attention probabilities, from the kept qkv
     a.att = activation({batch, heads, seq, attention_keys(shard, seq)}, config.dtype);
@@ -443,6 +471,7 @@ void Block::collect(ParamList& list) {
   qkv.collect(list);
   attn_proj.collect(list);
   ln2.collect(list);
+  if (is_moe()) return moe.collect(list);
   fc.collect(list);
   mlp_proj.collect(list);
 }
@@ -534,6 +563,24 @@ GPT::GPT(const GPTConfig& cfg, const BlockShard& shard)
 
 void GPT::set_block_comm(const BlockComm& comm) {
   for (Block& block : blocks) block.comm = comm;
+}
+
+void GPT::set_loss_grad_scale(float scale) {
+  for (Block& block : blocks) block.moe.loss_grad_scale = scale;
+}
+
+float GPT::aux_loss() const {
+  float total = 0.0f;
+  for (const Block& block : blocks)
+    if (block.is_moe()) total += block.moe.last.aux_loss;
+  return total;
+}
+
+std::vector<MoeStats> GPT::moe_stats() const {
+  std::vector<MoeStats> stats;
+  for (const Block& block : blocks)
+    if (block.is_moe()) stats.push_back(block.moe.last);
+  return stats;
 }
 
 ParamList GPT::params() {

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/moe.h"
 #include "core/model/param.h"
 #include "core/tensor/tensor.h"
 
@@ -61,9 +62,24 @@ struct GPTConfig {
   // logits = x @ wte^T, and its gradient adds to wte's. One matrix of vocab x dim instead of two.
   bool tie_embeddings = false;
 
+  // Mixture of experts (core/model/moe.h): with experts > 0, block i's MLP is an MoE layer when
+  // i % moe_every == moe_every - 1 (1: every block). 0 experts is the dense model, unchanged.
+  int experts = 0;
+  int top_k = 1;                 // experts each token is sent to
+  int moe_every = 1;             // every n-th block is MoE (the last of each n)
+  double capacity_factor = 0.0;  // per-group capacity, expert_capacity(); 0 = dropless
+  int expert_hidden = 0;         // each expert's hidden width; 0 = 4 * dim
+  float aux_loss_coef = 0.01f;   // Switch Transformer's load-balancing loss weight
+  // The routing (exercise 09's seam): handed in where the model is built
+  // (ex::selected_seams().moe.route). An MoE model without one throws when it first routes.
+  RouteFn route = nullptr;
+
   // Throws std::invalid_argument with one line saying what is wrong and what would work.
   void validate() const;
+  void validate_experts() const;  // validate()'s part for the MoE fields
   int head_size() const { return dim / heads; }
+  bool is_moe_block(int index) const { return experts > 0 && index % moe_every == moe_every - 1; }
+  int64_t expert_hidden_size() const { return expert_hidden > 0 ? expert_hidden : 4 * dim; }
 };
 
 // y = x @ W^T + b, W [out, in]. The bias is optional (the LM head has none).
@@ -125,6 +141,10 @@ struct BlockShard {
   // Keys per query row that BlockActivations::att keeps (its last dim); 0 = the block's own
   // tokens. Context parallelism keeps a rank's rows of the whole sequence's T x T matrix.
   int attention_keys = 0;
+  // The MoE layers' experts are split into this many equal parts (ep), of which this rank holds
+  // one (which one: its ExpertComm's rank). Experts are never tensor-split: each tp rank holds
+  // whole experts (what Megatron calls expert-TP = 1, computed redundantly here).
+  int expert_parts = 1;
   static BlockShard whole(const GPTConfig& cfg) { return {cfg.heads, 4 * cfg.dim}; }
   bool operator==(const BlockShard&) const = default;
 };
@@ -175,6 +195,7 @@ struct BlockComm {
   LinearComm* linear = nullptr;        // null: the plain linears
   AttentionComm* attention = nullptr;  // null: causal attention over the block's own tokens
   TracePhase* phase = nullptr;         // the layout's forward/backward region, paused around comm
+  ExpertComm* experts = nullptr;       // null: every expert here, the exchanges are copies
 };
 
 // Everything one block's backward needs, kept from its forward (MemCategory::activations).
@@ -190,6 +211,7 @@ struct BlockActivations {
   Tensor fc;                       // [B,T,4C] before GELU (local hidden units)
   Tensor fc_gelu;                  // [B,T,4C] after GELU
   Tensor out;                      // [B,T,C] res1 + MLP branch: the block's output
+  MoeActivations moe;              // an MoE block's MLP branch (fc and fc_gelu stay undefined)
 
   // Allocates what cfg.recompute keeps across forward and backward (the rest is allocated
   // transiently by Block::forward/backward).
@@ -199,7 +221,10 @@ struct BlockActivations {
   int64_t bytes() const;  // total bytes held (excluding the input view)
   // Allocates every tensor that is still undefined (shapes from cfg, batch and seq; seq is the
   // whole sequence, of which the layernorm/residual tensors keep seq / shard.seq_parts).
-  void allocate_missing(const GPTConfig& cfg, const BlockShard& shard, int64_t batch, int64_t seq);
+  // dense_mlp: also fc and fc_gelu (an MoE block keeps `moe` instead; allocate(), which knows
+  // no block, leaves them to each dense block's forward when the model has experts).
+  void allocate_missing(const GPTConfig& cfg, const BlockShard& shard, int64_t batch, int64_t seq,
+                        bool dense_mlp);
 };
 
 // What a split backward's B keeps for its W: each weighted layer's upstream gradient, in the
@@ -223,11 +248,13 @@ struct Block {
   LayerNorm ln2;
   Linear fc;        // C -> 4C      (column linear: local hidden units)
   Linear mlp_proj;  // 4C -> C      (row linear: residual projection)
+  MoeLayer moe;     // an MoE block's MLP instead of fc and mlp_proj (moe.experts == 0: dense)
   BlockComm comm;   // where a layout communicates; all null = one device
 
   Block() = default;
   Block(const GPTConfig& cfg, int index);
   Block(const GPTConfig& cfg, int index, const BlockShard& shard);  // declared, not allocated
+  bool is_moe() const { return moe.experts > 0; }
   // Reads x [B,T,C], fills `acts` (acts.out is the result; acts.input keeps a view of x).
   void forward(const Tensor& x, BlockActivations& acts) const;
   // dx = d loss / d x (overwritten; dx may be the same tensor as dout); parameter grads += .
@@ -318,11 +345,21 @@ class GPT {
   // Every block communicates through `comm` (null members: one device). What it points to must
   // outlive the model's use.
   void set_block_comm(const BlockComm& comm);
+  // The scale the head's loss gradient carries (1 / micro-batches x loss scale), stored in every
+  // MoE block so the aux loss's gradient carries it too. forward() sets it from its grad_scale;
+  // a layout that calls head.forward_loss itself sets it before its blocks' backward.
+  void set_loss_grad_scale(float scale);
+  // Sum over the MoE blocks of their last forward's aux loss (0 for a dense model): not part of
+  // the loss forward() returns, but its gradient is in the backward.
+  float aux_loss() const;
+  // Per MoE block (in block order): its last forward's routing counts and aux loss.
+  std::vector<MoeStats> moe_stats() const;
   ParamList params();  // forward order: embedding, blocks[0..L), head (wte once when tied)
   void zero_grad();
   int64_t num_params() const;
   // Training FLOPs per token: 6N (forward 2N + backward 4N) plus attention scores and weighted
-  // sums, 6 * layers * T * C (full T x T; the causal kernels do about half of it).
+  // sums, 6 * layers * T * C (full T x T; the causal kernels do about half of it). With experts,
+  // N counts the active parameters: top_k experts per token and the router.
   double flops_per_token(int64_t seq) const;
 
   // Full forward + loss; acts must come from GPTActivations::allocate(cfg, B, T).

@@ -22,9 +22,10 @@
 #include <span>
 #include <vector>
 
-namespace mgpu {
+#include "core/model/param.h"
+#include "core/tensor/tensor.h"
 
-class Tensor;
+namespace mgpu {
 
 // ---- routing: exercise 09's seam ----
 
@@ -105,6 +106,68 @@ class ExpertComm {
   // The reverse: rows of this rank's experts back to the ranks their tokens came from, in
   // dispatch order. Forward combine; the backward of dispatch.
   virtual void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan) = 0;
+};
+
+// ---- the layer ----
+
+struct GPTConfig;   // core/model/gpt.h
+struct BlockShard;  // core/model/gpt.h
+struct BlockComm;   // core/model/gpt.h
+
+// What one MoE forward routed (counted over the tokens it saw): what a lesson prints.
+struct MoeStats {
+  std::vector<int64_t> tokens_per_expert;  // [experts] kept (token, choice) slots
+  int64_t dropped = 0;                     // slots over capacity
+  float aux_loss = 0.0f;  // aux_loss_coef * mean over groups of E * sum_e f_e * P_e
+};
+
+// What an MoE layer's backward needs, kept from its forward (MemCategory::activations; N tokens,
+// R = routing.order.size() kept rows, X rows at this rank's experts).
+struct MoeActivations {
+  Tensor probs;        // [N, E] f32 router probabilities
+  Routing routing;     // host: choices, weights, positions, dispatch order
+  ExchangePlan plan;   // who sends how many rows to whom (one device: all to itself)
+  Tensor rows;         // [R, C] the kept slots' inputs in dispatch order
+  Tensor expert_rows;  // [X, C] the rows at this rank's experts, by local expert
+  Tensor fc;           // [X, H] before GELU
+  Tensor fc_gelu;      // [X, H] after GELU
+  Tensor y;            // [R, C] the experts' outputs back in dispatch order (the combine's input)
+  int64_t bytes() const;
+};
+
+// A block's MLP as E expert GELU MLPs behind a router (the formulas at the top of this file).
+// The expert weights are stacked along dim 0, one expert per row of it: this rank holds
+// `local_experts` consecutive ones (all of them on one device; E / ep under expert parallelism,
+// a PartitionSpec::rows split set by the layout, so a checkpoint is the single-device one).
+struct MoeLayer {
+  int experts = 0;        // E (0: the block is dense)
+  int local_experts = 0;  // experts held here
+  int top_k = 1;
+  int64_t dim = 0, hidden = 0;  // C and each expert's hidden width H
+  double capacity_factor = 0.0;
+  float aux_loss_coef = 0.0f;
+  RouteFn route = nullptr;
+  // The head's loss-gradient scale (1 / micro-batches x loss scale, GPT::set_loss_grad_scale):
+  // the aux loss's gradient carries it too, so accumulation and loss scaling treat it alike.
+  float loss_grad_scale = 1.0f;
+  Param router;       // [E, C]     blocks.{i}.moe.router.weight (no bias)
+  Param fc_weight;    // [E, H, C]  blocks.{i}.moe.fc.weight
+  Param fc_bias;      // [E, H]     blocks.{i}.moe.fc.bias
+  Param proj_weight;  // [E, C, H]  blocks.{i}.moe.proj.weight
+  Param proj_bias;    // [E, C]     blocks.{i}.moe.proj.bias
+  // The last forward's routing (the last micro-batch's, under accumulation).
+  mutable MoeStats last;
+
+  MoeLayer() = default;
+  // Declared (no memory): block `index`'s layer, holding shard's part of the experts.
+  MoeLayer(const GPTConfig& cfg, int index, const BlockShard& shard);
+  // x [B,T,C] -> out [B,T,C] (overwritten), filling `acts`. Groups are the B sequences.
+  // comm.experts null: every expert is here and the exchanges are copies.
+  void forward(Tensor& out, const Tensor& x, MoeActivations& acts, const BlockComm& comm) const;
+  // dx (overwritten) from dout and what forward kept; parameter grads += (the aux loss's too).
+  void backward(Tensor& dx, const Tensor& dout, const Tensor& x, const MoeActivations& acts,
+                const BlockComm& comm);
+  void collect(ParamList& list);
 };
 
 }  // namespace mgpu
