@@ -14,6 +14,7 @@
 #include "core/data/sampler.h"
 #include "core/model/init.h"
 #include "core/ops/ops.h"
+#include "core/parallel/flat_gradients.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -126,14 +127,19 @@ void for_each_block(const ExchangePlan& plan, Copy&& copy) {
     }
 }
 
+// dst rows [to, to + rows) = src rows [from, from + rows).
+void copy_rows(Tensor& dst, int64_t to, const Tensor& src, int64_t from, int64_t rows) {
+  Tensor window = dst.rows(to, to + rows);
+  ops::convert(window, src.rows(from, from + rows));
+}
+
 }  // namespace
 
 void group_by_expert(Tensor& by_expert, const Tensor& by_source, const ExchangePlan& plan,
                      const std::string& category) {
   ComputeScope s({.name = "regroup by expert", .cat = category});
   for_each_block(plan, [&](int64_t expert_row, int64_t source_row, int64_t rows) {
-    Tensor dst = by_expert.rows(expert_row, expert_row + rows);
-    ops::convert(dst, by_source.rows(source_row, source_row + rows));
+    copy_rows(by_expert, expert_row, by_source, source_row, rows);
   });
 }
 
@@ -141,8 +147,7 @@ void group_by_source(Tensor& by_source, const Tensor& by_expert, const ExchangeP
                      const std::string& category) {
   ComputeScope s({.name = "regroup by source", .cat = category});
   for_each_block(plan, [&](int64_t expert_row, int64_t source_row, int64_t rows) {
-    Tensor dst = by_source.rows(source_row, source_row + rows);
-    ops::convert(dst, by_expert.rows(expert_row, expert_row + rows));
+    copy_rows(by_source, source_row, by_expert, expert_row, rows);
   });
 }
 
@@ -227,44 +232,15 @@ train::StepOutcome ExpertParallel::step(const data::Batch& batch, int step) {
   return {.shard_loss = loss, .skipped = !stepped};
 }
 
-namespace {
-
-// One flat buffer, one all-reduce over `group` for `params`' gradients, then a scale.
-void all_reduce_gradients(const ParamList& params, comm::Comm& group, comm::ReduceOp op,
-                          float scale) {
-  if (params.empty()) return;
-  if (group.size() == 1) {
-    if (scale != 1.0f)
-      for (Param* p : params) ops::scale(p->grad, scale);
-    return;
-  }
-  int64_t numel = 0;
-  for (const Param* p : params) numel += p->grad.numel();
-  Tensor flat = Tensor::empty({numel}, MemCategory::comm_buffers);
-  int64_t offset = 0;
-  for (const Param* p : params) {
-    flat.flat_range(offset, offset + p->grad.numel()).copy_from(p->grad);
-    offset += p->grad.numel();
-  }
-  group.all_reduce(flat, op);
-  if (scale != 1.0f) ops::scale(flat, scale);
-  offset = 0;
-  for (Param* p : params) {
-    p->grad.copy_from(flat.flat_range(offset, offset + p->grad.numel()));
-    offset += p->grad.numel();
-  }
-}
-
-}  // namespace
-
 void ExpertParallel::synchronise_gradients() {
   // Dense parameters saw my B/dp rows: the mean over dp is the global batch's gradient.
-  all_reduce_gradients(dense_params_, dp_, comm::ReduceOp::avg, 1.0f);
+  if (dp_.size() > 1) all_reduce_gradients(dense_params_, dp_, comm::ReduceOp::avg);
   // An expert's gradient on its holder already sums the rows of every ep rank's tokens, each
   // with its rank's 1/(B/dp * T) loss scale: summed over the edp replicas (the other ep groups'
   // tokens) it covers the global batch, and 1/dp makes it the global mean.
-  all_reduce_gradients(expert_params_, edp_, comm::ReduceOp::sum,
-                       1.0f / static_cast<float>(dp_.size()));
+  if (edp_.size() > 1) all_reduce_gradients(expert_params_, edp_, comm::ReduceOp::sum);
+  if (dp_.size() > 1)
+    for (Param* p : expert_params_) ops::scale(p->grad, 1.0f / static_cast<float>(dp_.size()));
 }
 
 std::vector<train::TensorShard> ExpertParallel::shards() {
