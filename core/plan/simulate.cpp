@@ -141,6 +141,10 @@ class StageWorld final : public comm::Comm {
   void reduce_scatter(const Tensor&, Tensor&, comm::ReduceOp) override { refuse("reduce_scatter"); }
   void all_gather(const Tensor&, Tensor&) override { refuse("all_gather"); }
   void all_to_all(const Tensor&, Tensor&) override { refuse("all_to_all"); }
+  void all_to_all_v(const Tensor&, std::span<const int64_t>, Tensor&,
+                    std::span<const int64_t>) override {
+    refuse("all_to_all_v");
+  }
   comm::Work reduce_scatter_async(const Tensor&, Tensor&, comm::ReduceOp) override {
     refuse("reduce_scatter_async");
   }
@@ -243,8 +247,8 @@ StepTimeline measure_step(World& world, int step) {
 // forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
 // are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020): counted, they
 // made MFU exceed 100% on an ideal profile. The LM head is a matmul and stays: its own matrix, or
-// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted once).
-// Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
+// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted
+// once). Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
 double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
   RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
   counting.tracer.enabled = false;
