@@ -41,7 +41,7 @@ struct Call {
   int64_t in_elements = 0, out_elements = 0;
   DType dtype = DType::f32;
   int op = -1, root = -1;
-  std::vector<int64_t> send_counts;  // all_to_all_v's
+  std::vector<int64_t> send_counts, recv_counts;  // all_to_all_v's
   auto operator<=>(const Call&) const = default;
 };
 
@@ -52,7 +52,8 @@ Call replay_key(const CollectiveCall& c) {
           c.shown ? c.shown->dtype() : DType::f32,
           c.op ? static_cast<int>(*c.op) : -1,
           c.root,
-          {c.send_counts.begin(), c.send_counts.end()}};
+          {c.send_counts.begin(), c.send_counts.end()},
+          {c.recv_counts.begin(), c.recv_counts.end()}};
 }
 
 // A collective's first run, to replay for the same call.

@@ -162,6 +162,7 @@ void AlgorithmicComm::all_to_all_v(const Tensor& in, std::span<const int64_t> se
   // The event's bytes: what this rank sends (its own block included, as all_to_all's in.bytes()).
   CollectiveCall call{"all_to_all_v", &in, {}, -1, in.numel(), out.numel(), in.bytes()};
   call.send_counts = send_counts;
+  call.recv_counts = recv_counts;
   auto steps = [&] {
     agree_on_counts(collective_seq_, send_counts, recv_counts);
     algorithms::pairwise_all_to_all_v(*this, in, send_counts, out, recv_counts);

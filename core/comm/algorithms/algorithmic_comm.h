@@ -25,9 +25,9 @@ struct CollectiveCall {
   int root = -1;
   int64_t in_elements = 0, out_elements = 0;
   int64_t bytes = 0;  // the trace event's bytes
-  // all_to_all_v: this rank's send counts. Members' counts differ, so they are not part of what
+  // all_to_all_v: this rank's counts. Members' counts differ, so they are not part of what
   // members compare (describe() then omits the count); a replay must tell them apart.
-  std::span<const int64_t> send_counts;
+  std::span<const int64_t> send_counts, recv_counts;
   // "all_reduce(count=4, f32, sum)": describe_collective's words.
   std::string describe() const;
 };
