@@ -56,8 +56,8 @@ Routing tilted_route(const RouteQuery& query) {
 int resolve_ep(const CommonOptions& c, const ExpertParallelOptions& o) {
   const int ep = o.ep == 0 ? c.ranks : o.ep;
   if (ep < 1 || c.ranks % ep != 0)
-    throw UsageError(fmt::format("--ep {} must divide --ranks {}: try --ep {}", ep, c.ranks,
-                                 c.ranks));
+    throw UsageError(
+        fmt::format("--ep {} must divide --ranks {}: try --ep {}", ep, c.ranks, c.ranks));
   return ep;
 }
 
@@ -86,6 +86,7 @@ ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertP
     throw UsageError(
         "expert_parallel trains a mixture-of-experts model: add --experts E (e.g. --experts 8)");
   ExpertParallelResult result;
+  result.config = cfg;
   result.ep = resolve_ep(c, o);
   result.dp = c.ranks;
   parallel::check_ep_size(cfg, result.dp, result.ep);  // one line naming the sizes that work

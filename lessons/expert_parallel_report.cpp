@@ -13,6 +13,7 @@
 
 #include "core/model/moe.h"
 #include "core/tensor/dtype.h"
+#include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
 #include "core/trace/analysis.h"
 #include "core/trace/expert_load.h"
@@ -34,8 +35,8 @@ std::vector<std::vector<int64_t>> group_counts(const ExpertLoad& load, int ep, i
   return {load.per_rank.begin() + first, load.per_rank.begin() + first + ep};
 }
 
-void print_load_table(std::ostream& out, const CommonOptions& c, const ExpertLoad& load,
-                      int64_t slots_per_rank) {
+void print_load_table(std::ostream& out, const CommonOptions& c, const ExpertParallelResult& r,
+                      const ExpertLoad& load, int64_t slots_per_rank) {
   const size_t experts = load.total().size();
   std::string header = fmt::format("  block {:<3}", load.layer);
   for (size_t e = 0; e < experts; ++e) header += fmt::format(" {:>5}", fmt::format("e{}", e));
@@ -52,13 +53,14 @@ void print_load_table(std::ostream& out, const CommonOptions& c, const ExpertLoa
   for (int64_t n : total) row += fmt::format(" {:>5}", n);
   const int64_t tokens = int64_t{c.batch} * c.seq;
   fmt::print(out, "{}  max/mean {:.2f} (balanced: {} tokens x top-{} / {} experts = {:g} each)\n",
-             row, theory::load_imbalance(total), tokens, c.top_k, experts,
-             theory::balanced_expert_load(tokens, c.top_k, static_cast<int>(experts)));
+             row, theory::load_imbalance(total), tokens, r.config.top_k, experts,
+             theory::balanced_expert_load(tokens, r.config.top_k, static_cast<int>(experts)));
 }
 
 void print_capacity(std::ostream& out, const CommonOptions& c, const ExpertParallelResult& r,
                     const std::vector<ExpertLoad>& loads, int64_t slots_per_rank) {
-  const int64_t capacity = expert_capacity(c.capacity_factor, c.seq, c.top_k, c.experts);
+  const int64_t capacity =
+      expert_capacity(r.config.capacity_factor, c.seq, r.config.top_k, r.config.experts);
   const int64_t groups = c.batch / r.dp;  // sequences per rank: capacity is per sequence
   int64_t most = 0, dropped = 0;
   for (const ExpertLoad& l : loads)
@@ -75,7 +77,7 @@ void print_capacity(std::ostream& out, const CommonOptions& c, const ExpertParal
   fmt::print(out,
              "  capacity: ceil({:g} x {} tokens x top-{} / {} experts) = {} per expert per "
              "sequence, so at most {} per expert on a GPU ({} sequences); most kept: {}\n",
-             c.capacity_factor, c.seq, c.top_k, c.experts, capacity,
+             r.config.capacity_factor, c.seq, r.config.top_k, r.config.experts, capacity,
              theory::max_kept_per_expert(capacity, groups), groups, most);
   fmt::print(out, "  dropped {} of {} (token, choice) slots ({:.1f}%): the slots over capacity\n",
              dropped, slots, slots ? 100.0 * dropped / slots : 0.0);
@@ -83,26 +85,34 @@ void print_capacity(std::ostream& out, const CommonOptions& c, const ExpertParal
 
 void print_exchange(std::ostream& out, const CommonOptions& c, const ExpertParallelResult& r,
                     const std::vector<ExpertLoad>& loads, int step, int element_bytes) {
-  fmt::print(out,
-             "\nall-to-all per MoE layer, GPU 0, last step (bytes it sent, from the trace), ep={}:\n",
-             r.ep);
+  fmt::print(
+      out, "\nall-to-all per MoE layer, GPU 0, last step (bytes it sent, from the trace), ep={}:\n",
+      r.ep);
+  const int64_t c_dim = r.config.dim;
   for (const ExpertLoad& l : loads) {
     const auto group = group_counts(l, r.ep, 0);
-    const int64_t dispatch_rows = theory::dispatch_rows_sent(group[0], r.ep, 0);
+    const std::vector<int64_t> send_rows = theory::rows_per_rank(group[0], r.ep);
     const int64_t combine_rows = theory::combine_rows_sent(group, 0);
-    auto sent = [&](const char* name) { return exchange_sent_bytes(r.trace, step, 0, name, l.layer); };
+    const int64_t dispatch = theory::moe_dispatch_sent_bytes(send_rows, 0, c_dim, element_bytes);
+    const int64_t combine = combine_rows * c_dim * element_bytes;
+    auto sent = [&](const char* name) {
+      return with_commas(exchange_sent_bytes(r.trace, step, 0, name, l.layer));
+    };
     const int64_t measured = exchange_sent_bytes(r.trace, step, 0, "", l.layer);
-    const int64_t formula =
-        theory::exchange_bytes_per_layer(dispatch_rows, combine_rows, c.dim, element_bytes);
+    const int64_t formula = theory::exchange_bytes_per_layer(dispatch, combine);
     fmt::print(out, "  block {}: dispatch {} + combine {} forward, {} + {} backward = {} B\n",
-               l.layer, with_commas(sent("dispatch")), with_commas(sent("combine")),
-               with_commas(sent("combine bwd")), with_commas(sent("dispatch bwd")),
-               with_commas(measured));
-    fmt::print(out,
-               "           formula 2 x (dispatch rows {} + combine rows {}) x C {} x {} B = {} B{}\n",
-               dispatch_rows, combine_rows, c.dim, element_bytes, with_commas(formula),
-               measured == formula ? "" : "  <- differs!");
+               l.layer, sent("dispatch"), sent("combine"), sent("combine bwd"),
+               sent("dispatch bwd"), with_commas(measured));
+    fmt::print(out, "    formula 2 x (dispatch {} rows + combine {} rows) x C {} x {} B = {} B{}\n",
+               dispatch / (c_dim * element_bytes), combine_rows, c_dim, element_bytes,
+               with_commas(formula), measured == formula ? "" : "  <- differs!");
   }
+  const int64_t tokens = int64_t{c.batch} / r.dp * c.seq;
+  fmt::print(out,
+             "  a balanced router: each way {} tokens x top-{} x (ep-1)/ep x C x {} B = {} B\n",
+             tokens, r.config.top_k, element_bytes,
+             with_commas(theory::moe_dispatch_sent_bytes_balanced(tokens, r.config.top_k, c_dim,
+                                                                  element_bytes, r.ep)));
 }
 
 void print_memory_split(std::ostream& out, const ExpertParallelResult& r, int element_bytes) {
@@ -114,7 +124,8 @@ void print_memory_split(std::ostream& out, const ExpertParallelResult& r, int el
              "\nparameters per GPU (GPU 0, allocator): {}   formula: (dense {} + experts {} / "
              "ep {}) x {} B = {}{}\n",
              format_bytes(measured), with_commas(r.dense_params), with_commas(r.expert_params),
-             r.ep, element_bytes, format_bytes(formula), measured == formula ? "" : "  <- differs!");
+             r.ep, element_bytes, format_bytes(formula),
+             measured == formula ? "" : "  <- differs!");
   fmt::print(out, "  (every expert on every GPU, as plain data parallelism keeps them: {})\n",
              format_bytes((r.dense_params + r.expert_params) * element_bytes));
 }
@@ -126,11 +137,11 @@ void print_expert_report(std::ostream& out, const CommonOptions& c, const Expert
   if (!step) return;
   const std::vector<ExpertLoad> loads = expert_loads(r.trace, *step);
   const int element_bytes = static_cast<int>(dtype_size(parse_precision(c.precision)));
-  const int64_t slots_per_rank = int64_t{c.batch} / r.dp * c.seq * c.top_k;
+  const int64_t slots_per_rank = int64_t{c.batch} / r.dp * c.seq * r.config.top_k;
   fmt::print(out,
              "\ntokens per expert, last step: each GPU's kept (token, choice) slots, from the "
              "trace:\n");
-  for (const ExpertLoad& l : loads) print_load_table(out, c, l, slots_per_rank);
+  for (const ExpertLoad& l : loads) print_load_table(out, c, r, l, slots_per_rank);
   print_capacity(out, c, r, loads, slots_per_rank);
   print_exchange(out, c, r, loads, *step, element_bytes);
   print_memory_split(out, r, element_bytes);

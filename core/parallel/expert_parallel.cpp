@@ -26,7 +26,8 @@ void check_ep_size(const GPTConfig& cfg, int dp, int ep) {
   if (ep >= 1 && cfg.experts % ep == 0 && dp % ep == 0) return;
   std::string works;
   for (int e = 1; e <= std::min(cfg.experts, dp); ++e)
-    if (cfg.experts % e == 0 && dp % e == 0) works += (works.empty() ? "" : ", ") + std::to_string(e);
+    if (cfg.experts % e == 0 && dp % e == 0)
+      works += (works.empty() ? "" : ", ") + std::to_string(e);
   throw std::invalid_argument(fmt::format(
       "expert parallelism over ep={} needs ep to divide the experts ({}) and the data-parallel "
       "ranks ({}): use ep = {}",
@@ -170,8 +171,8 @@ void ExpertParallelComm::to_experts(const Tensor& rows, Tensor& expert_rows,
 void ExpertParallelComm::to_tokens(const Tensor& expert_rows, Tensor& rows,
                                    const ExchangePlan& plan) {
   const int64_t width = rows.dim(-1);
-  Tensor by_source = Tensor::empty(expert_rows.shape(), MemCategory::comm_buffers,
-                                   expert_rows.dtype());
+  Tensor by_source =
+      Tensor::empty(expert_rows.shape(), MemCategory::comm_buffers, expert_rows.dtype());
   group_by_source(by_source, expert_rows, plan, category());
   const bool gradients = backward_ && !recomputing_;
   {

@@ -56,8 +56,8 @@ class ExpertParallelComm : public ExpertComm {
   comm::Comm& ep_;
   int moe_every_;
   bool backward_ = false;
-  int planned_ = 0;  // MoE layers planned in this forward
-  int current_ = -1;  // the MoE layer whose exchanges run now
+  int planned_ = 0;           // MoE layers planned in this forward
+  int current_ = -1;          // the MoE layer whose exchanges run now
   bool recomputing_ = false;  // a full recompute's forward inside the backward
 };
 

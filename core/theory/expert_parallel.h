@@ -36,13 +36,12 @@ inline int64_t max_kept_per_expert(int64_t capacity, int64_t groups) {
   return capacity > 0 ? capacity * groups : -1;
 }
 
-// Rows rank `rank` sends in the dispatch: its kept slots for every other rank's experts.
-inline int64_t dispatch_rows_sent(std::span<const int64_t> my_tokens_per_expert, int ep,
-                                  int rank) {
-  const int64_t local = static_cast<int64_t>(my_tokens_per_expert.size()) / ep;
-  int64_t rows = 0;
-  for (int64_t e = 0; e < static_cast<int64_t>(my_tokens_per_expert.size()); ++e)
-    if (e / local != rank) rows += my_tokens_per_expert[static_cast<size_t>(e)];
+// A routing's kept slots per expert, summed per ep rank holding them: the dispatch's send counts
+// in rows (core/theory/collectives.h's moe_dispatch_sent_bytes prices them).
+inline std::vector<int64_t> rows_per_rank(std::span<const int64_t> tokens_per_expert, int ep) {
+  std::vector<int64_t> rows(static_cast<size_t>(ep), 0);
+  const size_t local = tokens_per_expert.size() / static_cast<size_t>(ep);
+  for (size_t e = 0; e < tokens_per_expert.size(); ++e) rows[e / local] += tokens_per_expert[e];
   return rows;
 }
 
@@ -56,7 +55,8 @@ inline int64_t combine_rows_sent(const std::vector<std::vector<int64_t>>& tokens
     if (s == rank) continue;
     const auto& counts = tokens_per_expert[static_cast<size_t>(s)];
     const int64_t local = static_cast<int64_t>(counts.size()) / ep;
-    for (int64_t e = rank * local; e < (rank + 1) * local; ++e) rows += counts[static_cast<size_t>(e)];
+    for (int64_t e = rank * local; e < (rank + 1) * local; ++e)
+      rows += counts[static_cast<size_t>(e)];
   }
   return rows;
 }
@@ -68,17 +68,17 @@ inline int64_t expert_rows_computed(const std::vector<std::vector<int64_t>>& tok
   int64_t rows = 0;
   for (const auto& counts : tokens_per_expert) {
     const int64_t local = static_cast<int64_t>(counts.size()) / ep;
-    for (int64_t e = rank * local; e < (rank + 1) * local; ++e) rows += counts[static_cast<size_t>(e)];
+    for (int64_t e = rank * local; e < (rank + 1) * local; ++e)
+      rows += counts[static_cast<size_t>(e)];
   }
   return rows;
 }
 
-// Bytes one rank sends for one MoE layer in a training step: dispatch and combine forward, and
-// their gradients backward (combine's backward moves dispatch's rows, dispatch's combine's), each
-// row `dim` elements of `element_bytes`.
-inline int64_t exchange_bytes_per_layer(int64_t dispatch_rows, int64_t combine_rows, int64_t dim,
-                                        int element_bytes) {
-  return 2 * (dispatch_rows + combine_rows) * dim * element_bytes;
+// Bytes one rank sends for one MoE layer in a training step: its dispatch and its combine
+// forward, and their gradients backward (combine's backward moves dispatch's rows, dispatch's
+// backward combine's).
+inline int64_t exchange_bytes_per_layer(int64_t dispatch_bytes, int64_t combine_bytes) {
+  return 2 * (dispatch_bytes + combine_bytes);
 }
 
 // Parameters one rank stores under expert parallelism: the dense part replicated, the experts'

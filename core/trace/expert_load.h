@@ -19,9 +19,9 @@ bool is_combine(const Event& e);   // "combine", "combine bwd"
 
 // One MoE block's routing in one step: per rank, its kept slots per expert.
 struct ExpertLoad {
-  int layer = -1;                               // the block
-  std::vector<std::vector<int64_t>> per_rank;   // [rank][expert]; empty for a rank without it
-  std::vector<int64_t> total() const;           // [expert], summed over the ranks
+  int layer = -1;                              // the block
+  std::vector<std::vector<int64_t>> per_rank;  // [rank][expert]; empty for a rank without it
+  std::vector<int64_t> total() const;          // [expert], summed over the ranks
 };
 // The MoE blocks of `step` (every step's when none), in block order.
 std::vector<ExpertLoad> expert_loads(const Trace& trace, std::optional<int> step);

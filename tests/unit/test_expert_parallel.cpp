@@ -19,6 +19,7 @@
 #include "common/selected_seams.h"
 #include "core/parallel/expert_parallel.h"
 #include "core/runtime/world.h"
+#include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
 #include "lessons/expert_parallel.h"
 #include "unit/mgpu_cli.h"
@@ -35,11 +36,11 @@ namespace {
 // A tiny MoE model (4 experts, top-2, every block MoE) every layout here can split.
 std::vector<std::string> moe_run(const std::string& lesson, int ranks, int ep, int steps,
                                  const std::string& optimizer) {
-  std::vector<std::string> a = {"run",   lesson,      "--steps",   std::to_string(steps),
-                                "--layers", "2",      "--dim",     "16",
-                                "--heads", "2",       "--seq",     "8",
-                                "--batch", "8",       "--experts", "4",
-                                "--top-k", "2",       "--optimizer", optimizer,
+  std::vector<std::string> a = {"run",      lesson, "--steps",     std::to_string(steps),
+                                "--layers", "2",    "--dim",       "16",
+                                "--heads",  "2",    "--seq",       "8",
+                                "--batch",  "8",    "--experts",   "4",
+                                "--top-k",  "2",    "--optimizer", optimizer,
                                 "-q"};
   if (lesson == "expert_parallel") {
     a.insert(a.end(), {"--ranks", std::to_string(ranks), "--ep", std::to_string(ep)});
@@ -72,11 +73,12 @@ TEST_CASE("expert parallelism trains to the single-device MoE parameters", "[ep]
         checkpoint(moe_run("single_device", 1, 1, 3, optimizer), "ep_single_" + optimizer));
     for (auto [ranks, ep] : {std::pair{1, 1}, {2, 2}, {4, 4}, {4, 2}}) {
       INFO("ranks " << ranks << ", ep " << ep);
-      const auto mine = load_checkpoint_by_name(
-          checkpoint(moe_run("expert_parallel", ranks, ep, 3, optimizer),
-                     fmt::format("ep_{}_{}_{}", ranks, ep, optimizer)));
+      const auto mine =
+          load_checkpoint_by_name(checkpoint(moe_run("expert_parallel", ranks, ep, 3, optimizer),
+                                             fmt::format("ep_{}_{}_{}", ranks, ep, optimizer)));
       CHECK(max_difference(mine, reference, "param") <= kTolerance);
-      if (optimizer == "adamw") CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
+      if (optimizer == "adamw")
+        CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
     }
   }
 }
@@ -163,7 +165,8 @@ TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the tra
       Tensor back = Tensor::empty({sent, kWidth}, MemCategory::activations);
       comm.to_tokens(expert_rows, back, plan);
       std::lock_guard lock(mutex);
-      if (expert_rows.to_vector() != want) problems.push_back(fmt::format("rank {}: to_experts", me));
+      if (expert_rows.to_vector() != want)
+        problems.push_back(fmt::format("rank {}: to_experts", me));
       if (back.to_vector() != rows.to_vector())
         problems.push_back(fmt::format("rank {}: to_tokens is not the inverse", me));
     });
@@ -184,7 +187,8 @@ TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the tra
       }
       CHECK(counts == all[r]);
       CHECK(sent["dispatch"] ==
-            theory::dispatch_rows_sent(all[r], ranks, r) * kWidth * int64_t{sizeof(float)});
+            theory::moe_dispatch_sent_bytes(theory::rows_per_rank(all[r], ranks), r, kWidth,
+                                            sizeof(float)));
       CHECK(sent["combine"] == theory::combine_rows_sent(all, r) * kWidth * int64_t{sizeof(float)});
       CHECK(sent.size() == 2);
     }
@@ -201,7 +205,7 @@ TEST_CASE("the expert_parallel lesson's report matches its formulas and labels i
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("differs!") == std::string::npos);
-  CHECK(r.out.find("block 1:") != std::string::npos);  // a line per MoE block
+  CHECK(r.out.find("block 1:") != std::string::npos);               // a line per MoE block
   CHECK(r.out.find("> dispatch to experts") != std::string::npos);  // the timeline's legend
   CHECK(r.out.find("< combine from experts") != std::string::npos);
   CHECK(r.out.find("act 2: a skewed router") != std::string::npos);
@@ -210,18 +214,19 @@ TEST_CASE("the expert_parallel lesson's report matches its formulas and labels i
 
 TEST_CASE("expert_parallel refuses bad sizes with one line", "[ep][cli]") {
   auto base = [](std::vector<std::string> extra) {
-    std::vector<std::string> a = {"run", "expert_parallel", "--steps", "1",  "--dim", "16",
-                                  "--heads", "2", "--seq", "8", "--batch", "8", "-q"};
+    std::vector<std::string> a = {
+        "run", "expert_parallel", "--steps", "1",       "--dim", "16", "--heads",
+        "2",   "--seq",           "8",       "--batch", "8",     "-q"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--ranks", "4", "--experts", "6"}, "ep=4"},              // E % ep != 0
+      {{"--ranks", "4", "--experts", "6"}, "ep=4"},                 // E % ep != 0
       {{"--ranks", "4", "--experts", "4", "--ep", "3"}, "--ep 3"},  // ep does not divide ranks
-      {{"--experts", "4", "--top-k", "5"}, "top"},               // top-k > E
+      {{"--experts", "4", "--top-k", "5"}, "top"},                  // top-k > E
       {{"--experts", "4", "--capacity-factor", "0"}, "capacity"},
       {{"--experts", "4", "--capacity-factor", "-1"}, "capacity"},
-      {{"--ranks", "4"}, "--experts"},                           // no experts at all
+      {{"--ranks", "4"}, "--experts"},  // no experts at all
   };
   for (const auto& [extra, says] : cases) {
     auto r = run_mgpu(base(extra));
