@@ -21,6 +21,7 @@ const char* axis_name(Axis axis);  // "tp", "cp", "dp", "pp"
 
 struct MeshShape {
   int tp = 1, cp = 1, dp = 1, pp = 1;
+  int ep = 1;  // expert-parallel ranks, carved out of dp
   int size(Axis axis) const;
   int ranks() const { return tp * cp * dp * pp; }
   std::string describe() const;  // "tp=2 cp=1 dp=4 pp=1"

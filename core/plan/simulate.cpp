@@ -54,7 +54,8 @@ parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& wor
                                   .microbatches = layout.microbatches,
                                   .virtual_stages = layout.virtual_stages,
                                   .zero = layout.zero};
-  options.mesh = {.tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp};
+  options.mesh = {
+      .tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp, .ep = layout.ep};
   parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
   return options;
 }
@@ -243,8 +244,8 @@ StepTimeline measure_step(World& world, int step) {
 // forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
 // are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020): counted, they
 // made MFU exceed 100% on an ideal profile. The LM head is a matmul and stays: its own matrix, or
-// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted once).
-// Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
+// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted
+// once). Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
 double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
   RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
   counting.tracer.enabled = false;
