@@ -45,6 +45,37 @@ void add_world_options(CLI::App& app, CommonOptions& c) {
       ->group("World");
 }
 
+// Switch Transformer's capacity factor: a finite number > 0, or "dropless" (no token dropped).
+const CLI::Validator CapacityFactor(
+    [](std::string& text) -> std::string {
+      if (text == "dropless") return "";
+      std::string number = text;
+      const std::string error = Positive(number);
+      return error.empty() ? "" : error + " (or dropless)";
+    },
+    "NUMBER|dropless");
+
+// The mixture-of-experts options (core/model/moe.h); 0 experts is the dense model.
+void add_expert_options(CLI::App& app, CommonOptions& c) {
+  app.add_option("--experts", c.experts, "experts per MoE block (0: the dense model)")
+      ->check(NonNegative)
+      ->group("Model");
+  app.add_option("--top-k", c.top_k, "experts each token is sent to")
+      ->check(AtLeastOne("expert"))
+      ->group("Model");
+  app.add_option("--moe-every", c.moe_every, "every N-th block is an MoE block (1: all)")
+      ->check(AtLeastOne("block"))
+      ->group("Model");
+  app.add_option("--capacity-factor", c.capacity_factor,
+                 "tokens an expert keeps per sequence, as a multiple of its even share "
+                 "(e.g. 1.25), or dropless (the default)")
+      ->check(CapacityFactor)
+      ->group("Model");
+  app.add_option("--aux-loss-coef", c.aux_loss_coef, "weight of the load-balancing loss")
+      ->check(NonNegative)
+      ->group("Model");
+}
+
 void add_model_options(CLI::App& app, CommonOptions& c) {
   app.add_option("--layers", c.layers, "transformer blocks")
       ->check(AtLeastOne("block"))
@@ -55,9 +86,10 @@ void add_model_options(CLI::App& app, CommonOptions& c) {
       ->group("Model");
   app.add_option("--seq", c.seq, "sequence length")->check(AtLeastOne("token"))->group("Model");
   app.add_option("--model", c.model,
-                 "tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
-                 "gpt3-6.7b | gpt3-13b | gpt3-175b, or a JSON file {layers, dim, heads, vocab, "
-                 "seq, tie_embeddings}; --layers etc. override it")
+                 "tiny | tiny-moe | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
+                 "gpt3-6.7b | gpt3-13b | mixtral-8x7b | gpt3-175b, or a JSON file {layers, dim, "
+                 "heads, vocab, seq, tie_embeddings, experts, top_k, ...}; --layers etc. override "
+                 "it")
       ->group("Model");
   app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
       ->check(AtLeastOne("token id"))
@@ -67,6 +99,7 @@ void add_model_options(CLI::App& app, CommonOptions& c) {
                  "and GPT-3 presets, off for the tiny model)")
       ->check(CLI::IsMember({"on", "off"}))
       ->group("Model");
+  add_expert_options(app, c);
 }
 
 // The training options, then --log-every (shown under Output).
@@ -136,7 +169,12 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
 
 void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given) {
   if (c.model.empty()) return;
-  ModelPreset chosen{"", c.layers, c.dim, c.heads, c.seq, c.vocab, c.tie_embeddings == "on"};
+  ModelPreset chosen{
+      "",        c.layers, c.dim,          c.heads, c.seq, c.vocab, c.tie_embeddings == "on",
+      c.experts, c.top_k,  c.expert_hidden};
+  auto typed = [&](const char* name) {
+    return std::find(given.begin(), given.end(), name) != given.end();
+  };
   if (const ModelPreset* preset = find_model_preset(c.model)) {
     chosen = *preset;
   } else {
@@ -150,15 +188,23 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
     chosen.seq = shape.seq;
     chosen.vocab = shape.vocab;
     chosen.tie_embeddings = shape.tie_embeddings.value_or(false);
+    chosen.experts = shape.experts;
+    chosen.top_k = shape.top_k;
+    chosen.expert_hidden = shape.expert_hidden;
+    if (!typed("--moe-every")) c.moe_every = shape.moe_every;
+    if (!typed("--capacity-factor") && shape.capacity_factor)
+      c.capacity_factor =
+          *shape.capacity_factor == 0 ? "dropless" : fmt::format("{}", *shape.capacity_factor);
+    if (!typed("--aux-loss-coef") && shape.aux_loss_coef) c.aux_loss_coef = *shape.aux_loss_coef;
   }
-  auto typed = [&](const char* name) {
-    return std::find(given.begin(), given.end(), name) != given.end();
-  };
   if (!typed("--layers")) c.layers = chosen.layers;
   if (!typed("--dim")) c.dim = chosen.dim;
   if (!typed("--heads")) c.heads = chosen.heads;
   if (!typed("--seq")) c.seq = chosen.seq;
   if (!typed("--tie-embeddings")) c.tie_embeddings = chosen.tie_embeddings ? "on" : "off";
+  if (!typed("--experts")) c.experts = chosen.experts;
+  if (!typed("--top-k")) c.top_k = chosen.top_k;
+  c.expert_hidden = chosen.expert_hidden;
   const bool real_data = !c.data_file.empty() || c.task == "text";  // keeps its own vocabulary
   if (!typed("--vocab") && !real_data) c.vocab = chosen.vocab;
 }
@@ -187,9 +233,15 @@ std::string canonical_words(const CLI::Option& option, const std::vector<std::st
 RunConfig resolved_run_config(const std::string& lesson, const CLI::App& app,
                               const CommonOptions& common) {
   RunConfig config = {{"lesson", lesson}};
-  const std::map<std::string, int> resolved = {
-      {"--ranks", common.ranks}, {"--layers", common.layers}, {"--dim", common.dim},
-      {"--heads", common.heads}, {"--seq", common.seq},       {"--vocab", common.vocab}};
+  const std::map<std::string, int> resolved = {{"--ranks", common.ranks},
+                                               {"--layers", common.layers},
+                                               {"--dim", common.dim},
+                                               {"--heads", common.heads},
+                                               {"--seq", common.seq},
+                                               {"--vocab", common.vocab},
+                                               {"--experts", common.experts},
+                                               {"--top-k", common.top_k},
+                                               {"--moe-every", common.moe_every}};
   for (const CLI::Option* option : app.get_options()) {
     const std::string name = option->get_name();
     if (name == "--help" || name.empty()) continue;
@@ -258,26 +310,33 @@ WorldOptions CommonOptions::world_options() const {
 }
 
 nlohmann::json CommonOptions::to_json() const {
-  return {{"ranks", ranks},
-          {"device", device},
-          {"clock", clock.empty() ? "default" : clock},
-          {"profile", profile},
-          {"impl", impl},
-          {"layers", layers},
-          {"dim", dim},
-          {"heads", heads},
-          {"seq", seq},
-          {"vocab", vocab},
-          {"model", model},
-          {"steps", steps},
-          {"batch", batch},
-          {"task", task},
-          {"optimizer", optimizer},
-          {"lr", lr},
-          {"weight_decay", weight_decay},
-          {"seed", seed},
-          {"precision", precision},
-          {"recompute", recompute}};
+  nlohmann::json j = {{"ranks", ranks},
+                      {"device", device},
+                      {"clock", clock.empty() ? "default" : clock},
+                      {"profile", profile},
+                      {"impl", impl},
+                      {"layers", layers},
+                      {"dim", dim},
+                      {"heads", heads},
+                      {"seq", seq},
+                      {"vocab", vocab},
+                      {"model", model},
+                      {"steps", steps},
+                      {"batch", batch},
+                      {"task", task},
+                      {"optimizer", optimizer},
+                      {"lr", lr},
+                      {"weight_decay", weight_decay},
+                      {"seed", seed},
+                      {"precision", precision},
+                      {"recompute", recompute}};
+  if (experts > 0)  // a dense run's configuration reads as before
+    j.update({{"experts", experts},
+              {"top_k", top_k},
+              {"moe_every", moe_every},
+              {"capacity_factor", capacity_factor},
+              {"aux_loss_coef", aux_loss_coef}});
+  return j;
 }
 
 }  // namespace mgpu::lessons

@@ -42,6 +42,13 @@ struct CommonOptions {
   std::string model = "";  // a preset (gpt2-small, ...) or a JSON file; "" = the options above
   int vocab = 0;           // 0 = what the task needs
   std::string tie_embeddings = "off";  // on | off; a preset's own unless typed (core/model/presets)
+  // mixture of experts (GPTConfig's fields; 0 experts = dense)
+  int experts = 0;
+  int top_k = 1;
+  int moe_every = 1;
+  std::string capacity_factor = "dropless";  // a number > 0, or dropless
+  double aux_loss_coef = 0.01;
+  int expert_hidden = 0;  // not an option: a preset's or model file's (0 = 4 * dim)
   // training
   int steps = 150;
   int batch = 16;

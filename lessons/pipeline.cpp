@@ -14,10 +14,10 @@
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 
-#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/layout.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/theory/model_states.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/trace/analysis.h"
 #include "exercises/selection.h"
 #include "lessons/exercise_views.h"
@@ -162,6 +162,9 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   const pipeline::Schedule schedule = pipeline::make_schedule(
       p.schedule, P, p.microbatches, p.virtual_stages, ex::selected_seams().pipeline);
   const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
+  if (schedule.splits_backward())
+    refuse_experts(cfg, "--schedule " + p.schedule,
+                   "zero-bubble's split backward has no MoE half; use --schedule 1f1b");
 
   PipelineResult result;
   result.model_params = count_params(cfg);

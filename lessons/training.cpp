@@ -14,6 +14,7 @@
 #include "core/trace/ascii_timeline.h"
 #include "core/trace/chrome_trace.h"
 #include "core/train/single_device.h"
+#include "exercises/selection.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/viz_command.h"
 
@@ -30,6 +31,29 @@ std::unique_ptr<data::Task> make_task(const CommonOptions& c) {
     throw UsageError("--task text needs a file: add --data path/to/file.txt");
   }
   return data::make_task(name, c.seed, opt);
+}
+
+// The mixture-of-experts fields and the routing --impl selected (exercise 09).
+void set_expert_config(GPTConfig& cfg, const CommonOptions& c) {
+  // An option is honoured or refused: the experts' shape means nothing without experts.
+  const std::pair<const char*, bool> shaped[] = {
+      {"--top-k", c.top_k != 1},
+      {"--moe-every", c.moe_every != 1},
+      {"--capacity-factor", c.capacity_factor != "dropless"},
+      {"--aux-loss-coef", c.aux_loss_coef != 0.01}};
+  for (const auto& [option, set] : shaped)
+    if (c.experts == 0 && set)
+      throw UsageError(fmt::format(
+          "{} shapes the experts of an MoE block, but the model has none: add --experts 4 (or "
+          "leave {} out)",
+          option, option));
+  cfg.experts = c.experts;
+  cfg.top_k = c.top_k;
+  cfg.moe_every = c.moe_every;
+  cfg.expert_hidden = c.expert_hidden;
+  cfg.aux_loss_coef = static_cast<float>(c.aux_loss_coef);
+  cfg.capacity_factor = c.capacity_factor == "dropless" ? 0.0 : std::stod(c.capacity_factor);
+  cfg.route = ex::selected_seams().moe.route;
 }
 
 GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
@@ -54,6 +78,7 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   cfg.heads = c.heads;
   cfg.tie_embeddings = c.tie_embeddings == "on";
   cfg.seed = c.seed;
+  set_expert_config(cfg, c);
   try {
     cfg.dtype = parse_precision(c.precision);
     cfg.recompute = parse_recompute(c.recompute);
@@ -136,6 +161,8 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
   t.model = {{"layers", cfg.layers}, {"dim", cfg.dim},
              {"heads", cfg.heads},   {"seq", cfg.seq_len},
              {"vocab", cfg.vocab},   {"tie-embeddings", cfg.tie_embeddings ? "on" : "off"}};
+  if (cfg.experts > 0)  // the expert tensors' shapes: a dense checkpoint's check reads as before
+    t.model.update({{"experts", cfg.experts}, {"top-k", cfg.top_k}, {"moe-every", cfg.moe_every}});
   // fp16 (5 exponent bits) loses small gradients without dynamic loss scaling: every layout
   // multiplies the loss by the scale and skips steps with inf/NaN gradients.
   if (c.precision == "fp16") t.loss_scaling = train::LossScaling{};
@@ -296,9 +323,14 @@ std::string format_comm_split(const trace::RankSummary& r) {
 }
 
 std::string describe_model(const GPTConfig& cfg, int64_t params) {
-  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters{}", cfg.layers,
-                     cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params),
-                     cfg.tie_embeddings ? ", tied embeddings" : "");
+  std::string experts;
+  if (cfg.experts > 0)
+    experts = fmt::format(", {} experts top-{}{} ({} active per token)", cfg.experts, cfg.top_k,
+                          cfg.moe_every > 1 ? fmt::format(" every {} blocks", cfg.moe_every) : "",
+                          with_commas(theory::gpt_active_parameters(cfg)));
+  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters{}{}",
+                     cfg.layers, cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params),
+                     cfg.tie_embeddings ? ", tied embeddings" : "", experts);
 }
 
 std::string describe_world(const WorldOptions& w) {

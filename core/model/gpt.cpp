@@ -75,6 +75,12 @@ void GPTConfig::validate_experts() const {
     refuse(fmt::format("aux_loss_coef ({}) must be >= 0, e.g. 0.01", aux_loss_coef));
 }
 
+void refuse_experts(const GPTConfig& cfg, const std::string& layout, const std::string& instead) {
+  if (cfg.experts > 0)
+    throw std::invalid_argument(
+        fmt::format("{} cannot run experts (--experts {}): {}", layout, cfg.experts, instead));
+}
+
 // ---------------------------------------------------------------------------------- helpers
 
 namespace {
@@ -292,10 +298,7 @@ int64_t attention_keys(const BlockShard& shard, int64_t seq) {
 // A call into a comm object, with the layout's phase (if any) paused around it.
 template <class Fn>
 void communicating(const BlockComm& comm, Fn&& fn) {
-  if (comm.phase)
-    comm.phase->paused(fn);
-  else
-    fn();
+  with_phase_paused(comm.phase, fn);
 }
 }  // namespace
 
@@ -368,9 +371,13 @@ void Block::forward_math(const Tensor& x, BlockActivations& a) const {
   ops::add(a.res1, a.res1, x);
   // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
-  column_forward(fc, a.fc, a.ln2);
-  ops::gelu_forward(a.fc_gelu, a.fc);
-  row_forward(mlp_proj, a.out, a.fc_gelu);
+  if (is_moe()) {  // out = res1 + moe(ln2(res1))
+    moe.forward(a.out, a.ln2, a.moe, comm);
+  } else {
+    column_forward(fc, a.fc, a.ln2);
+    ops::gelu_forward(a.fc_gelu, a.fc);
+    row_forward(mlp_proj, a.out, a.fc_gelu);
+  }
   ops::add(a.out, a.out, a.res1);
 }
 
@@ -403,6 +410,8 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
   // The upstream gradients: scratch for a whole backward; a split one keeps each weighted layer's
   // for W, in the activations' type, so B + W round exactly as the whole backward does.
   Tensor d_out = dout, d_fc, d_ln2, d_res1, d_attn_out, d_qkv, d_ln1;
+  if (deferred && is_moe())
+    throw std::logic_error("an MoE block has no split backward (zero-bubble refuses experts)");
   if (deferred) {
     BlockWeightGradInputs& keep = *deferred;
     keep.d_out = activation(shape, dt);
@@ -415,7 +424,7 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
     d_ln1 = keep.d_ln1 = activation(shape, dt);
     d_attn_out = workspace(a.attn_out.shape(), dt);
   } else {
-    d_fc = workspace(a.fc.shape(), dt);
+    if (!is_moe()) d_fc = workspace(a.fc.shape(), dt);
     d_ln2 = d_ln1 = workspace(shape, dt);
     d_res1 = workspace(shape, dt);
     d_attn_out = workspace(a.attn_out.shape(), dt);
@@ -437,9 +446,13 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
   };
 
   // MLP branch, bottom-up. out = res1 + mlp(res1): res1 gets dout directly plus the branch.
-  row(mlp_proj, d_fc, d_out, a.fc_gelu);
-  ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
-  column(fc, d_ln2, d_fc, a.ln2);
+  if (is_moe()) {
+    moe.backward(d_ln2, d_out, a.ln2, a.moe, comm);
+  } else {
+    row(mlp_proj, d_fc, d_out, a.fc_gelu);
+    ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
+    column(fc, d_ln2, d_fc, a.ln2);
+  }
   norm(ln2, d_res1, d_ln2, a.res1, a.ln2_mean, a.ln2_rstd);
   ops::axpy(d_res1, 1.0f, d_out);  // the residual path
 
@@ -602,8 +615,21 @@ int64_t GPT::num_params() const {
 }
 
 double GPT::flops_per_token(int64_t seq) const {
-  return 6.0 * static_cast<double>(num_params()) +
+  return 6.0 * static_cast<double>(active_params()) +
          6.0 * config_.layers * static_cast<double>(seq) * config_.dim;
+}
+
+int64_t GPT::active_params() const {
+  int64_t n = 0;
+  for (Param* p : const_cast<GPT*>(this)->params()) n += shape_numel(p->shape);
+  // Each token runs top_k of an MoE block's experts (the router runs whole).
+  for (const Block& block : blocks)
+    if (block.is_moe())
+      for (const Param* p :
+           {&block.moe.fc_weight, &block.moe.fc_bias, &block.moe.proj_weight, &block.moe.proj_bias})
+        n -= shape_numel(p->shape) / block.moe.local_experts *
+             (block.moe.local_experts - block.moe.top_k);
+  return n;
 }
 
 float GPT::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -614,6 +640,7 @@ float GPT::forward(std::span<const int32_t> tokens, std::span<const int32_t> tar
     blocks[i].forward(*x, acts.blocks[i]);
     x = &acts.blocks[i].out;
   }
+  set_loss_grad_scale(grad_scale);
   return head.forward_loss(*x, targets, acts.head, grad_scale);
 }
 

@@ -82,6 +82,12 @@ struct GPTConfig {
   int64_t expert_hidden_size() const { return expert_hidden > 0 ? expert_hidden : 4 * dim; }
 };
 
+// The layouts that cannot run an MoE block (context and sequence parallelism split a sequence,
+// the group the routing counts in; zero-bubble's split backward has no MoE half) refuse it:
+// throws std::invalid_argument "<layout> cannot run experts (--experts E): <instead>" when cfg has
+// experts, nothing otherwise.
+void refuse_experts(const GPTConfig& cfg, const std::string& layout, const std::string& instead);
+
 // y = x @ W^T + b, W [out, in]. The bias is optional (the LM head has none).
 struct Linear {
   Param weight;  // [out, in]
@@ -356,7 +362,10 @@ class GPT {
   std::vector<MoeStats> moe_stats() const;
   ParamList params();  // forward order: embedding, blocks[0..L), head (wte once when tied)
   void zero_grad();
-  int64_t num_params() const;
+  int64_t num_params() const;  // this rank's (every expert it holds)
+  // The parameters one token's forward uses: num_params() less the experts it is not routed to
+  // (top_k of each MoE block's experts run per token). num_params() for a dense model.
+  int64_t active_params() const;
   // Training FLOPs per token: 6N (forward 2N + backward 4N) plus attention scores and weighted
   // sums, 6 * layers * T * C (full T x T; the causal kernels do about half of it). With experts,
   // N counts the active parameters: top_k experts per token and the router.

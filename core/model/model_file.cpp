@@ -14,13 +14,15 @@ namespace {
 
 constexpr const char* kShapeHint =
     "a model file is {\"layers\": 12, \"dim\": 768, \"heads\": 12, \"seq\": 1024, \"vocab\": "
-    "50257, \"tie_embeddings\": true} (vocab and tie_embeddings optional)";
+    "50257, \"tie_embeddings\": true} (vocab and tie_embeddings optional; with experts also "
+    "\"experts\": 8, \"top_k\": 2, \"moe_every\", \"expert_hidden\", \"capacity_factor\" "
+    "(a number or \"dropless\"), \"aux_loss_coef\")";
 
 // The field as an int: an integer JSON number (not a bool, not 2.9, not 2.0) within its range.
 int integer_field(const nlohmann::json& j, const ModelFieldRange& range, bool optional,
-                  const std::string& source) {
+                  const std::string& source, int absent) {
   if (!j.contains(range.key)) {
-    if (optional) return 0;
+    if (optional) return absent;
     throw std::invalid_argument(
         fmt::format("{}: not a model file ('{}' is missing); {}", source, range.key, kShapeHint));
   }
@@ -40,6 +42,28 @@ int integer_field(const nlohmann::json& j, const ModelFieldRange& range, bool op
   return static_cast<int>(v.get<int64_t>());
 }
 
+// A number field of a mixture of experts (capacity_factor also "dropless", read as 0).
+void moe_number_fields(const nlohmann::json& j, ModelShape& shape, const std::string& source) {
+  if (j.contains("capacity_factor")) {
+    const nlohmann::json& v = j.at("capacity_factor");
+    const bool dropless = v.is_string() && v.get<std::string>() == "dropless";
+    if (!dropless && !(v.is_number() && !v.is_boolean() && v.get<double>() > 0))
+      throw std::invalid_argument(
+          fmt::format("{}: 'capacity_factor' must be a number > 0 (e.g. 1.25) or \"dropless\", "
+                      "got {}",
+                      source, echo_input(v.dump(), 40)));
+    shape.capacity_factor = dropless ? 0.0 : v.get<double>();
+  }
+  if (j.contains("aux_loss_coef")) {
+    const nlohmann::json& v = j.at("aux_loss_coef");
+    if (!(v.is_number() && !v.is_boolean() && v.get<double>() >= 0))
+      throw std::invalid_argument(
+          fmt::format("{}: 'aux_loss_coef' must be a number >= 0 (e.g. 0.01), got {}", source,
+                      echo_input(v.dump(), 40)));
+    shape.aux_loss_coef = v.get<float>();
+  }
+}
+
 }  // namespace
 
 ModelShape parse_model_json(const std::string& text, const std::string& source) {
@@ -49,16 +73,20 @@ ModelShape parse_model_json(const std::string& text, const std::string& source) 
     throw std::invalid_argument(
         fmt::format("{}: not a model file (not a JSON object); {}", source, kShapeHint));
   for (const auto& [key, value] : j.items()) {
-    bool known = key == "tie_embeddings";
+    bool known = key == "tie_embeddings" || key == "capacity_factor" || key == "aux_loss_coef";
     for (const ModelFieldRange& r : kModelFieldRanges) known = known || key == r.key;
     if (!known)
       throw std::invalid_argument(
           fmt::format("{}: unknown field '{}'; {}", source, echo_input(key, 40), kShapeHint));
   }
   ModelShape shape;
-  int* fields[] = {&shape.layers, &shape.dim, &shape.heads, &shape.seq, &shape.vocab};
-  for (size_t i = 0; i < std::size(kModelFieldRanges); ++i)
-    *fields[i] = integer_field(j, kModelFieldRanges[i], i == 4, source);
+  int* fields[] = {&shape.layers, &shape.dim,       &shape.heads,
+                   &shape.seq,    &shape.vocab,     &shape.experts,
+                   &shape.top_k,  &shape.moe_every, &shape.expert_hidden};
+  static_assert(std::size(fields) == std::size(kModelFieldRanges));
+  for (size_t i = 0; i < std::size(kModelFieldRanges); ++i)  // vocab on: optional
+    *fields[i] = integer_field(j, kModelFieldRanges[i], i >= 4, source, *fields[i]);
+  moe_number_fields(j, shape, source);
   if (j.contains("tie_embeddings")) {
     const nlohmann::json& tie = j.at("tie_embeddings");
     if (!tie.is_boolean())

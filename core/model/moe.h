@@ -73,6 +73,17 @@ int64_t expert_capacity(double capacity_factor, int64_t group_tokens, int top_k,
 // token's choices go round-robin over the experts, so every expert gets the same load.
 Routing balanced_routing(const RouteQuery& query);
 
+// Switch Transformer's load-balancing loss of one routing (eq. 4-6): per group of
+// `group_tokens` tokens, E * sum_e f_e * P_e, with f_e the fraction of the group's (token,
+// choice) slots that chose e (before capacity, as Megatron counts it) and P_e the group's mean
+// probability of e; the mean over groups, times `coef`.
+float moe_aux_loss(std::span<const float> probs, const Routing& routing, int64_t group_tokens,
+                   int experts, int top_k, float coef);
+// Adds scale * d(moe_aux_loss with coef 1)/d probs to d_probs ([tokens, experts]): E * f_e /
+// (group_tokens * groups) at every probability of e in the group (f_e does not depend on them).
+void moe_aux_loss_grad(std::span<float> d_probs, const Routing& routing, int64_t group_tokens,
+                       int experts, int top_k, float scale);
+
 // ---- the exchange around the experts (expert parallelism) ----
 
 // Who sends how many rows to whom in one MoE layer's exchange, made once per forward from the
@@ -168,6 +179,14 @@ struct MoeLayer {
   void backward(Tensor& dx, const Tensor& dout, const Tensor& x, const MoeActivations& acts,
                 const BlockComm& comm);
   void collect(ParamList& list);
+
+ private:
+  Tensor router_probs(const Tensor& x) const;  // [N, E] f32
+  Routing route_probs(const Tensor& probs, int64_t group_tokens, int ranks) const;
+  Tensor experts_forward(MoeActivations& a, MemCategory out_category) const;
+  Tensor experts_backward(const Tensor& d_out, const MoeActivations& a, MemCategory in_category);
+  void router_backward(Tensor& dx, const Tensor& x, const MoeActivations& a,
+                       std::span<const float> d_row_weight);
 };
 
 }  // namespace mgpu

@@ -33,4 +33,13 @@ class TracePhase {
   std::optional<ComputeScope> scope_;
 };
 
+// fn() with `phase` (if any) paused around it: a block's call into a comm object.
+template <class Fn>
+void with_phase_paused(TracePhase* phase, Fn&& fn) {
+  if (phase)
+    phase->paused(fn);
+  else
+    fn();
+}
+
 }  // namespace mgpu

@@ -45,6 +45,13 @@ struct CudaKernels {
   void (*copy_columns)(float* dst, int64_t dst_cols, int64_t dst_begin, const float* src,
                        int64_t src_cols, int64_t src_begin, int64_t width, int64_t rows,
                        bool add) = nullptr;
+  // A mixture of experts' permutation (ops.h gather_rows, combine_rows): no CUDA kernels yet.
+  void (*gather_rows)(float* rows, const float* inp, const int32_t* index, const float* scale,
+                      int64_t n, int64_t c) = nullptr;
+  void (*combine_rows)(float* out, int64_t out_rows, const float* rows, const int32_t* index,
+                       const float* scale, int64_t n, int64_t c) = nullptr;
+  void (*gathered_row_dots)(float* dots, const float* a, const int32_t* index, const float* b,
+                            int64_t n, int64_t c) = nullptr;
   void (*embedding_forward)(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                             int64_t b, int64_t t, int64_t c) = nullptr;
   void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,

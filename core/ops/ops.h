@@ -83,6 +83,18 @@ void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Te
 void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t width,
                   bool add = false);
 
+// A mixture of experts' permutation and combine (rows: all leading dims flattened, index and
+// scale host spans of one entry per row of `rows`; scale empty: 1):
+//   gather_rows:  rows[i] = scale[i] * inp[index[i]]                 (dispatch; combine backward)
+//   combine_rows: out = 0, then out[index[i]] += scale[i] * rows[i]  (combine; dispatch backward)
+//   gathered_row_dots: dots[i] = <a[index[i]], b[i]>                 (the combine's weight grad)
+void gather_rows(Tensor& rows, const Tensor& inp, std::span<const int32_t> index,
+                 std::span<const float> scale = {});
+void combine_rows(Tensor& out, const Tensor& rows, std::span<const int32_t> index,
+                  std::span<const float> scale = {});
+void gathered_row_dots(std::span<float> dots, const Tensor& a, std::span<const int32_t> index,
+                       const Tensor& b);
+
 // out[B,T,C] = wte[tokens[b,t]] + wpe[t]; tokens has B*T ids in [0, vocab).
 void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
                        const Tensor& wpe);

@@ -39,6 +39,10 @@ CpLayout parse_cp_layout(const std::string& text) {
 
 void check_cp_size(const GPTConfig& cfg, int seq, int cp, CpLayout layout) {
   if (cp < 1) throw std::invalid_argument(fmt::format("--cp must be at least 1, got {}", cp));
+  if (cp > 1)  // a sequence is the routing's group: its capacity and aux loss count it whole
+    refuse_experts(cfg, "context parallelism",
+                   "its ranks each hold part of every sequence; drop --experts or use data "
+                   "parallelism");
   const int chunks = layout == CpLayout::zigzag ? 2 * cp : cp;
   if (seq % chunks != 0)
     throw std::invalid_argument(

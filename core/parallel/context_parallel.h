@@ -134,4 +134,9 @@ class ContextParallel : public train::Layout {
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 
+// Zeroed workspace for context parallelism's exchanges (ring attention and Ulysses both use it).
+inline Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
+  return Tensor::zeros(shape, MemCategory::workspace, dtype);
+}
+
 }  // namespace mgpu::parallel

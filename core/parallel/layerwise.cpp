@@ -49,6 +49,7 @@ float forward_by_layer(GPT& model, const data::Batch& batch, GPTActivations& act
   float loss;
   {
     ComputeScope s({.name = "forward head", .cat = trace::cat::forward, .layer = blocks});
+    model.set_loss_grad_scale(grad_scale);
     loss = model.head.forward_loss(*x, batch.targets, acts.head, grad_scale);
   }
   call(hooks.after_forward, blocks + 1);

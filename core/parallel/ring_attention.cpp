@@ -13,10 +13,6 @@ namespace mgpu::parallel {
 
 namespace {
 constexpr int kTagKv = 71, kTagDkv = 72;
-
-Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
-  return Tensor::zeros(shape, MemCategory::workspace, dtype);
-}
 }  // namespace
 
 // One pass of the K|V blocks round the ring. At step s this rank holds the block of rank

@@ -7,12 +7,6 @@
 
 namespace mgpu::parallel {
 
-namespace {
-Tensor scratch(const Shape& shape, DType dtype = DType::f32) {
-  return Tensor::zeros(shape, MemCategory::workspace, dtype);
-}
-}  // namespace
-
 // [B, T/cp, parts*C] by sequence -> [B, T, parts*C/cp] by heads: block d of the all-to-all's input
 // holds my tokens' channels of rank d's heads; block s of its output, rank s's tokens of mine.
 Tensor UlyssesAttention::to_heads(const Tensor& by_sequence, int parts,

@@ -29,11 +29,33 @@ int64_t block_parameters(int64_t C) {
   return 2 * layer_norm + attention + mlp;
 }
 
-int64_t gpt_parameters(const GPTConfig& cfg) {
+int64_t moe_mlp_parameters(int64_t C, int64_t experts, int64_t hidden, int64_t experts_used) {
+  return experts * C + experts_used * (2 * hidden * C + hidden + C);
+}
+
+int64_t moe_blocks(const GPTConfig& cfg) {
+  return cfg.experts > 0 ? cfg.layers / cfg.moe_every : 0;
+}
+
+namespace {
+int64_t parameters_with(const GPTConfig& cfg, int64_t experts_used) {
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len;
   const int64_t embedding = V * C + T * C;                        // wte + wpe
   const int64_t head = 2 * C + (cfg.tie_embeddings ? 0 : C * V);  // ln_f + lm_head (no bias)
-  return embedding + cfg.layers * block_parameters(C) + head;
+  const int64_t dense_mlp = (C * 4 * C + 4 * C) + (4 * C * C + C);
+  const int64_t moe = moe_blocks(cfg);
+  const int64_t moe_mlp =
+      moe > 0 ? moe_mlp_parameters(C, cfg.experts, cfg.expert_hidden_size(), experts_used) : 0;
+  return embedding + cfg.layers * block_parameters(C) + moe * (moe_mlp - dense_mlp) + head;
+}
+}  // namespace
+
+int64_t gpt_parameters(const GPTConfig& cfg) {
+  return parameters_with(cfg, cfg.experts);
+}
+
+int64_t gpt_active_parameters(const GPTConfig& cfg) {
+  return parameters_with(cfg, cfg.top_k);
 }
 
 int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,

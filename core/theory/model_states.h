@@ -40,10 +40,21 @@ double zero_bytes_sent(int stage, const StateBytes& b, double psi, double n);
 // the 12 C^2).
 int64_t block_parameters(int64_t C);
 
+// A mixture of experts' MLP in place of a block's (core/model/moe.h): the router E C (no bias)
+// and E experts of hidden width H, each fc H C + H and proj C H + C: E (2 H C + H + C + C).
+// `experts_used` of the E counted (E: the layer's parameters; top_k: those one token uses).
+int64_t moe_mlp_parameters(int64_t C, int64_t experts, int64_t hidden, int64_t experts_used);
+// Blocks that are MoE (GPTConfig::is_moe_block): layers / moe_every, 0 without experts.
+int64_t moe_blocks(const GPTConfig& cfg);
+
 // Parameters of the whole GPT: embeddings (V + T) C, the blocks, the final layernorm 2C and the
 // head's V C unless it is tied to the token embedding (then counted once, as GPT-2 publishes:
-// gpt2-small 124,439,808).
+// gpt2-small 124,439,808). An MoE block counts its router and all E experts instead of the MLP.
 int64_t gpt_parameters(const GPTConfig& cfg);
+// The parameters one token's forward multiplies with (Switch Transformer's and Mixtral's
+// "active" count): gpt_parameters with each MoE block's top_k experts of E (router whole).
+// gpt_parameters for a dense model.
+int64_t gpt_active_parameters(const GPTConfig& cfg);
 
 // Parameters pipeline stage s of P holds, tensor parallel over t (Megatron-LM's split: the qkv,
 // fc columns and projection rows are cut, 12 C^2 + 7 C per block over t; the layernorms and the

@@ -44,6 +44,22 @@ TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
       {{"run", "single_device", "--device", "tpu"}, "--device"},
       {{"run", "single_device", "--clock", "cuda"}, "--clock cuda needs --device cuda"},
       {{"run", "single_device", "--resume", "/no/such/ckpt.bin"}, "/no/such/ckpt.bin"},
+      // mixture of experts: bad sizes, options without experts, layouts that cannot run them
+      {{"run", "single_device", "--experts", "4", "--top-k", "5"},
+       "top_k (5) must be at most experts (4): try top_k 2"},
+      {{"run", "single_device", "--experts", "-1"}, "--experts"},
+      {{"run", "single_device", "--experts", "4", "--top-k", "0"}, "--top-k"},
+      {{"run", "single_device", "--experts", "4", "--moe-every", "0"}, "--moe-every"},
+      {{"run", "single_device", "--experts", "4", "--capacity-factor", "0"}, "--capacity-factor"},
+      {{"run", "single_device", "--experts", "4", "--capacity-factor", "lots"},
+       "--capacity-factor"},
+      {{"run", "single_device", "--top-k", "2"}, "--top-k shapes the experts of an MoE block"},
+      {{"run", "context_parallel", "--ranks", "2", "--experts", "4"},
+       "context parallelism cannot run experts (--experts 4)"},
+      {{"run", "sequence_parallel", "--ranks", "2", "--experts", "4"},
+       "sequence parallelism cannot run experts"},
+      {{"run", "pipeline", "--ranks", "2", "--schedule", "zb-h1", "--experts", "4"},
+       "--schedule zb-h1 cannot run experts"},
   };
   for (auto& c : cases) {
     INFO("mgpu " << Catch::Detail::stringify(c.args));

@@ -21,7 +21,7 @@ std::vector<std::string> installed_names() {
   const ex::SeamTables& selected = ex::selected_seams();
   return {selected.comm.impl_name,   selected.ddp.impl_name,    selected.pipeline.impl_name,
           selected.bubble.impl_name, selected.memory.impl_name, selected.tp.impl_name,
-          selected.cp.impl_name,     selected.zero.impl_name};
+          selected.cp.impl_name,     selected.zero.impl_name,   selected.moe.side};
 }
 
 // A "mine" table in which exercises 01 and 03 are written (the reference's code, installed under
@@ -51,7 +51,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
   std::ostringstream out;
   const auto choices =
       select_exercises("mine", reference::exercise_table(), mine::exercise_table(), out);
-  REQUIRE(choices.size() == 8);
+  REQUIRE(choices.size() == 9);
   for (const auto& c : choices) {
     INFO(c.name);
     CHECK(c.installed == "reference");
@@ -59,7 +59,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
     CHECK(out.str().find(c.name + " not implemented yet: using the reference\n") !=
           std::string::npos);
   }
-  CHECK(installed_names() == std::vector<std::string>(8, "reference"));
+  CHECK(installed_names() == std::vector<std::string>(9, "reference"));
 }
 
 TEST_CASE("impl mine installs each written exercise and falls back only for the stubs", "[impl]") {
@@ -68,14 +68,15 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
   select_exercises("mine", reference::exercise_table(), mine_with_ex01_and_ex03_written(), out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "mine", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference"});
+                                                      "reference", "reference"});
   CHECK(out.str() ==
         "ex02 not implemented yet: using the reference\n"
         "ex04 not implemented yet: using the reference\n"
         "ex05 not implemented yet: using the reference\n"
         "ex06 not implemented yet: using the reference\n"
         "ex07 not implemented yet: using the reference\n"
-        "ex08 not implemented yet: using the reference\n");
+        "ex08 not implemented yet: using the reference\n"
+        "ex09 not implemented yet: using the reference\n");
 }
 
 TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[impl]") {
@@ -85,13 +86,13 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
   select_exercises("ex01=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference"});
+                                                      "reference", "reference"});
   CHECK(out.str().empty());
 
   select_exercises("ex03=mine,ex01=reference", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"reference", "reference", "mine", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference"});
+                                                      "reference", "reference"});
   CHECK(out.str().empty());
 
   // Asked for explicitly but still a stub: the same one-line fallback.
@@ -99,7 +100,7 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
       select_exercises("ex01=mine,ex04=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference"});
+                                                      "reference", "reference"});
   CHECK(out.str() == "ex04 not implemented yet: using the reference\n");
   CHECK(choices[3].fell_back);
   CHECK_FALSE(choices[0].fell_back);
@@ -116,15 +117,15 @@ TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
     }
     return std::string("no error");
   };
-  for (const std::string spec : {"yours", "ex09=mine", "ex01=theirs", "ex01", "ex01=mine,",
+  for (const std::string spec : {"yours", "ex10=mine", "ex01=theirs", "ex01", "ex01=mine,",
                                  "ex01=mine,ex01=reference", ""}) {
     INFO("spec '" << spec << "'");
     const std::string message = error(spec);
-    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08") !=
+    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09") !=
           std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
-  CHECK(error("ex09=mine").find("no exercise 'ex09'") != std::string::npos);
+  CHECK(error("ex10=mine").find("no exercise 'ex10'") != std::string::npos);
 }
 
 TEST_CASE("The stub's probe throws NotImplemented and the reference's probe runs", "[impl]") {

@@ -50,6 +50,11 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--model", {"gpt2-small"}},  // the typed sizes win; its 50257-token vocabulary remains
     {"--vocab", {"100"}},
     {"--tie-embeddings", {"on"}},
+    {"--experts", {"4"}},
+    {"--top-k", {"2"}},  // without --experts: refused
+    {"--moe-every", {"2"}},
+    {"--capacity-factor", {"1.25"}},
+    {"--aux-loss-coef", {"0.1"}},
     {"--steps", {"4"}},
     {"--batch", {"24"}},
     {"--task", {"reverse"}},

@@ -18,6 +18,7 @@ using gradcheck::check;
 using gradcheck::fill_randn;
 using gradcheck::project;
 using gradcheck::randn;
+using gradcheck::random_ids;
 
 namespace {
 constexpr double kTol = 1e-2;
@@ -31,13 +32,6 @@ GPTConfig tiny_config() {
   cfg.heads = 2;
   cfg.seed = 5;
   return cfg;
-}
-
-std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
-  return ids;
 }
 
 // GPT-2 init (std 0.02) makes gradients tiny, so float finite differences would be mostly

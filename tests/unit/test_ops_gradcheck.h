@@ -9,6 +9,7 @@
 // (x+h) - (x-h) as rounded in float, so h's rounding does not bias the estimate.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <vector>
@@ -23,6 +24,14 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float stddev = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
   return v;
+}
+
+// n token ids in [0, vocab), seeded.
+inline std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
+  return ids;
 }
 
 inline void fill_randn(mgpu::Tensor& t, uint64_t seed, float stddev = 1.0f) {

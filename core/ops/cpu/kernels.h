@@ -76,6 +76,16 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
 void copy_columns(float* dst, int64_t dst_cols, int64_t dst_begin, const float* src,
                   int64_t src_cols, int64_t src_begin, int64_t width, int64_t rows, bool add);
 
+// Mixture of experts (ops.h): rows[i] = scale[i] * inp[index[i]] (scale null: 1), i < n;
+// out = 0 over out_rows rows, then out[index[i]] += scale[i] * rows[i]; dots[i] = <a[index[i]],
+// b[i]>.
+void gather_rows(float* rows, const float* inp, const int32_t* index, const float* scale, int64_t n,
+                 int64_t c);
+void combine_rows(float* out, int64_t out_rows, const float* rows, const int32_t* index,
+                  const float* scale, int64_t n, int64_t c);
+void gathered_row_dots(float* dots, const float* a, const int32_t* index, const float* b, int64_t n,
+                       int64_t c);
+
 // out[b,t,:] = wte[token] + wpe[t]
 MGPU_VECTOR_CLONES_DECL void embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                                const float* wpe, int64_t b, int64_t t, int64_t c);

@@ -127,6 +127,10 @@ class StageRunner {
       stash.input = p2p_.take_activation(mb, chunk);
     }
     const Tensor* x = &stash.input;
+    // The head's loss gradient carries 1/micro-batches x the loss scale; so does the aux loss's.
+    const float scale = 1.0f / static_cast<float>(microbatches_.size());
+    for (Block& block : model_.chunks[chunk])
+      block.moe.loss_grad_scale = scale * options_.loss_scale;
     stash.blocks.reserve(model_.chunks[chunk].size());  // acts[i].input views the previous out
     for (const Block& block : model_.chunks[chunk]) {
       stash.blocks.push_back(
@@ -136,7 +140,6 @@ class StageRunner {
     }
     if (is_last(chunk)) {
       stash.head = HeadActivations::allocate(model_.config, batch.B, batch.T);
-      const float scale = 1.0f / static_cast<float>(microbatches_.size());
       stats_.loss += scale * model_.head->forward_loss(*x, batch.targets, *stash.head,
                                                        scale * options_.loss_scale);
     }

@@ -78,6 +78,13 @@ Action backward_weight(int microbatch, int chunk) {
   return {ActionKind::backward_weight, microbatch, chunk, -1};
 }
 
+bool Schedule::splits_backward() const {
+  for (const std::vector<Action>& stage : actions)
+    for (const Action& a : stage)
+      if (a.kind == ActionKind::backward_input) return true;
+  return false;
+}
+
 std::vector<Action> Schedule::compute_actions(int stage) const {
   std::vector<Action> out;
   for (const Action& a : actions.at(stage))

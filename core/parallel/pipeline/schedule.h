@@ -83,6 +83,8 @@ struct Schedule {
   }
   // Compute actions only, in order ("F0 F1 B0 ..." without the messages).
   std::vector<Action> compute_actions(int stage) const;
+  // Whether any backward is split into zero-bubble's B and W (an MoE block cannot be).
+  bool splits_backward() const;
 };
 
 // The generators. Each returns a schedule with its send/recv actions already inserted: a recv just

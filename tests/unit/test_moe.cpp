@@ -1,0 +1,332 @@
+// The mixture-of-experts layer (core/model/moe.h): one expert with top-1 is the dense MLP bit for
+// bit; the backward matches finite differences (dropless and with drops, the aux loss included);
+// the aux loss, the capacity rule and the reference routing equal hand computations; gradient
+// accumulation over micro-batches equals one batch; the parameter counts equal the formulas.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/model/gpt.h"
+#include "core/model/init.h"
+#include "core/theory/model_states.h"
+#include "exercises/exercises.h"
+#include "test_ops_gradcheck.h"
+
+using namespace mgpu;
+using gradcheck::project;
+using gradcheck::randn;
+using gradcheck::random_ids;
+
+namespace {
+
+GPTConfig moe_config(int experts, int top_k, double capacity_factor = 0.0) {
+  GPTConfig cfg;
+  cfg.vocab = 11;
+  cfg.seq_len = 6;
+  cfg.layers = 2;
+  cfg.dim = 8;
+  cfg.heads = 2;
+  cfg.seed = 5;
+  cfg.experts = experts;
+  cfg.top_k = top_k;
+  cfg.capacity_factor = capacity_factor;
+  cfg.expert_hidden = 12;
+  cfg.route = &reference::route_tokens;
+  return cfg;
+}
+
+// Routes `probs` ([tokens, experts]) with the reference.
+Routing route(const std::vector<float>& probs, int64_t tokens, int64_t group, int experts,
+              int top_k, int64_t capacity, int ranks = 1) {
+  return reference::route_tokens({.probs = probs,
+                                  .tokens = tokens,
+                                  .group_tokens = group,
+                                  .experts = experts,
+                                  .top_k = top_k,
+                                  .capacity = capacity,
+                                  .ranks = ranks});
+}
+
+void add_noise(Param& p, uint64_t seed, float stddev) {
+  const std::vector<float> noise = randn(size_t(p.data.numel()), seed, stddev);
+  float* d = p.data.f32();
+  for (size_t i = 0; i < noise.size(); ++i) d[i] += noise[i];
+}
+
+}  // namespace
+
+TEST_CASE("MoE config: each bad size is one line saying what would work", "[moe]") {
+  GPTConfig cfg = moe_config(4, 2);
+  REQUIRE_NOTHROW(cfg.validate());
+  auto says = [](GPTConfig c, const std::string& what) {
+    REQUIRE_THROWS_WITH(c.validate(), Catch::Contains(what));
+  };
+  GPTConfig c = cfg;
+  c.experts = -1;
+  says(c, "experts (-1) must be >= 0");
+  c = cfg;
+  c.top_k = 5;
+  says(c, "top_k (5) must be at most experts (4): try top_k 2");
+  c.top_k = 0;
+  says(c, "top_k (0) must be at least 1");
+  c = cfg;
+  c.capacity_factor = -0.5;
+  says(c, "capacity_factor (-0.5) must be positive");
+  c = cfg;
+  c.moe_every = 0;
+  says(c, "moe_every (0) must be at least 1");
+  // a model with experts and no routing function says what is missing when it first routes
+  c = cfg;
+  c.route = nullptr;
+  GPT no_route(c);
+  const std::vector<int32_t> t = random_ids(6, c.vocab, 1);
+  REQUIRE_THROWS_WITH(
+      no_route.forward_backward(t, t, 1, 6),
+      Catch::Contains("no routing function") && Catch::Contains("ex::selected_seams().moe.route"));
+}
+
+TEST_CASE("MoE blocks: which blocks, their tensors and the parameter counts", "[moe]") {
+  GPTConfig cfg = moe_config(4, 2);
+  cfg.layers = 4;
+  cfg.moe_every = 2;  // blocks 1 and 3
+  GPT model(cfg);
+  CHECK(!model.blocks[0].is_moe());
+  CHECK(model.blocks[1].is_moe());
+  CHECK(!model.blocks[2].is_moe());
+  CHECK(model.blocks[3].is_moe());
+  const MoeLayer& moe = model.blocks[3].moe;
+  CHECK(moe.router.name == "blocks.3.moe.router.weight");
+  CHECK(moe.router.shape == Shape{4, 8});
+  CHECK(moe.fc_weight.shape == Shape{4, 12, 8});
+  CHECK(moe.fc_bias.shape == Shape{4, 12});
+  CHECK(moe.proj_weight.shape == Shape{4, 8, 12});
+  CHECK(moe.proj_bias.shape == Shape{4, 8});
+  CHECK(model.num_params() == theory::gpt_parameters(cfg));
+  // one token uses the router and 2 of the 4 experts of each MoE block
+  const int64_t expert = 2 * 12 * 8 + 12 + 8;
+  CHECK(theory::gpt_active_parameters(cfg) == theory::gpt_parameters(cfg) - 2 * 2 * expert);
+  CHECK(model.active_params() == theory::gpt_active_parameters(cfg));
+  CHECK(model.flops_per_token(6) ==
+        theory::training_flops_per_token(model.active_params(), cfg.layers, 6, cfg.dim));
+}
+
+TEST_CASE("one expert with top-1 is the dense MLP, bit for bit", "[moe]") {
+  GPTConfig dense_cfg = moe_config(0, 1);
+  dense_cfg.expert_hidden = 0;
+  GPTConfig moe_cfg = moe_config(1, 1);
+  moe_cfg.expert_hidden = 0;  // 4C, the dense MLP's width
+  moe_cfg.aux_loss_coef = 0;  // one expert: nothing to balance
+  GPT dense(dense_cfg), moe(moe_cfg);
+  for (size_t i = 0; i < dense.blocks.size(); ++i) {
+    Block& d = dense.blocks[i];
+    MoeLayer& m = moe.blocks[i].moe;
+    REQUIRE(moe.blocks[i].is_moe());
+    m.fc_weight.data.copy_from(d.fc.weight.data);
+    m.fc_bias.data.copy_from(d.fc.bias.data);
+    m.proj_weight.data.copy_from(d.mlp_proj.weight.data);
+    m.proj_bias.data.copy_from(d.mlp_proj.bias.data);
+  }
+  const std::vector<int32_t> tokens = random_ids(18, 11, 1), targets = random_ids(18, 11, 2);
+  const float dense_loss = dense.forward_backward(tokens, targets, 3, 6);
+  const float moe_loss = moe.forward_backward(tokens, targets, 3, 6);
+  CHECK(moe_loss == dense_loss);
+  // every shared parameter's gradient is identical, and the experts' equal the MLP's
+  for (size_t i = 0; i < dense.blocks.size(); ++i) {
+    Block& d = dense.blocks[i];
+    const MoeLayer& m = moe.blocks[i].moe;
+    CHECK(m.fc_weight.grad.to_vector() == d.fc.weight.grad.to_vector());
+    CHECK(m.fc_bias.grad.to_vector() == d.fc.bias.grad.to_vector());
+    CHECK(m.proj_weight.grad.to_vector() == d.mlp_proj.weight.grad.to_vector());
+    CHECK(m.proj_bias.grad.to_vector() == d.mlp_proj.bias.grad.to_vector());
+    CHECK(moe.blocks[i].qkv.weight.grad.to_vector() == d.qkv.weight.grad.to_vector());
+  }
+  CHECK(moe.embedding.wte.grad.to_vector() == dense.embedding.wte.grad.to_vector());
+}
+
+namespace {
+// A block's input, router and experts against finite differences: loss = <out, r> + aux loss
+// (the block's loss gradient scale is 1, so the backward adds the aux loss's gradient as is).
+void check_block_gradients(const GPTConfig& cfg, int64_t least_dropped) {
+  Block block(cfg, 1);
+  REQUIRE(block.is_moe());
+  ParamList params;
+  block.collect(params);
+  materialise(params, /*seed=*/3, cfg.dtype);
+  uint64_t seed = 10;
+  for (Param* p : params) add_noise(*p, seed++, 0.3f);  // O(1) gradients on every path
+  const int64_t b = 2, t = 6, c = cfg.dim;
+  Tensor x = Tensor::from({b, t, c}, randn(size_t(b * t * c), 7));
+  const std::vector<float> r = randn(size_t(b * t * c), 8);
+  auto loss = [&] {
+    BlockActivations a = BlockActivations::allocate(cfg, b, t);
+    block.forward(x, a);
+    return project(a.out, r) + double(block.moe.last.aux_loss);
+  };
+  BlockActivations a = BlockActivations::allocate(cfg, b, t);
+  block.forward(x, a);
+  CHECK(block.moe.last.dropped >= least_dropped);
+  if (least_dropped == 0) CHECK(block.moe.last.dropped == 0);
+  CHECK(block.moe.last.aux_loss > 0.0f);
+  Tensor dout = Tensor::from({b, t, c}, r);
+  Tensor dx = Tensor::zeros({b, t, c}, MemCategory::workspace);
+  block.backward(dx, dout, a);
+  {
+    INFO("input");
+    const gradcheck::Result res = gradcheck::check(x, dx.to_vector(), loss, 1e-3f);
+    CHECK(res.numeric_norm > 0);
+    CHECK(res.rel_error < 1e-2);
+  }
+  for (Param* p : {&block.moe.router, &block.moe.fc_weight, &block.moe.fc_bias,
+                   &block.moe.proj_weight, &block.moe.proj_bias}) {
+    INFO(p->name);
+    const gradcheck::Result res = gradcheck::check(p->data, p->grad.to_vector(), loss, 1e-3f);
+    CHECK(res.numeric_norm > 0);
+    CHECK(res.rel_error < 1e-2);
+  }
+}
+}  // namespace
+
+TEST_CASE("MoE block backward matches finite differences, dropless", "[moe][gradcheck]") {
+  GPTConfig cfg = moe_config(4, 2);
+  cfg.aux_loss_coef = 0.5f;  // large enough that a missing aux gradient shows
+  check_block_gradients(cfg, 0);
+}
+
+TEST_CASE("MoE block backward matches finite differences with dropped tokens", "[moe][gradcheck]") {
+  // capacity ceil(0.5 x 6 x 2 / 4) = 2 slots per expert per sequence: of a sequence's 12 slots at
+  // most 8 are kept, so at least 4 of each of the 2 sequences are dropped
+  GPTConfig cfg = moe_config(4, 2, /*capacity_factor=*/0.5);
+  cfg.aux_loss_coef = 0.5f;
+  REQUIRE(expert_capacity(0.5, 6, 2, 4) == 2);
+  check_block_gradients(cfg, 8);
+}
+
+TEST_CASE("the aux loss equals a hand computation", "[moe]") {
+  // 2 groups of 2 tokens, 2 experts, top-1.
+  //   group 0: [0.7 0.3] [0.6 0.4] both choose expert 0: f = (1, 0), P = (0.65, 0.35) -> 2 x 0.65
+  //   group 1: [0.2 0.8] [0.6 0.4] choose 1 and 0:       f = (.5, .5), P = (0.4, 0.6) -> 2 x 0.5
+  // mean (1.3 + 1.0) / 2 = 1.15, times the coefficient 0.01
+  const std::vector<float> probs = {0.7f, 0.3f, 0.6f, 0.4f, 0.2f, 0.8f, 0.6f, 0.4f};
+  const Routing r = route(probs, 4, 2, 2, 1, 0);
+  CHECK(moe_aux_loss(probs, r, 2, 2, 1, 0.01f) == Approx(0.0115).epsilon(1e-6));
+  // its gradient: coef x E x f_e / (T x groups) at each probability of e in the group
+  std::vector<float> d(8, 0.0f);
+  moe_aux_loss_grad(d, r, 2, 2, 1, 0.01f);
+  const std::vector<float> expected = {0.01f * 2 * 1.0f / 4, 0.0f,
+                                       0.01f * 2 * 1.0f / 4, 0.0f,
+                                       0.01f * 2 * 0.5f / 4, 0.01f * 2 * 0.5f / 4,
+                                       0.01f * 2 * 0.5f / 4, 0.01f * 2 * 0.5f / 4};
+  for (size_t i = 0; i < d.size(); ++i) CHECK(d[i] == Approx(expected[i]));
+}
+
+TEST_CASE("dropped tokens follow the capacity rule, and their MoE output is zero", "[moe]") {
+  // Every token of one sequence prefers expert 0 (top-1): capacity ceil(1.0 x 4 x 1 / 2) = 2
+  // keeps tokens 0 and 1 and drops 2 and 3.
+  REQUIRE(expert_capacity(1.0, 4, 1, 2) == 2);
+  REQUIRE(expert_capacity(0.0, 4, 1, 2) == 0);   // dropless
+  REQUIRE(expert_capacity(1.25, 6, 2, 4) == 4);  // ceil(3.75)
+  const std::vector<float> probs = {0.9f, 0.1f, 0.8f, 0.2f, 0.7f, 0.3f, 0.6f, 0.4f};
+  const Routing r = route(probs, 4, 4, 2, 1, 2);
+  CHECK(r.dropped == 2);
+  CHECK(r.position == std::vector<int32_t>{0, 1, -1, -1});
+  CHECK(r.tokens_per_expert == std::vector<int64_t>{2, 0});
+  // through the layer: a router whose weights send every token to expert 0
+  GPTConfig cfg = moe_config(2, 1, 1.0);
+  cfg.layers = 1;
+  cfg.seq_len = 4;
+  Block block(cfg, 0);
+  ParamList params;
+  block.collect(params);
+  materialise(params, 3, cfg.dtype);
+  std::vector<float> router(16, 0.0f);
+  for (int c = 0; c < 8; ++c) router[size_t(c)] = 1.0f;  // expert 0's logit = sum of the input
+  block.moe.router.data.write_f32(router.data(), 16);
+  Tensor x = Tensor::from({1, 4, 8}, std::vector<float>(32, 0.5f));
+  Tensor out = Tensor::zeros({1, 4, 8}, MemCategory::workspace);
+  MoeActivations acts;
+  block.moe.forward(out, x, acts, BlockComm{});
+  CHECK(block.moe.last.dropped == 2);
+  CHECK(block.moe.last.tokens_per_expert == std::vector<int64_t>{2, 0});
+  const std::vector<float> y = out.to_vector();
+  for (int t = 0; t < 4; ++t) {
+    float norm = 0.0f;
+    for (int c = 0; c < 8; ++c) norm += std::abs(y[size_t(t * 8 + c)]);
+    INFO("token " << t);
+    CHECK((t < 2 ? norm > 0.0f : norm == 0.0f));
+  }
+}
+
+TEST_CASE("reference routing: ties, capacity priority, dispatch order, send counts", "[moe]") {
+  SECTION("a tie goes to the lower expert; weights renormalised over the top-k") {
+    const Routing r = route({0.25f, 0.25f, 0.25f, 0.25f}, 1, 1, 4, 2, 0);
+    CHECK(r.expert == std::vector<int32_t>{0, 1});
+    CHECK(r.weight == std::vector<float>{0.5f, 0.5f});
+    const Routing s = route({0.1f, 0.3f, 0.2f, 0.4f}, 1, 1, 4, 2, 0);
+    CHECK(s.expert == std::vector<int32_t>{3, 1});
+    CHECK(s.weight[0] == Approx(0.4 / 0.7));
+    CHECK(s.weight[1] == Approx(0.3 / 0.7));
+  }
+  SECTION("capacity keeps every first choice before any second, earlier tokens first") {
+    // token 0: 1 then 0; token 1: 0 then 2; token 2: 0 then 1. Capacity 1: expert 0 keeps
+    // token 1's first choice (choice 0 comes first) and drops tokens 2's first and 0's second.
+    const std::vector<float> probs = {0.3f, 0.6f, 0.1f, 0.6f, 0.1f, 0.3f, 0.7f, 0.2f, 0.1f};
+    const Routing r = route(probs, 3, 3, 3, 2, 1);
+    CHECK(r.expert == std::vector<int32_t>{1, 0, 0, 2, 0, 1});
+    // slots: (t0,c0)->1 kept, (t0,c1)->0 dropped, (t1,c0)->0 kept, (t1,c1)->2 kept,
+    //        (t2,c0)->0 dropped, (t2,c1)->1 dropped (expert 1 is full from t0's first choice)
+    CHECK(r.dropped == 3);
+    // dispatch order by expert, then slot: expert 0: slot 2; expert 1: slot 0; expert 2: slot 3
+    CHECK(r.order == std::vector<int32_t>{2, 0, 3});
+    CHECK(r.position == std::vector<int32_t>{1, -1, 0, 2, -1, -1});
+    CHECK(r.tokens_per_expert == std::vector<int64_t>{1, 1, 1});
+  }
+  SECTION("capacity is per group") {
+    const std::vector<float> probs = {0.9f, 0.1f, 0.8f, 0.2f, 0.9f, 0.1f, 0.8f, 0.2f};
+    const Routing r = route(probs, 4, 2, 2, 1, 1);  // 2 groups of 2, each keeps 1 on expert 0
+    CHECK(r.position == std::vector<int32_t>{0, -1, 1, -1});
+    CHECK(r.dropped == 2);
+  }
+  SECTION("send counts: the kept slots bound for each rank's experts") {
+    // 4 experts over 2 ranks: rank 0 holds experts 0-1, rank 1 experts 2-3
+    const std::vector<float> probs = {0.1f, 0.2f, 0.3f, 0.4f, 0.4f, 0.3f,
+                                      0.2f, 0.1f, 0.1f, 0.4f, 0.3f, 0.2f};
+    const Routing r = route(probs, 3, 3, 4, 2, 0, 2);
+    // choices: t0 -> 3, 2; t1 -> 0, 1; t2 -> 1, 2
+    CHECK(r.expert == std::vector<int32_t>{3, 2, 0, 1, 1, 2});
+    CHECK(r.tokens_per_expert == std::vector<int64_t>{1, 2, 2, 1});
+    CHECK(r.send_counts == std::vector<int64_t>{3, 3});
+    CHECK(r.order == std::vector<int32_t>{2, 3, 4, 1, 5, 0});
+  }
+}
+
+TEST_CASE("balanced routing spreads every token's choices evenly", "[moe]") {
+  const RouteQuery q{.tokens = 8, .group_tokens = 4, .experts = 4, .top_k = 2, .ranks = 2};
+  const Routing r = balanced_routing(q);
+  CHECK(r.tokens_per_expert == std::vector<int64_t>{4, 4, 4, 4});
+  CHECK(r.send_counts == std::vector<int64_t>{8, 8});
+  CHECK(r.dropped == 0);
+  CHECK(r.expert[0] != r.expert[1]);  // a token's choices are distinct
+  for (size_t i = 0; i < r.order.size(); ++i) CHECK(r.position[size_t(r.order[i])] == int32_t(i));
+}
+
+TEST_CASE("two micro-batches accumulate the gradients of one batch, the aux loss's too", "[moe]") {
+  GPTConfig cfg = moe_config(4, 2, 1.0);
+  cfg.aux_loss_coef = 0.5f;  // large, so a missing 1/micro-batches scale shows
+  const std::vector<int32_t> tokens = random_ids(24, 11, 3), targets = random_ids(24, 11, 4);
+  GPT whole(cfg), halves(cfg);
+  whole.forward_backward(tokens, targets, 4, 6);
+  const std::span<const int32_t> tk(tokens), tg(targets);
+  halves.forward_backward(tk.subspan(0, 12), tg.subspan(0, 12), 2, 6, 0.5f);
+  halves.forward_backward(tk.subspan(12), tg.subspan(12), 2, 6, 0.5f);
+  const ParamList a = whole.params(), b = halves.params();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name);
+    const std::vector<float> ga = a[i]->grad.to_vector(), gb = b[i]->grad.to_vector();
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < ga.size(); ++j) {
+      diff = std::max(diff, double(std::abs(ga[j] - gb[j])));
+      norm = std::max(norm, double(std::abs(ga[j])));
+    }
+    CHECK(diff <= 1e-5 * std::max(norm, 1.0));  // fp32 rounding of a different summation order
+  }
+}
