@@ -3,6 +3,7 @@
 #include "core/comm/comm.h"
 
 #include <iterator>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 
@@ -28,13 +29,15 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index) {
   return {begin, begin + size};
 }
 
-std::string describe_collective(const char* kind, const Tensor* t, const ReduceOp* op, int root) {
+std::string describe_collective(const char* kind, const Tensor* t, const ReduceOp* op, int root,
+                                bool with_count) {
   // Every collective call builds this, so it is written into one stack buffer and becomes one
   // string at the end (a string per piece cost a third of a microsecond per call).
   fmt::memory_buffer s;
   auto out = std::back_inserter(s);
   fmt::format_to(out, "{}(", kind);
-  if (t) fmt::format_to(out, "count={}, {}", t->numel(), dtype_name(t->dtype()));
+  if (t && with_count) fmt::format_to(out, "count={}, ", t->numel());
+  if (t) fmt::format_to(out, "{}", dtype_name(t->dtype()));
   if (op) fmt::format_to(out, ", {}", reduce_op_name(*op));
   if (root >= 0) fmt::format_to(out, ", root={}", root);
   s.push_back(')');
@@ -52,6 +55,47 @@ void check_all_to_all_sizes(const Tensor& in, const Tensor& out, int group_size,
     throw CommError(fmt::format(
         "all_to_all on rank {} of group {}: out has {} {} elements, in has {} {}; they must match",
         rank, group, out.numel(), dtype_name(out.dtype()), in.numel(), dtype_name(in.dtype())));
+}
+
+void check_all_to_all_v_sizes(const Tensor& in, std::span<const int64_t> send_counts,
+                              const Tensor& out, std::span<const int64_t> recv_counts,
+                              int group_size, int rank, const std::string& group) {
+  auto where = [&] { return fmt::format("all_to_all_v on rank {} of group {}", rank, group); };
+  for (auto [side, counts] :
+       {std::pair{"send_counts", send_counts}, {"recv_counts", recv_counts}}) {
+    if (static_cast<int>(counts.size()) != group_size)
+      throw CommError(fmt::format("{}: {} has {} entries; it needs one per group rank ({})",
+                                  where(), side, counts.size(), group_size));
+    for (size_t j = 0; j < counts.size(); ++j)
+      if (counts[j] < 0)
+        throw CommError(fmt::format("{}: {}[{}] is {}; counts are elements, 0 or more", where(),
+                                    side, j, counts[j]));
+  }
+  auto total = [](std::span<const int64_t> c) { return std::accumulate(c.begin(), c.end(), 0L); };
+  if (in.numel() != total(send_counts) || out.numel() != total(recv_counts))
+    throw CommError(fmt::format(
+        "{}: in has {} elements and out {}, but send_counts sum to {} and recv_counts to {}; "
+        "size each buffer to its counts' sum",
+        where(), in.numel(), out.numel(), total(send_counts), total(recv_counts)));
+  if (out.dtype() != in.dtype())
+    throw CommError(fmt::format("{}: out is {}, in is {}; they must match", where(),
+                                dtype_name(out.dtype()), dtype_name(in.dtype())));
+}
+
+void check_all_to_all_v_counts(std::span<const int64_t> send, std::span<const int64_t> recv, int n,
+                               const std::vector<int>& world_rank, const std::string& group,
+                               int64_t seq) {
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const int64_t sent = send[static_cast<size_t>(i) * n + j];
+      const int64_t expected = recv[static_cast<size_t>(j) * n + i];
+      if (sent != expected)
+        throw CommError(fmt::format(
+            "all_to_all_v #{} in group {}: rank {} sends {} elements to rank {}, which expects {} "
+            "from it (send_counts[{}] on rank {} must equal recv_counts[{}] on rank {})",
+            seq, group, world_rank[i], sent, world_rank[j], expected, j, world_rank[i], i,
+            world_rank[j]));
+    }
 }
 
 Tensor ring_chunk(const Tensor& t, int parts, int index) {

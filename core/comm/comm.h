@@ -1,14 +1,15 @@
 // Comm: one rank's view of a group of ranks. Point-to-point (send/recv, blocking and async) and
-// the collectives training needs (all-reduce, reduce-scatter, all-gather, all-to-all, broadcast,
-// barrier),
-// plus split() to carve the world into process groups (DP/TP/PP/CP groups of a mesh).
-// Backends: local (ranks are threads), mpi (processes), nccl (one GPU per rank).
+// the collectives training needs (all-reduce, reduce-scatter, all-gather, all-to-all and its
+// variable-size form, broadcast, barrier), plus split() to carve the world into process groups
+// (DP/TP/PP/CP groups of a mesh). Backends: local (ranks are threads), mpi (processes), nccl (one
+// GPU per rank).
 //
 // Lengths need not divide by the group size: chunk r of n elements over N ranks is
 // chunk_range(n, N, r) (the first n % N ranks get one extra element).
 #pragma once
 #include <cstring>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -28,14 +29,29 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
 Tensor ring_chunk(const Tensor& t, int parts, int index);
 
 // One member's collective call as members compare it and mismatch tables print it:
-// "all_reduce(count=4, f32, sum)", "broadcast(count=8, f32, root=0)", "barrier()".
+// "all_reduce(count=4, f32, sum)", "broadcast(count=8, f32, root=0)", "barrier()"; without the
+// count where members' sizes may differ: "all_to_all_v(f32)".
 std::string describe_collective(const char* kind, const Tensor* t, const ReduceOp* op,
-                                int root = -1);
+                                int root = -1, bool with_count = true);
 
 // all_to_all's argument check, shared by the backends: `in` and `out` the same length, divisible
 // by the group size; otherwise a CommError naming the sizes.
 void check_all_to_all_sizes(const Tensor& in, const Tensor& out, int group_size, int rank,
                             const std::string& group);
+
+// all_to_all_v's argument check, shared by the backends: one count per group rank on each side,
+// none negative, `in` holding the sum of send_counts and `out` the sum of recv_counts, one dtype;
+// otherwise a CommError naming what is wrong.
+void check_all_to_all_v_sizes(const Tensor& in, std::span<const int64_t> send_counts,
+                              const Tensor& out, std::span<const int64_t> recv_counts,
+                              int group_size, int rank, const std::string& group);
+// all_to_all_v's agreement, given every member's counts (send[i * n + j]: what group rank i sends
+// to j; recv[j * n + i]: what j expects from i): the first pair (i, j) whose counts differ is a
+// CommError naming both ranks (world ranks from `world_rank`) and both counts; the same message on
+// every member that checks the same matrices.
+void check_all_to_all_v_counts(std::span<const int64_t> send, std::span<const int64_t> recv, int n,
+                               const std::vector<int>& world_rank, const std::string& group,
+                               int64_t seq);
 
 // Element types of host messages: the control data a program sends besides tensors (token ids,
 // lengths, counters, text), each with its own type instead of smuggled through floats.
@@ -142,6 +158,15 @@ class Comm {
   // size, blocks ordered by source (block j came from group rank j). in.numel() % size() != 0 ->
   // CommError naming the sizes. (DeepSpeed-Ulysses' sequence <-> head re-sharding.)
   virtual void all_to_all(const Tensor& in, Tensor& out) = 0;
+  // Variable-size all-to-all (mixture-of-experts token dispatch and combine): this rank sends
+  // send_counts[j] elements to group rank j and receives recv_counts[j] from it (one count per
+  // group rank, in elements); `in` holds sum(send_counts) elements packed in group-rank order,
+  // `out` sum(recv_counts) in group-rank order of the sources. A zero count moves no message. A
+  // send count that differs from its partner's recv count is a CommError on every member naming
+  // both ranks and both counts (the backends that run their own algorithms; NCCL checks only
+  // this rank's arguments).
+  virtual void all_to_all_v(const Tensor& in, std::span<const int64_t> send_counts, Tensor& out,
+                            std::span<const int64_t> recv_counts) = 0;
   // Like reduce_scatter / all_gather, but issued on the comm lane and returning at once (ZeRO-2's
   // per-bucket reduce-scatter during backward, FSDP's prefetched all-gather); wait() before use.
   virtual Work reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::sum) = 0;

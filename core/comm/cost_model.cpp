@@ -39,7 +39,36 @@ double slowest_ring_step(int ranks, double bytes, const HardwareProfile& p) {
   return slowest_step(members, 1, bytes, p);
 }
 
+// Pairwise exchange: in step s rank r sends its block to r+s and receives one from r-s; it
+// starts step s+1 when both are done. With mixed links the slow pairs delay their ranks. An
+// empty block is no message.
+template <class BlockBytes>
+double pairwise_exchange_time(int ranks, BlockBytes bytes, const HardwareProfile& profile) {
+  std::vector<double> ready(static_cast<size_t>(ranks), 0.0), next(ready.size());
+  for (int step = 1; step < ranks; ++step) {
+    for (int r = 0; r < ranks; ++r) {
+      const int to = (r + step) % ranks, from = (r - step + ranks) % ranks;
+      const double out = bytes(r, to), in = bytes(from, r);
+      next[r] = std::max(out > 0 ? ready[r] + profile.transfer_time(r, to, out) : ready[r],
+                         in > 0 ? ready[from] + profile.transfer_time(from, r, in) : 0.0);
+    }
+    ready.swap(next);
+  }
+  return *std::max_element(ready.begin(), ready.end());
+}
+
 }  // namespace
+
+double all_to_all_v_time(const std::vector<int64_t>& counts, int elem_bytes, int ranks,
+                         const HardwareProfile& profile) {
+  if (static_cast<int64_t>(counts.size()) != int64_t{ranks} * ranks)
+    throw std::invalid_argument("all_to_all_v_time: counts must be ranks x ranks");
+  if (ranks <= 1) return 0;
+  auto bytes = [&](int src, int dst) {
+    return static_cast<double>(counts[static_cast<size_t>(src) * ranks + dst]) * elem_bytes;
+  };
+  return pairwise_exchange_time(ranks, bytes, profile);
+}
 
 double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
                        const HardwareProfile& profile) {
@@ -50,20 +79,10 @@ double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes
   if (kind == "reduce_scatter" || kind == "all_gather")
     return (ranks - 1) * slowest_ring_step(ranks, largest_chunk, profile);
   if (kind == "all_to_all") {
-    // Pairwise exchange: in step s rank r sends one block to r+s and receives one from r-s; it
-    // starts step s+1 when both are done. With one kind of link every step costs one message of
-    // n/N bytes, (N-1)(alpha + (n/N) / beta); with mixed links the slow pairs delay their ranks.
+    // With one kind of link every step costs one message of n/N bytes: (N-1)(alpha + (n/N)/beta).
     const double block = static_cast<double>(elements / ranks) * elem_bytes;
-    std::vector<double> ready(static_cast<size_t>(ranks), 0.0), next(ready.size());
-    for (int step = 1; step < ranks; ++step) {
-      for (int r = 0; r < ranks; ++r) {
-        const int to = (r + step) % ranks, from = (r - step + ranks) % ranks;
-        next[r] = std::max(ready[r] + profile.transfer_time(r, to, block),
-                           ready[from] + profile.transfer_time(from, r, block));
-      }
-      ready.swap(next);
-    }
-    return *std::max_element(ready.begin(), ready.end());
+    return pairwise_exchange_time(
+        ranks, [block](int, int) { return block; }, profile);
   }
   if (kind == "broadcast") {
     std::vector<int> members(static_cast<size_t>(ranks));

@@ -6,6 +6,7 @@
 //   ring reduce-scatter   (N-1) (alpha + (n/N) / beta)
 //   ring all-gather       (N-1) (alpha + (n/N) / beta)    n = bytes of the gathered result
 //   pairwise all-to-all  (N-1) (alpha + (n/N) / beta)    n = bytes each rank holds; N-1 blocks
+//   all-to-all-v         the same steps, each pair's own block (none for a zero count)
 //   tree broadcast        ceil(log2 N) (alpha + n / beta)   with one kind of link
 // Ring chunks are rounded up to whole elements; when n < N some ring steps carry empty chunks
 // and cost less than the formula says (it is exact for n >= N).
@@ -23,6 +24,11 @@ namespace mgpu::comm {
 // of `elem_bytes`), chunks rounded up to whole elements as chunk_range does.
 double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
                        const HardwareProfile& profile);
+
+// The pairwise all-to-all-v over world ranks 0..ranks-1 starting together: counts[src * ranks +
+// dst] elements go from src to dst (row src is src's send_counts).
+double all_to_all_v_time(const std::vector<int64_t>& counts, int elem_bytes, int ranks,
+                         const HardwareProfile& profile);
 
 // One step in which every member i of a group sends `bytes` to member i + distance at once (a
 // ring step is distance 1; the dissemination barrier and the pairwise all-to-all use others):

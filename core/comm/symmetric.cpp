@@ -41,6 +41,7 @@ struct Call {
   int64_t in_elements = 0, out_elements = 0;
   DType dtype = DType::f32;
   int op = -1, root = -1;
+  std::vector<int64_t> send_counts, recv_counts;  // all_to_all_v's
   auto operator<=>(const Call&) const = default;
 };
 
@@ -50,7 +51,9 @@ Call replay_key(const CollectiveCall& c) {
           c.out_elements,
           c.shown ? c.shown->dtype() : DType::f32,
           c.op ? static_cast<int>(*c.op) : -1,
-          c.root};
+          c.root,
+          {c.send_counts.begin(), c.send_counts.end()},
+          {c.recv_counts.begin(), c.recv_counts.end()}};
 }
 
 // A collective's first run, to replay for the same call.
@@ -121,6 +124,22 @@ class SymmetricComm final : public AlgorithmicComm {
           "{} on symmetric group {}: the tensor holds values, but the group's other members are "
           "not run, so none could arrive; simulate on the phantom device",
           op, name()));
+  }
+
+  // all_to_all_v: the member d places behind is this rank's mirror, so it sends this rank what
+  // this rank sends the member d places ahead. Counts that break that mirror cannot be priced.
+  void agree_on_counts(int64_t /*seq*/, std::span<const int64_t> send_counts,
+                       std::span<const int64_t> recv_counts) override {
+    const int n = size(), r = rank();
+    for (int d = 0; d < n; ++d) {
+      const int ahead = (r + d) % n, behind = (r - d + n) % n;
+      if (recv_counts[behind] != send_counts[ahead])
+        throw CommError(fmt::format(
+            "all_to_all_v on symmetric group {}: recv_counts[{}] is {} but send_counts[{}] is "
+            "{}; its mirrored members send what this rank sends, so each recv count must equal "
+            "the send count as far ahead as its source is behind (e.g. all counts equal)",
+            name(), behind, recv_counts[behind], ahead, send_counts[ahead]));
+    }
   }
 
   // A broadcast is not symmetric (the root sends, the others receive and forward): this rank's

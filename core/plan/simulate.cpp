@@ -142,6 +142,10 @@ class StageWorld final : public comm::Comm {
   void reduce_scatter(const Tensor&, Tensor&, comm::ReduceOp) override { refuse("reduce_scatter"); }
   void all_gather(const Tensor&, Tensor&) override { refuse("all_gather"); }
   void all_to_all(const Tensor&, Tensor&) override { refuse("all_to_all"); }
+  void all_to_all_v(const Tensor&, std::span<const int64_t>, Tensor&,
+                    std::span<const int64_t>) override {
+    refuse("all_to_all_v");
+  }
   comm::Work reduce_scatter_async(const Tensor&, Tensor&, comm::ReduceOp) override {
     refuse("reduce_scatter_async");
   }

@@ -10,6 +10,7 @@
 // 19(1), 2005): 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth for the ring all-reduce.
 #pragma once
 #include <cstdint>
+#include <span>
 
 namespace mgpu::theory {
 
@@ -47,6 +48,29 @@ inline int64_t binomial_broadcast_root_bytes(int64_t bytes, int n) {
   int rounds = 0;
   while ((1 << rounds) < n) ++rounds;
   return rounds * bytes;
+}
+
+// ---- mixture of experts: the dispatch all-to-all ----
+// In one MoE layer's dispatch a rank sends each kept (token, choice) row of C values to the rank
+// holding its expert; rows for its own experts stay (GShard, Lepikhin et al. 2020, section 2.2;
+// Megatron-Core's token dispatcher). The combine sends the same rows back, so it moves as much.
+
+// Bytes this rank sends in one dispatch: send_counts[j] rows (its routing's kept slots bound for
+// rank j's experts) of `width` values of `dtype_size` bytes, for every j but `rank`.
+inline int64_t moe_dispatch_sent_bytes(std::span<const int64_t> send_counts, int rank,
+                                       int64_t width, int dtype_size) {
+  int64_t rows = 0;
+  for (size_t j = 0; j < send_counts.size(); ++j)
+    if (static_cast<int>(j) != rank) rows += send_counts[j];
+  return rows * width * dtype_size;
+}
+
+// The same under balanced routing (every expert chosen equally often, nothing dropped): of a
+// rank's tokens x top_k rows, the (ep-1)/ep bound for the other ranks' experts leave it:
+// tokens * top_k * width * dtype_size * (ep-1)/ep, rounded down.
+inline int64_t moe_dispatch_sent_bytes_balanced(int64_t tokens, int top_k, int64_t width,
+                                                int dtype_size, int ep) {
+  return tokens * top_k * width * dtype_size * (ep - 1) / ep;
 }
 
 }  // namespace mgpu::theory

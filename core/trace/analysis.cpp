@@ -180,7 +180,8 @@ double bus_bandwidth_factor(std::string_view kind, int n_ranks) {
   if (n_ranks < 1) throw std::invalid_argument("bus_bandwidth_factor: n_ranks must be >= 1");
   const double n = n_ranks;
   if (kind == "all_reduce") return theory::ring_all_reduce_factor(n);
-  if (kind == "reduce_scatter" || kind == "all_gather" || kind == "all_to_all")
+  if (kind == "reduce_scatter" || kind == "all_gather" || kind == "all_to_all" ||
+      kind == "all_to_all_v")
     return theory::ring_shard_factor(n);
   if (kind == "broadcast" || kind == "reduce" || kind == "send" || kind == "recv") return 1;
   throw std::invalid_argument(fmt::format("bus_bandwidth_factor: unknown collective '{}'", kind));

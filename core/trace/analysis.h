@@ -98,7 +98,8 @@ TraceSummary analyze(const Trace& trace, std::optional<int> step = std::nullopt)
 // ---- Collective bandwidth, as nccl-tests reports it ----
 // algbw = bytes / seconds (bytes = the buffer size each rank passes to the collective).
 // busbw = algbw * factor, the rate each link must sustain, comparable to the hardware peak:
-//   all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n;
+//   all_reduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all, all_to_all_v (n-1)/n (for
+//   all_to_all_v, bytes = what this rank sends, exact when the blocks are equal);
 //   broadcast, reduce, send, recv 1.
 // Unknown kinds throw std::invalid_argument; seconds <= 0 gives zeros.
 struct Bandwidth {

@@ -77,6 +77,10 @@ class RecvThenAdd final : public comm::Comm {
   }
   void all_gather(const Tensor& in, Tensor& out) override { c_.all_gather(in, out); }
   void all_to_all(const Tensor& in, Tensor& out) override { c_.all_to_all(in, out); }
+  void all_to_all_v(const Tensor& in, std::span<const int64_t> send_counts, Tensor& out,
+                    std::span<const int64_t> recv_counts) override {
+    c_.all_to_all_v(in, send_counts, out, recv_counts);
+  }
   comm::Work reduce_scatter_async(const Tensor& in, Tensor& out, comm::ReduceOp op) override {
     return c_.reduce_scatter_async(in, out, op);
   }

@@ -83,6 +83,25 @@ int main() {
       expect(blocks_ok, "all_to_all", n);
       ctx.comm->barrier();
     }
+    // all_to_all_v: uneven blocks (zeros among them, rank 1 sending nothing) land in source order
+    {
+      auto count = [](int src, int dst) -> int64_t {
+        return src == 1 ? 0 : (3 * src + 2 * dst + 1) % 5;
+      };
+      std::vector<int64_t> send(N), recv(N);
+      std::vector<float> mine, expected;
+      for (int j = 0; j < N; ++j) {
+        send[j] = count(r, j);
+        recv[j] = count(j, r);
+        for (int64_t i = 0; i < send[j]; ++i) mine.push_back(float(r * 100000 + j * 2000 + i));
+        for (int64_t i = 0; i < recv[j]; ++i) expected.push_back(float(j * 100000 + r * 2000 + i));
+      }
+      const auto sent = static_cast<int64_t>(mine.size());
+      Tensor in = Tensor::from({sent}, mine);
+      Tensor out = Tensor::empty({static_cast<int64_t>(expected.size())}, MemCategory::workspace);
+      ctx.comm->all_to_all_v(in, send, out, recv);
+      expect(out.to_vector() == expected, "all_to_all_v", sent);
+    }
     // p2p ring and split
     Tensor token = Tensor::from({1}, {float(r)});
     Tensor got = Tensor::empty({1}, MemCategory::workspace);

@@ -4,6 +4,7 @@
 //   stall     rank 1 stops itself (SIGSTOP), as a hung or debugged process would
 //   mismatch  rank 1 all-reduces a different element count
 //   mismatch_all_to_all  rank 1 calls all_gather where the others call all_to_all
+//   mismatch_counts  in an all_to_all_v rank 1 sends rank 0 2 elements where rank 0 expects 1
 //   recv_larger   rank 0 sends rank 1 8 floats where rank 1 receives 4 (MPI would truncate)
 //   recv_smaller  rank 0 sends rank 1 4 floats where rank 1 receives 8
 // Every process must end non-zero within the comm timeout plus a few seconds, with the
@@ -27,11 +28,12 @@ using namespace mgpu;
 int main(int argc, char** argv) {
   const std::string fault = argc > 1 ? argv[1] : "";
   const std::set<std::string> faults = {
-      "exit", "raise", "stall", "mismatch", "mismatch_all_to_all", "recv_larger", "recv_smaller"};
+      "exit",        "raise",        "stall",          "mismatch", "mismatch_all_to_all",
+      "recv_larger", "recv_smaller", "mismatch_counts"};
   if (!faults.contains(fault)) {
     std::fprintf(stderr,
                  "usage: mpi_faults exit|raise|stall|mismatch|mismatch_all_to_all|recv_larger|"
-                 "recv_smaller (under mpirun)\n");
+                 "recv_smaller|mismatch_counts (under mpirun)\n");
     return 2;
   }
   WorldOptions o;
@@ -66,6 +68,14 @@ int main(int argc, char** argv) {
           ctx.comm->all_gather(Tensor::zeros({4}, MemCategory::comm_buffers), out);
         else
           ctx.comm->all_to_all(Tensor::zeros({n}, MemCategory::comm_buffers), out);
+        return;
+      }
+      if (fault == "mismatch_counts") {  // one element to every rank; rank 1 two to rank 0
+        std::vector<int64_t> send(ctx.world_size, 1), recv(ctx.world_size, 1);
+        if (culprit) send[0] = 2;
+        Tensor in = Tensor::zeros({ctx.world_size + (culprit ? 1 : 0)}, MemCategory::comm_buffers);
+        Tensor out = Tensor::zeros({ctx.world_size}, MemCategory::comm_buffers);
+        ctx.comm->all_to_all_v(in, send, out, recv);
         return;
       }
       Tensor t = Tensor::zeros({culprit && fault == "mismatch" ? 8 : 4}, MemCategory::comm_buffers);

@@ -1,14 +1,19 @@
-// all_to_all and the async reduce-scatter / all-gather on the local backend: the right blocks
-// reach the right ranks, the bytes on the wire are the rank's own sends, the async forms equal
-// the sync ones bit for bit, and wrong sizes or mismatched calls are clear errors, not hangs.
+// all_to_all, all_to_all_v and the async reduce-scatter / all-gather on the local backend: the
+// right blocks reach the right ranks, the bytes on the wire are the rank's own sends, the async
+// forms equal the sync ones bit for bit, and wrong sizes, mismatched calls or counts are clear
+// errors, not hangs. all_to_all_v on the planner's symmetric groups, priced as the full run.
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <numeric>
 
 #include "common/collective_reference.h"
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
+#include "core/comm/cost_model.h"
+#include "core/comm/symmetric.h"
 #include "core/runtime/world.h"
+#include "core/theory/collectives.h"
 
 using namespace mgpu;
 using Catch::Matchers::Contains;
@@ -224,4 +229,221 @@ TEST_CASE("all_to_all on phantom tensors: timing and bytes only", "[comm][local]
     CHECK(e.sent_bytes == 3 * (1 << 20));  // 3 of 4 blocks of 1 MiB leave the rank
     CHECK(e.dur > 0);
   }
+}
+
+// ---- all_to_all_v: variable blocks (MoE token dispatch) ----
+
+namespace {
+
+// How many elements rank `src` sends to rank `dst` in the uneven pattern: sizes that differ per
+// pair, zeros among them, and rank 1 sending nothing at all.
+int64_t uneven_count(int src, int dst) {
+  if (src == 1) return 0;
+  return (3 * src + 2 * dst + 1) % 5;  // 0..4
+}
+
+std::vector<int64_t> send_counts_of(int src, int ranks) {
+  std::vector<int64_t> c(ranks);
+  for (int dst = 0; dst < ranks; ++dst) c[dst] = uneven_count(src, dst);
+  return c;
+}
+std::vector<int64_t> recv_counts_of(int dst, int ranks) {
+  std::vector<int64_t> c(ranks);
+  for (int src = 0; src < ranks; ++src) c[src] = uneven_count(src, dst);
+  return c;
+}
+int64_t sum_of(const std::vector<int64_t>& c) {
+  return std::accumulate(c.begin(), c.end(), int64_t{0});
+}
+
+}  // namespace
+
+TEST_CASE("all_to_all_v: uneven blocks land in source order, 1 2 and 4 ranks",
+          "[comm][local][all_to_all_v]") {
+  for (int ranks : {1, 2, 4}) {
+    INFO("ranks=" << ranks);
+    World world(options_for(ranks));
+    std::vector<std::vector<float>> received(ranks);
+    world.run([&](RankContext& ctx) {
+      const int r = ctx.rank;
+      const auto send = send_counts_of(r, ranks), recv = recv_counts_of(r, ranks);
+      std::vector<float> mine;
+      for (int dst = 0; dst < ranks; ++dst)
+        for (int64_t i = 0; i < send[dst]; ++i) mine.push_back(block_value(r, dst, i));
+      Tensor in = Tensor::from({sum_of(send)}, mine);
+      Tensor out = Tensor::zeros({sum_of(recv)}, MemCategory::workspace);
+      ctx.comm->all_to_all_v(in, send, out, recv);
+      received[r] = out.to_vector();
+    });
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<float> expected;
+      for (int src = 0; src < ranks; ++src)
+        for (int64_t i = 0; i < uneven_count(src, r); ++i)
+          expected.push_back(block_value(src, r, i));
+      CHECK(received[r] == expected);
+    }
+    // One event per rank: bytes = what it sends (own block included, as all_to_all), sent_bytes
+    // = what left it (its own block stays; a zero count is no message).
+    const auto events = world.collect_trace().events;
+    REQUIRE(static_cast<int>(events.size()) == ranks);
+    for (const auto& e : events) {
+      REQUIRE(e.op == "all_to_all_v");
+      const auto send = send_counts_of(e.rank, ranks);
+      CHECK(e.bytes == sum_of(send) * 4);
+      CHECK(e.sent_bytes == (sum_of(send) - send[e.rank]) * 4);
+    }
+  }
+}
+
+TEST_CASE("all_to_all_v: a send count its partner does not expect is a CommError on every member",
+          "[comm][local][all_to_all_v][diagnosis]") {
+  World world(options_for(4));
+  std::vector<std::string> messages(4);
+  world.run([&](RankContext& ctx) {
+    const int r = ctx.rank;
+    auto send = send_counts_of(r, 4), recv = recv_counts_of(r, 4);
+    if (r == 2) send[1] += 3;  // rank 1 still expects uneven_count(2, 1) = 4 elements
+    Tensor in = Tensor::zeros({sum_of(send)}, MemCategory::workspace);
+    Tensor out = Tensor::zeros({sum_of(recv)}, MemCategory::workspace);
+    try {
+      ctx.comm->all_to_all_v(in, send, out, recv);
+    } catch (const comm::CommError& e) {
+      messages[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK_THAT(messages[r], Contains("all_to_all_v #0 in group world: rank 2 sends 7 elements to "
+                                     "rank 1, which expects 4 from it"));
+    CHECK(messages[r] == messages[0]);
+  }
+}
+
+TEST_CASE("all_to_all_v: counts that do not fit the buffers, or one count short, are one line",
+          "[comm][local][all_to_all_v]") {
+  World world(options_for(2));
+  std::string message = run_expecting_failure(world, [](RankContext& ctx) {
+    const std::vector<int64_t> send{2, 3}, recv{2, 3};
+    Tensor in = Tensor::zeros({4}, MemCategory::workspace);
+    Tensor out = Tensor::zeros({5}, MemCategory::workspace);
+    ctx.comm->all_to_all_v(in, send, out, recv);
+  });
+  CHECK_THAT(message, Contains("in has 4 elements and out 5, but send_counts sum to 5"));
+
+  World world2(options_for(2));
+  message = run_expecting_failure(world2, [](RankContext& ctx) {
+    const std::vector<int64_t> send{2}, recv{1, 1};
+    Tensor in = Tensor::zeros({2}, MemCategory::workspace);
+    Tensor out = Tensor::zeros({2}, MemCategory::workspace);
+    ctx.comm->all_to_all_v(in, send, out, recv);
+  });
+  CHECK_THAT(message, Contains("send_counts has 1 entries; it needs one per group rank (2)"));
+}
+
+TEST_CASE("all_to_all_v: members compare the call without its counts, which differ per rank",
+          "[comm][local][all_to_all_v][diagnosis]") {
+  World world(options_for(2));
+  std::string message = run_expecting_failure(world, [](RankContext& ctx) {
+    const std::vector<int64_t> counts{1, 1};
+    const DType type = ctx.rank == 0 ? DType::f32 : DType::bf16;
+    Tensor in = Tensor::zeros({2}, MemCategory::workspace, type);
+    Tensor out = Tensor::zeros({2}, MemCategory::workspace, type);
+    ctx.comm->all_to_all_v(in, counts, out, counts);
+  });
+  CHECK_THAT(message, Contains("rank 0 called all_to_all_v(f32)"));
+  CHECK_THAT(message, Contains("rank 1 called all_to_all_v(bf16)"));
+}
+
+namespace {
+
+// A pattern every member sees alike: rank r sends rotation[(j - r) mod N] elements to rank j, so
+// each pairwise step moves equal blocks and a symmetric group's mirrors are exact. Not
+// symmetric in the pair (rank 0 sends 3 to rank 1 but receives 0 from it): what the mirror needs
+// is the same count at the same distance, not send_counts == recv_counts.
+std::vector<int64_t> rotated(const std::vector<int64_t>& rotation, int rank, bool sending) {
+  const int n = static_cast<int>(rotation.size());
+  std::vector<int64_t> c(n);
+  for (int j = 0; j < n; ++j) c[j] = rotation[((sending ? j - rank : rank - j) % n + n) % n];
+  return c;
+}
+
+void rotated_all_to_all_v(comm::Comm& group, const std::vector<int64_t>& rotation, int64_t scale) {
+  auto send = rotated(rotation, group.rank(), true), recv = rotated(rotation, group.rank(), false);
+  for (auto* c : {&send, &recv})
+    for (int64_t& x : *c) x *= scale;
+  Tensor in = Tensor::empty({sum_of(send)}, MemCategory::workspace);
+  Tensor out = Tensor::empty({sum_of(recv)}, MemCategory::workspace);
+  group.all_to_all_v(in, send, out, recv);
+}
+
+}  // namespace
+
+TEST_CASE("all_to_all_v on a symmetric group: the full run's time and bytes, mirrored",
+          "[comm][symmetric][all_to_all_v]") {
+  const std::vector<int64_t> rotation{5, 3, 0, 7};  // to self, 1 ahead, 2 ahead (none), 3 ahead
+  WorldOptions o = options_for(4);
+  o.device = DeviceKind::phantom;
+  o.clock = ClockKind::modeled;
+  World full(o);
+  std::vector<trace::Event> by_rank(4);
+  full.run([&](RankContext& ctx) {
+    rotated_all_to_all_v(*ctx.comm, rotation, 1000);
+    by_rank[ctx.rank] = ctx.tracer.events().back();
+  });
+  o.ranks = 1;
+  World one(o);
+  trace::Event first, second, other_counts;
+  std::string refused;
+  one.run([&](RankContext& ctx) {
+    auto group = comm::make_symmetric_comm(ctx, ctx.profile, {0, 1, 2, 3}, 0, "ep0");
+    rotated_all_to_all_v(*group, rotation, 1000);
+    first = ctx.tracer.events().back();
+    rotated_all_to_all_v(*group, rotation, 1000);  // replayed
+    second = ctx.tracer.events().back();
+    rotated_all_to_all_v(*group, rotation, 10);  // other counts: not the same replay
+    other_counts = ctx.tracer.events().back();
+    try {
+      // The same send counts as a rotation just run (and recorded for replays), but recv 4 from
+      // the member one behind while sending 2 one ahead.
+      rotated_all_to_all_v(*group, {1, 2, 3, 4}, 1);
+      const std::vector<int64_t> counts{1, 2, 3, 4};
+      Tensor in = Tensor::empty({10}, MemCategory::workspace);
+      Tensor out = Tensor::empty({10}, MemCategory::workspace);
+      group->all_to_all_v(in, counts, out, counts);
+    } catch (const comm::CommError& e) {
+      refused = e.what();
+    }
+  });
+  CHECK(first.op == "all_to_all_v");
+  CHECK(first.bytes == by_rank[0].bytes);
+  CHECK(first.sent_bytes == by_rank[0].sent_bytes);
+  CHECK(first.sent_bytes == 10000 * 4);  // 3 + 0 + 7 thousand elements leave rank 0
+  CHECK(first.dur == Approx(by_rank[0].dur).epsilon(1e-12));
+  // ... and the cost model's price of the same counts
+  std::vector<int64_t> matrix;
+  for (int r = 0; r < 4; ++r)
+    for (int64_t c : rotated(rotation, r, true)) matrix.push_back(c * 1000);
+  CHECK(first.dur == Approx(comm::all_to_all_v_time(matrix, 4, 4, o.profile)).epsilon(1e-12));
+  CHECK(second.dur == first.dur);
+  CHECK(second.sent_bytes == first.sent_bytes);
+  CHECK(other_counts.sent_bytes == first.sent_bytes / 100);
+  CHECK(other_counts.dur < first.dur);
+  CHECK_THAT(refused, Contains("all_to_all_v on symmetric group ep0: recv_counts[3] is 4 but "
+                               "send_counts[1] is 2"));
+  CHECK(refused.find('\n') == std::string::npos);
+}
+
+TEST_CASE("the MoE dispatch bytes: the formula equals the trace, balanced or not",
+          "[comm][theory][all_to_all_v]") {
+  // Uneven: what the trace measured in the first all_to_all_v case, from the counts.
+  for (int r = 0; r < 4; ++r) {
+    const auto send = send_counts_of(r, 4);
+    CHECK(theory::moe_dispatch_sent_bytes(send, r, 1, 4) == (sum_of(send) - send[r]) * 4);
+  }
+  // Balanced: 64 tokens x top-2 over ep = 4, rows of C = 8 fp32 values: every rank sends 32 rows
+  // to each rank, 96 of them to others.
+  const std::vector<int64_t> balanced(4, 32);
+  CHECK(theory::moe_dispatch_sent_bytes(balanced, 1, 8, 4) == 96 * 8 * 4);
+  CHECK(theory::moe_dispatch_sent_bytes_balanced(64, 2, 8, 4, 4) == 96 * 8 * 4);
+  CHECK(theory::moe_dispatch_sent_bytes_balanced(64, 2, 8, 4, 1) == 0);
 }

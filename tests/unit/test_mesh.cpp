@@ -137,8 +137,91 @@ TEST_CASE("a mesh with a group factory asks it for every axis group, never Comm:
     };
     Mesh mesh(*ctx.comm, shape, make_group);
   });
-  CHECK(asked.size() == 16);  // 4 ranks x 4 axes
+  CHECK(asked.size() == 20);  // 4 ranks x (4 axes + ep; with ep = 1 edp is the dp group)
   CHECK(asked.count("rank 1: tp [0,1] 1 tp0") == 1);
   CHECK(asked.count("rank 3: dp [1,3] 1 dp1") == 1);
   CHECK(asked.count("rank 2: pp [2] 0 pp2") == 1);
+  CHECK(asked.count("rank 3: ep [3] 0 ep3") == 1);
+}
+
+TEST_CASE("the expert axes: ep splits each dp group into blocks of ep ranks, edp strides them",
+          "[mesh][ep]") {
+  // tp=2 dp=4 pp=1 on 8 ranks: dp group 0 is world ranks {0,2,4,6}; with ep=2, d = edp*2 + e.
+  World world(WorldOptions{.ranks = 8, .all_reduce = selected_all_reduce()});
+  for (int ep : {1, 2, 4}) {
+    const MeshShape shape{.tp = 2, .dp = 4, .ep = ep};
+    INFO(shape.describe());
+    std::mutex mutex;
+    std::set<std::string> lines;  // "rank r: ep0 [0,2] 0; edp0 [0,4] 0"
+    failures.clear();
+    world.run([&](RankContext& ctx) {
+      Mesh mesh(*ctx.comm, shape);
+      const int me = ctx.rank, d = mesh.coord(Axis::dp);
+      EXPECT_ON_RANK(mesh.coord(Axis::ep) == d % ep);
+      EXPECT_ON_RANK(mesh.coord(Axis::edp) == d / ep);
+      std::string line = fmt::format("rank {}:", me);
+      for (Axis axis : kExpertAxes) {
+        comm::Comm& g = mesh.group(axis);
+        EXPECT_ON_RANK(g.size() == shape.size(axis));
+        EXPECT_ON_RANK(g.rank() == mesh.coord(axis));
+        std::vector<int> members;
+        for (int i = 0; i < g.size(); ++i) members.push_back(g.world_rank(i));
+        line += fmt::format(" {} [{}] {};", g.name(), fmt::join(members, ","), g.rank());
+      }
+      // the groups really work: the sum of the world ranks over ep, then over edp
+      Tensor t = Tensor::from({1}, {static_cast<float>(me)});
+      mesh.group(Axis::ep).all_reduce(t);
+      mesh.group(Axis::edp).all_reduce(t);
+      EXPECT_ON_RANK(t.to_vector()[0] == static_cast<float>(me % 2 ? 16 : 12));  // the dp group
+      std::lock_guard lock(mutex);
+      lines.insert(line);
+    });
+    CHECK(failures == std::vector<std::string>{});
+    if (ep == 1) {  // every rank its own ep group; edp is the dp group
+      CHECK(lines.count("rank 4: ep4 [4] 0; dp0 [0,2,4,6] 2;") == 1);
+      CHECK(lines.count("rank 7: ep7 [7] 0; dp1 [1,3,5,7] 3;") == 1);
+    } else if (ep == 2) {
+      CHECK(lines.count("rank 0: ep0 [0,2] 0; edp0 [0,4] 0;") == 1);
+      CHECK(lines.count("rank 6: ep2 [4,6] 1; edp2 [2,6] 1;") == 1);
+      CHECK(lines.count("rank 3: ep1 [1,3] 1; edp3 [3,7] 0;") == 1);
+    } else {  // one ep group per dp group; each rank alone in its edp group
+      CHECK(lines.count("rank 4: ep0 [0,2,4,6] 2; edp4 [4] 0;") == 1);
+      CHECK(lines.count("rank 5: ep1 [1,3,5,7] 2; edp5 [5] 0;") == 1);
+    }
+  }
+}
+
+TEST_CASE("ep must divide dp: one line naming the sizes that work", "[mesh][ep]") {
+  MeshShape shape{.dp = 4, .ep = 3};
+  try {
+    shape.validate(4);
+    FAIL("accepted ep=3 with dp=4");
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    CHECK_THAT(message, Catch::Contains("ep=3 does not divide dp=4"));
+    CHECK_THAT(message, Catch::Contains("ep = one of 1, 2, 4"));
+    CHECK(message.find('\n') == std::string::npos);
+  }
+  CHECK(MeshShape{.dp = 4, .ep = 2}.describe() == "tp=1 cp=1 dp=4 pp=1 ep=2");
+  CHECK(MeshShape{.dp = 4}.describe() == "tp=1 cp=1 dp=4 pp=1");
+}
+
+TEST_CASE("the group factory is asked for the ep and edp groups too", "[mesh][ep]") {
+  World world(WorldOptions{.ranks = 4, .all_reduce = selected_all_reduce()});
+  std::mutex mutex;
+  std::set<std::string> asked;
+  world.run([&](RankContext& ctx) {
+    const MeshGroupFactory make_group = [&](Axis axis, const std::vector<int>& members,
+                                            int my_index, const std::string& name) {
+      std::lock_guard lock(mutex);
+      asked.insert(fmt::format("rank {}: {} [{}] {} {}", ctx.rank, axis_name(axis),
+                               fmt::join(members, ","), my_index, name));
+      return std::unique_ptr<comm::Comm>();
+    };
+    Mesh mesh(*ctx.comm, {.dp = 4, .ep = 2}, make_group);
+  });
+  CHECK(asked.size() == 24);  // 4 ranks x 6 groups
+  CHECK(asked.count("rank 3: ep [2,3] 1 ep1") == 1);
+  CHECK(asked.count("rank 3: edp [1,3] 1 edp1") == 1);
+  CHECK(asked.count("rank 0: edp [0,2] 0 edp0") == 1);
 }

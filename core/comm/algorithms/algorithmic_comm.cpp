@@ -16,7 +16,7 @@
 namespace mgpu::comm {
 
 std::string CollectiveCall::describe() const {
-  return describe_collective(kind, shown, op ? &*op : nullptr, root);
+  return describe_collective(kind, shown, op ? &*op : nullptr, root, send_counts.empty());
 }
 
 AlgorithmicComm::AlgorithmicComm(RankContext& ctx, std::string name, std::vector<int> members,
@@ -152,6 +152,21 @@ void AlgorithmicComm::all_to_all(const Tensor& in, Tensor& out) {
   check_payload(out, "all_to_all");
   const CollectiveCall call{"all_to_all", &in, {}, -1, in.numel(), out.numel(), in.bytes()};
   auto steps = [&] { algorithms::pairwise_all_to_all(*this, in, out); };
+  ctx_.clock.wait_compute_until(collective(call, steps));
+}
+
+void AlgorithmicComm::all_to_all_v(const Tensor& in, std::span<const int64_t> send_counts,
+                                   Tensor& out, std::span<const int64_t> recv_counts) {
+  check_all_to_all_v_sizes(in, send_counts, out, recv_counts, size(), rank_, name_);
+  check_payload(out, "all_to_all_v");
+  // The event's bytes: what this rank sends (its own block included, as all_to_all's in.bytes()).
+  CollectiveCall call{"all_to_all_v", &in, {}, -1, in.numel(), out.numel(), in.bytes()};
+  call.send_counts = send_counts;
+  call.recv_counts = recv_counts;
+  auto steps = [&] {
+    agree_on_counts(collective_seq_, send_counts, recv_counts);
+    algorithms::pairwise_all_to_all_v(*this, in, send_counts, out, recv_counts);
+  };
   ctx_.clock.wait_compute_until(collective(call, steps));
 }
 

@@ -25,6 +25,9 @@ struct CollectiveCall {
   int root = -1;
   int64_t in_elements = 0, out_elements = 0;
   int64_t bytes = 0;  // the trace event's bytes
+  // all_to_all_v: this rank's counts. Members' counts differ, so they are not part of what
+  // members compare (describe() then omits the count); a replay must tell them apart.
+  std::span<const int64_t> send_counts, recv_counts;
   // "all_reduce(count=4, f32, sum)": describe_collective's words.
   std::string describe() const;
 };
@@ -58,6 +61,8 @@ class AlgorithmicComm : public Comm {
   void all_gather(const Tensor& in, Tensor& out) final;
   Work all_gather_async(const Tensor& in, Tensor& out) final;
   void all_to_all(const Tensor& in, Tensor& out) final;
+  void all_to_all_v(const Tensor& in, std::span<const int64_t> send_counts, Tensor& out,
+                    std::span<const int64_t> recv_counts) final;
   void broadcast(Tensor& t, int root) final;
   void barrier() final;
 
@@ -70,6 +75,11 @@ class AlgorithmicComm : public Comm {
   // Before a collective's steps: the members check they make the same call (local: the world's
   // registry; mpi: a hash all-reduce). Symmetric groups have no other members to ask.
   virtual void agree_on_call(int64_t /*seq*/, const CollectiveCall& /*call*/) {}
+  // all_to_all_v, once the call agrees: the members check that every send count equals its
+  // partner's recv count (check_all_to_all_v_counts), outside the modeled clock like the call's
+  // agreement (a real all-to-all-v trusts counts its caller exchanged).
+  virtual void agree_on_counts(int64_t /*seq*/, std::span<const int64_t> /*send_counts*/,
+                               std::span<const int64_t> /*recv_counts*/) {}
   // Runs the collective's steps (symmetric groups replay a recorded run instead). `start`: the
   // collective's start on the comm lane.
   virtual void run_steps(const CollectiveCall& /*call*/, double /*start*/, StepsRef steps) {

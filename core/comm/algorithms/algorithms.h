@@ -18,6 +18,11 @@ void ring_all_gather(Comm& comm, Tensor& buffer);
 // Pairwise-exchange all-to-all (N-1 steps): block j of `in` goes to rank j; block j of `out`
 // comes from rank j. in.numel() must divide by N (the caller checks).
 void pairwise_all_to_all(Comm& comm, const Tensor& in, Tensor& out);
+// The same exchange with variable blocks: send_counts[j] elements of `in` (packed in rank order)
+// go to rank j, recv_counts[j] elements of `out` come from rank j; a zero count is no message.
+// The counts must agree pairwise (the caller checks).
+void pairwise_all_to_all_v(Comm& comm, const Tensor& in, std::span<const int64_t> send_counts,
+                           Tensor& out, std::span<const int64_t> recv_counts);
 // Comm::reduce_scatter / all_gather on top of the two rings: the same comm buffer, messages and
 // summation order on every backend.
 // check_my_chunk throws the CommError a wrong chunk length deserves.

@@ -77,6 +77,24 @@ class LocalComm final : public AlgorithmicComm {
                              call.describe());
   }
 
+  // Every member's counts meet in the world (a rendezvous, off the modeled clock); each member
+  // checks the same matrices, so a mismatch is the same CommError on all of them.
+  void agree_on_counts(int64_t seq, std::span<const int64_t> send_counts,
+                       std::span<const int64_t> recv_counts) override {
+    std::vector<int64_t> mine(send_counts.begin(), send_counts.end());
+    mine.insert(mine.end(), recv_counts.begin(), recv_counts.end());
+    const auto all = world_->gather(
+        group_key_ + "/all_to_all_v", seq, members(), rank(), std::move(mine),
+        fmt::format("waits for the counts of all_to_all_v #{} in group {}", seq, name()));
+    const int n = size();
+    std::vector<int64_t> send, recv;
+    for (const auto& member : all) {
+      send.insert(send.end(), member.begin(), member.begin() + n);
+      recv.insert(recv.end(), member.begin() + n, member.end());
+    }
+    check_all_to_all_v_counts(send, recv, n, members(), name(), seq);
+  }
+
   MailboxKey mailbox(int src, int dst, int tag) const {
     return {group_key_, world_rank(src), world_rank(dst), tag, in_collective()};
   }

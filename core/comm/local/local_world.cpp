@@ -415,12 +415,22 @@ std::vector<std::pair<int, int>> LocalWorld::exchange(const std::string& group_k
                                                       const std::vector<int>& members, int my_index,
                                                       std::pair<int, int> value,
                                                       const std::string& what) {
+  const auto values = gather(group_key, id, members, my_index, {value.first, value.second}, what);
+  std::vector<std::pair<int, int>> pairs;
+  for (const auto& v : values) pairs.emplace_back(static_cast<int>(v[0]), static_cast<int>(v[1]));
+  return pairs;
+}
+
+std::vector<std::vector<int64_t>> LocalWorld::gather(const std::string& group_key, int64_t id,
+                                                     const std::vector<int>& members, int my_index,
+                                                     std::vector<int64_t> value,
+                                                     const std::string& what) {
   auto lock = lock_world();
   throw_if_stopped_locked();
   auto key = std::make_pair(group_key, id);
   Rendezvous& rv = rendezvous_[key];
   rv.values.resize(members.size());
-  rv.values[my_index] = value;
+  rv.values[my_index] = std::move(value);
   ++rv.arrived;
   for (int m : members) wake(m);
   int n = static_cast<int>(members.size());

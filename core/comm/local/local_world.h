@@ -106,7 +106,11 @@ class LocalWorld {
   void check_collective(const std::string& group_key, const std::string& group_name, int64_t seq,
                         int members, int world_rank, const std::string& call);
 
-  // Every member of `members` (world ranks) contributes a value and gets all of them (split).
+  // Every member of `members` (world ranks) contributes a value and gets all of them, in member
+  // order: (color, key) for split, the counts for all_to_all_v's check.
+  std::vector<std::vector<int64_t>> gather(const std::string& group_key, int64_t id,
+                                           const std::vector<int>& members, int my_index,
+                                           std::vector<int64_t> value, const std::string& what);
   std::vector<std::pair<int, int>> exchange(const std::string& group_key, int64_t id,
                                             const std::vector<int>& members, int my_index,
                                             std::pair<int, int> value, const std::string& what);
@@ -143,7 +147,7 @@ class LocalWorld {
         calls;  // (world rank, "all_reduce(count=4, f32, sum)")
   };
   struct Rendezvous {
-    std::vector<std::pair<int, int>> values;
+    std::vector<std::vector<int64_t>> values;
     int arrived = 0, departed = 0;
   };
 

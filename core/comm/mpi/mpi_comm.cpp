@@ -171,6 +171,29 @@ class MpiComm final : public AlgorithmicComm {
     throw CommError(message);
   }
 
+  // all_to_all_v: the members all-gather their send and recv counts (off the modeled clock, as
+  // the call's agreement) and each checks every pair, so a mismatch raises the same CommError on
+  // every member, as on the local backend.
+  void agree_on_counts(int64_t seq, std::span<const int64_t> send_counts,
+                       std::span<const int64_t> recv_counts) override {
+    const int n = size();
+    std::vector<int64_t> mine(send_counts.begin(), send_counts.end());
+    mine.insert(mine.end(), recv_counts.begin(), recv_counts.end());
+    std::vector<int64_t> all(static_cast<size_t>(2) * n * n);
+    MPI_Request req;
+    check(MPI_Iallgather(mine.data(), 2 * n, MPI_INT64_T, all.data(), 2 * n, MPI_INT64_T, comm_,
+                         &req),
+          "MPI_Iallgather");
+    wait(req, label_ + " (its counts)");
+    std::vector<int64_t> send, recv;
+    for (int r = 0; r < n; ++r) {
+      auto member = all.begin() + static_cast<ptrdiff_t>(2) * n * r;
+      send.insert(send.end(), member, member + n);
+      recv.insert(recv.end(), member + n, member + 2 * n);
+    }
+    check_all_to_all_v_counts(send, recv, n, members(), name(), seq);
+  }
+
   // Inside a collective its messages go on the private duplicate, never meeting user p2p.
   MPI_Comm channel() const { return in_collective() ? collective_comm_ : comm_; }
 

@@ -119,6 +119,31 @@ class NcclComm final : public Comm {
     check(ncclGroupEnd(), "ncclGroupEnd");
     synchronize("all_to_all");
   }
+  // Grouped point-to-point, as all_to_all; a zero count posts nothing. The counts are trusted:
+  // a send the partner does not expect makes the stream's synchronize time out naming this rank.
+  void all_to_all_v(const Tensor& in, std::span<const int64_t> send_counts, Tensor& out,
+                    std::span<const int64_t> recv_counts) override {
+    check_all_to_all_v_sizes(in, send_counts, out, recv_counts, size_, rank_, name_);
+    cudaStream_t stream = ready();
+    check(ncclGroupStart(), "ncclGroupStart");
+    int64_t sent = 0, received = 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      const int64_t to = send_counts[peer], from = recv_counts[peer];
+      if (to > 0) {
+        Tensor to_peer = in.flat_range(sent, sent + to);
+        check(ncclSend(to_peer.raw(), to, nccl_type(in.dtype()), peer, comm_, stream), "ncclSend");
+      }
+      if (from > 0) {
+        Tensor from_peer = out.flat_range(received, received + from);
+        check(ncclRecv(from_peer.raw(), from, nccl_type(out.dtype()), peer, comm_, stream),
+              "ncclRecv");
+      }
+      sent += to;
+      received += from;
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize("all_to_all_v");
+  }
   void broadcast(Tensor& t, int root) override {
     check(ncclBroadcast(t.raw(), t.raw(), t.numel(), nccl_type(t.dtype()), root, comm_, ready()),
           "ncclBroadcast");
