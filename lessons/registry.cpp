@@ -3,6 +3,7 @@
 #include "lessons/collectives.h"
 #include "lessons/context_parallel.h"
 #include "lessons/ddp.h"
+#include "lessons/expert_parallel.h"
 #include "lessons/hybrid.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
@@ -27,6 +28,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_tensor_parallel_lesson());
   lessons.push_back(make_sequence_parallel_lesson());
   lessons.push_back(make_context_parallel_lesson());
+  lessons.push_back(make_expert_parallel_lesson());
   lessons.push_back(make_mixed_precision_lesson());
   lessons.push_back(make_activation_checkpointing_lesson());
   lessons.push_back(make_zero_lesson());

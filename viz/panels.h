@@ -69,6 +69,11 @@ int64_t max_model_states(const TraceView& view);
 // where known).
 void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id);
 
+// A mixture-of-experts run's routing in the summarised step, one heat map per MoE block: a row
+// per GPU (and their sum), a column per expert, each cell its kept tokens, shaded by the block's
+// busiest expert; with the router's imbalance (max/mean). Nothing for a dense model.
+void draw_expert_load(const PanelContext& ctx, const TraceView& view);
+
 // Per-rank bars for the summarised step (or run): busy and idle share of the compute lane, the
 // comm lane's share under it (wire solid, waiting lighter), and measured vs theory (metadata
 // "predictions") as bars. Called by draw_summary under its table.

@@ -68,6 +68,7 @@ void draw_summary(const PanelContext& ctx, const TraceView& view, const std::str
     }
   }
   ImGui::EndTable();
+  draw_expert_load(ctx, view);
   // Runs side by side on a projector: the table and the line above carry the bubble and the peak;
   // the bars would push the page past 1080 rows.
   if (ctx.column_width > 0 && ctx.scale > 1) return;

@@ -147,6 +147,7 @@ void TraceView::compute_gaps_and_summary() {
     if (e.lane == Lane::step && e.step >= 0) steps.insert(e.step);
   summary_step_ = steps.size() > 1 ? std::optional<int>(*steps.rbegin()) : std::nullopt;
   const trace::TraceSummary analysis = trace::analyze(trace_, summary_step_);
+  expert_loads_ = trace::expert_loads(trace_, summary_step_);
   const std::vector<double> cuts = gap_cuts();
   for (int r = 0; r < num_ranks_; ++r) {
     // Bubbles: the holes between busy intervals of the compute lane, inside the run window.

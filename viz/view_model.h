@@ -10,6 +10,7 @@
 //                   collective: same group + seq), for click-select highlighting,
 //                 - memory over time stacked by category (cumulative sums per sample),
 //                 - a per-rank summary (busy, comm, idle, bubble %, overlap %, peak memory),
+//                 - a mixture-of-experts run's tokens per expert per rank (expert load),
 //                 - the device mesh the run used (rows labelled "GPU 5  dp1 pp0 tp1") and its
 //                   communication groups ("tp0", "dp1", "world"), to highlight one group.
 //   LaneLayout  where each rank's lane group sits vertically ("GPU r": compute, comm).
@@ -23,6 +24,7 @@
 
 #include "core/parallel/mesh.h"
 #include "core/trace/event.h"
+#include "core/trace/expert_load.h"
 
 namespace mgpu::viz {
 
@@ -152,6 +154,9 @@ class TraceView {
   std::optional<int> summary_step() const { return summary_step_; }
   // Where the shown step starts (the time the ruler calls 0): summary_step()'s, else the run's.
   double shown_start() const;
+  // A mixture-of-experts run's routing in the shown step (the summary's): per MoE block, each
+  // rank's kept tokens per expert (core/trace/expert_load.h); empty for a dense model.
+  const std::vector<trace::ExpertLoad>& expert_loads() const { return expert_loads_; }
   // Theory from metadata["predictions"][key], if it is a number.
   std::optional<double> prediction(const std::string& key) const;
 
@@ -217,6 +222,7 @@ class TraceView {
   std::vector<std::vector<Gap>> gaps_;
   std::vector<RankSummary> summary_;
   std::optional<int> summary_step_;
+  std::vector<trace::ExpertLoad> expert_loads_;
   std::vector<int> partner_group_;        // per event: index into groups_, or -1
   std::vector<std::vector<int>> groups_;  // events that belong together
   std::vector<std::vector<StackedSample>> memory_;

@@ -36,6 +36,11 @@ RankContext& default_context() {
 void Tracer::record(trace::Event e) {
   if (!enabled) return;
   e.rank = rank_;
+  if (comm_label && e.lane == trace::Lane::comm) {
+    e.name = comm_label->name;
+    if (comm_label->layer >= 0) e.layer = comm_label->layer;
+    if (!comm_label->counts.empty()) e.counts = comm_label->counts;
+  }
   events_.push_back(std::move(e));
 }
 
@@ -180,6 +185,15 @@ StepScope::~StepScope() {
   e.start = start_;
   e.dur = std::max(ctx_.clock.compute_now(), ctx_.clock.comm_now()) - start_;
   ctx_.tracer.record(std::move(e));
+}
+
+CommLabelScope::CommLabelScope(Tracer::CommLabel label)
+    : tracer_(current_rank().tracer), outer_(std::move(tracer_.comm_label)) {
+  tracer_.comm_label = std::move(label);
+}
+
+CommLabelScope::~CommLabelScope() {
+  tracer_.comm_label = std::move(outer_);
 }
 
 }  // namespace mgpu

@@ -4,6 +4,7 @@
 // tests, single-device tools) gets a default single-rank CPU context with a modeled clock.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,15 @@ class Tracer {
   explicit Tracer(int rank = 0) : rank_(rank) {}
   bool enabled = true;
   bool record_kernels = false;  // also record every kernel that runs inside a scope
+  // While set (CommLabelScope), every comm-lane event recorded takes this label's name, and its
+  // layer and counts where given: an expert exchange names its all-to-alls "dispatch" and
+  // "combine" on the timeline. The collective's own kind stays in the event's `op`.
+  struct CommLabel {
+    std::string name;
+    int layer = -1;
+    std::vector<int64_t> counts;
+  };
+  std::optional<CommLabel> comm_label;
 
   void record(trace::Event e);
   void record_memory(double time, const MemoryStats& stats);
@@ -117,6 +127,19 @@ class ComputeScope {
 
  private:
   RankContext& ctx_;
+};
+
+// Labels the comm events the calling rank records during its lifetime (Tracer::comm_label).
+class CommLabelScope {
+ public:
+  explicit CommLabelScope(Tracer::CommLabel label);
+  ~CommLabelScope();
+  CommLabelScope(const CommLabelScope&) = delete;
+  CommLabelScope& operator=(const CommLabelScope&) = delete;
+
+ private:
+  Tracer& tracer_;
+  std::optional<Tracer::CommLabel> outer_;
 };
 
 // Marks one training step on the step lane (analysis measures bubbles per step).

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/trace/analysis.h"
+#include "core/trace/expert_load.h"
 
 namespace mgpu::trace {
 
@@ -52,6 +53,12 @@ constexpr const char* kWaitPiece = "wait";
 Look look_of(const Event& e) {
   if (e.lane == Lane::comm && e.cat == kWaitPiece)
     return {'~', "waiting for a partner", "\x1b[2;36m"};
+  // An expert exchange's all-to-alls (expert parallelism labels them): tokens out to their
+  // experts, and back.
+  if (is_dispatch(e))
+    return {'>', "dispatch to experts", "\x1b[1;35m"};
+  if (is_combine(e))
+    return {'<', "combine from experts", "\x1b[1;35m"};
   if (e.lane == Lane::comm) return {'=', "comm on the wire", "\x1b[1;36m"};
   if (e.cat == cat::forward) return {'F', "forward", "\x1b[30;42m"};
   if (e.cat == cat::backward) return {'B', "backward", "\x1b[97;44m"};
@@ -259,7 +266,7 @@ std::string render_legend(const Trace& trace, const Grid& g, const AsciiTimeline
     any_microbatch |= e.lane == Lane::compute && e.microbatch >= 0;
   }
   std::string out;
-  for (char letter : std::string("FBWOC=~")) {
+  for (char letter : std::string("FBWOC=><~")) {
     auto it = present.find(letter);
     if (it == present.end()) continue;
     const Look& look = it->second;

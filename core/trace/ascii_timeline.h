@@ -13,7 +13,8 @@
 // covers half of it), and every event of non-zero length gets at least one cell. A run of cells
 // of one event starts with its label (kind letter + micro-batch) where it fits, then the letter in
 // lower case, so back-to-back events of one kind still read apart. A comm event's waiting for a
-// partner (Event::wait, drawn first) shows as '~', its wire time as '='.
+// partner (Event::wait, drawn first) shows as '~', its wire time as '='; an expert exchange's
+// all-to-alls (core/trace/expert_load.h) as '>' (dispatch) and '<' (combine) instead of '='.
 #pragma once
 #include <optional>
 #include <string>

@@ -65,6 +65,7 @@ json event_args(const Event& e) {
   if (!e.group.empty()) args["group"] = e.group;
   if (!e.op.empty()) args["op"] = e.op;
   if (e.seq >= 0) args["seq"] = e.seq;
+  if (!e.counts.empty()) args["counts"] = e.counts;
   return args;
 }
 
@@ -232,6 +233,18 @@ class Reader {
     e.group = optional_string(args, "group", where);
     e.op = optional_string(args, "op", where);
     e.seq = optional_int(args, "seq", where, -1);
+    if (auto counts = args.find("counts"); counts != args.end()) read_counts(*counts, where, e);
+  }
+
+  void read_counts(const json& counts, const std::string& where, Event& e) {
+    if (!counts.is_array()) fail(where + ".counts must be an array of counts");
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const json& c = counts[i];
+      if (!c.is_number_integer() || c.get<int64_t>() < 0)
+        fail(fmt::format("{}.counts[{}] must be a count (an integer >= 0), not {}", where, i,
+                         c.dump()));
+      e.counts.push_back(c.get<int64_t>());
+    }
   }
 
   CounterSample read_counter(const json& j, const std::string& where, int num_ranks) {

@@ -53,6 +53,9 @@ struct Event {
   std::string group;  // process group, e.g. "world", "dp0", "pp1"
   std::string op;     // collective kind: "all_reduce", "send", "recv", ...
   int64_t seq = -1;   // per-group collective sequence number (links members together)
+  // Per-item counts an event reports (an expert exchange's routing: kept tokens per expert of
+  // this rank, in expert order); empty for every other event.
+  std::vector<int64_t> counts;
 
   double end() const { return start + dur; }
   bool operator==(const Event&) const = default;

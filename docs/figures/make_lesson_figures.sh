@@ -2,8 +2,8 @@
 # Regenerates the lesson pages' dashboard figures from the runs their captions name:
 #   docs/figures/make_lesson_figures.sh [BUILD_DIR]      (default: build-cpu)
 # README and 06-pipeline: the demo's 1F1B run (./dev.sh demo) and six schedules in theory mode;
-# 07 and 08: tensor and sequence parallelism on 4 GPUs, 3 steps, as the captions say. Each
-# screenshot is as tall as its content.
+# 07 and 08: tensor and sequence parallelism on 4 GPUs, 3 steps, as the captions say; 10: expert
+# parallelism. Each screenshot is as tall as its content.
 set -euo pipefail
 source "$(dirname "$0")/figure_setup.sh" "$@"
 "$mgpu" run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
@@ -28,3 +28,9 @@ xvfb-run -a "$mgpu" viz tensor_parallel.json --screenshot "$figures/tensor-paral
   --width 1400
 xvfb-run -a "$mgpu" viz sequence_parallel.json \
   --screenshot "$figures/sequence-parallel-lesson.png" --width 1400
+# 10: expert parallelism on 4 GPUs, 8 experts, top-2, 3 steps: the dispatch/combine all-to-alls
+# labelled on the timeline and the tokens per expert under the summary.
+"$mgpu" run expert_parallel --ranks 4 --experts 8 --top-k 2 --capacity-factor 1.25 --steps 3 \
+  --skew 1 --trace expert_parallel.json >/dev/null
+xvfb-run -a "$mgpu" viz expert_parallel.json --screenshot "$figures/expert-parallel-lesson.png" \
+  --width 1400

@@ -41,9 +41,12 @@ Trace sample_trace() {
   send.group = "pp0";
   send.op = "send";
   send.seq = 17;
+  Event dispatch = make_event("dispatch counts", cat::comm, 0, Lane::comm, 0.5, 1e-6);
+  dispatch.op = "all_to_all";
+  dispatch.counts = {9, 0, int64_t(1) << 40, 4};  // an expert exchange's tokens per expert
   Event step = make_event("step 3", cat::step, 1, Lane::step, 0, 2.5);
   step.step = 3;
-  t.events = {fwd, send, step};
+  t.events = {fwd, send, dispatch, step};
   CounterSample c0{.rank = 0, .time = 0.3, .bytes = {1, 2, 3, 4, 5, 6}};
   CounterSample c1{.rank = 1, .time = 1e-7, .bytes = {int64_t(80) << 30, 0, 0, 0, 0, 0}};
   t.counters = {c0, c1};
@@ -227,6 +230,12 @@ TEST_CASE("chrome trace: malformed inputs give one clear TraceFormatError") {
     CHECK_THAT(
         error_of(R"({"traceEvents": [{"ph":"X","name":"a","pid":0,"tid":0,"ts":0,"dur":-1}]})"),
         Catch::Contains("negative"));
+    CHECK_THAT(error_of(R"({"traceEvents": [{"ph":"X","name":"a","pid":0,"tid":1,"ts":0,"dur":1,
+                     "args":{"counts":[3,-1]}}]})"),
+               Catch::Contains("counts[1] must be a count (an integer >= 0), not -1"));
+    CHECK_THAT(error_of(R"({"traceEvents": [{"ph":"X","name":"a","pid":0,"tid":1,"ts":0,"dur":1,
+                     "args":{"counts":7}}]})"),
+               Catch::Contains("counts must be an array"));
   }
   SECTION("mgpu event on a rank that does not exist") {
     Trace t;

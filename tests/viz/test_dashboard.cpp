@@ -509,3 +509,47 @@ TEST_CASE("a comm event's waiting for a partner is drawn hatched over a lighter 
   CHECK(count_in(0, 3.2e-3, 3.8e-3, pal.comm) > 10);
   CHECK(count_in(1, 3e-3, 4e-3, pal.comm_wait) == 0);  // GPU 1 did not wait
 }
+
+TEST_CASE("a mixture-of-experts trace shows its tokens per expert under the summary",
+          "[viz][experts]") {
+  // 2 GPUs, one MoE block (block 0) with 4 experts: each GPU's "dispatch counts" event carries
+  // its kept tokens per expert, and its dispatch all-to-all is labelled "dispatch".
+  auto make = [](bool with_counts) {
+    trace::Trace t;
+    t.num_ranks = 2;
+    for (int rank = 0; rank < 2; ++rank) {
+      trace::Event f;
+      f.name = f.cat = trace::cat::forward;
+      f.rank = rank;
+      f.dur = 1e-3;
+      t.events.push_back(f);
+      trace::Event counts = trace::comm_event("all_to_all", 1e-3, 1.1e-3, 16, 8, "ep0");
+      counts.rank = rank;
+      counts.name = "dispatch counts";
+      counts.layer = 0;
+      if (with_counts) counts.counts = rank == 0 ? std::vector<int64_t>{9, 3, 0, 4}
+                                                 : std::vector<int64_t>{7, 1, 2, 6};
+      t.events.push_back(counts);
+      trace::Event dispatch = trace::comm_event("all_to_all_v", 1.1e-3, 2e-3, 1024, 512, "ep0");
+      dispatch.rank = rank;
+      dispatch.name = "dispatch";
+      dispatch.layer = 0;
+      t.events.push_back(dispatch);
+    }
+    DashboardOptions options;
+    options.traces.push_back(t);
+    return options;
+  };
+  Dashboard with(make(true)), without(make(false));
+  const auto& loads = with.views()[0].expert_loads();
+  REQUIRE(loads.size() == 1);
+  CHECK(loads[0].layer == 0);
+  CHECK(loads[0].total() == std::vector<int64_t>{16, 4, 2, 10});
+  CHECK(without.views()[0].expert_loads().empty());
+  const auto png_with = out_dir() / "experts.png", png_without = out_dir() / "no-experts.png";
+  REQUIRE(render_screenshot(with, png_with.string(), 1280, 0) == 0);  // as tall as its content
+  REQUIRE(render_screenshot(without, png_without.string(), 1280, 0) == 0);
+  // The heat map: a title, the expert numbers and three rows (2 GPUs and their sum).
+  const Image a(png_with), b(png_without);
+  CHECK(a.h >= b.h + 4 * 13);
+}

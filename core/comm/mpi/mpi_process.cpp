@@ -169,7 +169,8 @@ nlohmann::json event_to_json(const trace::Event& e) {
           {"flops", e.flops},
           {"group", e.group},
           {"op", e.op},
-          {"seq", e.seq}};
+          {"seq", e.seq},
+          {"counts", e.counts}};
 }
 
 trace::Event event_from_json(const nlohmann::json& j) {
@@ -192,6 +193,7 @@ trace::Event event_from_json(const nlohmann::json& j) {
   e.group = j["group"];
   e.op = j["op"];
   e.seq = j["seq"];
+  e.counts = j["counts"].get<std::vector<int64_t>>();
   return e;
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/parallel/flat_gradients.h"
+
 namespace mgpu::pipeline {
 
 namespace {
@@ -26,21 +28,7 @@ MirrorGradients::MirrorGradients(comm::Comm& pipe)
                        "mirror")) {}
 
 void MirrorGradients::all_reduce(StageModel& model) {
-  const ParamList params = in_part_order(model);
-  int64_t total = 0;
-  for (const Param* p : params) total += p->grad.numel();
-  Tensor flat = Tensor::empty({total}, MemCategory::comm_buffers);
-  int64_t offset = 0;
-  for (const Param* p : params) {
-    flat.flat_range(offset, offset + p->grad.numel()).copy_from(p->grad);
-    offset += p->grad.numel();
-  }
-  pair_->all_reduce(flat);
-  offset = 0;
-  for (Param* p : params) {
-    p->grad.copy_from(flat.flat_range(offset, offset + p->grad.numel()));
-    offset += p->grad.numel();
-  }
+  parallel::all_reduce_gradients(in_part_order(model), *pair_);
 }
 
 float MirrorGradients::loss(float half) {

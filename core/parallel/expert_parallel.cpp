@@ -1,0 +1,255 @@
+// Expert parallelism, top to bottom (see expert_parallel.h for the idea):
+//   plan:       my kept tokens per expert -> all_to_all of the counts -> who sends me what
+//   dispatch:   rows by destination rank -> all_to_all_v -> regrouped by my local experts
+//   combine:    the reverse (regrouped by source rank -> all_to_all_v -> rows in dispatch order)
+//   step:       my B/dp rows forward and backward (the MoE blocks exchange as above), dense
+//               gradients averaged over dp, expert gradients summed over edp and divided by dp.
+#include "core/parallel/expert_parallel.h"
+
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/data/sampler.h"
+#include "core/model/init.h"
+#include "core/ops/ops.h"
+#include "core/parallel/flat_gradients.h"
+#include "core/runtime/context.h"
+
+namespace mgpu::parallel {
+
+void check_ep_size(const GPTConfig& cfg, int dp, int ep) {
+  if (cfg.experts <= 0)
+    throw std::invalid_argument(
+        "expert parallelism needs a model with experts: add --experts E (e.g. --experts 4)");
+  if (ep >= 1 && cfg.experts % ep == 0 && dp % ep == 0) return;
+  std::string works;
+  for (int e = 1; e <= std::min(cfg.experts, dp); ++e)
+    if (cfg.experts % e == 0 && dp % e == 0)
+      works += (works.empty() ? "" : ", ") + std::to_string(e);
+  throw std::invalid_argument(fmt::format(
+      "expert parallelism over ep={} needs ep to divide the experts ({}) and the data-parallel "
+      "ranks ({}): use ep = {}",
+      ep, cfg.experts, dp, works));
+}
+
+// ---------------------------------------------------------------------------------- the plan
+
+ExpertParallelComm::ExpertParallelComm(comm::Comm& ep, int moe_every)
+    : ep_(ep), moe_every_(moe_every) {}
+
+void ExpertParallelComm::begin_forward() {
+  backward_ = false;
+  planned_ = 0;
+  current_ = -1;
+}
+
+void ExpertParallelComm::begin_backward() {
+  backward_ = true;
+  recomputing_ = false;
+  current_ = planned_;  // the last MoE layer's backward comes first
+}
+
+// Backward labels: a full recompute re-runs a layer's forward (plan, dispatch, combine) before
+// its backward, which then starts with combine's backward: the exchange that moves the layer
+// cursor to the next (earlier) layer.
+Tracer::CommLabel ExpertParallelComm::label(const char* exchange, bool backward) const {
+  const int layer = recomputing_ ? current_ - 1 : current_;
+  return {.name = backward ? fmt::format("{} bwd", exchange) : std::string(exchange),
+          .layer = layer >= 0 ? block_of(layer) : -1};
+}
+
+ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts) {
+  const int n = ep_.size();
+  if (experts % n != 0 || static_cast<int>(routing.tokens_per_expert.size()) != experts)
+    throw std::logic_error(fmt::format(
+        "expert exchange over {} ranks: {} experts (routing counts {}) do not split evenly", n,
+        experts, routing.tokens_per_expert.size()));
+  if (backward_)
+    recomputing_ = true;
+  else
+    current_ = planned_++;
+  ExchangePlan plan{.ranks = n, .local_experts = experts / n};
+  // Rank j holds experts [j*L, (j+1)*L): the per-expert counts in expert order are already
+  // [ranks][local_experts].
+  plan.send = routing.tokens_per_expert;
+  // Counts are exact in f32 up to 2^24 rows per expert, far above any batch here.
+  Tensor send = Tensor::empty({experts}, MemCategory::comm_buffers);
+  Tensor recv = Tensor::empty({experts}, MemCategory::comm_buffers);
+  if (send.has_data())
+    for (int e = 0; e < experts; ++e) send.f32()[e] = static_cast<float>(plan.send[e]);
+  {
+    Tracer::CommLabel counts = label("dispatch counts", false);
+    counts.counts = routing.tokens_per_expert;
+    CommLabelScope scope(std::move(counts));
+    ep_.all_to_all(send, recv);
+  }
+  plan.recv.resize(plan.send.size());
+  for (int s = 0; s < n; ++s)
+    for (int e = 0; e < plan.local_experts; ++e) {
+      const size_t at = static_cast<size_t>(s * plan.local_experts + e);
+      // Phantom devices carry no values: every rank routes its equal share the same balanced way
+      // (balanced_routing), so what rank s sends to my experts is what I send to them.
+      plan.recv[at] = recv.has_data()
+                          ? static_cast<int64_t>(recv.f32()[at])
+                          : plan.send[static_cast<size_t>(rank() * plan.local_experts + e)];
+    }
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------- regrouping
+
+namespace {
+
+// Rows per rank of a [ranks][local_experts] table, as all_to_all_v's element counts.
+std::vector<int64_t> element_counts(const std::vector<int64_t>& table, int ranks, int64_t width) {
+  std::vector<int64_t> counts(static_cast<size_t>(ranks), 0);
+  const size_t per_rank = table.size() / static_cast<size_t>(ranks);
+  for (size_t i = 0; i < table.size(); ++i) counts[i / per_rank] += table[i] * width;
+  return counts;
+}
+
+// Calls copy(expert-ordered row, source-ordered row, rows) for each (source, local expert)
+// block of the received rows: by source they are packed source-major, by expert expert-major.
+template <class Copy>
+void for_each_block(const ExchangePlan& plan, Copy&& copy) {
+  const int n = plan.ranks, local = plan.local_experts;
+  const std::vector<int64_t> per_expert = plan.rows_per_local_expert();
+  std::vector<int64_t> expert_start(static_cast<size_t>(local), 0);
+  for (int e = 1; e < local; ++e) expert_start[e] = expert_start[e - 1] + per_expert[e - 1];
+  int64_t by_source = 0;
+  for (int s = 0; s < n; ++s)
+    for (int e = 0; e < local; ++e) {
+      const int64_t rows = plan.recv[static_cast<size_t>(s * local + e)];
+      if (rows > 0) copy(expert_start[e], by_source, rows);
+      expert_start[e] += rows;
+      by_source += rows;
+    }
+}
+
+// dst rows [to, to + rows) = src rows [from, from + rows).
+void copy_rows(Tensor& dst, int64_t to, const Tensor& src, int64_t from, int64_t rows) {
+  Tensor window = dst.rows(to, to + rows);
+  ops::convert(window, src.rows(from, from + rows));
+}
+
+}  // namespace
+
+void group_by_expert(Tensor& by_expert, const Tensor& by_source, const ExchangePlan& plan,
+                     const std::string& category) {
+  ComputeScope s({.name = "regroup by expert", .cat = category});
+  for_each_block(plan, [&](int64_t expert_row, int64_t source_row, int64_t rows) {
+    copy_rows(by_expert, expert_row, by_source, source_row, rows);
+  });
+}
+
+void group_by_source(Tensor& by_source, const Tensor& by_expert, const ExchangePlan& plan,
+                     const std::string& category) {
+  ComputeScope s({.name = "regroup by source", .cat = category});
+  for_each_block(plan, [&](int64_t expert_row, int64_t source_row, int64_t rows) {
+    copy_rows(by_source, source_row, by_expert, expert_row, rows);
+  });
+}
+
+// ---------------------------------------------------------------------------------- the exchanges
+
+void ExpertParallelComm::to_experts(const Tensor& rows, Tensor& expert_rows,
+                                    const ExchangePlan& plan) {
+  const bool gradients = backward_ && !recomputing_;
+  if (gradients && current_ > 0) --current_;  // a layer's backward starts with combine's
+  const int64_t width = expert_rows.dim(-1);
+  Tensor received = Tensor::empty(expert_rows.shape(), MemCategory::comm_buffers, rows.dtype());
+  {
+    CommLabelScope scope(label(gradients ? "combine" : "dispatch", gradients));
+    ep_.all_to_all_v(rows, element_counts(plan.send, plan.ranks, width), received,
+                     element_counts(plan.recv, plan.ranks, width));
+  }
+  group_by_expert(expert_rows, received, plan, category());
+}
+
+void ExpertParallelComm::to_tokens(const Tensor& expert_rows, Tensor& rows,
+                                   const ExchangePlan& plan) {
+  const int64_t width = rows.dim(-1);
+  Tensor by_source =
+      Tensor::empty(expert_rows.shape(), MemCategory::comm_buffers, expert_rows.dtype());
+  group_by_source(by_source, expert_rows, plan, category());
+  const bool gradients = backward_ && !recomputing_;
+  {
+    CommLabelScope scope(label(gradients ? "dispatch" : "combine", gradients));
+    ep_.all_to_all_v(by_source, element_counts(plan.recv, plan.ranks, width), rows,
+                     element_counts(plan.send, plan.ranks, width));
+  }
+  recomputing_ = false;  // a recomputed forward ends with its combine
+}
+
+// ---------------------------------------------------------------------------------- the layout
+
+ExpertParallel::ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep,
+                               comm::Comm& edp, const train::OptimizerFactory& make_optimizer)
+    : config_(cfg), dp_(dp), ep_(ep), edp_(edp) {
+  check_ep_size(cfg, dp.size(), ep.size());
+  BlockShard shard = BlockShard::whole(cfg);
+  shard.expert_parts = ep.size();
+  model_ = std::make_unique<GPT>(cfg, shard);
+  // My experts' rows of the four stacked tensors: the single-device model's slice, born as it.
+  const int64_t local = cfg.experts / ep.size(), first = ep.rank() * local;
+  for (Block& block : model_->blocks) {
+    if (!block.is_moe()) continue;
+    MoeLayer& moe = block.moe;
+    for (Param* p : {&moe.fc_weight, &moe.fc_bias, &moe.proj_weight, &moe.proj_bias}) {
+      Shape full = p->shape;
+      full[0] = cfg.experts;
+      p->spec = PartitionSpec::rows(full, {{first, first + local}});
+      expert_params_.push_back(p);
+    }
+  }
+  for (Param* p : model_->params())
+    if (!p->spec.split()) dense_params_.push_back(p);
+  materialise(model_->params(), cfg.seed, cfg.dtype);
+  // Even with ep = 1 (the exchanges are then local copies), so the trace carries the routing.
+  exchange_ = std::make_unique<ExpertParallelComm>(ep, cfg.moe_every);
+  model_->set_block_comm({.phase = &phase_, .experts = exchange_.get()});
+  optimizer_ = make_optimizer(model_->params());
+}
+
+train::StepOutcome ExpertParallel::step(const data::Batch& batch, int step) {
+  // Data parallelism over every dp rank: my rows of the global batch.
+  const data::RowRange mine = data::shard_rows(batch.B, dp_.size(), dp_.rank());
+  const data::Batch shard = batch.rows(mine.begin, mine.end);
+  optimizer_->zero_grad();
+  GPTActivations acts = GPTActivations::allocate(config_, model_->shard(), shard.B, shard.T);
+  exchange_->begin_forward();
+  phase_.open("forward", trace::cat::forward);
+  const float loss = model_->forward(shard.tokens, shard.targets, acts, loss_scale());
+  exchange_->begin_backward();
+  phase_.open("backward", trace::cat::backward);
+  model_->backward(shard.tokens, acts);
+  phase_.close();
+  synchronise_gradients();
+  // (fp16: an expert's overflow is only on its holders, so the found-inf flag is agreed over dp,
+  // which holds every ep group.)
+  const bool stepped = optimizer_step(optimizer_.get(), {&dp_}, step);
+  return {.shard_loss = loss, .skipped = !stepped};
+}
+
+void ExpertParallel::synchronise_gradients() {
+  // Dense parameters saw my B/dp rows: the mean over dp is the global batch's gradient.
+  if (dp_.size() > 1) all_reduce_gradients(dense_params_, dp_, comm::ReduceOp::avg);
+  // An expert's gradient on its holder already sums the rows of every ep rank's tokens, each
+  // with its rank's 1/(B/dp * T) loss scale: summed over the edp replicas (the other ep groups'
+  // tokens) it covers the global batch, and 1/dp makes it the global mean.
+  if (edp_.size() > 1) all_reduce_gradients(expert_params_, edp_, comm::ReduceOp::sum);
+  if (dp_.size() > 1)
+    for (Param* p : expert_params_) ops::scale(p->grad, 1.0f / static_cast<float>(dp_.size()));
+}
+
+std::vector<train::TensorShard> ExpertParallel::shards() {
+  // Replicated tensors: dp rank 0's copy; my experts' rows: the first ep group's (edp rank 0).
+  const bool dense_writer = dp_.rank() == 0, expert_writer = edp_.rank() == 0;
+  return train::partitioned_shards(model_->params(), optimizer_.get(), [&](const Param& p) {
+    return p.spec.split() ? expert_writer : dense_writer;
+  });
+}
+
+}  // namespace mgpu::parallel

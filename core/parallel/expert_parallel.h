@@ -1,0 +1,108 @@
+// Expert parallelism (GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2021;
+// Megatron-Core's expert-parallel groups): the batch splits over every data-parallel rank as in
+// DDP, and each mixture-of-experts layer's E experts split over the ranks of an ep group (rank j
+// holds experts [j*E/ep, (j+1)*E/ep)), carved out of the dp ranks. Per MoE layer each rank routes
+// its own tokens, then two variable-size all-to-alls over ep move rows:
+//   dispatch: my tokens' rows to their experts' ranks (and, backward, combine's gradients)
+//   combine:  the experts' outputs back to their tokens' ranks (and, backward, dispatch's)
+// after a small all-to-all of per-expert counts. Dense gradients average over dp; expert
+// gradients over edp, the dp/ep ranks holding the same experts.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/comm.h"
+#include "core/model/gpt.h"
+#include "core/model/moe.h"
+#include "core/model/trace_phase.h"
+#include "core/optim/optimizer.h"
+#include "core/train/layout.h"
+#include "core/train/trainer.h"
+
+namespace mgpu::parallel {
+
+// Throws std::invalid_argument (one line naming what works) unless ep >= 1 divides the experts
+// and the data-parallel ranks, and the model has experts to split.
+void check_ep_size(const GPTConfig& cfg, int dp, int ep);
+
+// ------------------------------------------------------------------ the exchange
+// The rows of one MoE layer travel over the ep group: the plan's counts by an all_to_all, the
+// rows by all_to_all_v. The trace names the exchanges "dispatch" and "combine" ("... bwd" in the
+// backward pass, which the layout announces), with the MoE block's layer; the counts' exchange,
+// "dispatch counts", carries this rank's kept tokens per expert (Event::counts): the per-expert
+// load the lesson and the dashboard read.
+class ExpertParallelComm : public ExpertComm {
+ public:
+  // `moe_every`: block i is MoE when i % moe_every == moe_every - 1 (GPTConfig), so the n-th
+  // plan of a forward is block n * moe_every + moe_every - 1.
+  ExpertParallelComm(comm::Comm& ep, int moe_every);
+  int ranks() const override { return ep_.size(); }
+  int rank() const override { return ep_.rank(); }
+  ExchangePlan plan(const Routing& routing, int experts) override;
+  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan& plan) override;
+  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan) override;
+
+  // The layout's step: a forward (plans count the MoE layers from the first) or the backward
+  // (layers in reverse, each layer's combine backward first).
+  void begin_forward();
+  void begin_backward();
+
+ private:
+  Tracer::CommLabel label(const char* exchange, bool backward) const;
+  const char* category() const { return backward_ ? trace::cat::backward : trace::cat::forward; }
+  int block_of(int moe_layer) const { return moe_layer * moe_every_ + moe_every_ - 1; }
+
+  comm::Comm& ep_;
+  int moe_every_;
+  bool backward_ = false;
+  int planned_ = 0;           // MoE layers planned in this forward
+  int current_ = -1;          // the MoE layer whose exchanges run now
+  bool recomputing_ = false;  // a full recompute's forward inside the backward
+};
+
+// The per-row regrouping around the all_to_all_v (both directions), exposed for tests.
+// Received rows, packed by source rank and within a source by local expert, <-> rows grouped by
+// local expert and within an expert by source rank.
+// `category`: the trace category of the regrouping's compute scope (the pass it runs in).
+void group_by_expert(Tensor& by_expert, const Tensor& by_source, const ExchangePlan& plan,
+                     const std::string& category);
+void group_by_source(Tensor& by_source, const Tensor& by_expert, const ExchangePlan& plan,
+                     const std::string& category);
+
+// ------------------------------------------------------------------ the layout
+// One rank of an expert-parallel run: dp ranks in all (each trains on its B/dp rows of the global
+// batch), the experts of every MoE layer split over `ep` (PartitionSpec::rows of the four expert
+// tensors: this rank's experts' slice of the single-device model), the rest replicated.
+class ExpertParallel : public train::Layout {
+ public:
+  // `dp`: every data-parallel rank; `ep` and `edp`: the mesh's expert groups (ep divides dp).
+  // The groups must outlive the layout.
+  ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep, comm::Comm& edp,
+                 const train::OptimizerFactory& make_optimizer);
+
+  std::string name() const override { return "expert_parallel"; }
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+
+  GPT& model() { return *model_; }
+  // This rank's expert parameters (the four stacked tensors of each MoE block), and the rest.
+  const ParamList& expert_params() const { return expert_params_; }
+  const ParamList& dense_params() const { return dense_params_; }
+
+ private:
+  void synchronise_gradients();
+
+  TracePhase phase_;
+  GPTConfig config_;
+  comm::Comm& dp_;
+  comm::Comm& ep_;
+  comm::Comm& edp_;
+  std::unique_ptr<ExpertParallelComm> exchange_;
+  std::unique_ptr<GPT> model_;
+  ParamList expert_params_, dense_params_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace mgpu::parallel

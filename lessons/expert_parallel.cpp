@@ -1,0 +1,182 @@
+// Lesson: expert parallelism. A mixture-of-experts model's experts are split over the GPUs of an
+// ep group while the batch is split over all of them; every MoE layer sends each token's row to
+// the GPU of its expert and back (dispatch and combine, two all-to-alls whose sizes the router
+// decides). The lesson measures, beside the formulas: the tokens each expert got (the router's
+// imbalance), the tokens dropped at the capacity factor, the all-to-all bytes per layer, the
+// memory per GPU (experts at 1/ep), and, in a second act, what a skewed router does to the
+// all-to-all and to the slowest GPU.
+#include "lessons/expert_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/parallel/expert_parallel.h"
+#include "core/parallel/mesh.h"
+#include "exercises/selection.h"
+#include "lessons/expert_parallel_report.h"
+#include "lessons/training.h"
+
+namespace mgpu::lessons {
+
+namespace {
+
+// The second act's router: the selected routing, on probabilities with expert 0's multiplied by
+// the tilt and each row renormalised (a router that has collapsed towards one expert). RouteFn is
+// the seam's plain function pointer, so the tilt and the routing it wraps are set once before a
+// run and only read during it.
+struct Tilt {
+  double factor = 1.0;
+  RouteFn route = nullptr;
+};
+Tilt& tilt() {
+  static Tilt t;
+  return t;
+}
+
+Routing tilted_route(const RouteQuery& query) {
+  std::vector<float> probs(query.probs.begin(), query.probs.end());
+  for (int64_t t = 0; t < query.tokens; ++t) {
+    float* row = probs.data() + t * query.experts;
+    row[0] = static_cast<float>(row[0] * tilt().factor);
+    float sum = 0;
+    for (int e = 0; e < query.experts; ++e) sum += row[e];
+    for (int e = 0; e < query.experts; ++e) row[e] /= sum;
+  }
+  RouteQuery tilted = query;
+  tilted.probs = probs;
+  return tilt().route(tilted);
+}
+
+int resolve_ep(const CommonOptions& c, const ExpertParallelOptions& o) {
+  const int ep = o.ep == 0 ? c.ranks : o.ep;
+  if (ep < 1 || c.ranks % ep != 0)
+    throw UsageError(
+        fmt::format("--ep {} must divide --ranks {}: try --ep {}", ep, c.ranks, c.ranks));
+  return ep;
+}
+
+// The layout with the mesh it takes its groups from (the groups must outlive it).
+class MeshLayout : public parallel::ExpertParallel {
+ public:
+  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
+             const train::OptimizerFactory& make_optimizer)
+      : ExpertParallel(cfg, mesh->group(parallel::Axis::dp), mesh->group(parallel::Axis::ep),
+                       mesh->group(parallel::Axis::edp), make_optimizer),
+        mesh_(std::move(mesh)) {}
+
+ private:
+  std::shared_ptr<parallel::Mesh> mesh_;
+};
+
+}  // namespace
+
+ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertParallelOptions& o,
+                                           double skew, std::ostream& out) {
+  WorldOptions wopt = c.world_options();
+  auto task = make_task(c);
+  GPTConfig cfg = model_config(c, *task);
+  cfg.validate();  // top-k > E and the like: one line before any rank starts
+  if (cfg.experts <= 0)
+    throw UsageError(
+        "expert_parallel trains a mixture-of-experts model: add --experts E (e.g. --experts 8)");
+  ExpertParallelResult result;
+  result.config = cfg;
+  result.ep = resolve_ep(c, o);
+  result.dp = c.ranks;
+  parallel::check_ep_size(cfg, result.dp, result.ep);  // one line naming the sizes that work
+  if (c.batch % result.dp != 0)
+    throw UsageError(fmt::format("--batch {} must divide over the {} ranks: try --batch {}",
+                                 c.batch, result.dp, (c.batch / result.dp + 1) * result.dp));
+  if (!cfg.route) cfg.route = ex::selected_seams().moe.route;
+  if (skew != 1.0) {
+    tilt() = {.factor = skew, .route = cfg.route};
+    cfg.route = &tilted_route;
+  }
+  World world(wopt);
+  LossLog log(c, out);
+  train::TrainResult trained = train::train(
+      world, *task, train_options(c, c.batch, cfg),
+      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+        auto mesh = std::make_shared<parallel::Mesh>(
+            *ctx.comm, parallel::MeshShape{.dp = result.dp, .ep = result.ep});
+        return std::make_unique<MeshLayout>(mesh, cfg, optimizer_factory(c));
+      },
+      [&](int step, float loss) { log.record(step, loss); },
+      [&](RankContext& ctx, train::Layout& layout) {
+        if (ctx.rank != 0) return;
+        auto& ep = static_cast<parallel::ExpertParallel&>(layout);
+        for (const Param* p : ep.dense_params()) result.dense_params += p->spec.full_numel();
+        for (const Param* p : ep.expert_params()) result.expert_params += p->spec.full_numel();
+      });
+  result.losses = trained.losses;
+  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, trained);
+  nlohmann::json meta = {{"lesson", "expert_parallel"}, {"config", c.to_json()}};
+  meta["config"]["ep"] = result.ep;
+  meta["config"]["skew"] = skew;
+  result.trace = world.collect_trace(meta);
+  return result;
+}
+
+namespace {
+
+class ExpertParallelLesson : public Lesson {
+ public:
+  std::string name() const override { return "expert_parallel"; }
+  std::string summary() const override {
+    return "MoE experts split over GPUs: dispatch/combine all-to-alls, router imbalance, 1/ep "
+           "expert memory";
+  }
+  LessonDefaults defaults() const override { return {.ranks = 4, .steps = 20, .batch = 8}; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--ep", options_.ep,
+                   "GPUs per expert-parallel group (divides --ranks and --experts); default: all")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--skew", options_.skew,
+                   "second act: expert 0's routing probability x this (renormalised); 1 = skip it")
+        ->check(CLI::Range(1.0, 1e6))
+        ->capture_default_str();
+  }
+
+  int run(const CommonOptions& c, std::ostream& out) override {
+    if (!c.quiet)
+      fmt::print(out, "== expert_parallel: experts split over GPUs, tokens sent to them ==\n");
+    const ExpertParallelResult r = train_expert_parallel(c, options_, 1.0, out);
+    std::optional<ExpertParallelResult> skewed;
+    if (options_.skew != 1.0) {  // every process runs it: under mpirun it is a world too
+      CommonOptions act2 = c;    // a short run of the same model with a skewed router
+      act2.steps = std::min(c.steps, 2);
+      act2.quiet = true;
+      act2.checkpoint.clear();
+      act2.resume.clear();
+      act2.trace_path.clear();
+      act2.viz = false;
+      std::ostringstream ignored;
+      skewed = train_expert_parallel(act2, options_, options_.skew, ignored);
+    }
+    if (!root_process()) return 0;  // under mpirun rank 0's process reports
+    print_loss_summary(out, c, r.losses, " (the same global batch as one GPU)");
+    print_expert_report(out, c, r);
+    print_timeline(out, r.trace, last_step(r.trace));
+    print_rank_table(out, r.trace, last_step(r.trace));
+    if (skewed) print_skew_act(out, c, options_.skew, r, *skewed);
+    return finish_trace(c, r.trace, name(), out);
+  }
+
+ private:
+  ExpertParallelOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Lesson> make_expert_parallel_lesson() {
+  return std::make_unique<ExpertParallelLesson>();
+}
+
+}  // namespace mgpu::lessons

@@ -1,0 +1,238 @@
+// Expert parallelism: on 1, 2 and 4 ranks and on ep 2 x dp 4 it trains to the single-device MoE
+// parameters (SGD and AdamW), compared through --checkpoint, and resumes across layouts; one MoE
+// exchange moves exactly the rows a fixed routing asks for (counts, bytes and labels in the
+// trace equal the formulas); the lesson's report agrees with itself and bad sizes are one line.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/checkpoints.h"
+#include "common/selected_seams.h"
+#include "core/parallel/expert_parallel.h"
+#include "core/runtime/world.h"
+#include "core/theory/collectives.h"
+#include "core/theory/expert_parallel.h"
+#include "lessons/expert_parallel.h"
+#include "unit/mgpu_cli.h"
+
+using namespace mgpu;
+using mgpu::testing::count_lines;
+using mgpu::testing::load_checkpoint_by_name;
+using mgpu::testing::max_difference;
+using mgpu::testing::run_mgpu;
+using mgpu::testing::temp_path;
+
+namespace {
+
+// A tiny MoE model (4 experts, top-2, every block MoE) every layout here can split.
+std::vector<std::string> moe_run(const std::string& lesson, int ranks, int ep, int steps,
+                                 const std::string& optimizer) {
+  std::vector<std::string> a = {"run",      lesson, "--steps",     std::to_string(steps),
+                                "--layers", "2",    "--dim",       "16",
+                                "--heads",  "2",    "--seq",       "8",
+                                "--batch",  "8",    "--experts",   "4",
+                                "--top-k",  "2",    "--optimizer", optimizer,
+                                "-q"};
+  if (lesson == "expert_parallel") {
+    a.insert(a.end(), {"--ranks", std::to_string(ranks), "--ep", std::to_string(ep)});
+    a.insert(a.end(), {"--skew", "1"});
+  }
+  return a;
+}
+
+std::string checkpoint(std::vector<std::string> args, const std::string& name,
+                       const std::string& resume = "") {
+  const std::string path = temp_path(name + ".ckpt");
+  args.insert(args.end(), {"--checkpoint", path});
+  if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+  auto r = run_mgpu(args);
+  INFO(name << ": " << r.err << r.out);
+  REQUIRE(r.code == 0);
+  return path;
+}
+
+// Same global-batch gradients summed in another order (shards, expert rows gathered from other
+// ranks): fp32 rounding, amplified by AdamW's 1/sqrt(v) in tiny gradients (as for DDP and TP).
+constexpr float kTolerance = 2e-5f;
+
+}  // namespace
+
+TEST_CASE("expert parallelism trains to the single-device MoE parameters", "[ep][equivalence]") {
+  for (const std::string optimizer : {"sgd", "adamw"}) {
+    INFO(optimizer);
+    const auto reference = load_checkpoint_by_name(
+        checkpoint(moe_run("single_device", 1, 1, 3, optimizer), "ep_single_" + optimizer));
+    for (auto [ranks, ep] : {std::pair{1, 1}, {2, 2}, {4, 4}, {4, 2}}) {
+      INFO("ranks " << ranks << ", ep " << ep);
+      const auto mine =
+          load_checkpoint_by_name(checkpoint(moe_run("expert_parallel", ranks, ep, 3, optimizer),
+                                             fmt::format("ep_{}_{}_{}", ranks, ep, optimizer)));
+      CHECK(max_difference(mine, reference, "param") <= kTolerance);
+      if (optimizer == "adamw")
+        CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
+    }
+  }
+}
+
+TEST_CASE("expert parallelism with a capacity factor drops what one device drops",
+          "[ep][equivalence]") {
+  auto with_capacity = [](std::vector<std::string> a) {
+    a.insert(a.end(), {"--capacity-factor", "1"});
+    return a;
+  };
+  const auto reference = load_checkpoint_by_name(
+      checkpoint(with_capacity(moe_run("single_device", 1, 1, 3, "adamw")), "ep_cap_single"));
+  const auto mine = load_checkpoint_by_name(
+      checkpoint(with_capacity(moe_run("expert_parallel", 4, 2, 3, "adamw")), "ep_cap_4_2"));
+  CHECK(max_difference(mine, reference, "param") <= kTolerance);
+}
+
+TEST_CASE("an expert-parallel checkpoint resumes on another layout", "[ep][resume]") {
+  const auto straight = load_checkpoint_by_name(
+      checkpoint(moe_run("single_device", 1, 1, 4, "adamw"), "ep_resume_straight"));
+  const std::string half =
+      checkpoint(moe_run("expert_parallel", 2, 2, 2, "adamw"), "ep_resume_half_ep2");
+  for (auto [ranks, ep] : {std::pair{4, 4}, {1, 1}}) {
+    INFO("resumed on ranks " << ranks << ", ep " << ep);
+    const std::string lesson = ranks == 1 ? "single_device" : "expert_parallel";
+    const auto resumed = load_checkpoint_by_name(checkpoint(
+        moe_run(lesson, ranks, ep, 4, "adamw"), fmt::format("ep_resumed_{}", ranks), half));
+    CHECK(max_difference(resumed, straight, "param") <= kTolerance);
+    CHECK(max_difference(resumed, straight, "optimizer_state") <= kTolerance);
+  }
+}
+
+// ---- one exchange, by hand ----
+
+namespace {
+
+constexpr int64_t kWidth = 3;  // elements per row
+
+// Rank r's kept slots per expert: uneven, with zeros (rank 1 keeps nothing for expert 0).
+std::vector<int64_t> counts_of(int rank, int experts) {
+  std::vector<int64_t> counts(static_cast<size_t>(experts));
+  for (int e = 0; e < experts; ++e) counts[static_cast<size_t>(e)] = (rank * 3 + e * 2) % 5;
+  return counts;
+}
+
+// The value of element k of the row-th row rank `rank` sends to expert `expert`.
+float tag(int rank, int expert, int64_t row, int64_t k) {
+  return static_cast<float>(rank * 10000 + expert * 100 + row * kWidth + k);
+}
+
+}  // namespace
+
+TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the trace says so",
+          "[ep][exchange]") {
+  for (int ranks : {2, 4}) {
+    const int experts = 2 * ranks, local = 2;
+    INFO(ranks << " ranks, " << experts << " experts");
+    std::mutex mutex;
+    std::vector<std::string> problems;
+    World world(WorldOptions{.ranks = ranks, .all_reduce = selected_all_reduce()});
+    world.run([&](RankContext& ctx) {
+      const int me = ctx.rank;
+      parallel::ExpertParallelComm comm(*ctx.comm, 1);
+      Routing routing;
+      routing.tokens_per_expert = counts_of(me, experts);
+      const int64_t sent = std::accumulate(routing.tokens_per_expert.begin(),
+                                           routing.tokens_per_expert.end(), int64_t{0});
+      comm.begin_forward();
+      const ExchangePlan plan = comm.plan(routing, experts);
+      // Rows in dispatch order: by expert, each tagged with (me, expert, index).
+      Tensor rows = Tensor::empty({sent, kWidth}, MemCategory::activations);
+      int64_t at = 0;
+      for (int e = 0; e < experts; ++e)
+        for (int64_t i = 0; i < routing.tokens_per_expert[e]; ++i, ++at)
+          for (int64_t k = 0; k < kWidth; ++k) rows.f32()[at * kWidth + k] = tag(me, e, i, k);
+      Tensor expert_rows = Tensor::empty({plan.received_rows(), kWidth}, MemCategory::activations);
+      comm.to_experts(rows, expert_rows, plan);
+      // Expected: for each of my local experts, each source's rows in order.
+      std::vector<float> want;
+      for (int e = me * local; e < (me + 1) * local; ++e)
+        for (int s = 0; s < ranks; ++s)
+          for (int64_t i = 0; i < counts_of(s, experts)[e]; ++i)
+            for (int64_t k = 0; k < kWidth; ++k) want.push_back(tag(s, e, i, k));
+      Tensor back = Tensor::empty({sent, kWidth}, MemCategory::activations);
+      comm.to_tokens(expert_rows, back, plan);
+      std::lock_guard lock(mutex);
+      if (expert_rows.to_vector() != want)
+        problems.push_back(fmt::format("rank {}: to_experts", me));
+      if (back.to_vector() != rows.to_vector())
+        problems.push_back(fmt::format("rank {}: to_tokens is not the inverse", me));
+    });
+    CHECK(problems == std::vector<std::string>{});
+    // The trace: each rank's labelled events, bytes by the formula.
+    const trace::Trace trace = world.collect_trace({});
+    std::vector<std::vector<int64_t>> all;
+    for (int r = 0; r < ranks; ++r) all.push_back(counts_of(r, experts));
+    for (int r = 0; r < ranks; ++r) {
+      INFO("rank " << r);
+      std::map<std::string, int64_t> sent;
+      std::vector<int64_t> counts;
+      for (const trace::Event& e : trace.events) {
+        if (e.rank != r || e.lane != trace::Lane::comm) continue;
+        if (e.name == "dispatch counts") counts = e.counts;
+        if (e.op == "all_to_all_v") sent[e.name] += e.sent_bytes;
+        CHECK(e.layer == 0);  // block 0: the first MoE layer of a moe_every = 1 model
+      }
+      CHECK(counts == all[r]);
+      CHECK(sent["dispatch"] ==
+            theory::moe_dispatch_sent_bytes(theory::rows_per_rank(all[r], ranks), r, kWidth,
+                                            sizeof(float)));
+      CHECK(sent["combine"] == theory::combine_rows_sent(all, r) * kWidth * int64_t{sizeof(float)});
+      CHECK(sent.size() == 2);
+    }
+  }
+}
+
+TEST_CASE("the expert_parallel lesson's report matches its formulas and labels its all-to-alls",
+          "[ep][lesson]") {
+  const std::string trace_path = temp_path("ep_lesson.json");
+  auto args = moe_run("expert_parallel", 4, 2, 2, "adamw");
+  args.erase(std::find(args.begin(), args.end(), "-q"));
+  args.insert(args.end(), {"--capacity-factor", "1", "--trace", trace_path, "--skew", "8"});
+  auto r = run_mgpu(args);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("differs!") == std::string::npos);
+  CHECK(r.out.find("block 1:") != std::string::npos);               // a line per MoE block
+  CHECK(r.out.find("> dispatch to experts") != std::string::npos);  // the timeline's legend
+  CHECK(r.out.find("< combine from experts") != std::string::npos);
+  CHECK(r.out.find("act 2: a skewed router") != std::string::npos);
+  std::filesystem::remove(trace_path);
+}
+
+TEST_CASE("expert_parallel refuses bad sizes with one line", "[ep][cli]") {
+  auto base = [](std::vector<std::string> extra) {
+    std::vector<std::string> a = {
+        "run", "expert_parallel", "--steps", "1",       "--dim", "16", "--heads",
+        "2",   "--seq",           "8",       "--batch", "8",     "-q"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--ranks", "4", "--experts", "6"}, "ep=4"},                 // E % ep != 0
+      {{"--ranks", "4", "--experts", "4", "--ep", "3"}, "--ep 3"},  // ep does not divide ranks
+      {{"--experts", "4", "--top-k", "5"}, "top"},                  // top-k > E
+      {{"--experts", "4", "--capacity-factor", "0"}, "capacity"},
+      {{"--experts", "4", "--capacity-factor", "-1"}, "capacity"},
+      {{"--ranks", "4"}, "--experts"},  // no experts at all
+  };
+  for (const auto& [extra, says] : cases) {
+    auto r = run_mgpu(base(extra));
+    INFO(fmt::format("{}", fmt::join(extra, " ")) << ": " << r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(says) != std::string::npos);
+  }
+}
