@@ -56,27 +56,33 @@ std::string tokens_rate(double tokens_per_s) {
                              : fmt::format("{:.1f} k", tokens_per_s / 1e3);
 }
 
-void print_row(std::ostream& out, const std::string& rank, const plan::Simulated& s) {
+// The ep column, shown only for a model with experts (a dense model's table is unchanged).
+std::string ep_column(bool moe, const std::string& value) {
+  return moe ? fmt::format(" {:>3}", value) : "";
+}
+
+void print_row(std::ostream& out, const std::string& rank, const plan::Simulated& s, bool moe) {
   const plan::Layout& l = s.layout;
   const plan::Prediction& p = s.prediction;
   fmt::print(
       out,
-      "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8.1f} "
+      "  {:>3} {:>4} {:>3} {:>3} {:>3}{} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8.1f} "
       "{:>5.1f}% {:>9} {:>6.1f}% {:>9.3f} s\n",
-      rank, l.dp, l.tp, l.pp, l.cp, l.microbatch_size, l.microbatches, l.schedule, l.zero,
-      l.precision, l.recompute, tokens_rate(p.tokens_per_s), p.tflops_per_gpu, 100 * p.mfu,
-      gib(p.memory_peak_total), 100 * p.bubble_fraction, p.exposed_comm_seconds);
+      rank, l.dp, l.tp, l.pp, l.cp, ep_column(moe, std::to_string(l.ep)), l.microbatch_size,
+      l.microbatches, l.schedule, l.zero, l.precision, l.recompute, tokens_rate(p.tokens_per_s),
+      p.tflops_per_gpu, 100 * p.mfu, gib(p.memory_peak_total), 100 * p.bubble_fraction,
+      p.exposed_comm_seconds);
 }
 
-void print_header(std::ostream& out) {
+void print_header(std::ostream& out, bool moe) {
   fmt::print(out,
-             "  {:>3} {:>4} {:>3} {:>3} {:>3} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8} "
+             "  {:>3} {:>4} {:>3} {:>3} {:>3}{} {:>4} {:>5} {:>11} {:>4} {:>4} {:>9} | {:>9} {:>8} "
              "{:>6} {:>9} {:>7} {:>11}\n",
-             "#", "dp", "tp", "pp", "cp", "mbs", "M", "schedule", "zero", "prec", "recompute",
-             "tokens/s", "TFLOP/s", "MFU", "mem/GPU", "idle", "exposed comm");
+             "#", "dp", "tp", "pp", "cp", ep_column(moe, "ep"), "mbs", "M", "schedule", "zero",
+             "prec", "recompute", "tokens/s", "TFLOP/s", "MFU", "mem/GPU", "idle", "exposed comm");
 }
 
-nlohmann::json layout_json(const plan::Simulated& s) {
+nlohmann::json layout_json(const plan::Simulated& s, bool moe) {
   const plan::Layout& l = s.layout;
   const plan::Prediction& p = s.prediction;
   nlohmann::json memory;
@@ -103,6 +109,7 @@ nlohmann::json layout_json(const plan::Simulated& s) {
                       {"tp_crosses_nodes", p.tp_crosses_nodes},
                       {"memory_stage", p.worst_stage},
                       {"memory_bytes", memory}};
+  if (moe) j["ep"] = l.ep;
   if (!s.why.empty()) j["why"] = s.why;
   return j;
 }
@@ -124,8 +131,9 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
     fmt::print(out, "  none fits in {} per GPU: see the rejected ones below\n",
                gib(p.memory_capacity));
   else
-    print_header(out);
-  for (size_t i = 0; i < shown; ++i) print_row(out, std::to_string(i + 1), result.ranked[i]);
+    print_header(out, m.experts > 0);
+  for (size_t i = 0; i < shown; ++i)
+    print_row(out, std::to_string(i + 1), result.ranked[i], m.experts > 0);
   if (shown > 0) {
     const plan::Simulated& best = result.ranked[0];
     const DType dtype = parse_precision(best.layout.precision);
@@ -135,6 +143,12 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
                "stage\n",
                r.global_batch, m.seq_len, best.prediction.step_seconds, dtype_name(dtype),
                p.peak_for(dtype) / 1e12);
+    if (m.experts > 0)
+      fmt::print(out,
+                 "  #1's {} experts per MoE block sit {} per GPU over ep {}: each MoE block "
+                 "sends its routed tokens to them and back by two all-to-alls forward, two "
+                 "backward\n",
+                 m.experts, m.experts / best.layout.ep, best.layout.ep);
     if (best.layout.tp > 1)
       fmt::print(out, "  #1's tensor-parallel group {} a node ({} GPUs per node)\n",
                  best.prediction.tp_crosses_nodes ? "CROSSES" : "stays inside", p.ranks_per_node);
@@ -176,10 +190,11 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
 
 nlohmann::json plan_json(const plan::SearchRequest& r, const plan::SearchResult& result,
                          const std::string& model_name) {
+  const bool moe = r.workload.model.experts > 0;
   nlohmann::json ranked = nlohmann::json::array(), rejected = nlohmann::json::array();
   for (size_t i = 0; i < std::min<size_t>(r.top, result.ranked.size()); ++i)
-    ranked.push_back(layout_json(result.ranked[i]));
-  for (const plan::Simulated& s : result.rejected) rejected.push_back(layout_json(s));
+    ranked.push_back(layout_json(result.ranked[i], moe));
+  for (const plan::Simulated& s : result.rejected) rejected.push_back(layout_json(s, moe));
   nlohmann::json refused = nlohmann::json::array();
   for (const auto& [reason, count] : result.refused)
     refused.push_back({{"reason", reason}, {"layouts", count}});
@@ -213,7 +228,7 @@ struct PlanArgs {
   std::string model, profile = "DGX-H100", precision, schedule, recompute;
   int gpus = 0, global_batch = 0, seq = 0, top = 5,
       max_simulated = plan::SearchRequest{}.max_simulated;
-  int dp = 0, tp = 0, pp = 0, cp = 0, mbs = 0, zero = -1;
+  int dp = 0, tp = 0, pp = 0, cp = 0, ep = 0, mbs = 0, zero = -1;
   bool json = false;
 };
 
@@ -248,6 +263,8 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   pin("--tp", a.tp, "tensor-parallel size (divides the heads)", "ranks");
   pin("--pp", a.pp, "pipeline stages (divides the layers)", "stages");
   pin("--cp", a.cp, "context-parallel size (splits the sequence)", "ranks");
+  pin("--ep", a.ep, "expert-parallel size (models with experts: divides dp and the experts)",
+      "ranks");
   pin("--microbatch-size", a.mbs, "sequences per micro-batch", "sequences");
   app.add_option("--zero", a.zero, "ZeRO stage over dp: 0 or 1")
       ->check(CLI::IsMember({0, 1}))
@@ -282,6 +299,7 @@ plan::SearchRequest make_request(const PlanArgs& a, const PlanModel& chosen) {
   if (a.tp > 0) pins.tp = a.tp;
   if (a.pp > 0) pins.pp = a.pp;
   if (a.cp > 0) pins.cp = a.cp;
+  if (a.ep > 0) pins.ep = a.ep;
   if (a.mbs > 0) pins.microbatch_size = a.mbs;
   if (a.zero >= 0) pins.zero = a.zero;
   if (!a.schedule.empty()) pins.schedule = a.schedule;

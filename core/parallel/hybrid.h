@@ -51,6 +51,11 @@ struct HybridSeams {
   comm::AllReduceFn all_reduce;
 };
 
+// Whether the schedule splits a backward into zero-bubble's B and W (zb-h1, zbv, dualpipev,
+// dualpipe), which a mixture-of-experts block cannot: the hybrid engine and the planner skip them
+// for a model with experts.
+bool splits_backward(const std::string& schedule);
+
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
 // `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
 // and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved

@@ -28,7 +28,58 @@ std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
   return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
 }
 
+// Expert-parallel sizes that work: divisors of dp that divide the experts.
+std::string ep_sizes_that_work(const GPTConfig& cfg, int dp) {
+  std::vector<int> works;
+  for (int ep = 1; ep <= dp; ++ep)
+    if (dp % ep == 0 && cfg.experts % ep == 0) works.push_back(ep);
+  return fmt::format("{}", fmt::join(works, " or "));
+}
+
+// The expert axis: ep ranks carved out of dp, each holding experts / ep whole experts. What the
+// experts do not run with (cp's ring attention, zero-bubble's split backward, ZeRO-1 over dp) is
+// refused here, before any rank builds.
+void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
+  const MeshShape& m = o.mesh;
+  if (m.ep < 1)
+    throw std::invalid_argument(
+        fmt::format("--ep {}: the expert-parallel size must be at least 1", m.ep));
+  if (cfg.experts <= 0) {
+    if (m.ep > 1)
+      throw std::invalid_argument(fmt::format(
+          "--ep {} splits a model's experts over ranks, and this model is dense: add --experts "
+          "E (a multiple of {}), or use --ep 1",
+          m.ep, m.ep));
+    return;
+  }
+  if (m.dp % m.ep != 0 || cfg.experts % m.ep != 0)
+    throw std::invalid_argument(
+        fmt::format("--ep {} must divide --dp {} (the expert-parallel group is carved out of the "
+                    "data-parallel ranks) and the {} experts: use --ep {}",
+                    m.ep, m.dp, cfg.experts, ep_sizes_that_work(cfg, m.dp)));
+  if (m.cp > 1)
+    throw std::invalid_argument(fmt::format(
+        "--cp {} with experts: context parallelism does not run mixture-of-experts blocks; use "
+        "--cp 1",
+        m.cp));
+  if (splits_backward(o.schedule))
+    throw std::invalid_argument(fmt::format(
+        "--schedule {} splits the backward (zero-bubble's B and W), which mixture-of-experts "
+        "blocks do not: use --schedule 1f1b, gpipe or interleaved",
+        o.schedule));
+  if (o.zero != 0)
+    throw std::invalid_argument(fmt::format(
+        "--zero {} with experts: ZeRO-1 shards over dp, but expert gradients average over the "
+        "dp / ep ranks that hold the same experts; use --zero 0",
+        o.zero));
+}
+
 }  // namespace
+
+bool splits_backward(const std::string& schedule) {
+  return schedule == "zb-h1" || schedule == "zbv" || schedule == "dualpipev" ||
+         schedule == "dualpipe";
+}
 
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
   const MeshShape& m = o.mesh;
@@ -98,6 +149,7 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
           "--microbatches {} or more, or --schedule 1f1b",
           m.pp, o.microbatches, m.pp));
   }
+  check_experts(cfg, o);
   if (o.zero != 0 && o.zero != 1)
     throw std::invalid_argument(fmt::format(
         "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "

@@ -1,8 +1,10 @@
 // The planner's screen (see search.h): formula estimates of a layout's step time and memory
 // that only decide which layouts plan::simulate runs. The closed forms come from core/theory
 // (ring all-reduce time, bytes per parameter, bubbles and micro-batches in flight) and
-// core/memory/activations.h (kept activation bytes).
+// core/memory/activations.h (kept activation bytes). A model with experts adds its MoE blocks:
+// experts at 1/ep of the stage's parameters, 4 all-to-alls per block and micro-batch.
 #include <algorithm>
+#include <functional>
 
 #include "core/memory/activations.h"
 #include "core/plan/search.h"
@@ -32,6 +34,51 @@ double ring_all_reduce(double bytes, int n, const LinkSpec& link) {
 // The link a group of `n` members `stride` ranks apart crosses at its slowest hop.
 const LinkSpec& group_link(const HardwareProfile& p, int n, int stride) {
   return int64_t{stride} * (n - 1) < p.ranks_per_node ? p.intra_node : p.inter_node;
+}
+
+// Pairwise all-to-all time of `bytes` (the whole buffer one member scatters) over `n` members:
+// (n-1) messages of bytes / n each.
+double all_to_all(double bytes, int n, const LinkSpec& link) {
+  if (n <= 1) return 0;
+  const double bw = link.bandwidth > 0 ? link.achieved_bandwidth() : 1e30;
+  return (n - 1) * link.latency + theory::ring_shard_factor(n) * bytes / bw;
+}
+
+// MoE blocks of the pipeline stage that has the most of them (a stage holds layers/pp
+// consecutive blocks).
+int most_moe_layers_per_stage(const GPTConfig& m, int pp) {
+  if (m.experts <= 0) return 0;
+  const int per_stage = m.layers / pp;
+  int most = 0;
+  for (int s = 0; s < pp; ++s) {
+    int n = 0;
+    for (int i = s * per_stage; i < (s + 1) * per_stage; ++i) n += m.is_moe_block(i) ? 1 : 0;
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+// What an MoE block's MLP adds to one micro-batch on one stage, over the dense MLP it replaces:
+// the router (C -> E), each of the rank's E/ep experts on its share of the rows x top_k routed
+// rows (balanced), whole (experts are not tensor-split), in forward, backward (2x) and full
+// recompute; and the 4 all-to-alls of the routed rows over the ep group (dispatch and combine,
+// forward and backward), counted as exposed.
+double moe_extra_seconds(const GPTConfig& model, const GPTConfig& c, const Layout& l,
+                         const HardwareProfile& p,
+                         const std::function<double(double, double, double)>& gemm) {
+  const int moe_layers = most_moe_layers_per_stage(model, l.pp);
+  if (moe_layers == 0) return 0;
+  const double s = static_cast<double>(dtype_size(c.dtype));
+  const double C = c.dim, E = model.experts, k = model.top_k,
+               H = static_cast<double>(model.expert_hidden_size());
+  const double rows = static_cast<double>(l.microbatch_size) * c.seq_len;
+  const double local_experts = E / l.ep, rows_per_expert = rows * k * l.ep / E;
+  const double dense_mlp = gemm(rows, C, 4 * C / l.tp) + gemm(rows, 4 * C / l.tp, C);
+  const double moe_mlp = gemm(rows, C, E) + local_experts * (gemm(rows_per_expert, C, H) +
+                                                             gemm(rows_per_expert, H, C));
+  const double more = moe_mlp - dense_mlp;
+  const double exchange = 4 * all_to_all(rows * k * C * s, l.ep, group_link(p, l.ep, l.tp * l.cp));
+  return moe_layers * (3 * more + (l.recompute == "full" ? more : 0) + exchange);
 }
 
 // Seconds of one micro-batch through one stage: its layers' GEMMs and attention on the roofline
@@ -77,16 +124,31 @@ double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Lay
       l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
                : 0;
   const double head = 3 * gemm(rows, C, V);
-  return layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
+  const double dense = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
+  return model.experts > 0 ? dense + moe_extra_seconds(model, c, l, p, gemm) : dense;
 }
 
 // Parameters of the largest stage, roughly: its blocks over tp plus the larger of the embeddings
-// and the head.
-double largest_stage_parameters(const GPTConfig& model, const GPTConfig& c, const Layout& l) {
+// and the head (dense); an MoE block's router and its E/ep experts in place of the MLP (experts,
+// averaged over the expert-data-parallel group instead of dp).
+struct StageParameters {
+  double dense = 0, experts = 0;
+  double total() const { return dense + experts; }
+};
+
+StageParameters largest_stage_parameters(const GPTConfig& model, const GPTConfig& c,
+                                         const Layout& l) {
   const double C = c.dim, V = c.vocab, tp = l.tp;
   const int layers = c.layers / l.pp;
   const double block_params = static_cast<double>(theory::block_parameters(c.dim));
-  return layers * block_params / tp + std::max((V + model.seq_len) * C, V * C + 2 * C);
+  StageParameters p{.dense = layers * block_params / tp +
+                             std::max((V + model.seq_len) * C, V * C + 2 * C)};
+  const int moe_layers = most_moe_layers_per_stage(model, l.pp);
+  if (moe_layers == 0) return p;
+  const double H = static_cast<double>(model.expert_hidden_size()), mlp = 8 * C * C + 5 * C;
+  p.dense += moe_layers * (model.experts * C - mlp / tp);
+  p.experts = moe_layers * double(model.experts) / l.ep * (2 * C * H + H + C);
+  return p;
 }
 
 // Bytes of the largest stage: its model states (theory::model_state_bytes, AdamW; ZeRO-1 shards
@@ -116,8 +178,19 @@ double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layo
   const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
   const double logits = 2 * rows * V * 4;
   const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
-  return stage_params * (s + states.grads + optimizer_bytes) + dp_buffer +
-         in_flight * layers * kept + static_cast<double>(step.workspace) / tp + logits;
+  const double bytes = stage_params * (s + states.grads + optimizer_bytes) + dp_buffer +
+                       in_flight * layers * kept + static_cast<double>(step.workspace) / tp +
+                       logits;
+  // An MoE block keeps, instead of the dense MLP's fc and GELU (4C / tp each per token), the
+  // router's fp32 probabilities (E) and per routed row (top_k per token) its input, its expert's
+  // fc and GELU and its output (2C + 2H); full recompute keeps none of either.
+  const int moe_layers = most_moe_layers_per_stage(model, l.pp);
+  if (moe_layers == 0 || l.recompute == "full") return bytes;
+  const double moe_kept =
+      rows * (4.0 * model.experts +
+              s * model.top_k * (2 * C + 2 * static_cast<double>(model.expert_hidden_size())) -
+              s * 8 * C / tp);
+  return bytes + in_flight * moe_layers * moe_kept;
 }
 
 }  // namespace
@@ -132,9 +205,16 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double bubble = theory::bubble_in_microbatches(l.schedule, l.pp, l.virtual_stages);
   const double pipeline = (l.microbatches + bubble) * micro_batch_seconds(model, c, l, p);
   // DualPipe holds two copies: every stage keeps two stages' parameters (and their states).
-  const double stage_params =
-      (l.schedule == "dualpipe" ? 2 : 1) * largest_stage_parameters(model, c, l);
-  const double dp_comm = ring_all_reduce(4 * stage_params, l.dp, group_link(p, l.dp, l.tp * l.cp));
+  const double copies = l.schedule == "dualpipe" ? 2 : 1;
+  const StageParameters params = largest_stage_parameters(model, c, l);
+  const double stage_params = copies * params.total();
+  // Dense gradients averaged over dp; expert gradients over the dp / ep ranks holding the same
+  // experts (their members ep x tp x cp ranks apart).
+  double dp_comm =
+      ring_all_reduce(4 * copies * params.dense, l.dp, group_link(p, l.dp, l.tp * l.cp));
+  if (params.experts > 0)
+    dp_comm += ring_all_reduce(4 * copies * params.experts, l.dp / l.ep,
+                               group_link(p, l.dp / l.ep, l.ep * l.tp * l.cp));
   const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
   const double memory = stage_memory_bytes(model, c, l, stage_params);
   return {.step_seconds = pipeline + dp_comm + optimizer_step,

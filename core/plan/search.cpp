@@ -61,6 +61,17 @@ bool cp_fits(const GPTConfig& m, int cp) {
   }
 }
 
+// Expert-parallel sizes of a replica set of `dp`: 1 for a dense model; with experts, every
+// divisor of dp that also divides the experts (the ep group is carved out of the dp ranks, each
+// holding experts / ep whole experts).
+std::vector<int> expert_parallel_sizes(const GPTConfig& m, int dp) {
+  if (m.experts <= 0) return {1};
+  std::vector<int> sizes;
+  for (int ep : divisors(dp))
+    if (m.experts % ep == 0) sizes.push_back(ep);
+  return sizes;
+}
+
 std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global_batch,
                                         const Pins& pins) {
   std::vector<Layout> layouts;
@@ -75,51 +86,56 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
         if (!allowed(pins.pp, pp) || !allowed(pins.dp, dp) || m.layers % pp != 0) continue;
         if (global_batch % dp != 0) continue;
         const int per_replica = global_batch / dp;
-        for (int mbs : divisors(per_replica)) {
-          if (!allowed(pins.microbatch_size, mbs)) continue;
-          for (const std::string schedule :
-               {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"}) {
-            // One stage: every schedule is plain gradient accumulation; keep 1f1b.
-            if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule != "1f1b")
-              continue;
-            // Interleaved with V = 2 chunks per stage (the hybrid layout's rule: pp x V divides
-            // the layers, at least pp micro-batches); larger V only adds pp traffic here.
-            const bool interleaved = schedule == "interleaved";
-            if (interleaved && (pp == 1 || m.layers % (2 * pp) != 0 || per_replica / mbs < pp))
-              continue;
-            // The V schedules: two chunks per stage, and enough micro-batches for their warmup.
-            const bool v_shape = is_v_schedule(schedule);
-            if (v_shape && (pp == 1 || m.layers % (2 * pp) != 0 ||
-                            per_replica / mbs < pipeline::min_microbatches(schedule, pp)))
-              continue;
-            // DualPipe: an even pp (the two copies meet in the middle), M even and at least 2pp.
-            const int M = per_replica / mbs;
-            if (schedule == "dualpipe" &&
-                (pp % 2 != 0 || M % 2 != 0 || M < pipeline::min_microbatches(schedule, pp)))
-              continue;
-            for (int zero : {0, 1}) {
-              // ZeRO-1 over one replica shards nothing: searched only where dp > 1.
-              if (pins.zero ? *pins.zero != zero : dp == 1 && zero == 1) continue;
-              for (const char* recompute : {"none", "selective", "full"}) {
-                if (!allowed(pins.recompute, std::string(recompute))) continue;
-                for (const std::string& precision : precisions) {
-                  Layout l{.dp = dp,
-                           .tp = tp,
-                           .pp = pp,
-                           .cp = cp,
-                           .microbatch_size = mbs,
-                           .microbatches = per_replica / mbs,
-                           .schedule = schedule,
-                           .virtual_stages = interleaved ? 2 : 1,
-                           .zero = zero,
-                           .precision = precision,
-                           .recompute = recompute};
-                  layouts.push_back(l);
+        for (int ep : expert_parallel_sizes(m, dp))
+          for (int mbs : divisors(per_replica)) {
+            if (!allowed(pins.ep, ep)) continue;
+            if (!allowed(pins.microbatch_size, mbs)) continue;
+            for (const std::string schedule :
+                 {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"}) {
+              // One stage: every schedule is plain gradient accumulation; keep 1f1b.
+              if (pins.schedule ? *pins.schedule != schedule : pp == 1 && schedule != "1f1b")
+                continue;
+              // An MoE block's backward is one piece: no zero-bubble B/W split.
+              if (m.experts > 0 && parallel::splits_backward(schedule)) continue;
+              // Interleaved with V = 2 chunks per stage (the hybrid layout's rule: pp x V divides
+              // the layers, at least pp micro-batches); larger V only adds pp traffic here.
+              const bool interleaved = schedule == "interleaved";
+              if (interleaved && (pp == 1 || m.layers % (2 * pp) != 0 || per_replica / mbs < pp))
+                continue;
+              // The V schedules: two chunks per stage, and enough micro-batches for their warmup.
+              const bool v_shape = is_v_schedule(schedule);
+              if (v_shape && (pp == 1 || m.layers % (2 * pp) != 0 ||
+                              per_replica / mbs < pipeline::min_microbatches(schedule, pp)))
+                continue;
+              // DualPipe: an even pp (the two copies meet in the middle), M even and at least 2pp.
+              const int M = per_replica / mbs;
+              if (schedule == "dualpipe" &&
+                  (pp % 2 != 0 || M % 2 != 0 || M < pipeline::min_microbatches(schedule, pp)))
+                continue;
+              for (int zero : {0, 1}) {
+                // ZeRO-1 over one replica shards nothing: searched only where dp > 1.
+                if (pins.zero ? *pins.zero != zero : dp == 1 && zero == 1) continue;
+                for (const char* recompute : {"none", "selective", "full"}) {
+                  if (!allowed(pins.recompute, std::string(recompute))) continue;
+                  for (const std::string& precision : precisions) {
+                    Layout l{.dp = dp,
+                             .tp = tp,
+                             .pp = pp,
+                             .cp = cp,
+                             .ep = ep,
+                             .microbatch_size = mbs,
+                             .microbatches = per_replica / mbs,
+                             .schedule = schedule,
+                             .virtual_stages = interleaved ? 2 : 1,
+                             .zero = zero,
+                             .precision = precision,
+                             .recompute = recompute};
+                    layouts.push_back(l);
+                  }
                 }
               }
             }
           }
-        }
       }
     }
   }
@@ -134,6 +150,7 @@ void confirm_with_engine_rules(const GPTConfig& m, const Layout& l, int global_b
   o.mesh.tp = l.tp;
   o.mesh.dp = l.dp;
   o.mesh.pp = l.pp;
+  o.mesh.ep = l.ep;
   parallel::check_hybrid(m, o, l.dp * l.tp * l.pp, global_batch);
 }
 
@@ -155,6 +172,7 @@ std::string join_ints(const std::set<int>& values) {
                        {"--pp", &Pins::pp, &Layout::pp},
                        {"--dp", &Pins::dp, &Layout::dp},
                        {"--cp", &Pins::cp, &Layout::cp},
+                       {"--ep", &Pins::ep, &Layout::ep},
                        {"--microbatch-size", &Pins::microbatch_size, &Layout::microbatch_size},
                        {"--zero", &Pins::zero, &Layout::zero}};
   for (const Axis& a : axes) {
@@ -199,9 +217,9 @@ std::string join_ints(const std::set<int>& values) {
 }  // namespace
 
 std::string describe(const Layout& l) {
-  return fmt::format("dp {} tp {} pp {} cp {} mbs {} M {} {} zero {} {} {}", l.dp, l.tp, l.pp, l.cp,
-                     l.microbatch_size, l.microbatches, l.schedule, l.zero, l.precision,
-                     l.recompute);
+  return fmt::format("dp {} tp {} pp {} cp {}{} mbs {} M {} {} zero {} {} {}", l.dp, l.tp, l.pp,
+                     l.cp, l.ep > 1 ? fmt::format(" ep {}", l.ep) : "", l.microbatch_size,
+                     l.microbatches, l.schedule, l.zero, l.precision, l.recompute);
 }
 
 std::vector<Layout> enumerate_layouts(const GPTConfig& model, int gpus, int global_batch,
@@ -210,6 +228,16 @@ std::vector<Layout> enumerate_layouts(const GPTConfig& model, int gpus, int glob
   if (global_batch < 1)
     throw std::invalid_argument(
         fmt::format("--global-batch must be positive, got {}", global_batch));
+  if (pins.ep && *pins.ep > 1 && model.experts <= 0)
+    throw std::invalid_argument(fmt::format(
+        "--ep {} splits a model's experts over ranks, and this model is dense (no experts): drop "
+        "--ep, or plan a model with experts",
+        *pins.ep));
+  if (pins.schedule && model.experts > 0 && parallel::splits_backward(*pins.schedule))
+    throw std::invalid_argument(fmt::format(
+        "--schedule {} splits the backward (zero-bubble's B and W), which mixture-of-experts "
+        "blocks do not: use --schedule 1f1b, gpipe or interleaved",
+        *pins.schedule));
   std::vector<Layout> layouts = enumerate_unchecked(model, gpus, global_batch, pins);
   if (layouts.empty()) explain_no_layout(model, gpus, global_batch, pins);
   for (const Layout& l : layouts) confirm_with_engine_rules(model, l, global_batch);
@@ -224,7 +252,7 @@ namespace {
 // than threads, stages that cannot be placed on nodes), never on how the batch is cut: one
 // refusal covers every micro-batching of the same mesh and options.
 auto refusal_key(const Layout& l) {
-  return std::tuple(l.dp, l.tp, l.pp, l.cp, l.zero, l.precision, l.schedule, l.recompute);
+  return std::tuple(l.dp, l.tp, l.pp, l.cp, l.ep, l.zero, l.precision, l.schedule, l.recompute);
 }
 
 std::string gib(int64_t bytes) {
@@ -296,14 +324,15 @@ Screened screen_all(const GPTConfig& model, const std::vector<Layout>& layouts,
 std::vector<const Candidate*> simulation_order(const std::vector<Candidate>& fits,
                                                int max_simulated) {
   std::vector<const Candidate*> order, twins;
-  std::set<std::tuple<int, int, int, int>> meshes;
+  std::set<std::tuple<int, int, int, int, int>> meshes;
   std::set<const Candidate*> taken;
   auto but_schedule = [](const Layout& l) {
-    return std::tuple(l.dp, l.tp, l.pp, l.cp, l.microbatch_size, l.zero, l.precision, l.recompute);
+    return std::tuple(l.dp, l.tp, l.pp, l.cp, l.ep, l.microbatch_size, l.zero, l.precision,
+                      l.recompute);
   };
   std::set<decltype(but_schedule(Layout{}))> queued;
   for (const Candidate& c : fits)
-    if (meshes.insert({c.layout.dp, c.layout.tp, c.layout.pp, c.layout.cp}).second &&
+    if (meshes.insert({c.layout.dp, c.layout.tp, c.layout.pp, c.layout.cp, c.layout.ep}).second &&
         static_cast<int>(order.size()) < std::max(1, max_simulated / 2)) {
       order.push_back(&c), taken.insert(&c);
       queued.insert(but_schedule(c.layout));

@@ -1,7 +1,8 @@
 // The planner's search: which layout should this model use on N GPUs of this cluster?
 //
 //   enumerate  every layout the hybrid engine's rules allow: dp x tp x pp x cp = N (tp divides
-//              the heads and the MLP width, pp the layers, cp's zigzag chunks the sequence),
+//              the heads and the MLP width, pp the layers, cp's zigzag chunks the sequence; a
+//              model with experts also an ep dividing dp and the experts),
 //              dp x micro-batches x micro-batch size = the global batch, each schedule, ZeRO
 //              stage, recompute mode and precision -- minus what the user pinned;
 //   screen     a formula estimate of memory (core/memory/activations.h) and of step time
@@ -25,7 +26,7 @@ namespace mgpu::plan {
 
 // What the user fixed; everything unset is searched.
 struct Pins {
-  std::optional<int> dp, tp, pp, cp, microbatch_size, zero;
+  std::optional<int> dp, tp, pp, cp, ep, microbatch_size, zero;
   std::optional<std::string> schedule, recompute;
   // Precisions searched. Empty (the default): bf16, or fp32 with a note while the engine refuses
   // bf16. Otherwise exactly these (one pinned, or all three).
@@ -93,7 +94,7 @@ using Progress =
 SearchResult search(const SearchRequest& request, const Progress& progress = {},
                     const Simulator& simulator = {});
 
-// "dp 8 tp 8 pp 16 cp 1 mbs 1 M 24 1f1b zero 0 bf16 none".
+// "dp 8 tp 8 pp 16 cp 1 mbs 1 M 24 1f1b zero 0 bf16 none" (with "ep 4" after cp when ep > 1).
 std::string describe(const Layout& layout);
 
 }  // namespace mgpu::plan

@@ -54,7 +54,8 @@ parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& wor
                                   .microbatches = layout.microbatches,
                                   .virtual_stages = layout.virtual_stages,
                                   .zero = layout.zero};
-  options.mesh = {.tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp};
+  options.mesh = {
+      .tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp, .ep = layout.ep};
   parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
   return options;
 }

@@ -19,6 +19,7 @@ namespace mgpu::plan {
 // One way to train the model: the mesh, how the batch is cut, and the options of every rank.
 struct Layout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
+  int ep = 1;                      // expert-parallel ranks, carved out of dp (models with experts)
   int microbatch_size = 1;         // sequences per micro-batch
   int microbatches = 1;            // per data-parallel replica and step
   std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved | zb-h1 (as hybrid runs them)

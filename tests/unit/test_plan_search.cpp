@@ -2,6 +2,7 @@
 // hand on a small model), pins, what it says when nothing fits the pins, ranking and rejection,
 // refusals by the engine, and the command's text, JSON and bad input.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -303,13 +304,21 @@ TEST_CASE("plan counts a refusal raised on a stage thread as the engine's refusa
   CHECK_THROWS_AS(search(r, {}, broken), RankError);
 }
 
-TEST_CASE("plan's screen orders memory the way the formulas say", "[plan]") {
+namespace {
+// GPT-2 medium's width on 8 layers: the screen's figures are large enough to order.
+GPTConfig screened_model() {
   GPTConfig m;
   m.layers = 8;
   m.heads = 16;
   m.dim = 1024;
   m.seq_len = 1024;
   m.vocab = 50257;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("plan's screen orders memory the way the formulas say", "[plan]") {
+  const GPTConfig m = screened_model();
   const HardwareProfile h100 = HardwareProfile::load("DGX-H100");
   const Layout base{.dp = 2, .tp = 2, .pp = 2, .microbatch_size = 2, .microbatches = 8};
   auto memory = [&](Layout l) { return screen_layout(m, l, h100).memory_bytes; };
@@ -333,4 +342,95 @@ TEST_CASE("plan's screen orders memory the way the formulas say", "[plan]") {
   one_stage.dp = 4;
   one_stage.microbatches = 4;
   CHECK(time(one_stage) < time(base));
+}
+
+namespace {
+GPTConfig small_moe_model() {
+  GPTConfig m = small_model();
+  m.experts = 4;
+  m.top_k = 2;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("plan searches ep for a model with experts: each divisor of dp that divides them",
+          "[plan][moe]") {
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  const std::vector<Layout> dense = enumerate_layouts(small_model(), 8, 16, pins);
+  for (const Layout& l : dense) CHECK(l.ep == 1);
+  // With 4 experts, every dense layout comes once per ep in {1, 2, 4} that divides its dp (dp 8:
+  // ep 1, 2, 4 - not 8, which does not divide the experts).
+  std::map<int, std::set<int>> ep_by_dp;
+  for (const Layout& l : enumerate_layouts(small_moe_model(), 8, 16, pins)) {
+    CHECK(l.dp % l.ep == 0);
+    CHECK(4 % l.ep == 0);
+    ep_by_dp[l.dp].insert(l.ep);
+  }
+  CHECK(ep_by_dp[1] == std::set<int>{1});
+  CHECK(ep_by_dp[2] == std::set<int>{1, 2});
+  CHECK(ep_by_dp[4] == std::set<int>{1, 2, 4});
+  CHECK(ep_by_dp[8] == std::set<int>{1, 2, 4});
+  size_t expected = 0;  // (without the split-backward schedules an MoE block cannot run)
+  for (const Layout& l : dense)
+    if (!parallel::splits_backward(l.schedule)) expected += ep_by_dp[l.dp].size();
+  CHECK(enumerate_layouts(small_moe_model(), 8, 16, pins).size() == expected);
+  // A pinned ep: only it, and only where it divides dp.
+  pins.ep = 4;
+  for (const Layout& l : enumerate_layouts(small_moe_model(), 8, 16, pins)) {
+    CHECK(l.ep == 4);
+    CHECK(l.dp % 4 == 0);
+  }
+  CHECK_THAT(describe(enumerate_layouts(small_moe_model(), 8, 16, pins).front()),
+             Catch::Contains(" ep 4 "));
+  // ep 8 divides dp 8 but not the 4 experts; on a dense model ep has nothing to split.
+  pins.ep = 8;
+  CHECK_THROWS_WITH(enumerate_layouts(small_moe_model(), 8, 16, pins),
+                    Catch::Contains("--ep 8") && Catch::Contains("--ep 1, 2, 4 would work"));
+  pins.ep = 2;
+  CHECK_THROWS_WITH(enumerate_layouts(small_model(), 8, 16, pins),
+                    Catch::Contains("--ep 2") && Catch::Contains("dense"));
+}
+
+TEST_CASE("plan's screen holds the experts at 1/ep and pays the all-to-alls", "[plan][moe]") {
+  GPTConfig m = screened_model();
+  m.experts = 8;
+  m.top_k = 2;
+  const HardwareProfile h100 = HardwareProfile::load("DGX-H100");
+  const Layout base{.dp = 8, .microbatch_size = 1, .microbatches = 4};
+  auto screen = [&](int ep) {
+    Layout l = base;
+    l.ep = ep;
+    return screen_layout(m, l, h100);
+  };
+  // The experts' states shrink with ep: 8 MoE blocks x 8 experts x (2 C 4C + 5C) parameters, of
+  // which each rank keeps 1/ep; AdamW bf16 keeps 2 + 4 + 12 bytes per parameter, and dp's flat
+  // fp32 gradient buffer 4 more.
+  const double expert_params = 8.0 * 8 * (8.0 * 1024 * 1024 + 5 * 1024);
+  const double per_param = 2 + 4 + 12 + 4;
+  CHECK(screen(1).memory_bytes - screen(2).memory_bytes ==
+        Approx(expert_params / 2 * per_param).epsilon(1e-6));
+  CHECK(screen(2).memory_bytes - screen(8).memory_bytes ==
+        Approx(expert_params * 3 / 8 * per_param).epsilon(1e-6));
+  // ep 1 exchanges nothing; ep > 1 pays 4 all-to-alls per block and micro-batch, but averages
+  // fewer expert gradients over dp / ep ranks: the screen's time moves.
+  CHECK(screen(2).step_seconds != screen(1).step_seconds);
+  // A dense model's screen is the one it always was (no MoE term).
+  GPTConfig dense = m;
+  dense.experts = 0;
+  Layout l = base;
+  CHECK(screen_layout(dense, l, h100).memory_bytes < screen(1).memory_bytes);
+}
+
+TEST_CASE("plan leaves out the split-backward schedules for a model with experts", "[plan][moe]") {
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  std::set<std::string> schedules;
+  for (const Layout& l : enumerate_layouts(small_moe_model(), 8, 16, pins))
+    schedules.insert(l.schedule);
+  CHECK(schedules == std::set<std::string>{"gpipe", "1f1b", "interleaved"});
+  pins.schedule = "zbv";
+  CHECK_THROWS_WITH(enumerate_layouts(small_moe_model(), 8, 16, pins),
+                    Catch::Contains("--schedule zbv splits the backward") &&
+                        Catch::Contains("use --schedule 1f1b"));
 }
