@@ -35,6 +35,10 @@ parallel::HybridOptions hybrid_options(const CommonOptions& c, const HybridLesso
   options.mesh.pp = h.pp;
   options.mesh.cp = h.cp;
   options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp * h.cp));
+  options.sequence_parallel = h.sp;
+  options.vocab_parallel_head = h.vocab_parallel_head;
+  options.tp_sums = h.tp_sums == "activations" ? parallel::PartialSums::activation_dtype
+                                               : parallel::PartialSums::fp32;
   return options;
 }
 
@@ -49,6 +53,9 @@ nlohmann::json hybrid_config(const CommonOptions& c, const HybridLessonOptions& 
   config["microbatches"] = h.microbatches;
   config["zero"] = h.zero;
   config["virtual_stages"] = h.virtual_stages;
+  config["sp"] = h.sp;
+  config["vocab_parallel_head"] = h.vocab_parallel_head;
+  config["tp_sums"] = h.tp_sums;
   return config;
 }
 
@@ -117,6 +124,13 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  // The collectives reduce fp32 values only; on the phantom device (shapes, no values) a 2-byte
+  // sum is priced as Megatron sends it.
+  if (h.tp_sums == "activations" && run.cfg.dtype != DType::f32 && c.device != "phantom")
+    throw UsageError(
+        fmt::format("--tp-sums activations with --precision {} needs 2-byte reductions, which the "
+                    "collectives do not compute on values: use --device phantom, or --tp-sums fp32",
+                    c.precision));
   run.mesh = options.mesh;
   run.micro_b = c.batch / (run.mesh.dp * h.microbatches);
   const WorldOptions wopt = c.world_options();
@@ -166,6 +180,17 @@ class HybridLesson : public Lesson {
     app.add_option("--zero", options_.zero,
                    "0: gradients all-reduced over dp | 1: ZeRO-1 over dp (each dp rank keeps "
                    "optimizer state and fp32 masters for 1/dp of its stage; with dp 1 a no-op)")
+        ->capture_default_str();
+    app.add_flag("--sp", options_.sp,
+                 "sequence parallelism (Megatron-SP) in the blocks: layernorms and residuals hold "
+                 "T / tp tokens (needs --tp 2 or more)");
+    app.add_flag("--vocab-parallel-head", options_.vocab_parallel_head,
+                 "split lm_head over the vocabulary across the tp group, with the parallel "
+                 "cross-entropy (needs --tp 2 or more, untied embeddings)");
+    app.add_option("--tp-sums", options_.tp_sums,
+                   "fp32: TP's partial results summed in fp32 (the single-device numbers) | "
+                   "activations: in the activations' type, as Megatron-LM sends them")
+        ->check(CLI::IsMember({"fp32", "activations"}))
         ->capture_default_str();
   }
   int run(const CommonOptions& c, std::ostream& out) override {

@@ -100,13 +100,32 @@ int tp_all_reduces_per_layer(const CommonOptions& c) {
   return c.recompute == "full" ? 6 : 4;
 }
 
+// The tp formula's inputs for a rank of pipeline stage `stage` holding `layers` layers.
+theory::TpTraffic tp_traffic(const HybridRun& run, int64_t layers, int stage) {
+  const int dtype = static_cast<int>(dtype_size(run.cfg.dtype));
+  return {.tp = run.mesh.tp,
+          .layers = layers,
+          .microbatches = run.h.microbatches,
+          .activation_elements = activation_elements(run),
+          .tokens = int64_t{run.micro_b} * (run.c.seq / run.mesh.cp),
+          .dim = run.cfg.dim,
+          .activation_bytes_each = dtype,
+          .sum_bytes_each = run.h.tp_sums == "activations" ? dtype : 4,
+          .full_recompute = run.c.recompute == "full",
+          .sequence_parallel = run.h.sp,
+          .vocab_parallel_head = run.h.vocab_parallel_head,
+          .first_stage = stage == 0,
+          .last_stage = stage == run.mesh.pp - 1};
+}
+
 void print_traffic_formulas(std::ostream& out, const HybridRun& run) {
   const CommonOptions& c = run.c;
   const parallel::MeshShape& mesh = run.mesh;
   const int chunks = run.h.virtual_stages, weight_bytes = run.state_bytes().params;
   const std::string tokens = mesh.cp > 1 ? "(T/cp)" : "T";
   const int64_t act_elems = activation_elements(run);
-  const int64_t act = act_elems * 4, act_pp = act_elems * int64_t(dtype_size(run.cfg.dtype));
+  const int64_t act = act_elems * 4;
+  const int64_t act_pp = act_elems / (run.h.sp ? mesh.tp : 1) * int64_t(dtype_size(run.cfg.dtype));
   fmt::print(
       out,
       "\nbytes each GPU sent in step {}, by group (measured from the trace | formula):\n"
@@ -142,6 +161,18 @@ void print_traffic_formulas(std::ostream& out, const HybridRun& run) {
       c.precision == "fp16" ? "\n  (fp16: every group also all-reduces the loss scaler's "
                               "found-inf flag, 4 B, once per step)"
                             : "");
+  if (run.h.sp)
+    fmt::print(out,
+               "  --sp: each all-reduce a reduce-scatter + all-gather, 2 more all-gathers per "
+               "layer in backward, the head's input and the embedding's gradient gathered, the "
+               "layernorm gradients all-reduced once; pp messages carry T/tp tokens\n");
+  if (run.h.vocab_parallel_head)
+    fmt::print(out,
+               "  --vocab-parallel-head: per micro-batch, the last stage all-gathers 3 x 4 B per "
+               "token and all-reduces the head's input gradient\n");
+  if (run.h.tp_sums == "activations")
+    fmt::print(out, "  --tp-sums activations: partial sums move in {} B, not 4 B\n",
+               dtype_size(run.cfg.dtype));
 }
 
 void print_traffic(std::ostream& out, const HybridRun& run) {
@@ -149,7 +180,8 @@ void print_traffic(std::ostream& out, const HybridRun& run) {
   const parallel::MeshShape& mesh = run.mesh;
   const int M = run.h.microbatches, weight_bytes = run.state_bytes().params;
   const int64_t act_elems = activation_elements(run);
-  const int64_t act = act_elems * 4, act_pp = act_elems * int64_t(dtype_size(run.cfg.dtype));
+  const int64_t act_pp =
+      act_elems / (run.h.sp ? run.mesh.tp : 1) * int64_t(dtype_size(run.cfg.dtype));
   // cp: ring attention's K|V block of one micro-batch, B_micro*(T/cp)*2C/t elements.
   const int64_t kv = int64_t{run.micro_b} * (c.seq / mesh.cp) * 2 * run.cfg.dim / mesh.tp;
   print_traffic_formulas(out, run);
@@ -157,8 +189,7 @@ void print_traffic(std::ostream& out, const HybridRun& run) {
   for (int r = 0; r < mesh.ranks(); ++r) {
     const HybridRankStats& rank = run.ranks[r];
     const int s = parallel::mesh_coords(mesh, r)[int(Axis::pp)];
-    const double tp_formula =
-        theory::tp_bytes_sent(mesh.tp, tp_all_reduces_per_layer(c), rank.layers, M, act);
+    const double tp_formula = theory::tp_bytes_sent(tp_traffic(run, rank.layers, s));
     const int64_t pp_formula =
         int64_t{M} * act_pp * theory::pipeline_sends(s, mesh.pp, run.h.virtual_stages);
     const double dp_formula =

@@ -26,6 +26,9 @@ struct HybridLessonOptions {
   int zero = 0;            // 1: ZeRO-1 over dp
   int virtual_stages = 1;  // interleaved: chunks per stage
   int cp = 1;              // context parallelism inside each stage (ring attention, zigzag)
+  bool sp = false;         // Megatron-SP in the blocks (tp > 1)
+  bool vocab_parallel_head = false;  // lm_head split over the vocabulary (tp > 1)
+  std::string tp_sums = "fp32";      // fp32 | activations: where TP's partial results are summed
 };
 
 // What rank 0 gathers from every rank after training, by name (it travels as int64s through

@@ -491,13 +491,14 @@ void Block::collect(ParamList& list) {
 
 // ---------------------------------------------------------------------------------- Head
 
-HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq) {
+HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, int64_t seq,
+                                          int vocab_parts) {
   HeadActivations a;
   a.ln = activation({batch, seq, cfg.dim}, cfg.dtype);
   a.ln_mean = statistics({batch, seq});
   a.ln_rstd = statistics({batch, seq});
-  a.logits = activation({batch, seq, cfg.vocab}, cfg.dtype);
-  a.dlogits = activation({batch, seq, cfg.vocab}, cfg.dtype);
+  a.logits = activation({batch, seq, cfg.vocab / vocab_parts}, cfg.dtype);
+  a.dlogits = activation({batch, seq, cfg.vocab / vocab_parts}, cfg.dtype);
   return a;
 }
 
@@ -514,13 +515,19 @@ float Head::forward_loss(const Tensor& x, std::span<const int32_t> targets, Head
   a.input = x;
   ln_f.forward(a.ln, a.ln_mean, a.ln_rstd, x);
   ops::linear_forward(a.logits, a.ln, output_weight().data, lm_head.bias.data);
+  if (comm) return comm->cross_entropy(a.dlogits, a.logits, targets, grad_scale);
   return ops::cross_entropy_forward_backward(a.dlogits, a.logits, targets, grad_scale);
 }
 
 void Head::backward(Tensor& dx, const HeadActivations& a) {
   Tensor d_ln = workspace(a.ln.shape(), a.ln.dtype());
-  ops::linear_backward(d_ln, output_weight().grad, lm_head.bias.grad, a.dlogits, a.ln,
-                       output_weight().data);
+  if (comm) {  // vocabulary-parallel: my rows' weight gradient, the input's summed over ranks
+    ops::matmul(output_weight().grad, a.dlogits, a.ln, /*trans_a=*/true, false, /*beta=*/1.0f);
+    comm->input_grad(d_ln, a.dlogits, output_weight().data);
+  } else {
+    ops::linear_backward(d_ln, output_weight().grad, lm_head.bias.grad, a.dlogits, a.ln,
+                         output_weight().data);
+  }
   ln_f.backward(dx, d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
 
@@ -536,7 +543,7 @@ GPTActivations GPTActivations::allocate(const GPTConfig& cfg, int64_t batch, int
 }
 
 GPTActivations GPTActivations::allocate(const GPTConfig& cfg, const BlockShard& shard,
-                                        int64_t batch, int64_t seq) {
+                                        int64_t batch, int64_t seq, int vocab_parts) {
   if (batch <= 0 || seq <= 0 || seq > cfg.seq_len)
     throw std::invalid_argument(fmt::format(
         "GPT activations: batch ({}) must be positive and seq ({}) in [1, seq_len = {}]", batch,
@@ -549,7 +556,7 @@ GPTActivations GPTActivations::allocate(const GPTConfig& cfg, const BlockShard& 
   a.embedded = activation({batch, seq / shard.seq_parts, cfg.dim}, cfg.dtype);
   for (int i = 0; i < cfg.layers; i++)
     a.blocks.push_back(BlockActivations::allocate(cfg, shard, batch, seq));
-  a.head = HeadActivations::allocate(cfg, batch, seq);
+  a.head = HeadActivations::allocate(cfg, batch, seq, vocab_parts);
   return a;
 }
 

@@ -300,7 +300,25 @@ struct HeadActivations {
   Tensor ln, ln_mean, ln_rstd;  // [B,T,C], [B,T], [B,T]
   Tensor logits;                // [B,T,V]
   Tensor dlogits;               // [B,T,V] written by forward_loss
-  static HeadActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
+  // vocab_parts: the head's vocabulary split over that many ranks (logits [B,T,V/vocab_parts]).
+  static HeadActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq,
+                                  int vocab_parts = 1);
+};
+
+// Where a layout communicates in the head: the vocabulary-parallel head (Megatron-LM), whose
+// lm_head holds a range of the vocabulary's rows on each rank (core/parallel/vocab_parallel.h).
+// Null on Head: the one-device head.
+class HeadComm {
+ public:
+  virtual ~HeadComm() = default;
+  virtual int vocab_parts() const = 0;  // how many ranks share the vocabulary
+  // The mean loss over the rows of logits [B,T,V/parts] (this rank's columns of the whole
+  // vocabulary's) and grad_scale * dloss/dlogits on those columns.
+  virtual float cross_entropy(Tensor& dlogits, const Tensor& logits,
+                              std::span<const int32_t> targets, float grad_scale) = 0;
+  // d_ln = dlogits @ weight summed over the ranks (each holds a partial product): the column
+  // linear's input gradient.
+  virtual void input_grad(Tensor& d_ln, const Tensor& dlogits, const Tensor& weight) = 0;
 };
 
 // Final layernorm + LM head (no bias) + mean cross-entropy.
@@ -311,9 +329,11 @@ struct HeadActivations {
 // group).
 struct Head {
   LayerNorm ln_f;
-  Linear lm_head;         // C -> vocab, no bias
-  Param* tied = nullptr;  // the embedding's wte, when tied and beside it
+  Linear lm_head;            // C -> vocab, no bias
+  Param* tied = nullptr;     // the embedding's wte, when tied and beside it
+  HeadComm* comm = nullptr;  // the vocabulary-parallel head's communication; null: one device
   Head() = default;
+  int vocab_parts() const { return comm ? comm->vocab_parts() : 1; }
   explicit Head(const GPTConfig& cfg);  // declared, not allocated
   // The matrix the logits are computed with: the tied wte, or lm_head's own weight.
   Param& output_weight() { return tied ? *tied : lm_head.weight; }
@@ -332,7 +352,7 @@ struct GPTActivations {
   HeadActivations head;
   static GPTActivations allocate(const GPTConfig& cfg, int64_t batch, int64_t seq);
   static GPTActivations allocate(const GPTConfig& cfg, const BlockShard& shard, int64_t batch,
-                                 int64_t seq);
+                                 int64_t seq, int vocab_parts = 1);
 };
 
 class GPT {

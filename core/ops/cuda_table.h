@@ -61,6 +61,12 @@ struct CudaKernels {
                                           float grad_scale) = nullptr;
   float (*cross_entropy_loss)(const float* logits, const int32_t* targets, int64_t n,
                               int64_t v) = nullptr;
+  void (*vocab_parallel_ce_stats)(float* stats, const float* logits, const int32_t* targets,
+                                  int64_t n, int64_t v, int64_t v0) = nullptr;
+  float (*vocab_parallel_ce_forward_backward)(float* dlogits, const float* logits,
+                                              const float* all_stats, const int32_t* targets,
+                                              int64_t n, int64_t v, int64_t v0, int64_t parts,
+                                              float grad_scale) = nullptr;
 
   // Optimizer updates (core/ops/optimizer_kernels.h): one element-wise pass over n values.
   // bias1 = 1 - beta1^step, bias2 = 1 - beta2^step (computed once on the host, in double).

@@ -650,5 +650,44 @@ float cross_entropy_loss(const Tensor& logits, std::span<const int32_t> targets)
              &CudaKernels::cross_entropy_loss, st.in(logits), targets.data(), n, v);
 }
 
+void vocab_parallel_ce_stats(Tensor& stats, const Tensor& logits, std::span<const int32_t> targets,
+                             int64_t vocab_begin) {
+  const int64_t n = row_count(logits), v = last_dim(logits);
+  check(stats.dtype() == DType::f32 && stats.numel() == 3 * n, "vocab_parallel_ce_stats",
+        fmt::format("stats must be f32 [3, {}] for {} rows of logits", n, n));
+  check(int64_t(targets.size()) == n, "vocab_parallel_ce_stats",
+        fmt::format("{} targets given for {} rows of logits", targets.size(), n));
+  // per element: a max, a subtraction, an exp, an add; logits read once, 3 floats per row out
+  KernelScope ks("vocab_parallel_ce_stats", 4.0 * n * v,
+                 elem_bytes(logits) * double(n * v) + 12.0 * n + 4.0 * n, logits.dtype());
+  if (!has_math(logits)) return;
+  Fp32Staging st;
+  run(logits, "vocab_parallel_ce_stats", cpu::vocab_parallel_ce_stats,
+      &CudaKernels::vocab_parallel_ce_stats, st.out(stats), st.in(logits), targets.data(), n, v,
+      vocab_begin);
+}
+
+float vocab_parallel_ce_forward_backward(Tensor& dlogits, const Tensor& logits,
+                                         const Tensor& all_stats, std::span<const int32_t> targets,
+                                         int64_t vocab_begin, float grad_scale) {
+  const int64_t n = row_count(logits), v = last_dim(logits);
+  const int64_t parts = n == 0 ? 0 : all_stats.numel() / (3 * n);
+  check(dlogits.numel() == logits.numel(), "vocab_parallel_ce", "dlogits must match logits");
+  check(all_stats.dtype() == DType::f32 && parts >= 1 && all_stats.numel() == parts * 3 * n,
+        "vocab_parallel_ce",
+        fmt::format("all_stats must be f32 [parts, 3, {}], got {} values", n, all_stats.numel()));
+  check(int64_t(targets.size()) == n, "vocab_parallel_ce",
+        fmt::format("{} targets given for {} rows of logits", targets.size(), n));
+  // per element: exp, subtract, scale; logits read, dlogits written; the stats read once per row
+  KernelScope ks("vocab_parallel_ce", 4.0 * n * v + 6.0 * n * parts,
+                 elem_bytes(logits) * 2.0 * double(n * v) + 12.0 * n * parts + 4.0 * n,
+                 logits.dtype());
+  if (!has_math(logits)) return 0.0f;
+  Fp32Staging st;
+  return run(logits, "vocab_parallel_ce", cpu::vocab_parallel_ce_forward_backward,
+             &CudaKernels::vocab_parallel_ce_forward_backward, st.out(dlogits), st.in(logits),
+             st.in(all_stats), targets.data(), n, v, vocab_begin, parts, grad_scale);
+}
+
 }  // namespace ops
 }  // namespace mgpu

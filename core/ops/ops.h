@@ -109,4 +109,17 @@ float cross_entropy_forward_backward(Tensor& dlogits, const Tensor& logits,
                                      std::span<const int32_t> targets, float grad_scale = 1.0f);
 float cross_entropy_loss(const Tensor& logits, std::span<const int32_t> targets);
 
+// The vocabulary-parallel cross-entropy's two local halves (core/parallel/vocab_parallel.h): a
+// rank holds logits [rows, V/t], the columns [vocab_begin, vocab_begin + V/t) of the whole
+// vocabulary's. stats [3, rows] (f32) gets per row: the local max m, the local sum of exp(x - m),
+// and the target's logit where this rank owns the target (else 0). From every rank's stats
+// (all_stats [t, 3, rows], rank-major) the second half forms each row's global log-sum-exp,
+// writes dlogits = grad_scale * d(mean loss)/d logits on the local columns (softmax - onehot,
+// dlogits may be logits itself) and returns the mean loss (the same on every rank). Phantom: 0.
+void vocab_parallel_ce_stats(Tensor& stats, const Tensor& logits, std::span<const int32_t> targets,
+                             int64_t vocab_begin);
+float vocab_parallel_ce_forward_backward(Tensor& dlogits, const Tensor& logits,
+                                         const Tensor& all_stats, std::span<const int32_t> targets,
+                                         int64_t vocab_begin, float grad_scale = 1.0f);
+
 }  // namespace mgpu::ops

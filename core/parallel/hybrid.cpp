@@ -15,6 +15,8 @@
 
 #include "core/data/sampler.h"
 #include "core/model/init.h"
+#include "core/parallel/hybrid_megatron.h"
+#include "core/parallel/vocab_parallel.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -26,7 +28,8 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
     : config_(cfg),
       mesh_(world, options.mesh, options.mesh_groups),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
-      tp_comm_(mesh_.group(Axis::tp), seams.tp),
+      tp_comm_(make_tp_comm(mesh_.group(Axis::tp), seams.tp, options)),
+      sequence_parallel_(options.sequence_parallel),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
                                         options.virtual_stages, seams.pipeline)),
       zero_(options.zero),
@@ -34,6 +37,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   if (zero_ != 0) check_seams(zero_seams_);
   // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
   BlockShard shard = slice_.block();
+  if (sequence_parallel_) shard.seq_parts = options.mesh.tp;  // --sp: T / tp tokens outside linears
   if (options.mesh.cp > 1) {
     ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len,
                                             seams.cp);
@@ -44,11 +48,18 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   stage_ = pipeline::StageModel::declare(
       cfg, mesh_.coord(Axis::pp), options.mesh.pp, schedule_.virtual_stages, shard,
       [&](Block& block) { split_block(block, cfg, slice_); }, schedule_.placement);
+  if (options.vocab_parallel_head && stage_.head)  // my rows of lm_head, before materialising
+    split_head(*stage_.head, cfg, options.mesh.tp, mesh_.coord(Axis::tp));
   if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
+  if (options.vocab_parallel_head && stage_.head) {
+    head_comm_ =
+        std::make_unique<VocabParallelHead>(mesh_.group(Axis::tp), cfg.vocab, options.tp_sums);
+    stage_.head->comm = head_comm_.get();
+  }
   embedding_group_ = pipeline::make_embedding_group(stage_, mesh_.group(Axis::pp));
   // The block's communication: TP's f and g around the linears, the cp ring for attention (a
   // null one: the plain op). The pipeline executor's regions stay open through them.
-  const BlockComm comm{.linear = options.mesh.tp > 1 ? &tp_comm_ : nullptr,
+  const BlockComm comm{.linear = options.mesh.tp > 1 ? tp_comm_.get() : nullptr,
                        .attention = ring_.get()};
   if (ring_ && stage_.embedding) stage_.embedding->positions = ring_->positions();
   for (auto& blocks : stage_.chunks)
@@ -126,7 +137,9 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
     mine = batch_columns(mine, ring_->positions());
   }
   stage_.zero_grad();
-  pipeline::ExecutorOptions options{.loss_scale = loss_scale()};
+  pipeline::ExecutorOptions options{
+      .loss_scale = loss_scale(),
+      .sequence_parallel = sequence_parallel_ ? &mesh_.group(Axis::tp) : nullptr};
   stats_ = pipeline::run_schedule(stage_, schedule_,
                                   data::split_micro_batches(mine, schedule_.microbatches),
                                   mesh_.group(Axis::pp), options);
@@ -135,6 +148,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
     if (stage_.head) stats_.loss = mirror_->loss(stats_.loss);
   }
   pipeline::all_reduce_embedding_grad(stage_, embedding_group_.get());  // tied across stages
+  if (sequence_parallel_) sum_layernorm_grads_over_tp(stage_, mesh_.group(Axis::tp));
   // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).

@@ -38,7 +38,19 @@ struct HybridOptions {
   int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
   int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
   MeshGroupFactory mesh_groups;   // empty: Comm::split (the planner's representative passes one)
+  // Megatron-LM's tensor-parallel choices (tp > 1; core/parallel/hybrid_megatron.cpp): where TP's
+  // partial results are summed (fp32, or the activations' type as Megatron sends them), the
+  // vocabulary-parallel head, and sequence parallelism in the blocks (--sp).
+  PartialSums tp_sums = PartialSums::fp32;
+  bool vocab_parallel_head = false;
+  bool sequence_parallel = false;
 };
+
+// Throws std::invalid_argument (one line) unless the options above suit the model and the mesh:
+// --sp and the vocabulary-parallel head need tp > 1; --sp needs tp to divide the sequence, no cp
+// and a schedule without zero-bubble's split backward; the head needs tp to divide the vocabulary
+// and untied embeddings. (Called by check_hybrid.)
+void check_megatron_options(const GPTConfig& cfg, const HybridOptions& options);
 
 // The exercise functions a hybrid rank runs: exercise 06's linears (tp), exercise 07's merge (cp),
 // exercise 08's owned chunk and sharded step (ZeRO-1 over dp), exercise 03's GPipe and 1F1B
@@ -89,7 +101,9 @@ class HybridLayout : public train::Layout {
   GPTConfig config_;
   Mesh mesh_;
   TpSlice slice_;
-  TensorParallelComm tp_comm_;           // tp > 1: f and g around the linears
+  std::unique_ptr<TensorParallelComm> tp_comm_;  // tp > 1: f and g (--sp: their halves)
+  std::unique_ptr<HeadComm> head_comm_;          // the vocabulary-parallel head's, else null
+  bool sequence_parallel_ = false;
   std::unique_ptr<RingAttention> ring_;  // cp > 1: attention round the cp ring
   pipeline::StageModel stage_;
   std::unique_ptr<comm::Comm> embedding_group_;  // tied across stages: {first, last} of my pp

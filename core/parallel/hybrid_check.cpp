@@ -155,6 +155,7 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
         "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
         "parameters, which the `zero` lesson shows on one data-parallel group",
         o.zero));
+  check_megatron_options(cfg, o);
   if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)
     throw std::invalid_argument(fmt::format(
         "batch {} does not split into dp {} x {} micro-batches: use --batch {} (or another "

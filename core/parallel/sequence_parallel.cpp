@@ -127,11 +127,11 @@ Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
   return whole_sequence(mine, tp_.size());
 }
 
-void SequenceParallel::all_reduce_layernorm_grads() {
-  if (tp_.size() == 1) return;
+void all_reduce_layernorm_grads(const std::vector<Block*>& blocks, comm::Comm& tp) {
+  if (tp.size() == 1) return;
   std::vector<Param*> norms;
-  for (Block& block : model_->blocks)
-    for (LayerNorm* ln : {&block.ln1, &block.ln2})
+  for (Block* block : blocks)
+    for (LayerNorm* ln : {&block->ln1, &block->ln2})
       norms.insert(norms.end(), {&ln->weight, &ln->bias});
   // One all-reduce for all of them (Megatron coalesces them too): 4*C per layer, not activations.
   int64_t total = 0;
@@ -142,7 +142,7 @@ void SequenceParallel::all_reduce_layernorm_grads() {
     packed.flat_range(at, at + p->grad.numel()).copy_from(p->grad);
     at += p->grad.numel();
   }
-  tp_.all_reduce(packed, comm::ReduceOp::sum);
+  tp.all_reduce(packed, comm::ReduceOp::sum);
   at = 0;
   for (Param* p : norms) {
     p->grad.copy_from(packed.flat_range(at, at + p->grad.numel()));
@@ -193,7 +193,9 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
   phase_.paused([&] { all_gather_sequence(d_full, dx, tp_); });
   model.embedding.backward(d_full, batch.tokens);
   phase_.close();
-  all_reduce_layernorm_grads();
+  std::vector<Block*> blocks;
+  for (Block& block : model.blocks) blocks.push_back(&block);
+  all_reduce_layernorm_grads(blocks, tp_);
   // fp16: a sharded weight's overflow is only on its owner: the found-inf flag is agreed over tp.
   const bool stepped = optimizer_step(optimizer_.get(), {&tp_}, step);
   return {.loss = loss, .skipped = !stepped};

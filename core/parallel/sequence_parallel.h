@@ -31,6 +31,10 @@ void all_gather_sequence(Tensor& full, const Tensor& mine, comm::Comm& tp);
 void reduce_scatter_sequence(Tensor& mine, const Tensor& full, comm::Comm& tp);
 void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts);
 
+// The blocks' layernorms saw only this rank's tokens: their weight/bias gradients are partial
+// sums, summed here over `tp` in one all-reduce (Megatron coalesces them too: 4*C per layer).
+void all_reduce_layernorm_grads(const std::vector<Block*>& blocks, comm::Comm& tp);
+
 // Sequence parallelism's collectives for exercise 06's linears, on group `tp`: gather is an
 // all-gather along the sequence (my [B,T/t,C] -> the whole [B,T,C]), sum a reduce-scatter of the
 // whole sequence's partial results to my tokens. Put where TP's are, they make f into f-bar and g
@@ -66,8 +70,6 @@ class SequenceParallel : public TensorParallel {
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
 
  private:
-  // The layernorms saw only this rank's tokens: their weight/bias gradients are partial sums.
-  void all_reduce_layernorm_grads();
   Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
 };
 

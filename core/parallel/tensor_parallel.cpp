@@ -13,6 +13,7 @@
 #include "core/model/init.h"
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
+#include "core/parallel/vocab_parallel.h"
 #include "core/runtime/context.h"
 #include "core/train/trainer.h"
 
@@ -99,12 +100,15 @@ std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimi
 }
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                               const train::OptimizerFactory& make_optimizer, const TpSeams& seams)
-    : TensorParallel(cfg, tp, make_optimizer, std::make_unique<TensorParallelComm>(tp, seams), 1) {}
+                               const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
+                               bool vocab_parallel_head)
+    : TensorParallel(cfg, tp, make_optimizer, std::make_unique<TensorParallelComm>(tp, seams), 1,
+                     vocab_parallel_head) {}
 
 TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
                                const train::OptimizerFactory& make_optimizer,
-                               std::unique_ptr<LinearComm> linears, int seq_parts)
+                               std::unique_ptr<LinearComm> linears, int seq_parts,
+                               bool vocab_parallel_head)
     : config_(cfg),
       tp_(tp),
       linears_(std::move(linears)),
@@ -115,8 +119,13 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
   // single-device model: a TP run starts exactly where the single-device run starts.
   model_ = std::make_unique<GPT>(cfg, shard);
   for (Block& block : model_->blocks) split_block(block, cfg, slice_);
+  if (vocab_parallel_head) split_head(model_->head, cfg, tp.size(), tp.rank());
   materialise(model_->params(), cfg.seed, cfg.dtype);
   if (tp.size() > 1) model_->set_block_comm({.linear = linears_.get(), .phase = &phase_});
+  if (vocab_parallel_head) {
+    head_comm_ = std::make_unique<VocabParallelHead>(tp, cfg.vocab, PartialSums::fp32, &phase_);
+    model_->head.comm = head_comm_.get();
+  }
   optimizer_ = make_optimizer(model_->params());
 }
 
@@ -204,7 +213,8 @@ void TensorParallelComm::column_backward_input(const Linear& linear, Tensor& din
 train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
   // Every tp rank trains on the whole batch: TP splits the model, not the data.
   optimizer_->zero_grad();
-  GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T);
+  GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T,
+                                                 model_->head.vocab_parts());
   phase_.open("forward", trace::cat::forward);
   const float loss = model_->forward(batch.tokens, batch.targets, acts, loss_scale());
   phase_.open("backward", trace::cat::backward);

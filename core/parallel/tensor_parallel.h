@@ -74,8 +74,8 @@ class TensorParallelCollectives : public LinearCollectives {
 // ------------------------------------------------------------------ exercise 06 seams
 // The column- and row-parallel linear (docs/exercises/06-tensor-parallel.md): solutions/ holds
 // the reference, exercises/ the student's; `--impl` picks which table the program hands to every
-// layout it builds (exercises/selection.h), and each layout keeps the table it was given. TP and SP both
-// run them; `c` says which collectives f and g are made of.
+// layout it builds (exercises/selection.h), and each layout keeps the table it was given. TP and SP
+// both run them; `c` says which collectives f and g are made of.
 //   column: y_local = f(x) @ w_local^T + b_local          w_local: my rows of W [out/t, in]
 //   row:    y       = g(x_local @ w_local^T) + b          w_local: my columns of W [out, in/t];
 //                                                         b is defined on one rank only
@@ -150,8 +150,11 @@ class TensorParallel : public train::Layout {
  public:
   // Collective over `tp` only in the sense that every member builds its own slice of the same
   // seeded full model. `tp` must outlive the layout. `seams`: exercise 06's linears.
+  // vocab_parallel_head: lm_head split over the vocabulary too (core/parallel/vocab_parallel.h);
+  // false: every rank holds the whole head.
   TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                 const train::OptimizerFactory& make_optimizer, const TpSeams& seams);
+                 const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
+                 bool vocab_parallel_head = false);
 
   std::string name() const override { return "tensor_parallel"; }
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
@@ -169,7 +172,7 @@ class TensorParallel : public train::Layout {
   // `linears` at the four points.
   TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
                  const train::OptimizerFactory& make_optimizer, std::unique_ptr<LinearComm> linears,
-                 int seq_parts);
+                 int seq_parts, bool vocab_parallel_head = false);
   BlockShard block_shard() const { return model_->shard(); }
 
   // The forward/backward region on the timeline; the blocks pause it while they communicate.
@@ -179,6 +182,7 @@ class TensorParallel : public train::Layout {
   std::unique_ptr<LinearComm> linears_;  // TP: f and g through exercise 06's functions
   TpSlice slice_;
   std::unique_ptr<GPT> model_;
+  std::unique_ptr<HeadComm> head_comm_;  // the vocabulary-parallel head's, else null
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 

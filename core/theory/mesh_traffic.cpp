@@ -10,6 +10,28 @@ double tp_bytes_sent(int tp, int all_reduces, int64_t layers, int microbatches,
   return ring_all_reduce_factor(tp) * all_reduces * layers * microbatches * activation_bytes;
 }
 
+double tp_bytes_sent(const TpTraffic& t) {
+  if (t.tp <= 1) return 0;
+  const double gather = double(t.tp - 1) / t.tp;  // an all-gather's or reduce-scatter's share
+  const double act = double(t.activation_elements);
+  const double sums = act * t.sum_bytes_each, whole = act * t.activation_bytes_each;
+  const int collectives = t.full_recompute ? 6 : 4;  // f/g points run per layer and micro-batch
+  double per_microbatch = 0;
+  if (!t.sequence_parallel) {
+    per_microbatch = double(t.layers) * collectives * 2 * gather * sums;
+  } else {
+    per_microbatch = double(t.layers) * collectives * gather * (sums + whole) +
+                     double(t.layers) * 2 * gather * whole;
+    if (t.last_stage) per_microbatch += gather * whole;   // the head's input gathered
+    if (t.first_stage) per_microbatch += gather * whole;  // the embedding's gradient gathered
+  }
+  if (t.vocab_parallel_head && t.last_stage)
+    per_microbatch += gather * t.tp * 3.0 * 4 * double(t.tokens) + 2 * gather * sums;
+  const double layernorms =
+      t.sequence_parallel ? 2 * gather * 4.0 * 4 * double(t.dim) * double(t.layers) : 0;
+  return per_microbatch * t.microbatches + layernorms;
+}
+
 int64_t pipeline_sends(int stage, int stages, int chunks) {
   int64_t sends = 0;
   for (int chunk = 0; chunk < chunks; ++chunk) {

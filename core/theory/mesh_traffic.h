@@ -13,6 +13,30 @@ namespace mgpu::theory {
 double tp_bytes_sent(int tp, int all_reduces, int64_t layers, int microbatches,
                      int64_t activation_bytes);
 
+// tp with Megatron-LM's options (the hybrid engine's --sp and --vocab-parallel-head), bytes one
+// rank sends per step. Each micro-batch's activation is `activation_elements` elements, moved in
+// `activation_bytes_each` B as such (all-gathers) and in `sum_bytes_each` B as partial sums.
+//   TP: the f/g ring all-reduces above (4 per layer, 6 under full recompute).
+//   SP (Korthikanti et al. 2022): each all-reduce becomes a reduce-scatter of the partial sums
+//     plus an all-gather ((t-1)/t each), and the backward gathers the column linears' input again
+//     (2 more all-gathers per layer); the last stage gathers the head's input and the first the
+//     embedding's gradient (one all-gather per micro-batch each); the stage's layernorm
+//     gradients (4C fp32 per layer) are all-reduced once per step.
+//   vocabulary-parallel head (last stage): per micro-batch an all-gather of 3 fp32 per token and
+//     an all-reduce of the head's input gradient (partial sums).
+struct TpTraffic {
+  int tp = 1;
+  int64_t layers = 0;
+  int microbatches = 1;
+  int64_t activation_elements = 0;  // B_micro * T * C
+  int64_t tokens = 0;               // B_micro * T
+  int64_t dim = 0;                  // C
+  int activation_bytes_each = 4, sum_bytes_each = 4;
+  bool full_recompute = false, sequence_parallel = false, vocab_parallel_head = false;
+  bool first_stage = false, last_stage = false;
+};
+double tp_bytes_sent(const TpTraffic& t);
+
 // pp: point-to-point sends of pipeline stage `stage` of `stages` holding `chunks` chunks per
 // micro-batch: chunk c is virtual stage cP+s, which sends its output on unless it is the last and
 // its input gradient back unless it is the first.

@@ -319,6 +319,64 @@ TEST_CASE("hybrid with cp trains to the single-device parameters", "[hybrid][les
   }
 }
 
+// Megatron's options (#30): sequence parallelism in the blocks (the pipeline's messages then carry
+// T/tp tokens) and the vocabulary-parallel head (lm_head split by rows: the checkpoint is still
+// the single-device [V, C] matrix); fp32, so the TP sums' type does not change the numbers.
+TEST_CASE(
+    "hybrid with --sp and the vocabulary-parallel head trains to the single-device parameters",
+    "[hybrid][lesson][equivalence][sp]") {
+  const auto want = single_device_parameters();
+  const std::vector<std::vector<std::string>> cases = {
+      {"--dp", "2", "--tp", "2", "--pp", "2", "--sp"},
+      {"--dp", "2", "--tp", "2", "--pp", "2", "--vocab-parallel-head"},
+      {"--dp", "1", "--tp", "2", "--pp", "4", "--sp", "--vocab-parallel-head", "--tp-sums",
+       "activations"},
+      {"--dp", "1", "--tp", "4", "--pp", "2", "--sp", "--vocab-parallel-head", "--schedule",
+       "interleaved", "--virtual-stages", "2"},
+      {"--dp", "2", "--tp", "2", "--pp", "2", "--vocab-parallel-head", "--schedule", "zb-h1"},
+      {"--dp", "2", "--tp", "2", "--pp", "2", "--sp", "--zero", "1", "--recompute", "full"}};
+  for (const auto& mesh_args : cases) {
+    std::vector<std::string> args = {"run", "hybrid", "--ranks", "8", "--microbatches", "4"};
+    args.insert(args.end(), mesh_args.begin(), mesh_args.end());
+    std::string shown;
+    for (const auto& a : mesh_args) shown += a + " ";
+    INFO(shown);
+    const std::string path = temp_path("hybrid_sp.ckpt");
+    args.insert(args.end(), {"--checkpoint", path});
+    const auto r = run_to_checkpoint(tiny(args), path, want);
+    // every GPU's tp and pp bytes (SP's halves and extra gathers, the head's collectives, T/tp
+    // tokens per pp message) = the formula
+    const auto rows = matching_rows(
+        r.out,
+        std::regex(R"(GPU +\d+ .* tp +(\S+ \S+) \| +(\S+ \S+) +pp +(\S+ \S+) \| +(\S+ \S+))"));
+    CHECK(rows.size() == 8);
+    for (const auto& m : rows) {
+      INFO(m[0]);
+      CHECK(m[1] == m[2]);
+      CHECK(m[3] == m[4]);
+    }
+  }
+}
+
+TEST_CASE("hybrid refuses --sp and the vocabulary-parallel head where they cannot run",
+          "[hybrid][lesson][sp]") {
+  const std::vector<std::pair<std::vector<std::string>, const char*>> bad = {
+      {mesh(4, 1, 2, {"--sp"}), "use --tp 2 or more, or drop --sp"},
+      {mesh(4, 1, 2, {"--vocab-parallel-head"}), "use --tp 2 or more, or drop --vocab"},
+      {mesh(2, 2, 2, {"--sp", "--schedule", "zb-h1"}), "--sp has no split backward for zb-h1"},
+      {mesh(2, 2, 2, {"--vocab-parallel-head", "--tie-embeddings", "on"}), "tied embeddings"},
+      {mesh(2, 2, 2, {"--tp-sums", "bf16"}), "--tp-sums"},
+      {mesh(2, 2, 2, {"--tp-sums", "activations", "--precision", "bf16"}),
+       "use --device phantom, or --tp-sums fp32"}};
+  for (const auto& [args, says] : bad) {
+    auto r = run_mgpu(args);
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(says));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
 TEST_CASE("hybrid resumes from a single-device checkpoint and back",
           "[hybrid][lesson][equivalence]") {
   auto steps = [](std::vector<std::string> args, const char* n) {

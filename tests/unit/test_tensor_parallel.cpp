@@ -17,6 +17,7 @@
 #include "core/ops/ops.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/tensor_parallel.h"
+#include "core/parallel/vocab_parallel.h"
 #include "core/runtime/world.h"
 #include "exercises/selection.h"
 
@@ -53,13 +54,14 @@ FullTensors train_single_device(const GPTConfig& cfg, const data::Task& task) {
 // Tensor parallel over `tp` ranks: every writer's shard placed into full tensors; `covered`
 // counts how often each element was written (must be exactly once).
 FullTensors train_tensor_parallel(const GPTConfig& cfg, const data::Task& task, int tp,
-                                  std::map<std::string, std::vector<int>>& covered) {
+                                  std::map<std::string, std::vector<int>>& covered,
+                                  bool vocab_parallel_head = false) {
   FullTensors full;
   std::vector<std::string> short_runs;  // shards whose runs do not add up to the local tensor
   std::mutex mutex;
   World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    TensorParallel layout(cfg, *ctx.comm, adamw, ex::selected_seams().tp);
+    TensorParallel layout(cfg, *ctx.comm, adamw, ex::selected_seams().tp, vocab_parallel_head);
     for (int step = 0; step < kSteps; ++step) layout.step(task.sample(step, kBatch, kSeq), step);
     std::lock_guard lock(mutex);
     for (const train::TensorShard& s : layout.shards()) {
@@ -84,6 +86,24 @@ FullTensors train_tensor_parallel(const GPTConfig& cfg, const data::Task& task, 
   CHECK(short_runs == std::vector<std::string>{});
   return full;
 }
+// Every parameter and every AdamW moment of `got` is the single-device one, each element written
+// by exactly one rank. Rounding only: the all-reduce sums partial products in another order
+// (~1e-7 relative); AdamW's 1/sqrt(v) amplifies it in tiny gradients, hence 2e-5 after 4 steps
+// (as for DDP).
+void check_single_device(const FullTensors& got, const FullTensors& reference,
+                         const std::map<std::string, std::vector<int>>& covered) {
+  REQUIRE(got.size() == reference.size());
+  for (const auto& [name, want] : reference) {
+    INFO(name);
+    REQUIRE(got.count(name) == 1);
+    const std::vector<float>& have = got.at(name);
+    REQUIRE(have.size() == want.size());
+    for (int c : covered.at(name)) REQUIRE(c == 1);
+    float worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(have[i] - want[i]));
+    CHECK(worst < 2e-5f);
+  }
+}
 }  // namespace
 
 TEST_CASE("tensor parallelism trains to the single-device parameters", "[tp][equivalence]") {
@@ -94,20 +114,7 @@ TEST_CASE("tensor parallelism trains to the single-device parameters", "[tp][equ
     INFO("tp = " << tp);
     std::map<std::string, std::vector<int>> covered;
     const FullTensors got = train_tensor_parallel(cfg, *task, tp, covered);
-    REQUIRE(got.size() == reference.size());  // every parameter and every AdamW moment
-    for (const auto& [name, want] : reference) {
-      INFO(name);
-      REQUIRE(got.count(name) == 1);
-      const std::vector<float>& have = got.at(name);
-      REQUIRE(have.size() == want.size());
-      // every element written by exactly one rank
-      for (int c : covered.at(name)) REQUIRE(c == 1);
-      // Rounding only: the all-reduce sums partial products in another order (~1e-7 relative);
-      // AdamW's 1/sqrt(v) amplifies it in tiny gradients, hence 2e-5 after 4 steps (as for DDP).
-      float worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(have[i] - want[i]));
-      CHECK(worst < 2e-5f);
-    }
+    check_single_device(got, reference, covered);
   }
 }
 
@@ -244,4 +251,35 @@ TEST_CASE("a tp size that does not divide the heads or 4*dim is one clear line",
                     "width 4*dim (192): use 1, 2, 3, 6 ranks (or change --heads)");
   CHECK_NOTHROW(check_tp_size(cfg, 3));
   CHECK_THROWS_AS(check_tp_size(cfg, 0), std::invalid_argument);
+}
+
+TEST_CASE("the vocabulary-parallel head trains to the single-device parameters",
+          "[tp][vocab][equivalence]") {
+  auto task = data::make_task("markov", 7, {.seq_len = kSeq});
+  const GPTConfig cfg = small_model(*task);
+  const FullTensors reference = train_single_device(cfg, *task);
+  for (int tp : {2, 4}) {
+    INFO("tp = " << tp << ", vocab " << cfg.vocab);
+    REQUIRE(cfg.vocab % tp == 0);
+    std::map<std::string, std::vector<int>> covered;
+    const FullTensors got = train_tensor_parallel(cfg, *task, tp, covered, true);
+    // The head's matrix is split over the vocabulary: each row written by exactly one rank, so
+    // the checkpoint holds the single-device [V, C] matrix.
+    REQUIRE(covered.count("head.lm_head.weight") == 1);
+    check_single_device(got, reference, covered);
+  }
+}
+
+TEST_CASE("the vocabulary-parallel head: its shard is rows of lm_head; bad setups are one line",
+          "[tp][vocab]") {
+  GPTConfig cfg;
+  cfg.vocab = 10;
+  GPT model(cfg, BlockShard::whole(cfg));
+  split_head(model.head, cfg, 2, 1);
+  CHECK(model.head.lm_head.weight.spec.split());
+  CHECK_THROWS_WITH(
+      check_vocab_parallel(cfg, 4),
+      Catch::Contains("4 to divide the vocabulary (10)") && Catch::Contains("multiple of 4"));
+  cfg.tie_embeddings = true;
+  CHECK_THROWS_WITH(check_vocab_parallel(cfg, 2), Catch::Contains("tied embeddings"));
 }

@@ -351,4 +351,49 @@ MGPU_VECTOR_CLONES float cross_entropy_loss(const float* logits, const int32_t* 
   return static_cast<float>(total / static_cast<double>(n));
 }
 
+// Vocabulary-parallel cross-entropy, local half: per row the max, the sum of exps below it, and
+// the target's logit where it falls in [v0, v0 + v).
+MGPU_VECTOR_CLONES void vocab_parallel_ce_stats(float* stats, const float* logits,
+                                                const int32_t* targets, int64_t n, int64_t v,
+                                                int64_t v0) {
+  for (int64_t i = 0; i < n; i++) {
+    const float* x = logits + i * v;
+    const float mx = *std::max_element(x, x + v);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < v; j++) sum += vexp(x[j] - mx);
+    const int64_t local_target = targets[i] - v0;
+    stats[i] = mx;
+    stats[n + i] = sum;
+    stats[2 * n + i] = local_target >= 0 && local_target < v ? x[local_target] : 0.0f;
+  }
+}
+
+// Global half: lse = M + log(sum_r s_r exp(m_r - M)) with M the largest m_r; the loss is lse
+// minus the target's logit (owned by one rank, the others sent 0); dx = g (exp(x - lse) - onehot).
+MGPU_VECTOR_CLONES float vocab_parallel_ce_forward_backward(float* dlogits, const float* logits,
+                                                            const float* all_stats,
+                                                            const int32_t* targets, int64_t n,
+                                                            int64_t v, int64_t v0, int64_t parts,
+                                                            float grad_scale) {
+  double total = 0.0;
+  const float g = grad_scale / static_cast<float>(n);
+  for (int64_t i = 0; i < n; i++) {
+    float mx = all_stats[i], target_logit = 0.0f, sum = 0.0f;
+    for (int64_t r = 0; r < parts; r++) mx = std::max(mx, all_stats[r * 3 * n + i]);
+    for (int64_t r = 0; r < parts; r++) {
+      const float* st = all_stats + r * 3 * n;
+      sum += st[n + i] * vexp(st[i] - mx);
+      target_logit += st[2 * n + i];
+    }
+    const float lse = mx + std::log(sum);
+    total += static_cast<double>(lse - target_logit);
+    const float* x = logits + i * v;
+    float* dx = dlogits + i * v;
+    const int64_t local_target = targets[i] - v0;
+    for (int64_t j = 0; j < v; j++)
+      dx[j] = g * (vexp(x[j] - lse) - (j == local_target ? 1.0f : 0.0f));
+  }
+  return static_cast<float>(total / static_cast<double>(n));
+}
+
 }  // namespace mgpu::cpu

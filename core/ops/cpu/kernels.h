@@ -100,5 +100,13 @@ MGPU_VECTOR_CLONES_DECL float cross_entropy_forward_backward(float* dlogits, con
                                                              int64_t v, float grad_scale);
 MGPU_VECTOR_CLONES_DECL float cross_entropy_loss(const float* logits, const int32_t* targets,
                                                  int64_t n, int64_t v);
+// The vocabulary-parallel cross-entropy's halves (ops::vocab_parallel_ce_*): logits [n, v] are
+// the columns [v0, v0 + v) of the whole vocabulary; stats [3, n]; all_stats [parts, 3, n].
+MGPU_VECTOR_CLONES_DECL void vocab_parallel_ce_stats(float* stats, const float* logits,
+                                                     const int32_t* targets, int64_t n, int64_t v,
+                                                     int64_t v0);
+MGPU_VECTOR_CLONES_DECL float vocab_parallel_ce_forward_backward(
+    float* dlogits, const float* logits, const float* all_stats, const int32_t* targets, int64_t n,
+    int64_t v, int64_t v0, int64_t parts, float grad_scale);
 
 }  // namespace mgpu::cpu

@@ -281,6 +281,47 @@ __global__ void cross_entropy_kernel(float* dlogits, float* losses, const float*
   }
 }
 
+// Vocabulary-parallel cross-entropy (ops::vocab_parallel_ce_*), one block per row. Local half:
+// the row's max, its sum of exps below it, the target's logit where this rank owns it.
+__global__ void vocab_parallel_ce_stats_kernel(float* stats, const float* logits,
+                                               const int32_t* targets, int64_t n, int64_t v,
+                                               int64_t v0) {
+  const int64_t row = blockIdx.x;
+  const float* x = logits + row * v;
+  float mx = -FLT_MAX;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_reduce(mx, Max{}, -FLT_MAX);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
+  s = block_reduce(s, Sum{}, 0.0f);
+  if (threadIdx.x != 0) return;
+  const int64_t local_target = targets[row] - v0;
+  stats[row] = mx;
+  stats[n + row] = s;
+  stats[2 * n + row] = local_target >= 0 && local_target < v ? x[local_target] : 0.0f;
+}
+
+// Global half: the log-sum-exp from every rank's stats, the row's loss, dx = g (softmax - onehot).
+__global__ void vocab_parallel_ce_kernel(float* dlogits, float* losses, const float* logits,
+                                         const float* all_stats, const int32_t* targets, int64_t n,
+                                         int64_t v, int64_t v0, int64_t parts, float g) {
+  const int64_t row = blockIdx.x;
+  float mx = all_stats[row], target_logit = 0.0f, sum = 0.0f;
+  for (int64_t r = 0; r < parts; r++) mx = fmaxf(mx, all_stats[r * 3 * n + row]);
+  for (int64_t r = 0; r < parts; r++) {
+    const float* st = all_stats + r * 3 * n;
+    sum += st[n + row] * expf(st[row] - mx);
+    target_logit += st[2 * n + row];
+  }
+  const float lse = mx + logf(sum);
+  if (threadIdx.x == 0) losses[row] = lse - target_logit;
+  const float* x = logits + row * v;
+  float* dx = dlogits + row * v;
+  const int64_t local_target = targets[row] - v0;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+    dx[j] = g * (expf(x[j] - lse) - (j == local_target ? 1.0f : 0.0f));
+}
+
 // Sums n per-row losses in double (as the CPU does) with one block.
 __global__ void sum_losses_kernel(double* total, const float* losses, int64_t n) {
   __shared__ double partial[kThreads];
@@ -440,28 +481,64 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   check_launch("embedding_backward");
 }
 
-// Shared by both cross-entropy entries: per-row losses on the device, summed there in double,
-// and only the one scalar copied back (the host needs the loss value, so this call waits).
+// The cross-entropies' row losses: n floats in the reduce scratch, then their double total
+// (8-byte aligned after them).
+struct RowLosses {
+  float* losses;
+  double* total;
+};
+RowLosses row_loss_scratch(int64_t n) {
+  const size_t loss_bytes = (static_cast<size_t>(n) * sizeof(float) + 7) / 8 * 8;
+  char* buf = static_cast<char*>(scratch(kScratchReduce, loss_bytes + sizeof(double)));
+  return {reinterpret_cast<float*>(buf), reinterpret_cast<double*>(buf + loss_bytes)};
+}
+
+// The mean of the n row losses: summed on the device in double, only the one scalar copied back
+// (the host needs the loss value, so this call waits).
+float mean_row_loss(const RowLosses& r, int64_t n, cudaStream_t s, const char* op) {
+  sum_losses_kernel<<<1, kThreads, 0, s>>>(r.total, r.losses, n);
+  check_launch(op);
+  double host_total = 0;
+  check(cudaMemcpyAsync(&host_total, r.total, sizeof(double), cudaMemcpyDeviceToHost, s),
+        "cudaMemcpyAsync(loss)");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize(loss)");
+  return static_cast<float>(host_total / static_cast<double>(n));
+}
+
+// Shared by both cross-entropy entries: per-row losses on the device, then their mean.
 float cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t n,
                     int64_t v, float grad_scale) {
   if (n == 0) return 0.0f;
   cudaStream_t s = compute_stream();
   const int32_t* dev_targets = tokens_to_device(targets, n, kScratchTargets);
-  // Reduce scratch: n row losses, then the double total (8-byte aligned after them).
-  const size_t loss_bytes = (static_cast<size_t>(n) * sizeof(float) + 7) / 8 * 8;
-  char* buf = static_cast<char*>(scratch(kScratchReduce, loss_bytes + sizeof(double)));
-  auto* losses = reinterpret_cast<float*>(buf);
-  auto* total = reinterpret_cast<double*>(buf + loss_bytes);
+  const RowLosses r = row_loss_scratch(n);
   const float g = grad_scale / static_cast<float>(n);
-  cross_entropy_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dlogits, losses, logits,
+  cross_entropy_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dlogits, r.losses, logits,
                                                                      dev_targets, v, g);
-  sum_losses_kernel<<<1, kThreads, 0, s>>>(total, losses, n);
-  check_launch("cross_entropy");
-  double host_total = 0;
-  check(cudaMemcpyAsync(&host_total, total, sizeof(double), cudaMemcpyDeviceToHost, s),
-        "cudaMemcpyAsync(loss)");
-  check(cudaStreamSynchronize(s), "cudaStreamSynchronize(loss)");
-  return static_cast<float>(host_total / static_cast<double>(n));
+  return mean_row_loss(r, n, s, "cross_entropy");
+}
+
+void vocab_parallel_ce_stats(float* stats, const float* logits, const int32_t* targets, int64_t n,
+                             int64_t v, int64_t v0) {
+  if (n == 0) return;
+  cudaStream_t s = compute_stream();
+  const int32_t* dev_targets = tokens_to_device(targets, n, kScratchTargets);
+  vocab_parallel_ce_stats_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(
+      stats, logits, dev_targets, n, v, v0);
+  check_launch("vocab_parallel_ce_stats");
+}
+
+float vocab_parallel_ce_forward_backward(float* dlogits, const float* logits,
+                                         const float* all_stats, const int32_t* targets, int64_t n,
+                                         int64_t v, int64_t v0, int64_t parts, float grad_scale) {
+  if (n == 0) return 0.0f;
+  cudaStream_t s = compute_stream();
+  const int32_t* dev_targets = tokens_to_device(targets, n, kScratchTargets);
+  const RowLosses r = row_loss_scratch(n);
+  const float g = grad_scale / static_cast<float>(n);
+  vocab_parallel_ce_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(
+      dlogits, r.losses, logits, all_stats, dev_targets, n, v, v0, parts, g);
+  return mean_row_loss(r, n, s, "vocab_parallel_ce");
 }
 
 float cross_entropy_forward_backward(float* dlogits, const float* logits, const int32_t* targets,
@@ -532,6 +609,8 @@ void fill_elementwise_kernels(CudaKernels& k) {
   k.embedding_backward = embedding_backward;
   k.cross_entropy_forward_backward = cross_entropy_forward_backward;
   k.cross_entropy_loss = cross_entropy_loss;
+  k.vocab_parallel_ce_stats = vocab_parallel_ce_stats;
+  k.vocab_parallel_ce_forward_backward = vocab_parallel_ce_forward_backward;
   k.sgd_momentum = sgd_momentum;
   k.adamw = adamw;
   k.fill = fill;

@@ -13,6 +13,7 @@
 
 #include "core/parallel/pipeline/p2p.h"
 #include "core/parallel/pipeline/zero_bubble.h"
+#include "core/parallel/sequence_parallel.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::pipeline {
@@ -42,7 +43,7 @@ class StageRunner {
         microbatches_(microbatches),
         options_(options),
         ctx_(current_rank()),
-        p2p_(schedule, model.stage, model.config, microbatches, comm) {}
+        p2p_(schedule, model.stage, model.config, microbatches, comm, model.shard.seq_parts) {}
 
   StageStepStats run() {
     ctx_.allocator.start_window();  // this step's peak; the run's stays in stats().peak
@@ -62,6 +63,10 @@ class StageRunner {
     return virtual_stage(chunk) == schedule_.num_virtual_stages() - 1;
   }
   Shape activation_shape(int microbatch) const {
+    return pipeline::activation_shape(microbatches_.at(microbatch), model_.config,
+                                      model_.shard.seq_parts);
+  }
+  Shape whole_sequence_shape(int microbatch) const {
     return pipeline::activation_shape(microbatches_.at(microbatch), model_.config);
   }
 
@@ -122,7 +127,7 @@ class StageRunner {
     if (is_first(chunk)) {
       stash.input =
           Tensor::empty(activation_shape(mb), MemCategory::activations, model_.config.dtype);
-      model_.embedding->forward(stash.input, batch.tokens);
+      embed(mb, stash.input);
     } else {
       stash.input = p2p_.take_activation(mb, chunk);
     }
@@ -139,8 +144,10 @@ class StageRunner {
       x = &stash.blocks.back().out;
     }
     if (is_last(chunk)) {
-      stash.head = HeadActivations::allocate(model_.config, batch.B, batch.T);
-      stats_.loss += scale * model_.head->forward_loss(*x, batch.targets, *stash.head,
+      stash.head =
+          HeadActivations::allocate(model_.config, batch.B, batch.T, model_.head->vocab_parts());
+      const Tensor head_input = gather_sequence(*x, mb, MemCategory::activations);
+      stats_.loss += scale * model_.head->forward_loss(head_input, batch.targets, *stash.head,
                                                        scale * options_.loss_scale);
     }
     if (options_.theory) charge_theory_time(options_.theory->forward);
@@ -149,6 +156,35 @@ class StageRunner {
     stats_.stash_bytes = std::max(stats_.stash_bytes, stash.bytes);
     stashes_.emplace(Key{mb, chunk}, std::move(stash));
     stats_.peak_stashed = std::max(stats_.peak_stashed, ++awaiting_backward_);
+  }
+
+  // Sequence parallelism at the pipeline's two ends (options_.sequence_parallel): every tp rank
+  // embeds the whole micro-batch and keeps its tokens (a cut, Megatron's "scatter"); the head
+  // reads the whole sequence, all-gathered; its input gradient is the same on every rank (the
+  // head ran alike everywhere), so the backward of the gather is a cut too, and the embedding's
+  // gradient is the whole sequence's, gathered. Without it, each is the tensor itself.
+  void embed(int mb, Tensor& mine) {
+    const data::Batch& batch = microbatches_.at(mb);
+    comm::Comm* tp = options_.sequence_parallel;
+    if (!tp) return model_.embedding->forward(mine, batch.tokens);
+    Tensor whole =
+        Tensor::empty(whole_sequence_shape(mb), MemCategory::workspace, model_.config.dtype);
+    model_.embedding->forward(whole, batch.tokens);
+    parallel::keep_my_tokens(mine, whole, tp->rank(), tp->size());
+  }
+  Tensor gather_sequence(const Tensor& mine, int mb, MemCategory category) {
+    comm::Comm* tp = options_.sequence_parallel;
+    if (!tp) return mine;
+    Tensor whole = Tensor::empty(whole_sequence_shape(mb), category, mine.dtype());
+    parallel::all_gather_sequence(whole, mine, *tp);
+    return whole;
+  }
+  Tensor keep_my_tokens_of(const Tensor& whole, int mb) {
+    comm::Comm* tp = options_.sequence_parallel;
+    if (!tp) return whole;
+    Tensor mine = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers, whole.dtype());
+    parallel::keep_my_tokens(mine, whole, tp->rank(), tp->size());
+    return mine;
   }
 
   // The full backward (input_only = false), or zero-bubble's B: only the input gradient, keeping
@@ -162,11 +198,13 @@ class StageRunner {
     p2p_.wait_grad_send();  // the previous gradient is on its way: its buffer can go
     Tensor grad;            // d loss / d (current activation), updated in place block by block
     if (is_last(chunk)) {
-      grad = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers, model_.config.dtype);
+      grad =
+          Tensor::empty(whole_sequence_shape(mb), MemCategory::comm_buffers, model_.config.dtype);
       if (input_only)
         head_backward_input(*model_.head, grad, *stash.head, stash.head_keep.emplace());
       else
         model_.head->backward(grad, *stash.head);
+      grad = keep_my_tokens_of(grad, mb);
     } else {
       grad = p2p_.take_grad(mb, chunk);
     }
@@ -181,7 +219,8 @@ class StageRunner {
     if (is_first(chunk) && input_only)
       stash.embedding_grad = std::move(grad);  // the embedding has only weights: W's job
     else if (is_first(chunk))
-      model_.embedding->backward(grad, microbatches_.at(mb).tokens);
+      model_.embedding->backward(gather_sequence(grad, mb, MemCategory::workspace),
+                                 microbatches_.at(mb).tokens);
     else
       p2p_.keep_input_grad(mb, chunk, std::move(grad));  // sent by the following send_grad
     if (options_.theory) charge_theory_time(options_.theory->backward * (input_only ? 0.5 : 1.0));

@@ -32,6 +32,10 @@ struct TheoryCosts {
 struct ExecutorOptions {
   std::optional<TheoryCosts> theory;  // empty: time comes from the kernels and the profile
   float loss_scale = 1.0f;            // fp16: the loss is multiplied by this before backward
+  // Sequence parallelism (the stage's blocks hold T / tp tokens, shard.seq_parts = tp): the tp
+  // group; the embedding's output is cut to my tokens and the head's input all-gathered, as the
+  // sequence_parallel layout does. Null: whole sequences.
+  comm::Comm* sequence_parallel = nullptr;
 };
 
 // What one step measured on one stage.

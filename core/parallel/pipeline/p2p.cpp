@@ -5,8 +5,8 @@
 
 namespace mgpu::pipeline {
 
-Shape activation_shape(const data::Batch& microbatch, const GPTConfig& config) {
-  return {microbatch.B, microbatch.T, config.dim};
+Shape activation_shape(const data::Batch& microbatch, const GPTConfig& config, int seq_parts) {
+  return {microbatch.B, microbatch.T / seq_parts, config.dim};
 }
 
 int StageP2P::tag(const Action& a) const {
@@ -17,7 +17,7 @@ int StageP2P::tag(const Action& a) const {
 
 void StageP2P::recv_activation(const Action& a) {
   if (a.peer == stage_) return;  // the V's turn: handed over locally at the send
-  Tensor t = Tensor::empty(activation_shape(microbatches_.at(a.microbatch), config_),
+  Tensor t = Tensor::empty(activation_shape(microbatches_.at(a.microbatch), config_, seq_parts_),
                            MemCategory::activations, config_.dtype);
   comm_.recv(t, a.peer, tag(a));
   received_activations_[{a.microbatch, a.chunk}] = std::move(t);
@@ -33,7 +33,7 @@ void StageP2P::send_activation(const Action& a, const Tensor& out) {
 
 void StageP2P::recv_grad(const Action& a) {
   if (a.peer == stage_) return;  // handed over locally at the send
-  Tensor t = Tensor::empty(activation_shape(microbatches_.at(a.microbatch), config_),
+  Tensor t = Tensor::empty(activation_shape(microbatches_.at(a.microbatch), config_, seq_parts_),
                            MemCategory::comm_buffers, config_.dtype);
   comm_.recv(t, a.peer, tag(a));
   received_grads_[{a.microbatch, a.chunk}] = std::move(t);

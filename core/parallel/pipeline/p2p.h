@@ -15,14 +15,16 @@
 
 namespace mgpu::pipeline {
 
-// [b, T, C]: what flows between stages for one micro-batch, both ways.
-Shape activation_shape(const data::Batch& microbatch, const GPTConfig& config);
+// [b, T, C]: what flows between stages for one micro-batch, both ways ([b, T/seq_parts, C] when
+// the blocks are sequence-parallel).
+Shape activation_shape(const data::Batch& microbatch, const GPTConfig& config, int seq_parts = 1);
 
 class StageP2P {
  public:
   StageP2P(const Schedule& schedule, int stage, const GPTConfig& config,
-           const std::vector<data::Batch>& microbatches, comm::Comm& comm)
-      : schedule_(schedule),
+           const std::vector<data::Batch>& microbatches, comm::Comm& comm, int seq_parts = 1)
+      : seq_parts_(seq_parts),
+        schedule_(schedule),
         stage_(stage),
         config_(config),
         microbatches_(microbatches),
@@ -49,6 +51,7 @@ class StageP2P {
   void wait_all();
 
  private:
+  int seq_parts_;                   // sequence parallelism: the messages carry T / seq_parts tokens
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
   int tag(const Action& a) const;
   int virtual_stage(int chunk) const { return schedule_.virtual_stage(stage_, chunk); }

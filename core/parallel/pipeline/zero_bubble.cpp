@@ -21,7 +21,10 @@ void head_backward_input(const Head& head, Tensor& dx, const HeadActivations& a,
                          HeadWeightGradInputs& keep) {
   // Kept in the activations' type, as the whole backward's is, so B + W round alike.
   keep.d_ln = Tensor::empty(a.ln.shape(), MemCategory::activations, a.ln.dtype());
-  ops::matmul(keep.d_ln, a.dlogits, head.output_weight().data);  // the tied wte or lm_head's own
+  if (head.comm)  // vocabulary-parallel: my rows' partial product, summed over the tp group
+    head.comm->input_grad(keep.d_ln, a.dlogits, head.output_weight().data);
+  else
+    ops::matmul(keep.d_ln, a.dlogits, head.output_weight().data);  // the tied wte or lm_head's
   head.ln_f.backward_input(dx, keep.d_ln, a.input, a.ln_mean, a.ln_rstd);
 }
 
