@@ -8,6 +8,7 @@
 
 #include "core/model/gpt.h"
 #include "core/model/init.h"
+#include "core/ops/ops.h"
 #include "core/theory/model_states.h"
 #include "exercises/exercises.h"
 #include "test_ops_gradcheck.h"
@@ -329,4 +330,25 @@ TEST_CASE("two micro-batches accumulate the gradients of one batch, the aux loss
     }
     CHECK(diff <= 1e-5 * std::max(norm, 1.0));  // fp32 rounding of a different summation order
   }
+}
+
+TEST_CASE("the permutation ops: gather, weighted combine, gathered dots", "[moe][ops]") {
+  const Tensor table = Tensor::from({3, 2}, {1, 2, 3, 4, 5, 6});
+  const std::vector<int32_t> index = {2, 0, 2};
+  Tensor rows = Tensor::zeros({3, 2}, MemCategory::workspace);
+  ops::gather_rows(rows, table, index, std::vector<float>{1.0f, 2.0f, 0.5f});
+  CHECK(rows.to_vector() == std::vector<float>{5, 6, 2, 4, 2.5f, 3});
+  Tensor out = Tensor::from({3, 2}, {9, 9, 9, 9, 9, 9});  // overwritten: untouched rows are 0
+  ops::combine_rows(out, rows, index, std::vector<float>{1.0f, 1.0f, 2.0f});
+  CHECK(out.to_vector() == std::vector<float>{2, 4, 0, 0, 10, 12});
+  std::vector<float> dots(3);
+  ops::gathered_row_dots(dots, table, index, rows);
+  CHECK(dots == std::vector<float>{5 * 5 + 6 * 6, 1 * 2 + 2 * 4, 5 * 2.5f + 6 * 3});
+  // bf16 rows: computed in fp32, each stored element rounded once
+  Tensor rows16 = Tensor::zeros({3, 2}, MemCategory::workspace, DType::bf16);
+  ops::gather_rows(rows16, table, index);
+  CHECK(rows16.to_vector() == std::vector<float>{5, 6, 1, 2, 5, 6});
+  const std::vector<int32_t> outside = {3, 0, 0};
+  CHECK_THROWS_WITH(ops::gather_rows(rows, table, outside),
+                    Catch::Contains("row index 3 is outside [0, 3)"));
 }
