@@ -352,3 +352,32 @@ TEST_CASE("the permutation ops: gather, weighted combine, gathered dots", "[moe]
   CHECK_THROWS_WITH(ops::gather_rows(rows, table, outside),
                     Catch::Contains("row index 3 is outside [0, 3)"));
 }
+
+TEST_CASE("MoE under recompute: every mode gives the same gradients; what it keeps is tagged",
+          "[moe]") {
+  const std::vector<int32_t> tokens = random_ids(18, 11, 5), targets = random_ids(18, 11, 6);
+  std::vector<std::vector<float>> grads;
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    GPTConfig cfg = moe_config(4, 2, 1.0);
+    cfg.recompute = mode;
+    GPT model(cfg);
+    GPTActivations acts = GPTActivations::allocate(cfg, 3, 6);
+    model.forward(tokens, targets, acts);
+    const MoeActivations& kept = acts.blocks[0].moe;
+    // full recompute keeps only the block's input and output; the others keep the MoE's
+    CHECK(kept.probs.defined() == (mode != Recompute::full));
+    if (kept.probs.defined()) {
+      CHECK(kept.probs.category() == MemCategory::activations);
+      CHECK(kept.probs.dtype() == DType::f32);
+      CHECK(kept.expert_rows.category() == MemCategory::activations);
+      CHECK(kept.fc.category() == MemCategory::activations);
+      CHECK(acts.blocks[0].bytes() > acts.blocks[0].out.bytes());
+    }
+    model.backward(tokens, acts);
+    grads.push_back(model.blocks[0].moe.router.grad.to_vector());
+    const std::vector<float> fc = model.blocks[1].moe.fc_weight.grad.to_vector();
+    grads.back().insert(grads.back().end(), fc.begin(), fc.end());
+  }
+  CHECK(grads[1] == grads[0]);  // bit for bit: the routing is recomputed exactly
+  CHECK(grads[2] == grads[0]);
+}
