@@ -381,3 +381,51 @@ TEST_CASE("MoE under recompute: every mode gives the same gradients; what it kee
   CHECK(grads[1] == grads[0]);  // bit for bit: the routing is recomputed exactly
   CHECK(grads[2] == grads[0]);
 }
+
+namespace {
+// An exchange on one rank through the ExpertComm interface (what a layout hands a block): the
+// plan sends each expert's rows to itself and the exchanges copy, so the layer's exchange path
+// (comm buffers, the four exchanges) must give the null comm's result bit for bit.
+class CopyingExpertComm : public ExpertComm {
+ public:
+  int ranks() const override { return 1; }
+  int rank() const override { return 0; }
+  ExchangePlan plan(const Routing& routing, int experts) override {
+    ++plans;
+    return {.ranks = 1,
+            .local_experts = experts,
+            .send = routing.tokens_per_expert,
+            .recv = routing.tokens_per_expert};
+  }
+  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan&) override {
+    ++exchanges;
+    expert_rows.copy_from(rows);
+  }
+  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan&) override {
+    ++exchanges;
+    rows.copy_from(expert_rows);
+  }
+  int plans = 0, exchanges = 0;
+};
+}  // namespace
+
+TEST_CASE("through an ExpertComm the layer exchanges four times and matches one device", "[moe]") {
+  const std::vector<int32_t> tokens = random_ids(18, 11, 7), targets = random_ids(18, 11, 8);
+  GPTConfig cfg = moe_config(4, 2, 1.0);
+  cfg.layers = 1;
+  GPT alone(cfg), exchanged(cfg);
+  CopyingExpertComm comm;
+  exchanged.set_block_comm({.experts = &comm});
+  CHECK(exchanged.forward_backward(tokens, targets, 3, 6) ==
+        alone.forward_backward(tokens, targets, 3, 6));
+  CHECK(comm.plans == 1);
+  CHECK(comm.exchanges == 4);  // dispatch and combine, and their backwards
+  const ParamList a = alone.params(), b = exchanged.params();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name);
+    CHECK(a[i]->grad.to_vector() == b[i]->grad.to_vector());
+  }
+  CHECK(exchanged.aux_loss() == alone.aux_loss());
+  CHECK(exchanged.moe_stats().size() == 1);
+  CHECK(exchanged.moe_stats()[0].tokens_per_expert == alone.moe_stats()[0].tokens_per_expert);
+}
