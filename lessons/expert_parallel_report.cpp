@@ -15,6 +15,7 @@
 #include "core/tensor/dtype.h"
 #include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/trace/expert_load.h"
 #include "lessons/training.h"
@@ -115,19 +116,24 @@ void print_exchange(std::ostream& out, const CommonOptions& c, const ExpertParal
                                                                   element_bytes, r.ep)));
 }
 
-void print_memory_split(std::ostream& out, const ExpertParallelResult& r, int element_bytes) {
+void print_parameter_split(std::ostream& out, const ExpertParallelResult& r, int element_bytes) {
+  const GPTConfig& cfg = r.config;
+  const int64_t per_block = theory::moe_mlp_parameters(cfg.dim, cfg.experts,
+                                                       cfg.expert_hidden_size(), cfg.experts) -
+                            theory::moe_mlp_parameters(cfg.dim, cfg.experts,
+                                                       cfg.expert_hidden_size(), 0);
+  const int64_t experts = theory::moe_blocks(cfg) * per_block;
+  const int64_t dense = theory::gpt_parameters(cfg) - experts;
   const int64_t measured = trace::memory_timeline(r.trace, 0)
                                .peak.by_category[static_cast<int>(MemCategory::parameters)];
-  const int64_t formula =
-      theory::params_per_rank(r.dense_params, r.expert_params, r.ep) * element_bytes;
+  const int64_t formula = theory::params_per_rank(dense, experts, r.ep) * element_bytes;
   fmt::print(out,
              "\nparameters per GPU (GPU 0, allocator): {}   formula: (dense {} + experts {} / "
              "ep {}) x {} B = {}{}\n",
-             format_bytes(measured), with_commas(r.dense_params), with_commas(r.expert_params),
-             r.ep, element_bytes, format_bytes(formula),
-             measured == formula ? "" : "  <- differs!");
+             format_bytes(measured), with_commas(dense), with_commas(experts), r.ep, element_bytes,
+             format_bytes(formula), measured == formula ? "" : "  <- differs!");
   fmt::print(out, "  (every expert on every GPU, as plain data parallelism keeps them: {})\n",
-             format_bytes((r.dense_params + r.expert_params) * element_bytes));
+             format_bytes((dense + experts) * element_bytes));
 }
 
 }  // namespace
@@ -144,7 +150,7 @@ void print_expert_report(std::ostream& out, const CommonOptions& c, const Expert
   for (const ExpertLoad& l : loads) print_load_table(out, c, r, l, slots_per_rank);
   print_capacity(out, c, r, loads, slots_per_rank);
   print_exchange(out, c, r, loads, *step, element_bytes);
-  print_memory_split(out, r, element_bytes);
+  print_parameter_split(out, r, element_bytes);
 }
 
 void print_skew_act(std::ostream& out, const CommonOptions& c, double skew,
