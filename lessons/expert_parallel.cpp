@@ -65,7 +65,7 @@ int resolve_ep(const CommonOptions& c, const ExpertParallelOptions& o) {
 class ExpertMeshLayout : public parallel::ExpertParallel {
  public:
   ExpertMeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-             const train::OptimizerFactory& make_optimizer)
+                   const train::OptimizerFactory& make_optimizer)
       : ExpertParallel(cfg, mesh->group(parallel::Axis::dp), mesh->group(parallel::Axis::ep),
                        mesh->group(parallel::Axis::edp), make_optimizer),
         mesh_(std::move(mesh)) {}
@@ -142,16 +142,18 @@ class ExpertParallelLesson : public Lesson {
     if (!c.quiet)
       fmt::print(out, "== expert_parallel: experts split over GPUs, tokens sent to them ==\n");
     const ExpertParallelResult r = train_expert_parallel(c, options_, 1.0, out);
-    std::optional<ExpertParallelResult> skewed;
+    std::optional<ExpertParallelResult> plain, skewed;
     if (options_.skew != 1.0) {  // every process runs it: under mpirun it is a world too
-      CommonOptions act2 = c;    // a short run of the same model with a skewed router
+      CommonOptions act2 = c;    // two short dropless runs: routed as trained, then skewed
       act2.steps = std::min(c.steps, 2);
       act2.quiet = true;
+      act2.capacity_factor = "dropless";  // the hot expert keeps every token sent to it
       act2.checkpoint.clear();
       act2.resume.clear();
       act2.trace_path.clear();
       act2.viz = false;
       std::ostringstream ignored;
+      plain = train_expert_parallel(act2, options_, 1.0, ignored);
       skewed = train_expert_parallel(act2, options_, options_.skew, ignored);
     }
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
@@ -159,7 +161,7 @@ class ExpertParallelLesson : public Lesson {
     print_expert_report(out, c, r);
     print_timeline(out, r.trace, last_step(r.trace));
     print_rank_table(out, r.trace, last_step(r.trace));
-    if (skewed) print_skew_act(out, c, options_.skew, r, *skewed);
+    if (skewed) print_skew_act(out, c, options_.skew, *plain, *skewed);
     return finish_trace(c, r.trace, name(), out);
   }
 
