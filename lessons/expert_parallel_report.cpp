@@ -190,10 +190,10 @@ void print_skew_act(std::ostream& out, const CommonOptions& c, double skew,
   const std::vector<GpuStep> before = gpu_steps(plain, &plain_step);
   const std::vector<GpuStep> after = gpu_steps(skewed, &skewed_step);
   fmt::print(out,
-             "  GPU   expert rows        all-to-all sent            busy                   "
+             "  GPU   expert rows     all-to-all sent (B)     busy                     "
              "waiting for partners\n");
   for (size_t g = 0; g < after.size(); ++g)
-    fmt::print(out, "  {:<4}  {:>5} -> {:<6}  {:>10} -> {:<10} B  {:>10} -> {:<10}  {} -> {}\n", g,
+    fmt::print(out, "  {:<4}  {:>4} -> {:<6}  {:>9} -> {:<10}  {:>10} -> {:<11}  {} -> {}\n", g,
                before[g].rows, after[g].rows, with_commas(before[g].sent),
                with_commas(after[g].sent), format_seconds(before[g].busy),
                format_seconds(after[g].busy), format_seconds(before[g].wait),
