@@ -202,11 +202,13 @@ void print_skew_act(std::ostream& out, const CommonOptions& c, double skew,
                                         [](auto& a, auto& b) { return a.rows < b.rows; });
   double mean = 0;
   for (const GpuStep& g : after) mean += static_cast<double>(g.rows) / after.size();
+  const int64_t gpu = busiest - after.begin();
   fmt::print(out,
-             "  GPU {} holds expert 0: {} rows, {:.2f}x the mean; the step takes {} instead of {} "
-             "(modeled), the other GPUs waiting for it at the all-to-alls.\n",
-             busiest - after.begin(), busiest->rows, mean > 0 ? busiest->rows / mean : 0.0,
-             format_seconds(skewed_step), format_seconds(plain_step));
+             "  the busiest, GPU {}{}: {} rows, {:.2f}x the mean; the step takes {} instead of {} "
+             "(modeled), the others waiting for it at the all-to-alls.\n",
+             gpu, gpu % skewed.ep == 0 ? " (it holds expert 0)" : "", busiest->rows,
+             mean > 0 ? busiest->rows / mean : 0.0, format_seconds(skewed_step),
+             format_seconds(plain_step));
 }
 
 }  // namespace mgpu::lessons
