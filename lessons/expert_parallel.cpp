@@ -143,8 +143,10 @@ class ExpertParallelLesson : public Lesson {
       fmt::print(out, "== expert_parallel: experts split over GPUs, tokens sent to them ==\n");
     const ExpertParallelResult r = train_expert_parallel(c, options_, 1.0, out);
     std::optional<ExpertParallelResult> plain, skewed;
-    if (options_.skew != 1.0) {  // every process runs it: under mpirun it is a world too
-      CommonOptions act2 = c;    // two short dropless runs: routed as trained, then skewed
+    // A phantom device has no values to route on (every expert gets the same load): no act 2.
+    const bool phantom = c.device == "phantom";
+    if (options_.skew != 1.0 && !phantom) {  // every process runs it: under mpirun a world too
+      CommonOptions act2 = c;  // two short dropless runs: routed as trained, then skewed
       act2.steps = std::min(c.steps, 2);
       act2.quiet = true;
       act2.capacity_factor = "dropless";  // the hot expert keeps every token sent to it
@@ -162,6 +164,11 @@ class ExpertParallelLesson : public Lesson {
     print_timeline(out, r.trace, last_step(r.trace));
     print_rank_table(out, r.trace, last_step(r.trace));
     if (skewed) print_skew_act(out, c, options_.skew, *plain, *skewed);
+    if (phantom && options_.skew != 1.0)
+      fmt::print(out,
+                 "\nact 2 (--skew {:g}) not run: the phantom device has no probabilities to skew "
+                 "(it routes every token round-robin); run it on cpu or cuda\n",
+                 options_.skew);
     return finish_trace(c, r.trace, name(), out);
   }
 

@@ -77,9 +77,9 @@ void print_capacity(std::ostream& out, const CommonOptions& c, const ExpertParal
   }
   fmt::print(out,
              "  capacity: ceil({:g} x {} tokens x top-{} / {} experts) = {} per expert per "
-             "sequence, so at most {} per expert on a GPU ({} sequences); most kept: {}\n",
+             "sequence, so at most {} per expert on a GPU ({} sequence{}); most kept: {}\n",
              r.config.capacity_factor, c.seq, r.config.top_k, r.config.experts, capacity,
-             theory::max_kept_per_expert(capacity, groups), groups, most);
+             theory::max_kept_per_expert(capacity, groups), groups, groups == 1 ? "" : "s", most);
   fmt::print(out, "  dropped {} of {} (token, choice) slots ({:.1f}%): the slots over capacity\n",
              dropped, slots, slots ? 100.0 * dropped / slots : 0.0);
 }
@@ -100,13 +100,17 @@ void print_exchange(std::ostream& out, const CommonOptions& c, const ExpertParal
       return with_commas(exchange_sent_bytes(r.trace, step, 0, name, l.layer));
     };
     const int64_t measured = exchange_sent_bytes(r.trace, step, 0, "", l.layer);
-    const int64_t formula = theory::exchange_bytes_per_layer(dispatch, combine);
+    const int passes = r.config.recompute == Recompute::full ? 2 : 1;
+    const int64_t formula = theory::exchange_bytes_per_layer(dispatch, combine, passes);
     fmt::print(out, "  block {}: dispatch {} + combine {} forward, {} + {} backward = {} B\n",
                l.layer, sent("dispatch"), sent("combine"), sent("combine bwd"),
                sent("dispatch bwd"), with_commas(measured));
-    fmt::print(out, "    formula 2 x (dispatch {} rows + combine {} rows) x C {} x {} B = {} B{}\n",
-               dispatch / (c_dim * element_bytes), combine_rows, c_dim, element_bytes,
-               with_commas(formula), measured == formula ? "" : "  <- differs!");
+    fmt::print(out,
+               "    formula {} x (dispatch {} rows + combine {} rows) x C {} x {} B = {} B{}{}\n",
+               passes + 1, dispatch / (c_dim * element_bytes), combine_rows, c_dim, element_bytes,
+               with_commas(formula),
+               passes > 1 ? " (full recompute: the forward's exchanges run twice)" : "",
+               measured == formula ? "" : "  <- differs!");
   }
   const int64_t tokens = int64_t{c.batch} / r.dp * c.seq;
   fmt::print(out,
@@ -203,12 +207,17 @@ void print_skew_act(std::ostream& out, const CommonOptions& c, double skew,
   double mean = 0;
   for (const GpuStep& g : after) mean += static_cast<double>(g.rows) / after.size();
   const int64_t gpu = busiest - after.begin();
+  double waited_before = 0, waited_after = 0;
+  for (size_t g = 0; g < after.size(); ++g)
+    if (static_cast<int64_t>(g) != gpu)
+      waited_before += before[g].wait, waited_after += after[g].wait;
   fmt::print(out,
              "  the busiest, GPU {}{}: {} rows, {:.2f}x the mean; the step takes {} instead of {} "
-             "(modeled), the others waiting for it at the all-to-alls.\n",
+             "(modeled); the other GPUs wait {} for partners in all (was {})\n",
              gpu, gpu % skewed.ep == 0 ? " (it holds expert 0)" : "", busiest->rows,
              mean > 0 ? busiest->rows / mean : 0.0, format_seconds(skewed_step),
-             format_seconds(plain_step));
+             format_seconds(plain_step), format_seconds(waited_after),
+             format_seconds(waited_before));
 }
 
 }  // namespace mgpu::lessons
