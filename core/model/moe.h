@@ -138,7 +138,9 @@ struct MoeActivations {
   Tensor probs;        // [N, E] f32 router probabilities
   Routing routing;     // host: choices, weights, positions, dispatch order
   ExchangePlan plan;   // who sends how many rows to whom (one device: all to itself)
-  Tensor rows;         // [R, C] the kept slots' inputs in dispatch order
+  // [R, C] the kept slots' inputs in dispatch order. One device: the experts' rows themselves
+  // (expert_rows is the same tensor); with an ExpertComm a comm buffer, dropped once sent.
+  Tensor rows;
   Tensor expert_rows;  // [X, C] the rows at this rank's experts, by local expert
   Tensor fc;           // [X, H] before GELU
   Tensor fc_gelu;      // [X, H] after GELU
