@@ -62,10 +62,10 @@ int resolve_ep(const CommonOptions& c, const ExpertParallelOptions& o) {
 }
 
 // The layout with the mesh it takes its groups from (the groups must outlive it).
-class MeshLayout : public parallel::ExpertParallel {
+class ExpertMeshLayout : public parallel::ExpertParallel {
  public:
-  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-             const train::OptimizerFactory& make_optimizer)
+  ExpertMeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
+                   const train::OptimizerFactory& make_optimizer)
       : ExpertParallel(cfg, mesh->group(parallel::Axis::dp), mesh->group(parallel::Axis::ep),
                        mesh->group(parallel::Axis::edp), make_optimizer),
         mesh_(std::move(mesh)) {}
@@ -105,7 +105,7 @@ ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertP
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto mesh = std::make_shared<parallel::Mesh>(
             *ctx.comm, parallel::MeshShape{.dp = result.dp, .ep = result.ep});
-        return std::make_unique<MeshLayout>(mesh, cfg, optimizer_factory(c));
+        return std::make_unique<ExpertMeshLayout>(mesh, cfg, optimizer_factory(c));
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {

@@ -26,6 +26,7 @@ struct HybridLessonOptions {
   int zero = 0;            // 1: ZeRO-1 over dp
   int virtual_stages = 1;  // interleaved: chunks per stage
   int cp = 1;              // context parallelism inside each stage (ring attention, zigzag)
+  int ep = 1;              // expert parallelism (a model with experts), carved out of dp
 };
 
 // What rank 0 gathers from every rank after training, by name (it travels as int64s through

@@ -28,22 +28,11 @@ std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
   return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
 }
 
-// Expert-parallel sizes that work: divisors of dp that divide the experts.
-std::string ep_sizes_that_work(const GPTConfig& cfg, int dp) {
-  std::vector<int> works;
-  for (int ep = 1; ep <= dp; ++ep)
-    if (dp % ep == 0 && cfg.experts % ep == 0) works.push_back(ep);
-  return fmt::format("{}", fmt::join(works, " or "));
-}
-
 // The expert axis: ep ranks carved out of dp, each holding experts / ep whole experts. What the
 // experts do not run with (cp's ring attention, zero-bubble's split backward, ZeRO-1 over dp) is
 // refused here, before any rank builds.
 void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
   const MeshShape& m = o.mesh;
-  if (m.ep < 1)
-    throw std::invalid_argument(
-        fmt::format("--ep {}: the expert-parallel size must be at least 1", m.ep));
   if (cfg.experts <= 0) {
     if (m.ep > 1)
       throw std::invalid_argument(fmt::format(
@@ -52,11 +41,7 @@ void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
           m.ep, m.ep));
     return;
   }
-  if (m.dp % m.ep != 0 || cfg.experts % m.ep != 0)
-    throw std::invalid_argument(
-        fmt::format("--ep {} must divide --dp {} (the expert-parallel group is carved out of the "
-                    "data-parallel ranks) and the {} experts: use --ep {}",
-                    m.ep, m.dp, cfg.experts, ep_sizes_that_work(cfg, m.dp)));
+  check_ep_size(cfg, m.dp, m.ep);  // ep divides the experts and the dp ranks
   if (m.cp > 1)
     throw std::invalid_argument(fmt::format(
         "--cp {} with experts: context parallelism does not run mixture-of-experts blocks; use "

@@ -282,3 +282,33 @@ TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simula
   CHECK_THROWS_WITH(mgpu::plan::simulate(work, bad, profile),
                     Catch::Contains("neither fill nor tile a node"));
 }
+
+// Experts: the ep group is symmetric in the representative simulation (its all-to-alls mirror
+// this rank's balanced routing), a thread per rank in the full run.
+TEST_CASE("with experts the representative simulation agrees with a full phantom run",
+          "[plan][simulate][moe]") {
+  const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
+  Workload work = small_gpt();
+  work.model.experts = 8;
+  work.model.top_k = 2;
+  work.model.route = mgpu::reference::seams().moe.route;
+  std::vector<Layout> layouts = {
+      layout(4, 2, 2, 4, "1f1b"),   // ep 4 inside a node
+      layout(8, 1, 2, 4, "gpipe"),  // ep 8 fills a node
+      layout(16, 1, 1, 2, "1f1b"),  // ep 8, edp 2 across the nodes
+  };
+  layouts[0].ep = 4;
+  layouts[1].ep = 8;
+  layouts[2].ep = 8;
+  for (const Layout& l : layouts) {
+    INFO(describe(l) << " ep " << l.ep);
+    const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
+    const Prediction full = mgpu::plan::simulate(work, l, profile, Simulation::full);
+    INFO("step " << rep.step_seconds << " s vs full " << full.step_seconds << " s; memory "
+                 << rep.memory_peak_total << " vs " << full.memory_peak_total);
+    CHECK(rep.step_seconds > 0);
+    CHECK(relative(rep.step_seconds, full.step_seconds) <= 0.03);
+    CHECK(relative(static_cast<double>(rep.memory_peak_total),
+                   static_cast<double>(full.memory_peak_total)) <= 0.02);
+  }
+}
