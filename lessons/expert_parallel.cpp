@@ -107,13 +107,7 @@ ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertP
             *ctx.comm, parallel::MeshShape{.dp = result.dp, .ep = result.ep});
         return std::make_unique<ExpertMeshLayout>(mesh, cfg, optimizer_factory(c));
       },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout& layout) {
-        if (ctx.rank != 0) return;
-        auto& ep = static_cast<parallel::ExpertParallel&>(layout);
-        for (const Param* p : ep.dense_params()) result.dense_params += p->spec.full_numel();
-        for (const Param* p : ep.expert_params()) result.expert_params += p->spec.full_numel();
-      });
+      [&](int step, float loss) { log.record(step, loss); });
   result.losses = trained.losses;
   if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
   print_checkpoint_lines(out, c, trained);
@@ -148,16 +142,20 @@ class ExpertParallelLesson : public Lesson {
     if (!c.quiet)
       fmt::print(out, "== expert_parallel: experts split over GPUs, tokens sent to them ==\n");
     const ExpertParallelResult r = train_expert_parallel(c, options_, 1.0, out);
-    std::optional<ExpertParallelResult> skewed;
-    if (options_.skew != 1.0) {  // every process runs it: under mpirun it is a world too
-      CommonOptions act2 = c;    // a short run of the same model with a skewed router
+    std::optional<ExpertParallelResult> plain, skewed;
+    // A phantom device has no values to route on (every expert gets the same load): no act 2.
+    const bool phantom = c.device == "phantom";
+    if (options_.skew != 1.0 && !phantom) {  // every process runs it: under mpirun a world too
+      CommonOptions act2 = c;  // two short dropless runs: routed as trained, then skewed
       act2.steps = std::min(c.steps, 2);
       act2.quiet = true;
+      act2.capacity_factor = "dropless";  // the hot expert keeps every token sent to it
       act2.checkpoint.clear();
       act2.resume.clear();
       act2.trace_path.clear();
       act2.viz = false;
       std::ostringstream ignored;
+      plain = train_expert_parallel(act2, options_, 1.0, ignored);
       skewed = train_expert_parallel(act2, options_, options_.skew, ignored);
     }
     if (!root_process()) return 0;  // under mpirun rank 0's process reports
@@ -165,7 +163,12 @@ class ExpertParallelLesson : public Lesson {
     print_expert_report(out, c, r);
     print_timeline(out, r.trace, last_step(r.trace));
     print_rank_table(out, r.trace, last_step(r.trace));
-    if (skewed) print_skew_act(out, c, options_.skew, r, *skewed);
+    if (skewed) print_skew_act(out, c, options_.skew, *plain, *skewed);
+    if (phantom && options_.skew != 1.0)
+      fmt::print(out,
+                 "\nact 2 (--skew {:g}) not run: the phantom device has no probabilities to skew "
+                 "(it routes every token round-robin); run it on cpu or cuda\n",
+                 options_.skew);
     return finish_trace(c, r.trace, name(), out);
   }
 

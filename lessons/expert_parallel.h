@@ -20,7 +20,6 @@ struct ExpertParallelResult {
   std::vector<float> losses;  // one per step run
   GPTConfig config;           // the model trained (its expert fields resolved from the options)
   int ep = 1, dp = 1;
-  int64_t dense_params = 0, expert_params = 0;  // the whole model's, from rank 0's layout
   trace::Trace trace;
 };
 

@@ -15,6 +15,7 @@
 #include "core/tensor/dtype.h"
 #include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
+#include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/trace/expert_load.h"
 #include "lessons/training.h"
@@ -76,9 +77,9 @@ void print_capacity(std::ostream& out, const CommonOptions& c, const ExpertParal
   }
   fmt::print(out,
              "  capacity: ceil({:g} x {} tokens x top-{} / {} experts) = {} per expert per "
-             "sequence, so at most {} per expert on a GPU ({} sequences); most kept: {}\n",
+             "sequence, so at most {} per expert on a GPU ({} sequence{}); most kept: {}\n",
              r.config.capacity_factor, c.seq, r.config.top_k, r.config.experts, capacity,
-             theory::max_kept_per_expert(capacity, groups), groups, most);
+             theory::max_kept_per_expert(capacity, groups), groups, groups == 1 ? "" : "s", most);
   fmt::print(out, "  dropped {} of {} (token, choice) slots ({:.1f}%): the slots over capacity\n",
              dropped, slots, slots ? 100.0 * dropped / slots : 0.0);
 }
@@ -99,13 +100,17 @@ void print_exchange(std::ostream& out, const CommonOptions& c, const ExpertParal
       return with_commas(exchange_sent_bytes(r.trace, step, 0, name, l.layer));
     };
     const int64_t measured = exchange_sent_bytes(r.trace, step, 0, "", l.layer);
-    const int64_t formula = theory::exchange_bytes_per_layer(dispatch, combine);
+    const int passes = r.config.recompute == Recompute::full ? 2 : 1;
+    const int64_t formula = theory::exchange_bytes_per_layer(dispatch, combine, passes);
     fmt::print(out, "  block {}: dispatch {} + combine {} forward, {} + {} backward = {} B\n",
                l.layer, sent("dispatch"), sent("combine"), sent("combine bwd"),
                sent("dispatch bwd"), with_commas(measured));
-    fmt::print(out, "    formula 2 x (dispatch {} rows + combine {} rows) x C {} x {} B = {} B{}\n",
-               dispatch / (c_dim * element_bytes), combine_rows, c_dim, element_bytes,
-               with_commas(formula), measured == formula ? "" : "  <- differs!");
+    fmt::print(out,
+               "    formula {} x (dispatch {} rows + combine {} rows) x C {} x {} B = {} B{}{}\n",
+               passes + 1, dispatch / (c_dim * element_bytes), combine_rows, c_dim, element_bytes,
+               with_commas(formula),
+               passes > 1 ? " (full recompute: the forward's exchanges run twice)" : "",
+               measured == formula ? "" : "  <- differs!");
   }
   const int64_t tokens = int64_t{c.batch} / r.dp * c.seq;
   fmt::print(out,
@@ -115,19 +120,23 @@ void print_exchange(std::ostream& out, const CommonOptions& c, const ExpertParal
                                                                   element_bytes, r.ep)));
 }
 
-void print_memory_split(std::ostream& out, const ExpertParallelResult& r, int element_bytes) {
+void print_parameter_split(std::ostream& out, const ExpertParallelResult& r, int element_bytes) {
+  const GPTConfig& cfg = r.config;
+  const int64_t per_block =
+      theory::moe_mlp_parameters(cfg.dim, cfg.experts, cfg.expert_hidden_size(), cfg.experts) -
+      theory::moe_mlp_parameters(cfg.dim, cfg.experts, cfg.expert_hidden_size(), 0);
+  const int64_t experts = theory::moe_blocks(cfg) * per_block;
+  const int64_t dense = theory::gpt_parameters(cfg) - experts;
   const int64_t measured = trace::memory_timeline(r.trace, 0)
                                .peak.by_category[static_cast<int>(MemCategory::parameters)];
-  const int64_t formula =
-      theory::params_per_rank(r.dense_params, r.expert_params, r.ep) * element_bytes;
+  const int64_t formula = theory::params_per_rank(dense, experts, r.ep) * element_bytes;
   fmt::print(out,
              "\nparameters per GPU (GPU 0, allocator): {}   formula: (dense {} + experts {} / "
              "ep {}) x {} B = {}{}\n",
-             format_bytes(measured), with_commas(r.dense_params), with_commas(r.expert_params),
-             r.ep, element_bytes, format_bytes(formula),
-             measured == formula ? "" : "  <- differs!");
+             format_bytes(measured), with_commas(dense), with_commas(experts), r.ep, element_bytes,
+             format_bytes(formula), measured == formula ? "" : "  <- differs!");
   fmt::print(out, "  (every expert on every GPU, as plain data parallelism keeps them: {})\n",
-             format_bytes((r.dense_params + r.expert_params) * element_bytes));
+             format_bytes((dense + experts) * element_bytes));
 }
 
 }  // namespace
@@ -144,42 +153,71 @@ void print_expert_report(std::ostream& out, const CommonOptions& c, const Expert
   for (const ExpertLoad& l : loads) print_load_table(out, c, r, l, slots_per_rank);
   print_capacity(out, c, r, loads, slots_per_rank);
   print_exchange(out, c, r, loads, *step, element_bytes);
-  print_memory_split(out, r, element_bytes);
+  print_parameter_split(out, r, element_bytes);
 }
 
+namespace {
+
+// One GPU's share of a run's last step: expert rows it computed, bytes its all-to-alls sent, its
+// compute lane's busy time and its comm lane's waiting for partners.
+struct GpuStep {
+  int64_t rows = 0, sent = 0;
+  double busy = 0, wait = 0;
+};
+
+std::vector<GpuStep> gpu_steps(const ExpertParallelResult& r, double* step_seconds) {
+  const int step = *last_step(r.trace);
+  const std::vector<ExpertLoad> loads = expert_loads(r.trace, step);
+  const trace::TraceSummary s = trace::analyze(r.trace, step);
+  *step_seconds = s.window.length();
+  std::vector<GpuStep> gpus(static_cast<size_t>(r.trace.num_ranks));
+  for (int rank = 0; rank < r.trace.num_ranks; ++rank) {
+    GpuStep& g = gpus[static_cast<size_t>(rank)];
+    for (const ExpertLoad& l : loads)
+      g.rows += theory::expert_rows_computed(group_counts(l, r.ep, rank), rank % r.ep);
+    g.sent = exchange_sent_bytes(r.trace, step, rank, "");
+    g.busy = s.ranks[static_cast<size_t>(rank)].busy;
+    g.wait = s.ranks[static_cast<size_t>(rank)].comm_wait;
+  }
+  return gpus;
+}
+
+}  // namespace
+
 void print_skew_act(std::ostream& out, const CommonOptions& c, double skew,
-                    const ExpertParallelResult& balanced, const ExpertParallelResult& skewed) {
+                    const ExpertParallelResult& plain, const ExpertParallelResult& skewed) {
   fmt::print(out,
-             "\nact 2: a skewed router (expert 0's probability x {:g}, renormalised), {} step(s), "
-             "last step:\n",
+             "\nact 2: a skewed router: expert 0's probability x {:g} (renormalised), dropless, "
+             "step {} of a fresh run, beside the same step routed as trained:\n",
              skew, std::min(c.steps, 2));
-  fmt::print(out, "  GPU   expert rows (router's / skewed)   all-to-all sent   busy time\n");
-  const auto summarise = [](const ExpertParallelResult& r) {
-    const int step = *last_step(r.trace);
-    const std::vector<ExpertLoad> loads = expert_loads(r.trace, step);
-    const trace::TraceSummary s = trace::analyze(r.trace, step);
-    std::vector<std::array<double, 3>> rows(static_cast<size_t>(r.trace.num_ranks));
-    for (int rank = 0; rank < r.trace.num_ranks; ++rank) {
-      auto& row = rows[static_cast<size_t>(rank)];
-      for (const ExpertLoad& l : loads)
-        row[0] += static_cast<double>(
-            theory::expert_rows_computed(group_counts(l, r.ep, rank), rank % r.ep));
-      row[1] = static_cast<double>(exchange_sent_bytes(r.trace, step, rank, ""));
-      row[2] = s.ranks[static_cast<size_t>(rank)].busy;
-    }
-    return std::make_pair(rows, s.window.length());
-  };
-  const auto [before, before_step] = summarise(balanced);
-  const auto [after, after_step] = summarise(skewed);
-  for (size_t rank = 0; rank < after.size(); ++rank)
-    fmt::print(out, "  {:<4}  {:>10} / {:<10}  {:>12} / {:<12}  {} / {}\n", rank, before[rank][0],
-               after[rank][0], with_commas(static_cast<int64_t>(before[rank][1])),
-               with_commas(static_cast<int64_t>(after[rank][1])), format_seconds(before[rank][2]),
-               format_seconds(after[rank][2]));
+  double plain_step = 0, skewed_step = 0;
+  const std::vector<GpuStep> before = gpu_steps(plain, &plain_step);
+  const std::vector<GpuStep> after = gpu_steps(skewed, &skewed_step);
   fmt::print(out,
-             "  step time {} -> {}: the GPU holding expert 0 computes the most rows, and every "
-             "other GPU waits for it at the next all-to-all.\n",
-             format_seconds(before_step), format_seconds(after_step));
+             "  GPU   expert rows     all-to-all sent (B)     busy                     "
+             "waiting for partners\n");
+  for (size_t g = 0; g < after.size(); ++g)
+    fmt::print(out, "  {:<4}  {:>4} -> {:<6}  {:>9} -> {:<10}  {:>10} -> {:<11}  {} -> {}\n", g,
+               before[g].rows, after[g].rows, with_commas(before[g].sent),
+               with_commas(after[g].sent), format_seconds(before[g].busy),
+               format_seconds(after[g].busy), format_seconds(before[g].wait),
+               format_seconds(after[g].wait));
+  const auto busiest = std::max_element(after.begin(), after.end(),
+                                        [](auto& a, auto& b) { return a.rows < b.rows; });
+  double mean = 0;
+  for (const GpuStep& g : after) mean += static_cast<double>(g.rows) / after.size();
+  const int64_t gpu = busiest - after.begin();
+  double waited_before = 0, waited_after = 0;
+  for (size_t g = 0; g < after.size(); ++g)
+    if (static_cast<int64_t>(g) != gpu)
+      waited_before += before[g].wait, waited_after += after[g].wait;
+  fmt::print(out,
+             "  the busiest, GPU {}{}: {} rows, {:.2f}x the mean; the step takes {} instead of {} "
+             "(modeled); the other GPUs wait {} for partners in all (was {})\n",
+             gpu, gpu % skewed.ep == 0 ? " (it holds expert 0)" : "", busiest->rows,
+             mean > 0 ? busiest->rows / mean : 0.0, format_seconds(skewed_step),
+             format_seconds(plain_step), format_seconds(waited_after),
+             format_seconds(waited_before));
 }
 
 }  // namespace mgpu::lessons

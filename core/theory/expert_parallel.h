@@ -74,11 +74,13 @@ inline int64_t expert_rows_computed(const std::vector<std::vector<int64_t>>& tok
   return rows;
 }
 
-// Bytes one rank sends for one MoE layer in a training step: its dispatch and its combine
-// forward, and their gradients backward (combine's backward moves dispatch's rows, dispatch's
-// backward combine's).
-inline int64_t exchange_bytes_per_layer(int64_t dispatch_bytes, int64_t combine_bytes) {
-  return 2 * (dispatch_bytes + combine_bytes);
+// Bytes one rank sends for one MoE layer in a training step: its dispatch and its combine in
+// each forward pass (`forward_passes`: 2 under full activation recompute, whose backward re-runs
+// the block's forward and its exchanges, as Megatron-LM's recompute does), and their gradients
+// once backward (combine's backward moves dispatch's rows, dispatch's backward combine's).
+inline int64_t exchange_bytes_per_layer(int64_t dispatch_bytes, int64_t combine_bytes,
+                                        int forward_passes = 1) {
+  return (forward_passes + 1) * (dispatch_bytes + combine_bytes);
 }
 
 // Parameters one rank stores under expert parallelism: the dense part replicated, the experts'

@@ -35,17 +35,15 @@ namespace {
 
 // A tiny MoE model (4 experts, top-2, every block MoE) every layout here can split.
 std::vector<std::string> moe_run(const std::string& lesson, int ranks, int ep, int steps,
-                                 const std::string& optimizer) {
+                                 const std::string& optimizer, const std::string& lr = "3e-3") {
   std::vector<std::string> a = {"run",      lesson, "--steps",     std::to_string(steps),
                                 "--layers", "2",    "--dim",       "16",
                                 "--heads",  "2",    "--seq",       "8",
                                 "--batch",  "8",    "--experts",   "4",
                                 "--top-k",  "2",    "--optimizer", optimizer,
-                                "-q"};
-  if (lesson == "expert_parallel") {
-    a.insert(a.end(), {"--ranks", std::to_string(ranks), "--ep", std::to_string(ep)});
-    a.insert(a.end(), {"--skew", "1"});
-  }
+                                "--lr",     lr,     "-q"};
+  if (lesson != "single_device") a.insert(a.end(), {"--ranks", std::to_string(ranks)});
+  if (lesson == "expert_parallel") a.insert(a.end(), {"--ep", std::to_string(ep)});
   return a;
 }
 
@@ -54,6 +52,7 @@ std::string checkpoint(std::vector<std::string> args, const std::string& name,
   const std::string path = temp_path(name + ".ckpt");
   args.insert(args.end(), {"--checkpoint", path});
   if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+  if (args[1] == "expert_parallel") args.insert(args.end(), {"--skew", "1"});  // one act
   auto r = run_mgpu(args);
   INFO(name << ": " << r.err << r.out);
   REQUIRE(r.code == 0);
@@ -66,20 +65,45 @@ constexpr float kTolerance = 2e-5f;
 
 }  // namespace
 
-TEST_CASE("expert parallelism trains to the single-device MoE parameters", "[ep][equivalence]") {
-  for (const std::string optimizer : {"sgd", "adamw"}) {
-    INFO(optimizer);
-    const auto reference = load_checkpoint_by_name(
-        checkpoint(moe_run("single_device", 1, 1, 3, optimizer), "ep_single_" + optimizer));
-    for (auto [ranks, ep] : {std::pair{1, 1}, {2, 2}, {4, 4}, {4, 2}}) {
-      INFO("ranks " << ranks << ", ep " << ep);
-      const auto mine =
-          load_checkpoint_by_name(checkpoint(moe_run("expert_parallel", ranks, ep, 3, optimizer),
-                                             fmt::format("ep_{}_{}_{}", ranks, ep, optimizer)));
-      CHECK(max_difference(mine, reference, "param") <= kTolerance);
-      if (optimizer == "adamw")
-        CHECK(max_difference(mine, reference, "optimizer_state") <= kTolerance);
-    }
+// SGD at lr 1: a parameter moves by its whole gradient, so a wrong gradient (a missing 1/dp on
+// the experts, an expert's rows from the wrong tokens) is a difference of its own size, while
+// the exchange's reordering of sums stays at fp32 rounding (measured: 1.8e-7 on 4 ranks).
+TEST_CASE("expert parallelism computes the single-device MoE gradients (SGD)",
+          "[ep][equivalence]") {
+  const auto reference = load_checkpoint_by_name(
+      checkpoint(moe_run("single_device", 1, 1, 3, "sgd", "1"), "ep_single_sgd"));
+  for (auto [ranks, ep] : {std::pair{1, 1}, {2, 2}, {4, 4}, {4, 2}}) {
+    INFO("ranks " << ranks << ", ep " << ep);
+    const auto mine =
+        load_checkpoint_by_name(checkpoint(moe_run("expert_parallel", ranks, ep, 3, "sgd", "1"),
+                                           fmt::format("ep_{}_{}_sgd", ranks, ep)));
+    CHECK(max_difference(mine, reference, "param") <= 1e-6f);
+    CHECK(max_difference(mine, reference, "optimizer_state") <= 1e-6f);
+  }
+}
+
+// AdamW divides each update by sqrt(v): where an expert's gradient is tiny, fp32 rounding of its
+// sum in another order moves the update by up to ~lr/1000. DDP on the same MoE model (the plain
+// data-parallel layout, no experts split) shows the same: the check is that expert parallelism
+// lands as close to the single device as DDP does.
+TEST_CASE("expert parallelism trains to the single-device MoE parameters (AdamW)",
+          "[ep][equivalence]") {
+  const auto reference = load_checkpoint_by_name(
+      checkpoint(moe_run("single_device", 1, 1, 3, "adamw"), "ep_single_adamw"));
+  for (auto [ranks, ep] : {std::pair{1, 1}, {2, 2}, {4, 4}, {4, 2}}) {
+    INFO("ranks " << ranks << ", ep " << ep);
+    float ddp = 0;
+    if (ranks > 1)
+      ddp = max_difference(load_checkpoint_by_name(checkpoint(moe_run("ddp", ranks, 1, 3, "adamw"),
+                                                              fmt::format("ddp_{}", ranks))),
+                           reference, "param");
+    const float tolerance = std::max(kTolerance, 1.5f * ddp);
+    INFO("DDP's difference " << ddp);
+    const auto mine =
+        load_checkpoint_by_name(checkpoint(moe_run("expert_parallel", ranks, ep, 3, "adamw"),
+                                           fmt::format("ep_{}_{}_adamw", ranks, ep)));
+    CHECK(max_difference(mine, reference, "param") <= tolerance);
+    CHECK(max_difference(mine, reference, "optimizer_state") <= tolerance);
   }
 }
 
@@ -90,24 +114,25 @@ TEST_CASE("expert parallelism with a capacity factor drops what one device drops
     return a;
   };
   const auto reference = load_checkpoint_by_name(
-      checkpoint(with_capacity(moe_run("single_device", 1, 1, 3, "adamw")), "ep_cap_single"));
+      checkpoint(with_capacity(moe_run("single_device", 1, 1, 3, "sgd", "1")), "ep_cap_single"));
   const auto mine = load_checkpoint_by_name(
-      checkpoint(with_capacity(moe_run("expert_parallel", 4, 2, 3, "adamw")), "ep_cap_4_2"));
-  CHECK(max_difference(mine, reference, "param") <= kTolerance);
+      checkpoint(with_capacity(moe_run("expert_parallel", 4, 2, 3, "sgd", "1")), "ep_cap_4_2"));
+  CHECK(max_difference(mine, reference, "param") <= 1e-6f);
 }
 
+// (SGD with momentum at lr 1, as above: the resumed state must be exact, not AdamW-close.)
 TEST_CASE("an expert-parallel checkpoint resumes on another layout", "[ep][resume]") {
   const auto straight = load_checkpoint_by_name(
-      checkpoint(moe_run("single_device", 1, 1, 4, "adamw"), "ep_resume_straight"));
+      checkpoint(moe_run("single_device", 1, 1, 4, "sgd", "1"), "ep_resume_straight"));
   const std::string half =
-      checkpoint(moe_run("expert_parallel", 2, 2, 2, "adamw"), "ep_resume_half_ep2");
+      checkpoint(moe_run("expert_parallel", 2, 2, 2, "sgd", "1"), "ep_resume_half_ep2");
   for (auto [ranks, ep] : {std::pair{4, 4}, {1, 1}}) {
     INFO("resumed on ranks " << ranks << ", ep " << ep);
     const std::string lesson = ranks == 1 ? "single_device" : "expert_parallel";
     const auto resumed = load_checkpoint_by_name(checkpoint(
-        moe_run(lesson, ranks, ep, 4, "adamw"), fmt::format("ep_resumed_{}", ranks), half));
-    CHECK(max_difference(resumed, straight, "param") <= kTolerance);
-    CHECK(max_difference(resumed, straight, "optimizer_state") <= kTolerance);
+        moe_run(lesson, ranks, ep, 4, "sgd", "1"), fmt::format("ep_resumed_{}", ranks), half));
+    CHECK(max_difference(resumed, straight, "param") <= 1e-6f);
+    CHECK(max_difference(resumed, straight, "optimizer_state") <= 1e-6f);
   }
 }
 
@@ -199,7 +224,7 @@ TEST_CASE("the expert_parallel lesson's report matches its formulas and labels i
           "[ep][lesson]") {
   const std::string trace_path = temp_path("ep_lesson.json");
   auto args = moe_run("expert_parallel", 4, 2, 2, "adamw");
-  args.erase(std::find(args.begin(), args.end(), "-q"));
+  args.erase(std::find(args.begin(), args.end(), "-q"));  // the report is the point
   args.insert(args.end(), {"--capacity-factor", "1", "--trace", trace_path, "--skew", "8"});
   auto r = run_mgpu(args);
   INFO(r.out << r.err);
