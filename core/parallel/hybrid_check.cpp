@@ -29,8 +29,8 @@ std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
 }
 
 // The expert axis: ep ranks carved out of dp, each holding experts / ep whole experts. What the
-// experts do not run with (cp's ring attention, zero-bubble's split backward, ZeRO-1 over dp) is
-// refused here, before any rank builds.
+// experts do not run with (cp's ring attention, ZeRO-1 over dp; zero-bubble's split backward is
+// refused with the schedules) is refused here, before any rank builds.
 void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
   const MeshShape& m = o.mesh;
   if (cfg.experts <= 0) {
@@ -47,11 +47,6 @@ void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
         "--cp {} with experts: context parallelism does not run mixture-of-experts blocks; use "
         "--cp 1",
         m.cp));
-  if (splits_backward(o.schedule))
-    throw std::invalid_argument(fmt::format(
-        "--schedule {} splits the backward (zero-bubble's B and W), which mixture-of-experts "
-        "blocks do not: use --schedule 1f1b, gpipe or interleaved",
-        o.schedule));
   if (o.zero != 0)
     throw std::invalid_argument(fmt::format(
         "--zero {} with experts: ZeRO-1 shards over dp, but expert gradients average over the "
@@ -105,7 +100,7 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
   if (v_shape && cfg.layers % (2 * m.pp) != 0)
     fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
                      o.schedule, m.pp, cfg.layers));
-  if (v_shape || o.schedule == "zb-h1" || o.schedule == "dualpipe")  // B and W split apart
+  if (splits_backward(o.schedule))  // B and W split apart
     refuse_experts(cfg, "--schedule " + o.schedule,
                    "zero-bubble's split backward has no MoE half; use --schedule 1f1b");
   if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))
