@@ -34,6 +34,7 @@ parallel::HybridOptions hybrid_options(const CommonOptions& c, const HybridLesso
   options.mesh.tp = h.tp;
   options.mesh.pp = h.pp;
   options.mesh.cp = h.cp;
+  options.mesh.ep = h.ep;
   options.mesh.dp = h.dp > 0 ? h.dp : std::max(1, c.ranks / std::max(1, h.tp * h.pp * h.cp));
   options.sequence_parallel = h.sp;
   options.vocab_parallel_head = h.vocab_parallel_head;
@@ -49,6 +50,7 @@ nlohmann::json hybrid_config(const CommonOptions& c, const HybridLessonOptions& 
   config["tp"] = mesh.tp;
   config["pp"] = mesh.pp;
   config["cp"] = mesh.cp;
+  if (mesh.ep > 1) config["ep"] = mesh.ep;
   config["schedule"] = h.schedule;
   config["microbatches"] = h.microbatches;
   config["zero"] = h.zero;
@@ -177,6 +179,11 @@ class HybridLesson : public Lesson {
                    "ring attention (--seq must split into 2 x cp chunks)")
         ->check(AtLeastOne("rank"))
         ->capture_default_str();
+    app.add_option("--ep", options_.ep,
+                   "expert-parallel ranks (a model with --experts): each dp group's ranks split "
+                   "every MoE block's experts ep ways; divides dp and the experts")
+        ->check(AtLeastOne("rank"))
+        ->capture_default_str();
     app.add_option("--zero", options_.zero,
                    "0: gradients all-reduced over dp | 1: ZeRO-1 over dp (each dp rank keeps "
                    "optimizer state and fp32 masters for 1/dp of its stage; with dp 1 a no-op)")
@@ -194,8 +201,8 @@ class HybridLesson : public Lesson {
         ->capture_default_str();
   }
   int run(const CommonOptions& c, std::ostream& out) override {
-    fmt::print(out, "== hybrid: dp x tp x pp{} over {} GPUs ==\n", options_.cp > 1 ? " x cp" : "",
-               c.ranks);
+    fmt::print(out, "== hybrid: dp x tp x pp{}{} over {} GPUs ==\n", options_.cp > 1 ? " x cp" : "",
+               options_.ep > 1 ? " x ep" : "", c.ranks);
     return train_hybrid(c, options_, out);
   }
 

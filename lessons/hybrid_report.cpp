@@ -100,11 +100,20 @@ int tp_all_reduces_per_layer(const CommonOptions& c) {
   return c.recompute == "full" ? 6 : 4;
 }
 
+// MoE blocks among pipeline stage s's layers (0 for a dense model).
+int64_t moe_blocks_of_stage(const GPTConfig& cfg, int stages, int s) {
+  const auto range = pipeline::partition_layers(cfg.layers, stages).ranges[s];
+  int64_t n = 0;
+  for (int i = range.first; i < range.second; ++i) n += cfg.is_moe_block(i) ? 1 : 0;
+  return n;
+}
+
 // The tp formula's inputs for a rank of pipeline stage `stage` holding `layers` layers.
 theory::TpTraffic tp_traffic(const HybridRun& run, int64_t layers, int stage) {
   const int dtype = static_cast<int>(dtype_size(run.cfg.dtype));
   return {.tp = run.mesh.tp,
           .layers = layers,
+          .moe_layers = moe_blocks_of_stage(run.cfg, run.mesh.pp, stage),
           .microbatches = run.h.microbatches,
           .activation_elements = activation_elements(run),
           .tokens = int64_t{run.micro_b} * (run.c.seq / run.mesh.cp),
@@ -135,8 +144,11 @@ void print_traffic_formulas(std::ostream& out, const HybridRun& run) {
       "B_micro*{}*C*{} = {}\n"
       "  dp: {}{}{}\n",
       run.step + 1, tp_all_reduces_per_layer(c),
-      c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)", tokens,
-      theory::ring_all_reduce_factor(mesh.tp), format_bytes(act),
+      fmt::format(
+          "{}{}",
+          c.recompute == "full" ? " (2 fwd + 2 recomputed fwd + 2 bwd)" : " (2 fwd + 2 bwd)",
+          run.cfg.experts > 0 ? ", half that in an MoE block (no MLP linears)" : ""),
+      tokens, theory::ring_all_reduce_factor(mesh.tp), format_bytes(act),
       chunks > 1 ? fmt::format(" and chunk ({} chunks per stage: a micro-batch passes "
                                "every stage {} times)",
                                chunks, chunks)
@@ -256,11 +268,23 @@ void print_memory(std::ostream& out, const HybridRun& run) {
                  ? std::string(" / d (ZeRO-1 over dp 1 shards nothing: this rank "
                                "owns every chunk)")
                  : fmt::format(" / d (ZeRO-1: each of the {} dp ranks keeps its chunk)", mesh.dp));
+  const GPTConfig& cfg = run.cfg;
+  const int64_t C = cfg.dim, E = cfg.experts, H = cfg.expert_hidden_size();
+  // An MoE block: its router and its E/ep whole experts in place of the MLP's (8C^2+4C)/t + C.
+  const int64_t moe_instead_of_mlp =
+      E > 0 ? theory::moe_mlp_parameters(C, E, H, E / mesh.ep) - ((8 * C * C + 4 * C) / mesh.tp + C)
+            : 0;
+  if (E > 0)
+    fmt::print(out,
+               "  (each MoE block: + E C router + E/ep x (2HC + H + C) experts - the MLP's "
+               "(8C^2+4C)/t + C = {} parameters)\n",
+               with_commas(moe_instead_of_mlp));
   const int P = mesh.pp;
-  const pipeline::LayerPartition layers = pipeline::partition_layers(run.cfg.layers, P);
+  const pipeline::LayerPartition layers = pipeline::partition_layers(cfg.layers, P);
   for (int s = 0; s < P; ++s) {
     const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
-    const int64_t params = theory::stage_parameters(run.cfg, L, mesh.tp, s == 0, s == P - 1);
+    int64_t params = theory::stage_parameters(cfg, L, mesh.tp, s == 0, s == P - 1);
+    params += moe_blocks_of_stage(cfg, P, s) * moe_instead_of_mlp;
     fmt::print(out, "  stage {}: P_{} = {} -> {} + {} + {}\n", s, s, with_commas(params),
                format_bytes(b.params * params), format_bytes(4 * params),
                format_bytes(b.optimizer * params / (run.h.zero == 1 ? mesh.dp : 1)));

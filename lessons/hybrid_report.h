@@ -29,6 +29,7 @@ struct HybridLessonOptions {
   bool sp = false;         // Megatron-SP in the blocks (tp > 1)
   bool vocab_parallel_head = false;  // lm_head split over the vocabulary (tp > 1)
   std::string tp_sums = "fp32";      // fp32 | activations: where TP's partial results are summed
+  int ep = 1;              // expert parallelism (a model with experts), carved out of dp
 };
 
 // What rank 0 gathers from every rank after training, by name (it travels as int64s through

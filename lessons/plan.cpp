@@ -32,6 +32,7 @@ PlanModel plan_model(const std::string& name_or_file) {
   m.config.seq_len = c.seq;
   m.config.tie_embeddings = c.tie_embeddings == "on";
   if (c.vocab > 0) m.config.vocab = c.vocab;  // "tiny" trains on a task's vocabulary: the default
+  set_expert_config(m.config, c);  // a preset's or model file's experts (mixtral-8x7b: 8, top 2)
   m.default_global_batch = name_or_file.rfind("gpt3-", 0) == 0 ? 1536 : 512;
   return m;
 }
@@ -234,8 +235,8 @@ struct PlanArgs {
 
 void add_plan_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--model", a.model,
-                 "gpt2-small ... gpt2-xl, gpt3-2.7b ... gpt3-175b, or a JSON file {layers, dim, "
-                 "heads, seq, vocab}")
+                 "gpt2-small ... gpt2-xl, gpt3-2.7b ... gpt3-175b, mixtral-8x7b, or a JSON file "
+                 "{layers, dim, heads, seq, vocab, experts, top_k, ...}")
       ->required();
   app.add_option("--gpus", a.gpus, "number of GPUs")
       ->required()
@@ -344,7 +345,8 @@ void print_plan_header(std::ostream& out, const plan::SearchRequest& request,
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app(
-      "which layout should this model use on N GPUs? Enumerates dp x tp x pp x cp, "
+      "which layout should this model use on N GPUs? Enumerates dp x tp x pp x cp (x ep for a "
+      "model with experts), "
       "micro-batching, schedule, ZeRO, recompute and precision; simulates the promising "
       "layouts on the modeled clock and ranks them by tokens/s",
       "mgpu plan");

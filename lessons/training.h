@@ -20,6 +20,9 @@ namespace mgpu::lessons {
 // The task named by --task/--data, and the model config that fits it.
 std::unique_ptr<data::Task> make_task(const CommonOptions& c);
 GPTConfig model_config(const CommonOptions& c, const data::Task& task);
+// The mixture-of-experts fields of `c` (refusing expert options on a dense model) and the
+// routing --impl selected (exercise 09); model_config and the planner's model both set them.
+void set_expert_config(GPTConfig& cfg, const CommonOptions& c);
 // The model's parameter count, found by building it on a phantom device (shapes, no memory), so
 // the host never allocates a model it only wants to describe.
 int64_t count_params(const GPTConfig& cfg);

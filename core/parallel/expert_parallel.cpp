@@ -185,6 +185,31 @@ void ExpertParallelComm::to_tokens(const Tensor& expert_rows, Tensor& rows,
 
 // ---------------------------------------------------------------------------------- the layout
 
+void average_dense_and_expert_gradients(const ParamList& dense, const ParamList& experts,
+                                        comm::Comm& dp, comm::Comm& edp) {
+  // Dense parameters saw my B/dp rows: the mean over dp is the global batch's gradient.
+  if (dp.size() > 1) all_reduce_gradients(dense, dp, comm::ReduceOp::avg);
+  // An expert's gradient on its holder already sums the rows of every ep rank's tokens, each
+  // with its rank's 1/(B/dp * T) loss scale: summed over the edp replicas (the other ep groups'
+  // tokens) it covers the global batch, and 1/dp makes it the global mean.
+  if (edp.size() > 1) all_reduce_gradients(experts, edp, comm::ReduceOp::sum);
+  if (dp.size() > 1)
+    for (Param* p : experts) ops::scale(p->grad, 1.0f / static_cast<float>(dp.size()));
+}
+
+ParamList split_experts(Block& block, const GPTConfig& cfg, int parts, int part) {
+  if (!block.is_moe()) return {};
+  const int64_t local = cfg.experts / parts, first = part * local;
+  MoeLayer& moe = block.moe;
+  ParamList experts = {&moe.fc_weight, &moe.fc_bias, &moe.proj_weight, &moe.proj_bias};
+  for (Param* p : experts) {
+    Shape full = p->shape;
+    full[0] = cfg.experts;
+    p->spec = PartitionSpec::rows(full, {{first, first + local}});
+  }
+  return experts;
+}
+
 ExpertParallel::ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep,
                                comm::Comm& edp, const train::OptimizerFactory& make_optimizer)
     : config_(cfg), dp_(dp), ep_(ep), edp_(edp) {
@@ -193,17 +218,8 @@ ExpertParallel::ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm&
   shard.expert_parts = ep.size();
   model_ = std::make_unique<GPT>(cfg, shard);
   // My experts' rows of the four stacked tensors: the single-device model's slice, born as it.
-  const int64_t local = cfg.experts / ep.size(), first = ep.rank() * local;
-  for (Block& block : model_->blocks) {
-    if (!block.is_moe()) continue;
-    MoeLayer& moe = block.moe;
-    for (Param* p : {&moe.fc_weight, &moe.fc_bias, &moe.proj_weight, &moe.proj_bias}) {
-      Shape full = p->shape;
-      full[0] = cfg.experts;
-      p->spec = PartitionSpec::rows(full, {{first, first + local}});
-      expert_params_.push_back(p);
-    }
-  }
+  for (Block& block : model_->blocks)
+    for (Param* p : split_experts(block, cfg, ep.size(), ep.rank())) expert_params_.push_back(p);
   for (Param* p : model_->params())
     if (!p->spec.split()) dense_params_.push_back(p);
   materialise(model_->params(), cfg.seed, cfg.dtype);
@@ -234,14 +250,7 @@ train::StepOutcome ExpertParallel::step(const data::Batch& batch, int step) {
 }
 
 void ExpertParallel::synchronise_gradients() {
-  // Dense parameters saw my B/dp rows: the mean over dp is the global batch's gradient.
-  if (dp_.size() > 1) all_reduce_gradients(dense_params_, dp_, comm::ReduceOp::avg);
-  // An expert's gradient on its holder already sums the rows of every ep rank's tokens, each
-  // with its rank's 1/(B/dp * T) loss scale: summed over the edp replicas (the other ep groups'
-  // tokens) it covers the global batch, and 1/dp makes it the global mean.
-  if (edp_.size() > 1) all_reduce_gradients(expert_params_, edp_, comm::ReduceOp::sum);
-  if (dp_.size() > 1)
-    for (Param* p : expert_params_) ops::scale(p->grad, 1.0f / static_cast<float>(dp_.size()));
+  average_dense_and_expert_gradients(dense_params_, expert_params_, dp_, edp_);
 }
 
 std::vector<train::TensorShard> ExpertParallel::shards() {

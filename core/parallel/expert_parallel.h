@@ -26,6 +26,19 @@ namespace mgpu::parallel {
 // and the data-parallel ranks, and the model has experts to split.
 void check_ep_size(const GPTConfig& cfg, int dp, int ep);
 
+// Declares `block`'s share of the experts (an MoE block; a dense one is left alone): rank `part`
+// of `parts` holds experts [part*E/parts, (part+1)*E/parts), so its four stacked expert tensors
+// get PartitionSpec::rows of those experts (the single-device model's slice, born as it when
+// materialised). Returns them (empty for a dense block). The ExpertParallel layout and the
+// hybrid engine both cut their MoE blocks with it.
+ParamList split_experts(Block& block, const GPTConfig& cfg, int parts, int part);
+
+// The gradient sync of a layout with experts: dense gradients averaged over dp, experts'
+// summed over edp (the dp/ep ranks holding the same experts) and divided by dp. The
+// ExpertParallel layout and the hybrid engine both run it.
+void average_dense_and_expert_gradients(const ParamList& dense, const ParamList& experts,
+                                        comm::Comm& dp, comm::Comm& edp);
+
 // ------------------------------------------------------------------ the exchange
 // The rows of one MoE layer travel over the ep group: the plan's counts by an all_to_all, the
 // rows by all_to_all_v. The trace names the exchanges "dispatch" and "combine" ("... bwd" in the

@@ -1,14 +1,17 @@
 // Hybrid DP x TP x PP, top to bottom (see hybrid.h for the idea):
 //   1. checking the mesh, and naming the ones that would work (hybrid_check.cpp);
 //   2. building this rank's stage: the pipeline's layers for its pp coordinate, each block cut to
-//      its tp slice and wired to the tp group's f/g;
+//      its tp slice and wired to the tp group's f/g, each MoE block to its ep share of the
+//      experts and the ep group's exchange;
 //   3. one step: this replica's share of the batch through the pipeline schedule (the executor,
-//      on the pp group), then ONE gradient all-reduce over dp, then the optimizer (ZeRO-1: the
-//      exercise-08 step: reduce-scatter over dp, update my chunk, all-gather);
+//      on the pp group), then ONE gradient all-reduce over dp (with experts: the dense ones over
+//      dp, the experts' over edp), then the optimizer (ZeRO-1: the exercise-08 step:
+//      reduce-scatter over dp, update my chunk, all-gather);
 //   4. the map of every local tensor into the full model (only dp replica 0 writes; ZeRO-1:
-//      every dp rank writes its chunk).
+//      every dp rank writes its chunk; experts: the first ep group, edp 0, writes its rows).
 #include "core/parallel/hybrid.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -17,6 +20,7 @@
 #include "core/model/init.h"
 #include "core/parallel/hybrid_megatron.h"
 #include "core/parallel/vocab_parallel.h"
+#include "core/parallel/flat_gradients.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -38,6 +42,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
   BlockShard shard = slice_.block();
   if (sequence_parallel_) shard.seq_parts = options.mesh.tp;  // --sp: T / tp tokens outside linears
+  shard.expert_parts = options.mesh.ep;  // ep: each MoE block holds experts / ep of them
   if (options.mesh.cp > 1) {
     ring_ = std::make_unique<RingAttention>(mesh_.group(Axis::cp), CpLayout::zigzag, cfg.seq_len,
                                             seams.cp);
@@ -50,6 +55,17 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       [&](Block& block) { split_block(block, cfg, slice_); }, schedule_.placement);
   if (options.vocab_parallel_head && stage_.head)  // my rows of lm_head, before materialising
     split_head(*stage_.head, cfg, options.mesh.tp, mesh_.coord(Axis::tp));
+  // ep: my experts' rows of each MoE block's four stacked tensors (whole experts on every tp
+  // rank), born as the single-device model's slice like the rest.
+  if (cfg.experts > 0) {
+    for (auto& blocks : stage_.chunks)
+      for (Block& block : blocks)
+        for (Param* p : split_experts(block, cfg, options.mesh.ep, mesh_.coord(Axis::ep)))
+          expert_params_.push_back(p);
+    for (Param* p : stage_.params())
+      if (std::find(expert_params_.begin(), expert_params_.end(), p) == expert_params_.end())
+        dense_params_.push_back(p);
+  }
   if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
   if (options.vocab_parallel_head && stage_.head) {
     head_comm_ =
@@ -59,8 +75,11 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   embedding_group_ = pipeline::make_embedding_group(stage_, mesh_.group(Axis::pp));
   // The block's communication: TP's f and g around the linears, the cp ring for attention (a
   // null one: the plain op). The pipeline executor's regions stay open through them.
+  if (options.mesh.ep > 1)
+    experts_ = std::make_unique<ExpertParallelComm>(mesh_.group(Axis::ep), cfg.moe_every);
   const BlockComm comm{.linear = options.mesh.tp > 1 ? tp_comm_.get() : nullptr,
-                       .attention = ring_.get()};
+                       .attention = ring_.get(),
+                       .experts = experts_.get()};
   if (ring_ && stage_.embedding) stage_.embedding->positions = ring_->positions();
   for (auto& blocks : stage_.chunks)
     for (Block& block : blocks) block.comm = comm;
@@ -165,7 +184,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
       stepped = optimizer_step(optimizer_.get(), model_groups, step);
     });
   } else {
-    if (dp > 1) average_gradients_over(Axis::dp);
+    average_gradients_over_dp();
     stepped = optimizer_step(optimizer_.get(), model_groups, step);
   }
   // The stage with the head (the last; stage 0 in a V) knows its replica's mean loss; equal
@@ -175,25 +194,25 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
 }
 
 int64_t HybridLayout::gradient_bytes() {
-  int64_t bytes = 0;
-  for (Param* p : stage_.params()) bytes += p->grad.bytes();
+  int64_t bytes = 0;  // with experts, the dp all-reduce carries the dense ones (edp the experts')
+  for (Param* p : expert_params_.empty() ? stage_.params() : dense_params_)
+    bytes += p->grad.bytes();
   return bytes;
 }
 
 void HybridLayout::average_gradients_over(Axis axis) {
   // One flat buffer, one all-reduce: the ring's 2(d-1)/d x the stage's gradient bytes.
-  const ParamList params = stage_.params();
-  int64_t numel = 0;
-  for (Param* p : params) numel += p->grad.numel();
-  Tensor flat = Tensor::empty({numel}, MemCategory::comm_buffers, params.front()->grad.dtype());
-  auto view = [&](int64_t offset, Param* p) {
-    return flat.flat_range(offset, offset + p->grad.numel()).reshape(p->grad.shape());
-  };
-  int64_t offset = 0;
-  for (Param* p : params) view(offset, p).copy_from(p->grad), offset += p->grad.numel();
-  mesh_.group(axis).all_reduce(flat, comm::ReduceOp::avg);
-  offset = 0;
-  for (Param* p : params) p->grad.copy_from(view(offset, p)), offset += p->grad.numel();
+  all_reduce_gradients(stage_.params(), mesh_.group(axis), comm::ReduceOp::avg);
+}
+
+void HybridLayout::average_gradients_over_dp() {
+  const int dp = mesh_.shape().dp;
+  if (expert_params_.empty()) {
+    if (dp > 1) average_gradients_over(Axis::dp);
+    return;
+  }
+  average_dense_and_expert_gradients(dense_params_, expert_params_, mesh_.group(Axis::dp),
+                                     mesh_.group(Axis::edp));  // (ep 1: edp is dp)
 }
 
 // ---------------------------------------------------------------------------------- the map
@@ -206,7 +225,16 @@ std::vector<train::TensorShard> HybridLayout::shards() {
   const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
   // The dp replicas hold equal copies: replica 0's is written.
   std::vector<train::TensorShard> shards;
-  if (zero_ == 0) {
+  if (zero_ == 0 && !expert_params_.empty()) {
+    // My experts' rows: written by the first ep group (edp 0), tp rank 0 (every tp rank holds
+    // the same whole experts).
+    const bool expert_writer = mesh_.coord(Axis::edp) == 0 && cp0 && tp0;
+    shards = train::partitioned_shards(stage_.params(), optimizer_.get(), [&](const Param& p) {
+      if (std::find(expert_params_.begin(), expert_params_.end(), &p) != expert_params_.end())
+        return expert_writer;
+      return p.spec.split() ? replica0 : replica0 && tp0;
+    });
+  } else if (zero_ == 0) {
     shards = tp_shards(stage_.params(), *optimizer_, replica0, replica0 && tp0);
   } else {
     // ZeRO-1: every dp rank writes its own chunk (tp-replicated tensors: tp rank 0's).

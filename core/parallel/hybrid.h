@@ -15,12 +15,20 @@
 //   cp: (context parallelism) every sequence is split over the cp group, zigzag (chunks r and
 //       2cp-1-r, equal causal work); attention's K|V blocks go round the cp ring (ring
 //       attention), and the gradients are averaged over cp before dp.
+//   ep: (expert parallelism, a model with experts) each dp group's ranks are cut into ep groups
+//       of ep ranks; each rank of one holds experts / ep whole experts of every MoE block of its
+//       stage, and the routed tokens of the ep group travel to their experts and back by two
+//       all-to-alls per MoE block and pass. Dense gradients average over dp; an expert's over
+//       the dp / ep ranks that hold it (edp). With tp > 1 the experts are not tensor-split: each
+//       tp rank holds its ep share of whole experts and computes them redundantly (Megatron
+//       would split the tokens over tp instead: expert-TP = 1).
 #pragma once
 #include <memory>
 #include <string>
 
 #include "core/comm/all_reduce_fn.h"
 #include "core/parallel/context_parallel.h"
+#include "core/parallel/expert_parallel.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/pipeline/mirror_gradients.h"
@@ -32,7 +40,7 @@
 namespace mgpu::parallel {
 
 struct HybridOptions {
-  MeshShape mesh;                 // tp, cp, dp, pp
+  MeshShape mesh;                 // tp, cp, dp, pp (and ep, carved out of dp)
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
   int microbatches = 4;           // per data-parallel replica and step
   int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
@@ -72,7 +80,8 @@ bool splits_backward(const std::string& schedule);
 // `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
 // and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved
 // (M >= pp) or zb-h1, zero is 0 or 1, and the global batch splits into dp x microbatches equal
-// parts.
+// parts; with experts, ep divides dp and the experts, and cp, ZeRO and the split-backward
+// schedules are refused.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 
@@ -91,12 +100,15 @@ class HybridLayout : public train::Layout {
   const Mesh& mesh() const { return mesh_; }
   pipeline::StageModel& stage() { return stage_; }
   const pipeline::StageStepStats& last_stats() const { return stats_; }
-  int64_t gradient_bytes();  // what the dp all-reduce carries per step (this stage's gradients)
+  // What the dp all-reduce carries per step: this stage's gradients (with experts, the dense
+  // ones: the experts' go over edp).
+  int64_t gradient_bytes();
   int64_t owned_elements();  // parameter elements this rank's optimizer updates
 
  private:
   void average_gradients_over(Axis axis);
-  void shard_optimizer_over_dp();  // ZeRO-1: flat units per layer, my chunk of each
+  void average_gradients_over_dp();  // dense over dp; experts' over edp (summed, then / dp)
+  void shard_optimizer_over_dp();    // ZeRO-1: flat units per layer, my chunk of each
 
   GPTConfig config_;
   Mesh mesh_;
@@ -104,7 +116,9 @@ class HybridLayout : public train::Layout {
   std::unique_ptr<TensorParallelComm> tp_comm_;  // tp > 1: f and g (--sp: their halves)
   std::unique_ptr<HeadComm> head_comm_;          // the vocabulary-parallel head's, else null
   bool sequence_parallel_ = false;
-  std::unique_ptr<RingAttention> ring_;  // cp > 1: attention round the cp ring
+  std::unique_ptr<RingAttention> ring_;          // cp > 1: attention round the cp ring
+  std::unique_ptr<ExpertParallelComm> experts_;  // ep > 1: the MoE blocks' exchange over ep
+  ParamList expert_params_, dense_params_;       // with experts: my experts' rows, the rest
   pipeline::StageModel stage_;
   std::unique_ptr<comm::Comm> embedding_group_;  // tied across stages: {first, last} of my pp
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -28,22 +28,11 @@ std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
   return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
 }
 
-// Expert-parallel sizes that work: divisors of dp that divide the experts.
-std::string ep_sizes_that_work(const GPTConfig& cfg, int dp) {
-  std::vector<int> works;
-  for (int ep = 1; ep <= dp; ++ep)
-    if (dp % ep == 0 && cfg.experts % ep == 0) works.push_back(ep);
-  return fmt::format("{}", fmt::join(works, " or "));
-}
-
 // The expert axis: ep ranks carved out of dp, each holding experts / ep whole experts. What the
-// experts do not run with (cp's ring attention, zero-bubble's split backward, ZeRO-1 over dp) is
-// refused here, before any rank builds.
+// experts do not run with (cp's ring attention, ZeRO-1 over dp; zero-bubble's split backward is
+// refused with the schedules) is refused here, before any rank builds.
 void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
   const MeshShape& m = o.mesh;
-  if (m.ep < 1)
-    throw std::invalid_argument(
-        fmt::format("--ep {}: the expert-parallel size must be at least 1", m.ep));
   if (cfg.experts <= 0) {
     if (m.ep > 1)
       throw std::invalid_argument(fmt::format(
@@ -52,21 +41,12 @@ void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
           m.ep, m.ep));
     return;
   }
-  if (m.dp % m.ep != 0 || cfg.experts % m.ep != 0)
-    throw std::invalid_argument(
-        fmt::format("--ep {} must divide --dp {} (the expert-parallel group is carved out of the "
-                    "data-parallel ranks) and the {} experts: use --ep {}",
-                    m.ep, m.dp, cfg.experts, ep_sizes_that_work(cfg, m.dp)));
+  check_ep_size(cfg, m.dp, m.ep);  // ep divides the experts and the dp ranks
   if (m.cp > 1)
     throw std::invalid_argument(fmt::format(
         "--cp {} with experts: context parallelism does not run mixture-of-experts blocks; use "
         "--cp 1",
         m.cp));
-  if (splits_backward(o.schedule))
-    throw std::invalid_argument(fmt::format(
-        "--schedule {} splits the backward (zero-bubble's B and W), which mixture-of-experts "
-        "blocks do not: use --schedule 1f1b, gpipe or interleaved",
-        o.schedule));
   if (o.zero != 0)
     throw std::invalid_argument(fmt::format(
         "--zero {} with experts: ZeRO-1 shards over dp, but expert gradients average over the "
@@ -120,7 +100,7 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
   if (v_shape && cfg.layers % (2 * m.pp) != 0)
     fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
                      o.schedule, m.pp, cfg.layers));
-  if (v_shape || o.schedule == "zb-h1" || o.schedule == "dualpipe")  // B and W split apart
+  if (splits_backward(o.schedule))  // B and W split apart
     refuse_experts(cfg, "--schedule " + o.schedule,
                    "zero-bubble's split backward has no MoE half; use --schedule 1f1b");
   if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))

@@ -36,12 +36,16 @@ const LinkSpec& group_link(const HardwareProfile& p, int n, int stride) {
   return int64_t{stride} * (n - 1) < p.ranks_per_node ? p.intra_node : p.inter_node;
 }
 
-// Pairwise all-to-all time of `bytes` (the whole buffer one member scatters) over `n` members:
-// (n-1) messages of bytes / n each.
-double all_to_all(double bytes, int n, const LinkSpec& link) {
-  if (n <= 1) return 0;
+// One MoE exchange (dispatch or combine, or either's backward) of a rank's `tokens` x top_k
+// routed rows of `width` values over the ep group under balanced routing: the (ep-1)/ep of them
+// bound for other ranks (theory::moe_dispatch_sent_bytes_balanced), one message per peer.
+double moe_exchange_seconds(int64_t tokens, int top_k, int64_t width, int dtype_bytes, int ep,
+                            const LinkSpec& link) {
+  if (ep <= 1) return 0;
   const double bw = link.bandwidth > 0 ? link.achieved_bandwidth() : 1e30;
-  return (n - 1) * link.latency + theory::ring_shard_factor(n) * bytes / bw;
+  const double bytes = static_cast<double>(
+      theory::moe_dispatch_sent_bytes_balanced(tokens, top_k, width, dtype_bytes, ep));
+  return (ep - 1) * link.latency + bytes / bw;
 }
 
 // MoE blocks of the pipeline stage that has the most of them (a stage holds layers/pp
@@ -77,7 +81,9 @@ double moe_extra_seconds(const GPTConfig& model, const GPTConfig& c, const Layou
   const double moe_mlp = gemm(rows, C, E) + local_experts * (gemm(rows_per_expert, C, H) +
                                                              gemm(rows_per_expert, H, C));
   const double more = moe_mlp - dense_mlp;
-  const double exchange = 4 * all_to_all(rows * k * C * s, l.ep, group_link(p, l.ep, l.tp * l.cp));
+  const double exchange =
+      4 * moe_exchange_seconds(int64_t{l.microbatch_size} * c.seq_len, model.top_k, c.dim, int(s),
+                               l.ep, group_link(p, l.ep, l.tp * l.cp));
   return moe_layers * (3 * more + (l.recompute == "full" ? more : 0) + exchange);
 }
 
@@ -145,9 +151,12 @@ StageParameters largest_stage_parameters(const GPTConfig& model, const GPTConfig
                              std::max((V + model.seq_len) * C, V * C + 2 * C)};
   const int moe_layers = most_moe_layers_per_stage(model, l.pp);
   if (moe_layers == 0) return p;
-  const double H = static_cast<double>(model.expert_hidden_size()), mlp = 8 * C * C + 5 * C;
-  p.dense += moe_layers * (model.experts * C - mlp / tp);
-  p.experts = moe_layers * double(model.experts) / l.ep * (2 * C * H + H + C);
+  // theory::moe_mlp_parameters with 0 experts counted is the router; with E/ep, mine too.
+  const int64_t E = model.experts, H = model.expert_hidden_size();
+  const double router = double(theory::moe_mlp_parameters(c.dim, E, H, 0));
+  const double mine = double(theory::moe_mlp_parameters(c.dim, E, H, E / l.ep)) - router;
+  p.dense += moe_layers * (router - (8 * C * C + 5 * C) / tp);  // in place of the dense MLP
+  p.experts = moe_layers * mine;
   return p;
 }
 

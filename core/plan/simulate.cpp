@@ -260,6 +260,9 @@ double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
   }
   // wpe, and an untied wte: lookups only (a tied wte is the head's matmul too).
   params -= (int64_t{cfg.tie_embeddings ? 0 : cfg.vocab} + cfg.seq_len) * cfg.dim;
+  // With experts a token multiplies only its top_k experts of each MoE block (Switch Transformer's
+  // and Mixtral's active count).
+  if (cfg.experts > 0) params -= theory::gpt_parameters(cfg) - theory::gpt_active_parameters(cfg);
   return theory::model_flops_per_token(params, cfg.layers, cfg.seq_len, cfg.dim) *
          static_cast<double>(tokens);
 }

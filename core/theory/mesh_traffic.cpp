@@ -18,7 +18,8 @@ double tp_bytes_sent(const TpTraffic& t) {
   const int collectives = t.full_recompute ? 6 : 4;  // f/g points run per layer and micro-batch
   double per_microbatch = 0;
   if (!t.sequence_parallel) {
-    per_microbatch = double(t.layers) * collectives * 2 * gather * sums;
+    const double tp_layers = double(t.layers) - 0.5 * double(t.moe_layers);  // see the header
+    per_microbatch = tp_layers * collectives * 2 * gather * sums;
   } else {
     per_microbatch = double(t.layers) * collectives * gather * (sums + whole) +
                      double(t.layers) * 2 * gather * whole;

@@ -24,9 +24,12 @@ double tp_bytes_sent(int tp, int all_reduces, int64_t layers, int microbatches,
 //     gradients (4C fp32 per layer) are all-reduced once per step.
 //   vocabulary-parallel head (last stage): per micro-batch an all-gather of 3 fp32 per token and
 //     an all-reduce of the head's input gradient (partial sums).
+//   MoE blocks (not under SP): their experts are not tensor-split, so only attention's f and g
+//     communicate: half a dense block's collectives.
 struct TpTraffic {
   int tp = 1;
   int64_t layers = 0;
+  int64_t moe_layers = 0;  // of `layers`, those whose MLP is a mixture of experts
   int microbatches = 1;
   int64_t activation_elements = 0;  // B_micro * T * C
   int64_t tokens = 0;               // B_micro * T

@@ -554,3 +554,39 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
   CHECK(batch.code == 2);
   CHECK_THAT(batch.err, Catch::Contains("does not split into dp 2 x 3 micro-batches"));
 }
+
+// Experts: each MoE block's 4 experts split over ep ranks carved out of dp (tokens travel to them
+// by all-to-all), with tp (whole experts on every tp rank) and pp around them; expert gradients
+// summed over edp and divided by dp, dense ones averaged over dp: the single-device MoE model.
+// SGD on every mesh; AdamW (whose 1/sqrt(v) amplifies the rounding of tiny gradients) on dp 4
+// pp 2 ep 2, as the dense meshes' test runs it.
+TEST_CASE("hybrid with experts trains to the single-device parameters (ep with dp and tp and pp)",
+          "[hybrid][lesson][equivalence][moe]") {
+  struct EpMesh {
+    int dp, tp, pp, ep;
+    const char* optimizer;
+  };
+  for (const EpMesh m : {EpMesh{4, 1, 2, 2, "sgd"}, EpMesh{2, 2, 2, 2, "sgd"},
+                         EpMesh{8, 1, 1, 4, "sgd"}, EpMesh{4, 1, 2, 2, "adamw"}}) {
+    INFO(m.optimizer << " dp " << m.dp << " tp " << m.tp << " pp " << m.pp << " ep " << m.ep);
+    std::vector<std::string> more = {"--experts", "4", "--top-k", "2", "--optimizer", m.optimizer};
+    const auto want = single_device_parameters(more);
+    const std::string path = temp_path("hybrid_moe.ckpt");
+    more.insert(more.end(), {"--ep", std::to_string(m.ep), "--checkpoint", path});
+    run_to_checkpoint(mesh(m.dp, m.tp, m.pp, more), path, want);
+  }
+}
+
+TEST_CASE("hybrid refuses what experts do not run with, in one line", "[hybrid][lesson][moe]") {
+  auto refused = [](std::vector<std::string> more, const char* says) {
+    const auto r = run_mgpu(mesh(4, 1, 2, std::move(more)));
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::Contains(says));
+  };
+  refused({"--ep", "2"}, "this model is dense");
+  refused({"--experts", "4", "--ep", "3"}, "use ep = 1, 2, 4");
+  refused({"--experts", "4", "--ep", "2", "--zero", "1"}, "use --zero 0");
+  refused({"--experts", "4", "--ep", "2", "--schedule", "zb-h1"}, "use --schedule 1f1b");
+}

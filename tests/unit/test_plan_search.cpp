@@ -2,6 +2,8 @@
 // hand on a small model), pins, what it says when nothing fits the pins, ranking and rejection,
 // refusals by the engine, and the command's text, JSON and bad input.
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -433,4 +435,32 @@ TEST_CASE("plan leaves out the split-backward schedules for a model with experts
   CHECK_THROWS_WITH(enumerate_layouts(small_moe_model(), 8, 16, pins),
                     Catch::Contains("--schedule zbv splits the backward") &&
                         Catch::Contains("use --schedule 1f1b"));
+}
+
+TEST_CASE("mgpu plan --model FILE.json with experts searches and shows ep", "[plan][cli][moe]") {
+  const std::string path = mgpu::testing::temp_path("moe_model.json");
+  {
+    std::ofstream file(path);
+    file << R"({"layers": 4, "dim": 64, "heads": 4, "seq": 64, "vocab": 256, "experts": 4,
+                "top_k": 2})";
+  }
+  const auto r = run_mgpu({"plan", "--model", path, "--gpus", "8", "--max-simulated", "3",
+                           "--global-batch", "16", "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(!j["layouts"].empty());
+  std::set<int> eps;
+  for (const auto& l : j["layouts"]) {
+    CHECK(l["dp"].get<int>() % l["ep"].get<int>() == 0);
+    CHECK(l["cp"] == 1);  // experts do not run under cp: refused, never ranked
+    eps.insert(l["ep"].get<int>());
+  }
+  CHECK(*eps.rbegin() > 1);  // the screen puts an expert-parallel layout among the simulated
+  const auto text = run_mgpu(
+      {"plan", "--model", path, "--gpus", "8", "--max-simulated", "3", "--global-batch", "16"});
+  REQUIRE(text.code == 0);
+  CHECK_THAT(text.out,
+             Catch::Contains(" cp  ep  mbs ") && Catch::Contains("experts per MoE block"));
+  std::remove(path.c_str());
 }

@@ -11,6 +11,7 @@
 #include "common/selected_seams.h"
 #include "core/comm/cost_model.h"
 #include "core/comm/symmetric.h"
+#include "core/model/presets.h"
 #include "core/plan/simulate.h"
 #include "core/runtime/world.h"
 #include "exercises/exercises.h"
@@ -281,4 +282,67 @@ TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simula
   work.model.layers = 32;
   CHECK_THROWS_WITH(mgpu::plan::simulate(work, bad, profile),
                     Catch::Contains("neither fill nor tile a node"));
+}
+
+// Experts: the ep group is symmetric in the representative simulation (its all-to-alls mirror
+// this rank's balanced routing), a thread per rank in the full run.
+TEST_CASE("with experts the representative simulation agrees with a full phantom run",
+          "[plan][simulate][moe]") {
+  const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
+  Workload work = small_gpt();
+  work.model.experts = 8;
+  work.model.top_k = 2;
+  work.model.route = mgpu::reference::seams().moe.route;
+  std::vector<Layout> layouts = {
+      layout(4, 2, 2, 4, "1f1b"),   // ep 4 inside a node
+      layout(8, 1, 2, 4, "gpipe"),  // ep 8 fills a node
+      layout(16, 1, 1, 2, "1f1b"),  // ep 8, edp 2 across the nodes
+  };
+  layouts[0].ep = 4;
+  layouts[1].ep = 8;
+  layouts[2].ep = 8;
+  for (const Layout& l : layouts) {
+    INFO(describe(l) << " ep " << l.ep);
+    const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
+    const Prediction full = mgpu::plan::simulate(work, l, profile, Simulation::full);
+    INFO("step " << rep.step_seconds << " s vs full " << full.step_seconds << " s; memory "
+                 << rep.memory_peak_total << " vs " << full.memory_peak_total);
+    CHECK(rep.step_seconds > 0);
+    CHECK(relative(rep.step_seconds, full.step_seconds) <= 0.03);
+    CHECK(relative(static_cast<double>(rep.memory_peak_total),
+                   static_cast<double>(full.memory_peak_total)) <= 0.02);
+  }
+}
+
+// The MoE preset at full size on 64 phantom ranks, every rank a thread: 8 stages of 4 blocks, each
+// MoE block's 8 experts one per GPU over ep 8, its all-to-alls between the 8 threads of a stage.
+// The representative simulation (8 threads, the ep group symmetric) must agree with it.
+TEST_CASE("mixtral-8x7b runs on 64 phantom ranks and the representative simulation agrees",
+          "[plan][simulate][moe]") {
+  Workload work;
+  work.seams = mgpu::reference::seams().hybrid();
+  const mgpu::ModelPreset* mixtral = mgpu::find_model_preset("mixtral-8x7b");
+  REQUIRE(mixtral != nullptr);
+  work.model.layers = mixtral->layers;
+  work.model.dim = mixtral->dim;
+  work.model.heads = mixtral->heads;
+  work.model.seq_len = mixtral->seq;
+  work.model.vocab = mixtral->vocab;
+  work.model.experts = mixtral->experts;
+  work.model.top_k = mixtral->top_k;
+  work.model.expert_hidden = mixtral->expert_hidden;
+  work.model.route = mgpu::reference::seams().moe.route;
+  REQUIRE(work.model.experts == 8);
+  Layout l = layout(8, 1, 8, 8, "1f1b", "bf16");
+  l.microbatch_size = 1;
+  l.ep = 8;
+  const mgpu::HardwareProfile h100 = mgpu::HardwareProfile::load("DGX-H100");
+  const Prediction full = mgpu::plan::simulate(work, l, h100, Simulation::full);
+  const Prediction rep = mgpu::plan::simulate(work, l, h100, Simulation::representative);
+  INFO("64 ranks in " << full.wall_seconds << " s, representative in " << rep.wall_seconds
+                      << " s; step " << rep.step_seconds << " s vs full " << full.step_seconds);
+  CHECK(full.step_seconds > 0);
+  CHECK(relative(rep.step_seconds, full.step_seconds) <= 0.03);
+  CHECK(relative(static_cast<double>(rep.memory_peak_total),
+                 static_cast<double>(full.memory_peak_total)) <= 0.02);
 }
