@@ -55,6 +55,9 @@ parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& wor
                                   .virtual_stages = layout.virtual_stages,
                                   .zero = layout.zero};
   options.mesh = {.tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp};
+  options.sequence_parallel = layout.sp;
+  options.vocab_parallel_head = layout.vocab_parallel_head;
+  if (cfg.dtype != DType::f32) options.tp_sums = parallel::PartialSums::activation_dtype;
   parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
   return options;
 }
@@ -243,8 +246,8 @@ StepTimeline measure_step(World& world, int step) {
 // forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
 // are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020): counted, they
 // made MFU exceed 100% on an ideal profile. The LM head is a matmul and stays: its own matrix, or
-// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted once).
-// Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
+// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted
+// once). Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
 double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
   RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
   counting.tracer.enabled = false;
@@ -383,6 +386,14 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
   p.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return p;
+}
+
+Layout with_megatron_choices(const GPTConfig& model, Layout l) {
+  const std::string& s = l.schedule;
+  const bool split_backward = s == "zb-h1" || s == "zbv" || s == "dualpipev" || s == "dualpipe";
+  l.sp = l.tp > 1 && l.cp == 1 && !split_backward && model.seq_len % l.tp == 0;
+  l.vocab_parallel_head = l.tp > 1 && !model.tie_embeddings && model.vocab % l.tp == 0;
+  return l;
 }
 
 }  // namespace mgpu::plan
