@@ -18,6 +18,7 @@
 #include "core/comm/symmetric.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/hybrid.h"
+#include "core/parallel/hybrid_megatron.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/train/trainer.h"
@@ -389,10 +390,15 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
 }
 
 Layout with_megatron_choices(const GPTConfig& model, Layout l) {
-  const std::string& s = l.schedule;
-  const bool split_backward = s == "zb-h1" || s == "zbv" || s == "dualpipev" || s == "dualpipe";
-  l.sp = l.tp > 1 && l.cp == 1 && !split_backward && model.seq_len % l.tp == 0;
-  l.vocab_parallel_head = l.tp > 1 && !model.tie_embeddings && model.vocab % l.tp == 0;
+  // Each on wherever the hybrid engine's own rules accept it (one source for them).
+  auto accepted = [&](bool sp, bool head) {
+    parallel::HybridOptions o{
+        .schedule = l.schedule, .vocab_parallel_head = head, .sequence_parallel = sp};
+    o.mesh = {.tp = l.tp, .cp = l.cp, .dp = l.dp, .pp = l.pp};
+    return parallel::megatron_options_refusal(model, o).empty();
+  };
+  l.sp = accepted(true, false);
+  l.vocab_parallel_head = accepted(false, true);
   return l;
 }
 
