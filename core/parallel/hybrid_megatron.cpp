@@ -13,31 +13,44 @@
 
 namespace mgpu::parallel {
 
-void check_megatron_options(const GPTConfig& cfg, const HybridOptions& o) {
+std::string megatron_options_refusal(const GPTConfig& cfg, const HybridOptions& o) {
   const int tp = o.mesh.tp;
   if (o.sequence_parallel) {
     if (tp < 2)
-      throw std::invalid_argument(
-          "--sp splits the sequence over the tensor-parallel group: use --tp 2 or more, or drop "
-          "--sp");
+      return "--sp splits the sequence over the tensor-parallel group: use --tp 2 or more, or "
+             "drop --sp";
     if (o.mesh.cp > 1)
-      throw std::invalid_argument(
-          "--sp with --cp > 1 is not supported (both split the sequence): drop one of them");
-    const std::string& s = o.schedule;
-    if (s == "zb-h1" || s == "zbv" || s == "dualpipev" || s == "dualpipe")
-      throw std::invalid_argument(
-          fmt::format("--sp has no split backward for {}'s B and W: use --schedule 1f1b, gpipe or "
-                      "interleaved, or drop --sp",
-                      s));
-    check_sp_size(cfg, tp, cfg.seq_len);
+      return "--sp with --cp > 1 is not supported (both split the sequence): drop one of them";
+    if (splits_backward(o.schedule))
+      return fmt::format(
+          "--sp has no split backward for {}'s B and W: use --schedule 1f1b, gpipe or "
+          "interleaved, or drop --sp",
+          o.schedule);
+    if (cfg.experts > 0)
+      return "--sp with experts is not supported (the MoE blocks route whole sequences): drop "
+             "--sp";
+    try {
+      check_sp_size(cfg, tp, cfg.seq_len);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
   }
   if (o.vocab_parallel_head) {
     if (tp < 2)
-      throw std::invalid_argument(
-          "the vocabulary-parallel head splits lm_head over the tensor-parallel group: use --tp 2 "
-          "or more, or drop --vocab-parallel-head");
-    check_vocab_parallel(cfg, tp);
+      return "the vocabulary-parallel head splits lm_head over the tensor-parallel group: use "
+             "--tp 2 or more, or drop --vocab-parallel-head";
+    try {
+      check_vocab_parallel(cfg, tp);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
   }
+  return {};
+}
+
+void check_megatron_options(const GPTConfig& cfg, const HybridOptions& options) {
+  const std::string refusal = megatron_options_refusal(cfg, options);
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 
 std::unique_ptr<TensorParallelComm> make_tp_comm(comm::Comm& tp, const TpSeams& seams,

@@ -129,7 +129,8 @@ double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Lay
   const double p2p =
       l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
                : 0;
-  const double head = 3 * gemm(rows, C, V);
+  // The vocabulary-parallel head computes V / tp of the logits.
+  const double head = 3 * gemm(rows, C, l.vocab_parallel_head ? V / tp : V);
   const double dense = layers * (3 * forward + recompute + tp_comm + cp_comm) + head + p2p;
   return model.experts > 0 ? dense + moe_extra_seconds(model, c, l, p, gemm) : dense;
 }
@@ -147,8 +148,8 @@ StageParameters largest_stage_parameters(const GPTConfig& model, const GPTConfig
   const double C = c.dim, V = c.vocab, tp = l.tp;
   const int layers = c.layers / l.pp;
   const double block_params = static_cast<double>(theory::block_parameters(c.dim));
-  StageParameters p{.dense = layers * block_params / tp +
-                             std::max((V + model.seq_len) * C, V * C + 2 * C)};
+  const double head = (l.vocab_parallel_head ? V / tp : V) * C + 2 * C;
+  StageParameters p{.dense = layers * block_params / tp + std::max((V + model.seq_len) * C, head)};
   const int moe_layers = most_moe_layers_per_stage(model, l.pp);
   if (moe_layers == 0) return p;
   // theory::moe_mlp_parameters with 0 experts counted is the router; with E/ep, mine too.
@@ -174,8 +175,8 @@ double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layo
   const double in_flight =
       theory::microbatches_in_flight(l.schedule, l.pp, l.virtual_stages, l.microbatches);
   // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
-  // fp32 layernorm statistics (Megatron TP without sequence parallelism); full recompute keeps
-  // only the output, whole.
+  // fp32 layernorm statistics (Megatron TP without sequence parallelism; with it those are split
+  // over tp too, Korthikanti et al. 2022); full recompute keeps only the output (1/tp under SP).
   // Under cp, ring attention keeps each local query row's probabilities against all T keys (cp
   // blocks of T/cp), where the local config's formula counts T/cp of them.
   const double cp_probabilities =
@@ -183,9 +184,9 @@ double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layo
   const double kept_whole =
       static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size)) + cp_probabilities;
   const double replicated = l.recompute == "full" ? kept_whole : rows * (s * 4 * C + 16);
-  const double kept = replicated + (kept_whole - replicated) / tp;
+  const double kept = l.sp ? kept_whole / tp : replicated + (kept_whole - replicated) / tp;
   const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
-  const double logits = 2 * rows * V * 4;
+  const double logits = 2 * rows * (l.vocab_parallel_head ? V / tp : V) * 4;
   const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
   const double bytes = stage_params * (s + states.grads + optimizer_bytes) + dp_buffer +
                        in_flight * layers * kept + static_cast<double>(step.workspace) / tp +

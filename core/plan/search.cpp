@@ -130,7 +130,7 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
                              .zero = zero,
                              .precision = precision,
                              .recompute = recompute};
-                    layouts.push_back(l);
+                    layouts.push_back(with_megatron_choices(m, l));
                   }
                 }
               }
@@ -151,6 +151,8 @@ void confirm_with_engine_rules(const GPTConfig& m, const Layout& l, int global_b
   o.mesh.dp = l.dp;
   o.mesh.pp = l.pp;
   o.mesh.ep = l.ep;
+  o.sequence_parallel = l.sp;
+  o.vocab_parallel_head = l.vocab_parallel_head;
   parallel::check_hybrid(m, o, l.dp * l.tp * l.pp, global_batch);
 }
 
@@ -217,9 +219,10 @@ std::string join_ints(const std::set<int>& values) {
 }  // namespace
 
 std::string describe(const Layout& l) {
-  return fmt::format("dp {} tp {} pp {} cp {}{} mbs {} M {} {} zero {} {} {}", l.dp, l.tp, l.pp,
-                     l.cp, l.ep > 1 ? fmt::format(" ep {}", l.ep) : "", l.microbatch_size,
-                     l.microbatches, l.schedule, l.zero, l.precision, l.recompute);
+  return fmt::format("dp {} tp {} pp {} cp {}{} mbs {} M {} {} zero {} {} {}{}{}", l.dp, l.tp,
+                     l.pp, l.cp, l.ep > 1 ? fmt::format(" ep {}", l.ep) : "", l.microbatch_size,
+                     l.microbatches, l.schedule, l.zero, l.precision, l.recompute,
+                     l.sp ? " sp" : "", l.vocab_parallel_head ? " vocab-head" : "");
 }
 
 std::vector<Layout> enumerate_layouts(const GPTConfig& model, int gpus, int global_batch,

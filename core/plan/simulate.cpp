@@ -18,6 +18,7 @@
 #include "core/comm/symmetric.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/hybrid.h"
+#include "core/parallel/hybrid_megatron.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/train/trainer.h"
@@ -56,6 +57,9 @@ parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& wor
                                   .zero = layout.zero};
   options.mesh = {
       .tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp, .ep = layout.ep};
+  options.sequence_parallel = layout.sp;
+  options.vocab_parallel_head = layout.vocab_parallel_head;
+  if (cfg.dtype != DType::f32) options.tp_sums = parallel::PartialSums::activation_dtype;
   parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
   return options;
 }
@@ -391,6 +395,19 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
   p.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return p;
+}
+
+Layout with_megatron_choices(const GPTConfig& model, Layout l) {
+  // Each on wherever the hybrid engine's own rules accept it (one source for them).
+  auto accepted = [&](bool sp, bool head) {
+    parallel::HybridOptions o{
+        .schedule = l.schedule, .vocab_parallel_head = head, .sequence_parallel = sp};
+    o.mesh = {.tp = l.tp, .cp = l.cp, .dp = l.dp, .pp = l.pp};
+    return parallel::megatron_options_refusal(model, o).empty();
+  };
+  l.sp = accepted(true, false);
+  l.vocab_parallel_head = accepted(false, true);
+  return l;
 }
 
 }  // namespace mgpu::plan

@@ -27,9 +27,19 @@ struct Layout {
   int zero = 0;                    // ZeRO stage over dp (0 or 1)
   std::string precision = "bf16";  // fp32 | bf16 | fp16
   std::string recompute = "none";  // none | selective | full
+  // Megatron-LM's tensor-parallel choices (tp > 1): sequence parallelism in the blocks and the
+  // vocabulary-parallel head; set as Megatron recommends by with_megatron_choices. Under a 2-byte
+  // precision the TP partial sums travel in that type, as Megatron sends them.
+  bool sp = false;
+  bool vocab_parallel_head = false;
   int gpus() const { return dp * tp * pp * cp; }
   int global_batch() const { return dp * microbatches * microbatch_size; }
 };
+
+// `l` with sp and the vocabulary-parallel head on wherever the hybrid engine can run them for
+// `model`: tp > 1; sp also needs no cp, tp dividing the sequence and a schedule without
+// zero-bubble's split backward; the head needs tp dividing the vocabulary and untied embeddings.
+Layout with_megatron_choices(const GPTConfig& model, Layout l);
 
 // What is trained: the model (its dtype/recompute are overridden by the layout's) and optimizer,
 // and the exercise functions the simulated ranks run (the program's --impl selection).

@@ -227,6 +227,12 @@ TEST_CASE("the representative simulation agrees with a full phantom run", "[plan
   layouts.back().cp = 4;
   layouts.push_back(layout(2, 4, 2, 4, "interleaved"));
   layouts.back().virtual_stages = 2;
+  // Megatron's choices: SP's reduce-scatters and all-gathers, the vocabulary-parallel head's
+  // all-gather, bf16 TP sums.
+  layouts.push_back(
+      mgpu::plan::with_megatron_choices(work.model, layout(2, 4, 2, 4, "1f1b", "bf16")));
+  REQUIRE(layouts.back().sp);
+  REQUIRE(layouts.back().vocab_parallel_head);
   for (const Layout& l : layouts) {
     INFO(describe(l));
     const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
@@ -250,6 +256,33 @@ TEST_CASE("the representative simulation agrees with a full phantom run", "[plan
     if (l.zero == 0) CHECK(relative(rep.exposed_comm_seconds, full.exposed_comm_seconds) <= 0.03);
     CHECK(rep.tp_crosses_nodes == (l.tp > 8));
   }
+}
+
+TEST_CASE("the planner's Megatron choices: SP splits the activations, the head splits the logits",
+          "[plan][simulate][sp]") {
+  const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
+  const Workload work = small_gpt();
+  const Layout tp = layout(2, 4, 2, 4, "1f1b", "bf16");
+  const Layout megatron = mgpu::plan::with_megatron_choices(work.model, tp);
+  CHECK(megatron.sp);
+  CHECK(megatron.vocab_parallel_head);
+  // Not where the engine cannot run them: tp 1, a zero-bubble schedule (SP), tied embeddings.
+  CHECK_FALSE(mgpu::plan::with_megatron_choices(work.model, layout(8, 1, 2, 4, "1f1b")).sp);
+  CHECK_FALSE(mgpu::plan::with_megatron_choices(work.model, layout(2, 4, 2, 4, "zb-h1")).sp);
+  Workload tied = work;
+  tied.model.tie_embeddings = true;
+  CHECK_FALSE(mgpu::plan::with_megatron_choices(tied.model, tp).vocab_parallel_head);
+  Layout sp_only = megatron;
+  sp_only.vocab_parallel_head = false;
+  auto activations = [&](const Layout& l) {
+    const Prediction p = mgpu::plan::simulate(work, l, profile);
+    return p.memory_peak[static_cast<int>(mgpu::MemCategory::activations)];
+  };
+  CHECK(activations(sp_only) < activations(tp));  // layernorms and residuals hold T/tp tokens
+  // The logits are [B, T, V/tp] (one stage, so the head's stage is the one measured).
+  Layout one_stage = layout(4, 4, 1, 4, "1f1b", "bf16"), one_stage_head = one_stage;
+  one_stage_head.vocab_parallel_head = true;
+  CHECK(activations(one_stage_head) < activations(one_stage));
 }
 
 TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simulate]") {
