@@ -135,10 +135,12 @@ struct MoeStats {
 // What an MoE layer's backward needs, kept from its forward (MemCategory::activations; N tokens,
 // R = routing.order.size() kept rows, X rows at this rank's experts).
 struct MoeActivations {
-  Tensor probs;        // [N, E] f32 router probabilities
-  Routing routing;     // host: choices, weights, positions, dispatch order
-  ExchangePlan plan;   // who sends how many rows to whom (one device: all to itself)
-  Tensor rows;         // [R, C] the kept slots' inputs in dispatch order
+  Tensor probs;       // [N, E] f32 router probabilities
+  Routing routing;    // host: choices, weights, positions, dispatch order
+  ExchangePlan plan;  // who sends how many rows to whom (one device: all to itself)
+  // [R, C] the kept slots' inputs in dispatch order. One device: the experts' rows themselves
+  // (expert_rows is the same tensor); with an ExpertComm a comm buffer, dropped once sent.
+  Tensor rows;
   Tensor expert_rows;  // [X, C] the rows at this rank's experts, by local expert
   Tensor fc;           // [X, H] before GELU
   Tensor fc_gelu;      // [X, H] after GELU

@@ -5,8 +5,8 @@
 // mixtral-8x7b has Mixtral's published sizes (Jiang et al. 2024, table 1: 32 layers, dim 4096,
 // 32 heads, vocab 32000, context 4096, 8 experts, top-2, expert hidden 14336), but our blocks:
 // each expert is a GELU MLP with 2 matrices (not SwiGLU's 3), attention has no grouped KV heads
-// (Mixtral's 8) and positions are learned, so its parameter count is ours (about 32.6B), not
-// Mixtral's 46.7B; the lessons print ours.
+// (Mixtral's 8) and positions are learned, so its parameter count is ours (32.5B, 9.9B active per
+// token), not Mixtral's 46.7B; the lessons print ours.
 #pragma once
 #include <string>
 #include <vector>

@@ -69,6 +69,9 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
   if (v_shape && cfg.layers % (2 * m.pp) != 0)
     fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
                      o.schedule, m.pp, cfg.layers));
+  if (v_shape || o.schedule == "zb-h1" || o.schedule == "dualpipe")  // B and W split apart
+    refuse_experts(cfg, "--schedule " + o.schedule,
+                   "zero-bubble's split backward has no MoE half; use --schedule 1f1b");
   if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))
     fail(
         fmt::format("{} with pp {} needs at least {} micro-batches (got {}): use "

@@ -18,8 +18,9 @@ namespace mgpu::parallel {
 
 void check_sp_size(const GPTConfig& cfg, int tp, int seq) {
   check_tp_size(cfg, tp);
-  refuse_experts(cfg, "sequence parallelism",
-                 "its ranks each hold part of every sequence; drop --sp or --experts");
+  refuse_experts(
+      cfg, "sequence parallelism",
+      "its ranks each hold part of every sequence; drop --experts or use tensor_parallel");
   if (seq > 0 && seq % tp == 0) return;
   const int down = seq / tp * tp, up = (seq / tp + 1) * tp;
   throw std::invalid_argument(fmt::format(

@@ -60,6 +60,8 @@ TEST_CASE("bad input: one clear line and exit code 2", "[cli]") {
        "sequence parallelism cannot run experts"},
       {{"run", "pipeline", "--ranks", "2", "--schedule", "zb-h1", "--experts", "4"},
        "--schedule zb-h1 cannot run experts"},
+      {{"run", "hybrid", "--schedule", "zbv", "--experts", "4"},
+       "--schedule zbv cannot run experts"},
   };
   for (auto& c : cases) {
     INFO("mgpu " << Catch::Detail::stringify(c.args));

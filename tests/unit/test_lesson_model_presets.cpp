@@ -107,3 +107,47 @@ TEST_CASE("tie_embeddings in a model file, and bad tie values: one line, exit 2"
     CHECK_THAT(b.err, Catch::Contains(says));
   }
 }
+
+TEST_CASE("MoE presets and model-file fields reach the model; bad ones are one line, exit 2",
+          "[lesson][model][moe]") {
+  // mixtral-8x7b: Mixtral's published sizes in our block shape (GELU experts of 2 matrices, no
+  // grouped KV heads): our count, not Mixtral's 46.7B
+  auto m = run_mgpu({"run", "single_device", "--model", "mixtral-8x7b", "--device", "phantom",
+                     "--steps", "1", "--batch", "1", "--capacity", "1TiB"});
+  INFO(m.err);
+  REQUIRE(m.code == 0);
+  CHECK_THAT(m.out, Catch::Contains("32 layers, dim 4096, 32 heads, seq 4096, vocab 32000 -> "
+                                    "32,497,999,872 parameters, 8 experts top-2 "
+                                    "(9,945,882,624 active per token)"));
+  auto t = run_mgpu({"run", "single_device", "--model", "tiny-moe", "--steps", "1"});
+  REQUIRE(t.code == 0);
+  CHECK_THAT(t.out, Catch::Contains("2 layers, dim 64, 4 heads, seq 32") &&
+                        Catch::Contains("4 experts top-2"));
+  const std::string path = "/tmp/mgpu_test_model_moe.json";
+  std::ofstream(path) << R"({"layers": 4, "dim": 16, "heads": 2, "seq": 8, "experts": 4,
+                             "top_k": 1, "moe_every": 2, "expert_hidden": 24,
+                             "capacity_factor": "dropless", "aux_loss_coef": 0.02})";
+  auto f = run_mgpu({"run", "single_device", "--model", path, "--steps", "1"});
+  INFO(f.err);
+  REQUIRE(f.code == 0);
+  CHECK_THAT(f.out, Catch::Contains("4 experts top-1 every 2 blocks"));
+  const std::string bad = "/tmp/mgpu_test_model_moe_bad.json";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"layers": 2, "dim": 16, "heads": 2, "seq": 8, "experts": 4, "capacity_factor": 0})",
+       "'capacity_factor' must be a number > 0 (e.g. 1.25) or \"dropless\", got 0"},
+      {R"({"layers": 2, "dim": 16, "heads": 2, "seq": 8, "experts": 4, "top_k": 2.5})",
+       "'top_k' must be a whole number"},
+      {R"({"layers": 2, "dim": 16, "heads": 2, "seq": 8, "experts": 2, "top_k": 3})",
+       "top_k (3) must be at most experts (2)"},
+      {R"({"layers": 2, "dim": 16, "heads": 2, "seq": 8, "experts": 4, "aux_loss_coef": -1})",
+       "'aux_loss_coef' must be a number >= 0"},
+  };
+  for (const auto& [text, says] : cases) {
+    std::ofstream(bad) << text;
+    auto b = run_mgpu({"run", "single_device", "--model", bad, "--steps", "1"});
+    INFO(text << "\n" << b.err);
+    CHECK(b.code == 2);
+    CHECK(mgpu::testing::count_lines(b.err) == 1);
+    CHECK_THAT(b.err, Catch::Contains(says));
+  }
+}

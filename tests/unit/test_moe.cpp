@@ -8,6 +8,7 @@
 
 #include "core/model/gpt.h"
 #include "core/model/init.h"
+#include "core/ops/ops.h"
 #include "core/theory/model_states.h"
 #include "exercises/exercises.h"
 #include "test_ops_gradcheck.h"
@@ -329,4 +330,102 @@ TEST_CASE("two micro-batches accumulate the gradients of one batch, the aux loss
     }
     CHECK(diff <= 1e-5 * std::max(norm, 1.0));  // fp32 rounding of a different summation order
   }
+}
+
+TEST_CASE("the permutation ops: gather, weighted combine, gathered dots", "[moe][ops]") {
+  const Tensor table = Tensor::from({3, 2}, {1, 2, 3, 4, 5, 6});
+  const std::vector<int32_t> index = {2, 0, 2};
+  Tensor rows = Tensor::zeros({3, 2}, MemCategory::workspace);
+  ops::gather_rows(rows, table, index, std::vector<float>{1.0f, 2.0f, 0.5f});
+  CHECK(rows.to_vector() == std::vector<float>{5, 6, 2, 4, 2.5f, 3});
+  Tensor out = Tensor::from({3, 2}, {9, 9, 9, 9, 9, 9});  // overwritten: untouched rows are 0
+  ops::combine_rows(out, rows, index, std::vector<float>{1.0f, 1.0f, 2.0f});
+  CHECK(out.to_vector() == std::vector<float>{2, 4, 0, 0, 10, 12});
+  std::vector<float> dots(3);
+  ops::gathered_row_dots(dots, table, index, rows);
+  CHECK(dots == std::vector<float>{5 * 5 + 6 * 6, 1 * 2 + 2 * 4, 5 * 2.5f + 6 * 3});
+  // bf16 rows: computed in fp32, each stored element rounded once
+  Tensor rows16 = Tensor::zeros({3, 2}, MemCategory::workspace, DType::bf16);
+  ops::gather_rows(rows16, table, index);
+  CHECK(rows16.to_vector() == std::vector<float>{5, 6, 1, 2, 5, 6});
+  const std::vector<int32_t> outside = {3, 0, 0};
+  CHECK_THROWS_WITH(ops::gather_rows(rows, table, outside),
+                    Catch::Contains("row index 3 is outside [0, 3)"));
+}
+
+TEST_CASE("MoE under recompute: every mode gives the same gradients; what it keeps is tagged",
+          "[moe]") {
+  const std::vector<int32_t> tokens = random_ids(18, 11, 5), targets = random_ids(18, 11, 6);
+  std::vector<std::vector<float>> grads;
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    GPTConfig cfg = moe_config(4, 2, 1.0);
+    cfg.recompute = mode;
+    GPT model(cfg);
+    GPTActivations acts = GPTActivations::allocate(cfg, 3, 6);
+    model.forward(tokens, targets, acts);
+    const MoeActivations& kept = acts.blocks[0].moe;
+    // full recompute keeps only the block's input and output; the others keep the MoE's
+    CHECK(kept.probs.defined() == (mode != Recompute::full));
+    if (kept.probs.defined()) {
+      CHECK(kept.probs.category() == MemCategory::activations);
+      CHECK(kept.probs.dtype() == DType::f32);
+      CHECK(kept.expert_rows.category() == MemCategory::activations);
+      CHECK(kept.fc.category() == MemCategory::activations);
+      CHECK(acts.blocks[0].bytes() > acts.blocks[0].out.bytes());
+    }
+    model.backward(tokens, acts);
+    grads.push_back(model.blocks[0].moe.router.grad.to_vector());
+    const std::vector<float> fc = model.blocks[1].moe.fc_weight.grad.to_vector();
+    grads.back().insert(grads.back().end(), fc.begin(), fc.end());
+  }
+  CHECK(grads[1] == grads[0]);  // bit for bit: the routing is recomputed exactly
+  CHECK(grads[2] == grads[0]);
+}
+
+namespace {
+// An exchange on one rank through the ExpertComm interface (what a layout hands a block): the
+// plan sends each expert's rows to itself and the exchanges copy, so the layer's exchange path
+// (comm buffers, the four exchanges) must give the null comm's result bit for bit.
+class CopyingExpertComm : public ExpertComm {
+ public:
+  int ranks() const override { return 1; }
+  int rank() const override { return 0; }
+  ExchangePlan plan(const Routing& routing, int experts) override {
+    ++plans;
+    return {.ranks = 1,
+            .local_experts = experts,
+            .send = routing.tokens_per_expert,
+            .recv = routing.tokens_per_expert};
+  }
+  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan&) override {
+    ++exchanges;
+    expert_rows.copy_from(rows);
+  }
+  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan&) override {
+    ++exchanges;
+    rows.copy_from(expert_rows);
+  }
+  int plans = 0, exchanges = 0;
+};
+}  // namespace
+
+TEST_CASE("through an ExpertComm the layer exchanges four times and matches one device", "[moe]") {
+  const std::vector<int32_t> tokens = random_ids(18, 11, 7), targets = random_ids(18, 11, 8);
+  GPTConfig cfg = moe_config(4, 2, 1.0);
+  cfg.layers = 1;
+  GPT alone(cfg), exchanged(cfg);
+  CopyingExpertComm comm;
+  exchanged.set_block_comm({.experts = &comm});
+  CHECK(exchanged.forward_backward(tokens, targets, 3, 6) ==
+        alone.forward_backward(tokens, targets, 3, 6));
+  CHECK(comm.plans == 1);
+  CHECK(comm.exchanges == 4);  // dispatch and combine, and their backwards
+  const ParamList a = alone.params(), b = exchanged.params();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name);
+    CHECK(a[i]->grad.to_vector() == b[i]->grad.to_vector());
+  }
+  CHECK(exchanged.aux_loss() == alone.aux_loss());
+  CHECK(exchanged.moe_stats().size() == 1);
+  CHECK(exchanged.moe_stats()[0].tokens_per_expert == alone.moe_stats()[0].tokens_per_expert);
 }

@@ -35,6 +35,20 @@ TEST_CASE("the loss on the markov task falls by a stated factor within 60 steps"
   CHECK(r.losses.back() < 0.7 * r.losses.front());
 }
 
+TEST_CASE("an MoE model (4 experts, top-2) trains from the CLI: its loss falls", "[lesson][moe]") {
+  // mgpu run single_device --experts 4 --top-k 2, at the sizes of the case above
+  std::ostringstream out;
+  CommonOptions c = small(60);
+  c.experts = 4;
+  c.top_k = 2;
+  SingleDeviceResult r = train_single_device(c, out);
+  CommonOptions dense = small(1);
+  const int64_t dense_params = train_single_device(dense, out).params;
+  CHECK(r.params > dense_params);  // 4 experts in place of each MLP
+  CHECK(r.losses.front() > 3.9);
+  CHECK(r.losses.back() < 0.7 * r.losses.front());
+}
+
 TEST_CASE("same seed gives a bit-identical loss curve; another seed does not", "[lesson]") {
   std::ostringstream out;
   auto a = train_single_device(small(8), out).losses;
