@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "lessons/cli.h"
@@ -373,10 +374,10 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   for (auto& info : exercises())
     if (exercise.empty() || info.id == exercise) selected.push_back(&info);
   if (selected.empty()) {
-    fmt::print(err,
-               "mgpu grade: error: unknown exercise '{}' (available: ex01, ex02, ex03, ex04, "
-               "ex05, ex06, ex07, ex08)\n",
-               exercise);
+    std::vector<std::string> ids;
+    for (auto& info : exercises()) ids.push_back(info.id);
+    fmt::print(err, "mgpu grade: error: unknown exercise '{}' (available: {})\n", exercise,
+               fmt::join(ids, ", "));
     return kExitUsage;
   }
 

@@ -138,13 +138,35 @@ ExerciseInfo ex08_zero_shard_step() {
           "every unit's chunks and stage 1's step in `mgpu run zero`"};
 }
 
+ExerciseInfo ex09_moe_dispatch() {
+  return {"ex09",
+          "MoE dispatch",
+          "docs/exercises/09-moe-dispatch.md",
+          {{"",
+            "per token: its top_k experts by probability (a stable sort of the expert indices "
+            "keeps ties lower-first), weights p / (sum of its top_k p); then capacity, order "
+            "and counts"},
+           {"capacity",
+            "per group, offer slots choice by choice (all first choices in token order, then "
+            "all second choices), an expert keeping at most `capacity`; capacity 0 keeps all"},
+           {"order",
+            "order = the kept slots by expert, then by slot (over every group); position[slot] "
+            "= its index in order, -1 when dropped"},
+           {"send counts",
+            "send_counts[j] = kept slots of experts [j*E/ranks, (j+1)*E/ranks); dropped slots "
+            "are not sent"}},
+          "exercises/moe_dispatch.cpp",
+          "every MoE layer's routing in `mgpu run expert_parallel` (and any lesson with "
+          "--experts)"};
+}
+
 }  // namespace
 
 const std::vector<ExerciseInfo>& exercises() {
   static const std::vector<ExerciseInfo> list = {
       ex01_ring_all_reduce(),      ex02_ddp_buckets(),      ex03_pipeline_schedules(),
       ex04_bubble_accounting(),    ex05_memory_estimator(), ex06_tensor_parallel(),
-      ex07_online_softmax_merge(), ex08_zero_shard_step()};
+      ex07_online_softmax_merge(), ex08_zero_shard_step(),  ex09_moe_dispatch()};
   return list;
 }
 

@@ -78,7 +78,7 @@ double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes
     return 2.0 * (ranks - 1) * slowest_ring_step(ranks, largest_chunk, profile);
   if (kind == "reduce_scatter" || kind == "all_gather")
     return (ranks - 1) * slowest_ring_step(ranks, largest_chunk, profile);
-  if (kind == "all_to_all") {
+  if (kind == "all_to_all" || kind == "all_to_all_v") {  // all_to_all_v: balanced counts
     // With one kind of link every step costs one message of n/N bytes: (N-1)(alpha + (n/N)/beta).
     const double block = static_cast<double>(elements / ranks) * elem_bytes;
     return pairwise_exchange_time(

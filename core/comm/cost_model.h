@@ -19,9 +19,10 @@
 
 namespace mgpu::comm {
 
-// Seconds for `kind` ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast") over
-// the world ranks 0..ranks-1 when everyone starts together; `bytes` is the full buffer (n elements
-// of `elem_bytes`), chunks rounded up to whole elements as chunk_range does.
+// Seconds for `kind` ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast";
+// "all_to_all_v" with equal counts, as balanced routing sends) over the world ranks 0..ranks-1
+// when everyone starts together; `bytes` is the full buffer (n elements of `elem_bytes`), chunks
+// rounded up to whole elements as chunk_range does.
 double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
                        const HardwareProfile& profile);
 

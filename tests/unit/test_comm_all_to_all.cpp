@@ -447,3 +447,13 @@ TEST_CASE("the MoE dispatch bytes: the formula equals the trace, balanced or not
   CHECK(theory::moe_dispatch_sent_bytes_balanced(64, 2, 8, 4, 4) == 96 * 8 * 4);
   CHECK(theory::moe_dispatch_sent_bytes_balanced(64, 2, 8, 4, 1) == 0);
 }
+
+TEST_CASE("the cost model prices all_to_all_v with equal counts as all_to_all",
+          "[comm][theory][all_to_all_v]") {
+  const HardwareProfile profile = HardwareProfile::load("2x8xH100-IB");  // mixed links
+  const int64_t block = 1 << 16;
+  const std::vector<int64_t> equal(16 * 16, block);
+  const double a2a = comm::alpha_beta_time("all_to_all", block * 16, 4, 16, profile);
+  CHECK(comm::all_to_all_v_time(equal, 4, 16, profile) == Approx(a2a).epsilon(1e-12));
+  CHECK(comm::alpha_beta_time("all_to_all_v", block * 16, 4, 16, profile) == a2a);
+}

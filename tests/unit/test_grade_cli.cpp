@@ -61,7 +61,8 @@ TEST_CASE("mgpu grade's hint is the failing check's", "[cli]") {
   CHECK(gpipe.find("B0 B1 ... B(M-1)") != std::string::npos);  // not "in reverse"
   CHECK(one_f_one_b.find("warms up with min(M, P-s-1) forwards") != std::string::npos);
   CHECK(diagrams.find("micro-batch 0, 1, 2") != std::string::npos);
-  const std::string zbv = grade_hint("ex03", "ex03 ZB-V: a V-shaped schedule that is deadlock-free");
+  const std::string zbv =
+      grade_hint("ex03", "ex03 ZB-V: a V-shaped schedule that is deadlock-free");
   CHECK(zbv.find("2(P-s)-1 chunk-0 forwards") != std::string::npos);
   CHECK(grade_hint("ex01", "ex01 avg on 1..8 ranks") != grade_hint("ex01", "ex01 sum on 2 ranks"));
   CHECK(grade_hint("ex99", "anything").empty());
@@ -71,7 +72,7 @@ TEST_CASE("mgpu grade --list: every exercise with its file, page and the graded 
   ChildResult r = mgpu_grade({"--list"});
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08"})
+  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09"})
     CHECK(r.output.find(std::string(ex) + " ") != std::string::npos);
   CHECK(r.output.find("edit exercises/pipeline_schedules.cpp") != std::string::npos);
   // Each exercise's points come from its graded checks; the last line sums them.
@@ -80,7 +81,7 @@ TEST_CASE("mgpu grade --list: every exercise with its file, page and the graded 
   for (std::sregex_iterator it(r.output.begin(), r.output.end(), pts), end; it != end; ++it)
     sum += std::stoi((*it)[1]);
   CHECK(sum > 0);
-  CHECK(r.output.find("8 exercises, ") != std::string::npos);
+  CHECK(r.output.find("9 exercises, ") != std::string::npos);
   CHECK(r.output.find(", " + std::to_string(sum) + " points\n") != std::string::npos);
 }
 
@@ -107,7 +108,7 @@ TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
   CHECK(r.exit_code == 2);
   CHECK(r.output ==
         "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
-        "ex04, ex05, ex06, ex07, ex08)\n");
+        "ex04, ex05, ex06, ex07, ex08, ex09)\n");
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
 
@@ -118,7 +119,7 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
                             {{"MGPU_IMPL", ""}}, 120);
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08"})
+  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09"})
     CHECK(r.output.find(std::string(ex) + " not implemented yet: using the reference\n") !=
           std::string::npos);
   // Above the lesson's header: whose code runs (none of the student's yet).
@@ -129,12 +130,12 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
 TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid ones and exit 2",
           "[cli]") {
   ChildResult r = run_child(
-      {std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device", "--impl", "ex09=mine"},
+      {std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device", "--impl", "ex10=mine"},
       {{"MGPU_IMPL", ""}}, 120);
   CHECK(r.exit_code == 2);
-  CHECK(r.output.rfind("mgpu run single_device: error: --impl 'ex09=mine': no exercise 'ex09'; "
+  CHECK(r.output.rfind("mgpu run single_device: error: --impl 'ex10=mine': no exercise 'ex10'; "
                        "use reference, mine, or a list like ex01=mine,ex03=mine (exercises: "
-                       "ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08",
+                       "ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09",
                        0) == 0);
   CHECK(r.output.find('\n') == r.output.size() - 1);
 }
