@@ -176,8 +176,7 @@ void draw_lane_events(const LaneCanvas& c, int r, Lane lane, float y0, float y1,
     } else if (lane == Lane::comm || e.cat == trace::cat::optimizer) {
       // An expert exchange says which one it is ("dispatch", "combine bwd"), not "all_to_all_v".
       const bool exchange = trace::is_dispatch(e) || trace::is_combine(e);
-      centred_text(c.dl, la, lb, pal.cell_text,
-                   (e.op.empty() || exchange ? e.name : e.op).c_str());
+      centred_text(c.dl, la, lb, pal.cell_text, (e.op.empty() || exchange ? e.name : e.op).c_str());
     }
   }
 }

@@ -55,10 +55,8 @@ Look look_of(const Event& e) {
     return {'~', "waiting for a partner", "\x1b[2;36m"};
   // An expert exchange's all-to-alls (expert parallelism labels them): tokens out to their
   // experts, and back.
-  if (is_dispatch(e))
-    return {'>', "dispatch to experts", "\x1b[1;35m"};
-  if (is_combine(e))
-    return {'<', "combine from experts", "\x1b[1;35m"};
+  if (is_dispatch(e)) return {'>', "dispatch to experts", "\x1b[1;35m"};
+  if (is_combine(e)) return {'<', "combine from experts", "\x1b[1;35m"};
   if (e.lane == Lane::comm) return {'=', "comm on the wire", "\x1b[1;36m"};
   if (e.cat == cat::forward) return {'F', "forward", "\x1b[30;42m"};
   if (e.cat == cat::backward) return {'B', "backward", "\x1b[97;44m"};

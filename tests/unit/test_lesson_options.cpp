@@ -87,6 +87,8 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--tp", {"1"}},
     {"--pp", {"4"}},
     {"--zero", {"1"}},  // hybrid: ZeRO-1 over dp
+    {"--ep", {"2"}},    // expert_parallel: 2 GPUs per expert group
+    {"--skew", {"8"}},
 };
 
 std::string read(const std::string& path) {
@@ -135,7 +137,8 @@ std::vector<std::string> base_args(const std::string& lesson) {
     a.insert(a.end(), {"--trace", kTrace, "--checkpoint", kCheckpoint});
   if (lesson == "pipeline") a.insert(a.end(), {"--microbatches", "4"});
   if (lesson == "grad_accum") a.insert(a.end(), {"--accum", "2"});
-  if (lesson == "hybrid") a.insert(a.end(), {"--microbatches", "3"});  // 12 = dp 2 x 3 x 2
+  if (lesson == "hybrid") a.insert(a.end(), {"--microbatches", "3"});      // 12 = dp 2 x 3 x 2
+  if (lesson == "expert_parallel") a.insert(a.end(), {"--experts", "8"});  // its model has experts
   return a;
 }
 

@@ -527,8 +527,9 @@ TEST_CASE("a mixture-of-experts trace shows its tokens per expert under the summ
       counts.rank = rank;
       counts.name = "dispatch counts";
       counts.layer = 0;
-      if (with_counts) counts.counts = rank == 0 ? std::vector<int64_t>{9, 3, 0, 4}
-                                                 : std::vector<int64_t>{7, 1, 2, 6};
+      if (with_counts)
+        counts.counts =
+            rank == 0 ? std::vector<int64_t>{9, 3, 0, 4} : std::vector<int64_t>{7, 1, 2, 6};
       t.events.push_back(counts);
       trace::Event dispatch = trace::comm_event("all_to_all_v", 1.1e-3, 2e-3, 1024, 512, "ep0");
       dispatch.rank = rank;
