@@ -126,9 +126,14 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  // In fp32 the activations' type is fp32: the option would change nothing.
+  if (h.tp_sums == "activations" && run.cfg.dtype == DType::f32)
+    throw UsageError(
+        "--tp-sums activations sums in the activations' type, which under --precision fp32 is "
+        "fp32 already: use it with --precision bf16 or fp16 (on --device phantom), or drop it");
   // The collectives reduce fp32 values only; on the phantom device (shapes, no values) a 2-byte
   // sum is priced as Megatron sends it.
-  if (h.tp_sums == "activations" && run.cfg.dtype != DType::f32 && c.device != "phantom")
+  if (h.tp_sums == "activations" && c.device != "phantom")
     throw UsageError(
         fmt::format("--tp-sums activations with --precision {} needs 2-byte reductions, which the "
                     "collectives do not compute on values: use --device phantom, or --tp-sums fp32",

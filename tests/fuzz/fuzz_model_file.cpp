@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -13,7 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const mgpu::ModelShape s = mgpu::parse_model_json(text, "fuzz");
-    const int fields[] = {s.layers, s.dim, s.heads, s.seq, s.vocab};
+    const int fields[] = {s.layers, s.dim,   s.heads,     s.seq,          s.vocab,
+                          s.experts, s.top_k, s.moe_every, s.expert_hidden};
+    static_assert(std::size(fields) == std::size(mgpu::kModelFieldRanges));
     int i = 0;
     for (const mgpu::ModelFieldRange& r : mgpu::kModelFieldRanges) {
       if (fields[i] < r.lo || fields[i] > r.hi) std::abort();  // a value out of its range loaded

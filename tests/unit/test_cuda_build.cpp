@@ -43,6 +43,8 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(k.sgd_momentum);
   CHECK(k.adamw);
   CHECK(k.fill);
+  CHECK(k.vocab_parallel_ce_stats);
+  CHECK(k.vocab_parallel_ce_forward_backward);
   // Ring attention's block ops (context parallelism) have no CUDA kernels yet: the entries stay
   // empty, ops.cpp refuses a cuda tensor with one line, and the context_parallel lesson refuses
   // --device cuda. When a kernel lands, move its line up to the filled ones.
@@ -50,8 +52,12 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK_FALSE(k.attention_block_backward);
   CHECK_FALSE(k.attention_merge);
   CHECK_FALSE(k.copy_columns);
+  // Nor does a mixture of experts' permutation: MoE refuses --device cuda the same way.
+  CHECK_FALSE(k.gather_rows);
+  CHECK_FALSE(k.combine_rows);
+  CHECK_FALSE(k.gathered_row_dots);
   // Every entry above, by size: a new entry added to CudaKernels must be added here too.
-  CHECK(sizeof(CudaKernels) == 25 * sizeof(void*));
+  CHECK(sizeof(CudaKernels) == 30 * sizeof(void*));
   const DeviceMemoryHooks& hooks = device_memory_hooks(DeviceKind::cuda);
   CHECK(hooks.allocate);
   CHECK(hooks.release);

@@ -329,8 +329,7 @@ TEST_CASE(
   const std::vector<std::vector<std::string>> cases = {
       {"--dp", "2", "--tp", "2", "--pp", "2", "--sp"},
       {"--dp", "2", "--tp", "2", "--pp", "2", "--vocab-parallel-head"},
-      {"--dp", "1", "--tp", "2", "--pp", "4", "--sp", "--vocab-parallel-head", "--tp-sums",
-       "activations"},
+      {"--dp", "1", "--tp", "2", "--pp", "4", "--sp", "--vocab-parallel-head"},
       {"--dp", "1", "--tp", "4", "--pp", "2", "--sp", "--vocab-parallel-head", "--schedule",
        "interleaved", "--virtual-stages", "2"},
       {"--dp", "2", "--tp", "2", "--pp", "2", "--vocab-parallel-head", "--schedule", "zb-h1"},
@@ -367,7 +366,9 @@ TEST_CASE("hybrid refuses --sp and the vocabulary-parallel head where they canno
       {mesh(2, 2, 2, {"--vocab-parallel-head", "--tie-embeddings", "on"}), "tied embeddings"},
       {mesh(2, 2, 2, {"--tp-sums", "bf16"}), "--tp-sums"},
       {mesh(2, 2, 2, {"--tp-sums", "activations", "--precision", "bf16"}),
-       "use --device phantom, or --tp-sums fp32"}};
+       "use --device phantom, or --tp-sums fp32"},
+      {mesh(2, 2, 2, {"--tp-sums", "activations"}), "under --precision fp32 is fp32 already"},
+      {mesh(2, 2, 2, {"--sp", "--experts", "4"}), "--sp with experts is not supported"}};
   for (const auto& [args, says] : bad) {
     auto r = run_mgpu(args);
     INFO(r.out << r.err);

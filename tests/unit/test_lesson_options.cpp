@@ -88,6 +88,9 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--pp", {"4"}},
     {"--zero", {"1"}},  // hybrid: ZeRO-1 over dp
     {"--ep", {"2"}},    // expert_parallel: 2 GPUs per expert group
+    {"--sp", {}},                   // hybrid: Megatron-SP in the tp 2 blocks
+    {"--vocab-parallel-head", {}},  // hybrid: lm_head split over tp
+    {"--tp-sums", {"activations"}},  // hybrid: refused in fp32 (the activations' type is fp32)
     {"--skew", {"8"}},
 };
 
