@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/model/trace_phase.h"
 #include "core/ops/ops.h"
 
 namespace mgpu::parallel {
@@ -40,16 +41,6 @@ VocabParallelHead::VocabParallelHead(comm::Comm& tp, int64_t vocab, PartialSums 
                                      TracePhase* phase)
     : tp_(tp), vocab_begin_(tp.rank() * (vocab / tp.size())), sums_(sums), phase_(phase) {}
 
-namespace {
-template <class Fn>
-void paused(TracePhase* phase, Fn&& fn) {
-  if (phase)
-    phase->paused(fn);
-  else
-    fn();
-}
-}  // namespace
-
 // ---------------------------------------------------------------------------------- the loss
 
 float VocabParallelHead::cross_entropy(Tensor& dlogits, const Tensor& logits,
@@ -59,7 +50,7 @@ float VocabParallelHead::cross_entropy(Tensor& dlogits, const Tensor& logits,
   ops::vocab_parallel_ce_stats(stats, logits, targets, vocab_begin_);
   // 3 floats per token per rank: the [B,T,V] logits never cross the wire.
   Tensor all_stats = Tensor::empty({tp_.size(), 3, rows}, MemCategory::comm_buffers, DType::f32);
-  paused(phase_, [&] { tp_.all_gather(stats, all_stats); });
+  with_phase_paused(phase_, [&] { tp_.all_gather(stats, all_stats); });
   return ops::vocab_parallel_ce_forward_backward(dlogits, logits, all_stats, targets, vocab_begin_,
                                                  grad_scale);
 }
@@ -72,7 +63,7 @@ void VocabParallelHead::input_grad(Tensor& d_ln, const Tensor& dlogits, const Te
   const bool in_fp32 = d_ln.dtype() != DType::f32 && sums_ == PartialSums::fp32;
   Tensor partial = in_fp32 ? TensorParallel::fp32_partial(d_ln) : d_ln;
   ops::matmul(partial, dlogits, weight);
-  paused(phase_, [&] { tp_.all_reduce(partial, comm::ReduceOp::sum); });
+  with_phase_paused(phase_, [&] { tp_.all_reduce(partial, comm::ReduceOp::sum); });
   if (in_fp32) ops::convert(d_ln, partial);  // rounded once
 }
 
