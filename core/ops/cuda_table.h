@@ -7,6 +7,11 @@
 #include <cstdint>
 
 namespace mgpu {
+// core/tensor/dtype.h (C++20) is not included: nvcc compiles the .cu files as C++17.
+enum class DType : uint8_t;
+}  // namespace mgpu
+
+namespace mgpu {
 
 struct CudaKernels {
   void (*matmul)(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
@@ -30,7 +35,8 @@ struct CudaKernels {
                             int64_t c, int64_t heads) = nullptr;
   void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* att,
                              int64_t b, int64_t t, int64_t c, int64_t heads) = nullptr;
-  // Ring attention (ops.h attention_block_*, attention_merge, copy_columns): no CUDA kernels yet.
+  // Ring attention (ops.h attention_block_*, attention_merge, copy_columns; ring_attention.cu).
+  // q_pos and kv_pos are HOST pointers, like token ids.
   void (*attention_block_forward)(float* out, float* lse, float* att, const float* q,
                                   const float* kv, const int32_t* q_pos, const int32_t* kv_pos,
                                   int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
@@ -45,7 +51,8 @@ struct CudaKernels {
   void (*copy_columns)(float* dst, int64_t dst_cols, int64_t dst_begin, const float* src,
                        int64_t src_cols, int64_t src_begin, int64_t width, int64_t rows,
                        bool add) = nullptr;
-  // A mixture of experts' permutation (ops.h gather_rows, combine_rows): no CUDA kernels yet.
+  // A mixture of experts' permutation (ops.h gather_rows, combine_rows; moe_rows.cu). index,
+  // scale and dots are HOST pointers, like token ids.
   void (*gather_rows)(float* rows, const float* inp, const int32_t* index, const float* scale,
                       int64_t n, int64_t c) = nullptr;
   void (*combine_rows)(float* out, int64_t out_rows, const float* rows, const int32_t* index,
@@ -75,6 +82,17 @@ struct CudaKernels {
   void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, double bias1,
                 double bias2) = nullptr;
+
+  // Mixed precision on the GPU (precision.cu): 2-byte storage, fp32 arithmetic.
+  // dst[i] = src[i] converted to dst_type (rounded to nearest even; fp16 overflows to inf); both
+  // device pointers. ops.cpp stages a 2-byte tensor into an fp32 device buffer and back with it.
+  void (*convert)(void* dst, DType dst_type, const void* src, DType src_type,
+                  int64_t count) = nullptr;
+  // Number of inf/NaN elements of x (the loss scaler's overflow check), counted on the device.
+  int64_t (*count_nonfinite)(const void* x, DType type, int64_t count) = nullptr;
+  // matmul with a, b and c all of the 2-byte `type`: cuBLAS in that type with fp32 compute.
+  void (*matmul_2byte)(void* c, const void* a, const void* b, DType type, int64_t m, int64_t n,
+                       int64_t k, bool trans_a, bool trans_b, float beta) = nullptr;
 
   // x[i] = value (Tensor::fill on a cuda tensor, e.g. zero_grad, without a host round trip).
   void (*fill)(float* x, float value, int64_t count) = nullptr;

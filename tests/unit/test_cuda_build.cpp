@@ -56,8 +56,12 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK_FALSE(k.gather_rows);
   CHECK_FALSE(k.combine_rows);
   CHECK_FALSE(k.gathered_row_dots);
+  // Nor the 2-byte storage path (bf16/fp16 on the GPU).
+  CHECK_FALSE(k.convert);
+  CHECK_FALSE(k.count_nonfinite);
+  CHECK_FALSE(k.matmul_2byte);
   // Every entry above, by size: a new entry added to CudaKernels must be added here too.
-  CHECK(sizeof(CudaKernels) == 30 * sizeof(void*));
+  CHECK(sizeof(CudaKernels) == 33 * sizeof(void*));
   const DeviceMemoryHooks& hooks = device_memory_hooks(DeviceKind::cuda);
   CHECK(hooks.allocate);
   CHECK(hooks.release);

@@ -11,9 +11,14 @@ namespace mgpu::cuda {
 // The full table of CUDA kernels, ready for install_cuda_kernels().
 CudaKernels kernel_table();
 
-// kernels.cu fills its entries of `table`; gemm_attention.cu fills matmul and attention.
+// Each .cu file fills its entries of `table`: kernels.cu the element-wise and row ops,
+// gemm_attention.cu matmul and attention, ring_attention.cu the four ring-attention ops,
+// moe_rows.cu the MoE permutation, precision.cu convert / count_nonfinite / matmul_2byte.
 void fill_elementwise_kernels(CudaKernels& table);
 void fill_gemm_attention_kernels(CudaKernels& table);
+void fill_ring_attention_kernels(CudaKernels& table);
+void fill_moe_kernels(CudaKernels& table);
+void fill_precision_kernels(CudaKernels& table);
 
 // Row-major C = alpha * op(A) @ op(B) + beta * C for `batch` matrices at fixed strides (elements).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -95,6 +95,9 @@ CudaKernels kernel_table() {
   CudaKernels k;
   fill_elementwise_kernels(k);
   fill_gemm_attention_kernels(k);
+  fill_ring_attention_kernels(k);
+  fill_moe_kernels(k);
+  fill_precision_kernels(k);
   return k;
 }
 
