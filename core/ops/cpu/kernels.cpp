@@ -3,14 +3,13 @@
 #include "core/ops/cpu/kernels.h"
 
 #include "core/ops/cpu/vectorize.h"
+#include "core/ops/math/elementwise.h"
 
 #include <cblas.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 extern "C" void openblas_set_num_threads(int);
@@ -19,6 +18,9 @@ extern "C" void openblas_set_num_threads(int);
 extern "C" __attribute__((weak)) int blas_thread_shutdown_(void);
 
 namespace mgpu::cpu {
+
+// The arithmetic of every loop below is core/ops/math/'s (math::), shared with the CUDA kernels;
+// this file holds the loops: the indexing and the order in which each row is reduced.
 
 void use_one_blas_thread() {
   static const bool done = [] {
@@ -50,107 +52,61 @@ void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int6
 MGPU_VECTOR_CLONES void bias_add(float* out, const float* bias, int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     float* row = out + i * c;
-    for (int64_t j = 0; j < c; j++) row[j] += bias[j];
+    for (int64_t j = 0; j < c; j++) row[j] = math::accumulate(row[j], bias[j]);
   }
 }
 
 MGPU_VECTOR_CLONES void bias_grad(float* dbias, const float* dout, int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     const float* row = dout + i * c;
-    for (int64_t j = 0; j < c; j++) dbias[j] += row[j];
+    for (int64_t j = 0; j < c; j++) dbias[j] = math::accumulate(dbias[j], row[j]);
   }
 }
 
 MGPU_VECTOR_CLONES void add(float* out, const float* a, const float* b, int64_t count) {
-  for (int64_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < count; i++) out[i] = math::accumulate(a[i], b[i]);
 }
 
 MGPU_VECTOR_CLONES void axpy(float* y, float alpha, const float* x, int64_t count) {
-  for (int64_t i = 0; i < count; i++) y[i] += alpha * x[i];
+  for (int64_t i = 0; i < count; i++) y[i] = math::axpy_value(y[i], alpha, x[i]);
 }
 
 MGPU_VECTOR_CLONES void scale(float* x, float alpha, int64_t count) {
   for (int64_t i = 0; i < count; i++) x[i] *= alpha;
 }
 
-// GELU, tanh approximation (as in GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
-
-// e^x in a form the compiler can vectorise (libm's expf is a call per element, the hot part of
-// GELU and the cross-entropy): x = k ln2 + r with k = round(x / ln2) and |r| <= ln2/2 (ln2 split
-// in two constants so r keeps its low bits), e^r by the degree-7 Taylor-like polynomial of
-// Cephes' expf (relative error ~1e-7, about one ulp), times 2^k made from k's exponent bits.
-// x is clamped to [-87, 88], where 2^k stays a normal float: below, e^x is ~1e-38 instead of 0.
-inline float vexp(float x) {
-  x = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);  // NaN stays NaN
-  constexpr float kRound = 12582912.0f;               // 1.5 * 2^23: adding it rounds
-  const float z = x * 1.44269504088896341f + kRound;  // round(x / ln2) in the low bits
-  const float k = z - kRound;
-  const float r = (x - k * 0.693359375f) + k * 2.12194440e-4f;  // x - k ln2
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // k's integer sits in z's low mantissa bits; unsigned arithmetic: no overflow, even for NaN.
-  const uint32_t exponent = (std::bit_cast<uint32_t>(z) - std::bit_cast<uint32_t>(kRound) + 127u)
-                            << 23;
-  return p * std::bit_cast<float>(exponent);
-}
-
-// tanh(u) = 1 - 2 / (exp(2u) + 1): saturates correctly to +-1.
-inline float fast_tanh(float u) {
-  return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f);
-}
-
 MGPU_VECTOR_CLONES void gelu_forward(float* out, const float* inp, int64_t count) {
-  for (int64_t i = 0; i < count; i++) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    out[i] = 0.5f * x * (1.0f + fast_tanh(u));
-  }
+  for (int64_t i = 0; i < count; i++) out[i] = math::gelu(inp[i]);
 }
 
 MGPU_VECTOR_CLONES void gelu_backward(float* dinp, const float* inp, const float* dout,
                                       int64_t count) {
-  for (int64_t i = 0; i < count; i++) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    float th = fast_tanh(u);
-    float sech2 = 1.0f - th * th;  // d tanh(u) / du
-    float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
-    dinp[i] = local * dout[i];
-  }
+  for (int64_t i = 0; i < count; i++) dinp[i] = math::gelu_backward(inp[i], dout[i]);
 }
 
 // LayerNorm over the last dim: y = (x - mean) * rstd * w + b. mean and rstd are saved so the
-// backward pass need not recompute them.
+// backward pass need not recompute them. Two passes (the mean, then the variance around it).
 MGPU_VECTOR_CLONES void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                           const float* weight, const float* bias, int64_t n,
                                           int64_t c) {
-  constexpr float eps = 1e-5f;
   for (int64_t i = 0; i < n; i++) {
     const float* x = inp + i * c;
-    float m = 0.0f;
-    for (int64_t j = 0; j < c; j++) m += x[j];
-    m /= static_cast<float>(c);
-    float var = 0.0f;
-    for (int64_t j = 0; j < c; j++) var += (x[j] - m) * (x[j] - m);
-    var /= static_cast<float>(c);
-    float s = 1.0f / std::sqrt(var + eps);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < c; j++) sum = math::accumulate(sum, x[j]);
+    const float m = math::row_mean(sum, c);
+    float squares = 0.0f;
+    for (int64_t j = 0; j < c; j++)
+      squares = math::accumulate(squares, math::squared_deviation(x[j], m));
+    const float s = math::layernorm_rstd(math::row_mean(squares, c));
     float* y = out + i * c;
-    for (int64_t j = 0; j < c; j++) y[j] = (x[j] - m) * s * weight[j] + bias[j];
+    for (int64_t j = 0; j < c; j++) y[j] = math::layernorm_out(x[j], m, s, weight[j], bias[j]);
     mean[i] = m;
     rstd[i] = s;
   }
 }
 
-// With xhat = (x - mean) * rstd and g = w * dy:
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += dy * xhat,  db += dy.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = w * dy (math::layernorm_dx);
+// dw += dy * xhat, db += dy.
 MGPU_VECTOR_CLONES void layernorm_backward(float* dinp, float* dweight, float* dbias,
                                            const float* dout, const float* inp, const float* weight,
                                            const float* mean, const float* rstd, int64_t n,
@@ -158,53 +114,63 @@ MGPU_VECTOR_CLONES void layernorm_backward(float* dinp, float* dweight, float* d
   for (int64_t i = 0; i < n; i++) {
     const float* x = inp + i * c;
     const float* dy = dout + i * c;
-    float m = mean[i], s = rstd[i];
-    float g_mean = 0.0f, g_xhat_mean = 0.0f;
+    const float m = mean[i], s = rstd[i];
+    float g_sum = 0.0f, g_xhat_sum = 0.0f;
     for (int64_t j = 0; j < c; j++) {
-      float xhat = (x[j] - m) * s;
-      float g = weight[j] * dy[j];
-      g_mean += g;
-      g_xhat_mean += g * xhat;
+      const float g = math::layernorm_g(weight[j], dy[j]);
+      g_sum = math::accumulate(g_sum, g);
+      g_xhat_sum = math::accumulate(g_xhat_sum, g * math::layernorm_xhat(x[j], m, s));
     }
-    g_mean /= static_cast<float>(c);
-    g_xhat_mean /= static_cast<float>(c);
+    const float g_mean = math::row_mean(g_sum, c);
+    const float g_xhat_mean = math::row_mean(g_xhat_sum, c);
     float* dx = dinp + i * c;
     for (int64_t j = 0; j < c; j++) {
-      float xhat = (x[j] - m) * s;
-      float g = weight[j] * dy[j];
-      dx[j] = s * (g - g_mean - xhat * g_xhat_mean);
-      dweight[j] += dy[j] * xhat;
-      dbias[j] += dy[j];
+      const float xhat = math::layernorm_xhat(x[j], m, s);
+      dx[j] = math::layernorm_dx(math::layernorm_g(weight[j], dy[j]), xhat, g_mean, g_xhat_mean, s);
+      dweight[j] = math::accumulate(dweight[j], dy[j] * xhat);
+      dbias[j] = math::accumulate(dbias[j], dy[j]);
     }
   }
 }
 
-// Softmax over the last dim; subtracting the row max keeps exp() from overflowing.
+// Softmax over the first `valid` entries of a row of c (the rest, a causal mask's, become 0).
+namespace {
+inline void softmax_row(float* y, const float* x, int64_t valid, int64_t c) {
+  const float mx = *std::max_element(x, x + valid);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < valid; j++) {
+    y[j] = math::softmax_numerator(x[j], mx);
+    sum = math::accumulate(sum, y[j]);
+  }
+  const float inv = math::reciprocal(sum);
+  for (int64_t j = 0; j < valid; j++) y[j] *= inv;
+  for (int64_t j = valid; j < c; j++) y[j] = 0.0f;
+}
+
+// The softmax backward of a row's first `valid` entries, times `scale`; 0 beyond.
+inline void softmax_backward_row(float* dx, const float* y, const float* dy, int64_t valid,
+                                 int64_t c, float scale) {
+  float dot = 0.0f;
+  for (int64_t j = 0; j < valid; j++) dot = math::accumulate(dot, y[j] * dy[j]);
+  for (int64_t j = 0; j < valid; j++)
+    dx[j] = math::softmax_backward_scaled(y[j], dy[j], dot, scale);
+  for (int64_t j = valid; j < c; j++) dx[j] = 0.0f;
+}
+}  // namespace
+
 MGPU_VECTOR_CLONES void softmax_forward(float* out, const float* inp, int64_t n, int64_t c) {
-  for (int64_t i = 0; i < n; i++) {
-    const float* x = inp + i * c;
-    float* y = out + i * c;
-    float mx = *std::max_element(x, x + c);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < c; j++) {
-      y[j] = std::exp(x[j] - mx);
-      sum += y[j];
-    }
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < c; j++) y[j] *= inv;
-  }
+  for (int64_t i = 0; i < n; i++) softmax_row(out + i * c, inp + i * c, c, c);
 }
 
-// dx_j = y_j * (dy_j - sum_k y_k dy_k)
 MGPU_VECTOR_CLONES void softmax_backward(float* dinp, const float* out, const float* dout,
                                          int64_t n, int64_t c) {
   for (int64_t i = 0; i < n; i++) {
     const float* y = out + i * c;
     const float* dy = dout + i * c;
     float dot = 0.0f;
-    for (int64_t j = 0; j < c; j++) dot += y[j] * dy[j];
+    for (int64_t j = 0; j < c; j++) dot = math::accumulate(dot, y[j] * dy[j]);
     float* dx = dinp + i * c;
-    for (int64_t j = 0; j < c; j++) dx[j] = y[j] * (dy[j] - dot);
+    for (int64_t j = 0; j < c; j++) dx[j] = math::softmax_backward(y[j], dy[j], dot);
   }
 }
 
@@ -233,20 +199,9 @@ MGPU_VECTOR_CLONES void attention_forward(float* out, float* att, const float* q
       const float* q = qkv + bi * t * 3 * c + h * hs;  // [t, hs], row stride 3c
       const float* k = q + c;
       const float* v = q + 2 * c;
-      float* p = att + (bi * heads + h) * t * t;                           // [t, t]
-      gemm(false, true, t, t, hs, scale, q, 3 * c, k, 3 * c, 0.0f, p, t);  // scores
-      for (int64_t i = 0; i < t; i++) {  // causal softmax of each row
-        float* row = p + i * t;
-        float mx = *std::max_element(row, row + i + 1);
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= i; j++) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-        for (int64_t j = i + 1; j < t; j++) row[j] = 0.0f;
-      }
+      float* p = att + (bi * heads + h) * t * t;                                    // [t, t]
+      gemm(false, true, t, t, hs, scale, q, 3 * c, k, 3 * c, 0.0f, p, t);           // scores
+      for (int64_t i = 0; i < t; i++) softmax_row(p + i * t, p + i * t, i + 1, t);  // causal
       gemm(false, false, t, hs, t, 1.0f, p, t, v, 3 * c, 0.0f, out + bi * t * c + h * hs, c);
     }
   }
@@ -274,12 +229,8 @@ MGPU_VECTOR_CLONES void attention_backward(float* dqkv, const float* dout, const
       gemm(true, false, t, hs, t, 1.0f, p, t, dout_h, c, 0.0f, dv, 3 * c);  // dV
       gemm(false, true, t, t, hs, 1.0f, dout_h, c, v, 3 * c, 0.0f, ds.data(), t);  // dP
       for (int64_t i = 0; i < t; i++) {
-        const float* p_row = p + i * t;
         float* d_row = ds.data() + i * t;
-        float dot = 0.0f;
-        for (int64_t j = 0; j <= i; j++) dot += p_row[j] * d_row[j];
-        for (int64_t j = 0; j <= i; j++) d_row[j] = p_row[j] * (d_row[j] - dot) * scale;
-        for (int64_t j = i + 1; j < t; j++) d_row[j] = 0.0f;
+        softmax_backward_row(d_row, p + i * t, d_row, i + 1, t, scale);
       }
       gemm(false, false, t, hs, t, 1.0f, ds.data(), t, k, 3 * c, 0.0f, dq, 3 * c);  // dQ
       gemm(true, false, t, hs, t, 1.0f, ds.data(), t, q, 3 * c, 0.0f, dk, 3 * c);   // dK
@@ -294,12 +245,13 @@ MGPU_VECTOR_CLONES void embedding_forward(float* out, const int32_t* tokens, con
       const float* tok = wte + static_cast<int64_t>(tokens[bi * t + ti]) * c;
       const float* pos = wpe + ti * c;
       float* o = out + (bi * t + ti) * c;
-      for (int64_t j = 0; j < c; j++) o[j] = tok[j] + pos[j];
+      for (int64_t j = 0; j < c; j++) o[j] = math::embedding_value(tok[j], pos[j]);
     }
   }
 }
 
-// Scatter-add: a token id that appears several times collects the gradient of every occurrence.
+// Scatter-add: a token id that appears several times collects the gradient of every occurrence,
+// in the order of the rows.
 MGPU_VECTOR_CLONES void embedding_backward(float* dwte, float* dwpe, const float* dout,
                                            const int32_t* tokens, int64_t b, int64_t t, int64_t c) {
   for (int64_t bi = 0; bi < b; bi++) {
@@ -308,8 +260,8 @@ MGPU_VECTOR_CLONES void embedding_backward(float* dwte, float* dwpe, const float
       float* dtok = dwte + static_cast<int64_t>(tokens[bi * t + ti]) * c;
       float* dpos = dwpe + ti * c;
       for (int64_t j = 0; j < c; j++) {
-        dtok[j] += d[j];
-        dpos[j] += d[j];
+        dtok[j] = math::accumulate(dtok[j], d[j]);
+        dpos[j] = math::accumulate(dpos[j], d[j]);
       }
     }
   }
@@ -319,23 +271,20 @@ MGPU_VECTOR_CLONES void embedding_backward(float* dwte, float* dwpe, const float
 MGPU_VECTOR_CLONES float cross_entropy_forward_backward(float* dlogits, const float* logits,
                                                         const int32_t* targets, int64_t n,
                                                         int64_t v, float grad_scale) {
-  double total = 0.0;                                  // double: a sum over many tokens
-  const float g = grad_scale / static_cast<float>(n);  // the mean over tokens
+  double total = 0.0;
+  const float g = math::ce_grad_scale(grad_scale, n);  // the mean over tokens
   for (int64_t i = 0; i < n; i++) {
     const float* x = logits + i * v;
     float* dx = dlogits + i * v;
-    float mx = *std::max_element(x, x + v);
+    const float mx = *std::max_element(x, x + v);
     float sum = 0.0f;
-    for (int64_t j = 0; j < v; j++) sum += vexp(x[j] - mx);
-    float log_sum = std::log(sum);
+    for (int64_t j = 0; j < v; j++) sum = math::accumulate(sum, math::ce_exp_term(x[j], mx));
+    const float log_sum = logf(sum);
     const int32_t target = targets[i];
-    total += static_cast<double>(log_sum + mx - x[target]);
-    for (int64_t j = 0; j < v; j++) {
-      float p = vexp(x[j] - mx - log_sum);
-      dx[j] = g * (p - (j == target ? 1.0f : 0.0f));
-    }
+    total += static_cast<double>(math::ce_row_loss(log_sum, mx, x[target]));  // before dx: aliasing
+    for (int64_t j = 0; j < v; j++) dx[j] = math::ce_dlogit(x[j], mx, log_sum, j == target, g);
   }
-  return static_cast<float>(total / static_cast<double>(n));
+  return math::mean_loss(total, n);
 }
 
 MGPU_VECTOR_CLONES float cross_entropy_loss(const float* logits, const int32_t* targets, int64_t n,
@@ -343,12 +292,12 @@ MGPU_VECTOR_CLONES float cross_entropy_loss(const float* logits, const int32_t* 
   double total = 0.0;
   for (int64_t i = 0; i < n; i++) {
     const float* x = logits + i * v;
-    float mx = *std::max_element(x, x + v);
+    const float mx = *std::max_element(x, x + v);
     float sum = 0.0f;
-    for (int64_t j = 0; j < v; j++) sum += std::exp(x[j] - mx);
-    total += static_cast<double>(std::log(sum) + mx - x[targets[i]]);
+    for (int64_t j = 0; j < v; j++) sum = math::accumulate(sum, math::softmax_numerator(x[j], mx));
+    total += static_cast<double>(math::ce_row_loss(logf(sum), mx, x[targets[i]]));
   }
-  return static_cast<float>(total / static_cast<double>(n));
+  return math::mean_loss(total, n);
 }
 
 // Vocabulary-parallel cross-entropy, local half: per row the max, the sum of exps below it, and
@@ -360,40 +309,33 @@ MGPU_VECTOR_CLONES void vocab_parallel_ce_stats(float* stats, const float* logit
     const float* x = logits + i * v;
     const float mx = *std::max_element(x, x + v);
     float sum = 0.0f;
-    for (int64_t j = 0; j < v; j++) sum += vexp(x[j] - mx);
-    const int64_t local_target = targets[i] - v0;
+    for (int64_t j = 0; j < v; j++) sum = math::accumulate(sum, math::ce_exp_term(x[j], mx));
     stats[i] = mx;
     stats[n + i] = sum;
-    stats[2 * n + i] = local_target >= 0 && local_target < v ? x[local_target] : 0.0f;
+    stats[2 * n + i] = math::local_target_logit(x, targets[i], v0, v);
   }
 }
 
-// Global half: lse = M + log(sum_r s_r exp(m_r - M)) with M the largest m_r; the loss is lse
-// minus the target's logit (owned by one rank, the others sent 0); dx = g (exp(x - lse) - onehot).
+// Global half: the row's lse from every rank's stats (math::vocab_parallel_row_lse); the loss is
+// lse minus the target's logit (owned by one rank, the others sent 0); dx = g (exp(x - lse) -
+// onehot).
 MGPU_VECTOR_CLONES float vocab_parallel_ce_forward_backward(float* dlogits, const float* logits,
                                                             const float* all_stats,
                                                             const int32_t* targets, int64_t n,
                                                             int64_t v, int64_t v0, int64_t parts,
                                                             float grad_scale) {
   double total = 0.0;
-  const float g = grad_scale / static_cast<float>(n);
+  const float g = math::ce_grad_scale(grad_scale, n);
   for (int64_t i = 0; i < n; i++) {
-    float mx = all_stats[i], target_logit = 0.0f, sum = 0.0f;
-    for (int64_t r = 0; r < parts; r++) mx = std::max(mx, all_stats[r * 3 * n + i]);
-    for (int64_t r = 0; r < parts; r++) {
-      const float* st = all_stats + r * 3 * n;
-      sum += st[n + i] * vexp(st[i] - mx);
-      target_logit += st[2 * n + i];
-    }
-    const float lse = mx + std::log(sum);
-    total += static_cast<double>(lse - target_logit);
+    const math::RowLse row = math::vocab_parallel_row_lse(all_stats, n, i, parts);
+    total += static_cast<double>(math::vocab_parallel_row_loss(row));
     const float* x = logits + i * v;
     float* dx = dlogits + i * v;
-    const int64_t local_target = targets[i] - v0;
     for (int64_t j = 0; j < v; j++)
-      dx[j] = g * (vexp(x[j] - lse) - (j == local_target ? 1.0f : 0.0f));
+      dx[j] =
+          math::vocab_parallel_dlogit(x[j], row.lse, math::is_local_target(j, targets[i], v0), g);
   }
-  return static_cast<float>(total / static_cast<double>(n));
+  return math::mean_loss(total, n);
 }
 
 }  // namespace mgpu::cpu

@@ -1,13 +1,13 @@
 // CPU (and phantom) optimizer kernels: one readable loop each.
 #include "core/ops/optimizer_kernels.h"
 
-#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "core/ops/cpu/vectorize.h"
 #include "core/ops/cuda_table.h"
+#include "core/ops/math/optimizer.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::ops {
@@ -42,32 +42,21 @@ bool on_cuda(const Tensor& t) {
   return t.device().kind == DeviceKind::cuda;
 }
 
-// The update loops, separate so they can be compiled per vector width (vectorize.h).
+// The update loops, separate so they can be compiled per vector width (vectorize.h); the update
+// of each element is core/ops/math/optimizer.h's, shared with the CUDA kernels.
 MGPU_VECTOR_CLONES void sgd_loop(float* __restrict p, const float* __restrict g,
                                  float* __restrict buf, int64_t n, float lr, float momentum,
                                  float weight_decay) {
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i] + weight_decay * p[i];
-    if (buf) {
-      buf[i] = momentum * buf[i] + d;
-      d = buf[i];
-    }
-    p[i] -= lr * d;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    math::sgd_momentum_element(&p[i], g[i], buf ? &buf[i] : nullptr, lr, momentum, weight_decay);
 }
 
 MGPU_VECTOR_CLONES void adamw_loop(float* __restrict p, const float* __restrict g,
                                    float* __restrict mp, float* __restrict vp, int64_t n, float lr,
                                    float beta1, float beta2, float eps, float decay, double bias1,
                                    double bias2) {
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] *= decay;  // decoupled weight decay: shrink the weight, independent of the gradient
-    mp[i] = beta1 * mp[i] + (1.0f - beta1) * g[i];
-    vp[i] = beta2 * vp[i] + (1.0f - beta2) * g[i] * g[i];
-    const float m_hat = static_cast<float>(mp[i] / bias1);
-    const float v_hat = static_cast<float>(vp[i] / bias2);
-    p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    math::adamw_element(&p[i], g[i], &mp[i], &vp[i], lr, beta1, beta2, eps, decay, bias1, bias2);
 }
 
 }  // namespace
@@ -106,8 +95,8 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float
   if (!param.has_data()) return;  // phantom: cost only
 
   // Early steps see m and v still biased towards their zero start; dividing by these undoes it.
-  const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bias2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const double bias1 = math::adamw_bias_correction(beta1, step);
+  const double bias2 = math::adamw_bias_correction(beta2, step);
   if (on_cuda(param)) {
     cuda_entry(&CudaKernels::adamw, "adamw_update")(param.f32(), grad.f32(), m.f32(), v.f32(), n,
                                                     lr, beta1, beta2, eps, weight_decay, bias1,
@@ -115,7 +104,7 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float
     return;
   }
   check_host("adamw_update", param);
-  const float decay = 1.0f - lr * weight_decay;
+  const float decay = math::adamw_decay(lr, weight_decay);
 
   adamw_loop(param.f32(), grad.f32(), m.f32(), v.f32(), n, lr, beta1, beta2, eps, decay, bias1,
              bias2);

@@ -1,19 +1,27 @@
 // CUDA kernels for everything except GEMM and attention (see gemm_attention.cu), in the style of
 // llm.c: one idea per kernel, plain indexing, comments on why. Each host wrapper has the signature
 // of the matching CPU kernel in core/ops/cpu/kernels.h and queues its work on the calling rank's
-// compute stream; the math is the CPU reference's, so results agree to float rounding.
+// compute stream.
 //
-// Shapes of parallelism used here:
+// The arithmetic is the CPU kernels' own: every per-element and per-row formula is a
+// core/ops/math/ function (MGPU_HD) that both sides call, and this file is compiled without fused
+// multiply-adds (core/CMakeLists.txt), so an element-wise result has the CPU's bits. What is
+// GPU-only is the indexing and the shapes of parallelism:
 //  - element-wise ops: one thread per element (grid-stride loop, so any size works);
 //  - row-wise ops (layernorm, softmax, cross-entropy): one 256-thread block per row, threads
-//    stride over the row's channels and meet in block_reduce;
-//  - column sums (bias and layernorm parameter gradients): one thread per column per chunk of
-//    rows, partial sums added with atomicAdd (the order of float additions is not fixed, so
-//    these differ from the CPU by rounding only).
-#include <cfloat>
+//    stride over the row's channels and meet in block_reduce: a row's sum is added in a tree
+//    order, not the CPU's left-to-right one, the one source of difference beside expf/logf;
+//  - column sums (bias and layernorm parameter gradients): one thread per column adds the rows in
+//    ascending order into the gradient, as the CPU loop does: the same bits, and no atomics, so
+//    a run gives the same result every time.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "core/ops/cuda/cuda_kernels.h"
+#include "core/ops/math/elementwise.h"
+#include "core/ops/math/optimizer.h"
 #include "core/runtime/cuda/streams.h"
 
 namespace mgpu::cuda {
@@ -21,7 +29,6 @@ namespace mgpu::cuda {
 namespace {
 
 constexpr int kThreads = 256;          // threads per block everywhere in this file
-constexpr int64_t kRowsPerChunk = 64;  // rows per block in the column-sum kernels
 
 // Enough blocks for `count` threads, capped: the grid-stride loops cover the rest.
 unsigned blocks_for(int64_t count) {
@@ -38,8 +45,8 @@ void check_launch(const char* op) {
 struct Sum {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+struct Max {  // the CPU's std::max_element keeps the larger value the same way
+  __device__ float operator()(float a, float b) const { return math::larger(a, b); }
 };
 
 template <class Op>
@@ -69,98 +76,78 @@ __device__ float block_reduce(float v, Op op, float identity) {
        i += int64_t(gridDim.x) * blockDim.x)
 
 __global__ void bias_add_kernel(float* out, const float* bias, int64_t n, int64_t c) {
-  GRID_STRIDE(i, n * c) out[i] += bias[i % c];
+  GRID_STRIDE(i, n * c) out[i] = math::accumulate(out[i], bias[i % c]);
 }
 
 __global__ void add_kernel(float* out, const float* a, const float* b, int64_t count) {
-  GRID_STRIDE(i, count) out[i] = a[i] + b[i];
+  GRID_STRIDE(i, count) out[i] = math::accumulate(a[i], b[i]);
 }
 
 __global__ void axpy_kernel(float* y, float alpha, const float* x, int64_t count) {
-  GRID_STRIDE(i, count) y[i] += alpha * x[i];
+  GRID_STRIDE(i, count) y[i] = math::axpy_value(y[i], alpha, x[i]);
 }
 
 __global__ void scale_kernel(float* x, float alpha, int64_t count) {
   GRID_STRIDE(i, count) x[i] *= alpha;
 }
 
-// GELU, tanh approximation, with tanh written as the CPU reference writes it (1 - 2/(e^2u + 1)).
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
-__device__ float gelu_tanh(float u) {
-  return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
-}
-
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t count) {
-  GRID_STRIDE(i, count) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    out[i] = 0.5f * x * (1.0f + gelu_tanh(u));
-  }
+  GRID_STRIDE(i, count) out[i] = math::gelu(inp[i]);
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
                                      int64_t count) {
-  GRID_STRIDE(i, count) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    float th = gelu_tanh(u);
-    float sech2 = 1.0f - th * th;
-    float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx) * dout[i];
-  }
+  GRID_STRIDE(i, count) dinp[i] = math::gelu_backward(inp[i], dout[i]);
 }
 
 // ---- column sums ----------------------------------------------------------------------------
 
-// dbias[j] += sum over rows of dout[:, j]. Block (x, y) sums columns x*256.. over rows chunk y.
+// dbias[j] += dout[i, j] for i = 0, 1, ..., n-1: thread j walks its column down the rows.
 __global__ void bias_grad_kernel(float* dbias, const float* dout, int64_t n, int64_t c) {
-  int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= c) return;
-  int64_t begin = blockIdx.y * kRowsPerChunk, end = min(begin + kRowsPerChunk, n);
-  float sum = 0.0f;
-  for (int64_t i = begin; i < end; i++) sum += dout[i * c + j];
-  atomicAdd(&dbias[j], sum);
+  float sum = dbias[j];
+  for (int64_t i = 0; i < n; i++) sum = math::accumulate(sum, dout[i * c + j]);
+  dbias[j] = sum;
 }
 
-// dweight[j] += sum_i dy[i,j] * xhat[i,j];  dbias[j] += sum_i dy[i,j].
+// dweight[j] += dy[i,j] * xhat[i,j];  dbias[j] += dy[i,j], row after row as above.
 __global__ void layernorm_param_grad_kernel(float* dweight, float* dbias, const float* dout,
                                             const float* inp, const float* mean, const float* rstd,
                                             int64_t n, int64_t c) {
-  int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= c) return;
-  int64_t begin = blockIdx.y * kRowsPerChunk, end = min(begin + kRowsPerChunk, n);
-  float dw = 0.0f, db = 0.0f;
-  for (int64_t i = begin; i < end; i++) {
-    float dy = dout[i * c + j];
-    dw += dy * (inp[i * c + j] - mean[i]) * rstd[i];
-    db += dy;
+  float dw = dweight[j], db = dbias[j];
+  for (int64_t i = 0; i < n; i++) {
+    const float dy = dout[i * c + j];
+    dw = math::accumulate(dw, dy * math::layernorm_xhat(inp[i * c + j], mean[i], rstd[i]));
+    db = math::accumulate(db, dy);
   }
-  atomicAdd(&dweight[j], dw);
-  atomicAdd(&dbias[j], db);
+  dweight[j] = dw;
+  dbias[j] = db;
 }
 
-dim3 column_grid(int64_t n, int64_t c) {
-  return dim3(static_cast<unsigned>((c + kThreads - 1) / kThreads),
-              static_cast<unsigned>((n + kRowsPerChunk - 1) / kRowsPerChunk));
+unsigned column_blocks(int64_t c) {
+  return static_cast<unsigned>((c + kThreads - 1) / kThreads);
 }
 
 // ---- row-wise: layernorm, softmax ------------------------------------------------------------
 
-// One block per row: mean, then variance (two passes, as the CPU reference), then normalize.
+// One block per row: mean, then variance (two passes, as the CPU kernel), then normalize.
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
                                          const float* weight, const float* bias, int64_t c) {
   const int64_t row = blockIdx.x;
   const float* x = inp + row * c;
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += x[j];
-  const float m = block_reduce(s, Sum{}, 0.0f) / static_cast<float>(c);
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s = math::accumulate(s, x[j]);
+  const float m = math::row_mean(block_reduce(s, Sum{}, 0.0f), c);
   float v = 0.0f;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) v += (x[j] - m) * (x[j] - m);
-  const float var = block_reduce(v, Sum{}, 0.0f) / static_cast<float>(c);
-  const float r = 1.0f / sqrtf(var + 1e-5f);
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+    v = math::accumulate(v, math::squared_deviation(x[j], m));
+  const float r = math::layernorm_rstd(math::row_mean(block_reduce(v, Sum{}, 0.0f), c));
   float* y = out + row * c;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) y[j] = (x[j] - m) * r * weight[j] + bias[j];
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+    y[j] = math::layernorm_out(x[j], m, r, weight[j], bias[j]);
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -177,40 +164,42 @@ __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const 
   const float m = mean[row], r = rstd[row];
   float g_sum = 0.0f, gx_sum = 0.0f;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-    float g = weight[j] * dy[j];
-    g_sum += g;
-    gx_sum += g * (x[j] - m) * r;
+    const float g = math::layernorm_g(weight[j], dy[j]);
+    g_sum = math::accumulate(g_sum, g);
+    gx_sum = math::accumulate(gx_sum, g * math::layernorm_xhat(x[j], m, r));
   }
-  const float g_mean = block_reduce(g_sum, Sum{}, 0.0f) / static_cast<float>(c);
-  const float gx_mean = block_reduce(gx_sum, Sum{}, 0.0f) / static_cast<float>(c);
+  const float g_mean = math::row_mean(block_reduce(g_sum, Sum{}, 0.0f), c);
+  const float gx_mean = math::row_mean(block_reduce(gx_sum, Sum{}, 0.0f), c);
   float* dx = dinp + row * c;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-    float xhat = (x[j] - m) * r;
-    dx[j] = r * (weight[j] * dy[j] - g_mean - xhat * gx_mean);
+    const float xhat = math::layernorm_xhat(x[j], m, r);
+    dx[j] = math::layernorm_dx(math::layernorm_g(weight[j], dy[j]), xhat, g_mean, gx_mean, r);
   }
 }
 
 // Softmax of one row per block; `valid` entries take part, the rest (causal mask) become 0.
 __device__ void softmax_row(float* y, const float* x, int64_t valid, int64_t c) {
-  float mx = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_reduce(mx, Max{}, -FLT_MAX);
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) mx = math::larger(mx, x[j]);
+  mx = block_reduce(mx, Max{}, -INFINITY);
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += expf(x[j] - mx);
-  const float inv = 1.0f / block_reduce(s, Sum{}, 0.0f);
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
+    s = math::accumulate(s, math::softmax_numerator(x[j], mx));
+  const float inv = math::reciprocal(block_reduce(s, Sum{}, 0.0f));
   // Every thread has read what it needs (block_reduce synchronizes), so y may alias x.
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-    y[j] = j < valid ? expf(x[j] - mx) * inv : 0.0f;
+    y[j] = j < valid ? math::softmax_numerator(x[j], mx) * inv : 0.0f;
 }
 
-// dx = y * (dy - sum(y * dy)) * scale over the first `valid` entries; 0 beyond.
+// dx = y * (dy - sum(y * dy)) * scale over the first `valid` entries; 0 beyond. (softmax_backward
+// passes scale 1: multiplying by 1 is exact, so that is the CPU's unscaled formula.)
 __device__ void softmax_backward_row(float* dx, const float* y, const float* dy, int64_t valid,
                                      int64_t c, float scale) {
   float d = 0.0f;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) d += y[j] * dy[j];
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) d = math::accumulate(d, y[j] * dy[j]);
   const float dot = block_reduce(d, Sum{}, 0.0f);
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-    dx[j] = j < valid ? y[j] * (dy[j] - dot) * scale : 0.0f;
+    dx[j] = j < valid ? math::softmax_backward_scaled(y[j], dy[j], dot, scale) : 0.0f;
 }
 
 __global__ void softmax_forward_kernel(float* out, const float* inp, int64_t c) {
@@ -240,18 +229,35 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
                                          const float* wpe, int64_t t, int64_t c, int64_t count) {
   GRID_STRIDE(i, count) {
     int64_t row = i / c, j = i % c;  // row = b * t + position
-    out[i] = wte[static_cast<int64_t>(tokens[row]) * c + j] + wpe[(row % t) * c + j];
+    out[i] = math::embedding_value(wte[static_cast<int64_t>(tokens[row]) * c + j],
+                                   wpe[(row % t) * c + j]);
   }
 }
 
-// Scatter-add: a token id that appears several times gets several atomicAdds.
-__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout,
-                                          const int32_t* tokens, int64_t t, int64_t c,
-                                          int64_t count) {
-  GRID_STRIDE(i, count) {
-    int64_t row = i / c, j = i % c;
-    atomicAdd(&dwte[static_cast<int64_t>(tokens[row]) * c + j], dout[i]);
-    atomicAdd(&dwpe[(row % t) * c + j], dout[i]);
+// The backward scatter-add, in the CPU's order without atomics. dwte: the rows of the batch are
+// grouped by token id (on the host: `rows` lists them by token, ascending within a token, group g
+// is rows[start[g] .. start[g+1]) of token group_token[g]); thread (g, j) adds its group's rows
+// in that order into dwte[token, j]. dwpe: thread (position, j) adds the batch's rows at that
+// position, batch 0 first.
+__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* rows,
+                                              const int32_t* group_token, const int32_t* start,
+                                              int64_t groups, int64_t c) {
+  GRID_STRIDE(i, groups * c) {
+    const int64_t g = i / c, j = i % c;
+    float* w = dwte + static_cast<int64_t>(group_token[g]) * c + j;
+    float sum = *w;
+    for (int32_t k = start[g]; k < start[g + 1]; k++)
+      sum = math::accumulate(sum, dout[static_cast<int64_t>(rows[k]) * c + j]);
+    *w = sum;
+  }
+}
+
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int64_t b, int64_t t,
+                                              int64_t c) {
+  GRID_STRIDE(i, t * c) {  // i = position * c + j
+    float sum = dwpe[i];
+    for (int64_t bi = 0; bi < b; bi++) sum = math::accumulate(sum, dout[bi * t * c + i]);
+    dwpe[i] = sum;
   }
 }
 
@@ -259,26 +265,27 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float*
 
 // One block per row: loss_i = logsumexp(x) - x[target]; optionally dx = g * (softmax - onehot).
 // dlogits may alias logits: every read of x happens before the block_reduce barriers that come
-// before the first write, and each thread rewrites only the entries it reads afterwards.
+// before the first write, and each thread rewrites only the entries it reads afterwards. The sum
+// of exps is the CPU's: vexp terms when training, libm's expf for the loss alone.
 __global__ void cross_entropy_kernel(float* dlogits, float* losses, const float* logits,
                                      const int32_t* targets, int64_t v, float g) {
   const int64_t row = blockIdx.x;
   const float* x = logits + row * v;
   const int32_t target = targets[row];
   const float x_target = x[target];
-  float mx = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_reduce(mx, Max{}, -FLT_MAX);
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = math::larger(mx, x[j]);
+  mx = block_reduce(mx, Max{}, -INFINITY);
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+    s = math::accumulate(s,
+                         dlogits ? math::ce_exp_term(x[j], mx) : math::softmax_numerator(x[j], mx));
   const float log_sum = logf(block_reduce(s, Sum{}, 0.0f));
-  if (threadIdx.x == 0) losses[row] = log_sum + mx - x_target;
+  if (threadIdx.x == 0) losses[row] = math::ce_row_loss(log_sum, mx, x_target);
   if (!dlogits) return;
   float* dx = dlogits + row * v;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    float p = expf(x[j] - mx - log_sum);
-    dx[j] = g * (p - (j == target ? 1.0f : 0.0f));
-  }
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+    dx[j] = math::ce_dlogit(x[j], mx, log_sum, j == target, g);
 }
 
 // Vocabulary-parallel cross-entropy (ops::vocab_parallel_ce_*), one block per row. Local half:
@@ -288,38 +295,32 @@ __global__ void vocab_parallel_ce_stats_kernel(float* stats, const float* logits
                                                int64_t v0) {
   const int64_t row = blockIdx.x;
   const float* x = logits + row * v;
-  float mx = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_reduce(mx, Max{}, -FLT_MAX);
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = math::larger(mx, x[j]);
+  mx = block_reduce(mx, Max{}, -INFINITY);
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+    s = math::accumulate(s, math::ce_exp_term(x[j], mx));
   s = block_reduce(s, Sum{}, 0.0f);
   if (threadIdx.x != 0) return;
-  const int64_t local_target = targets[row] - v0;
   stats[row] = mx;
   stats[n + row] = s;
-  stats[2 * n + row] = local_target >= 0 && local_target < v ? x[local_target] : 0.0f;
+  stats[2 * n + row] = math::local_target_logit(x, targets[row], v0, v);
 }
 
-// Global half: the log-sum-exp from every rank's stats, the row's loss, dx = g (softmax - onehot).
+// Global half: the row's log-sum-exp from every rank's stats (the CPU's loop over the ranks, run
+// by every thread: `parts` is small), the row's loss, dx = g (softmax - onehot).
 __global__ void vocab_parallel_ce_kernel(float* dlogits, float* losses, const float* logits,
                                          const float* all_stats, const int32_t* targets, int64_t n,
                                          int64_t v, int64_t v0, int64_t parts, float g) {
   const int64_t row = blockIdx.x;
-  float mx = all_stats[row], target_logit = 0.0f, sum = 0.0f;
-  for (int64_t r = 0; r < parts; r++) mx = fmaxf(mx, all_stats[r * 3 * n + row]);
-  for (int64_t r = 0; r < parts; r++) {
-    const float* st = all_stats + r * 3 * n;
-    sum += st[n + row] * expf(st[row] - mx);
-    target_logit += st[2 * n + row];
-  }
-  const float lse = mx + logf(sum);
-  if (threadIdx.x == 0) losses[row] = lse - target_logit;
+  const math::RowLse lse = math::vocab_parallel_row_lse(all_stats, n, row, parts);
+  if (threadIdx.x == 0) losses[row] = math::vocab_parallel_row_loss(lse);
   const float* x = logits + row * v;
   float* dx = dlogits + row * v;
-  const int64_t local_target = targets[row] - v0;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-    dx[j] = g * (expf(x[j] - lse) - (j == local_target ? 1.0f : 0.0f));
+    dx[j] =
+        math::vocab_parallel_dlogit(x[j], lse.lse, math::is_local_target(j, targets[row], v0), g);
 }
 
 // Sums n per-row losses in double (as the CPU does) with one block.
@@ -340,29 +341,15 @@ __global__ void sum_losses_kernel(double* total, const float* losses, int64_t n)
 
 __global__ void sgd_momentum_kernel(float* p, const float* g, float* buf, int64_t n, float lr,
                                     float momentum, float weight_decay) {
-  GRID_STRIDE(i, n) {
-    float d = g[i] + weight_decay * p[i];
-    if (buf) {
-      buf[i] = momentum * buf[i] + d;
-      d = buf[i];
-    }
-    p[i] -= lr * d;
-  }
+  GRID_STRIDE(i, n)
+  math::sgd_momentum_element(&p[i], g[i], buf ? &buf[i] : nullptr, lr, momentum, weight_decay);
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
                              float beta1, float beta2, float eps, float decay, double bias1,
                              double bias2) {
-  GRID_STRIDE(i, n) {
-    float pi = p[i] * decay;  // decoupled weight decay
-    float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
-    float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-    float m_hat = static_cast<float>(mi / bias1);
-    float v_hat = static_cast<float>(vi / bias2);
-    p[i] = pi - lr * m_hat / (sqrtf(v_hat) + eps);
-    m[i] = mi;
-    v[i] = vi;
-  }
+  GRID_STRIDE(i, n)
+  math::adamw_element(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, decay, bias1, bias2);
 }
 
 __global__ void fill_kernel(float* x, float value, int64_t count) {
@@ -381,7 +368,7 @@ void bias_add(float* out, const float* bias, int64_t n, int64_t c) {
 
 void bias_grad(float* dbias, const float* dout, int64_t n, int64_t c) {
   if (n * c == 0) return;
-  bias_grad_kernel<<<column_grid(n, c), kThreads, 0, compute_stream()>>>(dbias, dout, n, c);
+  bias_grad_kernel<<<column_blocks(c), kThreads, 0, compute_stream()>>>(dbias, dout, n, c);
   check_launch("bias_grad");
 }
 
@@ -430,8 +417,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   if (n == 0) return;
   cudaStream_t s = compute_stream();
   // Parameter gradients first: they only read dout, which stays valid even if dinp aliases it.
-  layernorm_param_grad_kernel<<<column_grid(n, c), kThreads, 0, s>>>(dweight, dbias, dout, inp,
-                                                                     mean, rstd, n, c);
+  layernorm_param_grad_kernel<<<column_blocks(c), kThreads, 0, s>>>(dweight, dbias, dout, inp, mean,
+                                                                    rstd, n, c);
   layernorm_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dinp, dout, inp, weight,
                                                                           mean, rstd, c);
   check_launch("layernorm_backward");
@@ -471,13 +458,47 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   check_launch("embedding_forward");
 }
 
+// The batch's rows grouped by token id for embedding_backward_wte_kernel, in one int32 device
+// buffer: rows [count], then group_token [groups], then start [groups + 1].
+struct TokenGroups {
+  const int32_t* rows;
+  const int32_t* group_token;
+  const int32_t* start;
+  int64_t groups;
+};
+TokenGroups group_rows_by_token(const int32_t* tokens, int64_t count) {
+  std::vector<int32_t> rows(static_cast<size_t>(count));
+  std::iota(rows.begin(), rows.end(), 0);
+  // Stable: within a token the rows stay ascending, the order the CPU adds them in.
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+  std::vector<int32_t> packed(rows);
+  std::vector<int32_t> start;
+  for (int64_t k = 0; k < count; k++) {
+    if (k == 0 || tokens[rows[k]] != tokens[rows[k - 1]]) {
+      packed.push_back(tokens[rows[k]]);
+      start.push_back(static_cast<int32_t>(k));
+    }
+  }
+  const int64_t groups = static_cast<int64_t>(start.size());
+  start.push_back(static_cast<int32_t>(count));
+  packed.insert(packed.end(), start.begin(), start.end());
+  auto* dev = static_cast<int32_t*>(scratch(kScratchTokens, packed.size() * sizeof(int32_t)));
+  // From pageable memory the copy returns once `packed` has been read: it may go out of scope.
+  check(cudaMemcpyAsync(dev, packed.data(), packed.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                        compute_stream()),
+        "cudaMemcpyAsync(token groups)");
+  return {dev, dev + count, dev + count + groups, groups};
+}
+
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t b, int64_t t, int64_t c) {
-  const int64_t count = b * t * c;
-  if (count == 0) return;
-  const int32_t* dev_tokens = tokens_to_device(tokens, b * t, kScratchTokens);
-  embedding_backward_kernel<<<blocks_for(count), kThreads, 0, compute_stream()>>>(
-      dwte, dwpe, dout, dev_tokens, t, c, count);
+  if (b * t * c == 0) return;
+  const TokenGroups g = group_rows_by_token(tokens, b * t);
+  cudaStream_t s = compute_stream();
+  embedding_backward_wte_kernel<<<blocks_for(g.groups * c), kThreads, 0, s>>>(
+      dwte, dout, g.rows, g.group_token, g.start, g.groups, c);
+  embedding_backward_wpe_kernel<<<blocks_for(t * c), kThreads, 0, s>>>(dwpe, dout, b, t, c);
   check_launch("embedding_backward");
 }
 
@@ -502,7 +523,7 @@ float mean_row_loss(const RowLosses& r, int64_t n, cudaStream_t s, const char* o
   check(cudaMemcpyAsync(&host_total, r.total, sizeof(double), cudaMemcpyDeviceToHost, s),
         "cudaMemcpyAsync(loss)");
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize(loss)");
-  return static_cast<float>(host_total / static_cast<double>(n));
+  return math::mean_loss(host_total, n);
 }
 
 // Shared by both cross-entropy entries: per-row losses on the device, then their mean.
@@ -512,7 +533,7 @@ float cross_entropy(float* dlogits, const float* logits, const int32_t* targets,
   cudaStream_t s = compute_stream();
   const int32_t* dev_targets = tokens_to_device(targets, n, kScratchTargets);
   const RowLosses r = row_loss_scratch(n);
-  const float g = grad_scale / static_cast<float>(n);
+  const float g = math::ce_grad_scale(grad_scale, n);
   cross_entropy_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(dlogits, r.losses, logits,
                                                                      dev_targets, v, g);
   return mean_row_loss(r, n, s, "cross_entropy");
@@ -535,7 +556,7 @@ float vocab_parallel_ce_forward_backward(float* dlogits, const float* logits,
   cudaStream_t s = compute_stream();
   const int32_t* dev_targets = tokens_to_device(targets, n, kScratchTargets);
   const RowLosses r = row_loss_scratch(n);
-  const float g = grad_scale / static_cast<float>(n);
+  const float g = math::ce_grad_scale(grad_scale, n);
   vocab_parallel_ce_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(
       dlogits, r.losses, logits, all_stats, dev_targets, n, v, v0, parts, g);
   return mean_row_loss(r, n, s, "vocab_parallel_ce");
@@ -562,7 +583,8 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
            float beta2, float eps, float weight_decay, double bias1, double bias2) {
   if (n == 0) return;
   adamw_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-      param, grad, m, v, n, lr, beta1, beta2, eps, 1.0f - lr * weight_decay, bias1, bias2);
+      param, grad, m, v, n, lr, beta1, beta2, eps, math::adamw_decay(lr, weight_decay), bias1,
+      bias2);
   check_launch("adamw");
 }
 
