@@ -1,7 +1,16 @@
-// Every CUDA kernel against the CPU reference on the same inputs (tolerance: gpu_test_util.h,
-// 1e-4 of the largest reference value), then a whole GPT forward/backward and AdamW/SGD steps.
-// Without a GPU each test WARNs "no CUDA GPU: skipped" (and gpu_main.cpp exits 77 first).
+// Every CUDA kernel against the CPU reference on the same inputs, then a whole GPT
+// forward/backward and AdamW/SGD steps. Without a GPU each test WARNs "no CUDA GPU: skipped" (and
+// gpu_main.cpp exits 77 first).
+//
+// Two strengths of comparison. The kernels whose every output element is core/ops/math/'s
+// arithmetic applied in the CPU's order (element-wise ops, GELU, embedding forward and backward,
+// the column sums of bias and layernorm gradients, the optimizers) must give the CPU's bits:
+// require_same_bits (both sides call the same functions, and neither fuses a multiply-add). The
+// ones that reduce a row in a block (layernorm, softmax, cross-entropy) add in another order and
+// call CUDA's expf/logf: within require_close's fp32 tolerance (gpu_test_util.h).
+#include <cstring>
 #include <numeric>
+#include <string>
 
 #include "core/model/gpt.h"
 #include "core/ops/cuda_table.h"
@@ -20,6 +29,20 @@ std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
   for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
   return ids;
 }
+
+// The GPU's result has the CPU's bits, element for element (the first differing one is named).
+void require_same_bits(const Tensor& gpu, const Tensor& cpu, const char* what) {
+  const std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
+  REQUIRE(g.size() == c.size());
+  size_t differing = 0, first = g.size();
+  for (size_t i = 0; i < g.size(); ++i)
+    if (std::memcmp(&g[i], &c[i], sizeof(float)) != 0 && differing++ == 0) first = i;
+  INFO(what << ": " << differing << " of " << g.size() << " elements differ"
+            << (differing ? " (first at " + std::to_string(first) + ": gpu " +
+                                std::to_string(g[first]) + ", cpu " + std::to_string(c[first]) + ")"
+                          : std::string()));
+  CHECK(differing == 0);
+}
 }  // namespace
 
 TEST_CASE("every CudaKernels entry is installed", "[gpu]") {
@@ -28,6 +51,8 @@ TEST_CASE("every CudaKernels entry is installed", "[gpu]") {
   CHECK(k.matmul);
   CHECK(k.attention_forward);
   CHECK(k.adamw);
+  CHECK(k.vocab_parallel_ce_stats);
+  CHECK(k.vocab_parallel_ce_forward_backward);
 }
 
 TEST_CASE("gpu matmul matches cpu in all four transpose modes, with beta", "[gpu]") {
@@ -46,7 +71,7 @@ TEST_CASE("gpu matmul matches cpu in all four transpose modes, with beta", "[gpu
     }
 }
 
-TEST_CASE("gpu element-wise ops match cpu", "[gpu]") {
+TEST_CASE("gpu element-wise ops give the cpu bits", "[gpu]") {
   MGPU_REQUIRE_GPU();
   GpuRank g;
   const int64_t n = 67, c = 300;
@@ -56,33 +81,33 @@ TEST_CASE("gpu element-wise ops match cpu", "[gpu]") {
 
   ops::bias_add(x, bias);
   ops::bias_add(gx, gbias);
-  require_close(gx, x, "bias_add");
+  require_same_bits(gx, x, "bias_add");
 
   ops::bias_grad(bias, y);  // accumulates into the random bias
   ops::bias_grad(gbias, gy);
-  require_close(gbias, bias, "bias_grad");
+  require_same_bits(gbias, bias, "bias_grad");  // rows added in order, no atomics
 
   Tensor out = g.cpu_zeros({n, c}), gout = g.gpu(out);
   ops::add(out, x, y);
   ops::add(gout, gx, gy);
-  require_close(gout, out, "add");
+  require_same_bits(gout, out, "add");
 
   ops::axpy(out, -0.3f, x);
   ops::axpy(gout, -0.3f, gx);
-  require_close(gout, out, "axpy");
+  require_same_bits(gout, out, "axpy");
 
   ops::scale(out, 1.7f);
   ops::scale(gout, 1.7f);
-  require_close(gout, out, "scale");
+  require_same_bits(gout, out, "scale");
 
   ops::gelu_forward(out, x);
   ops::gelu_forward(gout, gx);
-  require_close(gout, out, "gelu_forward");
+  require_same_bits(gout, out, "gelu_forward");
 
   Tensor din = g.cpu_zeros({n, c}), gdin = g.gpu(din);
   ops::gelu_backward(din, x, y);
   ops::gelu_backward(gdin, gx, gy);
-  require_close(gdin, din, "gelu_backward");
+  require_same_bits(gdin, din, "gelu_backward");
 }
 
 TEST_CASE("gpu layernorm and softmax match cpu", "[gpu]") {
@@ -111,6 +136,15 @@ TEST_CASE("gpu layernorm and softmax match cpu", "[gpu]") {
     require_close(gdx, dx, "layernorm dinp");
     require_close(gdw, dw, "layernorm dweight");
     require_close(gdb, db, "layernorm dbias");
+    // dweight and dbias are column sums added row after row as on the CPU: given the CPU's
+    // mean and rstd (the GPU's own differ by the order of the forward's row sums), the same bits.
+    auto [dw2, gdw2] = g.pair({c}, 21);
+    auto [db2, gdb2] = g.pair({c}, 22);
+    Tensor cpu_mean = g.gpu(mean), cpu_rstd = g.gpu(rstd);
+    ops::layernorm_backward(dx, dw2, db2, dy, x, w, mean, rstd);
+    ops::layernorm_backward(gdx, gdw2, gdb2, gdy, gx, gw, cpu_mean, cpu_rstd);
+    require_same_bits(gdw2, dw2, "layernorm dweight from the cpu's mean and rstd");
+    require_same_bits(gdb2, db2, "layernorm dbias from the cpu's mean and rstd");
 
     ops::softmax_forward(out, x);
     ops::softmax_forward(gout, gx);
@@ -140,7 +174,7 @@ TEST_CASE("gpu causal attention forward and backward match cpu", "[gpu]") {
   require_close(gdqkv, dqkv, "attention dqkv");
 }
 
-TEST_CASE("gpu embedding and cross-entropy match cpu", "[gpu]") {
+TEST_CASE("gpu embedding gives the cpu bits and cross-entropy matches cpu", "[gpu]") {
   MGPU_REQUIRE_GPU();
   GpuRank g;
   const int64_t b = 3, t = 17, c = 40, vocab = 29;
@@ -150,12 +184,13 @@ TEST_CASE("gpu embedding and cross-entropy match cpu", "[gpu]") {
   Tensor out = g.cpu_zeros({b, t, c}), gout = g.gpu(out);
   ops::embedding_forward(out, tokens, wte, wpe);
   ops::embedding_forward(gout, tokens, gwte, gwpe);
-  require_close(gout, out, "embedding forward");
+  require_same_bits(gout, out, "embedding forward");
   auto [dout, gdout] = g.pair({b, t, c}, 18);
   ops::embedding_backward(wte, wpe, dout, tokens);  // accumulates into the weights
   ops::embedding_backward(gwte, gwpe, gdout, tokens);
-  require_close(gwte, wte, "embedding dwte");
-  require_close(gwpe, wpe, "embedding dwpe");
+  // The scatter-add adds a token's rows in the CPU's order (grouped by token, no atomics).
+  require_same_bits(gwte, wte, "embedding dwte");
+  require_same_bits(gwpe, wpe, "embedding dwpe");
 
   for (int64_t v : {29, 50257}) {  // tiny and GPT-2 vocabularies
     INFO("vocab " << v);
@@ -176,7 +211,51 @@ TEST_CASE("gpu embedding and cross-entropy match cpu", "[gpu]") {
   }
 }
 
-TEST_CASE("gpu SGD-momentum and AdamW match cpu over several steps", "[gpu]") {
+TEST_CASE("gpu vocab-parallel cross-entropy halves match cpu for uneven splits", "[gpu]") {
+  MGPU_REQUIRE_GPU();
+  GpuRank g;
+  const int64_t n = 23;
+  for (int64_t vocab : {29, 50257}) {
+    INFO("vocab " << vocab);
+    // Three ranks' column ranges, uneven: [0, a), [a, b), [b, vocab).
+    const std::vector<int64_t> begin = {0, vocab / 3 + 1, 2 * vocab / 3 + 2, vocab};
+    const int64_t parts = 3;
+    auto targets = random_ids(size_t(n), int(vocab), 40);
+    targets[0] = int32_t(begin[1]);      // a part's first column
+    targets[1] = int32_t(begin[2] - 1);  // and its last
+    std::vector<Tensor> logits, glogits;
+    std::vector<float> all_stats;  // the cpu's [parts, 3, n], as the all-gather leaves it
+    for (int64_t r = 0; r < parts; r++) {
+      auto [l, gl] = g.pair({n, begin[r + 1] - begin[r]}, 41 + uint64_t(r), 3.0f);
+      Tensor stats = g.cpu_zeros({3, n}), gstats = g.gpu(stats);
+      ops::vocab_parallel_ce_stats(stats, l, targets, begin[r]);
+      ops::vocab_parallel_ce_stats(gstats, gl, targets, begin[r]);
+      require_close(gstats, stats, "local stats (max, sum of exps, target logit)");
+      const auto st = stats.to_vector(), gst = gstats.to_vector();
+      for (int64_t i = 0; i < n; i++) {  // the max and the target's logit are exact
+        CHECK(gst[size_t(i)] == st[size_t(i)]);
+        CHECK(gst[size_t(2 * n + i)] == st[size_t(2 * n + i)]);
+      }
+      all_stats.insert(all_stats.end(), st.begin(), st.end());
+      logits.push_back(l);
+      glogits.push_back(gl);
+    }
+    // The global half on each rank's columns, both sides from the same (the cpu's) stats.
+    Tensor stats_all = g.cpu({parts, 3, n}, all_stats), gstats_all = g.gpu(stats_all);
+    for (int64_t r = 0; r < parts; r++) {
+      INFO("rank " << r);
+      Tensor dl = g.cpu_zeros(logits[size_t(r)].shape()), gdl = g.gpu(dl);
+      const float loss = ops::vocab_parallel_ce_forward_backward(dl, logits[size_t(r)], stats_all,
+                                                                 targets, begin[r], 0.5f);
+      const float gloss = ops::vocab_parallel_ce_forward_backward(
+          gdl, glogits[size_t(r)], gstats_all, targets, begin[r], 0.5f);
+      require_close(gloss, loss, "vocab-parallel loss");
+      require_close(gdl, dl, "vocab-parallel dlogits");
+    }
+  }
+}
+
+TEST_CASE("gpu SGD-momentum and AdamW give the cpu bits over several steps", "[gpu]") {
   MGPU_REQUIRE_GPU();
   GpuRank g;
   const int64_t n = 1003;
@@ -188,9 +267,9 @@ TEST_CASE("gpu SGD-momentum and AdamW match cpu over several steps", "[gpu]") {
     ops::adamw_update(p, grad, m, v, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     ops::adamw_update(gp, ggrad, gm, gv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
   }
-  require_close(gp, p, "adamw param");
-  require_close(gm, m, "adamw m");
-  require_close(gv, v, "adamw v");
+  require_same_bits(gp, p, "adamw param");
+  require_same_bits(gm, m, "adamw m");
+  require_same_bits(gv, v, "adamw v");
 
   Tensor buf = g.cpu_zeros({n}), gbuf = g.gpu(buf);
   for (int step = 1; step <= 5; ++step) {
@@ -198,8 +277,8 @@ TEST_CASE("gpu SGD-momentum and AdamW match cpu over several steps", "[gpu]") {
     ops::sgd_momentum_update(p, grad, buf, 0.1f, 0.9f, 1e-4f);
     ops::sgd_momentum_update(gp, ggrad, gbuf, 0.1f, 0.9f, 1e-4f);
   }
-  require_close(gp, p, "sgd param");
-  require_close(gbuf, buf, "sgd momentum buffer");
+  require_same_bits(gp, p, "sgd param");
+  require_same_bits(gbuf, buf, "sgd momentum buffer");
 }
 
 TEST_CASE("a GPT forward/backward on the GPU matches the CPU (same weights, same batch)", "[gpu]") {
