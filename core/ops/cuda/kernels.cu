@@ -28,7 +28,7 @@ namespace mgpu::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;          // threads per block everywhere in this file
+constexpr int kThreads = 256;  // threads per block everywhere in this file
 
 // Enough blocks for `count` threads, capped: the grid-stride loops cover the rest.
 unsigned blocks_for(int64_t count) {
@@ -341,15 +341,17 @@ __global__ void sum_losses_kernel(double* total, const float* losses, int64_t n)
 
 __global__ void sgd_momentum_kernel(float* p, const float* g, float* buf, int64_t n, float lr,
                                     float momentum, float weight_decay) {
-  GRID_STRIDE(i, n)
-  math::sgd_momentum_element(&p[i], g[i], buf ? &buf[i] : nullptr, lr, momentum, weight_decay);
+  GRID_STRIDE(i, n) {
+    math::sgd_momentum_element(&p[i], g[i], buf ? &buf[i] : nullptr, lr, momentum, weight_decay);
+  }
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
                              float beta1, float beta2, float eps, float decay, double bias1,
                              double bias2) {
-  GRID_STRIDE(i, n)
-  math::adamw_element(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, decay, bias1, bias2);
+  GRID_STRIDE(i, n) {
+    math::adamw_element(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, decay, bias1, bias2);
+  }
 }
 
 __global__ void fill_kernel(float* x, float value, int64_t count) {

@@ -72,9 +72,11 @@ MGPU_HD float fast_tanh(float u) {
 // ---- GELU, tanh approximation (as in GPT-2; Hendrycks & Gimpel 2016) --------------------------
 // gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
 
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
 MGPU_HD float gelu_tanh_argument(float x) {
-  const float sqrt_2_over_pi = 0.7978845608028654f;
-  return sqrt_2_over_pi * (x + 0.044715f * x * x * x);
+  return kGeluScale * (x + kGeluCube * x * x * x);
 }
 
 MGPU_HD float gelu(float x) {
@@ -85,7 +87,7 @@ MGPU_HD float gelu(float x) {
 MGPU_HD float gelu_backward(float x, float dy) {
   const float th = fast_tanh(gelu_tanh_argument(x));
   const float sech2 = 1.0f - th * th;  // d tanh(u) / du
-  const float du_dx = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+  const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
   const float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
   return local * dy;
 }
