@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/ops/cpu/kernels.h"
+#include "core/ops/cuda/token_groups.h"
 #include "core/ops/math/elementwise.h"
 #include "core/ops/math/optimizer.h"
 #include "core/ops/optimizer_kernels.h"
@@ -376,4 +377,37 @@ TEST_CASE("the CPU kernels compute exactly the shared functions' bits", "[kernel
     REQUIRE(same_bits(mk[i], m[i]));
     REQUIRE(same_bits(vk[i], v[i]));
   }
+}
+
+TEST_CASE("the GPU embedding backward's token groups add each token's rows in the CPU's order",
+          "[kernel_math]") {
+  // The grouping is host code (core/ops/cuda/token_groups.h); the loop below is the body of
+  // kernels.cu's embedding_backward_wte_kernel, one (group, column) after another.
+  const int64_t c = 5, vocab = 11;
+  const std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 3, 7, 2, 10, 3, 5, 0};  // repeats, singles
+  const int64_t count = int64_t(tokens.size());
+  const cuda::TokenGroupsLayout layout = cuda::group_rows_by_token(tokens.data(), count);
+  CHECK(layout.groups == 6);  // the distinct ids 0 2 3 5 7 10, in ascending order
+  CHECK(std::vector<int32_t>(layout.group_token(), layout.group_token() + layout.groups) ==
+        std::vector<int32_t>{0, 2, 3, 5, 7, 10});
+  CHECK(std::vector<int32_t>(layout.rows(), layout.rows() + count) ==
+        std::vector<int32_t>{3, 11, 7, 0, 2, 5, 9, 10, 1, 6, 4, 8});  // ascending within an id
+  CHECK(layout.start()[0] == 0);
+  CHECK(layout.start()[layout.groups] == count);
+
+  const auto dout = random_values(size_t(count * c), 15, 10.0f);
+  const auto init = random_values(size_t(vocab * c), 16);
+  std::vector<float> dwte = init, dwpe(size_t(count * c), 0.0f);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), 1, count, c);
+  std::vector<float> grouped = init;
+  for (int64_t g = 0; g < layout.groups; g++)
+    for (int64_t j = 0; j < c; j++) {
+      float* w = grouped.data() + int64_t(layout.group_token()[g]) * c + j;
+      float sum = *w;
+      for (int32_t k = layout.start()[g]; k < layout.start()[g + 1]; k++)
+        sum = math::accumulate(sum, dout[size_t(int64_t(layout.rows()[k]) * c + j)]);
+      *w = sum;
+    }
+  for (size_t i = 0; i < dwte.size(); i++) REQUIRE(same_bits(grouped[i], dwte[i]));
+  CHECK(cuda::group_rows_by_token(tokens.data(), 0).groups == 0);
 }

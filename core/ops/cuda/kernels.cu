@@ -14,12 +14,10 @@
 //  - column sums (bias and layernorm parameter gradients): one thread per column adds the rows in
 //    ascending order into the gradient, as the CPU loop does: the same bits, and no atomics, so
 //    a run gives the same result every time.
-#include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <vector>
 
 #include "core/ops/cuda/cuda_kernels.h"
+#include "core/ops/cuda/token_groups.h"
 #include "core/ops/math/elementwise.h"
 #include "core/ops/math/optimizer.h"
 #include "core/runtime/cuda/streams.h"
@@ -235,10 +233,10 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
 }
 
 // The backward scatter-add, in the CPU's order without atomics. dwte: the rows of the batch are
-// grouped by token id (on the host: `rows` lists them by token, ascending within a token, group g
-// is rows[start[g] .. start[g+1]) of token group_token[g]); thread (g, j) adds its group's rows
-// in that order into dwte[token, j]. dwpe: thread (position, j) adds the batch's rows at that
-// position, batch 0 first.
+// grouped by token id on the host (token_groups.h: `rows` lists them by token, ascending within a
+// token, group g is rows[start[g] .. start[g+1]) of token group_token[g]); thread (g, j) adds its
+// group's rows in that order into dwte[token, j]. dwpe: thread (position, j) adds the batch's rows
+// at that position, batch 0 first.
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* rows,
                                               const int32_t* group_token, const int32_t* start,
                                               int64_t groups, int64_t c) {
@@ -460,43 +458,28 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   check_launch("embedding_forward");
 }
 
-// The batch's rows grouped by token id for embedding_backward_wte_kernel, in one int32 device
-// buffer: rows [count], then group_token [groups], then start [groups + 1].
+// The batch's rows grouped by token id (token_groups.h), copied into the tokens' scratch buffer.
 struct TokenGroups {
   const int32_t* rows;
   const int32_t* group_token;
   const int32_t* start;
   int64_t groups;
 };
-TokenGroups group_rows_by_token(const int32_t* tokens, int64_t count) {
-  std::vector<int32_t> rows(static_cast<size_t>(count));
-  std::iota(rows.begin(), rows.end(), 0);
-  // Stable: within a token the rows stay ascending, the order the CPU adds them in.
-  std::stable_sort(rows.begin(), rows.end(),
-                   [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
-  std::vector<int32_t> packed(rows);
-  std::vector<int32_t> start;
-  for (int64_t k = 0; k < count; k++) {
-    if (k == 0 || tokens[rows[k]] != tokens[rows[k - 1]]) {
-      packed.push_back(tokens[rows[k]]);
-      start.push_back(static_cast<int32_t>(k));
-    }
-  }
-  const int64_t groups = static_cast<int64_t>(start.size());
-  start.push_back(static_cast<int32_t>(count));
-  packed.insert(packed.end(), start.begin(), start.end());
-  auto* dev = static_cast<int32_t*>(scratch(kScratchTokens, packed.size() * sizeof(int32_t)));
-  // From pageable memory the copy returns once `packed` has been read: it may go out of scope.
-  check(cudaMemcpyAsync(dev, packed.data(), packed.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                        compute_stream()),
+TokenGroups token_groups_to_device(const int32_t* tokens, int64_t count) {
+  const TokenGroupsLayout layout = group_rows_by_token(tokens, count);
+  const size_t bytes = layout.packed.size() * sizeof(int32_t);
+  auto* dev = static_cast<int32_t*>(scratch(kScratchTokens, bytes));
+  // From pageable memory the copy returns once `layout` has been read: it may go out of scope.
+  check(cudaMemcpyAsync(dev, layout.packed.data(), bytes, cudaMemcpyHostToDevice, compute_stream()),
         "cudaMemcpyAsync(token groups)");
-  return {dev, dev + count, dev + count + groups, groups};
+  const auto offset = [&](const int32_t* p) { return dev + (p - layout.packed.data()); };
+  return {dev, offset(layout.group_token()), offset(layout.start()), layout.groups};
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t b, int64_t t, int64_t c) {
   if (b * t * c == 0) return;
-  const TokenGroups g = group_rows_by_token(tokens, b * t);
+  const TokenGroups g = token_groups_to_device(tokens, b * t);
   cudaStream_t s = compute_stream();
   embedding_backward_wte_kernel<<<blocks_for(g.groups * c), kThreads, 0, s>>>(
       dwte, dout, g.rows, g.group_token, g.start, g.groups, c);
