@@ -8,7 +8,8 @@
 // block of threads on the GPU), which is why the row sums are passed in, not computed here.
 //
 // expf/logf are the one place the two sides call different code: the host's libm and CUDA's
-// (within 2 ulp of the exact value). Where the CPU kernels use the polynomial vexp instead, so does the GPU.
+// (within 2 ulp of the exact value). Where the CPU kernels use the polynomial vexp instead, so does
+// the GPU.
 #pragma once
 #include <math.h>
 #include <stdint.h>
