@@ -138,7 +138,7 @@ TEST_CASE("gpu gather, combine and gathered dots give the cpu's bits", "[gpu][mo
   const std::vector<float> scale = GpuRank::randn(n, 13, 1.0f);
   auto [table, gtable] = g.pair({table_rows, c}, 14);
   for (bool scaled : {false, true}) {
-    INFO(scaled ? "with scales" : "without scales");
+    INFO((scaled ? "with scales" : "without scales"));
     const std::vector<float> s = scaled ? scale : std::vector<float>{};
     Tensor rows = g.cpu_zeros({n, c}), grows = g.gpu(rows);
     ops::gather_rows(rows, table, index, s);
