@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/model/gpt.h"
 #include "core/model/init.h"
@@ -381,6 +382,46 @@ TEST_CASE("the permutation's row math: dot in ascending order, a missing scale i
   const float scale[2] = {0.5f, 3.0f};
   CHECK(math::row_scale(scale, 1) == 3.0f);
   CHECK(math::row_scale(nullptr, 1) == 1.0f);
+}
+
+TEST_CASE("combine through per-row slot lists (the GPU's way) gives the CPU kernel's bits",
+          "[moe][ops]") {
+  // moe_rows.cu: the host lists each output row's slots (slots_by_row), then one thread per
+  // output element adds its row's slots in list order (combined_value). Replayed here on the CPU.
+  const int64_t out_rows = 7, n = 17, c = 5;
+  std::vector<int32_t> index(static_cast<size_t>(n));  // repeats, and rows 5 and 6 get no slot
+  for (int64_t i = 0; i < n; ++i) index[size_t(i)] = int32_t((i * 3 + i / 4) % 5);
+  std::vector<int32_t> begin(static_cast<size_t>(out_rows + 1)), slots(static_cast<size_t>(n));
+  math::slots_by_row(index.data(), n, out_rows, begin.data(), slots.data());
+  CHECK(begin.front() == 0);
+  CHECK(begin.back() == n);
+  for (int64_t r = 0; r < out_rows; ++r) {
+    INFO("row " << r);
+    for (int32_t k = begin[size_t(r)]; k < begin[size_t(r) + 1]; ++k) {
+      CHECK(index[size_t(slots[size_t(k)])] == r);  // the row's own slots ...
+      if (k > begin[size_t(r)]) CHECK(slots[size_t(k)] > slots[size_t(k) - 1]);  // ... ascending
+    }
+  }
+  CHECK(begin[5] == begin[7]);  // the rows no slot lands on have empty lists
+
+  std::vector<float> row_values(static_cast<size_t>(n * c)), scale(static_cast<size_t>(n));
+  for (size_t k = 0; k < row_values.size(); ++k) row_values[k] = std::sin(0.7f * float(k)) * 1e3f;
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.1f + 0.37f * float(i % 4);
+  const Tensor rows = Tensor::from({n, c}, row_values);
+  for (bool scaled : {false, true}) {
+    INFO((scaled ? "with scales" : "without scales"));
+    const float* s = scaled ? scale.data() : nullptr;
+    Tensor out = Tensor::zeros({out_rows, c}, MemCategory::workspace);
+    ops::combine_rows(out, rows, index, scaled ? scale : std::vector<float>{});
+    std::vector<float> listed(size_t(out_rows * c));
+    for (int64_t e = 0; e < out_rows * c; ++e) {
+      const int64_t r = e / c;
+      listed[size_t(e)] = math::combined_value(row_values.data(), c, e % c, slots.data(),
+                                               begin[size_t(r)], begin[size_t(r) + 1], s);
+    }
+    const std::vector<float> want = out.to_vector();
+    CHECK(std::memcmp(listed.data(), want.data(), listed.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("MoE under recompute: every mode gives the same gradients; what it keeps is tagged",

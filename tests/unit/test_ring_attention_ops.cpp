@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -211,4 +212,88 @@ TEST_CASE("the score and its gradient match their formulas in double", "[ops][ri
   CHECK(math::score_grad(0.3f, 0.5f, 0.5f, 0.5f) == 0.0f);
   CHECK(math::shifted_exp(2.0f, 2.0f) == 1.0f);
   CHECK(math::probability(math::kMaskedScore, 0.3f) == 0.0f);  // a masked pair: probability 0
+}
+
+TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CPU kernels' bits",
+          "[ops][ring]") {
+  // ring_attention.cu's layout replayed on the CPU: per (batch, head, query) row the scores, then
+  // one output channel per "thread" (block_forward_channel); backward per row the pairs' p and dS,
+  // dQ per channel (dq_channel), and per key dK/dV per channel (dkv_channel). The kernels index
+  // exactly like this; the CPU kernels loop keys outside and channels inside.
+  const int64_t b = 2, heads = 2, c = 8, hs = c / heads, t = 16;
+  const std::vector<int32_t> q_pos = {4, 5, 10, 11}, kv_pos = {3, 5, 6, 9, 10, 15};
+  const int64_t tq = int64_t(q_pos.size()), tk = int64_t(kv_pos.size());
+  const float scale = math::attention_scale(hs);
+  const Tensor q = Tensor::from({b, tq, c}, values(b * tq * c, 1.1f, 0.4f));
+  const Tensor kv = Tensor::from({b, tk, 2 * c}, values(b * tk * 2 * c, 0.9f, 2.1f));
+  const Tensor dout = Tensor::from({b, tq, c}, values(b * tq * c, 0.7f, 1.3f));
+  const std::vector<float> scores0 = values(b * heads * tq * t, 0.5f, 0.8f);  // untouched columns
+  const std::vector<float> dq0 = values(b * tq * c, 0.3f, 0.1f),
+                           dkv0 = values(b * tk * 2 * c, 0.2f, 2.9f);
+
+  Tensor out = zeros({b, tq, c}), lse = zeros({b, heads, tq});
+  Tensor scores = Tensor::from({b, heads, tq, t}, scores0);
+  ops::attention_block_forward(out, lse, scores, q, kv, q_pos, kv_pos, int(heads));
+  Tensor dq = Tensor::from({b, tq, c}, dq0), dkv = Tensor::from({b, tk, 2 * c}, dkv0);
+  ops::attention_block_backward(dq, dkv, dout, out, q, kv, scores, lse, q_pos, kv_pos, int(heads));
+
+  std::vector<float> g_scores = scores0, g_out(size_t(b * tq * c)), g_lse(size_t(b * heads * tq));
+  std::vector<float> g_dq = dq0, g_dkv = dkv0, pair_p(size_t(b * heads * tq * tk));
+  std::vector<float> pair_ds(pair_p.size());
+  const float *qd = q.f32(), *kvd = kv.f32(), *doutd = dout.f32();
+  const float* outd = g_out.data();
+  for (int64_t row = 0; row < b * heads * tq; ++row) {  // the forward, one block per row
+    const int64_t i = row % tq, h = (row / tq) % heads, bi = row / tq / heads;
+    const float* qi = qd + (bi * tq + i) * c + h * hs;
+    const float* keys = kvd + bi * tk * 2 * c + h * hs;
+    float* srow = g_scores.data() + row * t;
+    const int64_t n = math::visible_keys(kv_pos.data(), tk, q_pos[size_t(i)]);
+    for (int64_t j = 0; j < tk; ++j)
+      srow[kv_pos[size_t(j)]] =
+          j < n ? math::scaled_score(qi, keys + j * 2 * c, hs, scale) : math::kMaskedScore;
+    for (int64_t d = 0; d < hs; ++d) {
+      const math::ChannelOut o =
+          math::block_forward_channel(srow, kv_pos.data(), n, keys + c + d, 2 * c);
+      g_out[size_t((bi * tq + i) * c + h * hs + d)] = o.out;
+      if (d == 0) g_lse[size_t(row)] = o.lse;
+    }
+  }
+  for (int64_t row = 0; row < b * heads * tq; ++row) {  // the backward's query kernel
+    const int64_t i = row % tq, h = (row / tq) % heads, bi = row / tq / heads;
+    const int64_t qi_at = (bi * tq + i) * c + h * hs;
+    const float* keys = kvd + bi * tk * 2 * c + h * hs;
+    const int64_t n = math::visible_keys(kv_pos.data(), tk, q_pos[size_t(i)]);
+    const float row_term = math::dot(doutd + qi_at, outd + qi_at, hs);
+    for (int64_t j = 0; j < n; ++j) {
+      const math::PairGrad g =
+          math::pair_grad(g_scores[size_t(row * t + kv_pos[size_t(j)])], g_lse[size_t(row)],
+                          doutd + qi_at, keys + j * 2 * c + c, hs, row_term, scale);
+      pair_p[size_t(row * tk + j)] = g.p;
+      pair_ds[size_t(row * tk + j)] = g.ds;
+    }
+    for (int64_t d = 0; d < hs; ++d)
+      g_dq[size_t(qi_at + d)] =
+          math::dq_channel(g_dq[size_t(qi_at + d)], pair_ds.data() + row * tk, n, keys + d, 2 * c);
+  }
+  for (int64_t key_row = 0; key_row < b * heads * tk; ++key_row) {  // the key kernel
+    const int64_t j = key_row % tk, h = (key_row / tk) % heads, bi = key_row / tk / heads;
+    const int64_t k_at = (bi * tk + j) * 2 * c + h * hs;
+    const int64_t first = math::first_seeing_query(q_pos.data(), tq, kv_pos[size_t(j)]);
+    if (first == tq) continue;
+    const int64_t pair = ((bi * heads + h) * tq + first) * tk + j;
+    const int64_t q_at = (bi * tq + first) * c + h * hs;
+    for (int64_t d = 0; d < hs; ++d)
+      math::dkv_channel(&g_dkv[size_t(k_at + d)], &g_dkv[size_t(k_at + c + d)],
+                        pair_p.data() + pair, pair_ds.data() + pair, tk, qd + q_at + d,
+                        doutd + q_at + d, c, tq - first);
+  }
+  auto same_bits = [](const std::vector<float>& got, const std::vector<float>& want) {
+    REQUIRE(got.size() == want.size());
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+  };
+  same_bits(g_scores, scores.to_vector());
+  same_bits(g_out, out.to_vector());
+  same_bits(g_lse, lse.to_vector());
+  same_bits(g_dq, dq.to_vector());
+  same_bits(g_dkv, dkv.to_vector());
 }

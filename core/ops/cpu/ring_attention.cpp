@@ -75,13 +75,12 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
         const float lse_i = lse[(bi * heads + h) * tq + i];
         for (int64_t j = 0; j < n; j++) {
           const int64_t k_at = (bi * tk + j) * 2 * c + h * hs, v_at = k_at + c;
-          const float p = math::probability(row[kv_pos[j]], lse_i);  // the final one
-          const float dp = dot(dout + qi_at, kv + v_at, hs);
-          const float ds = math::score_grad(p, dp, d_i, scale);
+          const math::PairGrad g =
+              math::pair_grad(row[kv_pos[j]], lse_i, dout + qi_at, kv + v_at, hs, d_i, scale);
           for (int64_t d = 0; d < hs; d++) {
-            dkv[v_at + d] += p * dout[qi_at + d];
-            dq[qi_at + d] += ds * kv[k_at + d];
-            dkv[k_at + d] += ds * q[qi_at + d];
+            dkv[v_at + d] += g.p * dout[qi_at + d];
+            dq[qi_at + d] += g.ds * kv[k_at + d];
+            dkv[k_at + d] += g.ds * q[qi_at + d];
           }
         }
       }

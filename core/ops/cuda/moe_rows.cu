@@ -3,8 +3,8 @@
 //  - gather: one thread per element of the gathered rows;
 //  - combine: several slots may land on one token's row, so instead of float atomics (whose order
 //    of additions changes run to run) the host lists, per output row, the slots that land on it
-//    in ascending order, and one thread per output element adds them in that order: the CPU's
-//    order, and the same bits on every run;
+//    in ascending order (math::slots_by_row), and one thread per output element adds them in
+//    that order (math::combined_value): the CPU's order, and the same bits on every run;
 //  - dots: one thread per slot, the result copied back (the caller needs it on the host).
 // Built with -fmad=false (core/CMakeLists.txt), as the CPU side is built without contraction.
 #include <vector>
@@ -51,18 +51,13 @@ __global__ void gather_rows_kernel(float* rows, const float* inp, const int32_t*
   }
 }
 
-// slots[begin[r] .. begin[r + 1]) are the slots i landing on output row r, ascending.
+// slots[begin[r] .. begin[r + 1]) are the slots landing on output row r, ascending.
 __global__ void combine_rows_kernel(float* out, int64_t out_rows, const float* rows,
                                     const int32_t* begin, const int32_t* slots, const float* scale,
                                     int64_t c) {
   GRID_STRIDE(e, out_rows * c) {
-    const int64_t r = e / c, j = e % c;
-    float sum = 0.0f;
-    for (int32_t k = begin[r]; k < begin[r + 1]; k++) {
-      const int64_t i = slots[k];
-      sum += math::row_scale(scale, i) * rows[i * c + j];
-    }
-    out[e] = sum;
+    const int64_t r = e / c;
+    out[e] = math::combined_value(rows, c, e % c, slots, begin[r], begin[r + 1], scale);
   }
 }
 
@@ -81,22 +76,11 @@ void gather_rows(float* rows, const float* inp, const int32_t* index, const floa
   check_launch("gather_rows");
 }
 
-// A counting sort of the slots by output row, stable: [begin (out_rows + 1) | slots (n)].
-std::vector<int32_t> slots_by_row(const int32_t* index, int64_t out_rows, int64_t n) {
-  std::vector<int32_t> lists(size_t(out_rows + 1 + n), 0);
-  int32_t* begin = lists.data();
-  int32_t* slots = begin + out_rows + 1;
-  for (int64_t i = 0; i < n; i++) begin[index[i] + 1]++;
-  for (int64_t r = 0; r < out_rows; r++) begin[r + 1] += begin[r];
-  std::vector<int32_t> next(begin, begin + out_rows);
-  for (int64_t i = 0; i < n; i++) slots[next[size_t(index[i])]++] = int32_t(i);
-  return lists;
-}
-
 void combine_rows(float* out, int64_t out_rows, const float* rows, const int32_t* index,
                   const float* scale, int64_t n, int64_t c) {
   if (out_rows * c == 0) return;
-  const std::vector<int32_t> lists = slots_by_row(index, out_rows, n);
+  std::vector<int32_t> lists(size_t(out_rows + 1 + n));  // [begin (out_rows + 1) | slots (n)]
+  math::slots_by_row(index, n, out_rows, lists.data(), lists.data() + out_rows + 1);
   const int32_t* dev_lists = to_device(lists.data(), int64_t(lists.size()), kScratchIndex);
   const float* dev_scale = scale && n > 0 ? to_device(scale, n, kScratchScale) : nullptr;
   combine_rows_kernel<<<blocks_for(out_rows * c), kThreads, 0, compute_stream()>>>(

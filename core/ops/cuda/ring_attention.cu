@@ -1,7 +1,8 @@
 // Ring attention's four ops on the GPU (core/ops/ops.h attention_block_forward/backward,
 // attention_merge, copy_columns). The arithmetic is core/ops/math/attention.h's, the CPU kernels'
-// own; this file holds only the thread layout, chosen so that every sum is added in the CPU's
-// order (no float atomics, no tree reductions):
+// own, down to each thread's share (block_forward_channel, dq_channel, dkv_channel, which the
+// CPU tests run in this decomposition); this file holds only the thread layout, chosen so that
+// every sum is added in the CPU's order (no float atomics, no tree reductions):
 //  - block forward: one thread block per (batch, head, query) row. Threads stride over the keys
 //    for the scores; then each thread owns output channels and walks the visible keys in
 //    ascending order for the max, the softmax sum and the weighted values;
@@ -74,22 +75,16 @@ __global__ void block_forward_kernel(float* out, float* lse, float* scores, cons
                            : math::kMaskedScore;  // masked: probability 0
   __syncthreads();  // the row's scores, written by every thread, are read by every thread
   for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) {
-    float mx = math::kMaskedScore;
-    for (int64_t j = 0; j < n; j++) mx = math::max_score(mx, row[kv_pos[j]]);
-    float sum = 0.0f, acc = 0.0f;
-    for (int64_t j = 0; j < n; j++) {
-      const float p = math::shifted_exp(row[kv_pos[j]], mx);
-      sum += p;
-      acc += p * keys[j * 2 * c + c + d];
-    }
-    oi[d] = n == 0 ? 0.0f : acc / sum;  // no visible key: an empty partial result
-    if (d == 0) lse[r.row] = n == 0 ? math::kMaskedScore : math::block_lse(mx, sum);
+    const math::ChannelOut o = math::block_forward_channel(row, kv_pos, n, keys + c + d, 2 * c);
+    oi[d] = o.out;
+    if (d == 0) lse[r.row] = o.lse;
   }
 }
 
 // ---- backward -------------------------------------------------------------------------------
 
-// Per query row: p and dS of each visible pair into `pairs` ([rows, tk] each), then dQ += dS K.
+// Per query row: p and dS of each visible pair into pair_p / pair_ds ([rows, tk] each), then
+// dQ += dS K.
 __global__ void block_backward_query_kernel(float* dq, float* pair_p, float* pair_ds,
                                             const float* dout, const float* out, const float* q,
                                             const float* kv, const float* scores, const float* lse,
@@ -105,17 +100,14 @@ __global__ void block_backward_query_kernel(float* dq, float* pair_p, float* pai
   // D_i = dO_i . O_i over ALL keys: the softmax backward's row term, from the merged output.
   const float row_term = math::dot(dout + qi_at, out + qi_at, hs);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float p = math::probability(row[kv_pos[j]], lse[r.row]);
-    const float dp = math::dot(dout + qi_at, keys + j * 2 * c + c, hs);
-    pair_p[r.row * tk + j] = p;
-    pair_ds[r.row * tk + j] = math::score_grad(p, dp, row_term, scale);
+    const math::PairGrad g = math::pair_grad(row[kv_pos[j]], lse[r.row], dout + qi_at,
+                                             keys + j * 2 * c + c, hs, row_term, scale);
+    pair_p[r.row * tk + j] = g.p;
+    pair_ds[r.row * tk + j] = g.ds;
   }
   __syncthreads();  // every pair's dS of this row is read by every channel's thread
-  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) {
-    float acc = dq[qi_at + d];
-    for (int64_t j = 0; j < n; j++) acc += pair_ds[r.row * tk + j] * keys[j * 2 * c + d];
-    dq[qi_at + d] = acc;
-  }
+  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
+    dq[qi_at + d] = math::dq_channel(dq[qi_at + d], pair_ds + r.row * tk, n, keys + d, 2 * c);
 }
 
 // Per key: dK += dS^T Q and dV += P^T dO over the queries that see it, in ascending order.
@@ -126,18 +118,14 @@ __global__ void block_backward_key_kernel(float* dkv, const float* pair_p, const
   const HeadRow r = head_row(tk, heads);  // r.i is the key
   const int64_t hs = c / heads;
   const int64_t k_at = (r.bi * tk + r.i) * 2 * c + r.h * hs, v_at = k_at + c;
-  const int64_t query_rows = (r.bi * heads + r.h) * tq;  // this (batch, head)'s first pair row
   const int64_t first = math::first_seeing_query(q_pos, tq, kv_pos[r.i]);
-  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) {
-    float dk = dkv[k_at + d], dv = dkv[v_at + d];
-    for (int64_t i = first; i < tq; i++) {
-      const int64_t pair = (query_rows + i) * tk + r.i, qi_at = (r.bi * tq + i) * c + r.h * hs;
-      dv += pair_p[pair] * dout[qi_at + d];
-      dk += pair_ds[pair] * q[qi_at + d];
-    }
-    dkv[k_at + d] = dk;
-    dkv[v_at + d] = dv;
-  }
+  if (first == tq) return;  // no query of this block sees the key
+  // the pairs (first, key), (first + 1, key), ... lie tk apart; their queries' rows c apart
+  const int64_t pair = ((r.bi * heads + r.h) * tq + first) * tk + r.i;
+  const int64_t q_at = (r.bi * tq + first) * c + r.h * hs;
+  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
+    math::dkv_channel(dkv + k_at + d, dkv + v_at + d, pair_p + pair, pair_ds + pair, tk,
+                      q + q_at + d, dout + q_at + d, c, tq - first);
 }
 
 // ---- merge and copy -------------------------------------------------------------------------

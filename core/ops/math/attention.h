@@ -102,4 +102,63 @@ MGPU_HD float merged_value(const MergeWeights& w, float out_a, float out_b) {
   return w.a * out_a + w.b * out_b;
 }
 
+// The backward of one visible pair (query row i, key j): the final probability and dS.
+struct PairGrad {
+  float p, ds;
+};
+MGPU_HD PairGrad pair_grad(float score, float lse, const float* dout_i, const float* value_j,
+                           int64_t hs, float row_term, float scale) {
+  const float p = probability(score, lse);
+  return {p, score_grad(p, dot(dout_i, value_j, hs), row_term, scale)};
+}
+
+// ---- one GPU thread's share ------------------------------------------------------------------
+// The CUDA kernels (ring_attention.cu) split a row's work over threads, one output channel per
+// thread, where the CPU kernel loops over keys outside and channels inside. Each function below
+// is one thread's part, doing for its element the CPU kernel's operations in the CPU kernel's
+// order; tests/unit/test_ring_attention_ops.cpp runs them in the GPU's decomposition on the CPU
+// and compares with the CPU kernels bit for bit.
+
+// Forward, output channel d of a query row that sees its block's first n keys: key j's score is
+// scores[kv_pos[j]], its value's channel d is value_d[j * value_stride]. The row's lse comes
+// with it; a row that sees no key is an empty partial result (0, -inf).
+struct ChannelOut {
+  float out, lse;
+};
+MGPU_HD ChannelOut block_forward_channel(const float* scores, const int32_t* kv_pos, int64_t n,
+                                         const float* value_d, int64_t value_stride) {
+  if (n == 0) return {0.0f, kMaskedScore};
+  float mx = kMaskedScore;
+  for (int64_t j = 0; j < n; j++) mx = max_score(mx, scores[kv_pos[j]]);
+  float sum = 0.0f, acc = 0.0f;
+  for (int64_t j = 0; j < n; j++) {
+    const float p = shifted_exp(scores[kv_pos[j]], mx);
+    sum += p;
+    acc += p * value_d[j * value_stride];
+  }
+  return {acc / sum, block_lse(mx, sum)};
+}
+
+// dQ channel d of a query row: dq + the sum over its n visible keys, in ascending order, of
+// dS_j times key j's channel d (key_d[j * key_stride]).
+MGPU_HD float dq_channel(float dq, const float* ds, int64_t n, const float* key_d,
+                         int64_t key_stride) {
+  for (int64_t j = 0; j < n; j++) dq += ds[j] * key_d[j * key_stride];
+  return dq;
+}
+
+// dK and dV channel d of one key, added to over the `count` queries that see it in ascending
+// order: query i's channel d at q_d[i * row_stride] and dout_d[i * row_stride], its pair's p
+// and dS at p[i * pair_stride] and ds[i * pair_stride].
+MGPU_HD void dkv_channel(float* dk, float* dv, const float* p, const float* ds, int64_t pair_stride,
+                         const float* q_d, const float* dout_d, int64_t row_stride, int64_t count) {
+  float k = *dk, v = *dv;
+  for (int64_t i = 0; i < count; i++) {
+    v += p[i * pair_stride] * dout_d[i * row_stride];
+    k += ds[i * pair_stride] * q_d[i * row_stride];
+  }
+  *dk = k;
+  *dv = v;
+}
+
 }  // namespace mgpu::math
