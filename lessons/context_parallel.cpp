@@ -51,10 +51,6 @@ parallel::CpLayout layout_of(const std::string& name) {
 
 // What this run can do, checked before any rank starts (one line, exit 2).
 void check_run(const CommonOptions& c, const GPTConfig& cfg, parallel::CpLayout layout) {
-  if (c.device == "cuda")
-    throw UsageError(
-        "context_parallel: ring attention's block kernels and Ulysses' re-sharding copies have no "
-        "CUDA version yet: use --device cpu (or phantom for timing only)");
   try {
     parallel::check_cp_size(cfg, c.seq, c.ranks, layout);
   } catch (const std::invalid_argument& e) {

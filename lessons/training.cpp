@@ -47,10 +47,6 @@ void set_expert_config(GPTConfig& cfg, const CommonOptions& c) {
           "{} shapes the experts of an MoE block, but the model has none: add --experts 4 (or "
           "leave {} out)",
           option, option));
-  if (c.experts > 0 && c.device == "cuda")
-    throw UsageError(
-        "--experts: the MoE layer's token permutation has no CUDA kernels yet: use --device cpu "
-        "(or phantom for timing only)");
   cfg.experts = c.experts;
   cfg.top_k = c.top_k;
   cfg.moe_every = c.moe_every;

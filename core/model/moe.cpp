@@ -208,11 +208,12 @@ Tensor MoeLayer::experts_backward(const Tensor& d_out, const MoeActivations& a,
 void MoeLayer::router_backward(Tensor& dx, const Tensor& x, const MoeActivations& a,
                                std::span<const float> d_row_weight) {
   const int64_t n = a.probs.dim(0);
-  Tensor d_probs = moe_tensor({n, experts}, MemCategory::workspace, DType::f32);
+  std::vector<float> dp;  // on the host, where the routing is
   if (a.probs.has_data()) {
     const Routing& r = a.routing;
     const std::vector<float> p = a.probs.to_vector();
-    std::vector<float> dp(size_t(n * experts), 0.0f), dw(r.expert.size(), 0.0f);
+    std::vector<float> dw(r.expert.size(), 0.0f);
+    dp.assign(size_t(n * experts), 0.0f);
     for (size_t i = 0; i < r.order.size(); ++i) dw[size_t(r.order[i])] = d_row_weight[i];
     for (int64_t t = 0; t < n; ++t) {
       const size_t s0 = size_t(t * top_k);
@@ -225,8 +226,10 @@ void MoeLayer::router_backward(Tensor& dx, const Tensor& x, const MoeActivations
         dp[size_t(t * experts + r.expert[s0 + c])] += (dw[s0 + c] - dot) / sum;
     }
     moe_aux_loss_grad(dp, r, x.dim(1), experts, top_k, aux_loss_coef * loss_grad_scale);
-    d_probs.write_f32(dp.data(), int64_t(dp.size()));
   }
+  // Tensor::from copies the host values to the rank's device (a cuda rank's too).
+  Tensor d_probs = dp.empty() ? moe_tensor({n, experts}, MemCategory::workspace, DType::f32)
+                              : Tensor::from({n, experts}, dp, MemCategory::workspace);
   Tensor d_logits = moe_tensor({n, experts}, MemCategory::workspace, DType::f32);
   ops::softmax_backward(d_logits, a.probs, d_probs);
   ops::matmul(router.grad, d_logits, x, /*trans_a=*/true, false, /*beta=*/1.0f);  // [E,N]@[N,C]

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/model/gpt.h"
 #include "core/runtime/context.h"
 #include "core/runtime/gpu.h"
 #include "core/tensor/tensor.h"
@@ -86,6 +87,34 @@ inline void require_close(const Tensor& gpu, const Tensor& cpu, const char* what
 inline void require_close(float gpu, float cpu, const char* what, double rel = kRelTol) {
   INFO(what << ": gpu " << gpu << ", cpu " << cpu);
   CHECK(std::fabs(double(gpu) - double(cpu)) <= rel * std::fabs(double(cpu)) + kAbsTol);
+}
+
+// One forward/backward of the same random batch through a GPT built from `cfg` on the CPU and
+// one on cuda:0 (same seed: the same weights): the losses within 1e-4, every gradient within
+// 1e-3 of its largest value (a whole network compounds rounding differences).
+inline void require_gpt_matches_cpu(const GPTConfig& cfg, int64_t batch, uint64_t seed) {
+  const int64_t seq = cfg.seq_len;
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> tokens(size_t(batch * seq)), targets(size_t(batch * seq));
+  for (auto& id : tokens) id = int32_t(rng() % uint64_t(cfg.vocab));
+  for (auto& id : targets) id = int32_t(rng() % uint64_t(cfg.vocab));
+
+  GPT cpu_model(cfg);  // the default CPU rank of this thread
+  const float cpu_loss = cpu_model.forward_backward(tokens, targets, batch, seq);
+
+  GpuRank g;  // from here on, new tensors live on cuda:0
+  GPT gpu_model(cfg);
+  const float gpu_loss = gpu_model.forward_backward(tokens, targets, batch, seq);
+  require_close(gpu_loss, cpu_loss, "loss", 1e-4);
+  auto cpu_params = cpu_model.params();
+  auto gpu_params = gpu_model.params();
+  REQUIRE(cpu_params.size() == gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    INFO(cpu_params[i]->name);
+    REQUIRE(gpu_params[i]->data.device().kind == DeviceKind::cuda);
+    require_close(gpu_params[i]->data, cpu_params[i]->data, "same initial weights", 0.0);
+    require_close(gpu_params[i]->grad, cpu_params[i]->grad, "gradient", 1e-3);
+  }
 }
 
 }  // namespace gpu_test

@@ -216,7 +216,6 @@ TEST_CASE("bad context-parallel sizes and options are one line and exit 2", "[cp
        "6 heads do not divide over 4 ranks"},
       {cp_run("ring", 2, {}), "unknown --cp-layout 'ring'"},
       {cp_run("zigzag", 2, {"--ranks", "4"}), "--cp 2 but the run has 4 ranks"},
-      {cp_run("zigzag", 2, {"--device", "cuda"}), "no CUDA version yet"},
   };
   for (const Case& c : cases) {
     const auto r = run_mgpu(c.args);

@@ -45,18 +45,18 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(k.fill);
   CHECK(k.vocab_parallel_ce_stats);
   CHECK(k.vocab_parallel_ce_forward_backward);
-  // Ring attention's block ops (context parallelism) have no CUDA kernels yet: the entries stay
-  // empty, ops.cpp refuses a cuda tensor with one line, and the context_parallel lesson refuses
-  // --device cuda. When a kernel lands, move its line up to the filled ones.
-  CHECK_FALSE(k.attention_block_forward);
-  CHECK_FALSE(k.attention_block_backward);
-  CHECK_FALSE(k.attention_merge);
-  CHECK_FALSE(k.copy_columns);
-  // Nor does a mixture of experts' permutation: MoE refuses --device cuda the same way.
-  CHECK_FALSE(k.gather_rows);
-  CHECK_FALSE(k.combine_rows);
-  CHECK_FALSE(k.gathered_row_dots);
-  // Nor the 2-byte storage path (bf16/fp16 on the GPU).
+  // Ring attention's block ops (context parallelism: ring_attention.cu) and a mixture of
+  // experts' permutation (moe_rows.cu).
+  CHECK(k.attention_block_forward);
+  CHECK(k.attention_block_backward);
+  CHECK(k.attention_merge);
+  CHECK(k.copy_columns);
+  CHECK(k.gather_rows);
+  CHECK(k.combine_rows);
+  CHECK(k.gathered_row_dots);
+  // The 2-byte storage path (bf16/fp16 on the GPU) has no CUDA kernels yet: the entries stay
+  // empty and ops.cpp refuses a cuda tensor with one line. When a kernel lands, move its line up
+  // to the filled ones.
   CHECK_FALSE(k.convert);
   CHECK_FALSE(k.count_nonfinite);
   CHECK_FALSE(k.matmul_2byte);

@@ -1,13 +1,16 @@
 // The mixture-of-experts layer (core/model/moe.h): one expert with top-1 is the dense MLP bit for
 // bit; the backward matches finite differences (dropless and with drops, the aux loss included);
 // the aux loss, the capacity rule and the reference routing equal hand computations; gradient
-// accumulation over micro-batches equals one batch; the parameter counts equal the formulas.
+// accumulation over micro-batches equals one batch; the parameter counts equal the formulas; the
+// permutation ops and their row math (core/ops/math/rows.h, shared with the CUDA kernels).
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/model/gpt.h"
 #include "core/model/init.h"
+#include "core/ops/math/rows.h"
 #include "core/ops/ops.h"
 #include "core/theory/model_states.h"
 #include "exercises/exercises.h"
@@ -351,6 +354,74 @@ TEST_CASE("the permutation ops: gather, weighted combine, gathered dots", "[moe]
   const std::vector<int32_t> outside = {3, 0, 0};
   CHECK_THROWS_WITH(ops::gather_rows(rows, table, outside),
                     Catch::Contains("row index 3 is outside [0, 3)"));
+}
+
+TEST_CASE("combine adds each output row's slots in ascending order, as the GPU does",
+          "[moe][ops]") {
+  // Float addition is not associative: 1e8 + 1 rounds back to 1e8. Three slots land on row 0:
+  // in ascending order (0 + 1e8) + 1 - 1e8 is 0, while adding the 1 last (1e8 - 1e8 + 1, as
+  // atomics might) gives 1. The CUDA kernel (core/ops/cuda/moe_rows.cu) adds in this order too,
+  // without atomics, so a GPU run combines to the same bits on every run.
+  const Tensor rows = Tensor::from({4, 1}, {1e8f, 1.0f, 7.0f, -1e8f});
+  const std::vector<int32_t> index = {0, 0, 1, 0};
+  Tensor out = Tensor::zeros({2, 1}, MemCategory::workspace);
+  ops::combine_rows(out, rows, index);
+  CHECK(out.to_vector() == std::vector<float>{0.0f, 7.0f});
+  // the same with scales: each product is rounded, then added in slot order
+  ops::combine_rows(out, rows, index, std::vector<float>{1.0f, 2.0f, 0.5f, 1.0f});
+  CHECK(out.to_vector() == std::vector<float>{0.0f, 3.5f});
+}
+
+TEST_CASE("the permutation's row math: dot in ascending order, a missing scale is 1",
+          "[moe][ops]") {
+  const float a[3] = {1e8f, 1.0f, -1e8f}, ones[3] = {1.0f, 1.0f, 1.0f};
+  CHECK(math::dot(a, ones, 3) == 0.0f);  // (1e8 + 1) rounds to 1e8 first
+  const float x[4] = {0.5f, -2.0f, 3.0f, 0.25f}, y[4] = {4.0f, 1.5f, -1.0f, 8.0f};
+  CHECK(math::dot(x, y, 4) == Approx(0.5 * 4 - 2 * 1.5 - 3 + 0.25 * 8).epsilon(1e-7));
+  CHECK(math::dot(x, y, 0) == 0.0f);
+  const float scale[2] = {0.5f, 3.0f};
+  CHECK(math::row_scale(scale, 1) == 3.0f);
+  CHECK(math::row_scale(nullptr, 1) == 1.0f);
+}
+
+TEST_CASE("combine through per-row slot lists (the GPU's way) gives the CPU kernel's bits",
+          "[moe][ops]") {
+  // moe_rows.cu: the host lists each output row's slots (slots_by_row), then one thread per
+  // output element adds its row's slots in list order (combined_value). Replayed here on the CPU.
+  const int64_t out_rows = 7, n = 17, c = 5;
+  std::vector<int32_t> index(static_cast<size_t>(n));  // repeats, and rows 5 and 6 get no slot
+  for (int64_t i = 0; i < n; ++i) index[size_t(i)] = int32_t((i * 3 + i / 4) % 5);
+  std::vector<int32_t> begin(static_cast<size_t>(out_rows + 1)), slots(static_cast<size_t>(n));
+  math::slots_by_row(index.data(), n, out_rows, begin.data(), slots.data());
+  CHECK(begin.front() == 0);
+  CHECK(begin.back() == n);
+  for (int64_t r = 0; r < out_rows; ++r) {
+    INFO("row " << r);
+    for (int32_t k = begin[size_t(r)]; k < begin[size_t(r) + 1]; ++k) {
+      CHECK(index[size_t(slots[size_t(k)])] == r);  // the row's own slots ...
+      if (k > begin[size_t(r)]) CHECK(slots[size_t(k)] > slots[size_t(k) - 1]);  // ... ascending
+    }
+  }
+  CHECK(begin[5] == begin[7]);  // the rows no slot lands on have empty lists
+
+  std::vector<float> row_values(static_cast<size_t>(n * c)), scale(static_cast<size_t>(n));
+  for (size_t k = 0; k < row_values.size(); ++k) row_values[k] = std::sin(0.7f * float(k)) * 1e3f;
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.1f + 0.37f * float(i % 4);
+  const Tensor rows = Tensor::from({n, c}, row_values);
+  for (bool scaled : {false, true}) {
+    INFO((scaled ? "with scales" : "without scales"));
+    const float* s = scaled ? scale.data() : nullptr;
+    Tensor out = Tensor::zeros({out_rows, c}, MemCategory::workspace);
+    ops::combine_rows(out, rows, index, scaled ? scale : std::vector<float>{});
+    std::vector<float> listed(size_t(out_rows * c));
+    for (int64_t e = 0; e < out_rows * c; ++e) {
+      const int64_t r = e / c;
+      listed[size_t(e)] = math::combined_value(row_values.data(), c, e % c, slots.data(),
+                                               begin[size_t(r)], begin[size_t(r) + 1], s);
+    }
+    const std::vector<float> want = out.to_vector();
+    CHECK(std::memcmp(listed.data(), want.data(), listed.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("MoE under recompute: every mode gives the same gradients; what it keeps is tagged",

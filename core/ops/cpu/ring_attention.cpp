@@ -2,37 +2,26 @@
 // of keys and values at a time, the log-sum-exp merge of two such partial results, and the
 // strided column copy that packs k | v out of qkv. Plain loops over visible (query, key) pairs:
 // the masks here come from global token positions, so a block may be fully visible, partly
-// visible or not at all, and only visible pairs cost anything.
+// visible or not at all, and only visible pairs cost anything. The per-pair and per-row math is
+// core/ops/math/attention.h's, which the CUDA kernels (core/ops/cuda/ring_attention.cu) call too.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "core/ops/cpu/kernels.h"
+#include "core/ops/math/attention.h"
 
 namespace mgpu::cpu {
 
-namespace {
-constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-
-// Keys visible to a query at position p: the prefix of kv_pos (ascending) with kv_pos[j] <= p.
-int64_t visible_keys(const int32_t* kv_pos, int64_t tk, int32_t p) {
-  return std::upper_bound(kv_pos, kv_pos + tk, p) - kv_pos;
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-}  // namespace
+using math::dot;
+using math::kMaskedScore;
+using math::visible_keys;
 
 void attention_block_forward(float* out, float* lse, float* scores, const float* q, const float* kv,
                              const int32_t* q_pos, const int32_t* kv_pos, int64_t b, int64_t tq,
                              int64_t tk, int64_t c, int64_t heads, int64_t score_cols) {
   const int64_t hs = c / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = math::attention_scale(hs);
   std::vector<float> s(static_cast<size_t>(tk));
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t h = 0; h < heads; h++)
@@ -42,27 +31,27 @@ void attention_block_forward(float* out, float* lse, float* scores, const float*
         float* row = scores + ((bi * heads + h) * tq + i) * score_cols;
         float& lse_i = lse[(bi * heads + h) * tq + i];
         const int64_t n = visible_keys(kv_pos, tk, q_pos[i]);
-        for (int64_t j = n; j < tk; j++) row[kv_pos[j]] = kMinusInf;  // masked: probability 0
+        for (int64_t j = n; j < tk; j++) row[kv_pos[j]] = kMaskedScore;  // probability 0
         std::fill(oi, oi + hs, 0.0f);
         if (n == 0) {  // no key of this block is visible: an empty partial result
-          lse_i = kMinusInf;
+          lse_i = kMaskedScore;
           continue;
         }
-        float mx = kMinusInf;
+        float mx = kMaskedScore;
         for (int64_t j = 0; j < n; j++) {
-          s[j] = scale * dot(qi, kv + (bi * tk + j) * 2 * c + h * hs, hs);
+          s[j] = math::scaled_score(qi, kv + (bi * tk + j) * 2 * c + h * hs, hs, scale);
           row[kv_pos[j]] = s[j];
-          mx = std::max(mx, s[j]);
+          mx = math::max_score(mx, s[j]);
         }
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {
-          const float p = std::exp(s[j] - mx);
+          const float p = math::shifted_exp(s[j], mx);
           sum += p;
           const float* vj = kv + (bi * tk + j) * 2 * c + c + h * hs;
           for (int64_t d = 0; d < hs; d++) oi[d] += p * vj[d];
         }
         for (int64_t d = 0; d < hs; d++) oi[d] /= sum;
-        lse_i = mx + std::log(sum);
+        lse_i = math::block_lse(mx, sum);
       }
 }
 
@@ -72,7 +61,7 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
                               int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
                               int64_t score_cols) {
   const int64_t hs = c / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = math::attention_scale(hs);
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t h = 0; h < heads; h++)
       for (int64_t i = 0; i < tq; i++) {
@@ -86,13 +75,12 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
         const float lse_i = lse[(bi * heads + h) * tq + i];
         for (int64_t j = 0; j < n; j++) {
           const int64_t k_at = (bi * tk + j) * 2 * c + h * hs, v_at = k_at + c;
-          const float p = std::exp(row[kv_pos[j]] - lse_i);  // the final probability
-          const float dp = dot(dout + qi_at, kv + v_at, hs);
-          const float ds = p * (dp - d_i) * scale;
+          const math::PairGrad g =
+              math::pair_grad(row[kv_pos[j]], lse_i, dout + qi_at, kv + v_at, hs, d_i, scale);
           for (int64_t d = 0; d < hs; d++) {
-            dkv[v_at + d] += p * dout[qi_at + d];
-            dq[qi_at + d] += ds * kv[k_at + d];
-            dkv[k_at + d] += ds * q[qi_at + d];
+            dkv[v_at + d] += g.p * dout[qi_at + d];
+            dq[qi_at + d] += g.ds * kv[k_at + d];
+            dkv[k_at + d] += g.ds * q[qi_at + d];
           }
         }
       }
@@ -105,15 +93,13 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
     for (int64_t h = 0; h < heads; h++)
       for (int64_t i = 0; i < t; i++) {
         float& l = lse[(bi * heads + h) * t + i];
-        const float lb = block_lse[(bi * heads + h) * t + i];
-        const float m = std::max(l, lb);
-        if (m == kMinusInf) continue;  // neither part saw a key
-        const float merged = m + std::log(std::exp(l - m) + std::exp(lb - m));
-        const float wa = std::exp(l - merged), wb = std::exp(lb - merged);
+        math::MergeWeights w;
+        if (!math::merge_weights(l, block_lse[(bi * heads + h) * t + i], &w))
+          continue;  // neither part saw a key
         float* o = out + (bi * t + i) * c + h * hs;
         const float* ob = block_out + (bi * t + i) * c + h * hs;
-        for (int64_t d = 0; d < hs; d++) o[d] = wa * o[d] + wb * ob[d];
-        l = merged;
+        for (int64_t d = 0; d < hs; d++) o[d] = math::merged_value(w, o[d], ob[d]);
+        l = w.lse;
       }
 }
 

@@ -2,6 +2,7 @@
 // core/runtime/cuda/ (install, calibrate). Every function runs on the calling rank's compute
 // stream (core/runtime/cuda/streams.h) and returns without waiting, unless it returns a value.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "core/ops/cuda_table.h"
@@ -29,6 +30,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // the scores pre-scaled; and its backward: ds = p * (ds - rowsum(p * ds)) * scale, in place.
 void causal_softmax_forward(float* att, int64_t rows, int64_t t);
 void causal_softmax_backward(float* ds, const float* p, int64_t rows, int64_t t, float scale);
+
+// A host array (positions, row indices, scales) copied into the scratch buffer `slot`
+// (streams.h) on the compute stream; returns the device copy. host_arrays.cu.
+void* host_to_scratch(const void* host, size_t bytes, int slot);
+// Device results copied into host memory; waits for the compute stream (the host needs them).
+void scratch_to_host(void* host, const void* dev, size_t bytes);
 
 // An empty kernel on the compute stream (calibration measures launch overhead with it).
 void launch_empty_kernel();
