@@ -147,7 +147,7 @@ TEST_CASE("the online-softmax merge equals the softmax over both key sets (doubl
   // A block's partial result the way the kernels compute it: max, shifted exps, lse.
   auto partial = [&](size_t begin, size_t end, std::vector<float>& out) {
     float mx = math::kMaskedScore, sum = 0.0f;
-    for (size_t j = begin; j < end; ++j) mx = math::max_score(mx, float(scores[j]));
+    for (size_t j = begin; j < end; ++j) mx = math::larger(mx, float(scores[j]));
     out.assign(3, 0.0f);
     for (size_t j = begin; j < end; ++j) {
       const float p = math::shifted_exp(float(scores[j]), mx);

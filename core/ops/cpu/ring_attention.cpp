@@ -41,7 +41,7 @@ void attention_block_forward(float* out, float* lse, float* scores, const float*
         for (int64_t j = 0; j < n; j++) {
           s[j] = math::scaled_score(qi, kv + (bi * tk + j) * 2 * c + h * hs, hs, scale);
           row[kv_pos[j]] = s[j];
-          mx = math::max_score(mx, s[j]);
+          mx = math::larger(mx, s[j]);
         }
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/ops/math/elementwise.h"
 #include "core/ops/math/hd.h"
 #include "core/ops/math/rows.h"
 
@@ -49,11 +50,6 @@ MGPU_HD int64_t first_seeing_query(const int32_t* q_pos, int64_t tq, int32_t k) 
   return lo;
 }
 
-// The larger of two scores, as std::max(a, b) picks it.
-MGPU_HD float max_score(float a, float b) {
-  return a < b ? b : a;
-}
-
 // The scaled score of query row q against key row k (head size hs).
 MGPU_HD float scaled_score(const float* q, const float* k, int64_t hs, float scale) {
   return scale * dot(q, k, hs);
@@ -89,7 +85,7 @@ struct MergeWeights {
 
 // False when neither part saw a key (both lse are -inf): the row stays as it is.
 MGPU_HD bool merge_weights(float lse_a, float lse_b, MergeWeights* w) {
-  const float m = max_score(lse_a, lse_b);
+  const float m = larger(lse_a, lse_b);
   if (m == kMaskedScore) return false;
   const float merged = m + logf(expf(lse_a - m) + expf(lse_b - m));
   w->lse = merged;
@@ -129,7 +125,7 @@ MGPU_HD ChannelOut block_forward_channel(const float* scores, const int32_t* kv_
                                          const float* value_d, int64_t value_stride) {
   if (n == 0) return {0.0f, kMaskedScore};
   float mx = kMaskedScore;
-  for (int64_t j = 0; j < n; j++) mx = max_score(mx, scores[kv_pos[j]]);
+  for (int64_t j = 0; j < n; j++) mx = larger(mx, scores[kv_pos[j]]);
   float sum = 0.0f, acc = 0.0f;
   for (int64_t j = 0; j < n; j++) {
     const float p = shifted_exp(scores[kv_pos[j]], mx);
