@@ -290,28 +290,7 @@ TEST_CASE("a GPT forward/backward on the GPU matches the CPU (same weights, same
   cfg.dim = 64;
   cfg.heads = 4;
   cfg.seed = 7;
-  const int64_t batch = 3, seq = 32;
-  auto tokens = random_ids(size_t(batch * seq), cfg.vocab, 30);
-  auto targets = random_ids(size_t(batch * seq), cfg.vocab, 31);
-
-  GPT cpu_model(cfg);  // the default CPU rank of this thread
-  float cpu_loss = cpu_model.forward_backward(tokens, targets, batch, seq);
-
-  GpuRank g;  // from here on, new tensors live on cuda:0
-  GPT gpu_model(cfg);
-  float gpu_loss = gpu_model.forward_backward(tokens, targets, batch, seq);
-  require_close(gpu_loss, cpu_loss, "loss", 1e-4);
-
-  auto cpu_params = cpu_model.params();
-  auto gpu_params = gpu_model.params();
-  REQUIRE(cpu_params.size() == gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    INFO(cpu_params[i]->name);
-    REQUIRE(gpu_params[i]->data.device().kind == DeviceKind::cuda);
-    require_close(gpu_params[i]->data, cpu_params[i]->data, "same initial weights", 0.0);
-    // A whole network compounds rounding differences: 1e-3 of the largest gradient.
-    require_close(gpu_params[i]->grad, cpu_params[i]->grad, "gradient", 1e-3);
-  }
+  gpu_test::require_gpt_matches_cpu(cfg, /*batch=*/3, /*seed=*/30);
 }
 
 TEST_CASE("the caching allocator reuses a freed block and hands it out zeroed", "[gpu]") {
