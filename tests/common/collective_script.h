@@ -52,8 +52,9 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
     return Tensor::from({count}, std::vector<float>(static_cast<size_t>(count), 1.0f + r));
   };
 
-  double at = start_next();
+  // Each call's tensors are made before its start: on a device, making them may take time.
   Tensor t = values(n);
+  double at = start_next();
   comm.all_reduce(t);
   collective("all_reduce", n * 4, alg::all_reduce_sent_bytes(n, 4, size, r), ends("all_reduce", n));
   calls.back().start = at;
@@ -64,8 +65,8 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
   calls.back().start = at;
 
   for (bool async : {false, true}) {
+    Tensor in = values(n), mine = values(end - begin), all = values(n);
     at = start_next();
-    Tensor in = values(n), mine = values(end - begin);
     if (async)
       comm.reduce_scatter_async(in, mine).wait();
     else
@@ -75,7 +76,6 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
     calls.back().start = at;
 
     at = start_next();
-    Tensor all = values(n);
     if (async)
       comm.all_gather_async(mine, all).wait();
     else
@@ -85,16 +85,15 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
     calls.back().start = at;
   }
 
-  at = start_next();
   const int64_t block = n % 5 + 1;
   Tensor blocks = values(block * size), received = values(block * size);
+  at = start_next();
   comm.all_to_all(blocks, received);
   collective("all_to_all", block * size * 4, alg::all_to_all_sent_bytes(block * size, 4, size),
              ends("all_to_all", block * size));
   calls.back().start = at;
 
   // Uneven counts, some zero: what i sends j is (i + 2j + n) % 4 elements.
-  at = start_next();
   std::vector<int64_t> send_counts(size), recv_counts(size);
   int64_t sending = 0, receiving = 0;
   for (int j = 0; j < size; ++j) {
@@ -104,13 +103,14 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
     receiving += recv_counts[j];
   }
   Tensor packed = values(sending), unpacked = values(receiving);
+  at = start_next();
   comm.all_to_all_v(packed, send_counts, unpacked, recv_counts);
   collective("all_to_all_v", sending * 4, alg::all_to_all_v_sent_bytes(send_counts, 4, r), -1);
   calls.back().start = at;
 
-  at = start_next();
   const int root = static_cast<int>(n % size);
   Tensor b = values(n);
+  at = start_next();
   comm.broadcast(b, root);
   collective("broadcast", n * 4, alg::broadcast_sent_bytes(n, 4, size, r, root),
              ends("broadcast", n, root));
@@ -124,9 +124,9 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
   // A ring of messages: send right, receive from the left (a receive's time depends on when its
   // sender sent, which not every backend knows: not compared).
   if (size > 1) {
-    at = start_next();
     const int right = (r + 1) % size, left = (r - 1 + size) % size;
     Tensor out = values(n), in = values(n);
+    at = start_next();
     comm::Work sending_work = comm.isend(out, right, 5);
     comm.recv(in, left, 5);
     sending_work.wait();

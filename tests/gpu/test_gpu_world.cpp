@@ -1,8 +1,14 @@
 // World on GPUs: shared-GPU mode (more ranks than GPUs, local backend, device buffers reduced
 // with CUDA kernels) and one GPU per rank with NCCL. Each all-reduces rank-dependent values and
-// checks the exact sum, then all-gathers and broadcasts.
+// checks the exact sum, then all-gathers and broadcasts. On NCCL also: all_to_all, all_to_all_v
+// and the async reduce-scatter / all-gather deliver the right values, and every operation's
+// trace event says what the local backend's says (op, bytes, group, seq, peer, sent_bytes; on
+// the modeled clock the same times), and on the cuda clock lies inside the run.
+#include <algorithm>
 #include <numeric>
+#include <tuple>
 
+#include "common/collective_script.h"
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
@@ -44,6 +50,80 @@ void check_collectives(World& world) {
   });
 }
 
+// What rank `src` puts in element i of the block it sends to rank `dst`.
+float block_value(int src, int dst, int64_t i) {
+  return float(src * 1000 + dst * 100 + i);
+}
+
+// all_to_all, all_to_all_v (uneven counts) and the async reduce-scatter / all-gather, values
+// checked exactly (small integers: any order of additions gives the same sum).
+void check_exchanges(World& world) {
+  const int size = world.size();
+  world.run([&](RankContext& ctx) {
+    const int r = ctx.rank;
+    const int64_t block = 3;
+    std::vector<float> mine(size_t(block * size));
+    for (int dst = 0; dst < size; ++dst)
+      for (int64_t i = 0; i < block; ++i) mine[dst * block + i] = block_value(r, dst, i);
+    Tensor in = Tensor::from({block * size}, mine, MemCategory::comm_buffers);
+    Tensor out = Tensor::zeros({block * size}, MemCategory::comm_buffers);
+    ctx.comm->all_to_all(in, out);
+    std::vector<float> got = out.to_vector();
+    for (int src = 0; src < size; ++src)
+      for (int64_t i = 0; i < block; ++i) CHECK(got[src * block + i] == block_value(src, r, i));
+
+    // Rank i sends j (i + j) % 3 + 1 elements.
+    std::vector<int64_t> send(size), recv(size);
+    std::vector<float> packed;
+    for (int j = 0; j < size; ++j) {
+      send[j] = (r + j) % 3 + 1;
+      recv[j] = (j + r) % 3 + 1;
+      for (int64_t i = 0; i < send[j]; ++i) packed.push_back(block_value(r, j, i));
+    }
+    Tensor v_in = Tensor::from({int64_t(packed.size())}, packed, MemCategory::comm_buffers);
+    Tensor v_out = Tensor::zeros({std::accumulate(recv.begin(), recv.end(), int64_t{0})},
+                                 MemCategory::comm_buffers);
+    ctx.comm->all_to_all_v(v_in, send, v_out, recv);
+    std::vector<float> arrived = v_out.to_vector();
+    size_t at = 0;
+    for (int src = 0; src < size; ++src)
+      for (int64_t i = 0; i < recv[src]; ++i) CHECK(arrived[at++] == block_value(src, r, i));
+
+    const int64_t n = 4 * size;  // NCCL's reduce-scatter needs equal chunks
+    std::vector<float> values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) values[i] = float(r + i);
+    Tensor full = Tensor::from({n}, values, MemCategory::comm_buffers);
+    Tensor chunk = Tensor::zeros({4}, MemCategory::comm_buffers);
+    comm::Work scattering = ctx.comm->reduce_scatter_async(full, chunk);
+    scattering.wait();
+    std::vector<float> summed = chunk.to_vector();
+    for (int64_t i = 0; i < 4; ++i)
+      CHECK(summed[i] == float(size * (size - 1) / 2 + size * (4 * r + i)));
+    Tensor gathered = Tensor::zeros({n}, MemCategory::comm_buffers);
+    comm::Work gathering = ctx.comm->all_gather_async(chunk, gathered);
+    gathering.wait();
+    std::vector<float> all = gathered.to_vector();
+    for (int64_t i = 0; i < n; ++i) CHECK(all[i] == float(size * (size - 1) / 2 + size * i));
+  });
+}
+
+// Every operation of the collective script on `world`, and the events its ranks recorded.
+std::vector<std::vector<trace::Event>> scripted_events(World& world, int64_t n) {
+  world.run([&](RankContext& ctx) {
+    ctx.tracer.clear();
+    testing::run_every_collective(ctx, *ctx.comm, n, 1.0, 0);
+  });
+  std::vector<std::vector<trace::Event>> events(world.size());
+  for (const auto& e : world.collect_trace().events)
+    if (e.lane == trace::Lane::comm) events[e.rank].push_back(e);
+  for (auto& rank_events : events)
+    std::stable_sort(rank_events.begin(), rank_events.end(),
+                     [](const trace::Event& a, const trace::Event& b) {
+                       return std::tie(a.seq, a.op) < std::tie(b.seq, b.op);
+                     });
+  return events;
+}
+
 WorldOptions gpu_world(int ranks, const std::string& backend) {
   WorldOptions o;
   o.all_reduce = selected_all_reduce();
@@ -66,13 +146,65 @@ TEST_CASE("shared-GPU mode: more ranks than GPUs on the local backend", "[gpu]")
 }
 
 TEST_CASE("one GPU per rank: nccl backend", "[gpu]") {
-  MGPU_REQUIRE_GPU();
-#ifndef MGPU_HAVE_NCCL
-  WARN("this build has no NCCL: skipped");
-  return;
-#endif
+  MGPU_REQUIRE_NCCL();
   const int ranks = cuda::device_count();
   World world(gpu_world(ranks, "auto"));
   CHECK(world.rank(0).comm->backend() == "nccl");
   check_collectives(world);
+}
+
+TEST_CASE("nccl: all_to_all, all_to_all_v and the async reduce-scatter and all-gather", "[gpu]") {
+  MGPU_REQUIRE_NCCL();
+  World world(gpu_world(cuda::device_count(), "nccl"));
+  check_exchanges(world);
+}
+
+TEST_CASE("nccl's trace events say what the local backend's say", "[gpu]") {
+  MGPU_REQUIRE_NCCL();
+  const int ranks = cuda::device_count();
+  const int64_t n = 257 * ranks;  // NCCL's reduce-scatter needs equal chunks
+  WorldOptions on_gpus = gpu_world(ranks, "nccl");
+  on_gpus.clock = ClockKind::modeled;
+  on_gpus.trace = true;
+  WorldOptions on_cpus = on_gpus;
+  on_cpus.device = DeviceKind::cpu;
+  on_cpus.backend = "local";
+  World nccl_world(on_gpus), local_world(on_cpus);
+  const auto nccl = scripted_events(nccl_world, n), local = scripted_events(local_world, n);
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(nccl[r].size() == local[r].size());
+    for (size_t i = 0; i < local[r].size(); ++i) {
+      const trace::Event &a = nccl[r][i], &b = local[r][i];
+      INFO("rank " << r << ": " << b.op << " #" << b.seq);
+      CHECK(a.op == b.op);
+      CHECK(a.group == b.group);
+      CHECK(a.bytes == b.bytes);
+      CHECK(a.sent_bytes == b.sent_bytes);
+      CHECK(a.peer == b.peer);
+      // The cost model charges what the local backend's messages take when members start
+      // together; all_to_all_v's and a receive's depend on partners NCCL's rank cannot see.
+      if (a.seq >= 0 && a.op != "all_to_all_v") {
+        CHECK(a.start == Approx(b.start).margin(1e-12));
+        CHECK(a.dur == Approx(b.dur).margin(1e-12));
+      }
+    }
+  }
+
+  // On the cuda clock: the same events, timed by CUDA events, inside the run's wall time.
+  on_gpus.clock = ClockKind::cuda;
+  World timed_world(on_gpus);
+  const auto timed = scripted_events(timed_world, n);
+  const double run_end = timed_world.rank(0).clock.wall_now();
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(timed[r].size() == local[r].size());
+    for (size_t i = 0; i < timed[r].size(); ++i) {
+      const trace::Event& e = timed[r][i];
+      INFO("rank " << r << ": " << e.op << " #" << e.seq);
+      CHECK(e.op == local[r][i].op);
+      CHECK(e.sent_bytes == local[r][i].sent_bytes);
+      CHECK(e.start > 0);
+      CHECK(e.dur >= 0);
+      CHECK(e.end() <= run_end);
+    }
+  }
 }
