@@ -1,6 +1,6 @@
 // The NCCL comm's trace events and clock (nccl_timeline.h). The cuda clock's anchor is read once
 // per communicator: the host reads its clock right after the anchor event completes, so every
-// event placed from it may be early by the few microseconds that takes, never late.
+// event placed from it may be late by the few microseconds that takes, never early.
 #include "core/comm/nccl/nccl_timeline.h"
 
 #include <algorithm>
