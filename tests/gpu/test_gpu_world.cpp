@@ -3,7 +3,8 @@
 // checks the exact sum, then all-gathers and broadcasts. On NCCL also: all_to_all, all_to_all_v
 // and the async reduce-scatter / all-gather deliver the right values, and every operation's
 // trace event says what the local backend's says (op, bytes, group, seq, peer, sent_bytes; on
-// the modeled clock the same times); on the cuda clock each follows the one before it.
+// the modeled clock the same times); on the cuda clock each follows the one before it. The cuda
+// clock's compute side: steps, scopes and kernels timed by marks on the compute stream.
 #include <algorithm>
 #include <numeric>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "common/collective_script.h"
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
+#include "core/ops/ops.h"
 #include "core/runtime/world.h"
 #include "gpu_test_util.h"
 
@@ -209,4 +211,58 @@ TEST_CASE("nccl's trace events say what the local backend's say", "[gpu]") {
       previous = &e;
     }
   }
+}
+
+TEST_CASE("cuda clock: steps, scopes and kernels timed by marks on the compute stream", "[gpu]") {
+  MGPU_REQUIRE_GPU();
+  WorldOptions o = gpu_world(1, "local");
+  World world(o);
+  world.run([&](RankContext& ctx) {
+    Tensor a = Tensor::from({256, 256}, std::vector<float>(256 * 256, 0.5f));
+    Tensor c = Tensor::zeros({256, 256}, MemCategory::activations);
+    ctx.tracer.clear();
+    for (int step = 0; step < 2; ++step) {
+      StepScope s(step);
+      ComputeScope outer({.name = "outer", .cat = trace::cat::forward, .step = step});
+      for (int i = 0; i < 4; ++i) {
+        ComputeScope inner({.name = "gemm", .cat = trace::cat::forward, .step = step});
+        ops::matmul(c, a, a);
+      }
+    }
+    ops::matmul(c, a, a);  // a kernel outside any scope is its own event
+  });
+  std::vector<trace::Event> steps, outers, inners, kernels;
+  for (const auto& e : world.collect_trace().events) {
+    if (e.lane == trace::Lane::step)
+      steps.push_back(e);
+    else if (e.name == "outer")
+      outers.push_back(e);
+    else if (e.name == "gemm")
+      inners.push_back(e);
+    else if (e.lane == trace::Lane::compute)
+      kernels.push_back(e);
+  }
+  REQUIRE(steps.size() == 2);
+  REQUIRE(outers.size() == 2);
+  REQUIRE(inners.size() == 8);
+  REQUIRE(kernels.size() == 1);
+  // Marks on one stream are placed in the order they were recorded: every region lies inside
+  // the one around it, and each inner scope follows the one before it.
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const trace::Event& s = steps[step];
+    const trace::Event& outer = outers[step];
+    CHECK(outer.start >= s.start);
+    CHECK(outer.end() <= s.end());
+    double previous_end = outer.start;
+    for (const auto& inner : inners)
+      if (inner.step == step) {
+        CHECK(inner.start >= previous_end);
+        CHECK(inner.dur > 0);  // a 256^3 GEMM takes the GPU some time
+        previous_end = inner.end();
+      }
+    CHECK(previous_end <= outer.end());
+  }
+  CHECK(steps[1].start >= steps[0].end());
+  CHECK(kernels[0].start >= steps[1].end());
 }
