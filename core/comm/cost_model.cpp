@@ -22,20 +22,21 @@ namespace {
 // The binomial tree's ends, members numbered relative to the root (v = 0): in the round with
 // distance `mask`, every v < mask that holds the data sends it to v + mask. A sender's sends go
 // one after another; a receiver has the data (and may forward it) once its copy has arrived.
+// `ready`: when each member (relative numbering) starts; a receiver's copy arrives when its
+// sender's send ends, or when it gets there itself if later.
 std::vector<double> tree_broadcast_ends(const std::vector<int>& members, int root, double bytes,
-                                        const HardwareProfile& profile) {
+                                        const HardwareProfile& profile, std::vector<double> ready) {
   const int n = static_cast<int>(members.size());
   auto world = [&](int v) { return members[(v + root) % n]; };
-  std::vector<double> ready(static_cast<size_t>(n), 0.0);
   for (int mask = 1; mask < n; mask <<= 1)
     for (int v = 0; v < mask && v + mask < n; ++v) {
       ready[v] += profile.transfer_time(world(v), world(v + mask), bytes);
-      ready[v + mask] = ready[v];
+      ready[v + mask] = std::max(ready[v + mask], ready[v]);
     }
   return ready;
 }
 
-// Rounds of simultaneous exchanges, every member starting at 0: in round s member i sends
+// Rounds of simultaneous exchanges, member i starting at ready[i]: in round s member i sends
 // bytes(i, s) to member i + distance(s) and receives what member i - distance(s) sends it; its
 // round ends when its send has left (the send keeps its comm lane busy) and the incoming message
 // has arrived. `empty_is_message`: a ring step or a barrier signal sends even 0 bytes (latency);
@@ -43,9 +44,9 @@ std::vector<double> tree_broadcast_ends(const std::vector<int>& members, int roo
 template <class Distance, class Bytes>
 std::vector<double> exchange_rounds(const std::vector<int>& members, int rounds, Distance distance,
                                     Bytes bytes, bool empty_is_message,
-                                    const HardwareProfile& profile) {
+                                    const HardwareProfile& profile, std::vector<double> ready) {
+  std::vector<double> next(ready.size());
   const int n = static_cast<int>(members.size());
-  std::vector<double> ready(static_cast<size_t>(n), 0.0), next(ready.size());
   for (int s = 0; s < rounds; ++s) {
     const int d = distance(s);
     for (int i = 0; i < n; ++i) {
@@ -69,11 +70,16 @@ std::vector<double> exchange_rounds(const std::vector<int>& members, int rounds,
 // receives one from r-s; an empty block is no message.
 template <class BlockBytes>
 std::vector<double> pairwise_exchange_ends(const std::vector<int>& members, BlockBytes bytes,
-                                           const HardwareProfile& profile) {
+                                           const HardwareProfile& profile,
+                                           std::vector<double> starts) {
   const int n = static_cast<int>(members.size());
   auto distance = [](int s) { return s + 1; };
   auto step_bytes = [&](int i, int s) { return bytes(i, (i + s + 1) % n); };
-  return exchange_rounds(members, n - 1, distance, step_bytes, false, profile);
+  return exchange_rounds(members, n - 1, distance, step_bytes, false, profile, std::move(starts));
+}
+
+std::vector<double> zeros(size_t n) {
+  return std::vector<double>(n, 0.0);
 }
 
 std::vector<int> first_ranks(int ranks) {
@@ -95,7 +101,7 @@ double slowest_ring_step(int ranks, double bytes, const HardwareProfile& p) {
 
 double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
                            const HardwareProfile& profile) {
-  return latest(tree_broadcast_ends(members, root, bytes, profile));
+  return latest(tree_broadcast_ends(members, root, bytes, profile, zeros(members.size())));
 }
 
 double all_to_all_v_time(const std::vector<int64_t>& counts, int elem_bytes, int ranks,
@@ -106,7 +112,7 @@ double all_to_all_v_time(const std::vector<int64_t>& counts, int elem_bytes, int
   auto bytes = [&](int src, int dst) {
     return static_cast<double>(counts[static_cast<size_t>(src) * ranks + dst]) * elem_bytes;
   };
-  return latest(pairwise_exchange_ends(first_ranks(ranks), bytes, profile));
+  return latest(pairwise_exchange_ends(first_ranks(ranks), bytes, profile, zeros(ranks)));
 }
 
 double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes, int ranks,
@@ -121,7 +127,7 @@ double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes
     // With one kind of link every step costs one message of n/N bytes: (N-1)(alpha + (n/N)/beta).
     const double block = static_cast<double>(elements / ranks) * elem_bytes;
     return latest(pairwise_exchange_ends(
-        first_ranks(ranks), [block](int, int) { return block; }, profile));
+        first_ranks(ranks), [block](int, int) { return block; }, profile, zeros(ranks)));
   }
   if (kind == "broadcast")
     return tree_broadcast_time(first_ranks(ranks), 0, static_cast<double>(elements) * elem_bytes,
@@ -131,8 +137,13 @@ double alpha_beta_time(const std::string& kind, int64_t elements, int elem_bytes
 
 std::vector<double> member_end_times(const std::string& kind, const std::vector<int>& members,
                                      int64_t elements, int elem_bytes, int root,
-                                     const HardwareProfile& profile) {
+                                     const HardwareProfile& profile,
+                                     std::span<const double> starts) {
   const int n = static_cast<int>(members.size());
+  if (!starts.empty() && static_cast<int>(starts.size()) != n)
+    throw std::invalid_argument("member_end_times: one start per member");
+  const std::vector<double> start =
+      starts.empty() ? zeros(members.size()) : std::vector<double>(starts.begin(), starts.end());
   // Ring chunk `index` (taken modulo n, as ring_chunk does) in bytes.
   auto chunk = [&](int index) {
     const auto [begin, end] = chunk_range(elements, n, ((index % n) + n) % n);
@@ -141,13 +152,13 @@ std::vector<double> member_end_times(const std::string& kind, const std::vector<
   auto ring = [&](int rounds, auto sent_chunk) {
     return exchange_rounds(
         members, rounds, [](int) { return 1; },
-        [&](int i, int s) { return chunk(sent_chunk(i, s)); }, true, profile);
+        [&](int i, int s) { return chunk(sent_chunk(i, s)); }, true, profile, start);
   };
   // The chunk each algorithm's step s sends from member i (the loops of algorithms/ and the
   // reference ring all-reduce).
   auto reduce_scatter_chunk = [](int i, int s) { return i - s - 1; };
   auto all_gather_chunk = [](int i, int s) { return i - s; };
-  if (n <= 1) return std::vector<double>(static_cast<size_t>(n), 0.0);
+  if (n <= 1) return start;
   if (kind == "all_reduce")
     return ring(2 * (n - 1), [&](int i, int s) {
       return s < n - 1 ? reduce_scatter_chunk(i, s) : all_gather_chunk(i, s - (n - 1));
@@ -157,11 +168,13 @@ std::vector<double> member_end_times(const std::string& kind, const std::vector<
   if (kind == "all_to_all") {
     const double block = static_cast<double>(elements / n) * elem_bytes;
     return pairwise_exchange_ends(
-        members, [block](int, int) { return block; }, profile);
+        members, [block](int, int) { return block; }, profile, start);
   }
   if (kind == "broadcast") {
-    const std::vector<double> relative =
-        tree_broadcast_ends(members, root, static_cast<double>(elements) * elem_bytes, profile);
+    std::vector<double> relative_start(start.size());
+    for (int v = 0; v < n; ++v) relative_start[v] = start[(v + root) % n];
+    const std::vector<double> relative = tree_broadcast_ends(
+        members, root, static_cast<double>(elements) * elem_bytes, profile, relative_start);
     std::vector<double> ends(relative.size());
     for (int v = 0; v < n; ++v) ends[(v + root) % n] = relative[v];
     return ends;
@@ -170,7 +183,8 @@ std::vector<double> member_end_times(const std::string& kind, const std::vector<
     int rounds = 0;
     while ((1 << rounds) < n) ++rounds;
     return exchange_rounds(
-        members, rounds, [](int s) { return 1 << s; }, [](int, int) { return 0.0; }, true, profile);
+        members, rounds, [](int s) { return 1 << s; }, [](int, int) { return 0.0; }, true, profile,
+        start);
   }
   throw std::invalid_argument("member_end_times: unknown collective '" + kind + "'");
 }

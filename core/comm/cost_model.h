@@ -43,17 +43,18 @@ double slowest_step(const std::vector<int>& members, int distance, double bytes,
 double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
                            const HardwareProfile& profile);
 
-// When each member's part of one collective ends (group-rank order) if every member of `members`
-// (world ranks, in group-rank order) starts it at 0, following the shared algorithms' messages
-// one by one as the local backend's clock does: a send keeps its sender's comm lane busy for the
-// transfer, a receive ends when its message has arrived. For members that start together it is
-// the local backend's emergent time exactly, uneven chunks and mixed links included; a backend
-// that cannot time its messages itself (NCCL on the modeled clock) charges it. kind:
-// "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast" (from `root`) or
-// "barrier"; `elements` as the trace's bytes count them (all_gather: the gathered result).
+// When each member's part of one collective ends (group-rank order) if member i of `members`
+// (world ranks, in group-rank order) starts it at starts[i] (none given: all at 0), following the
+// shared algorithms' messages one by one as the local backend's clock does: a send keeps its
+// sender's comm lane busy for the transfer, a receive ends when its message has arrived. It is
+// the local backend's emergent time exactly, uneven chunks, mixed links and late members
+// included; a backend that cannot time its messages itself (NCCL on the modeled clock) charges
+// it. kind: "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast" (from
+// `root`) or "barrier"; `elements` as the trace's bytes count them (all_gather: the result).
 std::vector<double> member_end_times(const std::string& kind, const std::vector<int>& members,
                                      int64_t elements, int elem_bytes, int root,
-                                     const HardwareProfile& profile);
+                                     const HardwareProfile& profile,
+                                     std::span<const double> starts = {});
 
 // all_to_all_v as one member sees it, knowing only its own counts: step s of the pairwise
 // exchange ends when its block for rank + s has left and the block from rank - s has arrived,

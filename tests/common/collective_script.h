@@ -1,8 +1,8 @@
 // Every collective and a ring of point-to-point messages once, from one rank of a group, with
 // lengths that need not divide the group: the script the trace tests run on each backend (the
 // local backend on the CPU, NCCL on GPUs), and what each call's trace event must say by the
-// shared rules (algorithms/sent_bytes.h, cost_model.h). Each call starts at its own instant
-// `first_start + k` on every member's modeled clock, so the members start it together.
+// shared rules (algorithms/sent_bytes.h, cost_model.h). Call k starts at `first_start + k` on
+// the modeled clock, later by `stagger` x its world rank on each member (0: all together).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,25 +18,29 @@ namespace mgpu::testing {
 struct ScriptedCall {
   std::string op;
   std::string group;
-  double start = 0;         // the instant the members start it together (modeled clock)
+  double start = 0;         // when this member starts it (modeled clock)
   int64_t bytes = 0;        // the trace event's bytes
   int64_t sent_bytes = 0;   // by the shared rule
   int64_t seq = -1;         // the group's collective number (-1: point-to-point)
   int peer = -1;            // point-to-point: the partner's world rank
-  double modeled_dur = -1;  // by the cost model when members start together (-1: not exact)
+  double modeled_dur = -1;  // by the cost model from the members' starts (-1: not exact)
 };
 
 // The calls this rank makes on `comm` (group `group_seq0`: the group's next collective number).
 inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Comm& comm, int64_t n,
-                                                      double first_start, int64_t group_seq0) {
+                                                      double first_start, int64_t group_seq0,
+                                                      double stagger = 0) {
   namespace alg = comm::algorithms;
   const int size = comm.size(), r = comm.rank();
   std::vector<int> members(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) members[i] = comm.world_rank(i);
   std::vector<ScriptedCall> calls;
   int64_t seq = group_seq0;
+  double base = first_start;  // the call's instant before the stagger
+  auto start_of = [&](int group_rank) { return base + stagger * comm.world_rank(group_rank); };
   auto start_next = [&] {
-    const double at = first_start + static_cast<double>(calls.size());
+    base = first_start + static_cast<double>(calls.size());
+    const double at = start_of(r);
     ctx.clock.wait_compute_until(at);
     ctx.clock.wait_comm_until(at);
     return at;
@@ -44,8 +48,11 @@ inline std::vector<ScriptedCall> run_every_collective(RankContext& ctx, comm::Co
   auto collective = [&](const char* op, int64_t bytes, int64_t sent, double dur) {
     calls.push_back({op, comm.name(), 0, bytes, sent, seq++, -1, dur});
   };
-  auto ends = [&](const char* kind, int64_t elements, int root = 0) {
-    return comm::member_end_times(kind, members, elements, 4, root, ctx.profile)[r];
+  auto ends = [&](const char* kind, int64_t elements, int root = 0) {  // as a duration
+    std::vector<double> starts(static_cast<size_t>(size));
+    for (int i = 0; i < size; ++i) starts[i] = start_of(i);
+    return comm::member_end_times(kind, members, elements, 4, root, ctx.profile, starts)[r] -
+           start_of(r);
   };
   const auto [begin, end] = comm::chunk_range(n, size, r);
   auto values = [&](int64_t count) {

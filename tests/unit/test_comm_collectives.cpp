@@ -307,47 +307,49 @@ TEST_CASE("point-to-point: sends to a late receiver, early receiver and an irecv
 
 TEST_CASE("every collective's sent_bytes and modeled time follow the shared rules on every rank",
           "[comm][local][trace]") {
+  // Members start together, or each 10 us after the rank before it (about a message's time).
   // Two ranks per node, a slow link between nodes: the members' world ranks decide each step.
   HardwareProfile profile = HardwareProfile::ideal(0);
   profile.ranks_per_node = 2;
   profile.intra_node = {"fast", 1e9, 1e-6};
   profile.inter_node = {"slow", 1e8, 1e-5};
   for (int ranks = 1; ranks <= 5; ++ranks) {
-    for (int64_t n : {1, 3, 7, 1001}) {
-      INFO("ranks=" << ranks << " n=" << n);
-      WorldOptions o = options_for(ranks);
-      o.trace = true;
-      o.profile = profile;
-      World world(o);
-      std::vector<std::vector<testing::ScriptedCall>> expected(ranks);
-      world.run([&](RankContext& ctx) {
-        auto calls = testing::run_every_collective(ctx, *ctx.comm, n, 1.0, 0);
-        if (ranks >= 3) {  // a group whose members are not 0..k-1 in order: odd ranks reversed
-          auto group = ctx.comm->split(ctx.rank % 2, -ctx.rank, ctx.rank % 2 ? "odd" : "even");
-          auto more = testing::run_every_collective(ctx, *group, n, 100.0, 0);
-          calls.insert(calls.end(), more.begin(), more.end());
-        }
-        expected[ctx.rank] = std::move(calls);
-      });
-      const trace::Trace t = world.collect_trace();
-      for (int r = 0; r < ranks; ++r)
-        for (const auto& call : expected[r]) {
-          INFO("rank " << r << ": " << call.op << " in " << call.group << " at " << call.start);
-          const trace::Event* found = nullptr;
-          for (const auto& e : t.events)
-            if (e.rank == r && e.lane == trace::Lane::comm && e.op == call.op &&
-                e.start >= call.start && e.start < call.start + 1)
-              found = &e;
-          REQUIRE(found);
-          CHECK(found->group == call.group);
-          CHECK(found->bytes == call.bytes);
-          CHECK(found->sent_bytes == call.sent_bytes);
-          CHECK(found->seq == call.seq);
-          CHECK(found->peer == call.peer);
-          if (call.seq >= 0) CHECK(found->start == call.start);
-          if (call.modeled_dur >= 0) CHECK(found->dur == Approx(call.modeled_dur).margin(1e-12));
-        }
-    }
+    for (int64_t n : {1, 3, 7, 1001})
+      for (double stagger : {0.0, 1e-5}) {
+        INFO("ranks=" << ranks << " n=" << n << " stagger=" << stagger);
+        WorldOptions o = options_for(ranks);
+        o.trace = true;
+        o.profile = profile;
+        World world(o);
+        std::vector<std::vector<testing::ScriptedCall>> expected(ranks);
+        world.run([&](RankContext& ctx) {
+          auto calls = testing::run_every_collective(ctx, *ctx.comm, n, 1.0, 0, stagger);
+          if (ranks >= 3) {  // a group whose members are not 0..k-1 in order: odd ranks reversed
+            auto group = ctx.comm->split(ctx.rank % 2, -ctx.rank, ctx.rank % 2 ? "odd" : "even");
+            auto more = testing::run_every_collective(ctx, *group, n, 100.0, 0, stagger);
+            calls.insert(calls.end(), more.begin(), more.end());
+          }
+          expected[ctx.rank] = std::move(calls);
+        });
+        const trace::Trace t = world.collect_trace();
+        for (int r = 0; r < ranks; ++r)
+          for (const auto& call : expected[r]) {
+            INFO("rank " << r << ": " << call.op << " in " << call.group << " at " << call.start);
+            const trace::Event* found = nullptr;
+            for (const auto& e : t.events)
+              if (e.rank == r && e.lane == trace::Lane::comm && e.op == call.op &&
+                  e.start >= call.start && e.start < call.start + 0.5)
+                found = &e;
+            REQUIRE(found);
+            CHECK(found->group == call.group);
+            CHECK(found->bytes == call.bytes);
+            CHECK(found->sent_bytes == call.sent_bytes);
+            CHECK(found->seq == call.seq);
+            CHECK(found->peer == call.peer);
+            if (call.seq >= 0) CHECK(found->start == call.start);
+            if (call.modeled_dur >= 0) CHECK(found->dur == Approx(call.modeled_dur).margin(1e-12));
+          }
+      }
   }
 }
 

@@ -23,8 +23,9 @@ namespace {
 
 class NcclComm final : public Comm {
  public:
+  // `key`: the same on every member, unique to the group (its IssueBoard's key).
   NcclComm(ncclComm_t comm, RankContext* ctx, std::string name, std::vector<int> world_ranks,
-           double timeout)
+           double timeout, std::string key)
       : comm_(comm),
         ctx_(ctx),
         name_(std::move(name)),
@@ -33,7 +34,8 @@ class NcclComm final : public Comm {
         rank_(user_rank(comm)),
         size_(static_cast<int>(world_ranks_.size())),
         stream_(new_stream(ctx->device.index)),
-        timeline_(*ctx, stream_, name_, world_ranks_, rank_) {}
+        key_(std::move(key)),
+        timeline_(*ctx, stream_, name_, world_ranks_, rank_, key_, timeout) {}
   ~NcclComm() override {
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
@@ -145,7 +147,7 @@ class NcclComm final : public Comm {
     ncclComm_t sub = nullptr;
     check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr),
           "ncclCommSplit");
-    timeline_.count_split();
+    const int64_t seq = timeline_.count_split();
     if (!sub) return nullptr;
     // Members' world ranks: exchanged with an all-gather of (world rank) on the new comm.
     const int sub_size = comm_size(sub), sub_rank = user_rank(sub), mine = world_rank(rank_);
@@ -160,9 +162,9 @@ class NcclComm final : public Comm {
           "cudaMemcpyAsync");
     synchronize("split");
     cudaFree(device);
-    return std::make_unique<NcclComm>(sub, ctx_,
-                                      name.empty() ? fmt::format("{}.{}", name_, color) : name,
-                                      std::move(world), timeout_);
+    return std::make_unique<NcclComm>(
+        sub, ctx_, name.empty() ? fmt::format("{}.{}", name_, color) : name, std::move(world),
+        timeout_, fmt::format("{}/{}:{}", key_, seq, color));
   }
 
  private:
@@ -209,14 +211,20 @@ class NcclComm final : public Comm {
     check(ncclRecv(t.raw(), t.numel(), nccl_type(t.dtype()), peer, comm_, stream), "ncclRecv");
   }
   TimedOp enqueue_send(const Tensor& t, int dst) {
-    trace::Event e = timeline_.point_to_point("send", t.bytes(), t.bytes(), dst);
-    return timed(std::move(e), timeline_.modeled_transfer(dst, t.bytes()),
-                 [&](cudaStream_t stream) { send_part(t, dst, stream); });
+    cudaStream_t stream = ready();
+    TimedOp op = timeline_.begin_send(timeline_.point_to_point("send", t.bytes(), t.bytes(), dst),
+                                      dst, t.bytes());
+    send_part(t, dst, stream);
+    timeline_.enqueued(op);
+    return op;
   }
   TimedOp enqueue_recv(Tensor& t, int src) {
-    trace::Event e = timeline_.point_to_point("recv", t.bytes(), 0, src);
-    return timed(std::move(e), timeline_.modeled_transfer(src, t.bytes()),
-                 [&](cudaStream_t stream) { recv_part(t, src, stream); });
+    cudaStream_t stream = ready();
+    TimedOp op =
+        timeline_.begin_recv(timeline_.point_to_point("recv", t.bytes(), 0, src), src, t.bytes());
+    recv_part(t, src, stream);
+    timeline_.enqueued(op);
+    return op;
   }
   TimedOp enqueue_all_reduce(Tensor& t, ReduceOp op) {
     const int64_t n = t.numel();
@@ -287,6 +295,7 @@ class NcclComm final : public Comm {
   double timeout_;
   int rank_, size_;
   cudaStream_t stream_;
+  std::string key_;
   CommTimeline timeline_;
 };
 
@@ -309,7 +318,10 @@ std::unique_ptr<Comm> make_comm(RankContext& ctx, const UniqueId& id, int rank, 
   check(ncclCommInitRank(&comm, size, nccl_id, rank), "ncclCommInitRank");
   std::vector<int> world(size);
   for (int r = 0; r < size; ++r) world[r] = r;
-  return std::make_unique<NcclComm>(comm, &ctx, "world", std::move(world), timeout_seconds);
+  std::string key = "nccl:";
+  for (char byte : id) key += fmt::format("{:02x}", static_cast<unsigned char>(byte));
+  return std::make_unique<NcclComm>(comm, &ctx, "world", std::move(world), timeout_seconds,
+                                    std::move(key));
 }
 
 }  // namespace mgpu::comm::nccl

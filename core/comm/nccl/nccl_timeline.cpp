@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/comm/cost_model.h"
 #include "core/runtime/cuda/streams.h"
 
@@ -26,12 +28,17 @@ StreamEvent::~StreamEvent() {
 }
 
 CommTimeline::CommTimeline(RankContext& ctx, cudaStream_t stream, std::string group,
-                           std::vector<int> members, int rank)
+                           std::vector<int> members, int rank, const std::string& key,
+                           double timeout)
     : ctx_(ctx),
       stream_(stream),
       group_(std::move(group)),
       members_(std::move(members)),
-      rank_(rank) {}
+      rank_(rank),
+      board_(ctx.clock.modeled() ? IssueBoard::of_group(key) : nullptr),
+      sent_to_(members_.size(), 0),
+      received_from_(members_.size(), 0),
+      timeout_(timeout) {}
 
 trace::Event CommTimeline::collective(const char* kind, int64_t bytes, int64_t sent_bytes) {
   trace::Event e = trace::comm_event(kind, 0, 0, bytes, sent_bytes, group_);
@@ -46,9 +53,14 @@ trace::Event CommTimeline::point_to_point(const char* kind, int64_t bytes, int64
   return e;
 }
 
-double CommTimeline::modeled(const char* kind, int64_t elements, int elem_bytes, int root) const {
+double CommTimeline::modeled(const char* kind, int64_t elements, int elem_bytes, int root) {
   if (!ctx_.clock.modeled()) return 0;
-  return member_end_times(kind, members_, elements, elem_bytes, root, ctx_.profile)[rank_];
+  const double issued = ctx_.clock.comm_issue_time();
+  const std::vector<double> starts = board_->collective_starts(
+      seq_ - 1, rank_, static_cast<int>(members_.size()), issued, timeout_,
+      fmt::format("{} #{} of group {}", kind, seq_ - 1, group_));
+  return member_end_times(kind, members_, elements, elem_bytes, root, ctx_.profile, starts)[rank_] -
+         issued;
 }
 
 double CommTimeline::modeled_all_to_all_v(std::span<const int64_t> send_counts,
@@ -59,9 +71,26 @@ double CommTimeline::modeled_all_to_all_v(std::span<const int64_t> send_counts,
                                   ctx_.profile);
 }
 
-double CommTimeline::modeled_transfer(int peer, int64_t bytes) const {
-  if (!ctx_.clock.modeled()) return 0;
+double CommTimeline::transfer_seconds(int peer, int64_t bytes) const {
   return ctx_.profile.transfer_time(members_[rank_], members_.at(peer), static_cast<double>(bytes));
+}
+
+TimedOp CommTimeline::begin_send(trace::Event event, int peer, int64_t bytes) {
+  if (!ctx_.clock.modeled()) return begin(std::move(event), 0);
+  board_->post_send(rank_, peer, sent_to_.at(peer)++, ctx_.clock.comm_issue_time());
+  return begin(std::move(event), transfer_seconds(peer, bytes));
+}
+
+// A receive moves the comm lane only once its message's send time is known (finish), as the
+// local backend's receive does at its end.
+TimedOp CommTimeline::begin_recv(trace::Event event, int peer, int64_t bytes) {
+  TimedOp op = begin(std::move(event), 0);
+  if (ctx_.clock.modeled()) {
+    op.sender = peer;
+    op.message = received_from_.at(peer)++;
+    op.transfer = transfer_seconds(peer, bytes);
+  }
+  return op;
 }
 
 bool CommTimeline::uses_events() const {
@@ -101,6 +130,14 @@ double CommTimeline::on_rank_clock(const StreamEvent& e) const {
 
 double CommTimeline::finish(TimedOp& op) const {
   double end = ctx_.clock.modeled() ? op.end : ctx_.clock.wall_now();
+  if (op.sender >= 0) {  // the data has arrived, so its send time is on the board
+    const double sent = board_->take_send(op.sender, rank_, op.message, timeout_,
+                                          fmt::format("message #{}", op.message));
+    const double posted = op.event.start;
+    end = std::max(posted, sent + op.transfer);
+    op.event.wait = std::clamp(sent - posted, 0.0, end - posted);
+    ctx_.clock.wait_comm_until(end);
+  }
   if (op.started.get() && op.ended.get()) {
     op.event.start = on_rank_clock(op.started);
     end = std::max(op.event.start, on_rank_clock(op.ended));
