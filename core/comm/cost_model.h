@@ -12,6 +12,7 @@
 // and cost less than the formula says (it is exact for n >= N).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,26 @@ double slowest_step(const std::vector<int>& members, int distance, double bytes,
 // its copy has arrived).
 double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
                            const HardwareProfile& profile);
+
+// When each member's part of one collective ends (group-rank order) if member i of `members`
+// (world ranks, in group-rank order) starts it at starts[i] (none given: all at 0), following the
+// shared algorithms' messages one by one as the local backend's clock does: a send keeps its
+// sender's comm lane busy for the transfer, a receive ends when its message has arrived. It is
+// the local backend's emergent time exactly, uneven chunks, mixed links and late members
+// included; a backend that cannot time its messages itself (NCCL on the modeled clock) charges
+// it. kind: "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast" (from
+// `root`) or "barrier"; `elements` as the trace's bytes count them (all_gather: the result).
+std::vector<double> member_end_times(const std::string& kind, const std::vector<int>& members,
+                                     int64_t elements, int elem_bytes, int root,
+                                     const HardwareProfile& profile,
+                                     std::span<const double> starts = {});
+
+// all_to_all_v as one member sees it, knowing only its own counts: step s of the pairwise
+// exchange ends when its block for rank + s has left and the block from rank - s has arrived,
+// that partner taken to start the step together with it.
+double all_to_all_v_member_time(const std::vector<int>& members, int rank,
+                                std::span<const int64_t> send_counts,
+                                std::span<const int64_t> recv_counts, int elem_bytes,
+                                const HardwareProfile& profile);
 
 }  // namespace mgpu::comm

@@ -35,6 +35,14 @@ MemInfo memory_info(int device);
 // Waits for all work queued on the calling rank's compute stream (no-op without CUDA).
 void synchronize();
 
+// The cuda clock's marks: a timing event recorded on the calling rank's compute stream, placed in
+// time once the GPU has passed it. Without CUDA a mark is null and no time passes between marks.
+using Mark = void*;  // a cudaEvent_t
+Mark record_mark();
+void wait_for(Mark m);                       // the host waits until the GPU has passed m
+double seconds_between(Mark from, Mark to);  // both passed (wait_for(to) first)
+void release_mark(Mark m);                   // null is fine; a pending mark is freed when passed
+
 // Bytes held by the caching allocator in free lists, all devices (for display and tests).
 int64_t cached_bytes();
 // Returns every cached free block to the driver (cudaFree).

@@ -22,6 +22,17 @@
     }                               \
   } while (0)
 
+// The same, and a build with NCCL (without it: "this build has no NCCL: skipped").
+#ifdef MGPU_HAVE_NCCL
+#define MGPU_REQUIRE_NCCL() MGPU_REQUIRE_GPU()
+#else
+#define MGPU_REQUIRE_NCCL()                  \
+  do {                                       \
+    WARN("this build has no NCCL: skipped"); \
+    return;                                  \
+  } while (0)
+#endif
+
 namespace gpu_test {
 
 using namespace mgpu;

@@ -1,5 +1,7 @@
 // Every collective on the local backend, for N = 1..8 ranks and awkward lengths, against a
-// serial reference; point-to-point ordering; split groups.
+// serial reference; point-to-point ordering; split groups; each rank's trace event (bytes,
+// sent_bytes, seq, modeled time) against the shared rules a backend without messages of its own
+// (NCCL) records by.
 #include <catch2/catch.hpp>
 
 #include "common/collective_reference.h"
@@ -7,6 +9,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "common/collective_script.h"
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/world.h"
@@ -300,4 +303,64 @@ TEST_CASE("point-to-point: sends to a late receiver, early receiver and an irecv
     }
   });
   CHECK(got == std::vector<float>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("every collective's sent_bytes and modeled time follow the shared rules on every rank",
+          "[comm][local][trace]") {
+  // Members start together, or each 10 us after the rank before it (about a message's time).
+  // Two ranks per node, a slow link between nodes: the members' world ranks decide each step.
+  HardwareProfile profile = HardwareProfile::ideal(0);
+  profile.ranks_per_node = 2;
+  profile.intra_node = {"fast", 1e9, 1e-6};
+  profile.inter_node = {"slow", 1e8, 1e-5};
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    for (int64_t n : {1, 3, 7, 1001})
+      for (double stagger : {0.0, 1e-5}) {
+        INFO("ranks=" << ranks << " n=" << n << " stagger=" << stagger);
+        WorldOptions o = options_for(ranks);
+        o.trace = true;
+        o.profile = profile;
+        World world(o);
+        std::vector<std::vector<testing::ScriptedCall>> expected(ranks);
+        world.run([&](RankContext& ctx) {
+          auto calls = testing::run_every_collective(ctx, *ctx.comm, n, 1.0, 0, stagger);
+          if (ranks >= 3) {  // a group whose members are not 0..k-1 in order: odd ranks reversed
+            auto group = ctx.comm->split(ctx.rank % 2, -ctx.rank, ctx.rank % 2 ? "odd" : "even");
+            auto more = testing::run_every_collective(ctx, *group, n, 100.0, 0, stagger);
+            calls.insert(calls.end(), more.begin(), more.end());
+          }
+          expected[ctx.rank] = std::move(calls);
+        });
+        const trace::Trace t = world.collect_trace();
+        for (int r = 0; r < ranks; ++r)
+          for (const auto& call : expected[r]) {
+            INFO("rank " << r << ": " << call.op << " in " << call.group << " at " << call.start);
+            const trace::Event* found = nullptr;
+            for (const auto& e : t.events)
+              if (e.rank == r && e.lane == trace::Lane::comm && e.op == call.op &&
+                  e.start >= call.start && e.start < call.start + 0.5)
+                found = &e;
+            REQUIRE(found);
+            CHECK(found->group == call.group);
+            CHECK(found->bytes == call.bytes);
+            CHECK(found->sent_bytes == call.sent_bytes);
+            CHECK(found->seq == call.seq);
+            CHECK(found->peer == call.peer);
+            if (call.seq >= 0) CHECK(found->start == call.start);
+            if (call.modeled_dur >= 0) CHECK(found->dur == Approx(call.modeled_dur).margin(1e-12));
+          }
+      }
+  }
+}
+
+TEST_CASE("all_to_all_v seen by one member: equal counts on one kind of link, all_to_all's time",
+          "[comm][trace]") {
+  HardwareProfile profile = HardwareProfile::ideal(0);
+  profile.intra_node = profile.inter_node = {"link", 1e9, 1e-6};
+  const std::vector<int> members = {4, 1, 2, 0, 3};
+  const std::vector<int64_t> counts(members.size(), 6);
+  const auto ends = comm::member_end_times("all_to_all", members, 30, 4, 0, profile);
+  for (int r = 0; r < 5; ++r)
+    CHECK(comm::all_to_all_v_member_time(members, r, counts, counts, 4, profile) ==
+          Approx(ends[r]).margin(1e-15));
 }

@@ -1,5 +1,5 @@
 // Hand-computed timelines on the modeled clock: p2p, ring all-reduce, compute/comm overlap, and
-// bit-identical traces across runs.
+// bit-identical traces across runs; the issue board NCCL's ranks time their operations with.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -8,6 +8,7 @@
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
+#include "core/comm/issue_board.h"
 #include "core/runtime/world.h"
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
@@ -309,8 +310,8 @@ TEST_CASE("model_parallel's comm was mostly waiting for the next stage: now it s
   // Stage 0 posts the receive of its backward gradient right after its forward, then waits for
   // the other three stages' forwards and backwards: its link is free almost all that time.
   const std::string path = mgpu::testing::temp_path("model_parallel_wait.json");
-  auto r = mgpu::testing::run_mgpu(mgpu::testing::with_tiny_model(
-      {"run", "model_parallel", "--theory", "--trace", path}));
+  auto r = mgpu::testing::run_mgpu(
+      mgpu::testing::with_tiny_model({"run", "model_parallel", "--theory", "--trace", path}));
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("comm wire   comm wait"));
@@ -322,4 +323,32 @@ TEST_CASE("model_parallel's comm was mostly waiting for the next stage: now it s
   CHECK(r0.comm_wire == 0.0);
   CHECK(r0.comm_wait == r0.comm);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("issue board: members meet on a collective's issue times, a receive takes its send's",
+          "[clock][comm]") {
+  using Catch::Matchers::Contains;
+  auto board = comm::IssueBoard::of_group("test group");
+  CHECK(comm::IssueBoard::of_group("test group") == board);  // every member finds the same one
+  CHECK(comm::IssueBoard::of_group("another group") != board);
+  std::vector<std::vector<double>> seen(3);
+  {
+    std::vector<std::jthread> members;
+    for (int r = 0; r < 3; ++r)
+      members.emplace_back([&, r] {
+        seen[r] = board->collective_starts(0, r, 3, 1.0 + r, 10, "all_reduce #0 of group test");
+      });
+  }
+  for (const auto& starts : seen) CHECK(starts == std::vector<double>{1.0, 2.0, 3.0});
+
+  board->post_send(0, 1, 0, 0.5);
+  board->post_send(0, 1, 1, 0.7);
+  CHECK(board->take_send(0, 1, 1, 10, "message #1") == 0.7);  // whichever is waited for first
+  CHECK(board->take_send(0, 1, 0, 10, "message #0") == 0.5);
+
+  // A member that never comes is a CommError naming it, not a hang.
+  CHECK_THROWS_WITH(board->collective_starts(1, 0, 2, 0.0, 0.05, "barrier #1 of group test"),
+                    Contains("group rank(s) 1") && Contains("barrier #1 of group test"));
+  CHECK_THROWS_WITH(board->take_send(1, 0, 0, 0.05, "message #0"),
+                    Contains("rank 1 to send message #0"));
 }

@@ -147,4 +147,26 @@ void synchronize() {
   check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize");
 }
 
+Mark record_mark() {
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreate(&event), "cudaEventCreate(mark)");
+  check(cudaEventRecord(event, compute_stream()), "cudaEventRecord(mark)");
+  return event;
+}
+
+void wait_for(Mark m) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(m)), "cudaEventSynchronize(mark)");
+}
+
+double seconds_between(Mark from, Mark to) {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)),
+        "cudaEventElapsedTime");
+  return static_cast<double>(ms) * 1e-3;
+}
+
+void release_mark(Mark m) {
+  if (m) cudaEventDestroy(static_cast<cudaEvent_t>(m));
+}
+
 }  // namespace mgpu::cuda
