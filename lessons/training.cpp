@@ -86,7 +86,6 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   try {
     cfg.dtype = parse_precision(c.precision);
     cfg.recompute = parse_recompute(c.recompute);
-    optim::check_precision_supported(cfg.dtype, c.world_options().device);
   } catch (const UsageError&) {
     throw;
   } catch (const std::invalid_argument& e) {

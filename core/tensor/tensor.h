@@ -55,9 +55,10 @@ class Tensor {
 
   // Host-side helpers (tests, checkpoints, lessons). to_vector widens bf16/f16 to fp32 exactly.
   std::vector<float> to_vector() const;
-  // Any dtype <-> fp32 on the host (CPU tensors): read widens exactly, write rounds each value to
-  // the tensor's type (round to nearest even; f16 overflows to inf and flushes to 0), counted in
-  // store_counters(). `n` must equal numel().
+  // Any dtype <-> fp32 on the host: read widens exactly, write rounds each value to the tensor's
+  // type (round to nearest even; f16 overflows to inf and flushes to 0), counted in
+  // store_counters(). A cuda tensor's bytes travel through the device memory hooks and are
+  // converted on the host. `n` must equal numel().
   void read_f32(float* dst, int64_t n) const;
   void write_f32(const float* src, int64_t n);
   void copy_from(const Tensor& src);  // same numel; host or device copy

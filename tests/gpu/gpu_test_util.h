@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/model/gpt.h"
 #include "core/runtime/context.h"
 #include "core/runtime/gpu.h"
 #include "core/tensor/tensor.h"
@@ -62,6 +63,27 @@ struct GpuRank {
     return v;
   }
 };
+
+// The small GPT the whole-model comparisons run: 2 layers, dim 64, 4 heads, seq 32, vocab 97.
+inline GPTConfig small_gpt_config(DType dtype = DType::f32) {
+  GPTConfig cfg;
+  cfg.vocab = 97;
+  cfg.seq_len = 32;
+  cfg.layers = 2;
+  cfg.dim = 64;
+  cfg.heads = 4;
+  cfg.seed = 7;
+  cfg.dtype = dtype;
+  return cfg;
+}
+
+// n token ids in [0, vocab), seeded.
+inline std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
+  return ids;
+}
 
 inline void require_close(const Tensor& gpu, const Tensor& cpu, const char* what,
                           double rel = kRelTol) {

@@ -11,16 +11,8 @@
 
 using namespace mgpu;
 using gpu_test::GpuRank;
+using gpu_test::random_ids;
 using gpu_test::require_close;
-
-namespace {
-std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
-  return ids;
-}
-}  // namespace
 
 TEST_CASE("every CudaKernels entry is installed", "[gpu]") {
   MGPU_REQUIRE_GPU();
@@ -204,13 +196,7 @@ TEST_CASE("gpu SGD-momentum and AdamW match cpu over several steps", "[gpu]") {
 
 TEST_CASE("a GPT forward/backward on the GPU matches the CPU (same weights, same batch)", "[gpu]") {
   MGPU_REQUIRE_GPU();
-  GPTConfig cfg;
-  cfg.vocab = 97;
-  cfg.seq_len = 32;
-  cfg.layers = 2;
-  cfg.dim = 64;
-  cfg.heads = 4;
-  cfg.seed = 7;
+  const GPTConfig cfg = gpu_test::small_gpt_config();
   const int64_t batch = 3, seq = 32;
   auto tokens = random_ids(size_t(batch * seq), cfg.vocab, 30);
   auto targets = random_ids(size_t(batch * seq), cfg.vocab, 31);

@@ -45,6 +45,9 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(k.fill);
   CHECK(k.vocab_parallel_ce_stats);
   CHECK(k.vocab_parallel_ce_forward_backward);
+  CHECK(k.convert);  // the 2-byte storage path (bf16/fp16 on the GPU, precision.cu)
+  CHECK(k.count_nonfinite);
+  CHECK(k.matmul_2byte);
   // Ring attention's block ops (context parallelism) have no CUDA kernels yet: the entries stay
   // empty, ops.cpp refuses a cuda tensor with one line, and the context_parallel lesson refuses
   // --device cuda. When a kernel lands, move its line up to the filled ones.
@@ -56,10 +59,6 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK_FALSE(k.gather_rows);
   CHECK_FALSE(k.combine_rows);
   CHECK_FALSE(k.gathered_row_dots);
-  // Nor the 2-byte storage path (bf16/fp16 on the GPU).
-  CHECK_FALSE(k.convert);
-  CHECK_FALSE(k.count_nonfinite);
-  CHECK_FALSE(k.matmul_2byte);
   // Every entry above, by size: a new entry added to CudaKernels must be added here too.
   CHECK(sizeof(CudaKernels) == 33 * sizeof(void*));
   const DeviceMemoryHooks& hooks = device_memory_hooks(DeviceKind::cuda);
