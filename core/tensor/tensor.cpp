@@ -141,6 +141,10 @@ StoreCounters& store_counters() {
   return counters;
 }
 
+void count_unchecked_stores(int64_t stores) {
+  store_counters().unchecked += stores;
+}
+
 // A cuda tensor's values go through the host: its bytes copied by the device memory hooks, then
 // converted by the CPU kernel (core/ops/cpu/precision.h), so every 2-byte store rounds with the
 // same code and is counted in store_counters() on either device.

@@ -77,11 +77,17 @@ class Tensor {
 };
 
 // What rounding did on this thread's 2-byte stores since the last reset: the fp16 lesson counts
-// values that were nonzero in fp32 and became 0 (underflow) or turned into inf (overflow).
+// values that were nonzero in fp32 and became 0 (underflow) or turned into inf (overflow). The
+// CPU kernels (and so the emulated cuda device) check every store; a GPU's kernels (cuBLAS's
+// 2-byte GEMM rounds inside cuBLAS) store without checking, and say how many stores they made in
+// `unchecked`: while it is nonzero the two counts are incomplete and must not be shown as totals.
 struct StoreCounters {
   int64_t flushed_to_zero = 0;
   int64_t overflowed_to_inf = 0;
+  int64_t unchecked = 0;
 };
 StoreCounters& store_counters();
+// Called by the GPU's kernels (core/ops/cuda/precision.cu) for the 2-byte values they stored.
+void count_unchecked_stores(int64_t stores);
 
 }  // namespace mgpu

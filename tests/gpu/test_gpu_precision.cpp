@@ -63,8 +63,10 @@ TEST_CASE("gpu convert rounds every value as the CPU does, bit for bit", "[gpu][
     std::vector<uint16_t> want(static_cast<size_t>(n));
     cpu::convert(want.data(), t, values.data(), DType::f32, n);
     Tensor narrow = Tensor::empty({n}, MemCategory::workspace, t, &g.ctx.allocator);
+    const int64_t unchecked = store_counters().unchecked;
     ops::convert(narrow, wide);
     CHECK(device_bits(narrow) == want);
+    CHECK(store_counters().unchecked == unchecked + n);  // said, not silently uncounted
     // and back: widening is exact on both sides (NaN payloads included).
     Tensor back = Tensor::empty({n}, MemCategory::workspace, DType::f32, &g.ctx.allocator);
     ops::convert(back, narrow);

@@ -376,6 +376,7 @@ TEST_CASE("bf16/fp16 on --device cuda: staged through the table's convert, same 
       ops::convert(gnarrow, gwide);
       CHECK(HostAsCuda::converts == converts + 1);
       CHECK(store_counters().flushed_to_zero == on_cpu.flushed_to_zero);
+      CHECK(store_counters().unchecked == 0);  // the CPU kernels check every store they make
       CHECK(store_counters().overflowed_to_inf == on_cpu.overflowed_to_inf);
       CHECK(bits_of(gnarrow) == bits_of(narrow));
       HostAsCuda::counts = 0;

@@ -6,6 +6,12 @@
 
 #include "core/ops/cuda_table.h"
 
+namespace mgpu {
+// core/tensor/tensor.h's (C++20, so declared again here for the .cu files): a GPU kernel stored
+// `stores` 2-byte values without counting what rounding lost (StoreCounters::unchecked).
+void count_unchecked_stores(int64_t stores);
+}  // namespace mgpu
+
 namespace mgpu::cuda {
 
 // The full table of CUDA kernels, ready for install_cuda_kernels().

@@ -57,6 +57,7 @@ void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t
   }
   convert_kernel<<<blocks_for(count), kThreads, 0, stream>>>(dst, dst_type, src, src_type, count);
   check(cudaGetLastError(), "convert_kernel");
+  if (dst_type != DType::f32) count_unchecked_stores(count);
 }
 
 // Each thread counts its elements, each warp adds its threads' counts, one atomic per warp:
