@@ -9,6 +9,9 @@
 //  - matmul_2byte (written in gemm_attention.cu, beside the fp32 GEMM): cuBLAS reads and writes
 //    the 2-byte type itself and accumulates in fp32, as mixed-precision training's GEMMs do.
 //
+// Neither kernel nor cuBLAS counts what rounding lost (fp16's flushed values); the stores are
+// reported as unchecked (StoreCounters), so no lesson shows a partial count as a total.
+//
 // No float arithmetic here is rounded differently with or without fused multiply-add (the
 // conversions are bit operations and one exact power-of-two product), so this file needs no
 // --fmad flag to agree with the CPU bit for bit.
