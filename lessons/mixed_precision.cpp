@@ -73,9 +73,10 @@ void print_losses(std::ostream& out, const CommonOptions& c, const std::vector<M
   fmt::print(out,
              "\nbackward values flushed to zero (nonzero in fp32, 0 after rounding), "
              "summed over the run:\n");
-  for (size_t i = 1; i < runs.size(); ++i)
+  for (size_t i = 1; i < runs.size(); ++i)  // a GPU's kernels do not count (StoreCounters)
     fmt::print(out, "  {:<22} {:>12}\n", kVariants[i].label,
-               with_commas(runs[i].flushed_in_backward));
+               runs[i].unchecked_stores > 0 ? "not counted on a GPU"
+                                            : with_commas(runs[i].flushed_in_backward));
   const MeasuredRun& scaled = runs[3];
   fmt::print(out,
              "loss scaler: {} steps skipped on inf/NaN, final scale {:g} (start 2^16, halve "

@@ -82,7 +82,6 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   try {
     cfg.dtype = parse_precision(c.precision);
     cfg.recompute = parse_recompute(c.recompute);
-    optim::check_precision_supported(cfg.dtype, c.world_options().device);
   } catch (const UsageError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -212,6 +211,7 @@ train::TrainResult train_measured_on(World& world, const data::Task& task,
       [&](RankContext& ctx, train::Layout& layout) {
         auto& single = static_cast<train::SingleDeviceLayout&>(layout);
         m.flushed_in_backward = single.backward_stores().flushed_to_zero;
+        m.unchecked_stores = single.backward_stores().unchecked;
         const double steps = std::max(1, options.steps);
         m.modeled_step_seconds = ctx.clock.compute_now() / steps;
         for (const trace::Event& e : ctx.tracer.events())

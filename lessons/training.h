@@ -49,6 +49,7 @@ struct MeasuredRun {
   std::vector<int> skipped_steps;   // fp16 loss scaler: steps skipped on inf/NaN
   float loss_scale = 1;             // after the last step (1 without loss scaling)
   int64_t flushed_in_backward = 0;  // backward stores of nonzero values that rounded to 0
+  int64_t unchecked_stores = 0;     // backward stores a GPU made without counting them
   double modeled_step_seconds = 0;  // modeled clock, mean per step
   double recompute_seconds = 0;     // modeled time in "recompute" scopes, mean per step
   MemoryStats memory;               // allocator peaks over training (after building the model)

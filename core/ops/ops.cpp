@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <exception>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
 #include "core/ops/cpu/kernels.h"
+#include "core/ops/cpu/precision.h"
 #include "core/ops/cuda_table.h"
 #include "core/runtime/context.h"
 
@@ -40,45 +43,86 @@ double elem_bytes(const Tensor& t) {
   return static_cast<double>(dtype_size(t.dtype()));
 }
 
-// Mixed precision on the CPU: the kernels compute in fp32. A 2-byte tensor is widened into an
-// fp32 scratch copy before the kernel and, when the kernel writes it, rounded back afterwards, so
-// every store rounds exactly once: what a GPU kernel does when it loads bf16, computes in fp32
-// registers and stores bf16. The scratch is host memory outside the allocator because on a GPU it
-// would be registers, not part of the model's memory. fp32 tensors pass straight through.
+// The CUDA kernel for `op`, or a clear error when none is installed yet.
+template <class Fn>
+Fn cuda_fn(Fn CudaKernels::*entry, const char* op) {
+  Fn fn = cuda_kernels().*entry;
+  if (!fn)
+    throw std::runtime_error(fmt::format(
+        "{}: this op has no CUDA kernel yet (run on --device cpu or phantom, or add one in "
+        "core/ops/cuda/ and install it with install_cuda_kernels)",
+        op));
+  return fn;
+}
+
+// Mixed precision: the kernels compute in fp32. A 2-byte tensor is widened into an fp32 copy
+// before the kernel and, when the kernel writes it, rounded back afterwards, so every store rounds
+// exactly once: what a GPU kernel does when it loads bf16, computes in fp32 registers and stores
+// bf16. On the CPU the copy is host memory; on cuda it is a device buffer from the device memory
+// hooks, filled and emptied by the table's convert kernel (the same rounding code,
+// core/ops/math/cast.h). Either way it is outside the allocator: in a fused 2-byte kernel it would
+// be registers, not part of the model's memory. fp32 tensors pass straight through.
 class Fp32Staging {
  public:
-  Fp32Staging() = default;
+  Fp32Staging() : exceptions_(std::uncaught_exceptions()) {}
   Fp32Staging(const Fp32Staging&) = delete;
   Fp32Staging& operator=(const Fp32Staging&) = delete;
   float* in(const Tensor& t) { return stage(t, false); }
   float* out(Tensor& t) { return stage(t, true); }  // loaded too: some kernels accumulate
-  ~Fp32Staging() {
+  // Rounds the written copies back. An op that threw stores nothing (and must not throw twice).
+  ~Fp32Staging() noexcept(false) {
+    if (std::uncaught_exceptions() > exceptions_) return;
     for (Staged& s : staged_)
-      if (s.written) s.tensor.write_f32(s.values.data(), s.tensor.numel());
+      if (s.written) store_back(s);
   }
 
  private:
+  struct DeviceRelease {
+    int device;
+    void operator()(void* p) const { device_memory_hooks(DeviceKind::cuda).release(p, device); }
+  };
   struct Staged {
     Tensor tensor;
-    std::vector<float> values;
+    float* values;
     bool written;
+    std::vector<float> host;                             // --device cpu
+    std::unique_ptr<void, DeviceRelease> device_copy{};  // --device cuda
   };
+
   float* stage(const Tensor& t, bool written) {
     if (t.dtype() == DType::f32) return const_cast<float*>(t.f32());
-    if (t.device().kind != DeviceKind::cpu)
-      throw std::runtime_error(
-          "bf16/fp16 kernels are emulated on the CPU only: use --device cpu or phantom, or "
-          "--precision fp32 on --device cuda");
     for (Staged& s : staged_)  // the same tensor passed twice (in place): one buffer, as in fp32
       if (s.tensor.same_view(t)) {
         s.written = s.written || written;
-        return s.values.data();
+        return s.values;
       }
-    Staged& s = staged_.emplace_back(Staged{t, std::vector<float>(size_t(t.numel())), written});
-    t.read_f32(s.values.data(), t.numel());
-    return s.values.data();
+    Staged& s = staged_.emplace_back(Staged{t, nullptr, written});
+    if (t.device().kind == DeviceKind::cuda) {
+      const int device = t.device().index;
+      if (t.numel() > 0)
+        s.device_copy = {device_memory_hooks(DeviceKind::cuda)
+                             .allocate(t.numel() * int64_t{sizeof(float)}, device),
+                         DeviceRelease{device}};
+      s.values = static_cast<float*>(s.device_copy.get());
+      cuda_fn(&CudaKernels::convert, "bf16/fp16 staging")(s.values, DType::f32, t.raw(), t.dtype(),
+                                                          t.numel());
+      return s.values;
+    }
+    s.host.resize(size_t(t.numel()));
+    s.values = s.host.data();
+    t.read_f32(s.values, t.numel());
+    return s.values;
   }
+  static void store_back(Staged& s) {
+    if (s.tensor.device().kind == DeviceKind::cuda)
+      cuda_fn(&CudaKernels::convert, "bf16/fp16 staging")(s.tensor.raw(), s.tensor.dtype(),
+                                                          s.values, DType::f32, s.tensor.numel());
+    else
+      s.tensor.write_f32(s.values, s.tensor.numel());
+  }
+
   std::deque<Staged> staged_;  // a deque: earlier buffers keep their address
+  int exceptions_;
 };
 
 void check(bool ok, const char* op, const std::string& what) {
@@ -90,18 +134,6 @@ int64_t last_dim(const Tensor& t) {
 }
 int64_t row_count(const Tensor& t) {
   return t.numel() / std::max<int64_t>(last_dim(t), 1);
-}
-
-// The CUDA kernel for `op`, or a clear error when none is installed yet.
-template <class Fn>
-Fn cuda_fn(Fn CudaKernels::*entry, const char* op) {
-  Fn fn = cuda_kernels().*entry;
-  if (!fn)
-    throw std::runtime_error(fmt::format(
-        "{}: this op has no CUDA kernel yet (run on --device cpu or phantom, or add one in "
-        "core/ops/cuda/ and install it with install_cuda_kernels)",
-        op));
-  return fn;
 }
 
 // Runs the CPU kernel or the CUDA one with the same arguments. Phantom is handled by callers
@@ -145,6 +177,12 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
                             .n = double(n),
                             .k = double(k)});
   if (!has_math(out)) return;
+  if (out.device().kind == DeviceKind::cuda && kT != DType::f32 && b.dtype() == kT &&
+      out.dtype() == kT) {  // cuBLAS reads and writes the 2-byte type itself (fp32 compute)
+    cuda_fn(&CudaKernels::matmul_2byte, "matmul")(out.raw(), a.raw(), b.raw(), kT, m, n, k, trans_a,
+                                                  trans_b, beta);
+    return;
+  }
   Fp32Staging st;
   run(out, "matmul", cpu::matmul, &CudaKernels::matmul, st.out(out), st.in(a), st.in(b), m, n, k,
       trans_a, trans_b, beta);
@@ -222,22 +260,18 @@ void convert(Tensor& dst, const Tensor& src) {
     dst.copy_from(src);
     return;
   }
-  Fp32Staging st;  // widen src, store rounded into dst
-  const float* from = st.in(src);
-  float* to = st.out(dst);
-  std::copy(from, from + src.numel(), to);
+  check(src.device().kind == dst.device().kind, "convert",
+        fmt::format("src on {} and dst on {}: convert within one device (copy_from moves bytes)",
+                    src.device().str(), dst.device().str()));
+  run(dst, "convert", cpu::convert, &CudaKernels::convert, dst.raw(), dst.dtype(), src.raw(),
+      src.dtype(), dst.numel());
 }
 
 int64_t count_nonfinite(const Tensor& x) {
   KernelScope ks("count_nonfinite", double(x.numel()), elem_bytes(x) * x.numel(), x.dtype());
-  if (!has_math(x)) return 0;
-  if (x.device().kind != DeviceKind::cpu) {
-    std::vector<float> host = x.to_vector();
-    return std::count_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
-  }
-  Fp32Staging st;
-  const float* v = st.in(x);
-  return std::count_if(v, v + x.numel(), [](float e) { return !std::isfinite(e); });
+  if (!has_math(x) || x.numel() == 0) return 0;
+  return run(x, "count_nonfinite", cpu::count_nonfinite, &CudaKernels::count_nonfinite, x.raw(),
+             x.dtype(), x.numel());
 }
 
 // GELU costs ~10 FLOPs an element forward (cube, tanh, products), ~18 backward.

@@ -72,14 +72,6 @@ void MixedPrecision::copy_master_to_model() {
   }
 }
 
-void check_precision_supported(DType precision, DeviceKind device) {
-  if (precision != DType::f32 && device == DeviceKind::cuda)
-    throw std::invalid_argument(fmt::format(
-        "--precision {} runs on --device cpu or phantom (bf16/fp16 are emulated there; the CUDA "
-        "kernels are fp32 only): use --precision fp32 on --device cuda",
-        precision_name(precision)));
-}
-
 std::unique_ptr<Optimizer> make_adamw(std::vector<ParamSlice> slices, DType precision,
                                       AdamWOptions options) {
   if (precision == DType::f32) return std::make_unique<AdamW>(std::move(slices), options);

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "core/optim/optimizer.h"
-#include "core/tensor/device.h"
 
 namespace mgpu::comm {
 class Comm;
@@ -50,11 +49,6 @@ class MixedPrecision : public Optimizer {
   std::vector<std::unique_ptr<Param>> masters_;  // data: fp32 copy; grad: view of model grad
   std::unique_ptr<Optimizer> inner_;
 };
-
-// Refuses, with one line (std::invalid_argument), a precision the device cannot run: bf16/fp16
-// are emulated on --device cpu and phantom; the CUDA kernels are fp32 only, so --precision
-// bf16/fp16 with --device cuda is refused rather than silently run in fp32.
-void check_precision_supported(DType precision, DeviceKind device);
 
 // The usual wrapping: AdamW over fp32 master weights when `precision` is bf16/f16, plain AdamW
 // when it is f32. The one call a training loop needs for --precision.

@@ -1,13 +1,12 @@
 #include "core/tensor/tensor.h"
 
-#include "core/ops/cuda_table.h"
-
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "core/ops/cpu/precision.h"
+#include "core/ops/cuda_table.h"
 #include "core/runtime/context.h"
 
 namespace mgpu {
@@ -142,56 +141,54 @@ StoreCounters& store_counters() {
   return counters;
 }
 
+void count_unchecked_stores(int64_t stores) {
+  store_counters().unchecked += stores;
+}
+
+// A cuda tensor's values go through the host: its bytes copied by the device memory hooks, then
+// converted by the CPU kernel (core/ops/cpu/precision.h), so every 2-byte store rounds with the
+// same code and is counted in store_counters() on either device.
 void Tensor::read_f32(float* dst, int64_t n) const {
   if (n != numel_) throw std::invalid_argument("read_f32: wrong element count");
   if (n == 0) return;
-  if (device().kind != DeviceKind::cpu)
-    throw std::logic_error("read_f32 of a non-CPU tensor (bf16/fp16 are emulated on the CPU)");
-  if (dtype_ == DType::f32) {
-    std::memcpy(dst, raw(), static_cast<size_t>(n) * sizeof(float));
+  const DeviceKind kind = device().kind;
+  if (kind == DeviceKind::phantom) throw std::logic_error("read_f32 of a phantom tensor");
+  if (kind == DeviceKind::cpu || dtype_ == DType::f32) {
+    if (kind == DeviceKind::cpu)
+      cpu::convert(dst, DType::f32, raw(), dtype_, n);
+    else
+      device_memory_hooks(kind).copy(dst, raw(), bytes());
     return;
   }
-  const auto* bits = static_cast<const uint16_t*>(raw());
-  if (dtype_ == DType::bf16)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(bits[i]);
-  else
-    for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(bits[i]);
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  device_memory_hooks(kind).copy(bits.data(), raw(), bytes());
+  cpu::convert(dst, DType::f32, bits.data(), dtype_, n);
 }
 
 void Tensor::write_f32(const float* src, int64_t n) {
   if (n != numel_) throw std::invalid_argument("write_f32: wrong element count");
   if (n == 0) return;
-  if (device().kind != DeviceKind::cpu)
-    throw std::logic_error("write_f32 of a non-CPU tensor (bf16/fp16 are emulated on the CPU)");
-  if (dtype_ == DType::f32) {
-    std::memmove(raw(), src, static_cast<size_t>(n) * sizeof(float));
+  const DeviceKind kind = device().kind;
+  if (kind == DeviceKind::phantom) throw std::logic_error("write_f32 of a phantom tensor");
+  if (kind == DeviceKind::cpu) {
+    cpu::convert(raw(), dtype_, src, DType::f32, n);
     return;
   }
-  auto* bits = static_cast<uint16_t*>(raw());
-  int64_t flushed = 0, overflowed = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t b = dtype_ == DType::bf16 ? f32_to_bf16_bits(src[i]) : f32_to_f16_bits(src[i]);
-    bits[i] = b;
-    const bool zero = (b & 0x7FFFu) == 0;
-    const bool inf = (b & 0x7FFFu) == (dtype_ == DType::bf16 ? 0x7F80u : 0x7C00u);
-    flushed += zero && src[i] != 0.0f;
-    overflowed += inf && std::isfinite(src[i]);
+  if (dtype_ == DType::f32) {
+    device_memory_hooks(kind).copy(raw(), src, bytes());
+    return;
   }
-  store_counters().flushed_to_zero += flushed;
-  store_counters().overflowed_to_inf += overflowed;
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  cpu::convert(bits.data(), dtype_, src, DType::f32, n);
+  device_memory_hooks(kind).copy(raw(), bits.data(), bytes());
 }
 
 std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
-  if (device().kind == DeviceKind::cpu) {
-    read_f32(out.data(), numel_);
-  } else if (device().kind == DeviceKind::cuda) {
-    if (dtype_ != DType::f32) throw std::logic_error("to_vector of a non-f32 CUDA tensor");
-    device_memory_hooks(DeviceKind::cuda).copy(out.data(), raw(), bytes());
-  } else {
+  if (device().kind == DeviceKind::phantom)
     throw std::logic_error("to_vector() of a phantom tensor");
-  }
+  read_f32(out.data(), numel_);
   return out;
 }
 
@@ -213,20 +210,14 @@ void Tensor::fill(float value) {
     cuda_kernels().fill(f32(), value, numel_);  // queued on the rank's compute stream
     return;
   }
-  if (device().kind != DeviceKind::cpu) {
-    if (dtype_ != DType::f32)
-      throw std::logic_error("fill of a non-f32 CUDA tensor (bf16/fp16 are emulated on the CPU)");
-    std::vector<float> host(static_cast<size_t>(numel_), value);
-    device_memory_hooks(DeviceKind::cuda).copy(raw(), host.data(), bytes());
+  if (device().kind == DeviceKind::cpu && dtype_ == DType::f32) {
+    float* p = f32();
+    for (int64_t i = 0; i < numel_; ++i) p[i] = value;
     return;
   }
-  if (dtype_ != DType::f32) {  // rounded once, stored everywhere
-    std::vector<float> values(static_cast<size_t>(numel_), value);
-    write_f32(values.data(), numel_);
-    return;
-  }
-  float* p = f32();
-  for (int64_t i = 0; i < numel_; ++i) p[i] = value;
+  // A 2-byte tensor (rounded once, stored everywhere) or a cuda tensor without the fill kernel.
+  std::vector<float> values(static_cast<size_t>(numel_), value);
+  write_f32(values.data(), numel_);
 }
 
 }  // namespace mgpu

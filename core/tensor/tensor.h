@@ -55,9 +55,10 @@ class Tensor {
 
   // Host-side helpers (tests, checkpoints, lessons). to_vector widens bf16/f16 to fp32 exactly.
   std::vector<float> to_vector() const;
-  // Any dtype <-> fp32 on the host (CPU tensors): read widens exactly, write rounds each value to
-  // the tensor's type (round to nearest even; f16 overflows to inf and flushes to 0), counted in
-  // store_counters(). `n` must equal numel().
+  // Any dtype <-> fp32 on the host: read widens exactly, write rounds each value to the tensor's
+  // type (round to nearest even; f16 overflows to inf and flushes to 0), counted in
+  // store_counters(). A cuda tensor's bytes travel through the device memory hooks and are
+  // converted on the host. `n` must equal numel().
   void read_f32(float* dst, int64_t n) const;
   void write_f32(const float* src, int64_t n);
   void copy_from(const Tensor& src);  // same numel; host or device copy
@@ -76,11 +77,17 @@ class Tensor {
 };
 
 // What rounding did on this thread's 2-byte stores since the last reset: the fp16 lesson counts
-// values that were nonzero in fp32 and became 0 (underflow) or turned into inf (overflow).
+// values that were nonzero in fp32 and became 0 (underflow) or turned into inf (overflow). The
+// CPU kernels (and so the emulated cuda device) check every store; a GPU's kernels (cuBLAS's
+// 2-byte GEMM rounds inside cuBLAS) store without checking, and say how many stores they made in
+// `unchecked`: while it is nonzero the two counts are incomplete and must not be shown as totals.
 struct StoreCounters {
   int64_t flushed_to_zero = 0;
   int64_t overflowed_to_inf = 0;
+  int64_t unchecked = 0;
 };
 StoreCounters& store_counters();
+// Called by the GPU's kernels (core/ops/cuda/precision.cu) for the 2-byte values they stored.
+void count_unchecked_stores(int64_t stores);
 
 }  // namespace mgpu

@@ -26,6 +26,7 @@ float forward_backward_traced(GPT& model, const data::Batch& batch, float grad_s
       backward_stores->flushed_to_zero += store_counters().flushed_to_zero - before.flushed_to_zero;
       backward_stores->overflowed_to_inf +=
           store_counters().overflowed_to_inf - before.overflowed_to_inf;
+      backward_stores->unchecked += store_counters().unchecked - before.unchecked;
     }
   }
   return loss;

@@ -75,6 +75,27 @@ struct GpuRank {
   }
 };
 
+// The small GPT the whole-model comparisons run: 2 layers, dim 64, 4 heads, seq 32, vocab 97.
+inline GPTConfig small_gpt_config(DType dtype = DType::f32) {
+  GPTConfig cfg;
+  cfg.vocab = 97;
+  cfg.seq_len = 32;
+  cfg.layers = 2;
+  cfg.dim = 64;
+  cfg.heads = 4;
+  cfg.seed = 7;
+  cfg.dtype = dtype;
+  return cfg;
+}
+
+// n token ids in [0, vocab), seeded.
+inline std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
+  return ids;
+}
+
 inline void require_close(const Tensor& gpu, const Tensor& cpu, const char* what,
                           double rel = kRelTol) {
   std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
@@ -105,10 +126,8 @@ inline void require_close(float gpu, float cpu, const char* what, double rel = k
 // 1e-3 of its largest value (a whole network compounds rounding differences).
 inline void require_gpt_matches_cpu(const GPTConfig& cfg, int64_t batch, uint64_t seed) {
   const int64_t seq = cfg.seq_len;
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> tokens(size_t(batch * seq)), targets(size_t(batch * seq));
-  for (auto& id : tokens) id = int32_t(rng() % uint64_t(cfg.vocab));
-  for (auto& id : targets) id = int32_t(rng() % uint64_t(cfg.vocab));
+  const std::vector<int32_t> tokens = random_ids(size_t(batch * seq), cfg.vocab, seed);
+  const std::vector<int32_t> targets = random_ids(size_t(batch * seq), cfg.vocab, seed + 1);
 
   GPT cpu_model(cfg);  // the default CPU rank of this thread
   const float cpu_loss = cpu_model.forward_backward(tokens, targets, batch, seq);

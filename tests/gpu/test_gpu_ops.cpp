@@ -20,16 +20,10 @@
 
 using namespace mgpu;
 using gpu_test::GpuRank;
+using gpu_test::random_ids;
 using gpu_test::require_close;
 
 namespace {
-std::vector<int32_t> random_ids(size_t n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
-  return ids;
-}
-
 // The GPU's result has the CPU's bits, element for element (the first differing one is named).
 void require_same_bits(const Tensor& gpu, const Tensor& cpu, const char* what) {
   const std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
@@ -283,14 +277,7 @@ TEST_CASE("gpu SGD-momentum and AdamW give the cpu bits over several steps", "[g
 
 TEST_CASE("a GPT forward/backward on the GPU matches the CPU (same weights, same batch)", "[gpu]") {
   MGPU_REQUIRE_GPU();
-  GPTConfig cfg;
-  cfg.vocab = 97;
-  cfg.seq_len = 32;
-  cfg.layers = 2;
-  cfg.dim = 64;
-  cfg.heads = 4;
-  cfg.seed = 7;
-  gpu_test::require_gpt_matches_cpu(cfg, /*batch=*/3, /*seed=*/30);
+  gpu_test::require_gpt_matches_cpu(gpu_test::small_gpt_config(), /*batch=*/3, /*seed=*/30);
 }
 
 TEST_CASE("the caching allocator reuses a freed block and hands it out zeroed", "[gpu]") {

@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
 #include <sstream>
 
 #include "core/ops/cuda_table.h"
@@ -45,23 +48,27 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(k.fill);
   CHECK(k.vocab_parallel_ce_stats);
   CHECK(k.vocab_parallel_ce_forward_backward);
-  // Ring attention's block ops (context parallelism: ring_attention.cu) and a mixture of
-  // experts' permutation (moe_rows.cu).
-  CHECK(k.attention_block_forward);
+  CHECK(k.attention_block_forward);  // ring attention (context parallelism, ring_attention.cu)
   CHECK(k.attention_block_backward);
   CHECK(k.attention_merge);
   CHECK(k.copy_columns);
-  CHECK(k.gather_rows);
+  CHECK(k.gather_rows);  // a mixture of experts' permutation (moe_rows.cu)
   CHECK(k.combine_rows);
   CHECK(k.gathered_row_dots);
-  // The 2-byte storage path (bf16/fp16 on the GPU) has no CUDA kernels yet: the entries stay
-  // empty and ops.cpp refuses a cuda tensor with one line. When a kernel lands, move its line up
-  // to the filled ones.
-  CHECK_FALSE(k.convert);
-  CHECK_FALSE(k.count_nonfinite);
-  CHECK_FALSE(k.matmul_2byte);
+  CHECK(k.convert);  // the 2-byte storage path (bf16/fp16 on the GPU, precision.cu)
+  CHECK(k.count_nonfinite);
+  CHECK(k.matmul_2byte);
   // Every entry above, by size: a new entry added to CudaKernels must be added here too.
   CHECK(sizeof(CudaKernels) == 33 * sizeof(void*));
+  // And no slot is left empty, whatever its name: the table is a row of function pointers, read
+  // here by their bytes (a null pointer is all zero bits on every platform this builds on).
+  std::array<std::uintptr_t, sizeof(CudaKernels) / sizeof(std::uintptr_t)> slots{};
+  static_assert(sizeof(slots) == sizeof(CudaKernels));
+  std::memcpy(slots.data(), &k, sizeof(CudaKernels));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    INFO("CudaKernels slot " << i << " of " << slots.size());
+    CHECK(slots[i] != 0);
+  }
   const DeviceMemoryHooks& hooks = device_memory_hooks(DeviceKind::cuda);
   CHECK(hooks.allocate);
   CHECK(hooks.release);

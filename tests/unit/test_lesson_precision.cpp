@@ -295,7 +295,6 @@ TEST_CASE("precision and recompute combinations that cannot run: one line, exit 
   };
   const std::vector<Case> cases = {
       {"single_device", {"--precision", "bf16", "--optimizer", "sgd"}, "sgd"},
-      {"single_device", {"--precision", "bf16", "--device", "cuda"}, "--precision"},
       {"mixed_precision", {"--precision", "bf16"}, "side by side"},
       {"activation_checkpointing", {"--recompute", "full"}, "side by side"},
       {"single_device", {"--precision", "fp8"}, "precision"},

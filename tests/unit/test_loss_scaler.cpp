@@ -103,15 +103,6 @@ TEST_CASE("all ranks skip together: the found-inf flag is all-reduced over the g
   CHECK(pair_skipped == 2);
 }
 
-TEST_CASE("bf16/fp16 on --device cuda is refused with one line, never run as fp32",
-          "[loss_scaler][precision]") {
-  CHECK_NOTHROW(optim::check_precision_supported(DType::f32, DeviceKind::cuda));
-  CHECK_NOTHROW(optim::check_precision_supported(DType::bf16, DeviceKind::cpu));
-  CHECK_NOTHROW(optim::check_precision_supported(DType::f16, DeviceKind::phantom));
-  CHECK_THROWS_WITH(optim::check_precision_supported(DType::bf16, DeviceKind::cuda),
-                    Catch::Contains("use --precision fp32 on --device cuda"));
-}
-
 // ---- loss scaling in the training layouts (train::Layout::optimizer_step) -----------------
 
 namespace {

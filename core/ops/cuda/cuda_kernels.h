@@ -7,6 +7,12 @@
 
 #include "core/ops/cuda_table.h"
 
+namespace mgpu {
+// core/tensor/tensor.h's (C++20, so declared again here for the .cu files): a GPU kernel stored
+// `stores` 2-byte values without counting what rounding lost (StoreCounters::unchecked).
+void count_unchecked_stores(int64_t stores);
+}  // namespace mgpu
+
 namespace mgpu::cuda {
 
 // The full table of CUDA kernels, ready for install_cuda_kernels().
@@ -25,6 +31,11 @@ void fill_precision_kernels(CudaKernels& table);
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
           float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+
+// The table's matmul_2byte (cuda_table.h): row-major C = op(A) op(B) + beta C with A, B and C of
+// the 2-byte `type`, cublasGemmEx with fp32 compute (gemm_attention.cu; precision.cu installs it).
+void matmul_2byte(void* c, const void* a, const void* b, DType type, int64_t m, int64_t n,
+                  int64_t k, bool trans_a, bool trans_b, float beta);
 
 // Causal softmax over the rows of att [rows, t] in place (row r is query position r % t), with
 // the scores pre-scaled; and its backward: ds = p * (ds - rowsum(p * ds)) * scale, in place.

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/ops/cuda/cuda_kernels.h"
+#include "core/ops/math/cast.h"  // DType's values
 #include "core/runtime/cuda/streams.h"
 
 namespace mgpu::cuda {
@@ -21,6 +22,35 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
             static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a, &beta, c,
             static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
         "cublasSgemmStridedBatched");
+}
+
+namespace {
+cudaDataType_t cuda_type(DType type) {  // of a 2-byte DType
+  return type == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+}  // namespace
+
+void matmul_2byte(void* c, const void* a, const void* b, DType type, int64_t m, int64_t n,
+                  int64_t k, bool trans_a, bool trans_b, float beta) {
+  if (m == 0 || n == 0) return;
+  const int lda = static_cast<int>(trans_a ? m : k), ldb = static_cast<int>(trans_b ? k : n);
+  const float alpha = 1.0f;  // fp32, as the compute type
+  cublasHandle_t handle = cublas();
+  // Reductions inside cuBLAS (split-K) in fp32 too, never in the 2-byte output type; the
+  // handle's own mode (no TF32 unless MGPU_TF32=1) is kept and restored.
+  cublasMath_t mode;
+  check(cublasGetMathMode(handle, &mode), "cublasGetMathMode");
+  check(cublasSetMathMode(handle, static_cast<cublasMath_t>(
+                                      mode | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+        "cublasSetMathMode");
+  const cublasStatus_t status =
+      cublasGemmEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                   cuda_type(type), ldb, a, cuda_type(type), lda, &beta, c, cuda_type(type),
+                   static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  check(cublasSetMathMode(handle, mode), "cublasSetMathMode");
+  check(status, "cublasGemmEx");
+  count_unchecked_stores(m * n);
 }
 
 namespace {
