@@ -263,8 +263,6 @@ void check_side_by_side_options(const CommonOptions& c) {
   refuse(c.ranks != 1,
          "this lesson trains on one rank: drop --ranks (precision and recompute are per-device "
          "choices)");
-  refuse(c.device == "cuda",
-         "this lesson emulates bf16/fp16 on the CPU: use --device cpu or --device phantom");
   refuse(!c.clock.empty() && c.clock != "modeled",
          "this lesson reports modeled step times: drop --clock or use --clock modeled");
   refuse(!c.checkpoint.empty() || !c.resume.empty(),

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/model/gpt.h"
+#include "core/model/init.h"
 #include "core/model/trace_phase.h"
 #include "core/ops/ops.h"
 
@@ -225,7 +226,7 @@ void MoeLayer::router_backward(Tensor& dx, const Tensor& x, const MoeActivations
         dp[size_t(t * experts + r.expert[s0 + c])] += (dw[s0 + c] - dot) / sum;
     }
     moe_aux_loss_grad(dp, r, x.dim(1), experts, top_k, aux_loss_coef * loss_grad_scale);
-    d_probs.write_f32(dp.data(), int64_t(dp.size()));
+    store_host_values(d_probs, dp);
   }
   Tensor d_logits = moe_tensor({n, experts}, MemCategory::workspace, DType::f32);
   ops::softmax_backward(d_logits, a.probs, d_probs);

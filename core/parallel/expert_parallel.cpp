@@ -74,11 +74,11 @@ ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts) {
   // Rank j holds experts [j*L, (j+1)*L): the per-expert counts in expert order are already
   // [ranks][local_experts].
   plan.send = routing.tokens_per_expert;
-  // Counts are exact in f32 up to 2^24 rows per expert, far above any batch here.
-  Tensor send = Tensor::empty({experts}, MemCategory::comm_buffers);
+  // Counts are exact in f32 up to 2^24 rows per expert, far above any batch here. They are made
+  // on the host and copied to the device (and back below): a GPU's memory is not the host's.
+  const std::vector<float> counts_sent(plan.send.begin(), plan.send.end());
+  Tensor send = Tensor::from({experts}, counts_sent, MemCategory::comm_buffers);
   Tensor recv = Tensor::empty({experts}, MemCategory::comm_buffers);
-  if (send.has_data())
-    for (int e = 0; e < experts; ++e) send.f32()[e] = static_cast<float>(plan.send[e]);
   {
     Tracer::CommLabel counts = label("dispatch counts", false);
     counts.counts = routing.tokens_per_expert;
@@ -86,13 +86,14 @@ ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts) {
     ep_.all_to_all(send, recv);
   }
   plan.recv.resize(plan.send.size());
+  const std::vector<float> counts_received = recv.has_data() ? recv.to_vector() : counts_sent;
   for (int s = 0; s < n; ++s)
     for (int e = 0; e < plan.local_experts; ++e) {
       const size_t at = static_cast<size_t>(s * plan.local_experts + e);
       // Phantom devices carry no values: every rank routes its equal share the same balanced way
       // (balanced_routing), so what rank s sends to my experts is what I send to them.
       plan.recv[at] = recv.has_data()
-                          ? static_cast<int64_t>(recv.f32()[at])
+                          ? static_cast<int64_t>(counts_received[at])
                           : plan.send[static_cast<size_t>(rank() * plan.local_experts + e)];
     }
   return plan;

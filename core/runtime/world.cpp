@@ -16,6 +16,7 @@
 
 #include "core/comm/local/local_world.h"
 #include "core/ops/cpu/kernels.h"
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/gpu.h"
 #ifdef MGPU_HAVE_NCCL
 #include "core/comm/nccl/nccl_comm.h"
@@ -178,6 +179,8 @@ std::string World::choose_backend(const std::string& requested) {
   Impl& w = *impl_;
   std::string backend = requested;
   if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";
+  if (w.options.device == DeviceKind::cuda && cuda::emulation_requested())
+    return choose_emulated_backend(backend);
   // CUDA: install the kernels and the caching allocator, and find out how many GPUs there are.
   // One GPU per rank -> NCCL; more ranks than GPUs -> shared-GPU mode on the local backend.
   if (w.options.device == DeviceKind::cuda && backend != "mpi") {
@@ -216,6 +219,27 @@ std::string World::choose_backend(const std::string& requested) {
         "--device cuda under mpirun is not supported yet (the mpi backend moves host tensors); "
         "run without mpirun: one process, one thread per GPU, nccl backend");
   return backend;
+}
+
+// MGPU_CUDA_EMULATION=1 (cuda_emulation.h): cuda on the CPU, whatever GPUs there are. Each rank
+// is a thread with its own emulated GPU, on the local backend.
+std::string World::choose_emulated_backend(const std::string& backend) {
+  Impl& w = *impl_;
+  const auto refuse = [](const char* what, const char* instead) {
+    throw std::invalid_argument(fmt::format("{} under {}=1 (cuda emulated on the CPU): {}", what,
+                                            cuda::kEmulationEnv, instead));
+  };
+  if (backend == "mpi")
+    refuse("backend mpi", "emulated ranks are threads; run without mpirun, --backend local");
+  if (backend == "nccl")
+    refuse("backend nccl", "NCCL needs real GPUs; use --backend local (or auto)");
+  if (w.options.clock == ClockKind::cuda)
+    refuse("--clock cuda", "CUDA events time real GPUs; use --clock modeled or wall");
+  cuda::install_emulation();
+  w.gpus = w.options.ranks;
+  fmt::print("cuda: EMULATED on the CPU ({}=1): {} rank(s), one emulated GPU each, local backend\n",
+             cuda::kEmulationEnv, w.options.ranks);
+  return "local";
 }
 
 void World::make_mpi_world(RankClock::Epoch epoch) {
