@@ -148,12 +148,20 @@ std::vector<std::string> tiny_lesson_args(const std::string& lesson) {
   return args;
 }
 
+// The lesson's tiny run on `device`, with the (option, value) pairs of `more` replacing the tiny
+// run's value of the same option or added.
 CliResult run_lesson(const std::string& lesson, const std::string& device,
-                     std::vector<std::string> more = {}) {
+                     const std::vector<std::string>& more = {}) {
   std::vector<std::string> args = {"run", lesson, "--device", device};
   const std::vector<std::string> tiny = tiny_lesson_args(lesson);
   args.insert(args.end(), tiny.begin(), tiny.end());
-  args.insert(args.end(), more.begin(), more.end());
+  for (size_t i = 0; i + 1 < more.size(); i += 2) {
+    auto at = std::find(args.begin(), args.end(), more[i]);
+    if (at == args.end())
+      args.insert(args.end(), {more[i], more[i + 1]});
+    else
+      *(at + 1) = more[i + 1];
+  }
   return run_mgpu(args);
 }
 
@@ -216,6 +224,12 @@ TEST_CASE("emulated cuda: every paradigm's checkpoint equals the cpu run's bit f
       {"context_parallel", {}},
       {"expert_parallel", {}},
       {"single_device", {"--precision", "bf16"}},
+      // Variants with paths of their own: avg over 3 ranks (a division), zero-bubble's split
+      // backward, the hybrid mesh with ZeRO-1 or context parallelism.
+      {"ddp", {"--ranks", "3", "--batch", "12"}},
+      {"pipeline", {"--schedule", "zb-h1"}},
+      {"hybrid", {"--zero", "1"}},
+      {"hybrid", {"--dp", "1", "--cp", "2"}},
   };
   for (const Case& c : cases) {
     std::string tag = c.lesson;
