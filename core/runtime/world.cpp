@@ -132,8 +132,9 @@ struct World::Impl {
   WorldOptions options;
   bool mpi = false;
   int world_size = 1;
-  int first_rank = 0;  // world rank of ranks[0] (non-zero under MPI)
-  int gpus = 0;        // CUDA devices visible (device cuda only)
+  int first_rank = 0;     // world rank of ranks[0] (non-zero under MPI)
+  int gpus = 0;           // CUDA devices visible (device cuda only)
+  bool emulated = false;  // cuda emulated on the CPU (cuda_emulation.h): its memory is the host's
   std::vector<std::unique_ptr<RankContext>> ranks;
   std::shared_ptr<comm::local::LocalWorld> local;
   std::vector<std::unique_ptr<comm::Comm>> comms;
@@ -141,7 +142,7 @@ struct World::Impl {
   std::unique_ptr<RankContext> make_rank(int r, RankClock::Epoch epoch) const {
     HardwareProfile profile = options.profile;
     if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
-    if (options.device == DeviceKind::cpu)  // real host memory: never more than this host has
+    if (options.device == DeviceKind::cpu || emulated)  // host memory: never more than it has
       profile.memory_capacity =
           cpu_rank_capacity(profile.memory_capacity, mpi ? processes_on_this_host() : world_size,
                             host_available_bytes());
@@ -237,6 +238,7 @@ std::string World::choose_emulated_backend(const std::string& backend) {
     refuse("--clock cuda", "CUDA events time real GPUs; use --clock modeled or wall");
   cuda::install_emulation();
   w.gpus = w.options.ranks;
+  w.emulated = true;
   fmt::print("cuda: EMULATED on the CPU ({}=1): {} rank(s), one emulated GPU each, local backend\n",
              cuda::kEmulationEnv, w.options.ranks);
   return "local";
