@@ -261,7 +261,7 @@ TEST_CASE("emulated cuda: every paradigm's checkpoint equals the cpu run's bit f
   }
 }
 
-TEST_CASE("emulated cuda: the host cannot read a device pointer, only copy from it",
+TEST_CASE("emulated cuda: the host copies from a device pointer but cannot read it",
           "[cuda][emulated]") {
   EmulatedCuda emulated;
   cuda::install_emulation();
@@ -289,8 +289,9 @@ TEST_CASE("emulated cuda: the host cannot read a device pointer, only copy from 
   if (cuda::built_with_cuda()) CHECK_FALSE(cuda::emulation_installed());
 }
 
-TEST_CASE("emulated cuda: says so, defaults to the modeled clock, refuses what needs a GPU",
-          "[cuda][emulated]") {
+TEST_CASE(
+    "emulated cuda: one emulated GPU per rank on the modeled clock and what needs a GPU refused",
+    "[cuda][emulated]") {
   EmulatedCuda emulated;
   // The run's report: its clock is modeled without --clock (cuda's default, CUDA events, has no
   // GPU to time here), and the figures are the cpu run's.
@@ -303,6 +304,10 @@ TEST_CASE("emulated cuda: says so, defaults to the modeled clock, refuses what n
   CHECK(clock.code == 2);
   CHECK(std::count(clock.err.begin(), clock.err.end(), '\n') == 1);
   CHECK_THAT(clock.err, Catch::Contains("--clock cuda under MGPU_CUDA_EMULATION=1"));
+  CliResult calibrate = run_mgpu({"calibrate"});  // no GPU to measure, even with one present
+  CHECK(calibrate.code == 2);
+  CHECK(std::count(calibrate.err.begin(), calibrate.err.end(), '\n') == 1);
+  CHECK_THAT(calibrate.err, Catch::Contains("MGPU_CUDA_EMULATION=1 emulates cuda on the CPU"));
   // NCCL and MPI need real GPUs and processes: a World asked for them says so.
   WorldOptions nccl;
   nccl.device = DeviceKind::cuda;
