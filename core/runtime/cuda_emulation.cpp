@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string_view>
 #include <type_traits>
@@ -173,6 +174,11 @@ bool emulation_requested() {
 }
 
 void install_emulation() {
+  // Once while installed: a World made while another's ranks run (a lesson's inner run) must not
+  // rewrite the table under them.
+  static std::mutex installing;
+  std::lock_guard lock(installing);
+  if (emulated::g_installed) return;
   install_cuda_kernels(emulated::emulated_table());
   set_device_memory_hooks(DeviceKind::cuda,
                           {emulated::allocate, emulated::release, emulated::copy});

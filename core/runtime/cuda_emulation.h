@@ -18,7 +18,8 @@ namespace mgpu::cuda {
 bool emulation_requested();
 
 // Installs the emulated kernel table and memory hooks for DeviceKind::cuda, replacing whatever
-// was installed (cuda::install() puts the real ones back). Safe to call repeatedly.
+// was installed (cuda::install() puts the real ones back). Safe to call repeatedly: while they
+// are installed it does nothing.
 void install_emulation();
 
 // True while the installed cuda table and hooks are the emulated ones.

@@ -265,26 +265,28 @@ TEST_CASE("emulated cuda: the host copies from a device pointer but cannot read 
           "[cuda][emulated]") {
   EmulatedCuda emulated;
   cuda::install_emulation();
-  Allocator gpu(Device::cuda(0));
-  Tensor t = Tensor::from({3}, {1.0f, 2.0f, 3.0f}, MemCategory::workspace, &gpu);
-  CHECK(t.to_vector() == std::vector<float>{1.0f, 2.0f, 3.0f});  // a device -> host copy
-  t.fill(5.0f);                                                  // a kernel of the table
-  CHECK(t.to_vector() == std::vector<float>{5.0f, 5.0f, 5.0f});
-  // A host dereference of the device pointer faults, as on a real GPU (in a child process).
-  const float* device_pointer = t.f32();
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) {
-    std::signal(SIGSEGV, SIG_DFL);  // not the test framework's handler: die of the signal
-    std::signal(SIGBUS, SIG_DFL);
-    volatile float read = *device_pointer;
-    (void)read;
-    _exit(0);  // reached only if the host could read device memory
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  CHECK(WIFSIGNALED(status));
-  CHECK((WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS)));
+  {
+    Allocator gpu(Device::cuda(0));
+    Tensor t = Tensor::from({3}, {1.0f, 2.0f, 3.0f}, MemCategory::workspace, &gpu);
+    CHECK(t.to_vector() == std::vector<float>{1.0f, 2.0f, 3.0f});  // a device -> host copy
+    t.fill(5.0f);                                                  // a kernel of the table
+    CHECK(t.to_vector() == std::vector<float>{5.0f, 5.0f, 5.0f});
+    // A host dereference of the device pointer faults, as on a real GPU (in a child process).
+    const float* device_pointer = t.f32();
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) {
+      std::signal(SIGSEGV, SIG_DFL);  // not the test framework's handler: die of the signal
+      std::signal(SIGBUS, SIG_DFL);
+      volatile float read = *device_pointer;
+      (void)read;
+      _exit(0);  // reached only if the host could read device memory
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status));
+    CHECK((WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS)));
+  }                 // the emulated tensor is freed by the emulated hooks
   cuda::install();  // the real table back (CUDA builds), for the tests after this one
   if (cuda::built_with_cuda()) CHECK_FALSE(cuda::emulation_installed());
 }
