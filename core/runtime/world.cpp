@@ -231,9 +231,9 @@ std::string World::choose_emulated_backend(const std::string& backend) {
                                             cuda::kEmulationEnv, instead));
   };
   if (backend == "mpi")
-    refuse("backend mpi", "emulated ranks are threads; run without mpirun, --backend local");
+    refuse("backend mpi", "emulated ranks are threads of one process: run without mpirun");
   if (backend == "nccl")
-    refuse("backend nccl", "NCCL needs real GPUs; use --backend local (or auto)");
+    refuse("backend nccl", "NCCL needs real GPUs: use the local backend (auto picks it)");
   if (w.options.clock == ClockKind::cuda)
     refuse("--clock cuda", "CUDA events time real GPUs; use --clock modeled or wall");
   cuda::install_emulation();
