@@ -198,6 +198,7 @@ TEST_CASE("emulated cuda: every lesson of the registry runs on --device cuda", "
     CliResult r = run_lesson(name, "cuda");
     INFO(r.out << r.err);
     CHECK(r.code == 0);
+    CHECK_THAT(r.out, !Catch::Contains(" NO\n"));  // the collectives' check of every result
   }
 }
 
