@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/gpu.h"
 #include "core/tensor/allocator.h"
 #include "lessons/calibrate_cpu.h"
@@ -45,6 +46,13 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
     file << calibrate_cpu(out).profile.to_json().dump(2) << "\n";
     fmt::print(out, "wrote {} (use it with --clock modeled --profile {})\n", path, path);
     return 0;
+  }
+  if (cuda::emulation_requested()) {  // cuda on the CPU: no GPU to measure
+    fmt::print(err,
+               "mgpu calibrate: error: {}=1 emulates cuda on the CPU, there is no GPU to "
+               "measure: unset it, or use --device cpu\n",
+               cuda::kEmulationEnv);
+    return 2;
   }
   if (!cuda::built_with_cuda()) {
     fmt::print(err,

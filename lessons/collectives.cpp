@@ -11,12 +11,14 @@
 #include <mutex>
 #include <ostream>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
+#include "core/runtime/context.h"
 #ifdef MGPU_HAVE_MPI
 #include "core/comm/mpi/mpi_comm.h"
 #endif
@@ -40,36 +42,41 @@ float sum_over_ranks(int ranks, int64_t i) {
   return static_cast<float>(ranks * (ranks + 1) / 2 * (i % 7 + 1));
 }
 
+// A comm buffer of n values made on the host and copied to the rank's device (a GPU's memory is
+// not the host's); on the phantom device, shapes only.
+template <class ValueAt>
+Tensor buffer_of(int64_t n, ValueAt value_at) {
+  if (!current_rank().device.has_data()) return Tensor::empty({n}, MemCategory::comm_buffers);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = value_at(i);
+  return Tensor::from({n}, values, MemCategory::comm_buffers);
+}
+
 // Runs one collective on this rank and checks the result against the serial answer.
 bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
   const int N = comm.size(), r = comm.rank();
   auto [mine_begin, mine_end] = comm::chunk_range(n, N, r);
   bool ok = true;
   auto expect = [&](const Tensor& t, auto&& value_at, int64_t offset) {
-    if (!t.has_data()) return;  // phantom: timing only
-    const float* v = t.f32();
+    if (!t.has_data()) return;                   // phantom: timing only
+    const std::vector<float> v = t.to_vector();  // read back from the device
     for (int64_t i = 0; i < t.numel() && ok; ++i) ok = v[i] == value_at(offset + i);
   };
   if (kind == "all_reduce") {
-    Tensor t = Tensor::empty({n}, MemCategory::comm_buffers);
-    if (t.has_data())
-      for (int64_t i = 0; i < n; ++i) t.f32()[i] = input_value(r, i);
+    Tensor t = buffer_of(n, [&](int64_t i) { return input_value(r, i); });
     comm.all_reduce(t);
     expect(
         t, [&](int64_t i) { return sum_over_ranks(N, i); }, 0);
   } else if (kind == "reduce_scatter") {
-    Tensor in = Tensor::empty({n}, MemCategory::comm_buffers);
+    Tensor in = buffer_of(n, [&](int64_t i) { return input_value(r, i); });
     Tensor out = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
-    if (in.has_data())
-      for (int64_t i = 0; i < n; ++i) in.f32()[i] = input_value(r, i);
     comm.reduce_scatter(in, out);
     expect(
         out, [&](int64_t i) { return sum_over_ranks(N, i); }, mine_begin);
   } else if (kind == "all_gather") {
-    Tensor in = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
+    Tensor in = buffer_of(mine_end - mine_begin,
+                          [&](int64_t i) { return static_cast<float>(mine_begin + i); });
     Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
-    if (in.has_data())
-      for (int64_t i = 0; i < in.numel(); ++i) in.f32()[i] = static_cast<float>(mine_begin + i);
     comm.all_gather(in, out);
     expect(
         out, [](int64_t i) { return static_cast<float>(i); }, 0);
@@ -80,17 +87,14 @@ bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
     auto value = [block](int src, int dst, int64_t i) {  // i: index in the whole buffer
       return static_cast<float>((src * 64 + dst) * 7 + (i % block) % 7);
     };
-    Tensor in = Tensor::empty({n}, MemCategory::comm_buffers);
+    Tensor in = buffer_of(n, [&](int64_t i) { return value(r, static_cast<int>(i / block), i); });
     Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
-    if (in.has_data())
-      for (int64_t i = 0; i < n; ++i) in.f32()[i] = value(r, static_cast<int>(i / block), i);
     comm.all_to_all(in, out);
     expect(
         out, [&](int64_t i) { return value(static_cast<int>(i / block), r, i); }, 0);
   } else {  // broadcast from rank 0
-    Tensor t = Tensor::empty({n}, MemCategory::comm_buffers);
-    if (t.has_data() && r == 0)
-      for (int64_t i = 0; i < n; ++i) t.f32()[i] = input_value(0, i);
+    Tensor t = r == 0 ? buffer_of(n, [](int64_t i) { return input_value(0, i); })
+                      : Tensor::empty({n}, MemCategory::comm_buffers);
     comm.broadcast(t, 0);
     expect(
         t, [](int64_t i) { return input_value(0, i); }, 0);

@@ -10,6 +10,7 @@
 
 #include "core/model/model_file.h"
 #include "core/model/presets.h"
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
 #include "exercises/selection.h"
@@ -294,8 +295,10 @@ WorldOptions CommonOptions::world_options() const {
   WorldOptions w;
   w.ranks = ranks;
   w.device = parse_device_kind(device);
-  w.clock = clock.empty() ? (w.device == DeviceKind::cuda ? ClockKind::cuda : ClockKind::modeled)
-                          : parse_clock_kind(clock);
+  // cuda's default is its own clock, CUDA events; an emulated GPU (cuda_emulation.h) has none.
+  const bool real_cuda = w.device == DeviceKind::cuda && !cuda::emulation_requested();
+  w.clock =
+      clock.empty() ? (real_cuda ? ClockKind::cuda : ClockKind::modeled) : parse_clock_kind(clock);
   if (w.clock == ClockKind::cuda && w.device != DeviceKind::cuda)
     throw UsageError("--clock cuda needs --device cuda (use --clock modeled or wall on cpu)");
   if (w.device == DeviceKind::phantom && w.clock != ClockKind::modeled)

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/memory/activations.h"
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/host_memory.h"
 #include "core/tensor/allocator.h"
 #include "exercises/exercises.h"
@@ -105,7 +106,8 @@ HostFootprint training_footprint(const GPTConfig& cfg, const std::string& optimi
 
 void check_training_fits_host(const CommonOptions& c, const GPTConfig& cfg, int64_t available,
                               int state_copies) {
-  if (c.device == "cuda" || available < 0) return;
+  // A GPU's memory is not this host's, unless the GPU is emulated on the CPU.
+  if ((c.device == "cuda" && !cuda::emulation_requested()) || available < 0) return;
   const bool phantom = c.device == "phantom";
   const int64_t budget = process_budget(available);
   const int ranks = local_ranks(c);

@@ -9,6 +9,7 @@
 #include <fmt/ostream.h>
 
 #include "core/optim/mixed_precision.h"
+#include "core/runtime/cuda_emulation.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
@@ -259,8 +260,6 @@ void check_side_by_side_options(const CommonOptions& c) {
   refuse(c.ranks != 1,
          "this lesson trains on one rank: drop --ranks (precision and recompute are per-device "
          "choices)");
-  refuse(c.device == "cuda",
-         "this lesson emulates bf16/fp16 on the CPU: use --device cpu or --device phantom");
   refuse(!c.clock.empty() && c.clock != "modeled",
          "this lesson reports modeled step times: drop --clock or use --clock modeled");
   refuse(!c.checkpoint.empty() || !c.resume.empty(),
@@ -336,6 +335,7 @@ std::string describe_model(const GPTConfig& cfg, int64_t params) {
 std::string describe_world(const WorldOptions& w) {
   std::string dev = w.device == DeviceKind::cpu       ? "CPU virtual GPU"
                     : w.device == DeviceKind::phantom ? "phantom GPU (shapes only)"
+                    : cuda::emulation_requested()     ? "CUDA GPU (emulated on the CPU)"
                                                       : "CUDA GPU";
   std::string s = fmt::format("{} x{}, clock {}", dev, w.ranks, clock_name(w.clock));
   if (w.clock == ClockKind::modeled)

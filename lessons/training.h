@@ -61,8 +61,8 @@ struct MeasuredRun {
 // step does not fit the capacity.
 MeasuredRun train_measured(const CommonOptions& c, const GPTConfig& cfg, const data::Task& task,
                            bool loss_scaling = true);
-// What the side-by-side lessons refuse (UsageError, one line): more than one rank, --device
-// cuda, a clock other than modeled, checkpoints, traces, another optimizer than AdamW, --impl.
+// What the side-by-side lessons refuse (UsageError, one line): more than one rank, a clock other
+// than modeled, checkpoints, traces, another optimizer than AdamW, --impl.
 void check_side_by_side_options(const CommonOptions& c);
 
 // Prints "step  k/N  loss x.xxxx" about ten times per run (or every --log-every steps).

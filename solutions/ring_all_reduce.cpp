@@ -41,10 +41,8 @@ void ring_all_reduce(comm::Comm& comm, Tensor& t, comm::ReduceOp op) {
     sending.wait();
   }
 
-  if (op == comm::ReduceOp::avg && t.has_data()) {  // divide (not scale by 1/N): exact as a / N
-    float* v = t.f32();
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] /= static_cast<float>(n);
-  }
+  // Divide (not scale by 1/N): exact as a / N. comm::divide works on a GPU's memory too.
+  if (op == comm::ReduceOp::avg) comm::divide(t, static_cast<float>(n));
 }
 
 }  // namespace mgpu::reference

@@ -138,14 +138,18 @@ void Comm::recv_reduce(Tensor& accumulate, int src, int tag) {
 namespace {
 // Host messages packed into tensors live outside the rank's allocator: control data must not
 // show in the lesson's memory figures. On CUDA devices they are device tensors (NCCL moves only
-// device memory).
+// device memory), from an allocator of the rank's GPU that no figure reads.
 Allocator& message_memory() {
   static Allocator host(Device::cpu());
   return host;
 }
 Tensor packed_message(int64_t bytes) {
-  Allocator* where = current_rank().device.kind == DeviceKind::cuda ? nullptr : &message_memory();
-  return Tensor::zeros({(bytes + 3) / 4}, MemCategory::comm_buffers, DType::f32, where);
+  const Device& device = current_rank().device;
+  if (device.kind != DeviceKind::cuda)
+    return Tensor::zeros({(bytes + 3) / 4}, MemCategory::comm_buffers, DType::f32,
+                         &message_memory());
+  Allocator uncounted(device);  // its books live as long as the tensor's storage
+  return Tensor::zeros({(bytes + 3) / 4}, MemCategory::comm_buffers, DType::f32, &uncounted);
 }
 }  // namespace
 

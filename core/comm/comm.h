@@ -27,6 +27,10 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
 // Chunk `index` of `t` as a view, with the index taken modulo `parts` (ring algorithms count
 // chunks as r - step, which goes negative).
 Tensor ring_chunk(const Tensor& t, int parts, int index);
+// t[i] /= divisor on any device (avg's last step): a division, not a product with 1/divisor, so
+// the mean has the same bits everywhere. A cuda tensor (ranks sharing a GPU on the local
+// backend) makes a round trip through host memory; phantom tensors are left alone.
+void divide(Tensor& t, float divisor);
 
 // One member's collective call as members compare it and mismatch tables print it:
 // "all_reduce(count=4, f32, sum)", "broadcast(count=8, f32, root=0)", "barrier()"; without the

@@ -89,15 +89,6 @@ float value_at(uint64_t key, const ParamInit& init, int64_t index) {
   return static_cast<float>(z * init.value);
 }
 
-// Rounds host fp32 values into dst (any device, any dtype) without a device-side fp32 copy.
-void store(Tensor dst, const std::vector<float>& values) {
-  if (dst.device().kind == DeviceKind::cpu) return dst.write_f32(values.data(), dst.numel());
-  Allocator host(Device::cpu());  // staging outside the rank's books
-  Tensor staged = Tensor::empty(dst.shape(), MemCategory::workspace, dst.dtype(), &host);
-  staged.write_f32(values.data(), staged.numel());
-  dst.copy_from(staged);
-}
-
 }  // namespace
 
 float initial_value(uint64_t seed, const std::string& name, const ParamInit& init, int64_t index) {
@@ -117,7 +108,7 @@ void write_initial_values(const Param& p, uint64_t seed, int64_t lo, int64_t hi,
   auto flush = [&] {
     if (values.empty()) return;
     const auto n = static_cast<int64_t>(values.size());
-    store(dst.flat_range(filled, filled + n), values);
+    store_host_values(dst.flat_range(filled, filled + n), values);
     filled += n;
     values.clear();
   };
@@ -143,6 +134,14 @@ void materialise(Param& p, uint64_t seed, DType dtype, bool with_grad) {
 
 void materialise(const ParamList& params, uint64_t seed, DType dtype, bool with_grad) {
   for (Param* p : params) materialise(*p, seed, dtype, with_grad);
+}
+
+void store_host_values(Tensor dst, const std::vector<float>& values) {
+  if (dst.device().kind == DeviceKind::cpu) return dst.write_f32(values.data(), dst.numel());
+  Allocator host(Device::cpu());  // staging outside the rank's books
+  Tensor staged = Tensor::empty(dst.shape(), MemCategory::workspace, dst.dtype(), &host);
+  staged.write_f32(values.data(), staged.numel());
+  dst.copy_from(staged);
 }
 
 }  // namespace mgpu

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/model/param.h"
 
@@ -22,6 +23,11 @@ float initial_value(uint64_t seed, const std::string& name, const ParamInit& ini
 // of hi - lo elements of any dtype: 2-byte types are rounded once from the fp32 values, with no
 // fp32 copy on the device. Phantom tensors are left as they are (shapes only).
 void write_initial_values(const Param& p, uint64_t seed, int64_t lo, int64_t hi, Tensor dst);
+
+// Rounds host fp32 values (one per element) into dst, on any device and of any dtype: a cuda
+// tensor gets them through a host staging copy outside the rank's books (the host cannot write
+// a GPU's memory), a cpu tensor directly.
+void store_host_values(Tensor dst, const std::vector<float>& values);
 
 // Allocates p's data (in `dtype`, tagged parameters) with its initial values and, when
 // `with_grad`, its fp32 zero gradient. The layout has set p.spec already.

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/model/gpt.h"
+#include "core/model/init.h"
 #include "core/model/trace_phase.h"
 #include "core/ops/ops.h"
 

@@ -16,6 +16,7 @@
 
 #include "core/comm/local/local_world.h"
 #include "core/ops/cpu/kernels.h"
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/gpu.h"
 #ifdef MGPU_HAVE_NCCL
 #include "core/comm/nccl/nccl_comm.h"
@@ -131,8 +132,9 @@ struct World::Impl {
   WorldOptions options;
   bool mpi = false;
   int world_size = 1;
-  int first_rank = 0;  // world rank of ranks[0] (non-zero under MPI)
-  int gpus = 0;        // CUDA devices visible (device cuda only)
+  int first_rank = 0;     // world rank of ranks[0] (non-zero under MPI)
+  int gpus = 0;           // CUDA devices visible (device cuda only)
+  bool emulated = false;  // cuda emulated on the CPU (cuda_emulation.h): its memory is the host's
   std::vector<std::unique_ptr<RankContext>> ranks;
   std::shared_ptr<comm::local::LocalWorld> local;
   std::vector<std::unique_ptr<comm::Comm>> comms;
@@ -140,7 +142,7 @@ struct World::Impl {
   std::unique_ptr<RankContext> make_rank(int r, RankClock::Epoch epoch) const {
     HardwareProfile profile = options.profile;
     if (options.capacity_override >= 0) profile.memory_capacity = options.capacity_override;
-    if (options.device == DeviceKind::cpu)  // real host memory: never more than this host has
+    if (options.device == DeviceKind::cpu || emulated)  // host memory: never more than it has
       profile.memory_capacity =
           cpu_rank_capacity(profile.memory_capacity, mpi ? processes_on_this_host() : world_size,
                             host_available_bytes());
@@ -178,6 +180,8 @@ std::string World::choose_backend(const std::string& requested) {
   Impl& w = *impl_;
   std::string backend = requested;
   if (backend == "auto") backend = launched_by_mpi_launcher() ? "mpi" : "local";
+  if (w.options.device == DeviceKind::cuda && cuda::emulation_requested())
+    return choose_emulated_backend(backend);
   // CUDA: install the kernels and the caching allocator, and find out how many GPUs there are.
   // One GPU per rank -> NCCL; more ranks than GPUs -> shared-GPU mode on the local backend.
   if (w.options.device == DeviceKind::cuda && backend != "mpi") {
@@ -216,6 +220,28 @@ std::string World::choose_backend(const std::string& requested) {
         "--device cuda under mpirun is not supported yet (the mpi backend moves host tensors); "
         "run without mpirun: one process, one thread per GPU, nccl backend");
   return backend;
+}
+
+// MGPU_CUDA_EMULATION=1 (cuda_emulation.h): cuda on the CPU, whatever GPUs there are. Each rank
+// is a thread with its own emulated GPU, on the local backend.
+std::string World::choose_emulated_backend(const std::string& backend) {
+  Impl& w = *impl_;
+  const auto refuse = [](const char* what, const char* instead) {
+    throw std::invalid_argument(fmt::format("{} under {}=1 (cuda emulated on the CPU): {}", what,
+                                            cuda::kEmulationEnv, instead));
+  };
+  if (backend == "mpi")
+    refuse("backend mpi", "emulated ranks are threads of one process: run without mpirun");
+  if (backend == "nccl")
+    refuse("backend nccl", "NCCL needs real GPUs: use the local backend (auto picks it)");
+  if (w.options.clock == ClockKind::cuda)
+    refuse("--clock cuda", "CUDA events time real GPUs; use --clock modeled or wall");
+  cuda::install_emulation();
+  w.gpus = w.options.ranks;
+  w.emulated = true;
+  fmt::print("cuda: EMULATED on the CPU ({}=1): {} rank(s), one emulated GPU each, local backend\n",
+             cuda::kEmulationEnv, w.options.ranks);
+  return "local";
 }
 
 void World::make_mpi_world(RankClock::Epoch epoch) {

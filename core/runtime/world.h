@@ -102,6 +102,7 @@ class World {
   // The backend `backend` resolves to ("auto": mpi under mpirun, else local, or nccl with one
   // GPU per rank); installs CUDA when the device is cuda.
   std::string choose_backend(const std::string& backend);
+  std::string choose_emulated_backend(const std::string& backend);  // MGPU_CUDA_EMULATION=1
   void make_mpi_world(RankClock::Epoch epoch);     // backend mpi: this process is one rank
   void make_thread_world(RankClock::Epoch epoch);  // backend local: one thread per rank
   void make_nccl_world(RankClock::Epoch epoch);    // backend nccl: one GPU per rank

@@ -2,6 +2,7 @@
 // the single-device parameters" check every paradigm's first test makes through --checkpoint.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -38,6 +39,21 @@ inline float max_difference(const CheckpointByName& a, const CheckpointByName& b
   for (auto& [name, t] : b)
     if (t.kind == kind && !a.count(name)) return INFINITY;
   return compared > 0 ? worst : INFINITY;
+}
+
+// The share of `kind` values of `a` within `bound` of `b`'s (0 when names or shapes differ): for
+// results that differ at a rounding step, where most values agree and a few are one step apart.
+inline double share_within(const CheckpointByName& a, const CheckpointByName& b,
+                           const std::string& kind, float bound) {
+  int64_t close = 0, total = 0;
+  for (const auto& [name, t] : a) {
+    if (t.kind != kind) continue;
+    auto it = b.find(name);
+    if (it == b.end() || it->second.shape != t.shape) return 0;
+    for (size_t i = 0; i < t.values.size(); ++i, ++total)
+      close += std::abs(t.values[i] - it->second.values[i]) <= bound;
+  }
+  return total > 0 ? double(close) / double(total) : 0;
 }
 
 }  // namespace mgpu::testing

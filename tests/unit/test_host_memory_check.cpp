@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/host_memory.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/single_device.h"
@@ -125,6 +126,12 @@ TEST_CASE("every thread rank's sampled batch counts, and phantom runs count only
   CHECK_THAT(refusal(big, 1 * GiB), Catch::Contains("add --device phantom"));
   big.device = "cuda";  // GPU memory is the allocator's business, not the host's
   CHECK(refusal(big, 1 * GiB).empty());
+  {  // unless the GPU is emulated on the CPU (MGPU_CUDA_EMULATION=1): its memory is the host's
+    setenv(cuda::kEmulationEnv, "1", 1);
+    const std::string emulated = refusal(big, 1 * GiB);
+    unsetenv(cuda::kEmulationEnv);
+    CHECK_THAT(emulated, Catch::Contains("add --device phantom"));
+  }
 
   c.device = "phantom";  // but a phantom run's token batches are real host memory
   c.batch = 100000000;

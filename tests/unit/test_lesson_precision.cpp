@@ -207,22 +207,7 @@ TEST_CASE(
   }
 }
 
-namespace {
-// The share of `kind` elements of `a` within `bound` of `b`'s (0 when names or shapes differ).
-double share_within(const mgpu::testing::CheckpointByName& a,
-                    const mgpu::testing::CheckpointByName& b, const std::string& kind,
-                    float bound) {
-  int64_t close = 0, total = 0;
-  for (auto& [name, t] : a) {
-    if (t.kind != kind) continue;
-    auto it = b.find(name);
-    if (it == b.end() || it->second.shape != t.shape) return 0;
-    for (size_t i = 0; i < t.values.size(); ++i, ++total)
-      close += std::abs(t.values[i] - it->second.values[i]) <= bound;
-  }
-  return total > 0 ? double(close) / double(total) : 0;
-}
-}  // namespace
+using mgpu::testing::share_within;
 
 // Ring attention (contiguous, zigzag) merges fp32 per-block results with the online softmax and
 // rounds once, where single-device attention rounds its [T, T] probabilities to 2 bytes before

@@ -36,7 +36,7 @@ TEST_CASE("activation_checkpointing: measured bytes per layer equal the formula"
 TEST_CASE("precision lessons refuse what they cannot honour", "[precision][lesson]") {
   for (auto args :
        {std::vector<std::string>{"run", "mixed_precision", "--ranks", "2"},
-        std::vector<std::string>{"run", "mixed_precision", "--device", "cuda"},
+        std::vector<std::string>{"run", "mixed_precision", "--clock", "wall"},
         std::vector<std::string>{"run", "activation_checkpointing", "--trace", "x.json"},
         std::vector<std::string>{"run", "activation_checkpointing", "--precision", "fp8"}}) {
     CliResult r = run_mgpu(args);

@@ -1,7 +1,8 @@
-// The only math the collectives do: add a received chunk, divide for avg. Host tensors get a
-// loop; CUDA tensors (several ranks sharing one GPU, "shared-GPU mode") get the installed CUDA
-// axpy/scale kernels, queued on the rank's compute stream like any other op.
+// The only math the collectives do: add a received chunk, divide (or scale) for avg. Host tensors
+// get a loop; CUDA tensors (several ranks sharing one GPU, "shared-GPU mode") get the installed
+// CUDA axpy/scale kernels, queued on the rank's compute stream like any other op.
 #include <stdexcept>
+#include <vector>
 
 #include "core/comm/algorithms/algorithms.h"
 #include "core/ops/cuda_table.h"
@@ -58,3 +59,19 @@ void scale(Tensor& t, float factor) {
 }
 
 }  // namespace mgpu::comm::algorithms
+
+namespace mgpu::comm {
+
+void divide(Tensor& t, float divisor) {
+  if (!algorithms::has_values(t)) return;
+  if (t.device().kind == DeviceKind::cpu) {
+    float* v = t.f32();
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] /= divisor;
+    return;
+  }
+  std::vector<float> v = t.to_vector();  // no divide kernel: the host divides, then copies back
+  for (float& x : v) x /= divisor;
+  device_memory_hooks(t.device().kind).copy(t.raw(), v.data(), t.bytes());
+}
+
+}  // namespace mgpu::comm

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/ops/cpu/optimizer_loops.h"
 #include "core/ops/cpu/vectorize.h"
 #include "core/ops/cuda_table.h"
 #include "core/ops/math/optimizer.h"
@@ -78,8 +79,8 @@ void sgd_momentum_update(Tensor param, Tensor grad, Tensor momentum_buf, float l
   }
   check_host("sgd_momentum_update", param);
 
-  sgd_loop(param.f32(), grad.f32(), use_momentum ? momentum_buf.f32() : nullptr, n, lr, momentum,
-           weight_decay);
+  cpu::sgd_momentum(param.f32(), grad.f32(), use_momentum ? momentum_buf.f32() : nullptr, n, lr,
+                    momentum, weight_decay);
 }
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float beta1, float beta2,
@@ -104,10 +105,23 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, float lr, float
     return;
   }
   check_host("adamw_update", param);
-  const float decay = math::adamw_decay(lr, weight_decay);
-
-  adamw_loop(param.f32(), grad.f32(), m.f32(), v.f32(), n, lr, beta1, beta2, eps, decay, bias1,
-             bias2);
+  cpu::adamw(param.f32(), grad.f32(), m.f32(), v.f32(), n, lr, beta1, beta2, eps, weight_decay,
+             bias1, bias2);
 }
 
 }  // namespace mgpu::ops
+
+namespace mgpu::cpu {
+
+void sgd_momentum(float* param, const float* grad, float* momentum_buf, int64_t n, float lr,
+                  float momentum, float weight_decay) {
+  ops::sgd_loop(param, grad, momentum_buf, n, lr, momentum, weight_decay);
+}
+
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, double bias1, double bias2) {
+  const float decay = math::adamw_decay(lr, weight_decay);
+  ops::adamw_loop(param, grad, m, v, n, lr, beta1, beta2, eps, decay, bias1, bias2);
+}
+
+}  // namespace mgpu::cpu

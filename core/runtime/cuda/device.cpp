@@ -7,6 +7,7 @@
 
 #include "core/ops/cuda/cuda_kernels.h"
 #include "core/runtime/cuda/streams.h"
+#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/gpu.h"
 #include "core/tensor/cuda/caching_allocator.h"
 
@@ -26,12 +27,20 @@ int device_count() {
 }
 
 bool install() {
-  // Table and hooks first, unconditionally: they need no GPU to be installed, only to run.
+  // Table and hooks first, unconditionally: they need no GPU to be installed, only to run. An
+  // emulated run (cuda_emulation.h) may have replaced them since: the real ones go back.
   static std::once_flag once;
-  std::call_once(once, [] {
+  static std::mutex reinstall;
+  const auto install_real = [] {
     install_cuda_kernels(kernel_table());
     set_device_memory_hooks(DeviceKind::cuda, caching_allocator_hooks());
-  });
+    emulation_uninstalled();
+  };
+  std::call_once(once, install_real);
+  if (emulation_installed()) {
+    std::lock_guard lock(reinstall);
+    if (emulation_installed()) install_real();
+  }
   return device_count() > 0;
 }
 
