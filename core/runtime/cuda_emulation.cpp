@@ -17,6 +17,7 @@
 
 #include "core/ops/cpu/kernels.h"
 #include "core/ops/cpu/optimizer_loops.h"
+#include "core/ops/cpu/precision.h"
 #include "core/ops/cuda_table.h"
 #include "core/tensor/allocator.h"
 #include "core/tensor/dtype.h"
@@ -76,55 +77,10 @@ void copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memmove(on_host(dst), on_host(src), static_cast<size_t>(bytes));
 }
 
-// ---- the entries with no CPU kernel of their own (ops.cpp does them inline on cpu tensors) ----
+// ---- the entry with no CPU kernel of its own (Tensor::fill does it inline on cpu tensors) ----
 
 void fill(float* x, float value, int64_t count) {
   std::fill(x, x + count, value);
-}
-
-float widen(const void* data, DType type, int64_t i) {
-  switch (type) {
-    case DType::f32:
-      return static_cast<const float*>(data)[i];
-    case DType::bf16:
-      return bf16_bits_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::f16:
-      return f16_bits_to_f32(static_cast<const uint16_t*>(data)[i]);
-  }
-  return 0.0f;
-}
-
-// Rounded once, to nearest even (fp16 overflows to inf), as Tensor::write_f32 stores.
-void store(void* data, DType type, int64_t i, float value) {
-  if (type == DType::f32)
-    static_cast<float*>(data)[i] = value;
-  else
-    static_cast<uint16_t*>(data)[i] =
-        type == DType::bf16 ? f32_to_bf16_bits(value) : f32_to_f16_bits(value);
-}
-
-void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) store(dst, dst_type, i, widen(src, src_type, i));
-}
-
-int64_t count_nonfinite(const void* x, DType type, int64_t count) {
-  int64_t n = 0;
-  for (int64_t i = 0; i < count; ++i) n += !std::isfinite(widen(x, type, i));
-  return n;
-}
-
-// What ops::matmul does with 2-byte cpu tensors: widen a, b and c to fp32, one fp32 GEMM, c
-// rounded once.
-void matmul_2byte(void* c, const void* a, const void* b, DType type, int64_t m, int64_t n,
-                  int64_t k, bool trans_a, bool trans_b, float beta) {
-  const auto widened = [type](const void* data, int64_t count) {
-    std::vector<float> out(static_cast<size_t>(count));
-    convert(out.data(), DType::f32, data, type, count);
-    return out;
-  };
-  std::vector<float> fa = widened(a, m * k), fb = widened(b, k * n), fc = widened(c, m * n);
-  cpu::matmul(fc.data(), fa.data(), fb.data(), m, n, k, trans_a, trans_b, beta);
-  convert(c, type, fc.data(), DType::f32, m * n);
 }
 
 CudaKernels emulated_table() {
@@ -159,9 +115,9 @@ CudaKernels emulated_table() {
       OnHostMemory<&cpu::vocab_parallel_ce_forward_backward>::call;
   t.sgd_momentum = OnHostMemory<&cpu::sgd_momentum>::call;
   t.adamw = OnHostMemory<&cpu::adamw>::call;
-  t.convert = OnHostMemory<&convert>::call;
-  t.count_nonfinite = OnHostMemory<&count_nonfinite>::call;
-  t.matmul_2byte = OnHostMemory<&matmul_2byte>::call;
+  t.convert = OnHostMemory<&cpu::convert>::call;
+  t.count_nonfinite = OnHostMemory<&cpu::count_nonfinite>::call;
+  t.matmul_2byte = OnHostMemory<&cpu::matmul_2byte>::call;
   t.fill = OnHostMemory<&fill>::call;
   return t;
 }
