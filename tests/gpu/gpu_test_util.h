@@ -122,9 +122,11 @@ inline void require_close(float gpu, float cpu, const char* what, double rel = k
 }
 
 // One forward/backward of the same random batch through a GPT built from `cfg` on the CPU and
-// one on cuda:0 (same seed: the same weights): the losses within 1e-4, every gradient within
-// 1e-3 of its largest value (a whole network compounds rounding differences).
-inline void require_gpt_matches_cpu(const GPTConfig& cfg, int64_t batch, uint64_t seed) {
+// one on cuda:0 (same seed: the same weights, of cfg.dtype): the losses within `loss_rel`, every
+// gradient within `grad_rel` of its largest value. The fp32 defaults, 1e-4 and 1e-3: a whole
+// network compounds rounding differences.
+inline void require_gpt_matches_cpu(const GPTConfig& cfg, int64_t batch, uint64_t seed,
+                                    double loss_rel = 1e-4, double grad_rel = 1e-3) {
   const int64_t seq = cfg.seq_len;
   const std::vector<int32_t> tokens = random_ids(size_t(batch * seq), cfg.vocab, seed);
   const std::vector<int32_t> targets = random_ids(size_t(batch * seq), cfg.vocab, seed + 1);
@@ -135,15 +137,16 @@ inline void require_gpt_matches_cpu(const GPTConfig& cfg, int64_t batch, uint64_
   GpuRank g;  // from here on, new tensors live on cuda:0
   GPT gpu_model(cfg);
   const float gpu_loss = gpu_model.forward_backward(tokens, targets, batch, seq);
-  require_close(gpu_loss, cpu_loss, "loss", 1e-4);
+  require_close(gpu_loss, cpu_loss, "loss", loss_rel);
   auto cpu_params = cpu_model.params();
   auto gpu_params = gpu_model.params();
   REQUIRE(cpu_params.size() == gpu_params.size());
   for (size_t i = 0; i < cpu_params.size(); ++i) {
     INFO(cpu_params[i]->name);
+    REQUIRE(gpu_params[i]->data.dtype() == cfg.dtype);
     REQUIRE(gpu_params[i]->data.device().kind == DeviceKind::cuda);
     require_close(gpu_params[i]->data, cpu_params[i]->data, "same initial weights", 0.0);
-    require_close(gpu_params[i]->grad, cpu_params[i]->grad, "gradient", 1e-3);
+    require_close(gpu_params[i]->grad, cpu_params[i]->grad, "gradient", grad_rel);
   }
 }
 

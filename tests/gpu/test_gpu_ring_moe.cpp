@@ -173,13 +173,9 @@ TEST_CASE("gpu combine adds each row's slots in ascending order, the same on eve
 TEST_CASE("an MoE GPT forward/backward on the GPU matches the CPU (same weights, same batch)",
           "[gpu][moe]") {
   MGPU_REQUIRE_GPU();
-  GPTConfig cfg;
-  cfg.vocab = 97;
+  GPTConfig cfg = gpu_test::small_gpt_config();  // vocab 97, 2 layers, 4 heads, seed 7
   cfg.seq_len = 16;
-  cfg.layers = 2;
   cfg.dim = 32;
-  cfg.heads = 4;
-  cfg.seed = 7;
   cfg.experts = 4;
   cfg.top_k = 2;
   cfg.route = &reference::route_tokens;

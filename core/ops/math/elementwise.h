@@ -13,34 +13,13 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
+#include "core/ops/math/cast.h"
 #include "core/ops/math/hd.h"
 
 namespace mgpu::math {
 
-// ---- float bits and e^x ------------------------------------------------------------------
-
-// The bits of a float and back (C++17: no std::bit_cast in the .cu files).
-MGPU_HD uint32_t bits_of(float value) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(value);
-#else
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  return bits;
-#endif
-}
-
-MGPU_HD float float_from_bits(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
-#endif
-}
+// ---- e^x ------------------------------------------------------------------
 
 // e^x in a form the CPU compiler can vectorise (libm's expf is a call per element, the hot part
 // of GELU and the cross-entropy): x = k ln2 + r with k = round(x / ln2) and |r| <= ln2/2 (ln2
@@ -61,8 +40,8 @@ MGPU_HD float vexp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   // k's integer sits in z's low mantissa bits; unsigned arithmetic: no overflow, even for NaN.
-  const uint32_t exponent = (bits_of(z) - bits_of(round_shift) + 127u) << 23;
-  return p * float_from_bits(exponent);
+  const uint32_t exponent = (float_bits(z) - float_bits(round_shift) + 127u) << 23;
+  return p * bits_float(exponent);
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): saturates correctly to +-1.
