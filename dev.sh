@@ -6,6 +6,9 @@
 #                    then the sanitizer job: clang + ASan/UBSan build (build-sanitize/) of the
 #                    core-only unit tests and the fuzz targets, each fuzzed for 30 s
 #                    (MGPU_FUZZ_SECONDS to change; tests/fuzz/CMakeLists.txt says how to fuzz longer)
+#   ./dev.sh test-portable   the portability check developers run before they stop (not CI):
+#                    the doc tests and the layout-equivalence tests under each OpenBLAS kernel set
+#                    this CPU can run and 1 and 2 BLAS threads; reports any figure that changes
 #   ./dev.sh build   just installs and builds
 #   ./dev.sh docs-update   re-runs every `./build/mgpu` command the README and docs/ show and
 #                    rewrites their shown outputs (review `git diff`, commit); `ctest -L docs`
@@ -75,6 +78,11 @@ case "${1:-}" in
     (cd build && xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600 -LE slow-doc)
     sanitize_job
     ;;
+  test-portable)
+    # Before you stop: doc pages and equivalence tests under other BLAS kernels and thread counts.
+    build
+    tests/portable_check.sh build
+    ;;
   build) build ;;
   docs-update)
     build mgpu grade
@@ -83,7 +91,7 @@ case "${1:-}" in
     xvfb-run -a python3 tests/docs/run_docs.py --build build --all --update "${pages[@]}"
     ;;
   *)
-    echo "usage: ./dev.sh demo|test|build|docs-update" >&2
+    echo "usage: ./dev.sh demo|test|test-portable|build|docs-update" >&2
     exit 2
     ;;
 esac

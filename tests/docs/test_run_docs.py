@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The executable-docs harness catches drift: a page showing a real run passes; the same page with
 one modeled figure edited fails; a wall-clock figure edited still passes (masked); --update puts
-the real figure back; an excerpt (`...`) is checked and regenerated the same way.
+the real figure back; an excerpt (`...`) is checked and regenerated the same way; a figure of
+float rounding marked `< BOUND` or `~VALUE` passes within its rule, fails outside it, and keeps
+its mark through --update.
 
 Usage: test_run_docs.py --build BUILD_DIR
 """
@@ -92,9 +94,45 @@ def main():
     rc, log = harness(build, "--update", page)
     expect(rc == 0 and run_docs.parse_page(page)[0][0].expected == excerpt,
            "--update regenerates the excerpt, keeping its shape", log)
+    check_rounding_marks(build, page, real)
     run_docs.shutil.rmtree(work, ignore_errors=True)
     run_docs.shutil.rmtree(os.path.dirname(page), ignore_errors=True)
     return 0
+
+
+def marked_loss_line(real, mark):
+    """The run's loss line, `loss: A -> B over ...`, with its first loss rewritten by `mark`
+    (a function of the loss's value returning the page's marked figure); and the line's index."""
+    for i, line in enumerate(real):
+        m = re.match(r"(loss: )(\d+\.\d+)( -> .*)", line)
+        if m:
+            return m.group(1) + mark(float(m.group(2))) + m.group(3), i
+    raise AssertionError("no `loss: A -> B` line in the output")
+
+
+def check_rounding_marks(build, page, real):
+    """A figure of float rounding marked `< BOUND` or `~VALUE` (run_docs.ROUNDING_RELATIVE)
+    matches the run's figure by its rule; outside the rule it fails; --update keeps the mark."""
+    tolerance = run_docs.ROUNDING_RELATIVE
+    cases = [  # (page's figure given the run's loss, passes?, what)
+        (lambda v: f"< {v * 1.001:.6g}", True, "a bound the run's figure is under passes"),
+        (lambda v: f"< {v * 0.9:.6g}", False, "a bound the run's figure exceeds fails"),
+        (lambda v: f"~{v * (1 + tolerance / 2):.6f}", True, "a ~figure within tolerance passes"),
+        (lambda v: f"~{v * (1 + tolerance * 2):.6f}", False, "a ~figure past tolerance fails"),
+    ]
+    for mark, passes, what in cases:
+        line, i = marked_loss_line(real, mark)
+        write_page(page, ["...", line, "..."])
+        rc, log = harness(build, page)
+        expect(rc == (0 if passes else 1), what, log)
+    line, i = marked_loss_line(real, lambda v: f"~{v * (1 + tolerance / 2):.6f}")
+    # A block that fails elsewhere is regenerated; its marked line, still within rounding, stays.
+    edited, k = edit_first_figure(real[i + 1 :], want_wall=False)
+    write_page(page, ["...", line, "...", edited[k], "..."])
+    rc, log = harness(build, "--update", page)
+    expect(rc == 0 and run_docs.parse_page(page)[0][0].expected == ["...", line, "...",
+                                                                    real[i + 1 + k], "..."],
+           "--update keeps a rounding mark the run satisfies", log)
 
 
 if __name__ == "__main__":
