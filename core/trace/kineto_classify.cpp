@@ -56,11 +56,13 @@ std::string id_text(const Scalar& v) {
   return "";
 }
 
-uint32_t intern(std::string_view s, std::vector<std::string>& table,
+uint32_t intern(const std::string& s, std::vector<std::string>& table,
                 std::unordered_map<std::string, uint32_t>& index) {
-  auto [it, fresh] = index.try_emplace(std::string(s), static_cast<uint32_t>(table.size()));
-  if (fresh) table.emplace_back(s);
-  return it->second;
+  if (const auto it = index.find(s); it != index.end()) return it->second;
+  const auto id = static_cast<uint32_t>(table.size());
+  index.emplace(s, id);
+  table.push_back(s);
+  return id;
 }
 
 void check_times(const EventRecord& e, const RawRank& file, bool needs_dur) {
@@ -90,7 +92,9 @@ void keep_gpu_op(const EventRecord& e, std::string_view category, RawRank& file)
 }
 
 void keep_cpu_op(const EventRecord& e, RawRank& file) {
-  const uint32_t thread = intern(e.pid + "/" + e.tid, file.threads, file.thread_index);
+  thread_local std::string key;  // "pid/tid", built without a fresh allocation per op
+  key.assign(e.pid).append("/").append(e.tid);
+  const uint32_t thread = intern(key, file.threads, file.thread_index);
   if (starts_with(e.name, "nccl:") || starts_with(e.name, "gloo:") ||
       e.name == "record_param_comms") {
     CommSpan c{thread, e.ts, e.dur, e.name, "", e.group, 0, e.name == "record_param_comms"};

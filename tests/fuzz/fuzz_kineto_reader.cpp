@@ -11,9 +11,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mgpu::trace;
   try {
-    const KinetoTrace k =
-        parse_kineto_traces({std::string_view(reinterpret_cast<const char*>(data), size)},
-                            {"fuzz"});
+    const KinetoTrace k = parse_kineto_traces(
+        {std::string_view(reinterpret_cast<const char*>(data), size)}, {"fuzz"});
     const std::vector<int> steps = trace_steps(k.trace);
     for (size_t i = 0; i < steps.size() && i < 16; ++i) breakdown(k.trace, steps[i], k.launch_end);
     const Interval whole = analysis_window(k.trace);
