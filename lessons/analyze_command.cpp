@@ -60,12 +60,8 @@ bool has_microbatches(const trace::Trace& t) {
 }
 
 std::vector<trace::StepBreakdown> breakdowns(const trace::RunTrace& run, std::optional<int> step) {
-  std::vector<trace::StepBreakdown> out;
   if (step) return {trace::breakdown(run.trace, step, run.launch_end)};
-  const std::vector<int> steps = trace::trace_steps(run.trace);
-  if (steps.empty()) return {trace::breakdown(run.trace, std::nullopt, run.launch_end)};
-  for (int s : steps) out.push_back(trace::breakdown(run.trace, s, run.launch_end));
-  return out;
+  return trace::breakdown_steps(run.trace, run.launch_end);
 }
 
 void print_step(const trace::RunTrace& run, const trace::StepBreakdown& b, std::ostream& out) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 
 namespace mgpu::trace {
 
@@ -61,6 +62,21 @@ IdleByCause idle_causes(const Trace& trace, int rank, Interval window,
   return idle;
 }
 
+// The memory samples in `window` and, per rank, the one in force when it opens.
+std::vector<CounterSample> counters_for(const std::vector<CounterSample>& counters,
+                                        Interval window) {
+  std::vector<CounterSample> out;
+  std::map<int, const CounterSample*> in_force;
+  for (const CounterSample& c : counters) {
+    if (c.time > window.begin && c.time <= window.end) out.push_back(c);
+    const CounterSample*& last = in_force[c.rank];
+    if (c.time <= window.begin && (!last || c.time >= last->time)) last = &c;
+  }
+  for (const auto& [rank, c] : in_force)
+    if (c) out.push_back(*c);
+  return out;
+}
+
 // The events and memory samples that bear on `window`: a step's analysis then costs the step's
 // events, not the whole trace's (a long real trace has thousands of steps).
 struct Slice {
@@ -76,14 +92,7 @@ Slice slice(const Trace& trace, Interval window, const std::vector<double>& laun
     out.trace.events.push_back(e);
     out.launch_end.push_back(i < launch_end.size() ? launch_end[i] : -1);
   }
-  std::map<int, const CounterSample*> in_force;  // per rank, the last sample at or before begin
-  for (const CounterSample& c : trace.counters) {
-    if (c.time > window.begin && c.time <= window.end) out.trace.counters.push_back(c);
-    const CounterSample*& last = in_force[c.rank];
-    if (c.time <= window.begin && (!last || c.time >= last->time)) last = &c;
-  }
-  for (const auto& [rank, c] : in_force)
-    if (c) out.trace.counters.push_back(*c);
+  out.trace.counters = counters_for(trace.counters, window);
   return out;
 }
 
@@ -132,25 +141,70 @@ StepBreakdown breakdown(const Trace& trace, std::optional<int> step,
   return out;
 }
 
+std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
+                                           const std::vector<double>& launch_end) {
+  std::map<int, Interval> windows;  // one pass: each step's window over every rank
+  for (const Event& e : trace.events) {
+    if (e.lane != Lane::step || e.step < 0) continue;
+    auto [it, fresh] = windows.try_emplace(e.step, Interval{e.start, e.end()});
+    it->second = {std::min(it->second.begin, e.start), std::max(it->second.end, e.end())};
+  }
+  if (windows.empty()) return {breakdown(trace, std::nullopt, launch_end)};
+  // One more pass deals each event to the steps it overlaps (windows sorted by their start).
+  std::vector<std::pair<Interval, int>> sorted;
+  double longest = 0;
+  for (const auto& [step, w] : windows) {
+    sorted.push_back({w, step});
+    longest = std::max(longest, w.length());
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
+  std::vector<Slice> parts(sorted.size());
+  for (Slice& p : parts) p.trace.num_ranks = trace.num_ranks;
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const Event& e = trace.events[i];
+    auto it = std::upper_bound(sorted.begin(), sorted.end(), e.end(),
+                               [](double t, const auto& w) { return t < w.first.begin; });
+    while (it != sorted.begin()) {
+      --it;
+      if (it->first.begin + longest < e.start) break;  // no earlier window reaches the event
+      if (it->first.end < e.start) continue;
+      Slice& p = parts[static_cast<size_t>(it - sorted.begin())];
+      p.trace.events.push_back(e);
+      p.launch_end.push_back(i < launch_end.size() ? launch_end[i] : -1);
+    }
+  }
+  std::vector<StepBreakdown> out;
+  for (size_t k = 0; k < sorted.size(); ++k) {
+    Slice& p = parts[k];
+    p.trace.counters = counters_for(trace.counters, sorted[k].first);
+    out.push_back(breakdown(p.trace, sorted[k].second, p.launch_end));
+    p = Slice{};  // free the step's copy before the next
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
 std::vector<KernelTime> top_kernels(const Trace& trace, int rank, Interval window,
                                     size_t per_category) {
-  std::map<std::pair<std::string, std::string>, KernelTime> by_name;
+  static const char* const kCategories[] = {"comm", "compute", "memory"};
+  std::map<std::pair<int, std::string_view>, KernelTime> by_name;  // names stay in the trace
   for (const Event& e : trace.events) {
     if (e.rank != rank || !is_device_op(e)) continue;
     const double seconds = std::min(e.end(), window.end) - std::max(e.start, window.begin);
     if (!(seconds > 0) && !(e.dur == 0 && e.start >= window.begin && e.start < window.end))
       continue;
-    const std::string category = e.lane == Lane::comm ? "comm"
-                                 : is_memory_op(e)    ? "memory"
-                                                      : "compute";
+    const int category = e.lane == Lane::comm ? 0 : is_memory_op(e) ? 2 : 1;
     KernelTime& k = by_name[{category, e.name}];
-    k.category = category;
-    k.name = e.name;
     k.seconds += std::max(seconds, 0.0);
     ++k.count;
   }
   std::vector<KernelTime> all;
-  for (auto& [key, k] : by_name) all.push_back(std::move(k));
+  for (auto& [key, k] : by_name) {
+    k.category = kCategories[key.first];
+    k.name = std::string(key.second);
+    all.push_back(std::move(k));
+  }
   std::sort(all.begin(), all.end(), [](const KernelTime& a, const KernelTime& b) {
     if (a.category != b.category) return a.category < b.category;
     if (a.seconds != b.seconds) return a.seconds > b.seconds;

@@ -146,12 +146,12 @@ struct RankEvents {
   double latest = -std::numeric_limits<double>::infinity();
 };
 
-RankEvents rank_events(const RawRank& f) {
+RankEvents rank_events(RawRank& f) {
   RankEvents r;
   if (f.gpu.empty()) {
     r.events = cpu_only_events(f);
   } else {
-    r.events = f.gpu;
+    r.events = std::move(f.gpu);  // one copy of a big trace's kernels in memory, not two
     for (int64_t corr : f.gpu_correlation) {
       const auto it = corr >= 0 ? f.launch_end.find(corr) : f.launch_end.end();
       r.launch.push_back(it == f.launch_end.end() ? kUnknown : it->second);
@@ -198,7 +198,12 @@ void add_memory(const RawRank& f, int rank, double offset, Trace& trace) {
 KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
   const std::vector<int> place = trace_ranks(files);
   std::vector<RankEvents> ranks;
-  for (const RawRank& f : files) ranks.push_back(rank_events(f));
+  size_t total = 0;
+  for (RawRank& f : files) {
+    ranks.push_back(rank_events(f));
+    total += ranks.back().events.size();
+    f.cpu = {}, f.comm = {}, f.launch_end = {};  // done with: free before the copy below
+  }
   const bool by_step = options.align == KinetoOptions::Align::first_step &&
                        std::all_of(ranks.begin(), ranks.end(), [](const RankEvents& r) {
                          return std::isfinite(r.first_step) || !std::isfinite(r.earliest);
@@ -206,6 +211,8 @@ KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
   const std::vector<double> offset = clock_offsets(ranks, by_step);
   KinetoTrace out;
   out.trace.num_ranks = static_cast<int>(files.size());
+  out.trace.events.reserve(total);
+  out.launch_end.reserve(total);
   out.host.resize(files.size());
   nlohmann::json sources(files.size(), nullptr), original(files.size(), nullptr);
   for (size_t i = 0; i < files.size(); ++i) {  // in rank order
@@ -230,6 +237,7 @@ KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
       out.launch_end.push_back(l == kUnknown ? kUnknown : (l - offset[i]) * kSecondsPerMicro);
       out.trace.events.push_back(std::move(e));
     }
+    r = RankEvents{};
     out.host[place[i]] = files[i].host;
     add_memory(files[i], place[i], offset[i], out.trace);
   }

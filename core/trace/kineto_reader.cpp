@@ -87,6 +87,10 @@ bool is_kineto_file(const std::filesystem::path& path) {
   std::string head(64 << 10, '\0');
   const int n = gzread(file.get(), head.data(), static_cast<unsigned>(head.size()));
   head.resize(n > 0 ? n : 0);
+  // A bare array of events: Chrome's JSON Array Format, which PyTorch writes without Kineto.
+  if (const size_t first = head.find_first_not_of(" \t\r\n");
+      first != std::string::npos && head[first] == '[')
+    return true;
   for (const char* key :
        {"\"schemaVersion\"", "\"distributedInfo\"", "\"deviceProperties\"", "\"traceName\""})
     if (head.find(key) != std::string::npos) return true;

@@ -61,7 +61,8 @@ struct KinetoTrace {
   std::vector<HostActivity> host;  // per rank
 };
 
-// True when the file reads as a Kineto trace: a .gz file, or one whose first 64 KiB hold a key
+// True when the file reads as a PyTorch profiler trace: a folder, a .gz file, a bare JSON array
+// of events (what PyTorch builds without Kineto write), or a file whose first 64 KiB hold a key
 // only Kineto writes ("schemaVersion", "distributedInfo", "deviceProperties", "traceName").
 bool is_kineto_file(const std::filesystem::path& path);
 

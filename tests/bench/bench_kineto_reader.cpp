@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
   const double open_s = seconds_since(t0);
   t0 = Clock::now();
   double step_time = 0;
-  for (int step : trace::trace_steps(run.trace))
-    step_time += trace::breakdown(run.trace, step, run.launch_end).window.length();
+  for (const auto& step : trace::breakdown_steps(run.trace, run.launch_end))
+    step_time += step.window.length();
   const auto top = trace::top_kernels(run.trace, 0, trace::analysis_window(run.trace), 5);
   const double analyze_s = seconds_since(t0);
   rusage usage{};

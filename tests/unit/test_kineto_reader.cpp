@@ -186,6 +186,9 @@ TEST_CASE("kineto: .json.gz files, a folder, and the project's own trace told ap
   }
   CHECK(is_kineto_file(dir / "rank-1.json.gz"));
   CHECK(is_kineto_file(dir / "rank-0.json"));
+  std::ofstream(dir / "legacy.json") << "\n [{\"name\": \"ProfilerStep#0\"}]";
+  CHECK(is_kineto_file(dir / "legacy.json"));
+  std::filesystem::remove(dir / "legacy.json");
   const RunTrace from_folder = read_run_trace({dir.string()});
   const RunTrace from_files =
       read_run_trace({(dir / "rank-1.json.gz").string(), (dir / "rank-0.json").string()});

@@ -65,6 +65,32 @@ TEST_CASE("breakdown: compute, memory, exposed comm and idle by cause are exact"
   CHECK(b.straggler_lead == exact(45 * us));
 }
 
+TEST_CASE("breakdown_steps gives every step's breakdown() in one pass") {
+  // The lesson trace of three steps, and the hand-made one: each step equal to breakdown()'s.
+  const std::string path = mgpu::testing::temp_path("breakdown_steps.json");
+  REQUIRE(run_mgpu(mgpu::testing::with_tiny_model({"run", "pipeline", "--ranks", "2",
+                                                   "--microbatches", "4", "--trace", path, "-q"}))
+              .code == 0);
+  const Trace t = read_chrome_trace(path);
+  const std::vector<StepBreakdown> all = breakdown_steps(t);
+  REQUIRE(all.size() == trace_steps(t).size());
+  for (const StepBreakdown& b : all) {
+    const StepBreakdown one = breakdown(t, b.step);
+    CHECK(b.window == one.window);
+    for (size_t r = 0; r < b.ranks.size(); ++r) {
+      CHECK(b.ranks[r].compute == one.ranks[r].compute);
+      CHECK(b.ranks[r].device_idle == one.ranks[r].device_idle);
+      CHECK(b.ranks[r].summary.overlap == one.ranks[r].summary.overlap);
+      CHECK(b.ranks[r].summary.bytes_sent == one.ranks[r].summary.bytes_sent);
+      CHECK(b.ranks[r].summary.peak_memory == one.ranks[r].summary.peak_memory);
+    }
+  }
+  const KinetoTrace k = two_gpu_step();
+  const auto steps = breakdown_steps(k.trace, k.launch_end);
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].ranks[1].idle_by_cause.host == exact(40 * us));
+}
+
 TEST_CASE("breakdown: without launch times every idle gap is 'other'") {
   const KinetoTrace k = two_gpu_step();
   const StepBreakdown b = breakdown(k.trace, 5);
