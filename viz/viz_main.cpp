@@ -77,7 +77,7 @@ void print_step_time_ratios(const DashboardOptions& options, std::ostream& out) 
   for (size_t i = 0; i < options.traces.size(); ++i) {
     const double t = shown_step_time(options.traces[i]);
     out << "step time " << options.labels[i] << ": " << format_duration(t);
-    if (i > 0 && first > 0) out << fmt::format(" ({:.2f}x {})", t / first, options.labels[0]);
+    if (i > 0 && first > 0) out << fmt::format(" ({:.3g}x {})", t / first, options.labels[0]);
     out << "\n";
   }
 }
