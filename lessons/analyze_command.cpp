@@ -54,7 +54,9 @@ int step_shown_offset(const trace::RunTrace& run) {
   return run.kineto ? 0 : 1;
 }
 
+// A pipeline: the events name micro-batches (a lesson), or a PyTorch run's annotations do.
 bool has_microbatches(const trace::Trace& t) {
+  if (t.metadata.value("microbatch_annotations", int64_t{0}) > 0) return true;
   return std::any_of(t.events.begin(), t.events.end(),
                      [](const trace::Event& e) { return e.microbatch >= 0; });
 }

@@ -246,6 +246,9 @@ KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
                         {"files", sources},
                         {"distributed_ranks", original},
                         {"align", by_step ? "first-step" : "clock"}};
+  int64_t microbatches = 0;  // a pipeline's annotations: analyze then shows the bubble
+  for (const RawRank& f : files) microbatches += f.microbatch_annotations;
+  out.trace.metadata["microbatch_annotations"] = microbatches;
   return out;
 }
 

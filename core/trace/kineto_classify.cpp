@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -121,6 +122,15 @@ bool keep_step(const EventRecord& e, RawRank& file) {
   return true;
 }
 
+// A pipeline schedule's annotation: a forward or backward of a numbered micro-batch, e.g.
+// "forward mb3", "bwd_microbatch_12", "Stage 1 Forward (micro-batch 0)".
+bool names_microbatch(const std::string& name) {
+  static const std::regex pattern(
+      R"((fwd|forward|bwd|backward).*(mb|micro[-_ ]?batch)[-_ #]?\(?\d+|(mb|micro[-_ ]?batch)[-_ #]?\d+.*(fwd|forward|bwd|backward))",
+      std::regex::icase | std::regex::optimize);
+  return std::regex_search(name, pattern);
+}
+
 }  // namespace
 
 std::string kineto_limits_note() {
@@ -193,7 +203,9 @@ void classify_event(const EventRecord& e, RawRank& file) {
     file.host.seconds += e.dur * 1e-6;
     if (e.correlation >= 0) file.launch_end[e.correlation] = e.ts + e.dur;
   } else if (cat == "cpu_op" || cat == "user_annotation" || cat.empty()) {  // no cat: legacy
-    if (!keep_step(e, file)) keep_cpu_op(e, file);
+    if (keep_step(e, file)) return;
+    if (cat == "user_annotation" && names_microbatch(e.name)) ++file.microbatch_annotations;
+    keep_cpu_op(e, file);
   }
 }
 

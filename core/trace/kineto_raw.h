@@ -59,6 +59,7 @@ struct RawRank {
   std::unordered_map<std::string, uint32_t> name_index, thread_index;  // while parsing
   std::vector<MemorySample> memory;
   int64_t events = 0;
+  int64_t microbatch_annotations = 0;  // user annotations naming a micro-batch's pass
 };
 
 // Parse one file's JSON; TraceFormatError ("<source>: traceEvents[i].field: ...") on bad input.

@@ -171,6 +171,15 @@ TEST_CASE("kineto: a CPU-only job (legacy array format): top-level ops compute, 
   std::sort(compute.begin(), compute.end());
   CHECK(compute == std::vector<std::string>{"aten::div_", "aten::linear", "c10d::allreduce_"});
   CHECK(comm == std::vector<std::string>{"gloo:all_reduce/all_reduce"});
+  CHECK(t.metadata["microbatch_annotations"] == 0);
+}
+
+TEST_CASE("kineto: user annotations naming micro-batches mark a pipeline") {
+  json doc = mgpu::testing::kineto_gpu_rank0();
+  for (const char* name : {"forward mb3", "Stage 1 Backward (micro-batch 0)", "bwd_microbatch_12",
+                           "mb2 fwd", "optimizer", "forward", "mbconv forward"})
+    doc["traceEvents"].push_back(mgpu::testing::kineto_x("user_annotation", name, 501001, 1));
+  CHECK(parse({doc}).trace.metadata["microbatch_annotations"] == 4);
 }
 
 TEST_CASE("kineto: .json.gz files, a folder, and the project's own trace told apart") {
