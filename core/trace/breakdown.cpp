@@ -161,13 +161,19 @@ std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
             [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
   std::vector<Slice> parts(sorted.size());
   for (Slice& p : parts) p.trace.num_ranks = trace.num_ranks;
-  for (size_t i = 0; i < trace.events.size(); ++i) {
+  // Steps that overlap much (a hostile trace: every step spanning the run) would copy each event
+  // once per step: past a few windows per event, each step scans the trace instead (memory stays
+  // bounded; time is then steps x events, as calling breakdown() per step).
+  const size_t max_copies = 4 * trace.events.size() + (size_t{1} << 20);
+  size_t copies = 0;
+  for (size_t i = 0; i < trace.events.size() && copies <= max_copies; ++i) {
     const Event& e = trace.events[i];
     auto it = std::upper_bound(sorted.begin(), sorted.end(), e.end(),
                                [](double t, const auto& w) { return t < w.first.begin; });
     while (it != sorted.begin()) {
       --it;
       if (it->first.begin + longest < e.start) break;  // no earlier window reaches the event
+      ++copies;  // a window looked at counts too: the pass stays linear or gives way
       if (it->first.end < e.start) continue;
       Slice& p = parts[static_cast<size_t>(it - sorted.begin())];
       p.trace.events.push_back(e);
@@ -175,6 +181,11 @@ std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
     }
   }
   std::vector<StepBreakdown> out;
+  if (copies > max_copies) {
+    parts.clear();
+    for (const auto& [step, window] : windows) out.push_back(breakdown(trace, step, launch_end));
+    return out;
+  }
   for (size_t k = 0; k < sorted.size(); ++k) {
     Slice& p = parts[k];
     p.trace.counters = counters_for(trace.counters, sorted[k].first);

@@ -13,8 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const KinetoTrace k = parse_kineto_traces(
         {std::string_view(reinterpret_cast<const char*>(data), size)}, {"fuzz"});
-    const std::vector<int> steps = trace_steps(k.trace);
-    for (size_t i = 0; i < steps.size() && i < 16; ++i) breakdown(k.trace, steps[i], k.launch_end);
+    breakdown_steps(k.trace, k.launch_end);  // what `mgpu analyze` runs
     const Interval whole = analysis_window(k.trace);
     for (int rank = 0; rank < k.trace.num_ranks; ++rank) top_kernels(k.trace, rank, whole, 5);
   } catch (const TraceFormatError&) {
