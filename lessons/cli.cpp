@@ -259,10 +259,11 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   if (cmd == "validate") return cmd_validate(rest, out, err);
   if (cmd == "plan") return cmd_plan(rest, out, err);
   if (cmd == "analyze") return cmd_analyze(rest, out, err);
-  return usage_error(err, "",
-                     fmt::format("unknown command '{}' (use list, run, plan, viz, analyze, profiles, "
-                                 "grade, calibrate or validate)",
-                                 echo_input(cmd, 80)));
+  return usage_error(
+      err, "",
+      fmt::format("unknown command '{}' (use list, run, plan, viz, analyze, profiles, "
+                  "grade, calibrate or validate)",
+                  echo_input(cmd, 80)));
 }
 
 }  // namespace mgpu::lessons
