@@ -1,7 +1,6 @@
 // `mgpu analyze TRACE...`: explains a trace, the project's own or a PyTorch profiler run's, per
 // rank and step (core/trace/breakdown.h computes every figure; this file only prints them).
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <ostream>
 
@@ -11,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/input_file.h"
-#include "core/tensor/allocator.h"
 #include "core/trace/breakdown.h"
 #include "core/trace/trace_files.h"
 #include "lessons/cli.h"
@@ -178,13 +176,12 @@ int cmd_analyze(const std::vector<std::string>& args, std::ostream& out, std::os
       "(by cause), overlap, stragglers, top operations",
       "mgpu analyze");
   AnalyzeArgs a;
-  std::optional<int> step;
   app.add_option("traces", a.paths,
                  "a trace written with --trace, or a PyTorch profiler run: its files (one per "
                  "rank, .json or .json.gz) or their folder")
       ->required();
   app.add_flag("--json", a.json, "print JSON instead of text");
-  app.add_option("--step", step,
+  app.add_option("--step", a.step,
                  "only this step (N of ProfilerStep#N; a lesson's steps count from 1, as it "
                  "prints them)");
   app.add_option("--top", a.top, "operations listed per category (default 5)")
@@ -200,8 +197,8 @@ int cmd_analyze(const std::vector<std::string>& args, std::ostream& out, std::os
                                      : trace::KinetoOptions::Align::first_step;
   try {
     const trace::RunTrace run = trace::read_run_trace(a.paths, options);
-    if (step) *step -= step_shown_offset(run);
-    const auto steps = breakdowns(run, step);
+    if (a.step) *a.step -= step_shown_offset(run);
+    const auto steps = breakdowns(run, a.step);
     if (a.json)
       out << to_json(run, steps, a.top).dump(2) << "\n";
     else
