@@ -16,7 +16,9 @@
 
 namespace mgpu::lessons {
 
-namespace {
+// Named rather than anonymous: lessons/ builds as unity batches, where another file's anonymous
+// helpers (a `duration`, a `to_json`) would share this file's scope.
+namespace analyze_report {
 
 struct AnalyzeArgs {
   std::vector<std::string> paths;
@@ -168,13 +170,14 @@ nlohmann::json to_json(const trace::RunTrace& run, const std::vector<trace::Step
   return doc;
 }
 
-}  // namespace
+}  // namespace analyze_report
 
 int cmd_analyze(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app(
       "explain traces per rank and step: compute, memory, exposed communication and idle time "
       "(by cause), overlap, stragglers, top operations",
       "mgpu analyze");
+  using namespace analyze_report;
   AnalyzeArgs a;
   app.add_option("traces", a.paths,
                  "a trace written with --trace, or a PyTorch profiler run: its files (one per "
