@@ -14,6 +14,8 @@
 
 namespace mgpu::trace::kineto {
 
+using namespace std::string_view_literals;
+
 namespace {
 
 // Kineto timestamps are microseconds, often since the Unix epoch.
@@ -144,67 +146,71 @@ void fail_event(const RawRank& file, const EventRecord& e, const char* field,
                                      what, kineto_limits_note()));
 }
 
-void read_event_field(const std::string& key, const Scalar& v, EventRecord& e,
+void read_event_field(const std::string& key_text, const Scalar& v, EventRecord& e,
                       const RawRank& file) {
-  if (key == "ph")
+  const std::string_view key = key_text;  // compares by length first: this runs per field
+  if (key == "ph"sv)
     require_text(v, "ph", e, file, e.ph);
-  else if (key == "cat")
+  else if (key == "cat"sv)
     require_text(v, "cat", e, file, e.cat);
-  else if (key == "name")
+  else if (key == "name"sv)
     require_text(v, "name", e, file, e.name);
-  else if (key == "pid")
+  else if (key == "pid"sv)
     e.pid = id_text(v);
-  else if (key == "tid")
+  else if (key == "tid"sv)
     e.tid = id_text(v);
-  else if (key == "ts")
+  else if (key == "ts"sv)
     e.ts = require_micros(v, "ts", e, file), e.has_ts = true;
-  else if (key == "dur")
+  else if (key == "dur"sv)
     e.dur = require_micros(v, "dur", e, file), e.has_dur = true;
 }
 
-void read_event_arg(const std::string& key, const Scalar& v, EventRecord& e) {
+void read_event_arg(const std::string& key_text, const Scalar& v, EventRecord& e) {
+  const std::string_view key = key_text;
   if (v.kind == Scalar::Kind::number) {
-    if (key == "correlation")
+    if (key == "correlation"sv)
       e.correlation = v.integer;
-    else if (key == "In msg nelems")
+    else if (key == "In msg nelems"sv)
       e.in_nelems = v.integer;
-    else if (key == "Total Allocated")
+    else if (key == "Total Allocated"sv)
       e.total_allocated = v.integer;
-    else if (key == "Device Type")
+    else if (key == "Device Type"sv)
       e.device_type = v.integer;
   } else if (v.kind == Scalar::Kind::text) {
-    if (key == "dtype")
+    if (key == "dtype"sv)
       e.dtype = *v.text;
-    else if (key == "Collective name")
+    else if (key == "Collective name"sv)
       e.collective = *v.text;
-    else if (key == "Process Group Name")
+    else if (key == "Process Group Name"sv)
       e.group = *v.text;
   }
 }
 
 void classify_event(const EventRecord& e, RawRank& file) {
-  if ((e.ph == "i" || e.ph == "I") && e.name == "[memory]") {
+  if ((e.ph == "i"sv || e.ph == "I"sv) && e.name == "[memory]"sv) {
     check_times(e, file, false);
     if (e.total_allocated >= 0)
       file.memory.push_back({e.ts, e.total_allocated, e.device_type == 1});
     file.earliest = std::min(file.earliest, e.ts);
     return;
   }
-  if (e.ph != "X") return;  // metadata, flows, counters: nothing the analysis uses
+  if (e.ph != "X"sv) return;  // metadata, flows, counters: nothing the analysis uses
   check_times(e, file, true);
   file.earliest = std::min(file.earliest, e.ts);
   const std::string cat = lower(e.cat);
-  if (cat == "kernel") {
+  if (cat == "kernel"sv) {
     keep_gpu_op(e, starts_with(e.name, "nccl") ? trace::cat::comm : trace::cat::compute, file);
-  } else if (cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "memcpy" || cat == "memset") {
+  } else if (cat == "gpu_memcpy"sv || cat == "gpu_memset"sv || cat == "memcpy"sv ||
+             cat == "memset"sv) {
     keep_gpu_op(e, trace::cat::memory, file);
-  } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime" || cat == "driver") {
+  } else if (cat == "cuda_runtime"sv || cat == "cuda_driver"sv || cat == "runtime"sv ||
+             cat == "driver"sv) {
     ++file.host.calls;
     file.host.seconds += e.dur * 1e-6;
     if (e.correlation >= 0) file.launch_end[e.correlation] = e.ts + e.dur;
-  } else if (cat == "cpu_op" || cat == "user_annotation" || cat.empty()) {  // no cat: legacy
+  } else if (cat == "cpu_op"sv || cat == "user_annotation"sv || cat.empty()) {  // no cat: legacy
     if (keep_step(e, file)) return;
-    if (cat == "user_annotation" && names_microbatch(e.name)) ++file.microbatch_annotations;
+    if (cat == "user_annotation"sv && names_microbatch(e.name)) ++file.microbatch_annotations;
     keep_cpu_op(e, file);
   }
 }

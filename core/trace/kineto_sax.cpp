@@ -62,7 +62,7 @@ class KinetoSax {
       event_.clear();
       event_.index = index_;
     }
-    if (in_event() && depth_ == args_depth()) args_open_ = event_key_ == "args";
+    if (in_event() && depth_ == args_depth()) args_open_ = event_key_ == std::string_view("args");
     return true;
   }
   bool end_object() {
