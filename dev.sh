@@ -52,7 +52,7 @@ sanitize_job() {
   cmake --preset sanitize -DMGPU_FUZZ_SECONDS="${MGPU_FUZZ_SECONDS:-30}"
   local targets=(asan_test_checkpoint asan_test_checkpoint_hostile asan_test_trace
     asan_test_trace_hostile asan_test_runtime asan_test_tensor)
-  for t in trace_reader checkpoint_reader profile_parser model_file data_file; do
+  for t in trace_reader checkpoint_reader profile_parser model_file data_file kineto_reader; do
     targets+=("fuzz_$t" "fuzz_replay_$t")
   done
   cmake --build --preset sanitize -j"$JOBS" --target "${targets[@]}"

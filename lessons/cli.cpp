@@ -23,6 +23,7 @@ namespace mgpu::lessons {
 
 int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int cmd_analyze(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 namespace {
 
@@ -223,6 +224,7 @@ int mgpu_main(const std::vector<std::string>& args, std::ostream& out, std::ostr
       "  mgpu list                      the lessons\n"
       "  mgpu run LESSON [options]      run one (see `mgpu run LESSON --help`)\n"
       "  mgpu viz [trace.json ...]      open traces in the dashboard (--screenshot out.png)\n"
+      "  mgpu analyze TRACE...          explain a trace (own or PyTorch profiler) per rank, step\n"
       "  mgpu plan --model M --gpus N   which layout to train M on N GPUs (simulated)\n"
       "  mgpu profiles                  the hardware profiles of the modeled clock\n"
       "  mgpu grade [exNN] [--impl mine|reference]   score the exercises (docs/exercises)\n"
@@ -256,10 +258,12 @@ int mgpu_main_quiet(const std::vector<std::string>& args, std::ostream& out, std
   if (cmd == "calibrate") return cmd_calibrate(rest, out, err);
   if (cmd == "validate") return cmd_validate(rest, out, err);
   if (cmd == "plan") return cmd_plan(rest, out, err);
-  return usage_error(err, "",
-                     fmt::format("unknown command '{}' (use list, run, plan, viz, profiles, grade "
-                                 "calibrate or validate)",
-                                 echo_input(cmd, 80)));
+  if (cmd == "analyze") return cmd_analyze(rest, out, err);
+  return usage_error(
+      err, "",
+      fmt::format("unknown command '{}' (use list, run, plan, viz, analyze, profiles, "
+                  "grade, calibrate or validate)",
+                  echo_input(cmd, 80)));
 }
 
 }  // namespace mgpu::lessons

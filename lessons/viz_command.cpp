@@ -58,7 +58,8 @@ struct VizArgs {
 void add_viz_options(CLI::App& app, VizArgs& a) {
   viz::VizCliOptions& opt = a.opt;
   app.add_option("traces", a.paths,
-                 "trace JSON files written with --trace (two to six with --compare)");
+                 "trace JSON files written with --trace (two to six with --compare), or a "
+                 "PyTorch profiler run: its files (one per rank, .json or .json.gz) or folder");
   app.add_option("--screenshot", opt.screenshot, "render one frame to this PNG and exit")
       ->check(OutputFile);  // refused before any work, like --checkpoint
   app.add_option("--width", opt.width, "window or screenshot width (default 1600)")

@@ -80,6 +80,8 @@ struct LoadedTrace {
   std::string error;
 };
 LoadedTrace load_trace_or_error(const std::string& path);
+// One run from several paths: PyTorch profiler files (one per rank) or folders of them.
+LoadedTrace load_run_or_error(const std::vector<std::string>& paths);
 
 struct VizCliOptions {
   std::string screenshot;          // --screenshot out.png: write a PNG instead of opening a window

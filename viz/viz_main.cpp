@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,8 +13,9 @@
 #include "core/runtime/input_file.h"
 #include "viz/dashboard.h"
 
-#if __has_include("core/trace/chrome_trace.h")
-#include "core/trace/chrome_trace.h"
+#if __has_include("core/trace/trace_files.h")
+#include "core/trace/analysis.h"
+#include "core/trace/trace_files.h"
 #define MGPU_VIZ_HAVE_READER 1
 #endif
 
@@ -38,20 +40,49 @@ std::string zoom_outside_traces(const TimeWindow& zoom, const std::vector<trace:
 }  // namespace
 
 LoadedTrace load_trace_or_error(const std::string& path) {
+  return load_run_or_error({path});
+}
+
+LoadedTrace load_run_or_error(const std::vector<std::string>& paths) {
   LoadedTrace out;
 #ifdef MGPU_VIZ_HAVE_READER
-  try {
-    out.trace = trace::read_chrome_trace(path);
+  try {  // the project's own trace, or PyTorch profiler traces (files or a folder: one run)
+    out.trace = trace::read_run_trace(paths).trace;
   } catch (const std::exception& e) {
     out.error = e.what();  // TraceFormatError names the file and what is wrong with it
   }
 #else
-  out.error =
-      echo_input(path, 120) + ": this build has no trace reader (core/trace/chrome_trace.h)";
+  out.error = echo_input(paths.empty() ? "" : paths[0], 120) +
+              ": this build has no trace reader (core/trace/trace_files.h)";
 #endif
   std::replace(out.error.begin(), out.error.end(), '\n', ' ');  // always one line
   return out;
 }
+
+namespace {
+#ifdef MGPU_VIZ_HAVE_READER
+// The time of the step the dashboard shows (the last one; the whole run without steps).
+double shown_step_time(const trace::Trace& t) {
+  std::optional<int> last;
+  for (const trace::Event& e : t.events)
+    if (e.lane == trace::Lane::step && e.step >= 0) last = std::max(last.value_or(e.step), e.step);
+  return trace::analysis_window(t, last).length();
+}
+
+// --compare: each run's shown step time and its ratio to the first run's (a real run beside the
+// modeled run of its layout: how far the model is off).
+void print_step_time_ratios(const DashboardOptions& options, std::ostream& out) {
+  if (options.traces.size() < 2) return;
+  const double first = shown_step_time(options.traces[0]);
+  for (size_t i = 0; i < options.traces.size(); ++i) {
+    const double t = shown_step_time(options.traces[i]);
+    out << "step time " << options.labels[i] << ": " << format_duration(t);
+    if (i > 0 && first > 0) out << fmt::format(" ({:.3g}x {})", t / first, options.labels[0]);
+    out << "\n";
+  }
+}
+#endif
+}  // namespace
 
 int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& cli,
              std::ostream& err) {
@@ -64,8 +95,16 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
         << trace_paths.size() << ")\n";
     return 2;
   }
-  if (!cli.compare && trace_paths.size() > 1) {
-    err << "mgpu viz: one trace, or --compare A.json B.json (up to " << kMaxCompared << ")\n";
+  // Several PyTorch profiler files without --compare are the ranks of one run.
+#ifdef MGPU_VIZ_HAVE_READER
+  const bool one_run = !cli.compare && trace_paths.size() > 1 && trace::all_kineto(trace_paths);
+#else
+  const bool one_run = false;
+#endif
+  if (!cli.compare && trace_paths.size() > 1 && !one_run) {
+    err << "mgpu viz: one trace (or one run's PyTorch profiler files), or --compare A.json "
+           "B.json (up to "
+        << kMaxCompared << ")\n";
     return 2;
   }
   DashboardOptions options;
@@ -74,8 +113,14 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
   options.model_states_only = cli.model_states_only;
   options.width = cli.width;
   options.title = cli.title.empty() ? "mgpu-lab" : cli.title;
-  for (const std::string& path : trace_paths) {
-    LoadedTrace loaded = load_trace_or_error(path);
+  std::vector<std::vector<std::string>> runs;  // each: the paths of one run
+  if (one_run)
+    runs.push_back(trace_paths);
+  else
+    for (const std::string& path : trace_paths) runs.push_back({path});
+  for (const std::vector<std::string>& run : runs) {
+    const std::string& path = run.front();
+    LoadedTrace loaded = load_run_or_error(run);
     if (!loaded.trace) {
       if (!cli.screenshot.empty()) {
         err << "mgpu viz: " << loaded.error << "\n";
@@ -85,8 +130,13 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
       continue;
     }
     options.traces.push_back(std::move(*loaded.trace));
-    options.labels.push_back(std::filesystem::path(path).filename().string());
+    const std::filesystem::path name(path);
+    options.labels.push_back(name.has_filename() ? name.filename().string()
+                                                 : name.parent_path().filename().string() + "/");
   }
+#ifdef MGPU_VIZ_HAVE_READER
+  if (cli.compare) print_step_time_ratios(options, std::cout);
+#endif
   if (!cli.highlight.empty()) {
     // Group names come from the events: index the traces once to list them.
     std::set<std::string> groups;

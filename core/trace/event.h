@@ -24,6 +24,8 @@ inline constexpr const char* optimizer = "optimizer";
 inline constexpr const char* compute = "compute";  // any other compute (loss, data, ...)
 inline constexpr const char* comm = "comm";        // collectives and point-to-point
 inline constexpr const char* step = "step";        // one training step, on the step lane
+// a device memory copy or set (real traces: cudaMemcpy/Memset), on the compute lane
+inline constexpr const char* memory = "memory";
 // activation checkpointing: a block's forward re-run inside its backward
 inline constexpr const char* recompute = "recompute";
 }  // namespace cat

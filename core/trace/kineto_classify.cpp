@@ -1,0 +1,256 @@
+// The Kineto reader's mapping of one finished trace event (see kineto_reader.h for the table).
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <regex>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/trace/kineto_event.h"
+
+namespace mgpu::trace::kineto {
+
+using namespace std::string_view_literals;
+
+namespace {
+
+// Kineto timestamps are microseconds, often since the Unix epoch.
+constexpr double kMaxMicros = kMaxTraceSeconds * 1e6;
+constexpr double kMaxDurMicros = kMaxTraceSpan * 1e6;
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+const char* kind_name(Scalar::Kind k) {
+  return k == Scalar::Kind::number ? "a number"
+         : k == Scalar::Kind::text ? "a string"
+                                   : "null or a boolean";
+}
+
+void require_text(const Scalar& v, const char* field, const EventRecord& e, const RawRank& file,
+                  std::string& into) {
+  if (v.kind != Scalar::Kind::text)
+    fail_event(file, e, field, fmt::format("must be a string, got {}", kind_name(v.kind)));
+  into = *v.text;
+}
+
+double require_micros(const Scalar& v, const char* field, const EventRecord& e,
+                      const RawRank& file) {
+  if (v.kind != Scalar::Kind::number)
+    fail_event(file, e, field,
+               fmt::format("must be a number of microseconds, got {}", kind_name(v.kind)));
+  return v.number;
+}
+
+std::string id_text(const Scalar& v) {
+  if (v.kind == Scalar::Kind::text) return *v.text;
+  if (v.kind == Scalar::Kind::number) return v.integer >= 0 ? std::to_string(v.integer) : "?";
+  return "";
+}
+
+uint32_t intern(const std::string& s, std::vector<std::string>& table,
+                std::unordered_map<std::string, uint32_t>& index) {
+  if (const auto it = index.find(s); it != index.end()) return it->second;
+  const auto id = static_cast<uint32_t>(table.size());
+  index.emplace(s, id);
+  table.push_back(s);
+  return id;
+}
+
+void check_times(const EventRecord& e, const RawRank& file, bool needs_dur) {
+  if (!e.has_ts) fail_event(file, e, "ts", "missing (every timed event needs ts, microseconds)");
+  if (!(std::fabs(e.ts) <= kMaxMicros))
+    fail_event(file, e, "ts", fmt::format("{} is outside +-{:g} us", e.ts, kMaxMicros));
+  if (!needs_dur) return;
+  if (!e.has_dur) fail_event(file, e, "dur", "missing (a complete \"X\" event needs dur)");
+  if (!(e.dur >= 0 && e.dur <= kMaxDurMicros))
+    fail_event(file, e, "dur", fmt::format("{} is outside 0..{:g} us", e.dur, kMaxDurMicros));
+}
+
+void keep_gpu_op(const EventRecord& e, std::string_view category, RawRank& file) {
+  Event g;
+  g.name = e.name;
+  g.cat = std::string(category);
+  g.start = e.ts;
+  g.dur = e.dur;
+  if (category == trace::cat::comm) {
+    g.lane = Lane::comm;
+    g.op = collective_op(e.collective.empty() ? e.name : e.collective);
+    if (e.in_nelems > 0) g.bytes = e.in_nelems * dtype_bytes(e.dtype);
+    g.group = e.group;
+  }
+  file.gpu.push_back(std::move(g));
+  file.gpu_correlation.push_back(e.correlation);
+}
+
+void keep_cpu_op(const EventRecord& e, RawRank& file) {
+  thread_local std::string key;  // "pid/tid", built without a fresh allocation per op
+  key.assign(e.pid).append("/").append(e.tid);
+  const uint32_t thread = intern(key, file.threads, file.thread_index);
+  if (starts_with(e.name, "nccl:") || starts_with(e.name, "gloo:") ||
+      e.name == "record_param_comms") {
+    CommSpan c{thread, e.ts, e.dur, e.name, "", e.group, 0, e.name == "record_param_comms"};
+    c.op = collective_op(e.collective.empty() ? e.name.substr(std::min<size_t>(5, e.name.size()))
+                                              : e.collective);
+    if (e.in_nelems > 0) c.bytes = e.in_nelems * dtype_bytes(e.dtype);
+    file.comm.push_back(std::move(c));
+    return;
+  }
+  file.cpu.push_back({thread, intern(e.name, file.names, file.name_index), e.ts, e.dur});
+}
+
+bool keep_step(const EventRecord& e, RawRank& file) {
+  constexpr std::string_view prefix = "ProfilerStep#";
+  if (!starts_with(e.name, prefix)) return false;
+  int step = -1;
+  const char* first = e.name.data() + prefix.size();
+  const char* last = e.name.data() + e.name.size();
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last || step < 0)
+    fail_event(file, e, "name",
+               fmt::format("'{}' is not ProfilerStep#<step number>", e.name.substr(0, 60)));
+  file.steps.push_back({step, e.ts, e.ts + e.dur});
+  return true;
+}
+
+// A pipeline schedule's annotation: a forward or backward of a numbered micro-batch, e.g.
+// "forward mb3", "bwd_microbatch_12", "Stage 1 Forward (micro-batch 0)".
+bool names_microbatch(const std::string& name) {
+  static const std::regex pattern(
+      R"((fwd|forward|bwd|backward).*(mb|micro[-_ ]?batch)[-_ #]?\(?\d+|(mb|micro[-_ ]?batch)[-_ #]?\d+.*(fwd|forward|bwd|backward))",
+      std::regex::icase | std::regex::optimize);
+  return std::regex_search(name, pattern);
+}
+
+}  // namespace
+
+std::string kineto_limits_note() {
+  return fmt::format("(Kineto reader limits: {} events and {} GiB of JSON per file, {} ranks)",
+                     kMaxKinetoEvents, kMaxKinetoFileBytes >> 30, kMaxTraceRanks);
+}
+
+void fail_event(const RawRank& file, const EventRecord& e, const char* field,
+                const std::string& what) {
+  throw TraceFormatError(fmt::format("{}: traceEvents[{}].{} {} {}", file.source, e.index, field,
+                                     what, kineto_limits_note()));
+}
+
+void read_event_field(const std::string& key_text, const Scalar& v, EventRecord& e,
+                      const RawRank& file) {
+  const std::string_view key = key_text;  // compares by length first: this runs per field
+  if (key == "ph"sv)
+    require_text(v, "ph", e, file, e.ph);
+  else if (key == "cat"sv)
+    require_text(v, "cat", e, file, e.cat);
+  else if (key == "name"sv)
+    require_text(v, "name", e, file, e.name);
+  else if (key == "pid"sv)
+    e.pid = id_text(v);
+  else if (key == "tid"sv)
+    e.tid = id_text(v);
+  else if (key == "ts"sv)
+    e.ts = require_micros(v, "ts", e, file), e.has_ts = true;
+  else if (key == "dur"sv)
+    e.dur = require_micros(v, "dur", e, file), e.has_dur = true;
+}
+
+void read_event_arg(const std::string& key_text, const Scalar& v, EventRecord& e) {
+  const std::string_view key = key_text;
+  if (v.kind == Scalar::Kind::number) {
+    if (key == "correlation"sv)
+      e.correlation = v.integer;
+    else if (key == "In msg nelems"sv)
+      e.in_nelems = v.integer;
+    else if (key == "Total Allocated"sv)
+      e.total_allocated = v.integer;
+    else if (key == "Device Type"sv)
+      e.device_type = v.integer;
+  } else if (v.kind == Scalar::Kind::text) {
+    if (key == "dtype"sv)
+      e.dtype = *v.text;
+    else if (key == "Collective name"sv)
+      e.collective = *v.text;
+    else if (key == "Process Group Name"sv)
+      e.group = *v.text;
+  }
+}
+
+void classify_event(const EventRecord& e, RawRank& file) {
+  if ((e.ph == "i"sv || e.ph == "I"sv) && e.name == "[memory]"sv) {
+    check_times(e, file, false);
+    if (e.total_allocated >= 0)
+      file.memory.push_back({e.ts, e.total_allocated, e.device_type == 1});
+    file.earliest = std::min(file.earliest, e.ts);
+    return;
+  }
+  if (e.ph != "X"sv) return;  // metadata, flows, counters: nothing the analysis uses
+  check_times(e, file, true);
+  file.earliest = std::min(file.earliest, e.ts);
+  const std::string cat = lower(e.cat);
+  if (cat == "kernel"sv) {
+    keep_gpu_op(e, starts_with(e.name, "nccl") ? trace::cat::comm : trace::cat::compute, file);
+  } else if (cat == "gpu_memcpy"sv || cat == "gpu_memset"sv || cat == "memcpy"sv ||
+             cat == "memset"sv) {
+    keep_gpu_op(e, trace::cat::memory, file);
+  } else if (cat == "cuda_runtime"sv || cat == "cuda_driver"sv || cat == "runtime"sv ||
+             cat == "driver"sv) {
+    ++file.host.calls;
+    file.host.seconds += e.dur * 1e-6;
+    if (e.correlation >= 0) file.launch_end[e.correlation] = e.ts + e.dur;
+  } else if (cat == "cpu_op"sv || cat == "user_annotation"sv || cat.empty()) {  // no cat: legacy
+    if (keep_step(e, file)) return;
+    if (cat == "user_annotation"sv && names_microbatch(e.name)) ++file.microbatch_annotations;
+    keep_cpu_op(e, file);
+  }
+}
+
+std::string collective_op(std::string_view text) {
+  std::string key;
+  for (char c : text)
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (std::string_view prefix : {"nccldevkernel", "ncclkernel"})
+    if (starts_with(key, prefix)) key.erase(0, prefix.size());
+  static constexpr std::array<std::pair<const char*, const char*>, 10> kinds{
+      {{"allreduce", "all_reduce"},
+       {"reducescatter", "reduce_scatter"},
+       {"allgather", "all_gather"},
+       {"alltoall", "all_to_all"},
+       {"broadcast", "broadcast"},
+       {"sendrecv", "send"},
+       {"send", "send"},
+       {"recv", "recv"},
+       {"reduce", "reduce"},
+       {"barrier", "barrier"}}};
+  size_t best = std::string::npos;
+  const char* found = "";
+  for (const auto& [token, name] : kinds) {  // the earliest token wins: "AllReduce_..._Sum"
+    const size_t at = key.find(token);
+    if (at < best) best = at, found = name;
+  }
+  return found;
+}
+
+int dtype_bytes(std::string_view dtype) {
+  std::string d = lower(dtype);
+  if (starts_with(d, "c10::")) d.erase(0, 5);
+  if (d == "double" || d == "float64" || d == "long" || d == "int64" || d == "complexfloat")
+    return 8;
+  if (d == "float" || d == "float32" || d == "int" || d == "int32") return 4;
+  if (d == "half" || d == "float16" || d == "bfloat16" || d == "short" || d == "int16") return 2;
+  if (d == "byte" || d == "char" || d == "bool" || d == "uint8" || d == "int8") return 1;
+  return 0;
+}
+
+}  // namespace mgpu::trace::kineto
