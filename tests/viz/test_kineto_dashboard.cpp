@@ -53,7 +53,7 @@ TEST_CASE("a PyTorch profiler run opens as one run: its folder, or its files", "
   CHECK(std::filesystem::file_size(cli.screenshot) > 1000);
 }
 
-TEST_CASE("--compare puts a real run beside a modeled one and prints the step-time ratio",
+TEST_CASE("viz --compare puts a real run beside a modeled one and prints the step-time ratio",
           "[viz]") {
   const auto modeled =
       std::filesystem::path(MGPU_SOURCE_DIR) / "tests" / "data" / "traces" / "small_2rank.json";
