@@ -63,17 +63,19 @@ import sys
 import tempfile
 import time
 
-NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# A figure as the programs print it: 1,234 / 0.5 / 9.43e-06.
+FIGURE = r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
+NUMBER = re.compile(FIGURE)
 WALL_LINE = re.compile(r"\bwall\b|this machine|this host")
 # The planner's own run time at the end of a line: "... (1.38 s)", "..., in 22.5 s" (the
 # modeled figures on the same line stay exact).
 WALL_SECONDS = re.compile(r"(\(|\bin )[0-9]+(\.[0-9]+)? s(\)?)$")
 # A time with its unit, on a masked line: "577.348 us", "1.2 ms", "3 s" (not "GB/s").
-WALL_TIME = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)? ?(?:ns|us|µs|ms|s)\b")
+WALL_TIME = re.compile(FIGURE + r" ?(?:ns|us|µs|ms|s)\b")
 # Figures of float rounding, marked on the page (see the module docstring): `< BOUND` and
 # `~VALUE`. A marked figure matches a run's figure (NUMBER, maybe signed) at the same place.
-ROUNDING_MARK = re.compile(r"(<|~) ?(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)")
-SIGNED_NUMBER = r"(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+SIGNED_NUMBER = f"(-?{FIGURE})"
+ROUNDING_MARK = re.compile(r"(<|~) ?" + SIGNED_NUMBER)
 # How far a `~VALUE` figure may move, relative to VALUE: 1%. Rounding differences between BLAS
 # kernel sets move fp16/bf16 losses after tens of steps in the third or fourth significant digit
 # (./dev.sh test-portable measures it); a wrong result (a bug, a changed option) moves them by far
