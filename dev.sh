@@ -18,8 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 APT_PACKAGES=(cmake g++ pkg-config catch2 libimgui-dev libglfw3-dev libgl-dev libopenmpi-dev
-  openmpi-bin nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev zlib1g-dev xvfb xauth
-  libgl1-mesa-dri python3)
+  openmpi-bin nlohmann-json3-dev rapidjson-dev libcli11-dev libfmt-dev libstb-dev libopenblas-dev
+  zlib1g-dev xvfb xauth libgl1-mesa-dri python3)
 # The sanitizer job's compiler: libFuzzer and its ASan/UBSan runtimes come with Debian's clang.
 SANITIZE_PACKAGES=(clang libclang-rt-14-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)

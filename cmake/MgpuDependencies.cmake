@@ -5,6 +5,12 @@ find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
+# RapidJSON (header-only): the streaming SAX reader behind big PyTorch profiler traces.
+find_path(RAPIDJSON_INCLUDE_DIR rapidjson/reader.h)
+if(NOT RAPIDJSON_INCLUDE_DIR)
+  message(FATAL_ERROR "rapidjson/reader.h not found: install rapidjson-dev (Debian) or set "
+                      "RAPIDJSON_INCLUDE_DIR")
+endif()
 
 # CPU GEMM: OpenBLAS through CBLAS.
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)

@@ -66,12 +66,12 @@ std::vector<trace::StepBreakdown> breakdowns(const trace::RunTrace& run, std::op
   return trace::breakdown_steps(run.trace, run.launch_end);
 }
 
-void print_step(const trace::RunTrace& run, const trace::StepBreakdown& b, std::ostream& out) {
+void print_step(const trace::RunTrace& run, const trace::StepBreakdown& b, bool bubbles,
+                std::ostream& out) {
   const double span = b.window.length();
   fmt::print(out, "\n{} ({})\n",
              b.step ? fmt::format("step {}", *b.step + step_shown_offset(run)) : "whole trace",
              duration(span));
-  const bool bubbles = has_microbatches(run.trace);
   fmt::print(out, "{:>5}  {:>16}  {:>16}  {:>16}  {:>16}  {:>10} {:>10} {:>10}  {:>9}{}\n", "rank",
              "compute", "memory", "comm exposed", "idle", "idle:host", "kernel", "other", "overlap",
              bubbles ? "  bubble" : "");
@@ -111,7 +111,8 @@ void print_text(const trace::RunTrace& run, const std::vector<trace::StepBreakdo
   fmt::print(out,
              "compute + memory + comm exposed + idle = the step's time; idle split by "
              "cause: host, kernel, other (docs/real-traces.md)\n");
-  for (const trace::StepBreakdown& b : steps) print_step(run, b, out);
+  const bool bubbles = has_microbatches(run.trace);  // once: it reads every event
+  for (const trace::StepBreakdown& b : steps) print_step(run, b, bubbles, out);
   print_top(run, top, out);
   for (size_t r = 0; r < run.host.size(); ++r)
     if (run.host[r].calls > 0)

@@ -159,8 +159,9 @@ std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
   }
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
-  std::vector<Slice> parts(sorted.size());
-  for (Slice& p : parts) p.trace.num_ranks = trace.num_ranks;
+  // Each step's events by index: a step's copy is made only while that step is analysed, so a
+  // big trace is never held twice.
+  std::vector<std::vector<size_t>> parts(sorted.size());
   // Steps that overlap much (a hostile trace: every step spanning the run) would copy each event
   // once per step: past a few windows per event, each step scans the trace instead (memory stays
   // bounded; time is then steps x events, as calling breakdown() per step).
@@ -175,9 +176,7 @@ std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
       if (it->first.begin + longest < e.start) break;  // no earlier window reaches the event
       ++copies;  // a window looked at counts too: the pass stays linear or gives way
       if (it->first.end < e.start) continue;
-      Slice& p = parts[static_cast<size_t>(it - sorted.begin())];
-      p.trace.events.push_back(e);
-      p.launch_end.push_back(i < launch_end.size() ? launch_end[i] : -1);
+      parts[static_cast<size_t>(it - sorted.begin())].push_back(i);
     }
   }
   std::vector<StepBreakdown> out;
@@ -187,10 +186,15 @@ std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
     return out;
   }
   for (size_t k = 0; k < sorted.size(); ++k) {
-    Slice& p = parts[k];
+    Slice p;
+    p.trace.num_ranks = trace.num_ranks;
+    for (const size_t i : parts[k]) {
+      p.trace.events.push_back(trace.events[i]);
+      p.launch_end.push_back(i < launch_end.size() ? launch_end[i] : -1);
+    }
     p.trace.counters = counters_for(trace.counters, sorted[k].first);
     out.push_back(breakdown(p.trace, sorted[k].second, p.launch_end));
-    p = Slice{};  // free the step's copy before the next
+    parts[k] = {};
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 
@@ -146,17 +147,39 @@ struct RankEvents {
   double latest = -std::numeric_limits<double>::infinity();
 };
 
+Event gpu_event(const GpuOp& g, const RawRank& f) {
+  static constexpr const char* kCategory[] = {trace::cat::compute, trace::cat::comm,
+                                              trace::cat::memory};
+  Event e;
+  e.name = f.names[g.name];
+  e.cat = kCategory[static_cast<size_t>(g.kind)];
+  e.lane = g.kind == GpuOp::Kind::comm ? Lane::comm : Lane::compute;
+  e.start = g.ts;
+  e.dur = g.dur;
+  e.bytes = g.bytes;
+  e.op = f.names[g.op];
+  e.group = f.names[g.group];
+  return e;
+}
+
+// The GPU operations as events, with when the host call that launched each returned.
+void gpu_events(RawRank& f, RankEvents& r) {
+  r.events.reserve(f.gpu.size() + f.steps.size());
+  r.launch.reserve(f.gpu.size() + f.steps.size());
+  for (const GpuOp& g : f.gpu) {
+    r.events.push_back(gpu_event(g, f));
+    const auto it = g.correlation >= 0 ? f.launch_end.find(g.correlation) : f.launch_end.end();
+    r.launch.push_back(it == f.launch_end.end() ? kUnknown : it->second);
+  }
+  f.gpu = {};
+}
+
 RankEvents rank_events(RawRank& f) {
   RankEvents r;
-  if (f.gpu.empty()) {
+  if (f.gpu.empty())
     r.events = cpu_only_events(f);
-  } else {
-    r.events = std::move(f.gpu);  // one copy of a big trace's kernels in memory, not two
-    for (int64_t corr : f.gpu_correlation) {
-      const auto it = corr >= 0 ? f.launch_end.find(corr) : f.launch_end.end();
-      r.launch.push_back(it == f.launch_end.end() ? kUnknown : it->second);
-    }
-  }
+  else
+    gpu_events(f, r);
   r.launch.resize(r.events.size(), kUnknown);
   add_steps(f, r.launch, r.events);
   r.launch.resize(r.events.size(), kUnknown);
@@ -193,6 +216,19 @@ void add_memory(const RawRank& f, int rank, double offset, Trace& trace) {
   }
 }
 
+// Moves `from` to the end of `to`. The first rank's vector is taken whole, so a one-rank trace
+// (the biggest files) holds its events once, never twice.
+template <class T>
+void append(std::vector<T>&& from, std::vector<T>& to, size_t total) {
+  if (to.empty()) {
+    to = std::move(from);
+    to.reserve(total);
+    return;
+  }
+  std::move(from.begin(), from.end(), std::back_inserter(to));
+  from = {};
+}
+
 }  // namespace
 
 KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
@@ -211,8 +247,6 @@ KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
   const std::vector<double> offset = clock_offsets(ranks, by_step);
   KinetoTrace out;
   out.trace.num_ranks = static_cast<int>(files.size());
-  out.trace.events.reserve(total);
-  out.launch_end.reserve(total);
   out.host.resize(files.size());
   nlohmann::json sources(files.size(), nullptr), original(files.size(), nullptr);
   for (size_t i = 0; i < files.size(); ++i) {  // in rank order
@@ -233,10 +267,11 @@ KinetoTrace assemble(std::vector<RawRank> files, const KinetoOptions& options) {
       e.rank = place[i];
       e.start = (e.start - offset[i]) * kSecondsPerMicro;
       e.dur *= kSecondsPerMicro;
-      const double l = r.launch[k];
-      out.launch_end.push_back(l == kUnknown ? kUnknown : (l - offset[i]) * kSecondsPerMicro);
-      out.trace.events.push_back(std::move(e));
+      double& l = r.launch[k];
+      l = l == kUnknown ? kUnknown : (l - offset[i]) * kSecondsPerMicro;
     }
+    append(std::move(r.events), out.trace.events, total);
+    append(std::move(r.launch), out.launch_end, total);
     r = RankEvents{};
     out.host[place[i]] = files[i].host;
     add_memory(files[i], place[i], offset[i], out.trace);

@@ -4,11 +4,14 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <regex>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
+#include <rapidjson/encodings.h>
+#include <rapidjson/memorystream.h>
 
 #include "core/trace/kineto_event.h"
 
@@ -21,6 +24,23 @@ namespace {
 // Kineto timestamps are microseconds, often since the Unix epoch.
 constexpr double kMaxMicros = kMaxTraceSeconds * 1e6;
 constexpr double kMaxDurMicros = kMaxTraceSpan * 1e6;
+
+// Equal strings: the length first, then the bytes, inlined (a call per field per event was a
+// twentieth of the reader's time).
+inline bool same(std::string_view key, std::string_view word) {
+  return key.size() == word.size() && std::memcmp(key.data(), word.data(), word.size()) == 0;
+}
+
+// RapidJSON's UTF-8 validation, over one string.
+bool valid_utf8(std::string_view s) {
+  struct Discard {
+    void Put(char) {}
+  } out;
+  rapidjson::MemoryStream in(s.data(), s.size());
+  while (in.Tell() < s.size())
+    if (!rapidjson::UTF8<>::Validate(in, out)) return false;
+  return true;
+}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -42,7 +62,7 @@ void require_text(const Scalar& v, const char* field, const EventRecord& e, cons
                   std::string& into) {
   if (v.kind != Scalar::Kind::text)
     fail_event(file, e, field, fmt::format("must be a string, got {}", kind_name(v.kind)));
-  into = *v.text;
+  into.assign(v.text);
 }
 
 double require_micros(const Scalar& v, const char* field, const EventRecord& e,
@@ -54,18 +74,28 @@ double require_micros(const Scalar& v, const char* field, const EventRecord& e,
 }
 
 std::string id_text(const Scalar& v) {
-  if (v.kind == Scalar::Kind::text) return *v.text;
+  if (v.kind == Scalar::Kind::text) return std::string(v.text);
   if (v.kind == Scalar::Kind::number) return v.integer >= 0 ? std::to_string(v.integer) : "?";
   return "";
 }
 
-uint32_t intern(const std::string& s, std::vector<std::string>& table,
-                std::unordered_map<std::string, uint32_t>& index) {
-  if (const auto it = index.find(s); it != index.end()) return it->second;
+// UTF-8 is checked here, once per distinct string the reader keeps, not on every byte of the
+// file: names reach the dashboard and `mgpu analyze --json`.
+uint32_t intern(std::string_view s, std::vector<std::string>& table,
+                std::unordered_map<std::string, uint32_t>& index, const EventRecord& e,
+                const RawRank& file, const char* field) {
+  thread_local std::string key;  // the lookup does not allocate when the name is known
+  key.assign(s);
+  if (const auto it = index.find(key); it != index.end()) return it->second;
+  if (!valid_utf8(s)) fail_event(file, e, field, "is not valid UTF-8");
   const auto id = static_cast<uint32_t>(table.size());
-  index.emplace(s, id);
-  table.push_back(s);
+  index.emplace(key, id);
+  table.push_back(key);
   return id;
+}
+
+uint32_t intern_name(std::string_view s, RawRank& file, const EventRecord& e, const char* field) {
+  return intern(s, file.names, file.name_index, e, file, field);
 }
 
 void check_times(const EventRecord& e, const RawRank& file, bool needs_dur) {
@@ -78,28 +108,32 @@ void check_times(const EventRecord& e, const RawRank& file, bool needs_dur) {
     fail_event(file, e, "dur", fmt::format("{} is outside 0..{:g} us", e.dur, kMaxDurMicros));
 }
 
-void keep_gpu_op(const EventRecord& e, std::string_view category, RawRank& file) {
-  Event g;
-  g.name = e.name;
-  g.cat = std::string(category);
-  g.start = e.ts;
+void keep_gpu_op(const EventRecord& e, GpuOp::Kind kind, RawRank& file) {
+  GpuOp g;
+  g.kind = kind;
+  g.name = intern_name(e.name, file, e, "name");
+  g.ts = e.ts;
   g.dur = e.dur;
-  if (category == trace::cat::comm) {
-    g.lane = Lane::comm;
-    g.op = collective_op(e.collective.empty() ? e.name : e.collective);
+  g.correlation = e.correlation;
+  if (kind == GpuOp::Kind::comm) {
+    g.op =
+        intern_name(collective_op(e.collective.empty() ? e.name : e.collective), file, e, "name");
     if (e.in_nelems > 0) g.bytes = e.in_nelems * dtype_bytes(e.dtype);
-    g.group = e.group;
+    g.group = intern_name(e.group, file, e, "args.Process Group Name");
+  } else {
+    g.op = g.group = intern_name("", file, e, "name");
   }
-  file.gpu.push_back(std::move(g));
-  file.gpu_correlation.push_back(e.correlation);
+  file.gpu.push_back(g);
 }
 
 void keep_cpu_op(const EventRecord& e, RawRank& file) {
   thread_local std::string key;  // "pid/tid", built without a fresh allocation per op
   key.assign(e.pid).append("/").append(e.tid);
-  const uint32_t thread = intern(key, file.threads, file.thread_index);
+  const uint32_t thread = intern(key, file.threads, file.thread_index, e, file, "pid/tid");
   if (starts_with(e.name, "nccl:") || starts_with(e.name, "gloo:") ||
       e.name == "record_param_comms") {
+    intern_name(e.name, file, e, "name");  // checks its UTF-8
+    intern_name(e.group, file, e, "args.Process Group Name");
     CommSpan c{thread, e.ts, e.dur, e.name, "", e.group, 0, e.name == "record_param_comms"};
     c.op = collective_op(e.collective.empty() ? e.name.substr(std::min<size_t>(5, e.name.size()))
                                               : e.collective);
@@ -107,7 +141,7 @@ void keep_cpu_op(const EventRecord& e, RawRank& file) {
     file.comm.push_back(std::move(c));
     return;
   }
-  file.cpu.push_back({thread, intern(e.name, file.names, file.name_index), e.ts, e.dur});
+  file.cpu.push_back({thread, intern_name(e.name, file, e, "name"), e.ts, e.dur});
 }
 
 bool keep_step(const EventRecord& e, RawRank& file) {
@@ -136,8 +170,10 @@ bool names_microbatch(const std::string& name) {
 }  // namespace
 
 std::string kineto_limits_note() {
-  return fmt::format("(Kineto reader limits: {} events and {} GiB of JSON per file, {} ranks)",
-                     kMaxKinetoEvents, kMaxKinetoFileBytes >> 30, kMaxTraceRanks);
+  return fmt::format(
+      "(Kineto reader limits: {} events and {} GiB of JSON per file, {} levels of nesting, {} "
+      "ranks)",
+      kMaxKinetoEvents, kMaxKinetoFileBytes >> 30, kMaxKinetoDepth, kMaxTraceRanks);
 }
 
 void fail_event(const RawRank& file, const EventRecord& e, const char* field,
@@ -146,43 +182,40 @@ void fail_event(const RawRank& file, const EventRecord& e, const char* field,
                                      what, kineto_limits_note()));
 }
 
-void read_event_field(const std::string& key_text, const Scalar& v, EventRecord& e,
-                      const RawRank& file) {
-  const std::string_view key = key_text;  // compares by length first: this runs per field
-  if (key == "ph"sv)
+void read_event_field(std::string_view key, const Scalar& v, EventRecord& e, const RawRank& file) {
+  if (same(key, "ph"))
     require_text(v, "ph", e, file, e.ph);
-  else if (key == "cat"sv)
+  else if (same(key, "cat"))
     require_text(v, "cat", e, file, e.cat);
-  else if (key == "name"sv)
+  else if (same(key, "name"))
     require_text(v, "name", e, file, e.name);
-  else if (key == "pid"sv)
+  else if (same(key, "pid"))
     e.pid = id_text(v);
-  else if (key == "tid"sv)
+  else if (same(key, "tid"))
     e.tid = id_text(v);
-  else if (key == "ts"sv)
+  else if (same(key, "ts"))
     e.ts = require_micros(v, "ts", e, file), e.has_ts = true;
-  else if (key == "dur"sv)
+  else if (same(key, "dur"))
     e.dur = require_micros(v, "dur", e, file), e.has_dur = true;
 }
 
-void read_event_arg(const std::string& key_text, const Scalar& v, EventRecord& e) {
-  const std::string_view key = key_text;
+void read_event_arg(std::string_view key, const Scalar& v, EventRecord& e) {
   if (v.kind == Scalar::Kind::number) {
-    if (key == "correlation"sv)
+    if (same(key, "correlation"))
       e.correlation = v.integer;
-    else if (key == "In msg nelems"sv)
+    else if (same(key, "In msg nelems"))
       e.in_nelems = v.integer;
-    else if (key == "Total Allocated"sv)
+    else if (same(key, "Total Allocated"))
       e.total_allocated = v.integer;
-    else if (key == "Device Type"sv)
+    else if (same(key, "Device Type"))
       e.device_type = v.integer;
   } else if (v.kind == Scalar::Kind::text) {
-    if (key == "dtype"sv)
-      e.dtype = *v.text;
-    else if (key == "Collective name"sv)
-      e.collective = *v.text;
-    else if (key == "Process Group Name"sv)
-      e.group = *v.text;
+    if (same(key, "dtype"))
+      e.dtype.assign(v.text);
+    else if (same(key, "Collective name"))
+      e.collective.assign(v.text);
+    else if (same(key, "Process Group Name"))
+      e.group.assign(v.text);
   }
 }
 
@@ -197,12 +230,14 @@ void classify_event(const EventRecord& e, RawRank& file) {
   if (e.ph != "X"sv) return;  // metadata, flows, counters: nothing the analysis uses
   check_times(e, file, true);
   file.earliest = std::min(file.earliest, e.ts);
-  const std::string cat = lower(e.cat);
+  thread_local std::string cat;  // lower case, without an allocation per event
+  cat.assign(e.cat);
+  for (char& c : cat) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (cat == "kernel"sv) {
-    keep_gpu_op(e, starts_with(e.name, "nccl") ? trace::cat::comm : trace::cat::compute, file);
+    keep_gpu_op(e, starts_with(e.name, "nccl") ? GpuOp::Kind::comm : GpuOp::Kind::compute, file);
   } else if (cat == "gpu_memcpy"sv || cat == "gpu_memset"sv || cat == "memcpy"sv ||
              cat == "memset"sv) {
-    keep_gpu_op(e, trace::cat::memory, file);
+    keep_gpu_op(e, GpuOp::Kind::memory, file);
   } else if (cat == "cuda_runtime"sv || cat == "cuda_driver"sv || cat == "runtime"sv ||
              cat == "driver"sv) {
     ++file.host.calls;

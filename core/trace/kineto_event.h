@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/trace/kineto_raw.h"
 
@@ -13,8 +14,8 @@ struct Scalar {
   enum class Kind { other, number, text };
   Kind kind = Kind::other;
   double number = 0;
-  int64_t integer = -1;  // the number when it is integral, else -1
-  const std::string* text = nullptr;
+  int64_t integer = -1;   // the number when it is integral, else -1
+  std::string_view text;  // valid during the callback only
 };
 
 struct EventRecord {
@@ -35,9 +36,9 @@ struct EventRecord {
   }
 };
 
-void read_event_field(const std::string& key, const Scalar& value, EventRecord& e,
+void read_event_field(std::string_view key, const Scalar& value, EventRecord& e,
                       const RawRank& file);
-void read_event_arg(const std::string& key, const Scalar& value, EventRecord& e);
+void read_event_arg(std::string_view key, const Scalar& value, EventRecord& e);
 // Keeps what the reader maps (see kineto_reader.h) of a finished event in `file`.
 void classify_event(const EventRecord& e, RawRank& file);
 

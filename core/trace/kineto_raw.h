@@ -1,8 +1,9 @@
 // Internal to the Kineto reader: what one file holds, as parsed, before ranks are numbered and
 // clocks aligned. Times are the file's microseconds (its "ts"), unshifted.
 #pragma once
+#include <cstddef>
 #include <cstdint>
-#include <istream>
+#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -36,6 +37,17 @@ struct CommSpan {
   bool params_only = false;  // record_param_comms: carries args, is not itself the range
 };
 
+// A GPU kernel, memcpy or memset, compactly: a big trace has a million of them, most sharing a
+// few names, so names are indices into RawRank::names (each name held once) until assembly.
+struct GpuOp {
+  enum class Kind : uint8_t { compute, comm, memory };
+  Kind kind = Kind::compute;
+  uint32_t name = 0, op = 0, group = 0;  // RawRank::names; op and group "" unless comm
+  double ts = 0, dur = 0;
+  int64_t bytes = 0;
+  int64_t correlation = -1;  // -1 when none
+};
+
 struct MemorySample {
   double ts = 0;
   int64_t bytes = 0;
@@ -47,14 +59,13 @@ struct RawRank {
   int rank = -1;
   int world_size = -1;
   double earliest = std::numeric_limits<double>::infinity();  // of every timed event
-  std::vector<Event> gpu;                          // start/dur in microseconds, unshifted
-  std::vector<int64_t> gpu_correlation;            // per gpu event, -1 when none
+  std::vector<GpuOp> gpu;                                     // ts/dur in microseconds, unshifted
   std::unordered_map<int64_t, double> launch_end;  // correlation -> end of the runtime call
   HostActivity host;
   std::vector<StepRange> steps;
   std::vector<CpuSpan> cpu;
   std::vector<CommSpan> comm;
-  std::vector<std::string> names;    // CpuSpan::name
+  std::vector<std::string> names;    // CpuSpan::name, GpuOp::name/op/group (each valid UTF-8)
   std::vector<std::string> threads;  // CpuSpan::thread ("pid/tid")
   std::unordered_map<std::string, uint32_t> name_index, thread_index;  // while parsing
   std::vector<MemorySample> memory;
@@ -63,8 +74,11 @@ struct RawRank {
 };
 
 // Parse one file's JSON; TraceFormatError ("<source>: traceEvents[i].field: ...") on bad input.
+// `read` fills its buffer with the file's next bytes and returns how many (0 at the end).
+// `prefetch`: call it on a second thread, a chunk ahead of the parser.
+using ReadChunk = std::function<size_t(char* buffer, size_t size)>;
+RawRank parse_raw_chunks(const ReadChunk& read, const std::string& source, bool prefetch);
 RawRank parse_raw_text(std::string_view text, const std::string& source);
-RawRank parse_raw_stream(std::istream& in, const std::string& source);
 
 // "AllReduce", "allreduce", "all_reduce", "ncclDevKernel_AllReduce_Sum_f32_RING_LL" ->
 // "all_reduce" (the project's collective names); "" when none is recognised.

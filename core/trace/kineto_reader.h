@@ -25,7 +25,7 @@
 // multi-node job's clocks differ) or kept as recorded (Align::clock). Times become seconds from
 // the earliest event of any rank.
 //
-// Parsing streams (nlohmann's SAX interface): memory grows with the GPU operations kept, not with
+// Parsing streams (RapidJSON's SAX reader): memory grows with the GPU operations kept, not with
 // the file. Limits, stated in every error: see kMaxKineto*.
 #pragma once
 #include <cstdint>
@@ -42,6 +42,7 @@ namespace mgpu::trace {
 inline constexpr int64_t kMaxKinetoFileBytes = int64_t{8} << 30;  // JSON bytes, after gunzip
 inline constexpr int64_t kMaxKinetoEvents = 50'000'000;           // traceEvents per file
 inline constexpr int kMaxKinetoFiles = kMaxTraceRanks;
+inline constexpr int kMaxKinetoDepth = 64;  // JSON nesting (Kineto writes 4-6 levels)
 
 struct KinetoOptions {
   enum class Align { first_step, clock };

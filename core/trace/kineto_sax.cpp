@@ -1,11 +1,20 @@
-// The Kineto reader's streaming parser: nlohmann's SAX callbacks fill one small record per
-// trace event (reused), and each finished record is classified at once (kineto_classify.cpp), so
-// no document tree is ever built.
+// The Kineto reader's streaming parser: RapidJSON's SAX reader (iterative, so nesting costs heap,
+// not stack) fills one small record per trace event (reused), and each finished record is
+// classified at once (kineto_classify.cpp), so no document tree is ever built. Input arrives in
+// chunks (a file through zlib, or a string), so memory does not grow with the file.
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <stop_token>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <rapidjson/error/en.h>
+#include <rapidjson/reader.h>
 
 #include "core/trace/kineto_event.h"
 #include "core/trace/kineto_raw.h"
@@ -14,7 +23,99 @@ namespace mgpu::trace::kineto {
 
 namespace {
 
-using nlohmann::json;
+constexpr size_t kChunk = size_t{1} << 20;
+
+// Reads the next chunk on a second thread while the parser works through the current one, so
+// reading (and inflating a .gz) costs the parser no time. Two buffers: the parser's and this one.
+class Prefetcher {
+ public:
+  explicit Prefetcher(const ReadChunk& read) : read_(read), next_(kChunk + 1) {
+    thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
+  }
+
+  // Swaps the parser's spent `buffer` for the next chunk; returns its size (0 at the end). A
+  // read's error is thrown here, on the parser's thread.
+  size_t next(std::vector<char>& buffer) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return full_; });
+    if (error_) std::rethrow_exception(error_);
+    buffer.swap(next_);
+    full_ = false;
+    changed_.notify_all();
+    return size_;
+  }
+
+ private:
+  void run(std::stop_token stop) {
+    for (;;) {
+      std::unique_lock lock(mutex_);
+      if (!changed_.wait(lock, stop, [&] { return !full_; })) return;  // the parser stopped
+      lock.unlock();  // next_ is this thread's alone until full_ is set
+      size_t n = 0;
+      std::exception_ptr error;
+      try {
+        n = read_(next_.data(), kChunk);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      size_ = n, error_ = error, full_ = true;
+      changed_.notify_all();
+      if (n == 0 || error) return;
+    }
+  }
+
+  const ReadChunk& read_;
+  std::vector<char> next_;
+  std::mutex mutex_;
+  std::condition_variable_any changed_;
+  bool full_ = false;
+  size_t size_ = 0;
+  std::exception_ptr error_;
+  std::jthread thread_;  // last: joined before the members it uses are destroyed
+};
+
+// RapidJSON's input-stream interface over chunks from `read`. A '\0' after the chunk's last byte
+// lets Peek() read without a bounds check; '\0' also tells RapidJSON the input has ended.
+class ChunkStream {
+ public:
+  using Ch = char;
+  ChunkStream(const ReadChunk& read, bool prefetch) : read_(read), buffer_(kChunk + 1) {
+    if (prefetch) prefetch_.emplace(read);
+    refill();
+  }
+
+  Ch Peek() const { return *current_; }
+  Ch Take() {
+    const Ch c = *current_;
+    if (current_ < last_ && ++current_ == last_) refill();
+    return c;
+  }
+  size_t Tell() const { return static_cast<size_t>(before_ + (current_ - buffer_.data())); }
+  bool at_end() const { return current_ == last_; }
+
+  // Write side of RapidJSON's stream concept: a reader never writes.
+  Ch* PutBegin() { return nullptr; }
+  void Put(Ch) {}
+  void Flush() {}
+  size_t PutEnd(Ch*) { return 0; }
+
+ private:
+  void refill() {
+    before_ += last_ == nullptr ? 0 : last_ - buffer_.data();
+    const size_t n = prefetch_ ? prefetch_->next(buffer_) : read_(buffer_.data(), kChunk);
+    buffer_[n] = '\0';
+    current_ = buffer_.data();
+    last_ = buffer_.data() + n;
+  }
+
+  const ReadChunk& read_;
+  std::vector<char> buffer_;
+  std::optional<Prefetcher> prefetch_;
+  const char* current_ = nullptr;
+  const char* last_ = nullptr;
+  int64_t before_ = 0;  // bytes of the chunks before this one
+};
 
 // Depths, counted in open containers: 1 the root object, 2 a top-level value (the traceEvents
 // array, distributedInfo), 3 one trace event, 4 its args. A file that is a bare array of events
@@ -26,46 +127,47 @@ class KinetoSax {
  public:
   explicit KinetoSax(RawRank& out) : out_(out) {}
 
-  bool null() { return scalar(Scalar{}); }
-  bool boolean(bool) { return scalar(Scalar{}); }
-  bool number_integer(json::number_integer_t v) {
-    return scalar(Scalar{Scalar::Kind::number, static_cast<double>(v), v});
-  }
-  bool number_unsigned(json::number_unsigned_t v) {
+  bool Null() { return scalar(Scalar{}); }
+  bool Bool(bool) { return scalar(Scalar{}); }
+  bool Int(int v) { return Int64(v); }
+  bool Uint(unsigned v) { return Int64(v); }
+  bool Int64(int64_t v) { return number(static_cast<double>(v), v); }
+  bool Uint64(uint64_t v) {
     const auto i = v > uint64_t(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v);
-    return scalar(Scalar{Scalar::Kind::number, static_cast<double>(v), i});
+    return number(static_cast<double>(v), i);
   }
-  bool number_float(json::number_float_t v, const std::string&) {
+  bool Double(double v) {
     const bool integral = std::nearbyint(v) == v && std::fabs(v) < 9e18;
-    return scalar(Scalar{Scalar::Kind::number, v, integral ? static_cast<int64_t>(v) : -1});
+    return number(v, integral ? static_cast<int64_t>(v) : -1);
   }
-  bool string(std::string& v) { return scalar(Scalar{Scalar::Kind::text, 0, -1, &v}); }
-  bool binary(json::binary_t&) { return scalar(Scalar{}); }
+  bool RawNumber(const char*, rapidjson::SizeType, bool) { return scalar(Scalar{}); }  // unused
+  bool String(const char* s, rapidjson::SizeType n, bool) { return text(std::string_view(s, n)); }
 
-  bool key(std::string& k) {
+  bool Key(const char* s, rapidjson::SizeType n, bool) {
+    const std::string_view k(s, n);
     if (depth_ == kRootDepth)
-      top_key_ = k;
+      top_key_.assign(k);
     else if (depth_ == 2 && top_key_ == "distributedInfo")
-      dist_key_ = k;
+      dist_key_.assign(k);
     else if (in_event() && depth_ == event_depth())
-      event_key_ = k;
+      event_key_.assign(k);
     else if (in_args())
-      arg_key_ = k;
+      arg_key_.assign(k);
     return true;
   }
 
-  bool start_object(std::size_t) {
-    ++depth_;
+  bool StartObject() {
+    open();
     if (depth_ == 2 && top_key_ == "traceEvents")
       fail("traceEvents must be an array of events, got an object");
     if (in_events_ && depth_ == event_depth()) {
       event_.clear();
       event_.index = index_;
     }
-    if (in_event() && depth_ == args_depth()) args_open_ = event_key_ == std::string_view("args");
+    if (in_event() && depth_ == args_depth()) args_open_ = event_key_ == "args";
     return true;
   }
-  bool end_object() {
+  bool EndObject(rapidjson::SizeType) {
     if (in_event() && depth_ == event_depth()) {
       if (++out_.events > kMaxKinetoEvents)
         fail(fmt::format("more than {} trace events; the reader takes at most {} per file",
@@ -77,8 +179,8 @@ class KinetoSax {
     --depth_;
     return true;
   }
-  bool start_array(std::size_t) {
-    ++depth_;
+  bool StartArray() {
+    open();
     const bool bare = depth_ == kRootDepth;  // the document is the array of events
     if (bare || (depth_ == 2 && top_key_ == "traceEvents")) {
       in_events_ = saw_events_ = true;
@@ -86,17 +188,10 @@ class KinetoSax {
     }
     return true;
   }
-  bool end_array() {
+  bool EndArray(rapidjson::SizeType) {
     if (in_events_ && depth_ == events_depth_) in_events_ = false;
     --depth_;
     return true;
-  }
-
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
-    const bool truncated = std::string_view(e.what()).find("end of input") != std::string::npos;
-    fail(fmt::format("{} JSON at byte {}{}", truncated ? "truncated" : "invalid", position,
-                     truncated ? "" : fmt::format(" ({})", e.what())));
-    return false;
   }
 
   void finish() const {
@@ -104,11 +199,34 @@ class KinetoSax {
       fail("no \"traceEvents\" array (nor a bare array of events): not a PyTorch profiler trace");
   }
 
+  [[noreturn]] void fail(const std::string& what) const {
+    throw TraceFormatError(fmt::format("{}: {} {}", out_.source, what, kineto_limits_note()));
+  }
+
  private:
   int event_depth() const { return events_depth_ + 1; }
   int args_depth() const { return events_depth_ + 2; }
   bool in_event() const { return in_events_ && depth_ >= event_depth(); }
   bool in_args() const { return args_open_ && depth_ == args_depth(); }
+
+  bool number(double v, int64_t integer) {
+    Scalar s;
+    s.kind = Scalar::Kind::number;
+    s.number = v;
+    s.integer = integer;
+    return scalar(s);
+  }
+  bool text(std::string_view v) {
+    Scalar s;
+    s.kind = Scalar::Kind::text;
+    s.text = v;
+    return scalar(s);
+  }
+
+  void open() {
+    if (++depth_ > kMaxKinetoDepth)
+      fail(fmt::format("JSON nested deeper than {} levels", kMaxKinetoDepth));
+  }
 
   bool scalar(const Scalar& v) {
     if (depth_ == 0) fail("the document must be a JSON object with \"traceEvents\"");
@@ -132,10 +250,6 @@ class KinetoSax {
     (dist_key_ == "rank" ? out_.rank : out_.world_size) = static_cast<int>(v.integer);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw TraceFormatError(fmt::format("{}: {} {}", out_.source, what, kineto_limits_note()));
-  }
-
   RawRank& out_;
   int depth_ = 0;
   int events_depth_ = 2;
@@ -145,30 +259,42 @@ class KinetoSax {
   EventRecord event_;
 };
 
-template <class Input>
-RawRank parse_with(Input&& input, const std::string& source) {
+// An explicit stack instead of recursion. Numbers: RapidJSON's normal precision, which is exact
+// (correctly rounded) for a decimal of at most 15-16 significant digits, as Kineto writes its
+// microseconds ("1732841234567.891"); its full-precision mode kept every digit for a big-number
+// fallback and cost about a tenth of the parse. UTF-8 is checked on the strings the reader keeps
+// (kineto_classify.cpp), once per distinct string: checking every byte of the file cost about a
+// fifth of the parse.
+constexpr unsigned kParseFlags = rapidjson::kParseIterativeFlag;
+
+}  // namespace
+
+RawRank parse_raw_chunks(const ReadChunk& read, const std::string& source, bool prefetch) {
   RawRank out;
   out.source = source;
   KinetoSax sax(out);
-  try {
-    json::sax_parse(std::forward<Input>(input), &sax);
-  } catch (const TraceFormatError&) {
-    throw;
-  } catch (const std::exception& e) {  // a limit of the input (the stream's byte cap, ...)
-    throw TraceFormatError(fmt::format("{}: {}", source, e.what()));
+  ChunkStream in(read, prefetch);
+  rapidjson::Reader reader;
+  const rapidjson::ParseResult result = reader.Parse<kParseFlags>(in, sax);
+  if (result.IsError()) {
+    const bool truncated = in.at_end();
+    throw TraceFormatError(fmt::format(
+        "{}: {} JSON at byte {}{}", source, truncated ? "truncated" : "invalid", result.Offset(),
+        truncated ? "" : fmt::format(" ({})", rapidjson::GetParseError_En(result.Code()))));
   }
   sax.finish();
   return out;
 }
 
-}  // namespace
-
 RawRank parse_raw_text(std::string_view text, const std::string& source) {
-  return parse_with(text, source);
-}
-
-RawRank parse_raw_stream(std::istream& in, const std::string& source) {
-  return parse_with(in, source);
+  size_t offset = 0;
+  const ReadChunk read = [&](char* buffer, size_t size) {
+    const size_t n = std::min(size, text.size() - offset);
+    std::copy_n(text.data() + offset, n, buffer);
+    offset += n;
+    return n;
+  };
+  return parse_raw_chunks(read, source, false);  // a copy from memory: nothing to overlap
 }
 
 }  // namespace mgpu::trace::kineto

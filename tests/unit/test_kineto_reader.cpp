@@ -282,3 +282,71 @@ TEST_CASE("kineto: the recorded 2-process gloo job opens") {
     CHECK(compute > 0);
   }
 }
+
+namespace {
+
+// A trace of a few MiB: kernels whose names (of many lengths, with escapes) fall across the
+// reader's 1 MiB chunks, and timestamps of 16 significant digits, as Kineto writes them.
+json big_trace() {
+  json doc = kineto_gpu_rank0();
+  for (int i = 0; i < 24000; ++i) {
+    const std::string name = "kernel_" + std::string(static_cast<size_t>(i % 173), 'k') +
+                             "<\"float\">\\u" + std::to_string(i);
+    doc["traceEvents"].push_back(
+        mgpu::testing::kineto_x("kernel", name.c_str(), 1732841234567.891 + i, 0.125));
+  }
+  return doc;
+}
+
+void write_gz(const std::filesystem::path& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f);
+  REQUIRE(gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == int(text.size()));
+  gzclose(f);
+}
+
+}  // namespace
+
+TEST_CASE("kineto: a file read chunk by chunk (plain and .gz) equals its text parsed whole") {
+  const auto dir = fresh_dir("chunks");
+  const std::string text = big_trace().dump();
+  REQUIRE(text.size() > size_t{3} << 20);  // several of the reader's chunks
+  std::ofstream(dir / "big.json") << text;
+  write_gz(dir / "big.json.gz", text);
+  const KinetoTrace whole = parse_kineto_traces({text}, {"big.json"});
+  const KinetoTrace plain = read_kineto_traces({dir / "big.json"});
+  const KinetoTrace gz = read_kineto_traces({dir / "big.json.gz"});
+  REQUIRE(whole.trace.events.size() == 24000 + 3);  // + the base trace's two kernels and step
+  CHECK(plain.trace.events == whole.trace.events);
+  CHECK(gz.trace.events == whole.trace.events);
+  // 16 significant digits of microseconds arrive exactly (correctly rounded, as strtod).
+  const auto raw = mgpu::trace::kineto::parse_raw_text(text, "big.json");
+  CHECK(raw.gpu.back().ts == 1732841234567.891 + 23999);
+  CHECK(raw.gpu.back().dur == 0.125);
+  CHECK(raw.names[raw.gpu.back().name] ==
+        "kernel_" + std::string(23999 % 173, 'k') + "<\"float\">\\u23999");
+}
+
+TEST_CASE("kineto: hostile files: nesting, bad UTF-8 in a kept name, a broken .gz") {
+  const std::string deep = R"({"traceEvents":[{"ph":"X","args":)" + std::string(100, '[');
+  CHECK_THROWS_WITH(parse_kineto_traces({deep}, {"deep.json"}),
+                    Catch::StartsWith("deep.json: JSON nested deeper than 64 levels") &&
+                        Catch::Contains("64 levels of nesting"));
+  const std::string latin1 = R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"caf)"
+                             "\xe9"
+                             R"(","ts":1,"dur":2}]})";
+  CHECK_THROWS_WITH(parse_kineto_traces({latin1}, {"l.json"}),
+                    Catch::StartsWith("l.json: traceEvents[0].name is not valid UTF-8"));
+  // Bad UTF-8 in a string the reader does not keep is not looked at.
+  const std::string unkept =
+      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"note":"caf)"
+      "\xe9"
+      R"("}}]})";
+  CHECK(parse_kineto_traces({unkept}, {"u.json"}).trace.events.size() == 1);
+  // A read error on the prefetch thread reaches the caller as the usual one line.
+  const auto dir = fresh_dir("broken_gz");
+  std::ofstream(dir / "broken.json.gz")
+      << std::string("\x1f\x8b\x08\x00", 4) << std::string(4096, 'x');
+  CHECK_THROWS_WITH(read_kineto_traces({dir / "broken.json.gz"}),
+                    Catch::Contains("broken.json.gz: not readable as gzip or JSON"));
+}
