@@ -118,8 +118,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     const CLI::Option* ranks = app.get_option_no_throw("--ranks");
     apply_mpi_world_size(common, ranks && ranks->count() > 0);
     std::vector<std::string> given;
-    for (const char* name :
-         {"--layers", "--dim", "--heads", "--seq", "--vocab", "--tie-embeddings"})
+    for (const char* name : kModelShapeOptions)
       if (const CLI::Option* o = app.get_option_no_throw(name); o && o->count() > 0)
         given.emplace_back(name);
     apply_model_preset(common, given);

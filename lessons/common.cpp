@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/model/gpt.h"
 #include "core/model/model_file.h"
 #include "core/model/presets.h"
 #include "core/runtime/cuda_emulation.h"
@@ -51,8 +52,12 @@ const CLI::Validator CapacityFactor(
     [](std::string& text) -> std::string {
       if (text == "dropless") return "";
       std::string number = text;
-      const std::string error = Positive(number);
-      return error.empty() ? "" : error + " (or dropless)";
+      std::string error = Positive(number);
+      if (error.empty()) error = AtMost(GPTConfig::kMaxCapacityFactor)(number);
+      return error.empty() ? ""
+                           : error +
+                                 " (or dropless; a factor of experts / top_k already keeps "
+                                 "every token)";
     },
     "NUMBER|dropless");
 

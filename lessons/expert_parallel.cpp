@@ -131,10 +131,10 @@ class ExpertParallelLesson : public Lesson {
   void add_options(CLI::App& app) override {
     app.add_option("--ep", options_.ep,
                    "GPUs per expert-parallel group (divides --ranks and --experts); default: all")
-        ->check(CLI::PositiveNumber);
+        ->check(AtLeastOne("rank"));
     app.add_option("--skew", options_.skew,
                    "second act: expert 0's routing probability x this (renormalised); 1 = skip it")
-        ->check(CLI::Range(1.0, 1e6))
+        ->check(InRange(1.0, 1e6, "(x expert 0's probability)"))
         ->capture_default_str();
   }
 

@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include "core/runtime/input_file.h"
 #include "lessons/cli.h"
 #include "lessons/grade_exercises.h"
 #include "lessons/validate.h"
@@ -348,7 +349,8 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");
   std::string exercise, impl = "mine";
   double timeout = 120;
-  app.add_option("exercise", exercise, "one exercise: ex01 .. ex08 (default: all)");
+  CLI::Option* exercise_option =
+      app.add_option("exercise", exercise, "one exercise: ex01 .. ex09 (default: all)");
   app.add_option("--impl", impl, "whose code to grade")
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
@@ -370,14 +372,15 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
 
   if (list) return print_exercise_list(out, timeout);
+  const bool all = exercise_option->count() == 0;  // typed "" names no exercise: not "all"
   std::vector<const ExerciseInfo*> selected;
   for (auto& info : exercises())
-    if (exercise.empty() || info.id == exercise) selected.push_back(&info);
+    if (all || info.id == exercise) selected.push_back(&info);
   if (selected.empty()) {
     std::vector<std::string> ids;
     for (auto& info : exercises()) ids.push_back(info.id);
-    fmt::print(err, "mgpu grade: error: unknown exercise '{}' (available: {})\n", exercise,
-               fmt::join(ids, ", "));
+    fmt::print(err, "mgpu grade: error: unknown exercise '{}' (available: {})\n",
+               echo_input(exercise, 40), fmt::join(ids, ", "));
     return kExitUsage;
   }
 

@@ -104,7 +104,13 @@ void add_common_options(CLI::App& app, CommonOptions& common, const LessonDefaul
 // size (absent or equal to it; another value throws UsageError). `ranks_given`: the user typed
 // --ranks. Without mpirun nothing changes.
 void apply_mpi_world_size(CommonOptions& common, bool ranks_given);
-// --model NAME|FILE.json: fills layers, dim, heads, seq and vocab from a published preset or a
+// The one rule of which option shapes what: every option below sets a field a --model preset or
+// file also sets, and a typed option overrides the model's value (as README says).
+inline constexpr const char* kModelShapeOptions[] = {
+    "--layers",         "--dim",     "--heads", "--seq",       "--vocab",
+    "--tie-embeddings", "--experts", "--top-k", "--moe-every", "--capacity-factor",
+    "--aux-loss-coef"};
+// --model NAME|FILE.json: fills the fields of kModelShapeOptions from a published preset or a
 // file, except those the user typed (`given`: the option names used, e.g. "--layers"). Throws
 // UsageError for an unknown preset or a bad file.
 void apply_model_preset(CommonOptions& common, const std::vector<std::string>& given);

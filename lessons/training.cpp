@@ -52,9 +52,20 @@ void set_expert_config(GPTConfig& cfg, const CommonOptions& c) {
   cfg.top_k = c.top_k;
   cfg.moe_every = c.moe_every;
   cfg.expert_hidden = c.expert_hidden;
-  cfg.aux_loss_coef = static_cast<float>(c.aux_loss_coef);
   cfg.capacity_factor = c.capacity_factor == "dropless" ? 0.0 : std::stod(c.capacity_factor);
+  // Checked as the double typed: a float cast would turn 1e39 into inf first.
+  if (!(c.aux_loss_coef <= GPTConfig::kMaxAuxLossCoef))
+    throw UsageError(fmt::format(
+        "--aux-loss-coef {} is above {:g}: a larger weight drowns the language-model loss (the "
+        "usual is 0.01)",
+        c.aux_loss_coef, GPTConfig::kMaxAuxLossCoef));
+  cfg.aux_loss_coef = static_cast<float>(c.aux_loss_coef);
   cfg.route = ex::selected_seams().moe.route;
+  try {
+    cfg.validate_experts();  // with the layers set: --moe-every above them is refused here
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
 }
 
 GPTConfig model_config(const CommonOptions& c, const data::Task& task) {

@@ -1,8 +1,11 @@
 #include "lessons/validate.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <regex>
 #include <stdexcept>
 
@@ -128,6 +131,11 @@ const CLI::Validator Unsigned(
       const size_t first = s.find_first_not_of(" \t");
       if (first != std::string::npos && s[first] == '-')
         return fmt::format("{} must be 0 or more", shown(s));
+      // strtoull saturates at 2^64 - 1 and says so only in errno: refused, not read as that.
+      errno = 0;
+      std::strtoull(s.c_str(), nullptr, 0);
+      if (errno == ERANGE)
+        return fmt::format("{} is above {}", shown(s), std::numeric_limits<uint64_t>::max());
       return std::string();
     },
     "UINT", "Unsigned");

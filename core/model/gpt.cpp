@@ -66,13 +66,23 @@ void GPTConfig::validate_experts() const {
                        std::min(2, experts)));
   if (moe_every < 1)
     refuse(fmt::format("moe_every ({}) must be at least 1 (1: every block is MoE)", moe_every));
-  if (!(capacity_factor >= 0.0))
-    refuse(fmt::format("capacity_factor ({}) must be positive, e.g. 1.25 (0: dropless)",
-                       capacity_factor));
+  if (moe_every > layers)
+    refuse(
+        fmt::format("moe_every ({}) is above the {} layers, so no block would be MoE: use 1 "
+                    "to {}",
+                    moe_every, layers, layers));
+  if (!(capacity_factor >= 0.0 && capacity_factor <= kMaxCapacityFactor))
+    refuse(
+        fmt::format("capacity_factor ({}) must be from 0 (dropless) to {:g}, e.g. 1.25; a "
+                    "factor of experts / top_k ({:g}) already keeps every token",
+                    capacity_factor, kMaxCapacityFactor, double(experts) / top_k));
   if (expert_hidden < 0)
     refuse(fmt::format("expert_hidden ({}) must be >= 0 (0: 4 * dim)", expert_hidden));
-  if (!(aux_loss_coef >= 0.0f))
-    refuse(fmt::format("aux_loss_coef ({}) must be >= 0, e.g. 0.01", aux_loss_coef));
+  if (!(aux_loss_coef >= 0.0f && aux_loss_coef <= kMaxAuxLossCoef))
+    refuse(
+        fmt::format("aux_loss_coef ({}) must be from 0 to {:g}, e.g. 0.01 (a larger weight "
+                    "drowns the language-model loss)",
+                    aux_loss_coef, kMaxAuxLossCoef));
 }
 
 void refuse_experts(const GPTConfig& cfg, const std::string& layout, const std::string& instead) {

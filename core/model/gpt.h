@@ -65,8 +65,12 @@ struct GPTConfig {
   // Mixture of experts (core/model/moe.h): with experts > 0, block i's MLP is an MoE layer when
   // i % moe_every == moe_every - 1 (1: every block). 0 experts is the dense model, unchanged.
   int experts = 0;
-  int top_k = 1;                 // experts each token is sent to
-  int moe_every = 1;             // every n-th block is MoE (the last of each n)
+  int top_k = 1;      // experts each token is sent to
+  int moe_every = 1;  // every n-th block is MoE (the last of each n)
+  // Bounds of the MoE numbers: a capacity factor of experts / top_k already keeps every token,
+  // and a load-balancing weight of 1000 already drowns the language-model loss.
+  static constexpr double kMaxCapacityFactor = 1e6;
+  static constexpr double kMaxAuxLossCoef = 1000;
   double capacity_factor = 0.0;  // per-group capacity, expert_capacity(); 0 = dropless
   int expert_hidden = 0;         // each expert's hidden width; 0 = 4 * dim
   float aux_loss_coef = 0.01f;   // Switch Transformer's load-balancing loss weight

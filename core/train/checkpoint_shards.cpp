@@ -20,6 +20,18 @@ namespace {
 // same shapes but another model, which only this comparison tells apart.
 void check_same_model(const TrainOptions& options, const CheckpointInfo& saved) {
   if (!options.model.is_object() || !saved.model.is_object()) return;
+  // A dense model's header has no "experts" field: it is 0, and a difference names it.
+  const auto experts_of = [](const nlohmann::json& m) -> std::string {
+    const auto it = m.find("experts");
+    return it == m.end() ? "0" : it->dump().substr(0, 40);
+  };
+  if (experts_of(saved.model) != experts_of(options.model))
+    throw std::invalid_argument(fmt::format(
+        "checkpoint '{}' holds the parameters of a model with experts {}, but this run's has "
+        "experts {}: resume with --experts {} (the options it was saved with; 0 is the dense "
+        "model)",
+        options.resume, experts_of(saved.model), experts_of(options.model),
+        experts_of(saved.model)));
   for (const auto& [field, mine] : options.model.items()) {
     if (!saved.model.contains(field) || saved.model[field] == mine) continue;
     const std::string theirs = saved.model[field].dump().substr(0, 40);

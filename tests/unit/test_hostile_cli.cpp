@@ -3,12 +3,16 @@
 // before any training.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/model/model_file.h"
+#include "lessons/lesson.h"
 #include "mgpu_cli.h"
 
 using mgpu::testing::count_lines;
@@ -163,4 +167,103 @@ TEST_CASE("sizes the host cannot hold are refused with the breakdown before allo
     CHECK_THAT(r.out, !Catch::Contains("loss"));
   }
   CHECK(peak_rss_bytes() - rss_before < (int64_t{256} << 20));
+}
+
+// Issue #51, round three: options the MoE features accepted and ignored, and numbers whose range
+// was checked before conversion (or not at all).
+TEST_CASE("typed MoE options override a --model preset or file, as --layers does",
+          "[cli][hostile][model]") {
+  Result moe8 =
+      run_mgpu({"run", "single_device", "--model", "tiny-moe", "--experts", "8", "--steps", "1"});
+  CHECK(moe8.code == 0);
+  CHECK_THAT(moe8.out, Catch::Contains("8 experts top-2"));
+  Result dense =
+      run_mgpu({"run", "single_device", "--model", "tiny", "--experts", "4", "--steps", "1"});
+  CHECK(dense.code == 0);
+  CHECK_THAT(dense.out, Catch::Contains("4 experts top-1"));
+  const std::string file = temp_path("moe_model.json");
+  std::ofstream(file) << R"({"layers": 4, "dim": 16, "heads": 2, "seq": 8, "experts": 4,
+      "top_k": 2, "moe_every": 2, "capacity_factor": 1.5, "aux_loss_coef": 0.5})";
+  Result typed = run_mgpu({"run", "single_device", "--model", file, "--top-k", "1", "--moe-every",
+                           "1", "--steps", "1"});
+  CHECK(typed.code == 0);
+  CHECK_THAT(typed.out, Catch::Contains("4 experts top-1 ("));  // not "every 2 blocks"
+  fs::remove(file);
+}
+
+TEST_CASE("one rule: every model-file field is set by its typed option, which overrides it",
+          "[cli][hostile][model]") {
+  using mgpu::lessons::kModelShapeOptions;
+  auto option_of = [](std::string field) {
+    std::replace(field.begin(), field.end(), '_', '-');
+    return "--" + field;
+  };
+  auto in_rule = [&](const std::string& option) {
+    return std::find(std::begin(kModelShapeOptions), std::end(kModelShapeOptions), option) !=
+           std::end(kModelShapeOptions);
+  };
+  for (const auto& range : mgpu::kModelFieldRanges) {
+    if (std::string(range.key) == "expert_hidden") continue;  // a file-only field: no option
+    CHECK(in_rule(option_of(range.key)));
+  }
+  for (const char* field : {"tie_embeddings", "capacity_factor", "aux_loss_coef"})
+    CHECK(in_rule(option_of(field)));
+  // Each option of the rule wins over the file's value.
+  const std::string file = temp_path("rule_model.json");
+  std::ofstream(file) << R"({"layers": 4, "dim": 32, "heads": 4, "seq": 16, "vocab": 100,
+      "tie_embeddings": true, "experts": 4, "top_k": 2, "moe_every": 2,
+      "capacity_factor": 1.5, "aux_loss_coef": 0.5})";
+  const std::vector<std::string> all(std::begin(kModelShapeOptions), std::end(kModelShapeOptions));
+  mgpu::lessons::CommonOptions typed;
+  typed.model = file;
+  typed.layers = 2, typed.dim = 8, typed.heads = 1, typed.seq = 4, typed.vocab = 70;
+  typed.tie_embeddings = "off", typed.experts = 8, typed.top_k = 1, typed.moe_every = 1;
+  typed.capacity_factor = "2", typed.aux_loss_coef = 0.25;
+  mgpu::lessons::CommonOptions c = typed;
+  mgpu::lessons::apply_model_preset(c, all);
+  CHECK(std::tie(c.layers, c.dim, c.heads, c.seq, c.vocab, c.tie_embeddings, c.experts, c.top_k,
+                 c.moe_every, c.capacity_factor, c.aux_loss_coef) ==
+        std::tie(typed.layers, typed.dim, typed.heads, typed.seq, typed.vocab, typed.tie_embeddings,
+                 typed.experts, typed.top_k, typed.moe_every, typed.capacity_factor,
+                 typed.aux_loss_coef));
+  mgpu::lessons::CommonOptions from_file = typed;  // nothing typed: the file's values
+  mgpu::lessons::apply_model_preset(from_file, {});
+  CHECK(std::tie(from_file.layers, from_file.experts, from_file.moe_every,
+                 from_file.capacity_factor,
+                 from_file.aux_loss_coef) == std::make_tuple(4, 4, 2, std::string("1.5"), 0.5));
+  fs::remove(file);
+}
+
+TEST_CASE("MoE numbers and derived sizes are refused in one line", "[cli][hostile][model]") {
+  check_refused({"run", "single_device", "--experts", "4", "--moe-every", "100"},
+                "moe_every (100) is above the 2 layers, so no block would be MoE");
+  check_refused({"run", "single_device", "--experts", "4", "--capacity-factor", "1e18"},
+                "--capacity-factor: 1e18 is above 1000000");
+  check_refused({"run", "single_device", "--experts", "4", "--aux-loss-coef", "3e38"},
+                "--aux-loss-coef 3e+38 is above 1000");
+  check_refused({"run", "single_device", "--experts", "4", "--aux-loss-coef", "1e39"},
+                "--aux-loss-coef 1e+39 is above 1000");
+  check_refused({"run", "expert_parallel", "--skew", "nan"}, "--skew: 'nan' is not a finite");
+  check_refused({"run", "expert_parallel", "--ep", "0"}, "--ep: 0 must be at least 1 rank");
+  check_refused({"run", "single_device", "--seed", "99999999999999999999"},
+                "--seed: 99999999999999999999 is above 18446744073709551615");
+  check_refused({"grade", ""}, "unknown exercise ''");
+  // A model file's values meet the same bounds, in the planner too.
+  const std::string file = temp_path("moe_every.json");
+  std::ofstream(file) << R"({"layers": 2, "dim": 16, "heads": 2, "seq": 8, "experts": 4,
+      "moe_every": 10000})";
+  check_refused({"plan", "--model", file, "--gpus", "8"}, "moe_every (10000) is above the 2");
+  std::ofstream(file) << R"({"layers": 2, "dim": 16, "heads": 2, "seq": 8, "experts": 4,
+      "aux_loss_coef": 1e300})";
+  check_refused({"run", "single_device", "--model", file}, "is above 1000");
+  fs::remove(file);
+}
+
+TEST_CASE("resuming across dense and MoE names the experts", "[cli][hostile][checkpoint]") {
+  const std::string ckpt = temp_path("dense.ckpt");
+  REQUIRE(run_mgpu(with_tiny_model({"run", "single_device", "--checkpoint", ckpt})).code == 0);
+  check_refused({"run", "single_device", "--resume", ckpt, "--steps", "4", "--dim", "16", "--heads",
+                 "2", "--seq", "8", "--experts", "4"},
+                "a model with experts 0, but this run's has experts 4: resume with --experts 0");
+  fs::remove(ckpt);
 }

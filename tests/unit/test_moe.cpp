@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/model/gpt.h"
 #include "core/model/init.h"
 #include "core/ops/math/rows.h"
@@ -75,10 +77,17 @@ TEST_CASE("MoE config: each bad size is one line saying what would work", "[moe]
   says(c, "top_k (0) must be at least 1");
   c = cfg;
   c.capacity_factor = -0.5;
-  says(c, "capacity_factor (-0.5) must be positive");
+  says(c, "capacity_factor (-0.5) must be from 0 (dropless) to 1e+06");
+  c.capacity_factor = 1e18;  // an expert's capacity would overflow its token count
+  says(c, "capacity_factor (1e+18) must be from 0 (dropless) to 1e+06");
   c = cfg;
   c.moe_every = 0;
   says(c, "moe_every (0) must be at least 1");
+  c.moe_every = c.layers + 1;
+  says(c, fmt::format("moe_every ({}) is above the {} layers", c.layers + 1, c.layers));
+  c = cfg;
+  c.aux_loss_coef = 1e30f;
+  says(c, "must be from 0 to 1000");
   // a model with experts and no routing function says what is missing when it first routes
   c = cfg;
   c.route = nullptr;
