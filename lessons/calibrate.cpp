@@ -13,16 +13,31 @@
 
 #include "core/runtime/cuda_emulation.h"
 #include "core/runtime/gpu.h"
+#include "core/runtime/output_file.h"
 #include "core/tensor/allocator.h"
 #include "lessons/calibrate_cpu.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
+
+namespace {
+
+// The profile JSON, written whole or not at all (a full disk is an error, not "wrote").
+void write_profile(const std::string& path, const nlohmann::json& profile) {
+  const std::string text = profile.dump(2) + "\n";
+  write_file_atomically(path, "--out",
+                        [&](std::FILE* f) { std::fwrite(text.data(), 1, text.size(), f); });
+}
+
+}  // namespace
 
 int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app("measure this GPU and write a HardwareProfile", "mgpu calibrate");
   std::string path = "profile.json";
   std::string device = "cuda";
-  app.add_option("--out", path, "where to write the profile JSON")->capture_default_str();
+  app.add_option("--out", path, "where to write the profile JSON")
+      ->check(OutputFile)  // before any measuring: a device, fifo or unwritable folder is refused
+      ->capture_default_str();
   app.add_option("--device", device, "what to measure: this GPU (cuda) or this host's CPU (cpu)")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
@@ -37,13 +52,14 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
     return 2;
   }
   if (device == "cpu") {
-    std::ofstream file(path);
-    if (!file) {
-      fmt::print(err, "mgpu calibrate: error: cannot write '{}'\n", path);
+    fmt::print(out, "calibrating this host's CPU (the virtual GPUs) ...\n");
+    const nlohmann::json profile = calibrate_cpu(out).profile.to_json();
+    try {
+      write_profile(path, profile);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(err, "mgpu calibrate: error: {}\n", e.what());
       return 2;
     }
-    fmt::print(out, "calibrating this host's CPU (the virtual GPUs) ...\n");
-    file << calibrate_cpu(out).profile.to_json().dump(2) << "\n";
     fmt::print(out, "wrote {} (use it with --clock modeled --profile {})\n", path, path);
     return 0;
   }
@@ -73,12 +89,7 @@ int cmd_calibrate(const std::vector<std::string>& args, std::ostream& out, std::
     fmt::print(out, "  kernel launch overhead           : {:8.2f} us\n", cal.launch_us);
     fmt::print(out, "  memory capacity                  : {:>10}\n",
                format_bytes(cal.memory_bytes));
-    std::ofstream file(path);
-    if (!file) {
-      fmt::print(err, "mgpu calibrate: error: cannot write '{}'\n", path);
-      return 2;
-    }
-    file << cal.profile.to_json().dump(2) << "\n";
+    write_profile(path, cal.profile.to_json());
     fmt::print(out, "wrote {} (use it with --profile {}; links are not measured, edit them)\n",
                path, path);
     return 0;

@@ -373,16 +373,24 @@ json read_metadata(const std::string& path, const std::string& bytes, size_t hea
   return meta_json(path, meta, "kinds");
 }
 
-Layout parse_safetensors(const std::string& path, const std::string& bytes) {
-  const uint64_t header_len = read_u64(bytes, 0);
-  const uint64_t after = bytes.size() - 8;
+// The first 9 bytes of a file of `size` bytes: the header's length and its opening brace.
+void check_header_start(const std::string& path, const char* first9, uint64_t size) {
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, first9, sizeof header_len);
+  const uint64_t after = size - 8;
   if (header_len > after)
     throw error(path, fmt::format("is not an mgpu checkpoint (or is truncated): its first 8 bytes "
                                   "give a {}-byte header but only {} bytes follow",
                                   header_len, after));
   if (header_len < 2 || header_len > static_cast<uint64_t>(kCheckpointMaxHeaderBytes) ||
-      bytes[8] != '{')
+      first9[8] != '{')
     throw error(path, "is not an mgpu checkpoint (not a safetensors file)");
+}
+
+Layout parse_safetensors(const std::string& path, const std::string& bytes) {
+  if (bytes.size() < 9) throw error(path, "is not an mgpu checkpoint (not a safetensors file)");
+  check_header_start(path, bytes.data(), bytes.size());
+  const uint64_t header_len = read_u64(bytes, 0);
   Layout layout;
   layout.data_start = 8 + static_cast<int64_t>(header_len);
   layout.data_bytes = static_cast<int64_t>(bytes.size()) - layout.data_start;
@@ -454,6 +462,15 @@ std::string read_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(st)) throw error(path, "is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw error(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
+  // The first bytes decide whether the file can be a checkpoint at all: 20 GiB of zeros is
+  // refused from its first 9 bytes, not read whole first.
+  const auto size = std::filesystem::file_size(path, ec);
+  char first9[9] = {};
+  if (!ec && size >= 9 && in.read(first9, 9) &&
+      std::memcmp(first9, kCheckpointMagic, 8) != 0)  // the old format: parse_layout says so
+    check_header_start(path, first9, size);
+  in.clear();
+  in.seekg(0);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw error(path, "could not be read to the end");
   return bytes;

@@ -29,20 +29,21 @@ std::string limit_text(int64_t bytes) {
 }
 
 std::invalid_argument bad_input(const std::string& option, const std::string& path,
-                          const std::string& what) {
+                                const std::string& what) {
   return std::invalid_argument(fmt::format("{} '{}' {}", option, echo_input(path, 120), what));
 }
 
 std::invalid_argument not_regular(const std::string& option, const std::string& path,
                                   fs::file_type type) {
-  return bad_input(option, path,
-             fmt::format("is {}, not a regular file: name a file to read", file_type_name(type)));
+  return bad_input(
+      option, path,
+      fmt::format("is {}, not a regular file: name a file to read", file_type_name(type)));
 }
 
 std::invalid_argument too_big(const std::string& option, const std::string& path, int64_t size,
                               int64_t max_bytes) {
   return bad_input(option, path,
-             fmt::format("is {} bytes, above the limit of {}", size, limit_text(max_bytes)));
+                   fmt::format("is {} bytes, above the limit of {}", size, limit_text(max_bytes)));
 }
 
 fs::file_type type_of(mode_t mode) {
@@ -76,8 +77,10 @@ const char* file_type_name(fs::file_type type) {
       return "a fifo";
     case fs::file_type::socket:
       return "a socket";
+    case fs::file_type::symlink:
+      return "a symbolic link";
     default:
-      return "not a regular file";
+      return "a special file";
   }
 }
 
@@ -102,9 +105,9 @@ void check_input_file(const std::string& path, const std::string& option, int64_
   const fs::file_status st = fs::status(path, ec);  // follows symlinks: the file read is the target
   if (!fs::exists(st))
     throw bad_input(option, path,
-              ec && ec != std::errc::no_such_file_or_directory
-                  ? fmt::format("cannot be read: {}", ec.message())
-                  : std::string("does not exist"));
+                    ec && ec != std::errc::no_such_file_or_directory
+                        ? fmt::format("cannot be read: {}", ec.message())
+                        : std::string("does not exist"));
   if (st.type() != fs::file_type::regular) throw not_regular(option, path, st.type());
   const uintmax_t size = fs::file_size(path, ec);
   if (ec) throw bad_input(option, path, fmt::format("cannot be read: {}", ec.message()));
@@ -119,7 +122,8 @@ std::string read_input_file(const std::string& path, const std::string& option, 
   // O_NONBLOCK: opening a fifo swapped in since the check returns at once instead of waiting
   // for a writer; fstat then refuses it.
   Descriptor file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  if (file.fd < 0) throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
+  if (file.fd < 0)
+    throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
   struct stat st {};
   if (::fstat(file.fd, &st) != 0)
     throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
@@ -130,7 +134,8 @@ std::string read_input_file(const std::string& path, const std::string& option, 
   while (used < bytes.size()) {  // a file that shrank since fstat just ends early
     const ssize_t n = ::read(file.fd, bytes.data() + used, bytes.size() - used);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
+    if (n < 0)
+      throw bad_input(option, path, fmt::format("cannot be read: {}", std::strerror(errno)));
     if (n == 0) break;
     used += static_cast<size_t>(n);
   }

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::invalid_argument bad_output(const std::string& option, const std::string& path,
-                          const std::string& what) {
+                                 const std::string& what) {
   return std::invalid_argument(fmt::format("{} '{}' {}", option, path, what));
 }
 
@@ -39,6 +39,44 @@ struct TempFile {
   }
 };
 
+// The file a write to `path` lands in: a symlink's target (the link is kept), else `path`.
+// A link that loops is refused; a dangling one names a file to create where it points.
+fs::path written_file(const std::string& path, const std::string& option,
+                      const std::string& shown) {
+  constexpr int kMaxLinks = 40;  // as the kernel's own limit (ELOOP)
+  std::error_code ec;
+  fs::path target = path;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+    if (hops == kMaxLinks)
+      throw bad_output(option, shown, "is a symbolic link that loops: name a file instead");
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) throw bad_output(option, shown, fmt::format("cannot be resolved: {}", ec.message()));
+    target = next.is_absolute() ? next : folder_of(target) / next;
+  }
+  return target;
+}
+
+// The temporary file's name pattern (mkstemp), next to the file it will replace.
+std::string temp_pattern(const fs::path& target) {
+  return (folder_of(target) / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+}
+
+// Creates (and removes) the temporary file a write would use: whatever would stop the write
+// (a kernel filesystem such as /proc or /sys, a read-only mount, a name over the filesystem's
+// limit) stops the check instead, before any work.
+void probe_write(const fs::path& target, const std::string& option, const std::string& shown) {
+  std::string pattern = temp_pattern(target);
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0)
+    throw bad_output(option, shown,
+                     fmt::format("cannot be written in folder '{}': {}",
+                                 folder_of(target).string().substr(0, 80), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(name.data());
+}
+
 }  // namespace
 
 void check_output_path(const std::string& path, const std::string& option) {
@@ -51,24 +89,27 @@ void check_output_path(const std::string& path, const std::string& option) {
   if (fs::exists(st)) {
     if (st.type() != fs::file_type::regular)
       throw bad_output(option, shown,
-                fmt::format("is {}, not a regular file: name a new file or an existing one",
-                            file_type_name(st.type())));
+                       fmt::format("is {}, not a regular file: name a new file or an existing one",
+                                   file_type_name(st.type())));
     if (::access(path.c_str(), W_OK) != 0)
       throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   }
-  const fs::path dir = folder_of(fs::path(path));
+  const fs::path target = written_file(path, option, shown);
+  const fs::path dir = folder_of(target);
   const fs::file_status dst = fs::status(dir, ec);
   if (!fs::exists(dst))
     throw bad_output(
         option, shown,
         fmt::format("cannot be created: folder '{}' does not exist", dir.string().substr(0, 80)));
   if (dst.type() != fs::file_type::directory)
-    throw bad_output(option, shown,
-              fmt::format("cannot be created: '{}' is not a folder", dir.string().substr(0, 80)));
+    throw bad_output(
+        option, shown,
+        fmt::format("cannot be created: '{}' is not a folder", dir.string().substr(0, 80)));
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     throw bad_output(option, shown,
-              fmt::format("cannot be created in folder '{}': {}", dir.string().substr(0, 80),
-                          std::strerror(errno)));
+                     fmt::format("cannot be created in folder '{}': {}", dir.string().substr(0, 80),
+                                 std::strerror(errno)));
+  probe_write(target, option, shown);
 }
 
 void write_file_atomically(const std::string& path, const std::string& option,
@@ -77,15 +118,13 @@ void write_file_atomically(const std::string& path, const std::string& option,
   const std::string shown = echo_input(path, 80);
   // A symlink to a regular file: write the file it points to, keep the link.
   std::error_code ec;
-  fs::path target = path;
-  if (fs::is_symlink(fs::symlink_status(target, ec))) target = fs::weakly_canonical(target, ec);
-
-  std::string pattern =
-      (folder_of(target) / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  const fs::path target = written_file(path, option, shown);
+  std::string pattern = temp_pattern(target);
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
+  if (fd < 0)
+    throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
   TempFile tmp{name.data()};
   ::fchmod(fd, 0644);  // mkstemp makes 0600; an output file is as readable as any other
   std::FILE* file = ::fdopen(fd, "wb");

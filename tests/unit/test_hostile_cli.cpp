@@ -267,3 +267,44 @@ TEST_CASE("resuming across dense and MoE names the experts", "[cli][hostile][che
                 "a model with experts 0, but this run's has experts 4: resume with --experts 0");
   fs::remove(ckpt);
 }
+
+TEST_CASE("output targets a write would fail on are refused before any work",
+          "[cli][hostile][output]") {
+  const fs::path dir = temp_path("_outputs");
+  fs::create_directories(dir);
+  fs::create_symlink(dir / "loop_b", dir / "loop_a");
+  fs::create_symlink(dir / "loop_a", dir / "loop_b");
+  fs::create_symlink("/nonexistent_mgpu_folder/x.ckpt", dir / "dangling");
+  const std::string loop = (dir / "loop_a").string(), dangling = (dir / "dangling").string();
+  check_refused({"run", "single_device", "--checkpoint", loop}, "is a symbolic link that loops");
+  check_refused({"run", "single_device", "--trace", dangling},
+                "cannot be created: folder '/nonexistent_mgpu_folder' does not exist");
+  check_refused({"run", "single_device", "--checkpoint", "/proc/version"},
+                "'/proc/version' cannot be written in folder '/proc'");
+  check_refused({"run", "single_device", "--checkpoint", (dir / std::string(300, 'a')).string()},
+                "File name too long");
+  check_refused({"calibrate", "--device", "cpu", "--out", "/dev/full"},
+                "--out: '/dev/full' is a character device, not a regular file");
+  check_refused({"calibrate", "--device", "cpu", "--out", "/proc/version"},
+                "cannot be written in folder '/proc'");
+  // A link to a file that can be written is followed: the file is written, the link kept.
+  fs::create_symlink(dir / "real.json", dir / "good_link");
+  Result r = run_mgpu({"run", "single_device", "--steps", "1", "--dim", "16", "--heads", "2",
+                       "--seq", "8", "--trace", (dir / "good_link").string()});
+  CHECK(r.code == 0);
+  CHECK(fs::is_symlink(dir / "good_link"));
+  CHECK(fs::file_size(dir / "real.json") > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a file that cannot be a checkpoint is refused from its first bytes",
+          "[cli][hostile][checkpoint]") {
+  const std::string sparse = temp_path("sparse.ckpt");
+  {
+    std::ofstream(sparse).put('\0');
+    fs::resize_file(sparse, uint64_t{20} << 30);  // 20 GiB of zeros, sparse: no disk used
+  }
+  check_refused({"run", "single_device", "--resume", sparse},
+                "is not an mgpu checkpoint (not a safetensors file)");
+  fs::remove(sparse);
+}
