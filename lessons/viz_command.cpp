@@ -10,6 +10,8 @@
 #include <fmt/ostream.h>
 #include <CLI/CLI.hpp>
 
+#include "core/runtime/input_file.h"
+#include "core/trace/chrome_trace.h"
 #include "exercises/selection.h"
 #include "lessons/classroom.h"
 #include "lessons/cli.h"
@@ -41,7 +43,8 @@ std::optional<viz::TimeWindow> parse_time_window(const std::string& text) {
   } catch (const std::out_of_range&) {  // 1e999ms
     return std::nullopt;
   }
-  if (!std::isfinite(w.from) || !std::isfinite(w.to) || !(w.from < w.to)) return std::nullopt;
+  // Within a trace's longest span: a ruler labelled in 300-digit seconds teaches nothing.
+  if (!(w.from < w.to) || !(w.to <= trace::kMaxTraceSpan)) return std::nullopt;
   return w;
 }
 
@@ -102,9 +105,9 @@ bool read_viz_args(VizArgs& a, std::ostream& err) {
     opt.zoom = parse_time_window(a.zoom);
     if (!opt.zoom) {
       fmt::print(err,
-                 "mgpu viz: error: --zoom {}: give FROM..TO with units, FROM below TO, e.g. "
-                 "--zoom 0.2ms..0.6ms (units s, ms, us)\n",
-                 a.zoom.substr(0, 200));
+                 "mgpu viz: error: --zoom {}: give FROM..TO with units, FROM below TO, at most "
+                 "{:g} s, e.g. --zoom 0.2ms..0.6ms (units s, ms, us)\n",
+                 echo_input(a.zoom, 200), trace::kMaxTraceSpan);
       return false;
     }
     if (a.paths.empty()) {

@@ -13,6 +13,10 @@
 
 namespace mgpu::viz {
 
+namespace {
+constexpr double kMaxShownCapacity = double(int64_t{1} << 60);  // 1 EiB: more than any device
+}  // namespace
+
 using trace::Event;
 using trace::Lane;
 
@@ -45,8 +49,9 @@ TraceView::TraceView(trace::Trace trace) : trace_(std::move(trace)) {
   if (profile.is_object() && profile.contains("memory_capacity_GiB") &&
       profile["memory_capacity_GiB"].is_number()) {
     capacity_ = profile["memory_capacity_GiB"].get<double>() * 1024.0 * 1024.0 * 1024.0;
-    // The "theory" profile has no device memory (0): no capacity rather than "peak 6 MiB / 0 B".
-    if (*capacity_ <= 0) capacity_.reset();
+    // The "theory" profile has no device memory (0): no capacity rather than "peak 6 MiB / 0 B";
+    // nor for a capacity no device has (1e308 GiB would draw "of inf TiB").
+    if (!(*capacity_ > 0 && *capacity_ <= kMaxShownCapacity)) capacity_.reset();
   }
 
   index_lanes();

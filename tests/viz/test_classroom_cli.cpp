@@ -101,7 +101,8 @@ TEST_CASE("viz --zoom FROM..TO: a bad window is one line and exit 2", "[viz]") {
       (std::filesystem::path(MGPU_SOURCE_DIR) / "tests" / "data" / "traces" / "small_2rank.json")
           .string();
   const std::string png = (out_dir() / "zoom.png").string();
-  for (const char* window : {"0.6ms..0.2ms", "0.2..0.6", "1ms", "-1ms..2ms", "1e999s..2s"}) {
+  for (const char* window :
+       {"0.6ms..0.2ms", "0.2..0.6", "1ms", "-1ms..2ms", "1e999s..2s", "0us..1e300s"}) {
     std::string error;
     INFO(window);
     CHECK(run_viz({fixture, "--zoom", window, "--screenshot", png}, error) == 2);

@@ -442,3 +442,11 @@ TEST_CASE("a trace that is not a pipeline keeps its idle gaps whole", "[viz]") {
   for (const Gap& g : view.idle_gaps(1)) rank1.emplace_back(g.start, g.end);
   CHECK(rank1 == std::vector<std::pair<double, double>>{{0, 1}, {3, 5.5}, {7.5, 8.5}});
 }
+
+TEST_CASE("a capacity no device has is not shown (never 'of inf TiB')", "[viz][hostile]") {
+  trace::Trace t = testing::synthetic_pipeline(testing::PipelineSpec{});
+  t.metadata["profile"] = {{"name", "forged"}, {"memory_capacity_GiB", 1e308}};
+  CHECK_FALSE(TraceView(t).memory_capacity().has_value());
+  t.metadata["profile"] = {{"name", "h100"}, {"memory_capacity_GiB", 80.0}};
+  CHECK(TraceView(t).memory_capacity() == 80.0 * (1 << 30));
+}
