@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/runtime/output_file.h"
 #include "core/runtime/profile.h"
 #include "lessons/pipeline.h"
 
@@ -153,6 +154,18 @@ std::string series_png_path(const std::string& png, const Series& series, int va
 
 #ifdef MGPU_HAVE_VIZ
 namespace {
+// The first of the names --series derives that could not be written, as its one line.
+std::optional<std::string> unwritable_series_path(const std::string& png, const Series& series) {
+  for (int value = series.first; value <= series.last; ++value) {
+    try {
+      check_output_path(series_png_path(png, series, value), "--series screenshot");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
 // The --versus schedules ("gpipe,1f1b"), each one of the schedule control's choices.
 std::optional<std::string> read_versus(viz::RerunHook& hook, const std::string& versus) {
   nlohmann::json* spec = find_spec(hook.params, "schedule");
@@ -187,6 +200,8 @@ int run_classroom(const ClassroomOptions& o, std::ostream& err) {
       error = why;
     else if (o.screenshot.empty())
       error = "--series writes screenshots: add --screenshot out/series.png";
+    else
+      error = unwritable_series_path(o.screenshot, *series);  // every name, before the first run
   }
   if (error) {
     err << "mgpu viz: error: " << *error << "\n";

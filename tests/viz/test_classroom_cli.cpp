@@ -70,6 +70,23 @@ TEST_CASE("classroom --series writes one PNG per value", "[viz]") {
   CHECK(lessons::series_png_path("out/m.png", s, 8) == "out/m-microbatches-08.png");
 }
 
+TEST_CASE("classroom --series checks every name it derives before the first run", "[viz]") {
+  const auto png = out_dir() / "blocked.png";
+  const auto first = out_dir() / "blocked-microbatches-1.png";
+  const auto third = out_dir() / "blocked-microbatches-3.png";
+  std::filesystem::remove(first);
+  std::filesystem::remove_all(third);
+  std::filesystem::create_directories(third);  // a folder where the third screenshot would go
+  std::string error;
+  CHECK(run_viz({"--series", "microbatches=1..3", "--set", "stages=2", "--screenshot", png.string(),
+                 "--width", "800", "--height", "400"},
+                error) == 2);
+  CHECK_THAT(error, Catch::Contains("blocked-microbatches-3.png' is a folder, not a regular file"));
+  CHECK(std::count(error.begin(), error.end(), '\n') == 1);
+  CHECK_FALSE(std::filesystem::exists(first));  // refused before any run
+  std::filesystem::remove_all(third);
+}
+
 TEST_CASE("classroom --versus puts two schedules side by side under the same sliders in 1920x1080",
           "[viz]") {
   viz::DashboardOptions opt;
