@@ -125,10 +125,14 @@ void add_training_options(CLI::App& app, CommonOptions& c) {
   app.add_option("--optimizer", c.optimizer, "adamw | sgd")
       ->check(CLI::IsMember({"adamw", "sgd"}))
       ->group("Training");
-  app.add_option("--lr", c.lr, "learning rate")->check(positive)->group("Training");
+  app.add_option("--lr", c.lr, "learning rate")
+      ->check(positive)
+      ->check(FloatRange)
+      ->group("Training");
   app.add_option("--weight-decay", c.weight_decay,
                  "AdamW's decoupled weight decay (PyTorch's default 0.01); SGD: L2 on the gradient")
       ->check(NonNegative)
+      ->check(FloatRange)
       ->group("Training");
   app.add_option("--seed", c.seed, "seed for init and data")->check(Unsigned)->group("Training");
   app.add_option("--checkpoint", c.checkpoint, "save parameters + optimizer state here at the end")

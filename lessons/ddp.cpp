@@ -194,7 +194,8 @@ void add_data_parallel_options(CLI::App& app, DataParallelOptions& d, bool ddp_o
   if (ddp_options) {
     app.add_option("--overlap", d.overlap,
                    "on: bucketed all-reduce during backward; off: one all-reduce per tensor after")
-        ->default_str("on");  // CLI11 reads on/off (and true/false, 1/0) as a bool
+        ->check(Switch)  // CLI11 reads on/off (and true/false, 1/0) as a bool, -1 as off
+        ->default_str("on");
     app.add_option("--bucket-mb", d.bucket_mb,
                    "gradient bucket cap in MB (1e6 B), or auto = a quarter of the gradients")
         ->check(CLI::Validator(

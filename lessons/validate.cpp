@@ -140,6 +140,26 @@ const CLI::Validator Unsigned(
     },
     "UINT", "Unsigned");
 
+const CLI::Validator FloatRange(
+    [](std::string& s) {
+      double v = 0;
+      const std::string bad = read_finite(s, v);
+      if (!bad.empty()) return bad;
+      return std::fabs(v) <= std::numeric_limits<float>::max()
+                 ? std::string()
+                 : fmt::format("{} is beyond a float's range ({:g})", shown(s),
+                               double(std::numeric_limits<float>::max()));
+    },
+    "", "FloatRange");
+
+const CLI::Validator Switch(
+    [](std::string& s) {
+      for (const char* word : {"on", "off", "true", "false", "yes", "no", "1", "0"})
+        if (s == word) return std::string();
+      return fmt::format("'{}' is not on or off", shown(s));
+    },
+    "on|off", "Switch");
+
 const CLI::Validator OutputFile(
     [](std::string& path) { return refusal([&] { check_output_path(path, ""); }); }, "FILE",
     "OutputFile");

@@ -25,6 +25,12 @@ CLI::Validator InRange(double lo, double hi, const std::string& unit);
 CLI::Validator SizeAtLeast(int64_t lo, const std::string& lo_text);
 // An integer option that must not start with '-' (CLI11 wraps "-1" to 2^64-1 for unsigned).
 extern const CLI::Validator Unsigned;
+// A number a float holds (the optimizer's --lr and --weight-decay are floats: 1e300 would become
+// inf and the first step would diverge).
+extern const CLI::Validator FloatRange;
+// A switch: on | off (also true | false, yes | no, 1 | 0). CLI11 alone reads any negative number
+// as off.
+extern const CLI::Validator Switch;
 // A file the run will write (--checkpoint, --trace): checked before any work is done.
 extern const CLI::Validator OutputFile;
 // A file the run will read (--data, --resume): a regular file of at most `max_bytes`

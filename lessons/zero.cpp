@@ -264,6 +264,7 @@ class ZeroLesson : public Lesson {
     prefetch_option_ =
         app.add_option("--prefetch", options_.prefetch,
                        "stage 3: all-gather the next unit while this one computes (on|off)")
+            ->check(Switch)
             ->default_str("on");
     app.add_flag("--paper", paper_,
                  "the paper's headline figure: 7.5B parameters on 64 phantom GPUs, every stage");

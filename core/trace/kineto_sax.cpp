@@ -277,10 +277,13 @@ RawRank parse_raw_chunks(const ReadChunk& read, const std::string& source, bool 
   rapidjson::Reader reader;
   const rapidjson::ParseResult result = reader.Parse<kParseFlags>(in, sax);
   if (result.IsError()) {
+    // RapidJSON stops at a '\0' as at the end: one before the real end is a NUL byte in the file.
     const bool truncated = in.at_end();
-    throw TraceFormatError(fmt::format(
-        "{}: {} JSON at byte {}{}", source, truncated ? "truncated" : "invalid", result.Offset(),
-        truncated ? "" : fmt::format(" ({})", rapidjson::GetParseError_En(result.Code()))));
+    const std::string why = in.Peek() == '\0' ? "a NUL byte, which JSON text never holds"
+                                              : rapidjson::GetParseError_En(result.Code());
+    throw TraceFormatError(fmt::format("{}: {} JSON at byte {}{}", source,
+                                       truncated ? "truncated" : "invalid", result.Offset(),
+                                       truncated ? "" : fmt::format(" ({})", why)));
   }
   sax.finish();
   return out;

@@ -308,3 +308,14 @@ TEST_CASE("a file that cannot be a checkpoint is refused from its first bytes",
                 "is not an mgpu checkpoint (not a safetensors file)");
   fs::remove(sparse);
 }
+
+TEST_CASE("float options beyond a float's range and switches given numbers are refused",
+          "[cli][hostile]") {
+  check_refused({"run", "single_device", "--lr", "1e300"},
+                "--lr: 1e300 is beyond a float's range (3.40282e+38)");
+  check_refused({"run", "single_device", "--weight-decay", "1e39"},
+                "--weight-decay: 1e39 is beyond a float's range");
+  check_refused({"run", "ddp", "--overlap", "-1"}, "--overlap: '-1' is not on or off");
+  check_refused({"run", "zero", "--stage", "3", "--prefetch", "-1"},
+                "--prefetch: '-1' is not on or off");
+}

@@ -4,9 +4,11 @@
 // events or the checkpoint's tensors change, or that the run is refused with exit code 2.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -86,10 +88,10 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--dp", {"1"}},  // hybrid: with the default tp 2 x pp 2 on 8 ranks, refused
     {"--tp", {"1"}},
     {"--pp", {"4"}},
-    {"--zero", {"1"}},  // hybrid: ZeRO-1 over dp
-    {"--ep", {"2"}},    // expert_parallel: 2 GPUs per expert group
-    {"--sp", {}},                   // hybrid: Megatron-SP in the tp 2 blocks
-    {"--vocab-parallel-head", {}},  // hybrid: lm_head split over tp
+    {"--zero", {"1"}},               // hybrid: ZeRO-1 over dp
+    {"--ep", {"2"}},                 // expert_parallel: 2 GPUs per expert group
+    {"--sp", {}},                    // hybrid: Megatron-SP in the tp 2 blocks
+    {"--vocab-parallel-head", {}},   // hybrid: lm_head split over tp
     {"--tp-sums", {"activations"}},  // hybrid: refused in fp32 (the activations' type is fp32)
     {"--skew", {"8"}},
 };
@@ -216,7 +218,8 @@ TEST_CASE("every option of every training lesson changes the run or is refused w
 
 // Under mpirun the processes compare this configuration before the first step (issue #33): the
 // same values spelled differently must agree, different values must not.
-TEST_CASE("the run configuration compares values and not their spelling", "[lesson][options][mpi]") {
+TEST_CASE("the run configuration compares values and not their spelling",
+          "[lesson][options][mpi]") {
   auto resolved = [](const std::vector<std::string>& args) {
     CLI::App app;
     mgpu::lessons::CommonOptions common;
@@ -231,4 +234,47 @@ TEST_CASE("the run configuration compares values and not their spelling", "[less
   CHECK(resolved({"--lr", "0.0010"}) == resolved({"--lr", "1e-3"}));
   CHECK(resolved({"--lr", "0.1"}) != resolved({"--lr", "0.2"}));
   CHECK(resolved({"--precision", "bf16"}) != resolved({"--precision", "fp16"}));
+}
+
+// Issue #51: every value-taking option of every lesson, given NaN, an infinity, a huge value,
+// zero and a negative, is refused in one line (exit 2) or runs (exit 0); NaN, an infinity and a
+// negative are never taken. Walked from CLI11's option lists, so a new option is walked too.
+TEST_CASE(
+    "every option of every lesson refuses nan, inf and negatives, and 0 or 1e300 is refused "
+    "or run",
+    "[lesson][options][hostile]") {
+  const std::set<std::string> not_numbers = {"--help", "--trace",     "--checkpoint", "--resume",
+                                             "--data", "--model",     "--profile",    "--impl",
+                                             "--viz",  "--screenshot"};
+  for (auto& lesson : mgpu::lessons::all_lessons()) {
+    const std::string name = lesson->name();
+    std::vector<std::string> base = {"run", name};
+    if (name == "collectives")
+      base.insert(base.end(), {"--ranks", "2", "--max-bytes", "64KiB", "--iters", "1"});
+    else if (lesson->defaults().model_options)
+      base.insert(base.end(), {"--steps", "1", "--layers", "4", "--dim", "16", "--heads", "2",
+                               "--seq", "8", "--batch", "12", "-q"});
+    CLI::App app;
+    mgpu::lessons::CommonOptions common;
+    mgpu::lessons::add_common_options(app, common, lesson->defaults());
+    lesson->add_options(app);
+    for (const CLI::Option* o : app.get_options()) {
+      std::string option = o->get_name();
+      if (auto comma = option.find(','); comma != std::string::npos) option.resize(comma);
+      if (o->get_expected_min() == 0 || not_numbers.count(option)) continue;  // a flag, or a file
+      for (const std::string value : {"nan", "inf", "1e300", "0", "-1"}) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), {option, value});
+        const auto r = run_mgpu(args);
+        INFO(name << " " << option << " " << value << ": exit " << r.code << ": " << r.err);
+        if (r.code == 2) {
+          CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+          CHECK(r.err.size() < 400);
+        } else {
+          CHECK(r.code == 0);
+          CHECK((value == "0" || value == "1e300"));
+        }
+      }
+    }
+  }
 }

@@ -89,7 +89,7 @@ TEST_CASE("viz reads only regular trace files of bounded size", "[viz][hostile]"
       {fifo, "is a fifo, not a regular file"},
       {"/dev/zero", "is a character device"},
       // A folder is a PyTorch profiler run (one file per rank): its first bad file is named.
-      {dir.string(), "big.json: truncated JSON at byte"},
+      {dir.string(), "big.json: invalid JSON at byte 1 (a NUL byte, which JSON text never holds)"},
       {sparse, "above the limit of 512 MiB"},
       {std::string(300, 'n'), "File name too long"},  // a filesystem_error, exit 1, before
   };
