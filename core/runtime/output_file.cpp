@@ -4,7 +4,6 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
-#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -56,25 +55,25 @@ fs::path written_file(const std::string& path, const std::string& option,
   return target;
 }
 
-// The temporary file's name pattern (mkstemp), next to the file it will replace.
-std::string temp_pattern(const fs::path& target) {
-  return (folder_of(target) / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+// Creates the temporary file next to `target` that a write goes through; its name in `name`.
+// Returns its descriptor, or -1 with errno set.
+int open_temp(const fs::path& target, std::string& name) {
+  name = (folder_of(target) / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  return ::mkstemp(name.data());  // fills in the XXXXXX of `name`
 }
 
 // Creates (and removes) the temporary file a write would use: whatever would stop the write
 // (a kernel filesystem such as /proc or /sys, a read-only mount, a name over the filesystem's
 // limit) stops the check instead, before any work.
 void probe_write(const fs::path& target, const std::string& option, const std::string& shown) {
-  std::string pattern = temp_pattern(target);
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
+  std::string name;
+  const int fd = open_temp(target, name);
   if (fd < 0)
     throw bad_output(option, shown,
                      fmt::format("cannot be written in folder '{}': {}",
                                  folder_of(target).string().substr(0, 80), std::strerror(errno)));
   ::close(fd);
-  ::unlink(name.data());
+  ::unlink(name.c_str());
 }
 
 }  // namespace
@@ -119,13 +118,11 @@ void write_file_atomically(const std::string& path, const std::string& option,
   // A symlink to a regular file: write the file it points to, keep the link.
   std::error_code ec;
   const fs::path target = written_file(path, option, shown);
-  std::string pattern = temp_pattern(target);
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
+  std::string name;
+  const int fd = open_temp(target, name);
   if (fd < 0)
     throw bad_output(option, shown, fmt::format("cannot be written: {}", std::strerror(errno)));
-  TempFile tmp{name.data()};
+  TempFile tmp{name};
   ::fchmod(fd, 0644);  // mkstemp makes 0600; an output file is as readable as any other
   std::FILE* file = ::fdopen(fd, "wb");
   if (!file) {

@@ -42,9 +42,15 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
+// `s` in lower case, into `out` (whose capacity a caller may reuse).
+void lower_into(std::string_view s, std::string& out) {
+  out.assign(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
+
+std::string lower(std::string_view s) {
+  std::string out;
+  lower_into(s, out);
   return out;
 }
 
@@ -81,16 +87,13 @@ std::string id_text(const Scalar& v) {
 
 // UTF-8 is checked here, once per distinct string the reader keeps, not on every byte of the
 // file: names reach the dashboard and `mgpu analyze --json`.
-uint32_t intern(std::string_view s, std::vector<std::string>& table,
-                std::unordered_map<std::string, uint32_t>& index, const EventRecord& e,
-                const RawRank& file, const char* field) {
-  thread_local std::string key;  // the lookup does not allocate when the name is known
-  key.assign(s);
-  if (const auto it = index.find(key); it != index.end()) return it->second;
+uint32_t intern(std::string_view s, std::vector<std::string>& table, NameIndex& index,
+                const EventRecord& e, const RawRank& file, const char* field) {
+  if (const auto it = index.find(s); it != index.end()) return it->second;
   if (!valid_utf8(s)) fail_event(file, e, field, "is not valid UTF-8");
   const auto id = static_cast<uint32_t>(table.size());
-  index.emplace(key, id);
-  table.push_back(key);
+  index.emplace(s, id);
+  table.emplace_back(s);
   return id;
 }
 
@@ -120,9 +123,7 @@ void keep_gpu_op(const EventRecord& e, GpuOp::Kind kind, RawRank& file) {
         intern_name(collective_op(e.collective.empty() ? e.name : e.collective), file, e, "name");
     if (e.in_nelems > 0) g.bytes = e.in_nelems * dtype_bytes(e.dtype);
     g.group = intern_name(e.group, file, e, "args.Process Group Name");
-  } else {
-    g.op = g.group = intern_name("", file, e, "name");
-  }
+  }  // else op and group stay 0: RawRank::names[0] is ""
   file.gpu.push_back(g);
 }
 
@@ -231,8 +232,7 @@ void classify_event(const EventRecord& e, RawRank& file) {
   check_times(e, file, true);
   file.earliest = std::min(file.earliest, e.ts);
   thread_local std::string cat;  // lower case, without an allocation per event
-  cat.assign(e.cat);
-  for (char& c : cat) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  lower_into(e.cat, cat);
   if (cat == "kernel"sv) {
     keep_gpu_op(e, starts_with(e.name, "nccl") ? GpuOp::Kind::comm : GpuOp::Kind::compute, file);
   } else if (cat == "gpu_memcpy"sv || cat == "gpu_memset"sv || cat == "memcpy"sv ||

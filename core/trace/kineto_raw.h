@@ -42,11 +42,18 @@ struct CommSpan {
 struct GpuOp {
   enum class Kind : uint8_t { compute, comm, memory };
   Kind kind = Kind::compute;
-  uint32_t name = 0, op = 0, group = 0;  // RawRank::names; op and group "" unless comm
+  uint32_t name = 0, op = 0, group = 0;  // RawRank::names; op and group 0 ("") unless comm
   double ts = 0, dur = 0;
   int64_t bytes = 0;
   int64_t correlation = -1;  // -1 when none
 };
+
+// Name -> its index, looked up by string_view (no key built per event).
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using NameIndex = std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>>;
 
 struct MemorySample {
   double ts = 0;
@@ -65,9 +72,10 @@ struct RawRank {
   std::vector<StepRange> steps;
   std::vector<CpuSpan> cpu;
   std::vector<CommSpan> comm;
-  std::vector<std::string> names;    // CpuSpan::name, GpuOp::name/op/group (each valid UTF-8)
-  std::vector<std::string> threads;  // CpuSpan::thread ("pid/tid")
-  std::unordered_map<std::string, uint32_t> name_index, thread_index;  // while parsing
+  // CpuSpan::name, GpuOp::name/op/group (each valid UTF-8); names[0] is "".
+  std::vector<std::string> names{""};
+  std::vector<std::string> threads;             // CpuSpan::thread ("pid/tid")
+  NameIndex name_index{{"", 0}}, thread_index;  // while parsing
   std::vector<MemorySample> memory;
   int64_t events = 0;
   int64_t microbatch_annotations = 0;  // user annotations naming a micro-batch's pass
