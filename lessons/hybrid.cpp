@@ -191,7 +191,8 @@ class HybridLesson : public Lesson {
         ->capture_default_str();
     app.add_option("--zero", options_.zero,
                    "0: gradients all-reduced over dp | 1: ZeRO-1 over dp (each dp rank keeps "
-                   "optimizer state and fp32 masters for 1/dp of its stage; with dp 1 a no-op)")
+                   "optimizer state and fp32 masters for 1/dp of its stage) | 2: + gradients | "
+                   "3: + parameters (FSDP x TP x PP); with dp 1 a no-op")
         ->capture_default_str();
     app.add_flag("--sp", options_.sp,
                  "sequence parallelism (Megatron-SP) in the blocks: layernorms and residuals hold "

@@ -154,11 +154,13 @@ void print_traffic_formulas(std::ostream& out, const HybridRun& run) {
                                chunks, chunks)
                  : "",
       tokens, dtype_size(run.cfg.dtype), format_bytes(act_pp),
-      run.h.zero == 1
-          ? fmt::format("ZeRO-1: ring reduce-scatter of the stage's fp32 gradients + "
-                        "all-gather of its {} B parameters once per step, (d-1)/d = {:.2f} "
+      run.h.zero >= 1
+          ? fmt::format("ZeRO-{}: ring reduce-scatter of the stage's fp32 gradients + "
+                        "all-gather of its {} B parameters once per step{}, (d-1)/d = {:.2f} "
                         "x (gradient + parameter bytes)",
-                        weight_bytes, theory::ring_all_reduce_factor(mesh.dp) / 2)
+                        run.h.zero, weight_bytes,
+                        run.h.zero == 3 ? " (before the first micro-batch)" : "",
+                        theory::ring_all_reduce_factor(mesh.dp) / 2)
           : fmt::format("ring all-reduce of the stage's gradients once per step, "
                         "2(d-1)/d = {:.2f} x gradient bytes",
                         theory::ring_all_reduce_factor(mesh.dp)),
@@ -205,7 +207,7 @@ void print_traffic(std::ostream& out, const HybridRun& run) {
     const int64_t pp_formula =
         int64_t{M} * act_pp * theory::pipeline_sends(s, mesh.pp, run.h.virtual_stages);
     const double dp_formula =
-        theory::dp_bytes_sent(mesh.dp, rank.gradient_bytes, weight_bytes, run.h.zero == 1);
+        theory::dp_bytes_sent(mesh.dp, rank.gradient_bytes, weight_bytes, run.h.zero >= 1);
     const double cp_formula = theory::cp_bytes_sent(
         mesh.cp, rank.layers, M, kv, c.recompute != "none", weight_bytes, rank.gradient_bytes);
     auto get = [&](const char* axis) {
@@ -239,6 +241,26 @@ void print_bubbles(std::ostream& out, const HybridRun& run) {
     fmt::print(out, "  GPU {:<2} {:>6}\n", r, percent(bubble[r]));
 }
 
+namespace {
+
+// What the model-state formula divides by d under ZeRO over dp (empty without it).
+std::string zero_shards_note(int zero, int dp) {
+  if (zero == 0) return {};
+  static constexpr const char* kSharded[] = {"", "", "optimizer state and gradients",
+                                             "optimizer state, gradients and parameters"};
+  if (dp == 1)
+    return fmt::format(" / d (ZeRO-{} over dp 1 shards nothing: this rank owns every chunk)", zero);
+  if (zero == 1) return fmt::format(" / d (ZeRO-1: each of the {} dp ranks keeps its chunk)", dp);
+  return fmt::format(
+      " / d (ZeRO-{}: each of the {} dp ranks keeps its chunk of the {}{})", zero, dp,
+      kSharded[zero],
+      zero >= 2 ? "; during a step the stage's whole gradients (and, ZeRO-3, parameters) are "
+                  "comm buffers"
+                : "");
+}
+
+}  // namespace
+
 // ---- memory per rank: the allocator's peaks, then the model states by formula
 // (theory::stage_parameters): stage s holds its layers' tp slices and replicated parts, plus the
 // embeddings (stage 0) and the head (the last stage).
@@ -262,12 +284,7 @@ void print_memory(std::ostream& out, const HybridRun& run) {
              "model states by formula: P_s = [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + "
              "[s=P-1](V+2)C parameters, x {} B weights ({}), 4 B gradients, {} B {} state{}{}:\n",
              b.params, c.precision, b.optimizer, c.optimizer,
-             mixed ? " (fp32 master 4 + m 4 + v 4)" : "",
-             run.h.zero != 1 ? std::string()
-             : mesh.dp == 1
-                 ? std::string(" / d (ZeRO-1 over dp 1 shards nothing: this rank "
-                               "owns every chunk)")
-                 : fmt::format(" / d (ZeRO-1: each of the {} dp ranks keeps its chunk)", mesh.dp));
+             mixed ? " (fp32 master 4 + m 4 + v 4)" : "", zero_shards_note(run.h.zero, mesh.dp));
   const GPTConfig& cfg = run.cfg;
   const int64_t C = cfg.dim, E = cfg.experts, H = cfg.expert_hidden_size();
   // An MoE block: its router and its E/ep whole experts in place of the MLP's (8C^2+4C)/t + C.
@@ -285,9 +302,12 @@ void print_memory(std::ostream& out, const HybridRun& run) {
     const int64_t L = layers.ranges[s].second - layers.ranges[s].first;
     int64_t params = theory::stage_parameters(cfg, L, mesh.tp, s == 0, s == P - 1);
     params += moe_blocks_of_stage(cfg, P, s) * moe_instead_of_mlp;
+    // ZeRO-k keeps 1/d of the first k of: optimizer state, gradients, parameters.
+    auto kept = [&](int64_t bytes, int from_stage) {
+      return format_bytes(bytes * params / (run.h.zero >= from_stage ? mesh.dp : 1));
+    };
     fmt::print(out, "  stage {}: P_{} = {} -> {} + {} + {}\n", s, s, with_commas(params),
-               format_bytes(b.params * params), format_bytes(4 * params),
-               format_bytes(b.optimizer * params / (run.h.zero == 1 ? mesh.dp : 1)));
+               kept(b.params, 3), kept(4, 2), kept(b.optimizer, 1));
   }
 }
 

@@ -23,7 +23,7 @@ struct HybridLessonOptions {
   int tp = 2, pp = 2;
   std::string schedule = "1f1b";
   int microbatches = 4;
-  int zero = 0;            // 1: ZeRO-1 over dp
+  int zero = 0;            // 1-3: ZeRO-1/2/3 over dp
   int virtual_stages = 1;  // interleaved: chunks per stage
   int cp = 1;              // context parallelism inside each stage (ring attention, zigzag)
   bool sp = false;         // Megatron-SP in the blocks (tp > 1)

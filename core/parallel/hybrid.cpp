@@ -5,10 +5,10 @@
 //      experts and the ep group's exchange;
 //   3. one step: this replica's share of the batch through the pipeline schedule (the executor,
 //      on the pp group), then ONE gradient all-reduce over dp (with experts: the dense ones over
-//      dp, the experts' over edp), then the optimizer (ZeRO-1: the exercise-08 step:
-//      reduce-scatter over dp, update my chunk, all-gather);
-//   4. the map of every local tensor into the full model (only dp replica 0 writes; ZeRO-1:
-//      every dp rank writes its chunk; experts: the first ep group, edp 0, writes its rows).
+//      dp, the experts' over edp), then the optimizer (ZeRO, zero_over_dp.h: reduce-scatter over
+//      dp, update my chunk, all-gather (ZeRO-3: the gather at the step's start));
+//   4. the map of every local tensor into the full model (only dp replica 0 writes; ZeRO: every
+//      dp rank writes its chunk; experts: the first ep group, edp 0, writes its rows).
 #include "core/parallel/hybrid.h"
 
 #include <algorithm>
@@ -18,9 +18,9 @@
 
 #include "core/data/sampler.h"
 #include "core/model/init.h"
+#include "core/parallel/flat_gradients.h"
 #include "core/parallel/hybrid_megatron.h"
 #include "core/parallel/vocab_parallel.h"
-#include "core/parallel/flat_gradients.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::parallel {
@@ -36,9 +36,8 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       sequence_parallel_(options.sequence_parallel),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
                                         options.virtual_stages, seams.pipeline)),
-      zero_(options.zero),
       zero_seams_(seams.zero) {
-  if (zero_ != 0) check_seams(zero_seams_);
+  if (options.zero != 0) check_seams(zero_seams_);
   // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
   BlockShard shard = slice_.block();
   if (sequence_parallel_) shard.seq_parts = options.mesh.tp;  // --sp: T / tp tokens outside linears
@@ -49,7 +48,8 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
     shard.attention_keys = cfg.seq_len;
   }
   // My pipeline stage's layers, every block split to my tp slice, each materialised at its place
-  // in the seeded single-device model (ZeRO-1: straight into the flat units it keeps).
+  // in the seeded single-device model (ZeRO: straight into the flat units, or the chunks, it
+  // keeps).
   stage_ = pipeline::StageModel::declare(
       cfg, mesh_.coord(Axis::pp), options.mesh.pp, schedule_.virtual_stages, shard,
       [&](Block& block) { split_block(block, cfg, slice_); }, schedule_.placement);
@@ -66,7 +66,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
       if (std::find(expert_params_.begin(), expert_params_.end(), p) == expert_params_.end())
         dense_params_.push_back(p);
   }
-  if (zero_ == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
+  if (options.zero == 0) materialise(stage_.params(), cfg.seed, cfg.dtype);
   if (options.vocab_parallel_head && stage_.head) {
     head_comm_ =
         std::make_unique<VocabParallelHead>(mesh_.group(Axis::tp), cfg.vocab, options.tp_sums);
@@ -85,21 +85,19 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
     for (Block& block : blocks) block.comm = comm;
   if (schedule_.placement == pipeline::Placement::bidirectional)
     mirror_ = std::make_unique<pipeline::MirrorGradients>(mesh_.group(Axis::pp));
-  if (zero_ == 0) {
+  if (options.zero == 0) {
     optimizer_ = make_optimizer(stage_.params());
     return;
   }
-  shard_optimizer_over_dp();
-  ParamList mine;
-  for (OwnedSlice& s : owned_) mine.push_back(s.shard.get());
-  optimizer_ = make_optimizer(mine);
+  // One flat unit per layer of my stage, cut over dp as the zero lesson cuts the whole model:
+  // the optimizer sees only my dp rank's chunk of each.
+  zero_ = std::make_unique<ZeroOverDp>(options.zero, mesh_.group(Axis::dp), zero_seams_, cfg,
+                                       stage_layers());
+  optimizer_ = make_optimizer(zero_->owned());
 }
 
-void HybridLayout::shard_optimizer_over_dp() {
-  // One flat unit per layer of my stage (embedding, blocks, head), cut as the zero lesson cuts
-  // the whole model: the parameters and gradients become views into the unit's flat tensors, and
-  // the optimizer sees only my dp rank's chunk of each.
-  std::vector<ParamList> layers;
+std::vector<ParamList> HybridLayout::stage_layers() {
+  std::vector<ParamList> layers;  // embedding, blocks, head
   auto add = [&](auto& layer) {
     layers.emplace_back();
     layer.collect(layers.back());
@@ -108,26 +106,13 @@ void HybridLayout::shard_optimizer_over_dp() {
   for (auto& blocks : stage_.chunks)
     for (Block& block : blocks) add(block);
   if (stage_.head) add(*stage_.head);
-  comm::Comm& dp = mesh_.group(Axis::dp);
-  for (ParamList& params : layers) {
-    ZeroUnit u = plan_unit(std::move(params), dp.size(), dp.rank(), zero_seams_.owned_chunk);
-    u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
-    view_params(u, u.flat_params, /*grads=*/false);
-    for (Param* p : u.params)
-      write_initial_values(*p, config_.seed, 0, p->data.numel(),
-                           p->data.reshape({p->data.numel()}));
-    u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
-    view_params(u, u.flat_grads, /*grads=*/true);
-    append_owned_slices(u, u.flat_params, u.flat_grads, owned_);
-    zero_units_.push_back(std::move(u));
-  }
+  return layers;
 }
 
 int64_t HybridLayout::owned_elements() {
+  if (zero_) return zero_->owned_elements();
   int64_t n = 0;
-  if (zero_ == 0)
-    for (Param* p : stage_.params()) n += p->data.numel();
-  for (const ZeroUnit& u : zero_units_) n += u.end - u.begin;
+  for (Param* p : stage_.params()) n += shape_numel(p->shape);
   return n;
 }
 
@@ -155,7 +140,10 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
                       config_.seq_len, global_batch.T));
     mine = batch_columns(mine, ring_->positions());
   }
-  stage_.zero_grad();
+  if (zero_ && zero_->stage() >= 2)
+    zero_->begin_step();  // fresh gradient buckets (ZeRO-3: and the gathered parameters)
+  else
+    stage_.zero_grad();
   pipeline::ExecutorOptions options{
       .loss_scale = loss_scale(),
       .sequence_parallel = sequence_parallel_ ? &mesh_.group(Axis::tp) : nullptr};
@@ -176,13 +164,9 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   // cp: each rank's gradient is d(its tokens' mean)/dW; their average is the replica's.
   if (ring_) average_gradients_over(Axis::cp);
   bool stepped = true;
-  if (zero_ == 1) {
-    // ZeRO-1: the all-reduce's two halves with the optimizer between them (exercise 08's step).
-    std::vector<FlatUnit> units;
-    for (ZeroUnit& u : zero_units_) units.push_back({u.flat_params, u.flat_grads});
-    zero_seams_.sharded_step(mesh_.group(Axis::dp), units, [&] {
-      stepped = optimizer_step(optimizer_.get(), model_groups, step);
-    });
+  if (zero_) {
+    // ZeRO: the all-reduce's two halves with the optimizer between them.
+    stepped = zero_->end_step([&] { return optimizer_step(optimizer_.get(), model_groups, step); });
   } else {
     average_gradients_over_dp();
     stepped = optimizer_step(optimizer_.get(), model_groups, step);
@@ -196,8 +180,8 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
 int64_t HybridLayout::gradient_bytes() {
   int64_t bytes = 0;  // with experts, the dp all-reduce carries the dense ones (edp the experts')
   for (Param* p : expert_params_.empty() ? stage_.params() : dense_params_)
-    bytes += p->grad.bytes();
-  return bytes;
+    bytes += shape_numel(p->shape) * int64_t{sizeof(float)};  // gradients are fp32 (ZeRO-2/3:
+  return bytes;                                               // whole only during the step)
 }
 
 void HybridLayout::average_gradients_over(Axis axis) {
@@ -225,7 +209,7 @@ std::vector<train::TensorShard> HybridLayout::shards() {
   const bool replica0 = mesh_.coord(Axis::dp) == 0 && cp0, tp0 = mesh_.coord(Axis::tp) == 0;
   // The dp replicas hold equal copies: replica 0's is written.
   std::vector<train::TensorShard> shards;
-  if (zero_ == 0 && !expert_params_.empty()) {
+  if (!zero_ && !expert_params_.empty()) {
     // My experts' rows: written by the first ep group (edp 0), tp rank 0 (every tp rank holds
     // the same whole experts).
     const bool expert_writer = mesh_.coord(Axis::edp) == 0 && cp0 && tp0;
@@ -234,16 +218,12 @@ std::vector<train::TensorShard> HybridLayout::shards() {
         return expert_writer;
       return p.spec.split() ? replica0 : replica0 && tp0;
     });
-  } else if (zero_ == 0) {
+  } else if (!zero_) {
     shards = tp_shards(stage_.params(), *optimizer_, replica0, replica0 && tp0);
   } else {
-    // ZeRO-1: every dp rank writes its own chunk (tp-replicated tensors: tp rank 0's).
-    shards = train::partitioned_shards(owned_params(owned_), optimizer_.get(), [&](const Param& p) {
-      return (p.spec.split() || tp0) && cp0;
-    });
-    // The whole local parameters too: a resume fills them (the chunks' owners write them).
-    for (train::TensorShard& s : train::whole_tensor_shards(stage_.params(), nullptr, false))
-      shards.push_back(std::move(s));
+    // ZeRO: every dp rank writes its own chunk (tp-replicated tensors: tp rank 0's).
+    shards = zero_->shards(optimizer_.get(),
+                           [&](const Param& p) { return (p.spec.split() || tp0) && cp0; });
   }
   pipeline::read_only_tied_copy(stage_, shards);  // tied: the first stage writes the one wte
   return shards;

@@ -8,10 +8,11 @@
 //       per block per micro-batch (2 forward, 2 backward).
 //   dp: the whole pipeline is replicated; each replica trains on its share of the batch and the
 //       gradients are averaged over the dp group once per step, after the last micro-batch.
-//       With ZeRO-1 (zero = 1) that all-reduce is split in its two halves around the optimizer:
-//       reduce-scatter the gradients, each dp rank updates (and keeps Adam state and fp32 masters
-//       for) only its chunk of the stage, all-gather the updated parameters: the same bytes on
-//       the wire, 1/dp of the optimizer state.
+//       With ZeRO (zero = 1, 2, 3; zero_over_dp.h) that all-reduce is split in its two halves
+//       around the optimizer: reduce-scatter the gradients, each dp rank updates (and keeps Adam
+//       state and fp32 masters for) only its chunk of the stage, all-gather the parameters: the
+//       same bytes on the wire, 1/dp of the optimizer state (ZeRO-2: and of the gradients
+//       between steps; ZeRO-3, FSDP x TP x PP as torchtitan runs it: and of the parameters).
 //   cp: (context parallelism) every sequence is split over the cp group, zigzag (chunks r and
 //       2cp-1-r, equal causal work); attention's K|V blocks go round the cp ring (ring
 //       attention), and the gradients are averaged over cp before dp.
@@ -34,7 +35,7 @@
 #include "core/parallel/pipeline/mirror_gradients.h"
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
-#include "core/parallel/zero.h"
+#include "core/parallel/zero_over_dp.h"
 #include "core/train/layout.h"
 
 namespace mgpu::parallel {
@@ -44,7 +45,7 @@ struct HybridOptions {
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
   int microbatches = 4;           // per data-parallel replica and step
   int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
-  int zero = 0;                   // 0: gradients all-reduced over dp; 1: ZeRO-1 over dp
+  int zero = 0;                   // 0: gradients all-reduced over dp; 1-3: ZeRO-1/2/3 over dp
   MeshGroupFactory mesh_groups;   // empty: Comm::split (the planner's representative passes one)
   // Megatron-LM's tensor-parallel choices (tp > 1; core/parallel/hybrid_megatron.cpp): where TP's
   // partial results are summed (fp32, or the activations' type as Megatron sends them), the
@@ -79,7 +80,7 @@ bool splits_backward(const std::string& schedule);
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
 // `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
 // and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved
-// (M >= pp) or zb-h1, zero is 0 or 1, and the global batch splits into dp x microbatches equal
+// (M >= pp) or zb-h1, zero is 0 to 3, and the global batch splits into dp x microbatches equal
 // parts; with experts, ep divides dp and the experts, and cp, ZeRO and the split-backward
 // schedules are refused.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
@@ -107,8 +108,8 @@ class HybridLayout : public train::Layout {
 
  private:
   void average_gradients_over(Axis axis);
-  void average_gradients_over_dp();  // dense over dp; experts' over edp (summed, then / dp)
-  void shard_optimizer_over_dp();    // ZeRO-1: flat units per layer, my chunk of each
+  void average_gradients_over_dp();       // dense over dp; experts' over edp (summed, then / dp)
+  std::vector<ParamList> stage_layers();  // the stage's layers in forward order (ZeRO's units)
 
   GPTConfig config_;
   Mesh mesh_;
@@ -125,10 +126,8 @@ class HybridLayout : public train::Layout {
   pipeline::Schedule schedule_;
   pipeline::StageStepStats stats_;
   std::unique_ptr<pipeline::MirrorGradients> mirror_;  // DualPipe's two copies, else null
-  int zero_ = 0;
   ZeroSeams zero_seams_;
-  std::vector<ZeroUnit> zero_units_;  // ZeRO-1: the stage's layers as flat units
-  std::vector<OwnedSlice> owned_;     // ZeRO-1: my slices of them, what the optimizer updates
+  std::unique_ptr<ZeroOverDp> zero_;  // ZeRO 1-3 over dp, else null
 };
 
 }  // namespace mgpu::parallel

@@ -29,7 +29,7 @@ std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
 }
 
 // The expert axis: ep ranks carved out of dp, each holding experts / ep whole experts. What the
-// experts do not run with (cp's ring attention, ZeRO-1 over dp; zero-bubble's split backward is
+// experts do not run with (cp's ring attention, ZeRO over dp; zero-bubble's split backward is
 // refused with the schedules) is refused here, before any rank builds.
 void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
   const MeshShape& m = o.mesh;
@@ -49,7 +49,7 @@ void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
         m.cp));
   if (o.zero != 0)
     throw std::invalid_argument(fmt::format(
-        "--zero {} with experts: ZeRO-1 shards over dp, but expert gradients average over the "
+        "--zero {} with experts: ZeRO shards over dp, but expert gradients average over the "
         "dp / ep ranks that hold the same experts; use --zero 0",
         o.zero));
 }
@@ -133,10 +133,10 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
           m.pp, o.microbatches, m.pp));
   }
   check_experts(cfg, o);
-  if (o.zero != 0 && o.zero != 1)
+  if (o.zero < 0 || o.zero > 3)
     throw std::invalid_argument(fmt::format(
-        "hybrid runs --zero 0 or 1 (ZeRO-1 over dp), got {}: ZeRO-2/3 shard gradients and "
-        "parameters, which the `zero` lesson shows on one data-parallel group",
+        "hybrid runs --zero 0 (gradients all-reduced over dp) or 1, 2, 3 (ZeRO-1/2/3 over dp), "
+        "got {}",
         o.zero));
   check_megatron_options(cfg, o);
   if (o.microbatches < 1 || global_batch % (m.dp * o.microbatches) != 0)

@@ -22,18 +22,6 @@
 
 namespace mgpu::parallel {
 
-namespace {
-
-// Memory tags of the transient tensors: the gathered units of stage 3 and the gradient buckets
-// of stages 2-3 exist only while their layer computes or communicates; the lesson names them.
-constexpr MemCategory kTransient = MemCategory::comm_buffers;
-
-void drop_params(ZeroUnit& u, bool grads) {
-  for (Param* p : u.params) (grads ? p->grad : p->data) = Tensor();
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------- cutting
 
 ZeroLayout::ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
@@ -62,38 +50,20 @@ void ZeroLayout::cut_shards() {
     ZeroUnit u = plan_unit(layer_params(model_, layer), dp_.size(), dp_.rank(), seams_.owned_chunk);
     // Stages 0-2 keep the whole unit; stage 3 only its chunk, and never holds more of it.
     if (stage < 3)
-      materialise_unit(u);
+      materialise_unit(u, config_.seed, config_.dtype);
     else
-      materialise_chunk(u);
+      materialise_chunk(u, config_.seed, config_.dtype);
     if (stage < 2) {  // the whole gradient stays
       u.flat_grads = Tensor::zeros({u.numel}, MemCategory::gradients);
       view_params(u, u.flat_grads, /*grads=*/true);
     } else {  // only my chunk of it; the whole one lives in a bucket during backward
       u.grad_shard = Tensor::zeros({u.end - u.begin}, MemCategory::gradients);
-      drop_params(u, /*grads=*/true);
+      for (Param* p : u.params) p->grad = Tensor();
     }
     if (stage >= 1)  // the slices of this unit's parameters that fall in my chunk
       append_owned_slices(u, stage == 3 ? u.param_shard : u.flat_params,
                           stage < 2 ? u.flat_grads : u.grad_shard, owned_);
     units_.push_back(std::move(u));
-  }
-}
-
-void ZeroLayout::materialise_unit(ZeroUnit& u) {
-  u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, config_.dtype);
-  view_params(u, u.flat_params, /*grads=*/false);
-  for (Param* p : u.params)
-    write_initial_values(*p, config_.seed, 0, p->data.numel(), p->data.reshape({p->data.numel()}));
-}
-
-void ZeroLayout::materialise_chunk(ZeroUnit& u) {
-  u.param_shard = Tensor::empty({u.end - u.begin}, MemCategory::parameters, config_.dtype);
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
-    const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
-    if (lo < hi)
-      write_initial_values(*u.params[i], config_.seed, lo - first, hi - first,
-                           u.param_shard.flat_range(lo - u.begin, hi - u.begin));
   }
 }
 
@@ -169,36 +139,11 @@ train::StepOutcome ZeroLayout::step(const data::Batch& global_batch, int step) {
     seams_.sharded_step(dp_, flat, update_owned);
     return {.shard_loss = loss, .skipped = !stepped};
   }
-  finish_gradients();
+  finish_reductions(units_);
   update_owned();
-  if (options_.stage == 2) gather_updated_params();
+  if (options_.stage == 2) gather_updated_params(units_, dp_, config_.dtype);
   // equal shards: the trainer's mean of them is the global mean
   return {.shard_loss = loss, .skipped = !stepped};
-}
-
-void ZeroLayout::gather(int unit) {
-  ZeroUnit& u = units_[unit];
-  if (u.gathered.defined()) return;  // prefetched already
-  u.gathered = Tensor::empty({u.numel}, kTransient, config_.dtype);
-  u.gathering = dp_.all_gather_async(u.param_shard, u.gathered);
-}
-
-void ZeroLayout::attach(int unit) {
-  ZeroUnit& u = units_[unit];
-  u.gathering.wait();
-  view_params(u, u.gathered, /*grads=*/false);
-}
-
-void ZeroLayout::release(int unit) {
-  ZeroUnit& u = units_[unit];
-  drop_params(u, /*grads=*/false);
-  u.gathered = Tensor();
-}
-
-void ZeroLayout::open_bucket(int unit) {
-  ZeroUnit& u = units_[unit];
-  u.bucket = Tensor::zeros({u.numel}, kTransient);
-  view_params(u, u.bucket, /*grads=*/true);
 }
 
 void ZeroLayout::reduce(int unit) {
@@ -208,8 +153,7 @@ void ZeroLayout::reduce(int unit) {
       u.reducing = dp_.all_reduce_async(u.flat_grads, comm::ReduceOp::avg);
       break;
     default:  // stages 2-3: the bucket goes as soon as its reduce-scatter is done
-      u.reducing = dp_.reduce_scatter_async(u.bucket, u.grad_shard, comm::ReduceOp::avg);
-      drop_params(u, /*grads=*/true);
+      reduce_scatter_bucket(u, dp_);
       // At most two buckets live at once: the previous layer's (in backward order) is done.
       if (unit < last_unit()) {
         ZeroUnit& previous = units_[unit + 1];
@@ -217,26 +161,6 @@ void ZeroLayout::reduce(int unit) {
         previous.bucket = Tensor();
       }
   }
-}
-
-void ZeroLayout::finish_gradients() {
-  for (ZeroUnit& u : units_) {
-    u.reducing.wait();
-    u.bucket = Tensor();
-  }
-}
-
-void ZeroLayout::gather_updated_params() {
-  // Each rank's updated chunk, to every rank. (The chunk is copied out first: it is a view
-  // into the very tensor the all-gather writes.)
-  std::vector<Tensor> chunks;
-  chunks.reserve(units_.size());  // alive, and in place, until every all-gather is done
-  for (ZeroUnit& u : units_) {
-    chunks.push_back(Tensor::empty({u.end - u.begin}, kTransient, config_.dtype));
-    chunks.back().copy_from(u.flat_params.flat_range(u.begin, u.end));
-    u.gathering = dp_.all_gather_async(chunks.back(), u.flat_params);
-  }
-  for (ZeroUnit& u : units_) u.gathering.wait();
 }
 
 // ---------------------------------------------------------------------------------- shards

@@ -80,8 +80,9 @@ struct ZeroUnit {
   comm::Work gathering, reducing;
 };
 
-// ------------------------------------------------------------------ pieces ZeRO-1 shares
-// (hybrid DP x TP x PP runs ZeRO-1 over its dp group with these and the exercise-08 step.)
+// ------------------------------------------------------------------ pieces the stages share
+// (the zero lesson's layout and the mesh's ZeRO over dp, core/parallel/zero_over_dp.h, build every
+// stage from these; stage 1 adds the exercise-08 step.)
 
 // A unit's flat layout: its parameters' offsets and shapes in one flat vector, and the chunk rank
 // `rank` of `ranks` owns (exercise 08's owned_chunk, checked against the collectives' cut).
@@ -106,6 +107,25 @@ void append_owned_slices(const ZeroUnit& u, const Tensor& data, const Tensor& gr
 // The owned slices' parameters (what the optimizer updates), for the checkpoint map.
 ParamList owned_params(const std::vector<OwnedSlice>& owned);
 
+// Stages 0-2: the whole unit, flat, with its initial values; the parameters view into it.
+void materialise_unit(ZeroUnit& u, uint64_t seed, DType dtype);
+// Stage 3: only my chunk of the unit, with the initial values of the elements it holds.
+void materialise_chunk(ZeroUnit& u, uint64_t seed, DType dtype);
+// Stage 3: all-gather the unit into a transient whole (async), unless already in flight; attach:
+// wait for it and point the parameters at it; release: drop it.
+void gather_unit(ZeroUnit& u, comm::Comm& dp, DType dtype);
+void attach_unit(ZeroUnit& u);
+void release_unit(ZeroUnit& u);
+// Stages 2-3: a transient whole-unit gradient the parameters' grads view while backward fills it.
+void open_bucket(ZeroUnit& u);
+// Stages 2-3: reduce-scatter the bucket into my chunk (the mean over dp, async); the parameters'
+// grads stop viewing it (the bucket itself lives until the reduction is waited for).
+void reduce_scatter_bucket(ZeroUnit& u, comm::Comm& dp);
+// Waits for every unit's reduction and drops its bucket: the gradient chunks are final.
+void finish_reductions(std::vector<ZeroUnit>& units);
+// Stages 1-2 (outside exercise 08's step): every rank's updated chunk, to every rank.
+void gather_updated_params(std::vector<ZeroUnit>& units, comm::Comm& dp, DType dtype);
+
 class ZeroLayout : public train::Layout {
  public:
   // `seams`: exercise 08's owned chunk and sharded step.
@@ -122,20 +142,12 @@ class ZeroLayout : public train::Layout {
 
  private:
   void cut_shards();
-  // Stages 0-2: the whole unit, flat, with its initial values; the parameters view into it.
-  void materialise_unit(ZeroUnit& u);
-  // Stage 3: only my chunk of the unit, with the initial values of the elements it holds.
-  void materialise_chunk(ZeroUnit& u);
-  void gather(int unit);   // stage 3: all-gather the unit (async), if not already in flight
-  void attach(int unit);   // stage 3: wait for the gather, point the parameters at it
-  void release(int unit);  // stage 3: drop the gathered unit
-  void open_bucket(int unit);
+  void gather(int unit) { gather_unit(units_[unit], dp_, config_.dtype); }
+  void attach(int unit) { attach_unit(units_[unit]); }
+  void release(int unit) { release_unit(units_[unit]); }
+  void open_bucket(int unit) { parallel::open_bucket(units_[unit]); }
   void reduce(int unit);  // after the unit's backward: average its gradient
-  void finish_gradients();
-  int last_unit() const {
-    return static_cast<int>(units_.size()) - 1;
-  }                              // wait for every reduction; gradients are final
-  void gather_updated_params();  // stage 2: every rank's updated chunk, to every rank
+  int last_unit() const { return static_cast<int>(units_.size()) - 1; }
 
   GPTConfig config_;
   comm::Comm& dp_;

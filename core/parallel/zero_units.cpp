@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/model/init.h"
 #include "core/parallel/zero.h"
 
 namespace mgpu::parallel {
@@ -21,6 +22,14 @@ void check_chunk(const ZeroUnit& u, int ranks, int rank) {
         "owned_chunk({}, {}, {}) returned [{}, {}) but the collectives give rank {} [{}, {})",
         u.numel, ranks, rank, u.begin, u.end, rank, comm::chunk_range(u.numel, ranks, rank).first,
         comm::chunk_range(u.numel, ranks, rank).second));
+}
+
+// Memory tags of the transient tensors: the gathered units of stage 3 and the gradient buckets
+// of stages 2-3 exist only while their layer computes or communicates; the lessons name them.
+constexpr MemCategory kTransient = MemCategory::comm_buffers;
+
+void drop_params(ZeroUnit& u, bool grads) {
+  for (Param* p : u.params) (grads ? p->grad : p->data) = Tensor();
 }
 
 }  // namespace
@@ -72,6 +81,74 @@ ParamList owned_params(const std::vector<OwnedSlice>& owned) {
   ParamList params;
   for (const OwnedSlice& s : owned) params.push_back(s.shard.get());
   return params;
+}
+
+// ---------------------------------------------------------------------------------- a unit's life
+// in a step: materialised whole or as my chunk; stage 3 gathered around its compute; stages 2-3
+// a gradient bucket reduce-scattered into my chunk
+
+void materialise_unit(ZeroUnit& u, uint64_t seed, DType dtype) {
+  u.flat_params = Tensor::empty({u.numel}, MemCategory::parameters, dtype);
+  view_params(u, u.flat_params, /*grads=*/false);
+  for (Param* p : u.params)
+    write_initial_values(*p, seed, 0, p->data.numel(), p->data.reshape({p->data.numel()}));
+}
+
+void materialise_chunk(ZeroUnit& u, uint64_t seed, DType dtype) {
+  u.param_shard = Tensor::empty({u.end - u.begin}, MemCategory::parameters, dtype);
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const int64_t first = u.offsets[i], last = first + shape_numel(u.shapes[i]);
+    const int64_t lo = std::max(first, u.begin), hi = std::min(last, u.end);
+    if (lo < hi)
+      write_initial_values(*u.params[i], seed, lo - first, hi - first,
+                           u.param_shard.flat_range(lo - u.begin, hi - u.begin));
+  }
+}
+
+void gather_unit(ZeroUnit& u, comm::Comm& dp, DType dtype) {
+  if (u.gathered.defined()) return;  // prefetched already
+  u.gathered = Tensor::empty({u.numel}, kTransient, dtype);
+  u.gathering = dp.all_gather_async(u.param_shard, u.gathered);
+}
+
+void attach_unit(ZeroUnit& u) {
+  u.gathering.wait();
+  view_params(u, u.gathered, /*grads=*/false);
+}
+
+void release_unit(ZeroUnit& u) {
+  drop_params(u, /*grads=*/false);
+  u.gathered = Tensor();
+}
+
+void open_bucket(ZeroUnit& u) {
+  u.bucket = Tensor::zeros({u.numel}, kTransient);
+  view_params(u, u.bucket, /*grads=*/true);
+}
+
+void reduce_scatter_bucket(ZeroUnit& u, comm::Comm& dp) {
+  u.reducing = dp.reduce_scatter_async(u.bucket, u.grad_shard, comm::ReduceOp::avg);
+  drop_params(u, /*grads=*/true);
+}
+
+void finish_reductions(std::vector<ZeroUnit>& units) {
+  for (ZeroUnit& u : units) {
+    u.reducing.wait();
+    u.bucket = Tensor();
+  }
+}
+
+void gather_updated_params(std::vector<ZeroUnit>& units, comm::Comm& dp, DType dtype) {
+  // Each rank's updated chunk, to every rank. (The chunk is copied out first: it is a view
+  // into the very tensor the all-gather writes.)
+  std::vector<Tensor> chunks;
+  chunks.reserve(units.size());  // alive, and in place, until every all-gather is done
+  for (ZeroUnit& u : units) {
+    chunks.push_back(Tensor::empty({u.end - u.begin}, kTransient, dtype));
+    chunks.back().copy_from(u.flat_params.flat_range(u.begin, u.end));
+    u.gathering = dp.all_gather_async(chunks.back(), u.flat_params);
+  }
+  for (ZeroUnit& u : units) u.gathering.wait();
 }
 
 // ---------------------------------------------------------------------------------- seams

@@ -42,9 +42,9 @@ int64_t pipeline_sends(int stage, int stages, int chunks) {
   return sends;
 }
 
-double dp_bytes_sent(int dp, int64_t gradient_bytes, int weight_bytes, bool zero1) {
+double dp_bytes_sent(int dp, int64_t gradient_bytes, int weight_bytes, bool zero) {
   const double ring = ring_all_reduce_factor(dp);
-  return zero1 ? ring / 2 * (gradient_bytes + gradient_bytes / 4 * weight_bytes)
+  return zero ? ring / 2 * (gradient_bytes + gradient_bytes / 4 * weight_bytes)
                : ring * gradient_bytes;
 }
 

@@ -46,9 +46,9 @@ double tp_bytes_sent(const TpTraffic& t);
 int64_t pipeline_sends(int stage, int stages, int chunks);
 
 // dp: the stage's fp32 gradients all-reduced once per step, 2(d-1)/d x gradient bytes; under
-// ZeRO-1 a reduce-scatter of the gradients and an all-gather of the `weight_bytes`-B parameters,
+// ZeRO (1, 2 or 3) a reduce-scatter of the gradients and an all-gather of the `weight_bytes`-B parameters,
 // (d-1)/d x (gradient + parameter bytes).
-double dp_bytes_sent(int dp, int64_t gradient_bytes, int weight_bytes, bool zero1);
+double dp_bytes_sent(int dp, int64_t gradient_bytes, int weight_bytes, bool zero);
 
 // cp: per layer and micro-batch ring attention's K|V blocks of `kv_elements` (cp-1 hops forward,
 // again in a recomputed forward, cp-1 backward, in `weight_bytes`) and the dK|dV accumulators (cp

@@ -165,13 +165,21 @@ std::vector<std::vector<std::string>> matching_rows(const std::string& out, cons
   return rows;
 }
 
-// Each rank's peak optimizer-state bytes, from the lesson's memory table (allocator).
-std::map<int, double> optimizer_state_by_rank(const std::string& out) {
+// The first three columns of the lesson's memory table (allocator peaks).
+enum class StateColumn { parameters = 2, gradients = 3, optimizer_state = 4 };
+
+// Each rank's peak bytes of one model state, from the lesson's memory table.
+std::map<int, double> state_by_rank(const std::string& out, StateColumn column) {
   // "  0 dp0 pp0 tp0        30.88 KiB       30.88 KiB       61.75 KiB ..."
   const std::regex row(R"(^  (\d+) dp\d pp\d tp\d +(\S+ \S+) +(\S+ \S+) +(\S+ \S+))");
   std::map<int, double> bytes;
-  for (const auto& m : matching_rows(out, row)) bytes[std::stoi(m[1])] = parse_bytes(m[4]);
+  for (const auto& m : matching_rows(out, row))
+    bytes[std::stoi(m[1])] = parse_bytes(m[static_cast<int>(column)]);
   return bytes;
+}
+
+std::map<int, double> optimizer_state_by_rank(const std::string& out) {
+  return state_by_rank(out, StateColumn::optimizer_state);
 }
 }  // namespace
 
@@ -203,7 +211,69 @@ TEST_CASE("hybrid zero 1 trains to the single-device parameters with 1/dp of the
   }
 }
 
-TEST_CASE("hybrid zero 1 resumes from a single-device checkpoint in bf16",
+// ZeRO-2 and ZeRO-3 over dp inside a TP x PP mesh (torchtitan's FSDP x TP x PP): the same
+// reduce-scatter and all-gather as ZeRO-1 around the same update, so the same single-device
+// parameters; between steps a rank keeps 1/dp of the gradients (ZeRO-2, 3) and of the parameters
+// (ZeRO-3), by the allocator's peaks, while ZeRO-2 keeps every parameter whole.
+TEST_CASE("hybrid zero 2 and 3 (FSDP x TP x PP) train to the single-device parameters",
+          "[hybrid][lesson][equivalence][zero]") {
+  const auto want = single_device_parameters();
+  const int meshes[][3] = {{2, 2, 2}, {4, 1, 2}};
+  for (const auto& m : meshes) {
+    auto zero0 = run_mgpu(mesh(m[0], m[1], m[2]));
+    REQUIRE(zero0.code == 0);
+    for (int zero : {2, 3}) {
+      INFO("dp " << m[0] << " tp " << m[1] << " pp " << m[2] << " zero " << zero);
+      const std::string path = temp_path("hybrid_zero23.ckpt");
+      const auto r = run_to_checkpoint(
+          mesh(m[0], m[1], m[2], {"--zero", std::to_string(zero), "--checkpoint", path}), path,
+          want);
+      for (auto column :
+           {StateColumn::parameters, StateColumn::gradients, StateColumn::optimizer_state}) {
+        const bool sharded = column != StateColumn::parameters || zero == 3;
+        const auto mine = state_by_rank(r.out, column), whole = state_by_rank(zero0.out, column);
+        REQUIRE(mine.size() == 8);
+        for (const auto& [rank, bytes] : whole) {
+          INFO("rank " << rank << " column " << static_cast<int>(column));
+          CHECK(bytes > 0);  // a chunk may hold one element more than numel/dp: within 1%
+          CHECK(std::abs(mine.at(rank) * (sharded ? m[0] : 1) - bytes) <= 0.01 * bytes);
+        }
+      }
+    }
+  }
+}
+
+// bf16 from the start: ZeRO-2/3 hold the fp32 masters in the dp chunks and the 2-byte parameters
+// in the units (ZeRO-3: only the chunk, gathered whole for the step): after one step the
+// single-device bf16 model within the precision tests' bound.
+TEST_CASE("hybrid zero 2 and 3 train to the single-device bf16 parameters",
+          "[hybrid][lesson][equivalence][zero][precision]") {
+  auto run = [](std::vector<std::string> args, const std::string& checkpoint) {
+    for (const char* a : {"--steps", "1", "--layers", "4", "--dim", "16", "--heads", "2", "--seq",
+                          "8", "--batch", "8", "-q", "--precision", "bf16", "--checkpoint"})
+      args.push_back(a);
+    args.push_back(checkpoint);
+    return run_mgpu(args);
+  };
+  const std::string single = temp_path("single_zero23_bf16.ckpt"),
+                    path = temp_path("hybrid_zero23_bf16.ckpt");
+  REQUIRE(run({"run", "single_device"}, single).code == 0);
+  const auto want = mgpu::testing::load_checkpoint_by_name(single);
+  for (const char* zero : {"2", "3"}) {
+    INFO("--zero " << zero);
+    auto r = run({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+                  "--microbatches", "2", "--zero", zero},
+                 path);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    mgpu::testing::check_first_adamw_step(mgpu::testing::load_checkpoint_by_name(path), want,
+                                          3e-3f /* --lr */, 2e-5f);
+    std::remove(path.c_str());
+  }
+  std::remove(single.c_str());
+}
+
+TEST_CASE("hybrid zero 1, 2 and 3 resume from a single-device checkpoint in bf16",
           "[hybrid][lesson][equivalence][zero][precision]") {
   // bf16 masters live in the dp chunks: a resume fills them from the full model and rounds them
   // into the whole 2-byte parameters every rank computes with.
@@ -218,15 +288,18 @@ TEST_CASE("hybrid zero 1 resumes from a single-device checkpoint in bf16",
                     done = temp_path("zero_done.ckpt");
   REQUIRE(run({"run", "single_device", "--checkpoint", straight}, "2").code == 0);
   REQUIRE(run({"run", "single_device", "--checkpoint", half}, "1").code == 0);
-  auto r = run({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2",
-                "--microbatches", "2", "--zero", "1", "--resume", half, "--checkpoint", done},
-               "2");
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  const auto got = mgpu::testing::load_checkpoint_by_name(done),
-             want = mgpu::testing::load_checkpoint_by_name(straight);
-  CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
-  CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
+  const auto want = mgpu::testing::load_checkpoint_by_name(straight);
+  for (const char* zero : {"1", "2", "3"}) {
+    INFO("--zero " << zero);
+    auto r = run({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+                  "--microbatches", "2", "--zero", zero, "--resume", half, "--checkpoint", done},
+                 "2");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto got = mgpu::testing::load_checkpoint_by_name(done);
+    CHECK(mgpu::testing::max_difference(got, want, "param") <= 2e-5f);
+    CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") <= 2e-5f);
+  }
   for (auto* p : {&straight, &half, &done}) std::remove(p->c_str());
 }
 
@@ -548,9 +621,10 @@ TEST_CASE("hybrid refuses a bad mesh in one line, naming meshes that work", "[hy
       tiny({"run", "hybrid", "--ranks", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--cp", "2"}));
   CHECK(cp_mesh.code == 2);
   CHECK_THAT(cp_mesh.err, Catch::Contains("--dp 1 --tp 2 --pp 2 --cp 2"));
-  auto zero = run_mgpu(mesh(2, 2, 2, {"--zero", "2"}));
+  auto zero = run_mgpu(mesh(2, 2, 2, {"--zero", "4"}));
   CHECK(zero.code == 2);
-  CHECK_THAT(zero.err, Catch::Contains("hybrid runs --zero 0 or 1"));
+  CHECK_THAT(zero.err, Catch::Contains("hybrid runs --zero 0 (gradients all-reduced over dp) or "
+                                       "1, 2, 3 (ZeRO-1/2/3 over dp), got 4"));
   auto batch = run_mgpu(mesh(2, 2, 2, {}, 3));
   CHECK(batch.code == 2);
   CHECK_THAT(batch.err, Catch::Contains("does not split into dp 2 x 3 micro-batches"));
