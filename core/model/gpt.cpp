@@ -371,7 +371,7 @@ void Block::forward(const Tensor& x, BlockActivations& a) const {
   }
 }
 
-void Block::forward_math(const Tensor& x, BlockActivations& a) const {
+void Block::forward_math(const Tensor& x, BlockActivations& a, MoePass pass) const {
   a.input = x;
   // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
@@ -382,7 +382,7 @@ void Block::forward_math(const Tensor& x, BlockActivations& a) const {
   // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
   if (is_moe()) {  // out = res1 + moe(ln2(res1))
-    moe.forward(a.out, a.ln2, a.moe, comm);
+    moe.forward(a.out, a.ln2, a.moe, comm, pass);
   } else {
     column_forward(fc, a.fc, a.ln2);
     ops::gelu_forward(a.fc_gelu, a.fc);
@@ -399,8 +399,8 @@ BlockActivations Block::recomputed(const BlockActivations& kept) const {
   if (config.recompute == Recompute::full) {
     a.out = Tensor();  // re-made into a fresh tensor: the kept output may be read elsewhere
     a.allocate_missing(config, shard, batch, seq, !is_moe());
-    forward_math(kept.input, a);  // the block communicates again, as Megatron's recompute
-  } else {                        // selective: only the attention probabilities, from the kept qkv
+    forward_math(kept.input, a, MoePass::recompute);  // it communicates again, as Megatron's
+  } else {  // selective: only the attention probabilities, from the kept qkv
     a.att = activation({batch, heads, seq, attention_keys(shard, seq)}, config.dtype);
     Tensor attn_out = workspace(kept.attn_out.shape(), config.dtype);  // same values as kept
     attention_forward(attn_out, a.att, a.lse, a.qkv);

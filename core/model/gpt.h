@@ -276,8 +276,9 @@ struct Block {
   void backward_input(Tensor& dx, const Tensor& dout, const BlockActivations& acts,
                       BlockWeightGradInputs& keep) const;
   void backward_weight(const BlockActivations& acts, const BlockWeightGradInputs& keep);
-  // The forward's math alone, into fully allocated `acts` (forward = allocate, this, drop).
-  void forward_math(const Tensor& x, BlockActivations& acts) const;
+  // The forward's math alone, into fully allocated `acts` (forward = allocate, this, drop);
+  // `pass`: the forward, or a full recompute's (its expert exchanges are labelled so).
+  void forward_math(const Tensor& x, BlockActivations& acts, MoePass pass = MoePass::forward) const;
   // `kept` completed with what the recompute mode dropped (a copy of `kept` under none).
   BlockActivations recomputed(const BlockActivations& kept) const;
   void collect(ParamList& list);

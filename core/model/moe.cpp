@@ -19,7 +19,8 @@ namespace mgpu {
 // ---------------------------------------------------------------------------------- the layer
 
 MoeLayer::MoeLayer(const GPTConfig& cfg, int index, const BlockShard& shard)
-    : experts(cfg.experts),
+    : layer(index),
+      experts(cfg.experts),
       local_experts(shard.expert_parts > 0 ? cfg.experts / shard.expert_parts : 0),
       top_k(cfg.top_k),
       dim(cfg.dim),
@@ -139,14 +140,15 @@ Tensor MoeLayer::experts_forward(MoeActivations& a, MemCategory out_category) co
   return out;
 }
 
-void MoeLayer::forward(Tensor& out, const Tensor& x, MoeActivations& a,
-                       const BlockComm& comm) const {
+void MoeLayer::forward(Tensor& out, const Tensor& x, MoeActivations& a, const BlockComm& comm,
+                       MoePass pass) const {
   const DType dt = x.dtype();
   ExpertComm* ec = comm.experts;
+  const ExchangeSite site{.layer = layer, .pass = pass};
   a.probs = router_probs(x);
   a.routing = route_probs(a.probs, x.dim(1), ec ? ec->ranks() : 1);
   if (ec)
-    with_phase_paused(comm.phase, [&] { a.plan = ec->plan(a.routing, experts); });
+    with_phase_paused(comm.phase, [&] { a.plan = ec->plan(a.routing, experts, site); });
   else
     a.plan = local_plan(a.routing, experts);
   const std::vector<int32_t> tokens = token_of_rows(a.routing, top_k);
@@ -156,7 +158,7 @@ void MoeLayer::forward(Tensor& out, const Tensor& x, MoeActivations& a,
   ops::gather_rows(a.rows, x, tokens);
   if (ec) {
     a.expert_rows = moe_tensor({a.plan.received_rows(), dim}, MemCategory::activations, dt);
-    with_phase_paused(comm.phase, [&] { ec->to_experts(a.rows, a.expert_rows, a.plan); });
+    with_phase_paused(comm.phase, [&] { ec->to_experts(a.rows, a.expert_rows, a.plan, site); });
     a.rows = Tensor();  // sent: only the expert rows are kept
   } else {
     a.expert_rows = a.rows;
@@ -165,7 +167,7 @@ void MoeLayer::forward(Tensor& out, const Tensor& x, MoeActivations& a,
   // Combine: the outputs back to their tokens' ranks, then each token's weighted sum.
   if (ec) {
     a.y = moe_tensor({sent, dim}, MemCategory::activations, dt);
-    with_phase_paused(comm.phase, [&] { ec->to_tokens(expert_out, a.y, a.plan); });
+    with_phase_paused(comm.phase, [&] { ec->to_tokens(expert_out, a.y, a.plan, site); });
   } else {
     a.y = expert_out;
   }
@@ -240,6 +242,7 @@ void MoeLayer::router_backward(Tensor& dx, const Tensor& x, const MoeActivations
 void MoeLayer::backward(Tensor& dx, const Tensor& dout, const Tensor& x, const MoeActivations& a,
                         const BlockComm& comm) {
   ExpertComm* ec = comm.experts;
+  const ExchangeSite site{.layer = layer, .pass = MoePass::backward};
   const DType dt = dout.dtype();
   const MemCategory exchanged = ec ? MemCategory::comm_buffers : MemCategory::workspace;
   const std::vector<int32_t> tokens = token_of_rows(a.routing, top_k);
@@ -252,13 +255,13 @@ void MoeLayer::backward(Tensor& dx, const Tensor& dout, const Tensor& x, const M
   Tensor d_expert_out = d_y;  // the combine's exchange backward: to the experts
   if (ec) {
     d_expert_out = moe_tensor({a.plan.received_rows(), dim}, exchanged, dt);
-    with_phase_paused(comm.phase, [&] { ec->to_experts(d_y, d_expert_out, a.plan); });
+    with_phase_paused(comm.phase, [&] { ec->to_experts(d_y, d_expert_out, a.plan, site); });
   }
   Tensor d_expert_rows = experts_backward(d_expert_out, a, exchanged);
   Tensor d_rows = d_expert_rows;  // the dispatch's exchange backward: back to the tokens
   if (ec) {
     d_rows = moe_tensor({sent, dim}, exchanged, dt);
-    with_phase_paused(comm.phase, [&] { ec->to_tokens(d_expert_rows, d_rows, a.plan); });
+    with_phase_paused(comm.phase, [&] { ec->to_tokens(d_expert_rows, d_rows, a.plan, site); });
   }
   ops::combine_rows(dx, d_rows, tokens);  // the dispatch's permutation backward: dx overwritten
   router_backward(dx, x, a, d_weight);

@@ -101,6 +101,16 @@ struct ExchangePlan {
   std::vector<int64_t> rows_per_local_expert() const;
 };
 
+// Where an exchange runs, which the trace names: the MoE block's index in the model and its pass.
+// The block says so on every call, so an exchange keeps no cursor (a pipeline runs many
+// micro-batches' blocks in an order only its schedule knows). A full recompute re-runs the
+// forward's exchanges inside the backward pass.
+enum class MoePass { forward, recompute, backward };
+struct ExchangeSite {
+  int layer = -1;  // the block's index in the whole model
+  MoePass pass = MoePass::forward;
+};
+
 // Where a block's experts live and how their rows get there. Null (one device): this rank holds
 // every expert and the exchanges are copies.
 class ExpertComm {
@@ -109,14 +119,16 @@ class ExpertComm {
   virtual int ranks() const = 0;  // the ep group's size
   virtual int rank() const = 0;   // this rank's index: it holds experts [rank*E/ranks, ...)
   // Exchanges the per-expert counts (a small all-to-all) and returns the plan.
-  virtual ExchangePlan plan(const Routing& routing, int experts) = 0;
+  virtual ExchangePlan plan(const Routing& routing, int experts, const ExchangeSite& site) = 0;
   // Rows in dispatch order [sent_rows, C] -> rows of this rank's experts [received_rows, C],
   // grouped by local expert (within an expert, by source rank). Forward dispatch; the backward
   // of combine.
-  virtual void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan& plan) = 0;
+  virtual void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan& plan,
+                          const ExchangeSite& site) = 0;
   // The reverse: rows of this rank's experts back to the ranks their tokens came from, in
   // dispatch order. Forward combine; the backward of dispatch.
-  virtual void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan) = 0;
+  virtual void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan,
+                         const ExchangeSite& site) = 0;
 };
 
 // ---- the layer ----
@@ -153,6 +165,7 @@ struct MoeActivations {
 // `local_experts` consecutive ones (all of them on one device; E / ep under expert parallelism,
 // a PartitionSpec::rows split set by the layout, so a checkpoint is the single-device one).
 struct MoeLayer {
+  int layer = -1;         // the block's index in the whole model (the exchanges' trace label)
   int experts = 0;        // E (0: the block is dense)
   int local_experts = 0;  // experts held here
   int top_k = 1;
@@ -175,8 +188,10 @@ struct MoeLayer {
   // Declared (no memory): block `index`'s layer, holding shard's part of the experts.
   MoeLayer(const GPTConfig& cfg, int index, const BlockShard& shard);
   // x [B,T,C] -> out [B,T,C] (overwritten), filling `acts`. Groups are the B sequences.
-  // comm.experts null: every expert is here and the exchanges are copies.
-  void forward(Tensor& out, const Tensor& x, MoeActivations& acts, const BlockComm& comm) const;
+  // comm.experts null: every expert is here and the exchanges are copies. `pass`: forward, or a
+  // full recompute's forward inside the backward.
+  void forward(Tensor& out, const Tensor& x, MoeActivations& acts, const BlockComm& comm,
+               MoePass pass = MoePass::forward) const;
   // dx (overwritten) from dout and what forward kept; parameter grads += (the aux loss's too).
   void backward(Tensor& dx, const Tensor& dout, const Tensor& x, const MoeActivations& acts,
                 const BlockComm& comm);

@@ -36,40 +36,27 @@ void check_ep_size(const GPTConfig& cfg, int dp, int ep) {
 
 // ---------------------------------------------------------------------------------- the plan
 
-ExpertParallelComm::ExpertParallelComm(comm::Comm& ep, int moe_every)
-    : ep_(ep), moe_every_(moe_every) {}
+ExpertParallelComm::ExpertParallelComm(comm::Comm& ep) : ep_(ep) {}
 
-void ExpertParallelComm::begin_forward() {
-  backward_ = false;
-  planned_ = 0;
-  current_ = -1;
+// Forward (and a full recompute's forward): "dispatch", "combine"; the backward's exchanges are
+// the forward's reversed: "combine bwd" (to the experts), then "dispatch bwd" (to the tokens).
+Tracer::CommLabel ExpertParallelComm::label(const char* exchange, const ExchangeSite& site) {
+  const bool gradients = site.pass == MoePass::backward;
+  return {.name = gradients ? fmt::format("{} bwd", exchange) : std::string(exchange),
+          .layer = site.layer};
 }
 
-void ExpertParallelComm::begin_backward() {
-  backward_ = true;
-  recomputing_ = false;
-  current_ = planned_;  // the last MoE layer's backward comes first
+const char* ExpertParallelComm::category(const ExchangeSite& site) {
+  return site.pass == MoePass::forward ? trace::cat::forward : trace::cat::backward;
 }
 
-// Backward labels: a full recompute re-runs a layer's forward (plan, dispatch, combine) before
-// its backward, which then starts with combine's backward: the exchange that moves the layer
-// cursor to the next (earlier) layer.
-Tracer::CommLabel ExpertParallelComm::label(const char* exchange, bool backward) const {
-  const int layer = recomputing_ ? current_ - 1 : current_;
-  return {.name = backward ? fmt::format("{} bwd", exchange) : std::string(exchange),
-          .layer = layer >= 0 ? block_of(layer) : -1};
-}
-
-ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts) {
+ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts,
+                                      const ExchangeSite& site) {
   const int n = ep_.size();
   if (experts % n != 0 || static_cast<int>(routing.tokens_per_expert.size()) != experts)
     throw std::logic_error(fmt::format(
         "expert exchange over {} ranks: {} experts (routing counts {}) do not split evenly", n,
         experts, routing.tokens_per_expert.size()));
-  if (backward_)
-    recomputing_ = true;
-  else
-    current_ = planned_++;
   ExchangePlan plan{.ranks = n, .local_experts = experts / n};
   // Rank j holds experts [j*L, (j+1)*L): the per-expert counts in expert order are already
   // [ranks][local_experts].
@@ -80,7 +67,7 @@ ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts) {
   Tensor send = Tensor::from({experts}, send_counts, MemCategory::comm_buffers);
   Tensor recv = Tensor::empty({experts}, MemCategory::comm_buffers);
   {
-    Tracer::CommLabel counts = label("dispatch counts", false);
+    Tracer::CommLabel counts = label("dispatch counts", {.layer = site.layer});
     counts.counts = routing.tokens_per_expert;
     CommLabelScope scope(std::move(counts));
     ep_.all_to_all(send, recv);
@@ -156,32 +143,30 @@ void group_by_source(Tensor& by_source, const Tensor& by_expert, const ExchangeP
 // ---------------------------------------------------------------------------------- the exchanges
 
 void ExpertParallelComm::to_experts(const Tensor& rows, Tensor& expert_rows,
-                                    const ExchangePlan& plan) {
-  const bool gradients = backward_ && !recomputing_;
-  if (gradients && current_ > 0) --current_;  // a layer's backward starts with combine's
+                                    const ExchangePlan& plan, const ExchangeSite& site) {
+  const bool gradients = site.pass == MoePass::backward;  // combine's backward
   const int64_t width = expert_rows.dim(-1);
   Tensor received = Tensor::empty(expert_rows.shape(), MemCategory::comm_buffers, rows.dtype());
   {
-    CommLabelScope scope(label(gradients ? "combine" : "dispatch", gradients));
+    CommLabelScope scope(label(gradients ? "combine" : "dispatch", site));
     ep_.all_to_all_v(rows, element_counts(plan.send, plan.ranks, width), received,
                      element_counts(plan.recv, plan.ranks, width));
   }
-  group_by_expert(expert_rows, received, plan, category());
+  group_by_expert(expert_rows, received, plan, category(site));
 }
 
 void ExpertParallelComm::to_tokens(const Tensor& expert_rows, Tensor& rows,
-                                   const ExchangePlan& plan) {
+                                   const ExchangePlan& plan, const ExchangeSite& site) {
   const int64_t width = rows.dim(-1);
   Tensor by_source =
       Tensor::empty(expert_rows.shape(), MemCategory::comm_buffers, expert_rows.dtype());
-  group_by_source(by_source, expert_rows, plan, category());
-  const bool gradients = backward_ && !recomputing_;
+  group_by_source(by_source, expert_rows, plan, category(site));
+  const bool gradients = site.pass == MoePass::backward;  // dispatch's backward
   {
-    CommLabelScope scope(label(gradients ? "dispatch" : "combine", gradients));
+    CommLabelScope scope(label(gradients ? "dispatch" : "combine", site));
     ep_.all_to_all_v(by_source, element_counts(plan.recv, plan.ranks, width), rows,
                      element_counts(plan.send, plan.ranks, width));
   }
-  recomputing_ = false;  // a recomputed forward ends with its combine
 }
 
 // ---------------------------------------------------------------------------------- the layout
@@ -225,7 +210,7 @@ ExpertParallel::ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm&
     if (!p->spec.split()) dense_params_.push_back(p);
   materialise(model_->params(), cfg.seed, cfg.dtype);
   // Even with ep = 1 (the exchanges are then local copies), so the trace carries the routing.
-  exchange_ = std::make_unique<ExpertParallelComm>(ep, cfg.moe_every);
+  exchange_ = std::make_unique<ExpertParallelComm>(ep);
   model_->set_block_comm({.phase = &phase_, .experts = exchange_.get()});
   optimizer_ = make_optimizer(model_->params());
 }
@@ -236,10 +221,8 @@ train::StepOutcome ExpertParallel::step(const data::Batch& batch, int step) {
   const data::Batch shard = batch.rows(mine.begin, mine.end);
   optimizer_->zero_grad();
   GPTActivations acts = GPTActivations::allocate(config_, model_->shard(), shard.B, shard.T);
-  exchange_->begin_forward();
   phase_.open("forward", trace::cat::forward);
   const float loss = model_->forward(shard.tokens, shard.targets, acts, loss_scale());
-  exchange_->begin_backward();
   phase_.open("backward", trace::cat::backward);
   model_->backward(shard.tokens, acts);
   phase_.close();

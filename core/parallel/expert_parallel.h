@@ -42,36 +42,25 @@ void average_dense_and_expert_gradients(const ParamList& dense, const ParamList&
 // ------------------------------------------------------------------ the exchange
 // The rows of one MoE layer travel over the ep group: the plan's counts by an all_to_all, the
 // rows by all_to_all_v. The trace names the exchanges "dispatch" and "combine" ("... bwd" in the
-// backward pass, which the layout announces), with the MoE block's layer; the counts' exchange,
-// "dispatch counts", carries this rank's kept tokens per expert (Event::counts): the per-expert
-// load the lesson and the dashboard read.
+// backward pass), with the MoE block's layer, both as the block states them (ExchangeSite); the
+// counts' exchange, "dispatch counts", carries this rank's kept tokens per expert (Event::counts):
+// the per-expert load the lesson and the dashboard read.
 class ExpertParallelComm : public ExpertComm {
  public:
-  // `moe_every`: block i is MoE when i % moe_every == moe_every - 1 (GPTConfig), so the n-th
-  // plan of a forward is block n * moe_every + moe_every - 1.
-  ExpertParallelComm(comm::Comm& ep, int moe_every);
+  explicit ExpertParallelComm(comm::Comm& ep);
   int ranks() const override { return ep_.size(); }
   int rank() const override { return ep_.rank(); }
-  ExchangePlan plan(const Routing& routing, int experts) override;
-  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan& plan) override;
-  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan) override;
-
-  // The layout's step: a forward (plans count the MoE layers from the first) or the backward
-  // (layers in reverse, each layer's combine backward first).
-  void begin_forward();
-  void begin_backward();
+  ExchangePlan plan(const Routing& routing, int experts, const ExchangeSite& site) override;
+  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan& plan,
+                  const ExchangeSite& site) override;
+  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan& plan,
+                 const ExchangeSite& site) override;
 
  private:
-  Tracer::CommLabel label(const char* exchange, bool backward) const;
-  const char* category() const { return backward_ ? trace::cat::backward : trace::cat::forward; }
-  int block_of(int moe_layer) const { return moe_layer * moe_every_ + moe_every_ - 1; }
+  static Tracer::CommLabel label(const char* exchange, const ExchangeSite& site);
+  static const char* category(const ExchangeSite& site);  // the pass the regrouping runs in
 
   comm::Comm& ep_;
-  int moe_every_;
-  bool backward_ = false;
-  int planned_ = 0;           // MoE layers planned in this forward
-  int current_ = -1;          // the MoE layer whose exchanges run now
-  bool recomputing_ = false;  // a full recompute's forward inside the backward
 };
 
 // The per-row regrouping around the all_to_all_v (both directions), exposed for tests.

@@ -76,7 +76,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   // The block's communication: TP's f and g around the linears, the cp ring for attention (a
   // null one: the plain op). The pipeline executor's regions stay open through them.
   if (options.mesh.ep > 1)
-    experts_ = std::make_unique<ExpertParallelComm>(mesh_.group(Axis::ep), cfg.moe_every);
+    experts_ = std::make_unique<ExpertParallelComm>(mesh_.group(Axis::ep));
   const BlockComm comm{.linear = options.mesh.tp > 1 ? tp_comm_.get() : nullptr,
                        .attention = ring_.get(),
                        .experts = experts_.get()};

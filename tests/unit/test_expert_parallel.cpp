@@ -21,6 +21,7 @@
 #include "core/runtime/world.h"
 #include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
+#include "core/trace/chrome_trace.h"
 #include "lessons/expert_parallel.h"
 #include "unit/mgpu_cli.h"
 
@@ -166,13 +167,13 @@ TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the tra
     World world(WorldOptions{.ranks = ranks, .all_reduce = selected_all_reduce()});
     world.run([&](RankContext& ctx) {
       const int me = ctx.rank;
-      parallel::ExpertParallelComm comm(*ctx.comm, 1);
+      parallel::ExpertParallelComm comm(*ctx.comm);
+      const ExchangeSite site{.layer = 3};  // block 3's forward, as the block would say
       Routing routing;
       routing.tokens_per_expert = counts_of(me, experts);
       const int64_t sent = std::accumulate(routing.tokens_per_expert.begin(),
                                            routing.tokens_per_expert.end(), int64_t{0});
-      comm.begin_forward();
-      const ExchangePlan plan = comm.plan(routing, experts);
+      const ExchangePlan plan = comm.plan(routing, experts, site);
       // Rows in dispatch order: by expert, each tagged with (me, expert, index).
       Tensor rows = Tensor::empty({sent, kWidth}, MemCategory::activations);
       int64_t at = 0;
@@ -180,7 +181,7 @@ TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the tra
         for (int64_t i = 0; i < routing.tokens_per_expert[e]; ++i, ++at)
           for (int64_t k = 0; k < kWidth; ++k) rows.f32()[at * kWidth + k] = tag(me, e, i, k);
       Tensor expert_rows = Tensor::empty({plan.received_rows(), kWidth}, MemCategory::activations);
-      comm.to_experts(rows, expert_rows, plan);
+      comm.to_experts(rows, expert_rows, plan, site);
       // Expected: for each of my local experts, each source's rows in order.
       std::vector<float> want;
       for (int e = me * local; e < (me + 1) * local; ++e)
@@ -188,7 +189,7 @@ TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the tra
           for (int64_t i = 0; i < counts_of(s, experts)[e]; ++i)
             for (int64_t k = 0; k < kWidth; ++k) want.push_back(tag(s, e, i, k));
       Tensor back = Tensor::empty({sent, kWidth}, MemCategory::activations);
-      comm.to_tokens(expert_rows, back, plan);
+      comm.to_tokens(expert_rows, back, plan, site);
       std::lock_guard lock(mutex);
       if (expert_rows.to_vector() != want)
         problems.push_back(fmt::format("rank {}: to_experts", me));
@@ -208,7 +209,7 @@ TEST_CASE("one MoE exchange moves the rows a fixed routing asks for, and the tra
         if (e.rank != r || e.lane != trace::Lane::comm) continue;
         if (e.name == "dispatch counts") counts = e.counts;
         if (e.op == "all_to_all_v") sent[e.name] += e.sent_bytes;
-        CHECK(e.layer == 0);  // block 0: the first MoE layer of a moe_every = 1 model
+        CHECK(e.layer == 3);  // the site's block
       }
       CHECK(counts == all[r]);
       CHECK(sent["dispatch"] ==
@@ -259,5 +260,57 @@ TEST_CASE("expert_parallel refuses bad sizes with one line", "[ep][cli]") {
     CHECK(r.code == 2);
     CHECK(count_lines(r.err) == 1);
     CHECK(r.err.find(says) != std::string::npos);
+  }
+}
+
+// Under a pipeline the blocks of many micro-batches run in the schedule's order, so an exchange
+// cannot count layers: each is labelled with the MoE block that ran it (the block says so). Every
+// rank's exchanges name only its own stage's MoE blocks, each block's as often as the schedule
+// runs it: per step and micro-batch, its counts, dispatch and combine forward, and combine bwd
+// and dispatch bwd (a full recompute runs the forward three again inside the backward).
+TEST_CASE("hybrid with ep and a pipeline labels each exchange with its own block",
+          "[ep][hybrid][trace]") {
+  for (const char* recompute : {"none", "full"}) {
+    for (const char* moe_every : {"1", "2"}) {
+      INFO("--recompute " << recompute << " --moe-every " << moe_every);
+      const std::string path = temp_path("ep_pipeline.json");
+      const int steps = 2, microbatches = 2, layers = 4, stages = 2;
+      auto r = run_mgpu({"run",         "hybrid",   "--ranks",
+                         "8",           "--dp",     "4",
+                         "--tp",        "1",        "--pp",
+                         "2",           "--ep",     "2",
+                         "--experts",   "4",        "--moe-every",
+                         moe_every,     "--layers", "4",
+                         "--dim",       "16",       "--heads",
+                         "2",           "--seq",    "8",
+                         "--batch",     "16",       "--microbatches",
+                         "2",           "--steps",  "2",
+                         "--recompute", recompute,  "-q",
+                         "--trace",     path});
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const trace::Trace t = trace::read_chrome_trace(path);
+      std::filesystem::remove(path);
+      const int every = std::stoi(moe_every);
+      for (int rank = 0; rank < 8; ++rank) {
+        INFO("rank " << rank);
+        const int stage = rank / 4;                       // the mesh is tp x dp x pp, pp slowest
+        std::map<std::pair<int, std::string>, int> seen;  // (layer, exchange) -> times
+        for (const trace::Event& e : t.events)
+          if (e.rank == rank && e.lane == trace::Lane::comm && e.layer >= 0 &&
+              (e.op == "all_to_all" || e.op == "all_to_all_v"))
+            ++seen[{e.layer, e.name}];
+        std::map<std::pair<int, std::string>, int> want;
+        const int per_stage = layers / stages, times = steps * microbatches;
+        const int forwards = std::string(recompute) == "full" ? 2 : 1;
+        for (int block = stage * per_stage; block < (stage + 1) * per_stage; ++block) {
+          if (block % every != every - 1) continue;  // a dense block exchanges nothing
+          for (const char* name : {"dispatch counts", "dispatch", "combine"})
+            want[{block, name}] = forwards * times;
+          for (const char* name : {"combine bwd", "dispatch bwd"}) want[{block, name}] = times;
+        }
+        CHECK(seen == want);
+      }
+    }
   }
 }

@@ -470,18 +470,20 @@ class CopyingExpertComm : public ExpertComm {
  public:
   int ranks() const override { return 1; }
   int rank() const override { return 0; }
-  ExchangePlan plan(const Routing& routing, int experts) override {
+  ExchangePlan plan(const Routing& routing, int experts, const ExchangeSite&) override {
     ++plans;
     return {.ranks = 1,
             .local_experts = experts,
             .send = routing.tokens_per_expert,
             .recv = routing.tokens_per_expert};
   }
-  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan&) override {
+  void to_experts(const Tensor& rows, Tensor& expert_rows, const ExchangePlan&,
+                  const ExchangeSite&) override {
     ++exchanges;
     expert_rows.copy_from(rows);
   }
-  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan&) override {
+  void to_tokens(const Tensor& expert_rows, Tensor& rows, const ExchangePlan&,
+                 const ExchangeSite&) override {
     ++exchanges;
     rows.copy_from(expert_rows);
   }
