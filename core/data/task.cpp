@@ -25,15 +25,17 @@ double uniform01(std::mt19937_64& rng) {
 
 }  // namespace
 
-Batch Batch::rows(int begin, int end) const {
+Batch Batch::rows(int begin, int end, BatchParts parts) const {
   if (begin < 0 || end < begin || end > B)
     throw std::out_of_range(fmt::format("rows [{}, {}) of a batch of {}", begin, end, B));
   Batch out;
   out.B = end - begin;
   out.T = T;
   auto first = static_cast<int64_t>(begin) * T, last = static_cast<int64_t>(end) * T;
-  out.tokens.assign(tokens.begin() + first, tokens.begin() + last);
-  out.targets.assign(targets.begin() + first, targets.begin() + last);
+  if (parts.tokens && !tokens.empty())
+    out.tokens.assign(tokens.begin() + first, tokens.begin() + last);
+  if (parts.targets && !targets.empty())
+    out.targets.assign(targets.begin() + first, targets.begin() + last);
   return out;
 }
 

@@ -13,15 +13,23 @@
 namespace mgpu::data {
 
 // B sequences of T tokens, row-major ([B, T]); targets[i] is the token that follows tokens[i].
+// Which arrays of a batch a rank reads: a pipeline's first stage embeds the tokens, its last
+// scores the targets, a middle stage needs only the shape.
+struct BatchParts {
+  bool tokens = true;
+  bool targets = true;
+};
+
 struct Batch {
   int B = 0;
   int T = 0;
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> targets;
+  std::vector<int32_t> tokens;   // B x T, or empty: a batch that carries no tokens (BatchParts)
+  std::vector<int32_t> targets;  // likewise
 
   int64_t size() const { return static_cast<int64_t>(B) * T; }
-  // Rows [begin, end) as a batch of their own (a rank's shard, a micro-batch).
-  Batch rows(int begin, int end) const;
+  // Rows [begin, end) as a batch of their own (a rank's shard, a micro-batch), with the parts
+  // asked for (an array this batch does not carry stays empty).
+  Batch rows(int begin, int end, BatchParts parts = {}) const;
   bool operator==(const Batch& other) const = default;
 };
 

@@ -74,8 +74,9 @@ data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& 
   data::Batch mine{.B = batch.B, .T = static_cast<int>(positions.size())};
   for (int row = 0; row < batch.B; ++row)
     for (int32_t pos : positions) {
-      mine.tokens.push_back(batch.tokens[size_t(row) * size_t(batch.T) + size_t(pos)]);
-      mine.targets.push_back(batch.targets[size_t(row) * size_t(batch.T) + size_t(pos)]);
+      const size_t at = size_t(row) * size_t(batch.T) + size_t(pos);
+      if (!batch.tokens.empty()) mine.tokens.push_back(batch.tokens[at]);
+      if (!batch.targets.empty()) mine.targets.push_back(batch.targets[at]);
     }
   return mine;
 }

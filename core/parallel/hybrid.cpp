@@ -75,8 +75,7 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   embedding_group_ = pipeline::make_embedding_group(stage_, mesh_.group(Axis::pp));
   // The block's communication: TP's f and g around the linears, the cp ring for attention (a
   // null one: the plain op). The pipeline executor's regions stay open through them.
-  if (options.mesh.ep > 1)
-    experts_ = std::make_unique<ExpertParallelComm>(mesh_.group(Axis::ep));
+  if (options.mesh.ep > 1) experts_ = std::make_unique<ExpertParallelComm>(mesh_.group(Axis::ep));
   const BlockComm comm{.linear = options.mesh.tp > 1 ? tp_comm_.get() : nullptr,
                        .attention = ring_.get(),
                        .experts = experts_.get()};
@@ -132,7 +131,10 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   // My replica's share of the batch; the schedule cuts it into micro-batches.
   const data::RowRange rows =
       data::shard_rows(global_batch.B, dp, mesh_.coord(Axis::dp), "data-parallel replicas");
-  data::Batch mine = global_batch.rows(rows.begin, rows.end);
+  // Only the stage that embeds reads the tokens, only the one with the head the targets: a middle
+  // stage's micro-batches carry their shape alone (a GPT-3 plan runs up to 64 stage threads).
+  data::Batch mine = global_batch.rows(
+      rows.begin, rows.end, {.tokens = bool(stage_.embedding), .targets = bool(stage_.head)});
   if (ring_) {  // cp: my zigzag columns of every sequence
     if (global_batch.T != config_.seq_len)
       throw std::invalid_argument(

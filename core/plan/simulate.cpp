@@ -7,6 +7,10 @@
 //      measured one), then the prediction read off the trace and the allocators.
 #include "core/plan/simulate.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -200,40 +204,46 @@ bool any_tp_group_crosses_nodes(const Layout& layout, const HardwareProfile& pro
   return false;
 }
 
-// The measured step, read from each rank's own events (trace/analysis.h's definitions): the window
+// The measured step, from each rank's own events (trace/analysis.h's definitions): the window
 // spans every rank's step-lane event of that step; a rank's bubble is the share of the window its
-// compute lane is idle, its exposed communication the comm-lane time not under compute. The
-// events stay with their rank (no merged, sorted copy of a trace of thousands of collectives).
+// compute lane is idle, its exposed communication the comm-lane time not under compute. No trace
+// is kept: each rank's tracer streams its events into a summary (the union of its compute and
+// comm lanes, and its step spans), which gives the trace's figures exactly in a few spans, where
+// GPT-3 175B's trace on 1024 GPUs would hold a gigabyte.
 struct StepTimeline {
   trace::Interval window;
   double busiest_bubble_fraction = 0;  // on the rank with the most compute in the window
   double worst_exposed_comm = 0;
 };
 
-StepTimeline measure_step(World& world, int step) {
-  std::vector<trace::Trace> ranks;
-  for (int r : world.local_ranks()) {
-    trace::Trace& mine = ranks.emplace_back();
-    mine.num_ranks = world.size();
-    mine.events = world.rank(r).tracer.take_events();
+struct RankSummary {
+  trace::IntervalUnion compute, comm;
+  std::vector<std::pair<int, trace::Interval>> steps;  // (step, its span) per step-lane event
+
+  void add(const trace::Event& e) {
+    if (e.lane == trace::Lane::step) steps.emplace_back(e.step, trace::Interval{e.start, e.end()});
+    if (e.lane == trace::Lane::compute) compute.add({e.start, e.end()});
+    if (e.lane == trace::Lane::comm) comm.add({e.start, e.end()});
   }
+};
+
+StepTimeline measure_step(const std::vector<RankSummary>& ranks, int step) {
   StepTimeline t;
   bool found = false;
-  for (const trace::Trace& mine : ranks)
-    for (const trace::Event& e : mine.events)
-      if (e.lane == trace::Lane::step && e.step == step) {
-        t.window = found ? trace::Interval{std::min(t.window.begin, e.start),
-                                           std::max(t.window.end, e.end())}
-                         : trace::Interval{e.start, e.end()};
+  for (const RankSummary& mine : ranks)
+    for (const auto& [s, span] : mine.steps)
+      if (s == step) {
+        t.window = found ? trace::Interval{std::min(t.window.begin, span.begin),
+                                           std::max(t.window.end, span.end)}
+                         : span;
         found = true;
       }
   if (!found || t.window.length() <= 0)
     throw std::logic_error(fmt::format("simulate: step {} left no time on the trace", step));
   double most_busy = -1;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const int rank = static_cast<int>(r);
-    const auto compute = trace::lane_intervals(ranks[r], rank, trace::Lane::compute, t.window);
-    const auto comm = trace::lane_intervals(ranks[r], rank, trace::Lane::comm, t.window);
+  for (const RankSummary& mine : ranks) {
+    const auto compute = mine.compute.clipped(t.window);
+    const auto comm = mine.comm.clipped(t.window);
     const double busy = trace::total_length(compute);
     const double exposed =
         trace::total_length(comm) - trace::total_length(trace::intersect(compute, comm));
@@ -338,8 +348,10 @@ Prediction predict(const StepTimeline& timeline, const std::vector<RankMemory>& 
 
 }  // namespace
 
-Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
-                    Simulation mode) {
+namespace {
+
+Prediction simulate_in_world(const Workload& workload, const Layout& layout,
+                             const HardwareProfile& profile, Simulation mode) {
   const auto wall_start = std::chrono::steady_clock::now();
   const GPTConfig cfg = model_for(workload, layout);
   const parallel::HybridOptions options = hybrid_options(cfg, workload, layout);
@@ -353,6 +365,9 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
       simulation_world(layout, profile, stride, stage_profile, representative);
   world_options.all_reduce = workload.seams.all_reduce;
   World world(world_options);
+  std::vector<RankSummary> summaries(static_cast<size_t>(world.size()));
+  for (int r : world.local_ranks())
+    world.rank(r).tracer.sink = [&mine = summaries[r]](const trace::Event& e) { mine.add(e); };
 
   const PhantomTokens task(cfg.vocab);
   train::TrainOptions train_options;
@@ -391,9 +406,22 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
         memory[ctx.rank] = {ctx.allocator.stats(), hybrid.mesh().coord(Axis::pp)};
       });
   Prediction p =
-      predict(measure_step(world, train_options.steps - 1), memory, cfg, layout, profile);
+      predict(measure_step(summaries, train_options.steps - 1), memory, cfg, layout, profile);
   p.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return p;
+}
+
+}  // namespace
+
+Prediction simulate(const Workload& workload, const Layout& layout, const HardwareProfile& profile,
+                    Simulation mode) {
+  Prediction p = simulate_in_world(workload, layout, profile, mode);
+#ifdef __GLIBC__
+  // Up to 64 stage threads each leave their malloc arena holding freed pages; handing them back
+  // keeps a search over hundreds of layouts at one simulation's memory, not every arena's peak.
+  malloc_trim(0);
+#endif
   return p;
 }
 

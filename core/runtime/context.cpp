@@ -145,11 +145,12 @@ void Tracer::record(trace::Event e) {
     if (comm_label->layer >= 0) e.layer = comm_label->layer;
     if (!comm_label->counts.empty()) e.counts = comm_label->counts;
   }
+  if (sink) return sink(e);
   events_.push_back(std::move(e));
 }
 
 void Tracer::record_memory(double time, const MemoryStats& stats) {
-  if (!enabled) return;
+  if (!enabled || sink) return;
   trace::CounterSample s;
   s.rank = rank_;
   s.time = time;

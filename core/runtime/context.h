@@ -3,6 +3,7 @@
 // context; kernels and scopes find it through current_rank(). Code that never installs one (unit
 // tests, single-device tools) gets a default single-rank CPU context with a modeled clock.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,9 @@ class Tracer {
     std::vector<int64_t> counts;
   };
   std::optional<CommLabel> comm_label;
+  // Set: every event streams here (labelled) instead of into events(), and memory counters are not
+  // kept: a consumer that needs a summary, not the trace (the planner), holds no trace at all.
+  std::function<void(const trace::Event&)> sink;
 
   void record(trace::Event e);
   void record_memory(double time, const MemoryStats& stats);

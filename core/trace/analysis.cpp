@@ -25,6 +25,33 @@ std::vector<Interval> merge_intervals(std::vector<Interval> intervals) {
   return merged;
 }
 
+void IntervalUnion::add(Interval i) {
+  if (!(i.end > i.begin)) return;
+  auto next = spans_.upper_bound(i.begin);  // the first span starting after i
+  if (next != spans_.begin()) {
+    auto previous = std::prev(next);
+    if (i.begin <= previous->second) {  // overlaps or touches the span before: one span
+      i.begin = previous->first;
+      i.end = std::max(i.end, previous->second);
+      spans_.erase(previous);
+    }
+  }
+  while (next != spans_.end() && next->first <= i.end) {  // and every later one it reaches
+    i.end = std::max(i.end, next->second);
+    next = spans_.erase(next);
+  }
+  spans_.emplace(i.begin, i.end);
+}
+
+std::vector<Interval> IntervalUnion::clipped(Interval window) const {
+  std::vector<Interval> out;
+  for (const auto& [begin, end] : spans_) {
+    const Interval c{std::max(begin, window.begin), std::min(end, window.end)};
+    if (c.end > c.begin) out.push_back(c);
+  }
+  return out;
+}
+
 double total_length(const std::vector<Interval>& merged) {
   double sum = 0;
   for (const Interval& i : merged) sum += i.length();

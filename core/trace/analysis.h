@@ -23,6 +23,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,19 @@ std::vector<Interval> merge_intervals(std::vector<Interval> intervals);
 double total_length(const std::vector<Interval>& merged);
 // Both inputs merged; the result is merged.
 std::vector<Interval> intersect(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// The union of intervals added one at a time, in any order, without keeping them: clipped(w) is
+// merge_intervals of the added intervals each clipped to w (touching ones merge, empty ones drop),
+// so a stream of events gives lane_intervals' figures bit for bit from a few spans.
+class IntervalUnion {
+ public:
+  void add(Interval i);
+  std::vector<Interval> clipped(Interval window) const;
+  size_t spans() const { return spans_.size(); }
+
+ private:
+  std::map<double, double> spans_;  // begin -> end, disjoint and not touching
+};
+
 // The intervals of `rank` on `lane`, clipped to `window`, merged.
 std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, Interval window);
 // The parts of the rank's comm-lane events that move bytes, [start + wait, end], clipped, merged.

@@ -285,6 +285,25 @@ TEST_CASE("the planner's Megatron choices: SP splits the activations, the head s
   CHECK(activations(one_stage_head) < activations(one_stage));
 }
 
+// ZeRO-2/3 over dp run in the mesh, so the planner simulates them: the same bytes on the wire as
+// ZeRO-1, and between steps 1/dp of the gradients (2, 3) and of the parameters (3) kept, which the
+// allocator's peak shows in the parameters category (the whole stage lives in comm buffers only
+// during the step).
+TEST_CASE("the planner simulates ZeRO-2 and ZeRO-3 inside a TP x PP mesh", "[plan][simulate]") {
+  const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
+  const Workload work = small_gpt();
+  std::vector<mgpu::plan::Prediction> by_zero;
+  for (int zero : {1, 2, 3}) {
+    Layout l = layout(4, 2, 2, 4, "1f1b");
+    l.zero = zero;
+    by_zero.push_back(mgpu::plan::simulate(work, l, profile));
+    CHECK(by_zero.back().step_seconds > 0);
+  }
+  const auto parameters = static_cast<size_t>(mgpu::MemCategory::parameters);
+  CHECK(by_zero[1].memory_peak[parameters] == by_zero[0].memory_peak[parameters]);
+  CHECK(by_zero[2].memory_peak[parameters] * 3 < by_zero[0].memory_peak[parameters]);
+}
+
 TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simulate]") {
   const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
   Workload work = small_gpt();
@@ -295,7 +314,7 @@ TEST_CASE("a layout the model cannot run is refused in one line", "[plan][simula
   bad = layout(2, 2, 2, 4, "interleaved");
   CHECK_THROWS_AS(mgpu::plan::simulate(work, bad, profile), std::invalid_argument);
   bad = layout(2, 2, 2, 4, "1f1b");
-  bad.zero = 2;  // hybrid shards over dp with ZeRO-1 only
+  bad.zero = 4;  // ZeRO has stages 0 to 3
   CHECK_THROWS_AS(mgpu::plan::simulate(work, bad, profile), std::invalid_argument);
   bad = layout(1, 2, 2, 4, "1f1b");
   bad.cp = 2;

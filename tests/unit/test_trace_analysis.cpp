@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "core/trace/analysis.h"
@@ -120,6 +121,32 @@ TEST_CASE("intervals: union and intersection are exact") {
   REQUIRE(merged == std::vector<Interval>{{0, 2.5}, {3, 4}});
   REQUIRE(total_length(merged) == 3.5);
   REQUIRE(intersect(merged, {{1, 3.5}}) == std::vector<Interval>{{1, 2.5}, {3, 3.5}});
+}
+
+// The planner streams events into an IntervalUnion instead of keeping them: in any order, with
+// touching, nested, empty and repeated intervals, its clipped spans are exactly what
+// merge_intervals makes of the intervals clipped one by one (lane_intervals' rule).
+TEST_CASE("intervals: a union built one interval at a time clips as the merged trace does") {
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int> point(0, 40);
+  for (int trial = 0; trial < 200; ++trial) {
+    IntervalUnion stream;
+    std::vector<Interval> kept;
+    const int n = 1 + trial % 30;
+    for (int i = 0; i < n; ++i) {
+      const double a = point(random) * 0.25, b = a + point(random) % 9 * 0.25;  // b - a may be 0
+      stream.add({a, b});
+      kept.push_back({a, b});
+    }
+    for (Interval window : {Interval{0, 10}, Interval{1.25, 6.5}, Interval{3, 3.25}}) {
+      std::vector<Interval> clipped;
+      for (const Interval& i : kept)
+        clipped.push_back({std::max(i.begin, window.begin), std::min(i.end, window.end)});
+      INFO("trial " << trial << " window " << window.begin << ".." << window.end);
+      CHECK(stream.clipped(window) == merge_intervals(clipped));
+    }
+    CHECK(stream.spans() <= kept.size());
+  }
 }
 
 TEST_CASE("analysis: busy, idle, bubble, overlap over the whole trace") {
