@@ -6,6 +6,8 @@
 //               gradients averaged over dp, expert gradients summed over edp and divided by dp.
 #include "core/parallel/expert_parallel.h"
 
+#include <algorithm>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 
@@ -35,6 +37,26 @@ void check_ep_size(const GPTConfig& cfg, int dp, int ep) {
 }
 
 // ---------------------------------------------------------------------------------- the plan
+
+namespace {
+
+// A phantom device has no values to route on: every rank routes its tokens the same balanced way
+// and takes what it receives to be what it sends (the mirror). That holds only when every rank's
+// experts get as many rows; otherwise the exchange's counts would not match between ranks.
+void check_mirrored(const std::vector<int64_t>& send, int ranks, int experts) {
+  const size_t local = send.size() / static_cast<size_t>(ranks);
+  std::vector<int64_t> per_rank(static_cast<size_t>(ranks), 0);
+  for (size_t e = 0; e < send.size(); ++e) per_rank[e / local] += send[e];
+  if (std::adjacent_find(per_rank.begin(), per_rank.end(), std::not_equal_to<>()) == per_rank.end())
+    return;
+  throw std::invalid_argument(fmt::format(
+      "the phantom device routes every token the same balanced way, which loads the {} ep ranks' "
+      "experts unequally unless a micro-batch's tokens x top-k are a multiple of the {} experts "
+      "in every sequence: not simulated",
+      ranks, experts));
+}
+
+}  // namespace
 
 ExpertParallelComm::ExpertParallelComm(comm::Comm& ep) : ep_(ep) {}
 
@@ -73,6 +95,7 @@ ExchangePlan ExpertParallelComm::plan(const Routing& routing, int experts,
     ep_.all_to_all(send, recv);
   }
   plan.recv.resize(plan.send.size());
+  if (!recv.has_data()) check_mirrored(plan.send, n, experts);
   const std::vector<float> recv_counts = recv.has_data() ? recv.to_vector() : std::vector<float>{};
   for (int s = 0; s < n; ++s)
     for (int e = 0; e < plan.local_experts; ++e) {

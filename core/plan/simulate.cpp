@@ -42,6 +42,30 @@ GPTConfig model_for(const Workload& workload, const Layout& layout) {
   return cfg;
 }
 
+// The phantom device routes by a fixed balanced rule (balanced_routing: slot s to expert s % E),
+// keeping a few bytes per (token, expert) slot of every micro-batch in flight. Over ep ranks the
+// symmetric groups take what a rank receives to be what it sends, which holds when every rank's
+// experts get as many rows: for dropless routing, when a micro-batch's slots are a multiple of
+// the experts (with a capacity the exchange itself checks). Both refusals name no layout's own
+// figures, so the planner lists each once.
+constexpr int64_t kMaxRoutedSlots = int64_t{1} << 22;
+
+void check_phantom_routing(const GPTConfig& cfg, const Layout& l) {
+  if (cfg.experts == 0) return;
+  const int64_t slots = int64_t{l.microbatch_size} * (cfg.seq_len / l.cp) * cfg.top_k;
+  if (slots > kMaxRoutedSlots)
+    throw std::invalid_argument(fmt::format(
+        "a micro-batch's tokens x top-k above {} routing slots per rank are not simulated: use "
+        "a smaller --microbatch-size or top-k",
+        kMaxRoutedSlots));
+  if (l.ep > 1 && cfg.capacity_factor == 0 && slots % cfg.experts != 0)
+    throw std::invalid_argument(fmt::format(
+        "the phantom device routes every token the same balanced way, which loads the ep ranks' "
+        "experts unequally unless a micro-batch's tokens x top-k are a multiple of the {} "
+        "experts: not simulated",
+        cfg.experts));
+}
+
 parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& workload,
                                        const Layout& layout) {
   if (layout.microbatch_size < 1 || layout.microbatches < 1)
@@ -65,6 +89,7 @@ parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& wor
   options.vocab_parallel_head = layout.vocab_parallel_head;
   if (cfg.dtype != DType::f32) options.tp_sums = parallel::PartialSums::activation_dtype;
   parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
+  check_phantom_routing(cfg, layout);
   return options;
 }
 

@@ -398,3 +398,27 @@ TEST_CASE("mixtral-8x7b runs on 64 phantom ranks and the representative simulati
   CHECK(relative(static_cast<double>(rep.memory_peak_total),
                  static_cast<double>(full.memory_peak_total)) <= 0.02);
 }
+
+// The phantom device routes by a fixed balanced rule, and the symmetric ep group mirrors what a
+// rank sends: with more experts than a micro-batch's routed slots (32768 experts, 2 x 128 tokens
+// x top-2) the ranks' experts are loaded unequally, which is refused in one line before any stage
+// thread starts (it was an internal error inside all_to_all_v); a top-k that would route more
+// than 2^22 slots per micro-batch is refused the same way (it allocated without bound).
+TEST_CASE("the planner refuses MoE layouts the phantom routing cannot simulate, in one line",
+          "[plan][simulate][moe]") {
+  const mgpu::HardwareProfile profile = mgpu::HardwareProfile::load("2x8xH100-IB");
+  Workload work = small_gpt();
+  work.model.experts = 32768;
+  work.model.top_k = 2;
+  Layout l = layout(4, 1, 1, 4, "1f1b");
+  l.ep = 2;
+  CHECK_THROWS_WITH(mgpu::plan::simulate(work, l, profile),
+                    Catch::Contains("loads the ep ranks' experts unequally") &&
+                        Catch::Contains("32768 experts"));
+  work.model.experts = 512;  // 2 x 128 x 2 = 512 slots: every expert one row, equal per rank
+  CHECK(mgpu::plan::simulate(work, l, profile).step_seconds > 0);
+  work.model.experts = 65536;
+  work.model.top_k = 65536;
+  CHECK_THROWS_WITH(mgpu::plan::simulate(work, l, profile),
+                    Catch::Contains("routing slots per rank are not simulated"));
+}
