@@ -67,7 +67,8 @@ void add_viz_options(CLI::App& app, VizArgs& a) {
       ->check(OutputFile);  // refused before any work, like --checkpoint
   app.add_option("--width", opt.width, "window or screenshot width (default 1600)")
       ->check(InRange(200, 8192, "pixels"));
-  app.add_option("--height", opt.height, "screenshot height (default: as tall as the content)")
+  app.add_option("--height", opt.height,
+                 "screenshot height (default: as tall as the content, at most 4800)")
       ->check(InRange(200, 8192, "pixels"));
   app.add_flag("--presentation", opt.presentation, "large fonts and a high-contrast palette");
   app.add_flag("--compare", opt.compare,

@@ -152,11 +152,14 @@ struct Framebuffer {
 };
 
 constexpr int kMeasureHeight = 1000;
-constexpr int kMinHeight = 200, kMaxHeight = 8192;
+// The default height follows the content, up to kMaxFittedHeight: tall enough for every figure
+// the docs show (seven compared schedules), bounded for a trace of thousands of ranks, whose
+// content would otherwise make an 8192-pixel picture. --height asks for more, up to 8192.
+constexpr int kMinHeight = 200, kMaxFittedHeight = 4800;
 
 int fitted_height(const Dashboard& dashboard) {
   return std::clamp(static_cast<int>(std::ceil(dashboard.content_height())), kMinHeight,
-                    kMaxHeight);
+                    kMaxFittedHeight);
 }
 
 // A few headless frames at width x height (ImGui sizes tables and auto-fit items over the first).

@@ -109,3 +109,40 @@ TEST_CASE("a percentage beyond any fraction is not printed as inf%", "[viz][host
   CHECK(mgpu::viz::format_percent(1e308) == "(out of range)");
   CHECK(mgpu::viz::format_percent(std::nan("")) == "(out of range)");
 }
+
+namespace {
+// A PNG's height, from its IHDR chunk (bytes 20-23, big-endian).
+uint32_t png_height(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char bytes[24] = {};
+  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  return uint32_t{bytes[20]} << 24 | uint32_t{bytes[21]} << 16 | uint32_t{bytes[22]} << 8 |
+         uint32_t{bytes[23]};
+}
+}  // namespace
+
+// A trace of thousands of ranks made an 8192-pixel picture, because the default height followed
+// the content (#51); the default is bounded now, and --height still asks for more.
+TEST_CASE("a screenshot's default height is bounded, whatever the rank count", "[viz][hostile]") {
+  const fs::path dir = fs::temp_directory_path() / ("mgpu_tall_viz_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "ranks.json").string(), png = (dir / "out.png").string();
+  {
+    std::ofstream out(path);
+    out << header(1024);
+    for (int rank = 0; rank < 1024; ++rank)
+      out << (rank ? "," : "") << event(rank, "0", "5") << ","
+          << R"({"ph": "X", "name": "all_reduce", "cat": "comm", "pid": )" << rank
+          << R"(, "tid": 1, "ts": 5, "dur": 2})";
+    out << "]}";
+  }
+  auto r = run_mgpu({"viz", path, "--screenshot", png});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(png_height(png) <= 4800);
+  CHECK(png_height(png) >= 1000);  // still as tall as a few hundred lanes
+  r = run_mgpu({"viz", path, "--screenshot", png, "--height", "6000"});
+  REQUIRE(r.code == 0);
+  CHECK(png_height(png) == 6000);
+  fs::remove_all(dir);
+}
