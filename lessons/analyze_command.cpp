@@ -94,9 +94,10 @@ void print_step(const trace::RunTrace& run, const trace::StepBreakdown& b, bool 
 void print_top(const trace::RunTrace& run, int top, std::ostream& out) {
   const trace::Interval whole = trace::analysis_window(run.trace);
   fmt::print(out, "\ntop operations by time, whole trace ({} per category)\n", top);
+  const auto tops = trace::top_kernels_by_rank(run.trace, whole, top);
   for (int rank = 0; rank < run.trace.num_ranks; ++rank) {
     fmt::print(out, "rank {}\n", shown_rank(run.trace, rank));
-    for (const trace::KernelTime& k : trace::top_kernels(run.trace, rank, whole, top))
+    for (const trace::KernelTime& k : tops[rank])
       fmt::print(out, "  {:<8} {:>11} {:>6}x  {}\n", k.category, duration(k.seconds), k.count,
                  echo_input(k.name, 90));
   }
@@ -161,9 +162,10 @@ nlohmann::json to_json(const trace::RunTrace& run, const std::vector<trace::Step
     doc["steps"].push_back(std::move(step));
   }
   const trace::Interval whole = trace::analysis_window(run.trace);
+  const auto tops = trace::top_kernels_by_rank(run.trace, whole, top);
   for (int rank = 0; rank < run.trace.num_ranks; ++rank) {
     nlohmann::json ops = nlohmann::json::array();
-    for (const auto& k : trace::top_kernels(run.trace, rank, whole, top))
+    for (const auto& k : tops[rank])
       ops.push_back(
           {{"category", k.category}, {"name", k.name}, {"seconds", k.seconds}, {"count", k.count}});
     doc["top"].push_back({{"rank", shown_rank(run.trace, rank)}, {"operations", ops}});

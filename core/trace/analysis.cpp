@@ -70,22 +70,45 @@ std::vector<Interval> intersect(const std::vector<Interval>& a, const std::vecto
   return out;
 }
 
-std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, Interval window) {
+namespace {
+
+// One rank's events, in trace order. The per-rank passes read only these: analyze() indexes a
+// trace once, where filtering the whole trace per rank read a 4096-rank trace 4096 times.
+using RankEvents = std::vector<const Event*>;
+
+RankEvents events_of(const Trace& trace, int rank) {
+  RankEvents mine;
+  for (const Event& e : trace.events)
+    if (e.rank == rank) mine.push_back(&e);
+  return mine;
+}
+
+std::vector<Interval> lane_intervals_of(const RankEvents& events, Lane lane, Interval window) {
   std::vector<Interval> clipped;
-  for (const Event& e : trace.events) {
-    if (e.rank != rank || e.lane != lane) continue;
-    clipped.push_back({std::max(e.start, window.begin), std::min(e.end(), window.end)});
+  for (const Event* e : events) {
+    if (e->lane != lane) continue;
+    clipped.push_back({std::max(e->start, window.begin), std::min(e->end(), window.end)});
   }
   return merge_intervals(std::move(clipped));
 }
 
-std::vector<Interval> comm_wire_intervals(const Trace& trace, int rank, Interval window) {
+std::vector<Interval> comm_wire_intervals_of(const RankEvents& events, Interval window) {
   std::vector<Interval> clipped;
-  for (const Event& e : trace.events) {
-    if (e.rank != rank || e.lane != Lane::comm) continue;
-    clipped.push_back({std::max(e.start + e.wait, window.begin), std::min(e.end(), window.end)});
+  for (const Event* e : events) {
+    if (e->lane != Lane::comm) continue;
+    clipped.push_back({std::max(e->start + e->wait, window.begin), std::min(e->end(), window.end)});
   }
   return merge_intervals(std::move(clipped));
+}
+
+}  // namespace
+
+std::vector<Interval> lane_intervals(const Trace& trace, int rank, Lane lane, Interval window) {
+  return lane_intervals_of(events_of(trace, rank), lane, window);
+}
+
+std::vector<Interval> comm_wire_intervals(const Trace& trace, int rank, Interval window) {
+  return comm_wire_intervals_of(events_of(trace, rank), window);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -119,49 +142,55 @@ MemoryPeak peak_in_window(const MemoryTimeline& timeline, Interval window) {
 
 // Sums `field` over the rank's comm-lane events starting in the window (or the whole trace).
 template <class Field>
-int64_t comm_sum_in(const Trace& trace, int rank, Interval window, bool whole_trace, Field field) {
+int64_t comm_sum_in(const RankEvents& events, Interval window, bool whole_trace, Field field) {
   int64_t sum = 0;
-  for (const Event& e : trace.events) {
-    if (e.rank != rank || e.lane != Lane::comm) continue;
-    if (whole_trace || (e.start >= window.begin && e.start < window.end)) sum += field(e);
+  for (const Event* e : events) {
+    if (e->lane != Lane::comm) continue;
+    if (whole_trace || (e->start >= window.begin && e->start < window.end)) sum += field(*e);
   }
   return sum;
 }
 
-RankSummary summarize_rank(const Trace& trace, int rank, Interval window, bool whole_trace) {
+MemoryTimeline timeline_of(std::vector<CounterSample> samples) {
+  MemoryTimeline timeline;
+  timeline.samples = std::move(samples);
+  std::stable_sort(timeline.samples.begin(), timeline.samples.end(),
+                   [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
+  for (const CounterSample& s : timeline.samples) raise_peak(timeline.peak, s);
+  return timeline;
+}
+
+RankSummary summarize_rank(const RankEvents& events, std::vector<CounterSample> counters, int rank,
+                           Interval window, bool whole_trace) {
   RankSummary r;
   r.rank = rank;
   r.span = window.length();
-  const auto compute = lane_intervals(trace, rank, Lane::compute, window);
-  const auto comm = lane_intervals(trace, rank, Lane::comm, window);
+  const auto compute = lane_intervals_of(events, Lane::compute, window);
+  const auto comm = lane_intervals_of(events, Lane::comm, window);
   r.busy = total_length(compute);
   r.comm = total_length(comm);
-  r.comm_wire = total_length(comm_wire_intervals(trace, rank, window));
+  r.comm_wire = total_length(comm_wire_intervals_of(events, window));
   r.comm_wait = r.comm - r.comm_wire;
   r.idle = r.span - r.busy;
   r.bubble_fraction = r.span > 0 ? r.idle / r.span : 0;
   r.overlap = total_length(intersect(compute, comm));
   r.overlap_fraction = r.comm > 0 ? r.overlap / r.comm : 0;
   r.exposed_comm = r.comm - r.overlap;
-  r.bytes_sent = comm_sum_in(trace, rank, window, whole_trace,
+  r.bytes_sent = comm_sum_in(events, window, whole_trace,
                              [](const Event& e) { return e.op == "recv" ? 0 : e.bytes; });
   r.wire_bytes =
-      comm_sum_in(trace, rank, window, whole_trace, [](const Event& e) { return e.sent_bytes; });
-  r.peak_memory = peak_in_window(memory_timeline(trace, rank), window);
+      comm_sum_in(events, window, whole_trace, [](const Event& e) { return e.sent_bytes; });
+  r.peak_memory = peak_in_window(timeline_of(std::move(counters)), window);
   return r;
 }
 
 }  // namespace
 
 MemoryTimeline memory_timeline(const Trace& trace, int rank) {
-  MemoryTimeline timeline;
-  for (const CounterSample& s : trace.counters) {
-    if (s.rank == rank) timeline.samples.push_back(s);
-  }
-  std::stable_sort(timeline.samples.begin(), timeline.samples.end(),
-                   [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
-  for (const CounterSample& s : timeline.samples) raise_peak(timeline.peak, s);
-  return timeline;
+  std::vector<CounterSample> mine;
+  for (const CounterSample& s : trace.counters)
+    if (s.rank == rank) mine.push_back(s);
+  return timeline_of(std::move(mine));
 }
 
 Interval analysis_window(const Trace& trace, std::optional<int> step) {
@@ -184,8 +213,17 @@ TraceSummary analyze(const Trace& trace, std::optional<int> step) {
   summary.step = step;
   summary.window = analysis_window(trace, step);
   int communicating = 0;
+  // Every rank's events and samples in one pass (a rank outside [0, num_ranks) is not summarised).
+  const size_t ranks = static_cast<size_t>(std::max(trace.num_ranks, 0));
+  std::vector<RankEvents> events(ranks);
+  for (const Event& e : trace.events)
+    if (e.rank >= 0 && static_cast<size_t>(e.rank) < ranks) events[e.rank].push_back(&e);
+  std::vector<std::vector<CounterSample>> counters(ranks);
+  for (const CounterSample& c : trace.counters)
+    if (c.rank >= 0 && static_cast<size_t>(c.rank) < ranks) counters[c.rank].push_back(c);
   for (int rank = 0; rank < trace.num_ranks; ++rank) {
-    RankSummary r = summarize_rank(trace, rank, summary.window, !step.has_value());
+    RankSummary r = summarize_rank(events[rank], std::move(counters[rank]), rank, summary.window,
+                                   !step.has_value());
     summary.mean_bubble_fraction += r.bubble_fraction;
     summary.max_bubble_fraction = std::max(summary.max_bubble_fraction, r.bubble_fraction);
     if (r.comm > 0) {

@@ -200,12 +200,16 @@ std::vector<StepBreakdown> breakdown_steps(const Trace& trace,
   return out;
 }
 
-std::vector<KernelTime> top_kernels(const Trace& trace, int rank, Interval window,
-                                    size_t per_category) {
+namespace {
+
+// The top operations of one rank's events (pointers in trace order).
+std::vector<KernelTime> top_of(const std::vector<const Event*>& events, Interval window,
+                               size_t per_category) {
   static const char* const kCategories[] = {"comm", "compute", "memory"};
   std::map<std::pair<int, std::string_view>, KernelTime> by_name;  // names stay in the trace
-  for (const Event& e : trace.events) {
-    if (e.rank != rank || !is_device_op(e)) continue;
+  for (const Event* event : events) {
+    const Event& e = *event;
+    if (!is_device_op(e)) continue;
     const double seconds = std::min(e.end(), window.end) - std::max(e.start, window.begin);
     if (!(seconds > 0) && !(e.dur == 0 && e.start >= window.begin && e.start < window.end))
       continue;
@@ -230,6 +234,26 @@ std::vector<KernelTime> top_kernels(const Trace& trace, int rank, Interval windo
   for (KernelTime& k : all)
     if (taken[k.category]++ < per_category) top.push_back(std::move(k));
   return top;
+}
+
+}  // namespace
+
+std::vector<KernelTime> top_kernels(const Trace& trace, int rank, Interval window,
+                                    size_t per_category) {
+  std::vector<const Event*> mine;
+  for (const Event& e : trace.events)
+    if (e.rank == rank) mine.push_back(&e);
+  return top_of(mine, window, per_category);
+}
+
+std::vector<std::vector<KernelTime>> top_kernels_by_rank(const Trace& trace, Interval window,
+                                                         size_t per_category) {
+  std::vector<std::vector<const Event*>> by_rank(static_cast<size_t>(std::max(trace.num_ranks, 0)));
+  for (const Event& e : trace.events)
+    if (e.rank >= 0 && static_cast<size_t>(e.rank) < by_rank.size()) by_rank[e.rank].push_back(&e);
+  std::vector<std::vector<KernelTime>> tops;
+  for (const auto& events : by_rank) tops.push_back(top_of(events, window, per_category));
+  return tops;
 }
 
 }  // namespace mgpu::trace

@@ -74,5 +74,8 @@ struct KernelTime {
 // first (ties by name).
 std::vector<KernelTime> top_kernels(const Trace& trace, int rank, Interval window,
                                     size_t per_category);
+// The same for every rank of the trace at once (one pass over the events, not one per rank).
+std::vector<std::vector<KernelTime>> top_kernels_by_rank(const Trace& trace, Interval window,
+                                                         size_t per_category);
 
 }  // namespace mgpu::trace
