@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/parallel/hybrid.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::parallel {
 
@@ -57,8 +58,8 @@ void check_experts(const GPTConfig& cfg, const HybridOptions& o) {
 }  // namespace
 
 bool splits_backward(const std::string& schedule) {
-  return schedule == "zb-h1" || schedule == "zbv" || schedule == "dualpipev" ||
-         schedule == "dualpipe";
+  const auto kind = theory::find_schedule(schedule);
+  return kind && theory::traits(*kind).splits_backward;
 }
 
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
@@ -78,15 +79,16 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
                      4 * cfg.dim));
   if (cfg.layers % m.pp != 0)
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
-  const bool v_shape = o.schedule == "zbv" || o.schedule == "dualpipev";
-  if (o.schedule != "gpipe" && o.schedule != "1f1b" && o.schedule != "interleaved" &&
-      o.schedule != "zb-h1" && !v_shape && o.schedule != "dualpipe")
+  const auto kind = theory::find_schedule(o.schedule);
+  if (!kind || !theory::traits(*kind).runs_on_mesh)
     throw std::invalid_argument(
         fmt::format("hybrid runs --schedule gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev or "
                     "dualpipe, got '{}'",
                     o.schedule));
-  const int dualpipe_least = pipeline::min_microbatches("dualpipe", m.pp);
-  if (o.schedule == "dualpipe" &&
+  const theory::ScheduleTraits& schedule = theory::traits(*kind);
+  const bool v_shape = schedule.v_shape;
+  const int dualpipe_least = pipeline::min_microbatches(o.schedule, m.pp);
+  if (schedule.bidirectional &&
       (m.pp % 2 != 0 || o.microbatches % 2 != 0 || o.microbatches < dualpipe_least))
     throw std::invalid_argument(
         fmt::format("dualpipe needs an even pp and an even number of micro-batches, at least "
@@ -109,12 +111,12 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
                     "--microbatches {} or more, or --schedule zb-h1",
                     o.schedule, m.pp, pipeline::min_microbatches(o.schedule, m.pp), o.microbatches,
                     pipeline::min_microbatches(o.schedule, m.pp)));
-  if (o.schedule != "interleaved" && o.virtual_stages != 1)
+  if (!schedule.takes_virtual_stages && o.virtual_stages != 1)
     throw std::invalid_argument(
         fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
                     "--virtual-stages 1, or --schedule interleaved",
                     o.virtual_stages));
-  if (o.schedule == "interleaved") {
+  if (schedule.takes_virtual_stages) {
     const int V = o.virtual_stages;
     std::vector<int> works;  // chunk counts that cut every stage into equal chunks
     for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)

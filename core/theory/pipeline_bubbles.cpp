@@ -3,28 +3,53 @@
 
 #include <algorithm>
 
+#include "core/theory/schedule_kind.h"
+
 namespace mgpu::theory {
+
+namespace {
+// A name the registry does not know is priced as 1F1B (the planner only passes known ones).
+ScheduleKind kind_of(const std::string& schedule) {
+  return find_schedule(schedule).value_or(ScheduleKind::one_f_one_b);
+}
+}  // namespace
 
 double bubble_in_microbatches(const std::string& schedule, int pp, int virtual_stages) {
   const ChunkCosts stage{1, 2, 1}, chunk{0.5, 1, 0.5};
-  return schedule == "interleaved" ? (pp - 1.0) / virtual_stages
-         : schedule == "zb-h1"     ? bubble_zb1p(pp, stage) / 3
-         : schedule == "zbv"       ? bubble_zbv(pp, chunk) / 3
-         : schedule == "dualpipev" ? bubble_dualpipe(2 * pp, chunk) / 3
-         : schedule == "dualpipe"  ? bubble_dualpipe(pp, stage) / 3
-                                   : pp - 1.0;
+  switch (kind_of(schedule)) {
+    case ScheduleKind::interleaved:
+      return (pp - 1.0) / virtual_stages;
+    case ScheduleKind::zb_h1:
+      return bubble_zb1p(pp, stage) / 3;
+    case ScheduleKind::zbv:
+      return bubble_zbv(pp, chunk) / 3;
+    case ScheduleKind::dualpipev:
+      return bubble_dualpipe(2 * pp, chunk) / 3;
+    case ScheduleKind::dualpipe:
+      return bubble_dualpipe(pp, stage) / 3;
+    default:
+      return pp - 1.0;
+  }
 }
 
 double microbatches_in_flight(const std::string& schedule, int pp, int virtual_stages,
                               int microbatches) {
-  return schedule == "gpipe" ? microbatches
-         : schedule == "interleaved"
-             ? std::min<double>(pp + (pp - 1.0) / virtual_stages, microbatches)
-         : schedule == "zb-h1"     ? std::min(2 * pp - 1, microbatches)
-         : schedule == "zbv"       ? peak_chunks_1f1b(2 * pp) / 2.0
-         : schedule == "dualpipev" ? peak_chunks_dualpipe(2 * pp) / 2.0
-         : schedule == "dualpipe"  ? peak_chunks_dualpipe(pp)
-                                   : std::min(pp, microbatches);
+  switch (kind_of(schedule)) {
+    case ScheduleKind::gpipe:
+      return microbatches;
+    case ScheduleKind::interleaved:
+      return std::min<double>(pp + (pp - 1.0) / virtual_stages, microbatches);
+    case ScheduleKind::zb_h1:
+      return std::min(2 * pp - 1, microbatches);
+    case ScheduleKind::zbv:
+      return peak_chunks_1f1b(2 * pp) / 2.0;
+    case ScheduleKind::dualpipev:
+      return peak_chunks_dualpipe(2 * pp) / 2.0;
+    case ScheduleKind::dualpipe:
+      return peak_chunks_dualpipe(pp);
+    default:
+      return std::min(pp, microbatches);
+  }
 }
 
 }  // namespace mgpu::theory

@@ -4,6 +4,7 @@
 //   backward of (mb, chunk):  recv_grad from the next virtual stage, B, send_grad
 //   backward_weight:          purely local, no messages
 #include "core/parallel/pipeline/schedule.h"
+#include "core/theory/schedule_kind.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
@@ -264,23 +265,40 @@ Schedule naive_model_parallel_schedule(int stages) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b",      "interleaved",
-                                              "zb-h1", "zbv",   "dualpipev", "dualpipe"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (const theory::ScheduleTraits& t : theory::all_schedules()) all.emplace_back(t.name);
+    return all;
+  }();
   return names;
 }
 
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int virtual_stages,
                        const PipelineSeams& seams) {
-  if (name == "naive") return naive_model_parallel_schedule(stages);
-  if (name == "gpipe") return gpipe_schedule(stages, microbatches, seams);
-  if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches, seams);
-  if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
-  if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
-  if (name == "zbv") return zbv_schedule(stages, microbatches);
-  if (name == "dualpipev") return dualpipev_schedule(stages, microbatches);
-  if (name == "dualpipe") return dualpipe_schedule(stages, microbatches);
-  throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
-                                          fmt::join(schedule_names(), ", ")));
+  const auto kind = theory::find_schedule(name);
+  if (!kind)
+    throw std::invalid_argument(fmt::format("unknown pipeline schedule '{}': use one of {}", name,
+                                            fmt::join(schedule_names(), ", ")));
+  using K = theory::ScheduleKind;
+  switch (*kind) {
+    case K::naive:
+      return naive_model_parallel_schedule(stages);
+    case K::gpipe:
+      return gpipe_schedule(stages, microbatches, seams);
+    case K::one_f_one_b:
+      return one_f_one_b_schedule(stages, microbatches, seams);
+    case K::interleaved:
+      return interleaved_1f1b_schedule(stages, microbatches, virtual_stages);
+    case K::zb_h1:
+      return zb_h1_schedule(stages, microbatches);
+    case K::zbv:
+      return zbv_schedule(stages, microbatches);
+    case K::dualpipev:
+      return dualpipev_schedule(stages, microbatches);
+    case K::dualpipe:
+      return dualpipe_schedule(stages, microbatches);
+  }
+  throw std::logic_error("make_schedule: a registered kind without a generator");
 }
 
 }  // namespace mgpu::pipeline

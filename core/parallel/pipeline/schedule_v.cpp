@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/parallel/pipeline/schedule.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::pipeline {
 
@@ -122,12 +123,16 @@ Schedule dualpipev_schedule(int stages, int microbatches) {
 }
 
 int min_microbatches(const std::string& name, int stages) {
-  if (name == "zbv") return 2 * stages - 1;  // stage 0's warmup: 2P-1 forwards of chunk 0
-  if (name == "dualpipev")
-    return 2 * stages;  // phase 4 needs M >= 2P - s - 1 on every stage,
-                        // and DualPipe asks for 2P
-  if (name == "dualpipe") return 2 * stages;  // DualPipeV's 2(P/2) per direction
-  return 1;
+  switch (theory::find_schedule(name).value_or(theory::ScheduleKind::one_f_one_b)) {
+    case theory::ScheduleKind::zbv:
+      return 2 * stages - 1;  // stage 0's warmup: 2P-1 forwards of chunk 0
+    case theory::ScheduleKind::dualpipev:
+      return 2 * stages;  // phase 4 needs M >= 2P - s - 1 on every stage, and DualPipe asks 2P
+    case theory::ScheduleKind::dualpipe:
+      return 2 * stages;  // DualPipeV's 2(P/2) per direction
+    default:
+      return 1;
+  }
 }
 
 }  // namespace mgpu::pipeline
