@@ -8,8 +8,8 @@
 
 #include "core/comm/comm.h"
 #include "core/parallel/zero.h"
-#include "core/runtime/world.h"
 #include "core/tensor/tensor.h"
+#include "core/world/world.h"
 
 namespace mgpu::ex {
 

@@ -10,8 +10,8 @@
 #include <fmt/ostream.h>
 
 #include "core/memory/activations.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/context.h"
-#include "core/tensor/allocator.h"
 #include "lessons/lesson.h"
 #include "lessons/precision_lessons.h"
 #include "lessons/training.h"

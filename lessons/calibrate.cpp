@@ -11,10 +11,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/runtime/cuda_emulation.h"
+#include "core/ops/cuda_emulation.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/gpu.h"
 #include "core/runtime/output_file.h"
-#include "core/tensor/allocator.h"
 #include "lessons/calibrate_cpu.h"
 #include "lessons/validate.h"
 

@@ -17,7 +17,7 @@
 
 #include "core/comm/comm.h"
 #include "core/ops/ops.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "lessons/calibrate_cpu.h"
 
 namespace mgpu::lessons {

@@ -9,6 +9,7 @@
 
 #include "core/runtime/output_file.h"
 #include "core/runtime/profile.h"
+#include "core/theory/schedule_kind.h"
 #include "lessons/pipeline.h"
 
 #ifdef MGPU_HAVE_VIZ
@@ -17,14 +18,19 @@
 
 namespace mgpu::lessons {
 
+namespace {
+const std::string kDefaultSchedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b);
+}  // namespace
+
 nlohmann::json classroom_parameters() {
   nlohmann::json profiles = HardwareProfile::preset_names();
+  nlohmann::json schedules = nlohmann::json::array();
+  for (const theory::ScheduleTraits& t : theory::all_schedules()) schedules.push_back(t.name);
   return nlohmann::json::array({
       {{"name", "schedule"},
        {"type", "choice"},
-       {"choices",
-        {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"}},
-       {"value", "1f1b"}},
+       {"choices", schedules},
+       {"value", kDefaultSchedule}},
       {{"name", "stages"}, {"type", "int"}, {"min", 1}, {"max", 8}, {"value", 4}},
       {{"name", "microbatches"}, {"type", "int"}, {"min", 1}, {"max", 32}, {"value", 8}},
       {{"name", "virtual_stages"}, {"type", "int"}, {"min", 1}, {"max", 4}, {"value", 1}},
@@ -34,14 +40,15 @@ nlohmann::json classroom_parameters() {
 
 trace::Trace classroom_rerun(const nlohmann::json& params) {
   PipelineOptions p;
-  p.schedule = params.value("schedule", std::string("1f1b"));
+  p.schedule = params.value("schedule", kDefaultSchedule);
   p.stages = params.value("stages", 4);
   p.microbatches = params.value("microbatches", 8);
   p.virtual_stages = params.value("virtual_stages", 1);
-  if (p.schedule == "naive") p.microbatches = 1;
+  const theory::ScheduleTraits& schedule = theory::traits(theory::schedule_kind(p.schedule));
+  if (schedule.kind == theory::ScheduleKind::naive) p.microbatches = 1;
   // The V schedules and DualPipe bring their own two chunks per stage; the chunk slider is
   // interleaved's.
-  const bool v_shape = p.schedule == "zbv" || p.schedule == "dualpipev" || p.schedule == "dualpipe";
+  const bool v_shape = schedule.v_shape || schedule.bidirectional;
   if (v_shape) p.virtual_stages = 1;
   CommonOptions c;
   c.ranks = p.stages;

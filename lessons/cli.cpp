@@ -10,9 +10,9 @@
 #include <fmt/ranges.h>
 
 #include "core/comm/comm.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/input_file.h"
 #include "core/runtime/profile.h"
-#include "core/tensor/allocator.h"
 #include "exercises/selection.h"
 #include "lessons/grade.h"
 #include "lessons/lesson.h"

@@ -6,7 +6,6 @@
 // the data through every link whatever N is. On the modeled clock the measured time is checked
 // against the alpha-beta formula; under mpirun the ring also races MPI_Allreduce.
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -19,88 +18,21 @@
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/runtime/context.h"
-#ifdef MGPU_HAVE_MPI
-#include "core/comm/mpi/mpi_comm.h"
-#endif
 #include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
 #include "exercises/selection.h"
 #include "lessons/collectives.h"
+#include "lessons/collectives_internal.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/training.h"
 #include "lessons/validate.h"
 
 namespace mgpu::lessons {
 
+using detail::format_size;
+using detail::run_and_check;
+
 namespace {
-
-// Rank r's input value at element i: small integers, so fp32 sums are exact and checkable.
-float input_value(int rank, int64_t i) {
-  return static_cast<float>((rank + 1) * (i % 7 + 1));
-}
-float sum_over_ranks(int ranks, int64_t i) {
-  return static_cast<float>(ranks * (ranks + 1) / 2 * (i % 7 + 1));
-}
-
-// A comm buffer of n values made on the host and copied to the rank's device (a GPU's memory is
-// not the host's); on the phantom device, shapes only.
-template <class ValueAt>
-Tensor buffer_of(int64_t n, ValueAt value_at) {
-  if (!current_rank().device.has_data()) return Tensor::empty({n}, MemCategory::comm_buffers);
-  std::vector<float> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[i] = value_at(i);
-  return Tensor::from({n}, values, MemCategory::comm_buffers);
-}
-
-// Runs one collective on this rank and checks the result against the serial answer.
-bool run_and_check(comm::Comm& comm, const std::string& kind, int64_t n) {
-  const int N = comm.size(), r = comm.rank();
-  auto [mine_begin, mine_end] = comm::chunk_range(n, N, r);
-  bool ok = true;
-  auto expect = [&](const Tensor& t, auto&& value_at, int64_t offset) {
-    if (!t.has_data()) return;                   // phantom: timing only
-    const std::vector<float> v = t.to_vector();  // read back from the device
-    for (int64_t i = 0; i < t.numel() && ok; ++i) ok = v[i] == value_at(offset + i);
-  };
-  if (kind == "all_reduce") {
-    Tensor t = buffer_of(n, [&](int64_t i) { return input_value(r, i); });
-    comm.all_reduce(t);
-    expect(
-        t, [&](int64_t i) { return sum_over_ranks(N, i); }, 0);
-  } else if (kind == "reduce_scatter") {
-    Tensor in = buffer_of(n, [&](int64_t i) { return input_value(r, i); });
-    Tensor out = Tensor::empty({mine_end - mine_begin}, MemCategory::comm_buffers);
-    comm.reduce_scatter(in, out);
-    expect(
-        out, [&](int64_t i) { return sum_over_ranks(N, i); }, mine_begin);
-  } else if (kind == "all_gather") {
-    Tensor in = buffer_of(mine_end - mine_begin,
-                          [&](int64_t i) { return static_cast<float>(mine_begin + i); });
-    Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
-    comm.all_gather(in, out);
-    expect(
-        out, [](int64_t i) { return static_cast<float>(i); }, 0);
-  } else if (kind == "all_to_all") {
-    // Block j of rank r holds values naming (r, j), so a block that reaches the wrong rank or
-    // slot is caught: afterwards block j of rank r must be the one rank j made for r.
-    const int64_t block = n / N;
-    auto value = [block](int src, int dst, int64_t i) {  // i: index in the whole buffer
-      return static_cast<float>((src * 64 + dst) * 7 + (i % block) % 7);
-    };
-    Tensor in = buffer_of(n, [&](int64_t i) { return value(r, static_cast<int>(i / block), i); });
-    Tensor out = Tensor::empty({n}, MemCategory::comm_buffers);
-    comm.all_to_all(in, out);
-    expect(
-        out, [&](int64_t i) { return value(static_cast<int>(i / block), r, i); }, 0);
-  } else {  // broadcast from rank 0
-    Tensor t = r == 0 ? buffer_of(n, [](int64_t i) { return input_value(0, i); })
-                      : Tensor::empty({n}, MemCategory::comm_buffers);
-    comm.broadcast(t, 0);
-    expect(
-        t, [](int64_t i) { return input_value(0, i); }, 0);
-  }
-  return ok;
-}
 
 // Byte counts that need not be round (2(N-1)/N x S): KiB/MiB with a decimal when not whole.
 std::string format_size_exact(int64_t bytes) {
@@ -131,28 +63,17 @@ std::vector<int64_t> sweep(int64_t min_bytes, int64_t max_bytes) {
   return counts;
 }
 
+}  // namespace
+
+namespace detail {
+
 std::string format_size(int64_t bytes) {
   if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
   if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
   return fmt::format("{} B", bytes);  // all_to_all's sizes, rounded to N blocks, are not round
 }
 
-}  // namespace
-
-void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int iters,
-                        std::ostream& out);
-
-namespace {
-// MPI_Allreduce on the world's processes (is_mpi() worlds only, so an MPI build).
-void library_all_reduce(comm::Comm& comm, Tensor& t) {
-#ifdef MGPU_HAVE_MPI
-  comm::mpi::library_all_reduce(comm, t);
-#else
-  (void)t;
-  throw std::logic_error("MPI_Allreduce needs an MPI build; backend is " + comm.backend());
-#endif
-}
-}  // namespace
+}  // namespace detail
 
 namespace {
 
@@ -303,45 +224,6 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   if (world.is_mpi() && std::find(kinds.begin(), kinds.end(), "all_reduce") != kinds.end())
     race_mpi_allreduce(world, counts, o.iters, out);
   return result;
-}
-
-// Under mpirun: the ring all-reduce of this lesson (the world's, as --impl selected, over the MPI
-// backend's send/recv) against MPI_Allreduce, on the same buffers, in the same run, wall clock.
-void race_mpi_allreduce(World& world, const std::vector<int64_t>& counts, int iters,
-                        std::ostream& out) {
-  std::vector<std::pair<double, double>> seconds(counts.size());
-  world.run([&](RankContext& ctx) {
-    comm::Comm& comm = *ctx.comm;
-    auto time_it = [&](auto&& op) {
-      comm.barrier();
-      auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) op();
-      comm.barrier();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-             iters;
-    };
-    for (size_t k = 0; k < counts.size(); ++k) {
-      Tensor t = Tensor::zeros({counts[k]}, MemCategory::comm_buffers);
-      double ring = time_it([&] { ctx.all_reduce(comm, t, comm::ReduceOp::sum); });
-      double mpi = time_it([&] { library_all_reduce(comm, t); });
-      seconds[k] = {ring, mpi};
-    }
-  });
-  fmt::print(out,
-             "ring all-reduce on MPI send/recv vs MPI_Allreduce ({} processes, wall clock, "
-             "mean of {}):\n",
-             world.size(), iters);
-  fmt::print(out, "  {:>9} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "size", "ring time", "ring busbw",
-             "MPI time", "MPI busbw", "ring speed");
-  for (size_t k = 0; k < counts.size(); ++k) {
-    int64_t bytes = counts[k] * 4;
-    auto [ring, mpi] = seconds[k];
-    auto ring_bw = trace::collective_bandwidth(bytes, ring, "all_reduce", world.size());
-    auto mpi_bw = trace::collective_bandwidth(bytes, mpi, "all_reduce", world.size());
-    fmt::print(out, "  {:>9} {:>12} {:>9.2f} GB/s {:>12} {:>9.2f} GB/s {:>11.2f}x\n",
-               format_size(bytes), format_seconds(ring), ring_bw.busbw / 1e9, format_seconds(mpi),
-               mpi_bw.busbw / 1e9, mpi / ring);
-  }
 }
 
 class CollectivesLesson : public Lesson {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor/allocator.h"
-#include "core/trace/event.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/trace_event.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {

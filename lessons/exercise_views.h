@@ -9,8 +9,8 @@
 
 #include "core/memory/seams.h"
 #include "core/model/gpt.h"
-#include "core/tensor/allocator.h"
-#include "core/trace/event.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::lessons {
 

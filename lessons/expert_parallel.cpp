@@ -21,6 +21,7 @@
 #include "exercises/selection.h"
 #include "lessons/expert_parallel_report.h"
 #include "lessons/training.h"
+#include "lessons/validate.h"
 
 namespace mgpu::lessons {
 

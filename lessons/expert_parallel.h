@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/model/gpt.h"
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {

@@ -12,7 +12,7 @@
 #include <fmt/ostream.h>
 
 #include "core/model/moe.h"
-#include "core/tensor/dtype.h"
+#include "core/runtime/dtype.h"
 #include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
 #include "core/theory/model_states.h"

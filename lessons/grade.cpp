@@ -1,18 +1,14 @@
+// `mgpu grade`: finds each exercise's graded executable, runs its cases one child process each,
+// and prints the score table (or, with --list, the exercise table the docs show).
 #include "lessons/grade.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <regex>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -22,99 +18,20 @@
 #include "core/runtime/input_file.h"
 #include "lessons/cli.h"
 #include "lessons/grade_exercises.h"
+#include "lessons/grade_internal.h"
 #include "lessons/validate.h"
 
-extern char** environ;
-
 namespace mgpu::lessons {
+
+using detail::first_failure;
+using detail::lines_of;
+using detail::points_in;
 
 namespace fs = std::filesystem;
 
 namespace {
 
 constexpr int kExitFailed = 1;
-
-// ---- child processes ----
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// The current environment with `overrides` replacing (or adding) their variables.
-std::vector<std::string> environment_with(
-    const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry(*e);
-    bool replaced = std::any_of(overrides.begin(), overrides.end(),
-                                [&](auto& kv) { return entry.rfind(kv.first + "=", 0) == 0; });
-    if (!replaced) env.push_back(entry);
-  }
-  for (auto& [key, value] : overrides) env.push_back(key + "=" + value);
-  return env;
-}
-
-// Reads the child's output until it closes the pipe or the deadline passes; true on timeout.
-bool drain_until(int fd, std::chrono::steady_clock::time_point deadline, std::string& output) {
-  char buffer[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return true;
-    pollfd p{fd, POLLIN, 0};
-    int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;  // EOF: the child (and anything it started) closed its output
-    output.append(buffer, static_cast<size_t>(n));
-  }
-}
-
-}  // namespace
-
-ChildResult run_child(const std::vector<std::string>& argv,
-                      const std::vector<std::pair<std::string, std::string>>& env,
-                      double timeout_seconds) {
-  std::vector<std::string> args = argv, envs = environment_with(env);
-  std::vector<char*> c_args = c_strings(args), c_env = c_strings(envs);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("mgpu grade: pipe failed");
-
-  pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("mgpu grade: fork failed");
-  if (pid == 0) {  // child: own process group (so a timeout kills all of it), output to the pipe
-    setpgid(0, 0);
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    execve(c_args[0], c_args.data(), c_env.data());
-    _exit(127);
-  }
-  close(fds[1]);
-
-  ChildResult result;
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
-  result.timed_out = drain_until(fds[0], deadline, result.output);
-  if (result.timed_out) kill(-pid, SIGKILL);
-  close(fds[0]);
-
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) {
-    result.signal = WTERMSIG(status);
-    result.exit_code = 128 + result.signal;
-  }
-  return result;
-}
-
-namespace {
 
 // ---- one exercise ----
 
@@ -159,69 +76,6 @@ std::optional<fs::path> find_graded_executable(const std::string& id) {
       return entry.path();
   }
   return std::nullopt;
-}
-
-// "ex01 sum on 2 ranks (2 pts)" -> 2; a graded case without points counts 1.
-int points_in(const std::string& name) {
-  static const std::regex pts(R"(\((\d+) pts?\)\s*$)");
-  std::smatch m;
-  return std::regex_search(name, m, pts) ? std::stoi(m[1]) : 1;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line.find_first_not_of(" \t\r") != std::string::npos)
-      lines.push_back(line);
-  return lines;
-}
-
-// The first failure in Catch2's compact report, without the file:line prefix and in full: the
-// check with its expanded values, then each INFO context ("ranks=2 length=1 op=sum") and an
-// exception's message on lines of their own. A message may span lines (CommError's "who waits for
-// whom" table), so the failure runs until the next report line or the summary.
-std::string failure_text(const std::string& report) {
-  std::vector<std::string> lines;
-  bool inside = false;
-  std::istringstream in(report);
-  for (std::string line; std::getline(in, line);) {
-    bool report_line = line.find(": failed: ") != std::string::npos ||
-                       line.find(": passed: ") != std::string::npos ||
-                       line.rfind("Failed ", 0) == 0 || line.rfind("Passed ", 0) == 0;
-    if (inside && report_line) break;
-    if (!inside && line.find(": failed: ") != std::string::npos) {
-      inside = true;
-      line = line.substr(line.find(": failed: ") + 2);
-    }
-    if (inside) lines.push_back(line);
-  }
-  std::string text;
-  for (auto& line : lines) text += (text.empty() ? "" : "\n") + line;
-  // "failed: a == b for: 3 == 4 with 2 messages: 'P=2 M=4' and 'stage 1'" -> one item a line.
-  static const std::regex with_messages(R"( with (\d+ )?messages?: ')");
-  text = std::regex_replace(text, with_messages, "\ncontext: '");
-  static const std::regex and_next(R"(' and ')");
-  text = std::regex_replace(text, and_next, "'\ncontext: '");
-  if (text.rfind("failed: unexpected exception", 0) == 0) {  // its message is the last one
-    auto last = text.rfind("\ncontext: '");
-    if (last != std::string::npos) text.replace(last, 11, "\nexception: '");
-  }
-  static const std::regex expanded(R"( for: )");
-  return std::regex_replace(text, expanded,
-                            "\n  values: ", std::regex_constants::format_first_only);
-}
-
-std::string first_failure(const ChildResult& run, double timeout) {
-  if (run.timed_out)
-    return fmt::format("TIMEOUT after {:g} s (an infinite loop, or a wait that never ends?)",
-                       timeout);
-  if (run.signal)
-    return fmt::format("CRASHED with signal {} ({})", run.signal, strsignal(run.signal));
-  std::string failure = failure_text(run.output);
-  if (!failure.empty()) return failure;
-  auto lines = lines_of(run.output);
-  return lines.empty() ? fmt::format("exit code {}", run.exit_code) : lines.back();
 }
 
 CaseResult run_case(const fs::path& exe, const std::string& name, const std::string& impl,

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "core/memory/activations.h"
-#include "core/runtime/cuda_emulation.h"
+#include "core/ops/cuda_emulation.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/host_memory.h"
-#include "core/tensor/allocator.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::lessons {

@@ -9,11 +9,12 @@
 #include <vector>
 
 #include "core/parallel/mesh.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/dtype.h"
 #include "core/runtime/profile.h"
-#include "core/tensor/allocator.h"
-#include "core/tensor/dtype.h"
+#include "core/runtime/trace_event.h"
 #include "core/theory/model_states.h"
-#include "core/trace/event.h"
+#include "core/theory/schedule_kind.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {
@@ -21,7 +22,7 @@ namespace mgpu::lessons {
 struct HybridLessonOptions {
   int dp = 0;  // 0: whatever --ranks leaves after tp and pp
   int tp = 2, pp = 2;
-  std::string schedule = "1f1b";
+  std::string schedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b);
   int microbatches = 4;
   int zero = 0;            // 1-3: ZeRO-1/2/3 over dp
   int virtual_stages = 1;  // interleaved: chunks per stage
@@ -29,7 +30,7 @@ struct HybridLessonOptions {
   bool sp = false;         // Megatron-SP in the blocks (tp > 1)
   bool vocab_parallel_head = false;  // lm_head split over the vocabulary (tp > 1)
   std::string tp_sums = "fp32";      // fp32 | activations: where TP's partial results are summed
-  int ep = 1;              // expert parallelism (a model with experts), carved out of dp
+  int ep = 1;                        // expert parallelism (a model with experts), carved out of dp
 };
 
 // What rank 0 gathers from every rank after training, by name (it travels as int64s through
@@ -76,6 +77,8 @@ struct HybridRun {
 
 // "dp1 pp0 tp1" (and " cp1" when the mesh has a cp axis): who rank r is on the mesh.
 std::string coord_label(const parallel::MeshShape& shape, int r);
+// MoE blocks among pipeline stage s's layers (0 for a dense model).
+int64_t moe_blocks_of_stage(const GPTConfig& cfg, int stages, int s);
 // "GPU 5  dp1 pp0 tp1" for every rank, then each axis's groups by their members, marking the
 // groups that cross nodes of the profile.
 void print_mesh(std::ostream& out, const parallel::MeshShape& shape,

@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 
 namespace mgpu::lessons {
 

@@ -7,14 +7,16 @@
 #include <vector>
 
 #include "core/parallel/pipeline/executor.h"
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
+#include "core/theory/schedule_kind.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {
 
 struct PipelineOptions {
-  std::string schedule = "1f1b";  // naive | gpipe | ... | zbv | dualpipev | dualpipe
-  int stages = 0;                 // 0 = --ranks
+  // Any schedule of the registry (core/theory/schedule_kind.h), by name.
+  std::string schedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b);
+  int stages = 0;  // 0 = --ranks
   int microbatches = 8;
   int virtual_stages = 1;
   // Theory mode (see core/parallel/pipeline/executor.h): free kernels, a fixed modeled time per

@@ -8,8 +8,9 @@
 #include <algorithm>
 #include <ostream>
 
+#include "core/runtime/allocator.h"
 #include "core/theory/pipeline_bubbles.h"
-#include "core/tensor/allocator.h"
+#include "core/theory/schedule_kind.h"
 #include "lessons/pipeline.h"
 #include "lessons/training.h"
 
@@ -56,7 +57,7 @@ void print_dualpipe_table(std::ostream& out, const std::string& schedule, const 
              "params {:.2f}x (all stages / model), peak {} chunks held\n",
              schedule, worst * r.measured_step_seconds * 1e3, 100 * worst,
              r.measured_step_seconds * 1e3, double(held) / double(r.model_params), most_held);
-  if (schedule != "dualpipe") return;
+  if (!theory::traits(theory::schedule_kind(schedule)).bidirectional) return;
   for (int s = 0; s < P; ++s)
     fmt::print(out, "  rank {}  parameters {:>10} (allocator; stages {} and {})\n", s,
                format_bytes(r.param_bytes[s]), s, P - 1 - s);

@@ -15,7 +15,7 @@
 #include <fmt/ostream.h>
 
 #include "core/parallel/sequence_parallel.h"
-#include "core/tensor/dtype.h"
+#include "core/runtime/dtype.h"
 #include "lessons/tensor_parallel.h"
 #include "lessons/training.h"
 

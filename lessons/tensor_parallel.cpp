@@ -12,97 +12,14 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/parallel/mesh.h"
-#include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
-#include "core/tensor/dtype.h"
+#include "core/runtime/dtype.h"
 #include "core/theory/collectives.h"
 #include "core/theory/model_states.h"
 #include "core/trace/analysis.h"
-#include "exercises/selection.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
-
-namespace {
-
-// A tp layout (TensorParallel, or SequenceParallel on top of it) together with the mesh it takes
-// its group from (the group must outlive it).
-template <class TpLayout>
-class MeshLayout : public TpLayout {
- public:
-  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-             const train::OptimizerFactory& make_optimizer)
-      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer, ex::selected_seams().tp),
-        mesh_(std::move(mesh)) {}
-
- private:
-  std::shared_ptr<parallel::Mesh> mesh_;
-};
-
-template <class TpLayout>
-std::unique_ptr<parallel::TensorParallel> make_mesh_layout(RankContext& ctx, int tp,
-                                                           const GPTConfig& cfg,
-                                                           const CommonOptions& c) {
-  auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = tp});
-  return std::make_unique<MeshLayout<TpLayout>>(mesh, cfg, optimizer_factory(c));
-}
-
-}  // namespace
-
-// ---- the run -------------------------------------------------------------------------------
-
-TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out,
-                                           bool sequence_parallel) {
-  const char* lesson = sequence_parallel ? "sequence_parallel" : "tensor_parallel";
-  WorldOptions wopt = c.world_options();
-  auto task = make_task(c);
-  GPTConfig cfg = model_config(c, *task);
-  parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
-  if (sequence_parallel) parallel::check_sp_size(cfg, c.ranks, c.seq);
-  World world(wopt);
-  if (!c.quiet) {
-    fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
-    fmt::print(out,
-               "split:  tp={}: each GPU holds {} of {} heads and {} of {} MLP units per block\n",
-               c.ranks, cfg.heads / c.ranks, cfg.heads, 4 * cfg.dim / c.ranks, 4 * cfg.dim);
-    if (sequence_parallel)
-      fmt::print(out,
-                 "        sp:   and {} of {} tokens of each sequence in the layernorm/residual "
-                 "regions\n",
-                 c.seq / c.ranks, c.seq);
-    fmt::print(out, "data:   {} task, the same {} sequences x {} tokens on every GPU\n",
-               task->name(), c.batch, c.seq);
-    fmt::print(out, "device: {}\n", describe_world(wopt));
-    fmt::print(out, "optim:  {} lr {}\n\n", c.optimizer, c.lr);
-  }
-  TensorParallelResult result;
-  LossLog log(c, out);
-  train::TrainResult trained = train::train(
-      world, *task, train_options(c, c.batch, cfg),
-      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto layout = sequence_parallel
-                          ? make_mesh_layout<parallel::SequenceParallel>(ctx, c.ranks, cfg, c)
-                          : make_mesh_layout<parallel::TensorParallel>(ctx, c.ranks, cfg, c);
-        return layout;
-      },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout& layout) {
-        if (ctx.rank != 0) return;
-        result.local_params = static_cast<parallel::TensorParallel&>(layout).model().num_params();
-        result.memory = ctx.allocator.stats();
-      });
-  result.losses = trained.losses;
-  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
-  print_checkpoint_lines(out, c, trained);
-  nlohmann::json meta = {{"lesson", lesson}, {"config", c.to_json()}};
-  meta["config"]["tp"] = c.ranks;  // the mesh axis: the dashboard labels rows "GPU 1  tp1"
-  result.trace = world.collect_trace(meta);
-  if (auto last = last_step(result.trace))
-    result.step_seconds = trace::analyze(result.trace, last).window.length();
-  result.under_mpi = world.is_mpi();
-  return result;
-}
 
 // ---- the report ----------------------------------------------------------------------------
 

@@ -10,8 +10,8 @@
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/trace_event.h"
 #include "core/trace/analysis.h"
-#include "core/trace/event.h"
 #include "core/train/trainer.h"
 #include "lessons/lesson.h"
 

@@ -34,6 +34,7 @@
 #include "core/parallel/sequence_parallel.h"
 #include "core/plan/simulate.h"
 #include "core/theory/model_states.h"
+#include "core/theory/schedule_kind.h"
 #include "exercises/selection.h"
 #include "lessons/cli.h"
 
@@ -169,7 +170,7 @@ void table5_rows(const HardwareProfile& profile, std::vector<Row>& rows) {
                           .pp = p.pp,
                           .microbatch_size = p.microbatch,
                           .microbatches = p.batch / p.microbatch,
-                          .schedule = "1f1b",
+                          .schedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b),
                           .precision = "bf16",
                           .recompute = column.recompute};
       layout = plan::with_megatron_choices(p.model, layout);
@@ -199,25 +200,26 @@ void zero_rows(std::vector<Row>& rows) {
 // The bubble formula (published) against the schedule itself simulated with unit costs
 // (forward 1, backward 2): the share of stage-time left idle.
 void bubble_rows(std::vector<Row>& rows) {
+  using theory::ScheduleKind;
   struct Case {
-    const char* schedule;
+    ScheduleKind kind;
     const char* source;
     int stages, microbatches, virtual_stages;
   };
-  const Case cases[] = {{"gpipe", "Huang 2019 (GPipe)", 4, 8, 1},
-                        {"1f1b", "Narayanan 2021", 8, 64, 1},
-                        {"interleaved", "Narayanan 2021", 4, 8, 2}};
+  const Case cases[] = {{ScheduleKind::gpipe, "Huang 2019 (GPipe)", 4, 8, 1},
+                        {ScheduleKind::one_f_one_b, "Narayanan 2021", 8, 64, 1},
+                        {ScheduleKind::interleaved, "Narayanan 2021", 4, 8, 2}};
   for (const Case& c : cases) {
-    const auto schedule = pipeline::make_schedule(c.schedule, c.stages, c.microbatches,
-                                                  c.virtual_stages, ex::selected_seams().pipeline);
+    const std::string name = theory::schedule_name(c.kind);
+    const auto schedule = pipeline::make_schedule(name, c.stages, c.microbatches, c.virtual_stages,
+                                                  ex::selected_seams().pipeline);
     const double simulated = pipeline::simulate_schedule(schedule).bubble_fraction;
     rows.push_back(
         {c.source,
-         fmt::format(
-             "{} bubble P={} M={}{}: {}", c.schedule, c.stages, c.microbatches,
-             c.virtual_stages > 1 ? fmt::format(" V={}", c.virtual_stages) : "",
-             pipeline::bubble_formula(c.schedule, c.stages, c.microbatches, c.virtual_stages)),
-         pipeline::bubble_fraction_theory(c.schedule, c.stages, c.microbatches, c.virtual_stages),
+         fmt::format("{} bubble P={} M={}{}: {}", name, c.stages, c.microbatches,
+                     c.virtual_stages > 1 ? fmt::format(" V={}", c.virtual_stages) : "",
+                     pipeline::bubble_formula(name, c.stages, c.microbatches, c.virtual_stages)),
+         pipeline::bubble_fraction_theory(name, c.stages, c.microbatches, c.virtual_stages),
          simulated, Bound::exact, 12});
   }
 }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/parallel/zero.h"
-#include "core/tensor/allocator.h"
-#include "core/trace/event.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/trace_event.h"
 #include "lessons/lesson.h"
 
 namespace mgpu::lessons {

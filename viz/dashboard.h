@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 #include "viz/view_model.h"
 
 namespace mgpu::viz {

@@ -1,3 +1,5 @@
+// TraceView built from a trace: its run window, device capacity and per-lane event index, and what
+// of a lane is on screen (culled, sub-pixel runs merged). Its other indexes: viz/view_*.cpp.
 #include "viz/view_model.h"
 
 #include "core/trace/analysis.h"
@@ -111,148 +113,6 @@ const std::vector<int>& TraceView::lane_events(int rank, Lane l) const {
   return lane(rank, l).events;
 }
 
-std::vector<double> TraceView::gap_cuts() const {
-  if (!summary_step_ || !is_pipeline()) return {};
-  std::map<int, trace::Interval> steps;  // step -> its window over every rank
-  for (const Event& e : trace_.events) {
-    if (e.lane != Lane::step || e.step < 0) continue;
-    auto [it, fresh] = steps.try_emplace(e.step, trace::Interval{e.start, e.end()});
-    if (!fresh)
-      it->second = {std::min(it->second.begin, e.start), std::max(it->second.end, e.end())};
-  }
-  std::vector<double> cuts;
-  for (const auto& [step, window] : steps) {
-    cuts.push_back(window.begin);
-    cuts.push_back(window.end);
-  }
-  std::sort(cuts.begin(), cuts.end());
-  return cuts;
-}
-
-void TraceView::add_gap(int rank, double start, double end, const std::vector<double>& cuts,
-                        double min_gap) {
-  for (auto c = std::upper_bound(cuts.begin(), cuts.end(), start); c != cuts.end() && *c < end;
-       ++c) {
-    if (*c - start <= min_gap || end - *c <= min_gap) continue;
-    gaps_[rank].push_back({start, *c});
-    start = *c;
-  }
-  gaps_[rank].push_back({start, end});
-}
-
-void TraceView::compute_gaps_and_summary() {
-  gaps_.assign(num_ranks_, {});
-  summary_.assign(num_ranks_, {});
-  const double window = run_end_ - run_start_;
-  const double min_gap = window * 1e-9;  // ignore floating-point slivers between touching events
-  // The numbers come from core/trace/analysis, so the dashboard shows what the lesson printed:
-  // like the lesson's table, a multi-step run is summarised by its last step.
-  std::set<int> steps;
-  for (const Event& e : trace_.events)
-    if (e.lane == Lane::step && e.step >= 0) steps.insert(e.step);
-  summary_step_ = steps.size() > 1 ? std::optional<int>(*steps.rbegin()) : std::nullopt;
-  const trace::TraceSummary analysis = trace::analyze(trace_, summary_step_);
-  expert_loads_ = trace::expert_loads(trace_, summary_step_);
-  const std::vector<double> cuts = gap_cuts();
-  for (int r = 0; r < num_ranks_; ++r) {
-    // Bubbles: the holes between busy intervals of the compute lane, inside the run window.
-    // The lane index is already sorted by start: one pass, no re-sorting of the whole trace.
-    double cursor = run_start_;
-    for (int i : lane(r, Lane::compute).events) {
-      const Event& e = trace_.events[i];
-      if (e.dur <= 0) continue;
-      if (e.start - cursor > min_gap) add_gap(r, cursor, e.start, cuts, min_gap);
-      cursor = std::max(cursor, e.end());
-    }
-    if (run_end_ - cursor > min_gap) add_gap(r, cursor, run_end_, cuts, min_gap);
-
-    RankSummary& s = summary_[r];
-    if (r < static_cast<int>(analysis.ranks.size())) {
-      const trace::RankSummary& a = analysis.ranks[r];
-      s.busy = a.busy;
-      s.comm = a.comm;
-      s.comm_wire = a.comm_wire;
-      s.comm_wait = a.comm_wait;
-      s.idle = a.idle;
-      s.bubble = a.bubble_fraction;
-      s.overlap = a.overlap_fraction;
-      s.bytes_sent = a.wire_bytes;  // measured: what the rank put on the wire
-    }
-    for (const StackedSample& m : memory_[r]) {
-      if (m.total() > s.peak_bytes) {
-        s.peak_bytes = m.total();
-        s.peak_time = m.time;
-      }
-    }
-  }
-}
-
-void TraceView::index_partners() {
-  partner_group_.assign(trace_.events.size(), -1);
-  // Collectives: every event with the same (group, seq) is a member of one collective call.
-  std::map<std::pair<std::string, int64_t>, std::vector<int>> collectives;
-  // Point-to-point: the k-th send from a to b (in time order) matches the k-th recv on b from a
-  // (MPI's non-overtaking rule), per group.
-  std::map<std::tuple<std::string, int, int>, std::pair<std::vector<int>, std::vector<int>>> p2p;
-  for (int i = 0; i < static_cast<int>(trace_.events.size()); ++i) {
-    const Event& e = trace_.events[i];
-    const bool is_send = e.op == "send" || e.op == "isend";
-    const bool is_recv = e.op == "recv" || e.op == "irecv";
-    if ((is_send || is_recv) && e.peer >= 0) {
-      auto& [sends, recvs] = p2p[{e.group, is_send ? e.rank : e.peer, is_send ? e.peer : e.rank}];
-      (is_send ? sends : recvs).push_back(i);
-    } else if (e.seq >= 0 && !e.op.empty()) {
-      collectives[{e.group, e.seq}].push_back(i);
-    }
-  }
-  auto by_start = [&](int a, int b) { return trace_.events[a].start < trace_.events[b].start; };
-  for (auto& [key, pair] : p2p) {
-    auto& [sends, recvs] = pair;
-    std::stable_sort(sends.begin(), sends.end(), by_start);
-    std::stable_sort(recvs.begin(), recvs.end(), by_start);
-    for (size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
-      partner_group_[sends[k]] = partner_group_[recvs[k]] = static_cast<int>(groups_.size());
-      groups_.push_back({sends[k], recvs[k]});
-    }
-  }
-  for (auto& [key, members] : collectives) {
-    for (int i : members) partner_group_[i] = static_cast<int>(groups_.size());
-    groups_.push_back(std::move(members));
-  }
-}
-
-std::vector<int> TraceView::partners(int i) const {
-  std::vector<int> out;
-  if (i < 0 || i >= static_cast<int>(partner_group_.size()) || partner_group_[i] < 0) return out;
-  for (int j : groups_[partner_group_[i]]) {
-    if (j != i) out.push_back(j);
-  }
-  return out;
-}
-
-void TraceView::stack_memory() {
-  memory_.assign(num_ranks_, {});
-  for (const auto& c : trace_.counters) {
-    if (c.rank < 0) continue;
-    StackedSample s;
-    s.time = c.time;
-    int64_t sum = 0;
-    for (size_t k = 0; k < c.bytes.size(); ++k) s.cumulative[k] = sum += c.bytes[k];
-    memory_[c.rank].push_back(s);
-  }
-  for (auto& samples : memory_) {
-    std::stable_sort(
-        samples.begin(), samples.end(),
-        [](const StackedSample& a, const StackedSample& b) { return a.time < b.time; });
-    for (const auto& s : samples) max_memory_ = std::max(max_memory_, s.total());
-  }
-}
-
-double TraceView::shown_start() const {
-  if (summary_step_) return trace::analysis_window(trace_, *summary_step_).begin;
-  return run_start_;
-}
-
 std::optional<double> TraceView::prediction(const std::string& key) const {
   const auto& md = trace_.metadata;
   if (!md.is_object() || !md.contains("predictions") || !md["predictions"].is_object()) return {};
@@ -314,40 +174,6 @@ int TraceView::event_at(int rank, Lane l, double t, double slack) const {
     }
   }
   return best;
-}
-
-std::vector<MemorySpan> TraceView::visible_memory(int rank, const TimeAxis& axis) const {
-  std::vector<MemorySpan> out;
-  if (rank < 0 || rank >= num_ranks_) return out;
-  const auto& samples = memory_[rank];
-  const double px = axis.seconds_per_pixel();
-  // A sample holds until the next one, so start from the last sample at or before t0.
-  size_t i = std::upper_bound(samples.begin(), samples.end(), axis.t0,
-                              [](double t, const StackedSample& s) { return t < s.time; }) -
-             samples.begin();
-  // A rank that exits releases everything: the lessons write a last, empty sample at teardown.
-  // That is not what the step holds (the next step would find the model still there), so
-  // trailing empty samples are not drawn and the last sample that holds memory runs on.
-  size_t n = samples.size();
-  while (n > 1 && samples[n - 1].total() == 0) --n;
-  if (n > 0 && samples[n - 1].total() == 0) n = samples.size();  // nothing held at all
-  if (i > n) i = n;
-  if (i > 0) --i;
-  // The last sample holds to the end of the run, or of the window when it shows more.
-  const double end_of_run = std::max({run_end_, axis.t1, n > 0 ? samples[n - 1].time : 0.0});
-  auto held_until = [&](size_t k) { return k + 1 < n ? samples[k + 1].time : end_of_run; };
-  while (i < n && samples[i].time <= axis.t1) {
-    MemorySpan span{samples[i].time, held_until(i), static_cast<int>(i)};
-    ++i;
-    // Several samples within one pixel: keep the tallest so peaks never disappear when zoomed out.
-    while (i < n && samples[i].time - span.start < px) {
-      if (samples[i].total() > samples[span.sample].total()) span.sample = static_cast<int>(i);
-      span.end = held_until(i);
-      ++i;
-    }
-    out.push_back(span);
-  }
-  return out;
 }
 
 std::optional<std::pair<int, Lane>> LaneLayout::hit(double y, int num_ranks) const {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/parallel/mesh.h"
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 #include "core/trace/expert_load.h"
 
 namespace mgpu::viz {

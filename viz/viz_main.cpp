@@ -37,6 +37,27 @@ std::string zoom_outside_traces(const TimeWindow& zoom, const std::vector<trace:
       "window inside 0..{}",
       format_duration(zoom.from), format_duration(longest), format_duration(longest));
 }
+
+// --highlight: whether some trace's events name the group; if none does, one line on `err` that
+// lists the groups they do name.
+bool highlight_names_a_group(const std::string& highlight, const std::vector<trace::Trace>& traces,
+                             std::ostream& err) {
+  // Group names come from the events: index the traces once to list them.
+  std::set<std::string> groups;
+  for (const trace::Trace& t : traces)
+    for (const trace::Event& e : t.events)
+      if (!e.group.empty()) groups.insert(e.group);
+  if (!groups.count(highlight)) {
+    std::string names;
+    for (const std::string& g : groups) names += (names.empty() ? "" : ", ") + g;
+    err << "mgpu viz: --highlight " << highlight << ": no such communication group in "
+        << (groups.empty() ? std::string("the trace (it has none)")
+                           : "the trace; its groups: " + names)
+        << "\n";
+    return false;
+  }
+  return true;
+}
 }  // namespace
 
 LoadedTrace load_trace_or_error(const std::string& path) {
@@ -138,20 +159,7 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
   if (cli.compare) print_step_time_ratios(options, std::cout);
 #endif
   if (!cli.highlight.empty()) {
-    // Group names come from the events: index the traces once to list them.
-    std::set<std::string> groups;
-    for (const trace::Trace& t : options.traces)
-      for (const trace::Event& e : t.events)
-        if (!e.group.empty()) groups.insert(e.group);
-    if (!groups.count(cli.highlight)) {
-      std::string names;
-      for (const std::string& g : groups) names += (names.empty() ? "" : ", ") + g;
-      err << "mgpu viz: --highlight " << cli.highlight << ": no such communication group in "
-          << (groups.empty() ? std::string("the trace (it has none)")
-                             : "the trace; its groups: " + names)
-          << "\n";
-      return 2;
-    }
+    if (!highlight_names_a_group(cli.highlight, options.traces, err)) return 2;
     options.highlight = cli.highlight;
   }
   if (cli.zoom) {

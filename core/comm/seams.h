@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "core/comm/all_reduce_fn.h"
+#include "core/runtime/all_reduce_fn.h"
 
 namespace mgpu::comm {
 

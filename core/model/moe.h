@@ -133,7 +133,7 @@ class ExpertComm {
 
 // ---- the layer ----
 
-struct GPTConfig;   // core/model/gpt.h
+struct GPTConfig;   // core/model/config.h
 struct BlockShard;  // core/model/gpt.h
 struct BlockComm;   // core/model/gpt.h
 

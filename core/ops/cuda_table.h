@@ -7,7 +7,7 @@
 #include <cstdint>
 
 namespace mgpu {
-// core/tensor/dtype.h (C++20) is not included: nvcc compiles the .cu files as C++17.
+// core/runtime/dtype.h (C++20) is not included: nvcc compiles the .cu files as C++17.
 enum class DType : uint8_t;
 }  // namespace mgpu
 

@@ -91,21 +91,8 @@ HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const Hybrid
   // One flat unit per layer of my stage, cut over dp as the zero lesson cuts the whole model:
   // the optimizer sees only my dp rank's chunk of each.
   zero_ = std::make_unique<ZeroOverDp>(options.zero, mesh_.group(Axis::dp), zero_seams_, cfg,
-                                       stage_layers());
+                                       stage_.layers());
   optimizer_ = make_optimizer(zero_->owned());
-}
-
-std::vector<ParamList> HybridLayout::stage_layers() {
-  std::vector<ParamList> layers;  // embedding, blocks, head
-  auto add = [&](auto& layer) {
-    layers.emplace_back();
-    layer.collect(layers.back());
-  };
-  if (stage_.embedding) add(*stage_.embedding);
-  for (auto& blocks : stage_.chunks)
-    for (Block& block : blocks) add(block);
-  if (stage_.head) add(*stage_.head);
-  return layers;
 }
 
 int64_t HybridLayout::owned_elements() {

@@ -27,7 +27,6 @@
 #include <memory>
 #include <string>
 
-#include "core/comm/all_reduce_fn.h"
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/expert_parallel.h"
 #include "core/parallel/mesh.h"
@@ -36,17 +35,20 @@
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero_over_dp.h"
+#include "core/runtime/all_reduce_fn.h"
+#include "core/theory/schedule_kind.h"
 #include "core/train/layout.h"
 
 namespace mgpu::parallel {
 
 struct HybridOptions {
-  MeshShape mesh;                 // tp, cp, dp, pp (and ep, carved out of dp)
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
-  int microbatches = 4;           // per data-parallel replica and step
-  int virtual_stages = 1;         // interleaved: layer chunks per stage (V)
-  int zero = 0;                   // 0: gradients all-reduced over dp; 1-3: ZeRO-1/2/3 over dp
-  MeshGroupFactory mesh_groups;   // empty: Comm::split (the planner's representative passes one)
+  MeshShape mesh;  // tp, cp, dp, pp (and ep, carved out of dp)
+  // A schedule the mesh runs (core/theory/schedule_kind.h: runs_on_mesh), by name.
+  std::string schedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b);
+  int microbatches = 4;          // per data-parallel replica and step
+  int virtual_stages = 1;        // interleaved: layer chunks per stage (V)
+  int zero = 0;                  // 0: gradients all-reduced over dp; 1-3: ZeRO-1/2/3 over dp
+  MeshGroupFactory mesh_groups;  // empty: Comm::split (the planner's representative passes one)
   // Megatron-LM's tensor-parallel choices (tp > 1; core/parallel/hybrid_megatron.cpp): where TP's
   // partial results are summed (fp32, or the activations' type as Megatron sends them), the
   // vocabulary-parallel head, and sequence parallelism in the blocks (--sp).
@@ -108,8 +110,7 @@ class HybridLayout : public train::Layout {
 
  private:
   void average_gradients_over(Axis axis);
-  void average_gradients_over_dp();       // dense over dp; experts' over edp (summed, then / dp)
-  std::vector<ParamList> stage_layers();  // the stage's layers in forward order (ZeRO's units)
+  void average_gradients_over_dp();  // dense over dp; experts' over edp (summed, then / dp)
 
   GPTConfig config_;
   Mesh mesh_;

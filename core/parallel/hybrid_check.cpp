@@ -62,12 +62,17 @@ bool splits_backward(const std::string& schedule) {
   return kind && theory::traits(*kind).splits_backward;
 }
 
-void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
-  const MeshShape& m = o.mesh;
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what,
-                                            world_size, meshes_that_work(cfg, world_size, m.cp)));
-  };
+namespace {
+
+// Every mesh refusal ends with the meshes that would work on this many ranks.
+[[noreturn]] void refuse_mesh(const GPTConfig& cfg, int world_size, int cp,
+                              const std::string& what) {
+  throw std::invalid_argument(fmt::format("{}: meshes that work on {} ranks: {}", what, world_size,
+                                          meshes_that_work(cfg, world_size, cp)));
+}
+
+void check_mesh_shape(const GPTConfig& cfg, const MeshShape& m, int world_size) {
+  auto fail = [&](const std::string& what) { refuse_mesh(cfg, world_size, m.cp, what); };
   if (m.tp < 1 || m.cp < 1 || m.dp < 1 || m.pp < 1 || m.ranks() != world_size)
     fail(fmt::format("mesh --dp {} --tp {} --pp {}{} holds {} ranks but the world has {}", m.dp,
                      m.tp, m.pp, m.cp != 1 ? fmt::format(" --cp {}", m.cp) : "",
@@ -79,6 +84,32 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
                      4 * cfg.dim));
   if (cfg.layers % m.pp != 0)
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
+}
+
+// Interleaved 1F1B: V >= 2 chunks per stage that cut the layers evenly, and M >= pp.
+void check_virtual_stages(const GPTConfig& cfg, const HybridOptions& o) {
+  const MeshShape& m = o.mesh;
+  const int V = o.virtual_stages;
+  std::vector<int> works;  // chunk counts that cut every stage into equal chunks
+  for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)
+    if (cfg.layers % (m.pp * v) == 0) works.push_back(v);
+  if (V < 2 || m.pp < 1 || cfg.layers % (m.pp * V) != 0)
+    throw std::invalid_argument(fmt::format(
+        "interleaved needs --virtual-stages V >= 2 with pp x V dividing the {} layers (got pp "
+        "{} x V {}): {}",
+        cfg.layers, m.pp, V,
+        works.empty() ? std::string("use --schedule 1f1b")
+                      : fmt::format("use --virtual-stages {}", fmt::join(works, " or "))));
+  if (o.microbatches < m.pp)
+    throw std::invalid_argument(fmt::format(
+        "interleaved 1F1B needs at least as many micro-batches as the {} stages (got {}): use "
+        "--microbatches {} or more, or --schedule 1f1b",
+        m.pp, o.microbatches, m.pp));
+}
+
+// The schedule from the registry, and what it asks of the mesh and the micro-batches.
+void check_schedule(const GPTConfig& cfg, const HybridOptions& o, int world_size) {
+  const MeshShape& m = o.mesh;
   const auto kind = theory::find_schedule(o.schedule);
   if (!kind || !theory::traits(*kind).runs_on_mesh)
     throw std::invalid_argument(
@@ -100,40 +131,33 @@ void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, 
         "{} micro-batches is more than the {} a schedule can hold: use --microbatches {} or fewer",
         o.microbatches, pipeline::max_microbatches, pipeline::max_microbatches));
   if (v_shape && cfg.layers % (2 * m.pp) != 0)
-    fail(fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
-                     o.schedule, m.pp, cfg.layers));
+    refuse_mesh(
+        cfg, world_size, m.cp,
+        fmt::format("{} puts 2 chunks on each of the {} stages: 2 x pp must divide the {} layers",
+                    o.schedule, m.pp, cfg.layers));
   if (splits_backward(o.schedule))  // B and W split apart
     refuse_experts(cfg, "--schedule " + o.schedule,
                    "zero-bubble's split backward has no MoE half; use --schedule 1f1b");
   if (v_shape && o.microbatches < pipeline::min_microbatches(o.schedule, m.pp))
-    fail(
-        fmt::format("{} with pp {} needs at least {} micro-batches (got {}): use "
-                    "--microbatches {} or more, or --schedule zb-h1",
-                    o.schedule, m.pp, pipeline::min_microbatches(o.schedule, m.pp), o.microbatches,
-                    pipeline::min_microbatches(o.schedule, m.pp)));
+    refuse_mesh(cfg, world_size, m.cp,
+                fmt::format("{} with pp {} needs at least {} micro-batches (got {}): use "
+                            "--microbatches {} or more, or --schedule zb-h1",
+                            o.schedule, m.pp, pipeline::min_microbatches(o.schedule, m.pp),
+                            o.microbatches, pipeline::min_microbatches(o.schedule, m.pp)));
   if (!schedule.takes_virtual_stages && o.virtual_stages != 1)
     throw std::invalid_argument(
         fmt::format("--virtual-stages {} only applies to the interleaved schedule: use "
                     "--virtual-stages 1, or --schedule interleaved",
                     o.virtual_stages));
-  if (schedule.takes_virtual_stages) {
-    const int V = o.virtual_stages;
-    std::vector<int> works;  // chunk counts that cut every stage into equal chunks
-    for (int v = 2; m.pp >= 1 && v * m.pp <= cfg.layers; ++v)
-      if (cfg.layers % (m.pp * v) == 0) works.push_back(v);
-    if (V < 2 || m.pp < 1 || cfg.layers % (m.pp * V) != 0)
-      throw std::invalid_argument(fmt::format(
-          "interleaved needs --virtual-stages V >= 2 with pp x V dividing the {} layers (got pp "
-          "{} x V {}): {}",
-          cfg.layers, m.pp, V,
-          works.empty() ? std::string("use --schedule 1f1b")
-                        : fmt::format("use --virtual-stages {}", fmt::join(works, " or "))));
-    if (o.microbatches < m.pp)
-      throw std::invalid_argument(fmt::format(
-          "interleaved 1F1B needs at least as many micro-batches as the {} stages (got {}): use "
-          "--microbatches {} or more, or --schedule 1f1b",
-          m.pp, o.microbatches, m.pp));
-  }
+  if (schedule.takes_virtual_stages) check_virtual_stages(cfg, o);
+}
+
+}  // namespace
+
+void check_hybrid(const GPTConfig& cfg, const HybridOptions& o, int world_size, int global_batch) {
+  const MeshShape& m = o.mesh;
+  check_mesh_shape(cfg, m, world_size);
+  check_schedule(cfg, o, world_size);
   check_experts(cfg, o);
   if (o.zero < 0 || o.zero > 3)
     throw std::invalid_argument(fmt::format(

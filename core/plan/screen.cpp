@@ -11,6 +11,7 @@
 #include "core/theory/collectives.h"
 #include "core/theory/model_states.h"
 #include "core/theory/pipeline_bubbles.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::plan {
 
@@ -161,9 +162,11 @@ StageParameters largest_stage_parameters(const GPTConfig& model, const GPTConfig
   return p;
 }
 
-// Bytes of the largest stage: its model states (theory::model_state_bytes, AdamW; ZeRO-1 shards
-// the optimizer over dp), the kept activations (activations.h) of the micro-batches in flight
-// (theory::microbatches_in_flight), backward's workspace, the logits and the dp gradient buffer.
+// Bytes of the largest stage: its model states (theory::model_state_bytes, AdamW; ZeRO shards
+// the optimizer over dp; ZeRO-2/3's gradients and parameters are whole during the step, where the
+// peak is, so they count whole here), the kept activations (activations.h) of the micro-batches in
+// flight (theory::microbatches_in_flight), backward's workspace, the logits and the dp gradient
+// buffer.
 double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layout& l,
                           double stage_params) {
   const double s = static_cast<double>(dtype_size(c.dtype));
@@ -171,7 +174,7 @@ double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layo
   const double rows = static_cast<double>(l.microbatch_size) * T;
   const int layers = c.layers / l.pp;
   const theory::StateBytes states = theory::model_state_bytes(int(s), "adamw");
-  const double optimizer_bytes = states.optimizer / (l.zero == 1 ? double(l.dp) : 1.0);
+  const double optimizer_bytes = states.optimizer / (l.zero >= 1 ? double(l.dp) : 1.0);
   const double in_flight =
       theory::microbatches_in_flight(l.schedule, l.pp, l.virtual_stages, l.microbatches);
   // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
@@ -215,7 +218,7 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
   const double bubble = theory::bubble_in_microbatches(l.schedule, l.pp, l.virtual_stages);
   const double pipeline = (l.microbatches + bubble) * micro_batch_seconds(model, c, l, p);
   // DualPipe holds two copies: every stage keeps two stages' parameters (and their states).
-  const double copies = l.schedule == "dualpipe" ? 2 : 1;
+  const double copies = theory::traits(theory::schedule_kind(l.schedule)).bidirectional ? 2 : 1;
   const StageParameters params = largest_stage_parameters(model, c, l);
   const double stage_params = copies * params.total();
   // Dense gradients averaged over dp; expert gradients over the dp / ep ranks holding the same

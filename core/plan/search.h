@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/plan/simulate.h"
@@ -26,8 +27,10 @@ namespace mgpu::plan {
 
 // What the user fixed; everything unset is searched.
 struct Pins {
-  std::optional<int> dp, tp, pp, cp, ep, microbatch_size, zero;
+  std::optional<int> dp, tp, pp, cp, ep, microbatch_size, zero, virtual_stages;
   std::optional<std::string> schedule, recompute;
+  // Megatron-LM's choices: unpinned, each is on wherever the engine runs it (with_megatron_choices)
+  std::optional<bool> sp, vocab_head;
   // Precisions searched. Empty (the default): bf16, or fp32 with a note while the engine refuses
   // bf16. Otherwise exactly these (one pinned, or all three).
   std::vector<std::string> precisions;
@@ -96,5 +99,17 @@ SearchResult search(const SearchRequest& request, const Progress& progress = {},
 
 // "dp 8 tp 8 pp 16 cp 1 mbs 1 M 24 1f1b zero 0 bf16 none" (with "ep 4" after cp when ep > 1).
 std::string describe(const Layout& layout);
+
+// Interleaved 1F1B's chunks per stage where --virtual-stages is not pinned.
+inline constexpr int kSearchedVirtualStages = 2;
+
+// The knobs of a search as the command line names them (--tp, --sp, ...): those the pins fix,
+// with their values, those it searches, and those neither (their default values).
+struct Knobs {
+  std::vector<std::pair<std::string, std::string>> pinned;    // {"--tp", "4"}
+  std::vector<std::string> searched;                          // {"--dp", ...}
+  std::vector<std::pair<std::string, std::string>> defaults;  // {"--precision", "bf16"}
+};
+Knobs knobs(const Pins& pins);
 
 }  // namespace mgpu::plan

@@ -1,10 +1,11 @@
 // The planner's engine (simulate.h), top to bottom:
-//   1. the layout as the hybrid layout's options, refused in one line when it cannot run;
+//   1. the layout as the hybrid layout's options, refused in one line when it cannot run
+//      (layout_options.cpp);
 //   2. the representative world: one thread per pipeline stage, each the dp0/cp0/tp0 rank of its
 //      stage, seen by the unchanged HybridLayout as that rank of the full world (its tp/cp/dp
 //      groups are symmetric comms, its pp group the real stage threads);
 //   3. two training steps through the one training loop on the phantom device (a warm-up and the
-//      measured one), then the prediction read off the trace and the allocators.
+//      measured one), then the prediction read off the trace and the allocators (predict.cpp).
 #include "core/plan/simulate.h"
 
 #ifdef __GLIBC__
@@ -20,87 +21,24 @@
 #include <fmt/format.h>
 
 #include "core/comm/symmetric.h"
-#include "core/optim/mixed_precision.h"
 #include "core/parallel/hybrid.h"
-#include "core/parallel/hybrid_megatron.h"
-#include "core/theory/model_states.h"
+#include "core/plan/simulate_internal.h"
 #include "core/trace/analysis.h"
 #include "core/train/trainer.h"
 
 namespace mgpu::plan {
 
+using detail::hybrid_options;
+using detail::measure_step;
+using detail::model_for;
+using detail::optimizer_factory;
+using detail::predict;
+using detail::RankMemory;
+using detail::RankSummary;
+
 namespace {
 
 using parallel::Axis;
-
-// ------------------------------------------------------------------------------ 1. the layout
-
-GPTConfig model_for(const Workload& workload, const Layout& layout) {
-  GPTConfig cfg = workload.model;
-  cfg.dtype = parse_precision(layout.precision);
-  cfg.recompute = parse_recompute(layout.recompute);
-  return cfg;
-}
-
-// The phantom device routes by a fixed balanced rule (balanced_routing: slot s to expert s % E),
-// keeping a few bytes per (token, expert) slot of every micro-batch in flight. Over ep ranks the
-// symmetric groups take what a rank receives to be what it sends, which holds when every rank's
-// experts get as many rows: for dropless routing, when a micro-batch's slots are a multiple of
-// the experts (with a capacity the exchange itself checks). Both refusals name no layout's own
-// figures, so the planner lists each once.
-constexpr int64_t kMaxRoutedSlots = int64_t{1} << 22;
-
-void check_phantom_routing(const GPTConfig& cfg, const Layout& l) {
-  if (cfg.experts == 0) return;
-  const int64_t slots = int64_t{l.microbatch_size} * (cfg.seq_len / l.cp) * cfg.top_k;
-  if (slots > kMaxRoutedSlots)
-    throw std::invalid_argument(fmt::format(
-        "a micro-batch's tokens x top-k above {} routing slots per rank are not simulated: use "
-        "a smaller --microbatch-size or top-k",
-        kMaxRoutedSlots));
-  if (l.ep > 1 && cfg.capacity_factor == 0 && slots % cfg.experts != 0)
-    throw std::invalid_argument(fmt::format(
-        "the phantom device routes every token the same balanced way, which loads the ep ranks' "
-        "experts unequally unless a micro-batch's tokens x top-k are a multiple of the {} "
-        "experts: not simulated",
-        cfg.experts));
-}
-
-parallel::HybridOptions hybrid_options(const GPTConfig& cfg, const Workload& workload,
-                                       const Layout& layout) {
-  if (layout.microbatch_size < 1 || layout.microbatches < 1)
-    throw std::invalid_argument(
-        fmt::format("micro-batch size {} and {} micro-batches: both must be at least 1",
-                    layout.microbatch_size, layout.microbatches));
-  if (workload.optimizer != "adamw" && workload.optimizer != "sgd")
-    throw std::invalid_argument(
-        fmt::format("optimizer '{}': the planner simulates adamw or sgd", workload.optimizer));
-  if (workload.optimizer == "sgd" && cfg.dtype != DType::f32)
-    throw std::invalid_argument(
-        fmt::format("sgd has no fp32 master weights for {}: use adamw or fp32", layout.precision));
-  cfg.validate();
-  parallel::HybridOptions options{.schedule = layout.schedule,
-                                  .microbatches = layout.microbatches,
-                                  .virtual_stages = layout.virtual_stages,
-                                  .zero = layout.zero};
-  options.mesh = {
-      .tp = layout.tp, .cp = layout.cp, .dp = layout.dp, .pp = layout.pp, .ep = layout.ep};
-  options.sequence_parallel = layout.sp;
-  options.vocab_parallel_head = layout.vocab_parallel_head;
-  if (cfg.dtype != DType::f32) options.tp_sums = parallel::PartialSums::activation_dtype;
-  parallel::check_hybrid(cfg, options, layout.gpus(), layout.global_batch());
-  check_phantom_routing(cfg, layout);
-  return options;
-}
-
-train::OptimizerFactory optimizer_factory(const Workload& workload, DType precision) {
-  return [optimizer = workload.optimizer,
-          precision](const ParamList& params) -> std::unique_ptr<optim::Optimizer> {
-    if (optimizer == "sgd")
-      return std::make_unique<optim::SGD>(optim::whole_params(params), optim::SGDOptions{});
-    return optim::make_adamw(optim::whole_params(params), precision);
-  };
-}
 
 // Tokens for phantom batches: the values are never read (the device holds none), so every row is
 // zeros instead of a sampled sequence; a 1536 x 2048 batch then costs a memset, not a sampler.
@@ -214,102 +152,6 @@ class StageWorld final : public comm::Comm {
   HardwareProfile profile_;
 };
 
-// ------------------------------------------------------------------------------ 3. measuring
-
-// What each thread reports after training: its allocator peaks and its pipeline stage.
-struct RankMemory {
-  MemoryStats stats;
-  int stage = 0;
-};
-
-bool any_tp_group_crosses_nodes(const Layout& layout, const HardwareProfile& profile) {
-  const int rpn = std::max(1, profile.ranks_per_node);
-  for (int first = 0; first < layout.gpus(); first += layout.tp)
-    if (first / rpn != (first + layout.tp - 1) / rpn) return true;
-  return false;
-}
-
-// The measured step, from each rank's own events (trace/analysis.h's definitions): the window
-// spans every rank's step-lane event of that step; a rank's bubble is the share of the window its
-// compute lane is idle, its exposed communication the comm-lane time not under compute. No trace
-// is kept: each rank's tracer streams its events into a summary (the union of its compute and
-// comm lanes, and its step spans), which gives the trace's figures exactly in a few spans, where
-// GPT-3 175B's trace on 1024 GPUs would hold a gigabyte.
-struct StepTimeline {
-  trace::Interval window;
-  double busiest_bubble_fraction = 0;  // on the rank with the most compute in the window
-  double worst_exposed_comm = 0;
-};
-
-struct RankSummary {
-  trace::IntervalUnion compute, comm;
-  std::vector<std::pair<int, trace::Interval>> steps;  // (step, its span) per step-lane event
-
-  void add(const trace::Event& e) {
-    if (e.lane == trace::Lane::step) steps.emplace_back(e.step, trace::Interval{e.start, e.end()});
-    if (e.lane == trace::Lane::compute) compute.add({e.start, e.end()});
-    if (e.lane == trace::Lane::comm) comm.add({e.start, e.end()});
-  }
-};
-
-StepTimeline measure_step(const std::vector<RankSummary>& ranks, int step) {
-  StepTimeline t;
-  bool found = false;
-  for (const RankSummary& mine : ranks)
-    for (const auto& [s, span] : mine.steps)
-      if (s == step) {
-        t.window = found ? trace::Interval{std::min(t.window.begin, span.begin),
-                                           std::max(t.window.end, span.end)}
-                         : span;
-        found = true;
-      }
-  if (!found || t.window.length() <= 0)
-    throw std::logic_error(fmt::format("simulate: step {} left no time on the trace", step));
-  double most_busy = -1;
-  for (const RankSummary& mine : ranks) {
-    const auto compute = mine.compute.clipped(t.window);
-    const auto comm = mine.comm.clipped(t.window);
-    const double busy = trace::total_length(compute);
-    const double exposed =
-        trace::total_length(comm) - trace::total_length(trace::intersect(compute, comm));
-    if (busy > most_busy) {
-      most_busy = busy;
-      t.busiest_bubble_fraction = (t.window.length() - busy) / t.window.length();
-    }
-    t.worst_exposed_comm = std::max(t.worst_exposed_comm, exposed);
-  }
-  return t;
-}
-
-// The model's FLOPs for one step, the count MFU is quoted in (PaLM, Chowdhery et al. 2022):
-// 6 N per token for the matmuls over the parameters (2 N forward, 4 N backward; N counted by
-// building the model on a phantom device) plus 12 L T C per token for attention's QK^T and AV,
-// forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
-// are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020): counted, they
-// made MFU exceed 100% on an ideal profile. The LM head is a matmul and stays: its own matrix, or
-// wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted
-// once). Recompute is not counted: MFU counts the model's FLOPs, not the hardware's.
-double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
-  RankContext counting(0, 1, Device::phantom(0), HardwareProfile::ideal(0), ClockKind::modeled);
-  counting.tracer.enabled = false;
-  int64_t params = 0;
-  {
-    ScopedRank scoped(counting);
-    params = GPT(cfg).num_params();
-  }
-  // wpe, and an untied wte: lookups only (a tied wte is the head's matmul too).
-  params -= (int64_t{cfg.tie_embeddings ? 0 : cfg.vocab} + cfg.seq_len) * cfg.dim;
-  // With experts a token multiplies only its top_k experts of each MoE block (Switch Transformer's
-  // and Mixtral's active count).
-  if (cfg.experts > 0) params -= theory::gpt_parameters(cfg) - theory::gpt_active_parameters(cfg);
-  return theory::model_flops_per_token(params, cfg.layers, cfg.seq_len, cfg.dim) *
-         static_cast<double>(tokens);
-}
-
-}  // namespace
-
-namespace {
-
 // The world the simulation runs on: phantom devices on the modeled clock, one thread per stage
 // (representative: the stage's tp x cp x dp ranks stand in for it) or one per rank (full).
 WorldOptions simulation_world(const Layout& layout, const HardwareProfile& profile, int stride,
@@ -345,35 +187,6 @@ WorldOptions simulation_world(const Layout& layout, const HardwareProfile& profi
   }
   return world_options;
 }
-
-// Throughput, MFU, bubble and exposed communication of the measured step, and the memory of the
-// rank that needs the most.
-Prediction predict(const StepTimeline& timeline, const std::vector<RankMemory>& memory,
-                   const GPTConfig& cfg, const Layout& layout, const HardwareProfile& profile) {
-  Prediction p;
-  p.step_seconds = timeline.window.length();
-  const int64_t tokens = int64_t{layout.global_batch()} * cfg.seq_len;
-  p.tokens_per_s = p.step_seconds > 0 ? static_cast<double>(tokens) / p.step_seconds : 0;
-  p.tflops_per_gpu = p.step_seconds > 0
-                         ? model_flops_per_step(cfg, tokens) / p.step_seconds / layout.gpus() / 1e12
-                         : 0;
-  const double peak = profile.peak_for(cfg.dtype);
-  p.mfu = peak > 0 ? p.tflops_per_gpu * 1e12 / peak : 0;
-  p.bubble_fraction = timeline.busiest_bubble_fraction;
-  p.exposed_comm_seconds = timeline.worst_exposed_comm;
-  for (const RankMemory& m : memory)
-    if (m.stats.peak_total > p.memory_peak_total) {
-      p.memory_peak_total = m.stats.peak_total;
-      p.memory_peak = m.stats.peak;
-      p.worst_stage = m.stage;
-    }
-  p.tp_crosses_nodes = any_tp_group_crosses_nodes(layout, profile);
-  return p;
-}
-
-}  // namespace
-
-namespace {
 
 Prediction simulate_in_world(const Workload& workload, const Layout& layout,
                              const HardwareProfile& profile, Simulation mode) {
@@ -448,19 +261,6 @@ Prediction simulate(const Workload& workload, const Layout& layout, const Hardwa
   malloc_trim(0);
 #endif
   return p;
-}
-
-Layout with_megatron_choices(const GPTConfig& model, Layout l) {
-  // Each on wherever the hybrid engine's own rules accept it (one source for them).
-  auto accepted = [&](bool sp, bool head) {
-    parallel::HybridOptions o{
-        .schedule = l.schedule, .vocab_parallel_head = head, .sequence_parallel = sp};
-    o.mesh = {.tp = l.tp, .cp = l.cp, .dp = l.dp, .pp = l.pp};
-    return parallel::megatron_options_refusal(model, o).empty();
-  };
-  l.sp = accepted(true, false);
-  l.vocab_parallel_head = accepted(false, true);
-  return l;
 }
 
 }  // namespace mgpu::plan

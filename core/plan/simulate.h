@@ -11,18 +11,20 @@
 
 #include "core/model/gpt.h"
 #include "core/parallel/hybrid.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/profile.h"
-#include "core/tensor/allocator.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::plan {
 
 // One way to train the model: the mesh, how the batch is cut, and the options of every rank.
 struct Layout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
-  int ep = 1;                      // expert-parallel ranks, carved out of dp (models with experts)
-  int microbatch_size = 1;         // sequences per micro-batch
-  int microbatches = 1;            // per data-parallel replica and step
-  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved | zb-h1 (as hybrid runs them)
+  int ep = 1;               // expert-parallel ranks, carved out of dp (models with experts)
+  int microbatch_size = 1;  // sequences per micro-batch
+  int microbatches = 1;     // per data-parallel replica and step
+  // A schedule the hybrid mesh runs (core/theory/schedule_kind.h: runs_on_mesh), by name.
+  std::string schedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b);
   int virtual_stages = 1;          // interleaved: layer chunks per stage (V >= 2)
   int zero = 0;                    // ZeRO stage over dp (0 or 1)
   std::string precision = "bf16";  // fp32 | bf16 | fp16

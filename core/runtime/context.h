@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/all_reduce_fn.h"
+#include "core/runtime/all_reduce_fn.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/clock.h"
 #include "core/runtime/profile.h"
-#include "core/tensor/allocator.h"
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/tensor/dtype.h"
+#include "core/runtime/dtype.h"
 
 namespace mgpu {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor/allocator.h"
-#include "core/tensor/dtype.h"
+#include "core/runtime/allocator.h"
+#include "core/runtime/dtype.h"
 
 namespace mgpu {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/model/gpt.h"
+#include "core/model/config.h"
 
 namespace mgpu::theory {
 

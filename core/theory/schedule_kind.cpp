@@ -39,6 +39,14 @@ std::optional<ScheduleKind> find_schedule(std::string_view name) {
   return std::nullopt;
 }
 
+ScheduleKind schedule_kind(std::string_view name) {
+  if (const auto kind = find_schedule(name)) return *kind;
+  std::string names;
+  for (const ScheduleTraits& t : kSchedules)
+    names += std::string(names.empty() ? "" : ", ") + t.name;
+  throw std::invalid_argument("unknown schedule '" + std::string(name) + "': one of " + names);
+}
+
 const char* schedule_name(ScheduleKind kind) {
   return traits(kind).name;
 }

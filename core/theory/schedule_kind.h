@@ -5,6 +5,7 @@
 #pragma once
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace mgpu::theory {
@@ -25,6 +26,8 @@ struct ScheduleTraits {
 std::span<const ScheduleTraits> all_schedules();
 const ScheduleTraits& traits(ScheduleKind kind);
 std::optional<ScheduleKind> find_schedule(std::string_view name);
+// find_schedule, or std::invalid_argument naming the schedules there are.
+ScheduleKind schedule_kind(std::string_view name);
 const char* schedule_name(ScheduleKind kind);
 
 }  // namespace mgpu::theory

@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::trace {
 

@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::trace {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::trace {
 

@@ -37,7 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::trace {
 

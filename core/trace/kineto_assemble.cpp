@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/tensor/allocator.h"
+#include "core/runtime/allocator.h"
 
 namespace mgpu::trace::kineto {
 

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 #include "core/trace/kineto_reader.h"
 
 namespace mgpu::trace::kineto {

@@ -34,8 +34,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/runtime/trace_event.h"
 #include "core/trace/chrome_trace.h"
-#include "core/trace/event.h"
 
 namespace mgpu::trace {
 

@@ -16,106 +16,13 @@
 #include <rapidjson/error/en.h>
 #include <rapidjson/reader.h>
 
+#include "core/trace/kineto_chunk_stream.h"
 #include "core/trace/kineto_event.h"
 #include "core/trace/kineto_raw.h"
 
 namespace mgpu::trace::kineto {
 
 namespace {
-
-constexpr size_t kChunk = size_t{1} << 20;
-
-// Reads the next chunk on a second thread while the parser works through the current one, so
-// reading (and inflating a .gz) costs the parser no time. Two buffers: the parser's and this one.
-class Prefetcher {
- public:
-  explicit Prefetcher(const ReadChunk& read) : read_(read), next_(kChunk + 1) {
-    thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
-  }
-
-  // Swaps the parser's spent `buffer` for the next chunk; returns its size (0 at the end). A
-  // read's error is thrown here, on the parser's thread.
-  size_t next(std::vector<char>& buffer) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return full_; });
-    if (error_) std::rethrow_exception(error_);
-    buffer.swap(next_);
-    full_ = false;
-    changed_.notify_all();
-    return size_;
-  }
-
- private:
-  void run(std::stop_token stop) {
-    for (;;) {
-      std::unique_lock lock(mutex_);
-      if (!changed_.wait(lock, stop, [&] { return !full_; })) return;  // the parser stopped
-      lock.unlock();  // next_ is this thread's alone until full_ is set
-      size_t n = 0;
-      std::exception_ptr error;
-      try {
-        n = read_(next_.data(), kChunk);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      lock.lock();
-      size_ = n, error_ = error, full_ = true;
-      changed_.notify_all();
-      if (n == 0 || error) return;
-    }
-  }
-
-  const ReadChunk& read_;
-  std::vector<char> next_;
-  std::mutex mutex_;
-  std::condition_variable_any changed_;
-  bool full_ = false;
-  size_t size_ = 0;
-  std::exception_ptr error_;
-  std::jthread thread_;  // last: joined before the members it uses are destroyed
-};
-
-// RapidJSON's input-stream interface over chunks from `read`. A '\0' after the chunk's last byte
-// lets Peek() read without a bounds check; '\0' also tells RapidJSON the input has ended.
-class ChunkStream {
- public:
-  using Ch = char;
-  ChunkStream(const ReadChunk& read, bool prefetch) : read_(read), buffer_(kChunk + 1) {
-    if (prefetch) prefetch_.emplace(read);
-    refill();
-  }
-
-  Ch Peek() const { return *current_; }
-  Ch Take() {
-    const Ch c = *current_;
-    if (current_ < last_ && ++current_ == last_) refill();
-    return c;
-  }
-  size_t Tell() const { return static_cast<size_t>(before_ + (current_ - buffer_.data())); }
-  bool at_end() const { return current_ == last_; }
-
-  // Write side of RapidJSON's stream concept: a reader never writes.
-  Ch* PutBegin() { return nullptr; }
-  void Put(Ch) {}
-  void Flush() {}
-  size_t PutEnd(Ch*) { return 0; }
-
- private:
-  void refill() {
-    before_ += last_ == nullptr ? 0 : last_ - buffer_.data();
-    const size_t n = prefetch_ ? prefetch_->next(buffer_) : read_(buffer_.data(), kChunk);
-    buffer_[n] = '\0';
-    current_ = buffer_.data();
-    last_ = buffer_.data() + n;
-  }
-
-  const ReadChunk& read_;
-  std::vector<char> buffer_;
-  std::optional<Prefetcher> prefetch_;
-  const char* current_ = nullptr;
-  const char* last_ = nullptr;
-  int64_t before_ = 0;  // bytes of the chunks before this one
-};
 
 // Depths, counted in open containers: 1 the root object, 2 a top-level value (the traceEvents
 // array, distributedInfo), 3 one trace event, 4 its args. A file that is a bare array of events

@@ -14,8 +14,13 @@
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
 #include "core/train/checkpoint_shards.h"
+#include "core/train/shared_batches.h"
+#include "core/train/trainer_internal.h"
 
 namespace mgpu::train {
+
+using trainer_detail::check_finite;
+using trainer_detail::SharedBatches;
 
 namespace {
 
@@ -70,85 +75,6 @@ std::vector<float> global_losses(const std::vector<std::vector<float>>& per_rank
     losses.push_back(global ? *global : static_cast<float>(shards ? shard_sum / shards : 0.0));
   }
   return losses;
-}
-
-// Every rank trains on the same global batch, a pure function of the step: the rank threads of a
-// process share one copy per step instead of each sampling (and holding) its own. The last rank
-// to take a step's batch drops it from the cache; each rank keeps its pointer while it trains.
-class SharedBatches {
- public:
-  SharedBatches(const data::Task& task, const TrainOptions& options, int ranks)
-      : task_(task), options_(options), ranks_(ranks) {}
-
-  std::shared_ptr<const data::Batch> take(int step) {
-    std::lock_guard lock(mutex_);
-    Entry& entry = by_step_[step];
-    if (!entry.batch)
-      entry.batch = std::make_shared<const data::Batch>(
-          task_.sample(step, options_.global_batch, options_.seq));
-    std::shared_ptr<const data::Batch> batch = entry.batch;
-    if (++entry.taken == ranks_) by_step_.erase(step);
-    return batch;
-  }
-
- private:
-  struct Entry {
-    std::shared_ptr<const data::Batch> batch;
-    int taken = 0;
-  };
-  const data::Task& task_;
-  const TrainOptions& options_;
-  const int ranks_;
-  std::mutex mutex_;
-  std::map<int, Entry> by_step_;
-};
-
-// What most likely made a run diverge, from the optimizer's hyper-parameters and the state it
-// resumed from (the usual ranges are those of small GPT training; Loshchilov & Hutter 2019).
-std::string likely_cause(Layout& layout, const TrainOptions& options,
-                         const CheckpointContents& resumed) {
-  if (const optim::Optimizer* opt = layout.optimizer()) {
-    const nlohmann::json h = opt->hyperparams();
-    const double lr = h.value("lr", 0.0), wd = h.value("weight_decay", 0.0);
-    if (lr > 0.1) return fmt::format("--lr {:g} is far above the usual 1e-4..1e-2", lr);
-    if (wd > 1.0 || lr * wd > 0.1)
-      return fmt::format("--weight-decay {:g} is far above the usual 0..0.1", wd);
-  }
-  float largest = 0;
-  for (const CheckpointTensor& t : resumed.tensors)
-    for (float v : t.values) largest = std::max(largest, std::abs(v));
-  if (!options.resume.empty() && largest > 1e6f)
-    return fmt::format("the checkpoint it resumed from, '{}', holds values up to {:g}",
-                       options.resume, largest);
-  return "the learning rate is too high for this model and data: try a smaller --lr";
-}
-
-// After a step: a non-finite loss this rank knows, or after the last step a non-finite parameter
-// this rank holds, stops the run. A parameter made NaN or inf by an update shows in the next
-// step's loss (the forward reads every parameter), so only the last update, which no forward
-// follows, needs the parameters themselves read back: no per-step copy of the model. A rank that
-// stops first ends the others' waits (World::run). A skipped fp16 step changed no parameter, but
-// its loss is still checked: the forward pass is not scaled, so a non-finite loss means the
-// weights themselves overflowed, which halving the loss scale cannot undo.
-void check_finite(int step, const StepOutcome& outcome, Layout& layout, const TrainOptions& options,
-                  const CheckpointContents& resumed) {
-  std::string what;
-  for (const std::optional<float>& loss : {outcome.loss, outcome.shard_loss})
-    if (loss && !std::isfinite(*loss)) what = fmt::format("the loss is {}", *loss);
-  const bool last_step = step + 1 == options.steps;
-  if (what.empty() && !outcome.skipped && last_step)
-    for (TensorShard& shard : layout.shards()) {
-      if (shard.kind != "param" || !shard.local.has_data()) continue;
-      const std::vector<float> values = shard.local.to_vector();
-      if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); })) {
-        what = fmt::format("parameter '{}' holds NaN or inf after the update", shard.full_name);
-        break;
-      }
-    }
-  if (what.empty()) return;
-  throw TrainingDiverged(
-      fmt::format("training diverged at step {}: {}; likely cause: {} (no checkpoint written)",
-                  step + 1, what, likely_cause(layout, options, resumed)));
 }
 
 }  // namespace

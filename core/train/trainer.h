@@ -24,8 +24,8 @@
 #include "core/model/checkpoint.h"
 #include "core/model/param.h"
 #include "core/optim/optimizer.h"
-#include "core/runtime/world.h"
 #include "core/train/layout.h"
+#include "core/world/world.h"
 
 namespace mgpu::train {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/comm/comm.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"  // the reference ring all-reduce
 
 #ifdef MGPU_HAVE_MPI

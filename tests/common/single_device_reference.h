@@ -12,7 +12,7 @@
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 
 namespace mgpu::testing {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::testing {
 

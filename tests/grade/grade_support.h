@@ -5,7 +5,7 @@
 // The implementation under test is the one catch_main selected: the reference, or the student's
 // when MGPU_IMPL=mine.
 #pragma once
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 
 namespace mgpu::grade {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/comm/comm.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 #include "grade/grade_support.h"
 

@@ -12,7 +12,7 @@
 #include "core/ops/ops.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 #include "grade/grade_support.h"
 

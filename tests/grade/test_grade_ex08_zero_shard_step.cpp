@@ -10,7 +10,7 @@
 
 #include "core/comm/comm.h"
 #include "core/parallel/zero.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 #include "grade/grade_support.h"
 

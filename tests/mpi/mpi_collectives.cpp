@@ -6,7 +6,7 @@
 
 #include "core/comm/algorithms/algorithms.h"
 #include "core/comm/comm.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"  // the reference ring all-reduce, every backend's all_reduce
 
 using namespace mgpu;

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "core/comm/comm.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"  // the reference ring all-reduce, every backend's all_reduce
 
 using namespace mgpu;

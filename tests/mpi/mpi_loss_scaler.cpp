@@ -10,8 +10,8 @@
 #include "core/comm/comm.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/ddp.h"
-#include "core/runtime/world.h"
 #include "core/train/trainer.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"  // the reference ring all-reduce and DDP's bucket assignment
 
 using namespace mgpu;

@@ -12,8 +12,8 @@
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/comm/symmetric.h"
-#include "core/runtime/world.h"
 #include "core/theory/collectives.h"
+#include "core/world/world.h"
 
 using namespace mgpu;
 using Catch::Matchers::Contains;

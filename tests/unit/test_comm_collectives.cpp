@@ -12,8 +12,8 @@
 #include "common/collective_script.h"
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
-#include "core/runtime/world.h"
 #include "core/trace/analysis.h"
+#include "core/world/world.h"
 
 using namespace mgpu;
 using comm::ReduceOp;

@@ -13,7 +13,7 @@
 
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"
 
 using namespace mgpu;

@@ -12,7 +12,7 @@
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/comm/local/local_world.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 
 using namespace mgpu;
 using Catch::Matchers::Contains;

@@ -9,7 +9,7 @@
 #include "common/selected_seams.h"
 #include "core/data/task.h"
 #include "core/parallel/context_parallel.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"
 
 using namespace mgpu;

@@ -18,12 +18,12 @@
 #include <sstream>
 
 #include "common/checkpoints.h"
+#include "core/ops/cuda_emulation.h"
 #include "core/ops/cuda_table.h"
-#include "core/runtime/cuda_emulation.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/gpu.h"
-#include "core/runtime/world.h"
-#include "core/tensor/allocator.h"
 #include "core/tensor/tensor.h"
+#include "core/world/world.h"
 #include "lessons/cli.h"
 #include "lessons/lesson.h"
 #include "unit/mgpu_cli.h"
@@ -109,7 +109,7 @@ TEST_CASE("without a GPU, device cuda is one line and exit 2", "[cuda]") {
   CHECK(std::count(e2.begin(), e2.end(), '\n') == 1);
 }
 
-// ---- Emulated CUDA (core/runtime/cuda_emulation.h): --device cuda on the CPU ----------------
+// ---- Emulated CUDA (core/ops/cuda_emulation.h): --device cuda on the CPU ----------------
 //
 // MGPU_CUDA_EMULATION=1 runs --device cuda through the CUDA kernel table (filled with the CPU
 // kernels) and the device memory hooks, with device pointers the host cannot dereference. So

@@ -18,10 +18,10 @@
 #include "common/checkpoints.h"
 #include "common/selected_seams.h"
 #include "core/parallel/expert_parallel.h"
-#include "core/runtime/world.h"
 #include "core/theory/collectives.h"
 #include "core/theory/expert_parallel.h"
 #include "core/trace/chrome_trace.h"
+#include "core/world/world.h"
 #include "lessons/expert_parallel.h"
 #include "unit/mgpu_cli.h"
 

@@ -6,7 +6,7 @@
 #include <regex>
 #include <sstream>
 
-#include "core/runtime/cuda_emulation.h"
+#include "core/ops/cuda_emulation.h"
 #include "core/runtime/host_memory.h"
 #include "lessons/host_memory_check.h"
 #include "lessons/single_device.h"

@@ -382,7 +382,7 @@ TEST_CASE("the CPU kernels compute exactly the shared functions' bits", "[kernel
 TEST_CASE("the GPU embedding backward's token groups add each token's rows in the CPU's order",
           "[kernel_math]") {
   // The grouping is host code (core/ops/cuda/token_groups.h); the loop below is the body of
-  // kernels.cu's embedding_backward_wte_kernel, one (group, column) after another.
+  // embedding.cu's embedding_backward_wte_kernel, one (group, column) after another.
   const int64_t c = 5, vocab = 11;
   const std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 3, 7, 2, 10, 3, 5, 0};  // repeats, singles
   const int64_t count = int64_t(tokens.size());

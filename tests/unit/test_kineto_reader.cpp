@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/kineto_traces.h"
-#include "core/tensor/allocator.h"
+#include "core/runtime/allocator.h"
 #include "core/trace/kineto_raw.h"
 #include "core/trace/kineto_reader.h"
 #include "core/trace/trace_files.h"

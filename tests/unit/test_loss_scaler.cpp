@@ -19,9 +19,9 @@
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
-#include "core/runtime/world.h"
 #include "core/train/single_device.h"
 #include "core/train/trainer.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 
 using namespace mgpu;

@@ -25,8 +25,8 @@
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
-#include "core/runtime/world.h"
 #include "core/trace/chrome_trace.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 #include "unit/mgpu_cli.h"
 

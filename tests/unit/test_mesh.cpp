@@ -14,7 +14,7 @@
 #include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/parallel/mesh.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 
 using namespace mgpu;
 using namespace mgpu::parallel;

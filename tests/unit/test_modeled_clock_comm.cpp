@@ -9,10 +9,10 @@
 #include "core/comm/comm.h"
 #include "core/comm/cost_model.h"
 #include "core/comm/issue_board.h"
-#include "core/runtime/world.h"
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
 #include "core/trace/chrome_trace.h"
+#include "core/world/world.h"
 #include "mgpu_cli.h"
 
 using namespace mgpu;

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan/search.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"
 #include "unit/mgpu_cli.h"
 
@@ -89,6 +89,71 @@ TEST_CASE("plan pins fix an axis and search the rest", "[plan]") {
     CHECK(l.microbatches * l.microbatch_size * l.dp == 8);
     CHECK(l.zero == 0);
   }
+}
+
+TEST_CASE("plan pins V, sp, the vocabulary head and ZeRO 0..3, and names what it pinned",
+          "[plan]") {
+  GPTConfig m = small_model();
+  m.layers = 8;  // pp 2: interleaved with V 2 or 4 (pp x V divides the layers)
+  Pins pins = fp32_only();
+  pins.cp = 1;
+  pins.pp = 2;
+  pins.schedule = "interleaved";
+  pins.recompute = "none";
+  std::set<int> unpinned;
+  for (const Layout& l : enumerate_layouts(m, 4, 8, pins)) unpinned.insert(l.virtual_stages);
+  CHECK(unpinned == std::set<int>{kSearchedVirtualStages});
+  pins.virtual_stages = 4;
+  const std::vector<Layout> v4 = enumerate_layouts(m, 4, 8, pins);
+  REQUIRE(!v4.empty());
+  for (const Layout& l : v4) CHECK(l.virtual_stages == 4);
+  CHECK_THAT(describe(v4.front()), Catch::Contains("interleaved V 4"));
+  pins.virtual_stages = 3;
+  CHECK_THROWS_WITH(
+      enumerate_layouts(m, 4, 8, pins),
+      Catch::Contains("--virtual-stages 3") && Catch::Contains("--virtual-stages 2, 4 would work"));
+
+  // Sequence parallelism and the vocabulary-parallel head: unpinned, on where the engine runs
+  // them (tp 2 divides the 8 tokens and the 32-token vocabulary); pinned, as pinned.
+  Pins tp2 = fp32_only();
+  tp2.cp = 1;
+  tp2.tp = 2;
+  tp2.schedule = "1f1b";
+  for (const Layout& l : enumerate_layouts(m, 4, 8, tp2)) CHECK((l.sp && l.vocab_parallel_head));
+  tp2.sp = false;
+  tp2.vocab_head = false;
+  for (const Layout& l : enumerate_layouts(m, 4, 8, tp2)) CHECK((!l.sp && !l.vocab_parallel_head));
+  tp2.sp = true;
+  tp2.vocab_head = true;
+  for (const Layout& l : enumerate_layouts(m, 4, 8, tp2)) CHECK((l.sp && l.vocab_parallel_head));
+  GPTConfig one_head = m;  // tp 1 only: neither runs, whatever else is pinned
+  one_head.heads = 1;
+  Pins sp_on = fp32_only();
+  sp_on.sp = true;
+  CHECK_THROWS_WITH(
+      enumerate_layouts(one_head, 4, 8, sp_on),
+      Catch::Contains("--sp on: the engine runs it on none") && Catch::Contains("use --sp off"));
+
+  // ZeRO: 0 and 1 searched (1 where dp > 1); 2 and 3 when pinned.
+  Pins zero = fp32_only();
+  zero.cp = 1;
+  std::set<int> stages;
+  for (const Layout& l : enumerate_layouts(m, 4, 8, zero)) stages.insert(l.zero);
+  CHECK(stages == std::set<int>{0, 1});
+  for (int stage : {2, 3}) {
+    zero.zero = stage;
+    for (const Layout& l : enumerate_layouts(m, 4, 8, zero)) CHECK(l.zero == stage);
+  }
+
+  // What was pinned and what searched, as the command line names them.
+  const Knobs k = knobs(tp2);
+  using Pinned = std::pair<std::string, std::string>;
+  for (const Pinned& p : {Pinned{"--tp", "2"}, Pinned{"--sp", "on"}, Pinned{"--vocab-head", "on"},
+                          Pinned{"--precision", "fp32"}})
+    CHECK(std::find(k.pinned.begin(), k.pinned.end(), p) != k.pinned.end());
+  for (const char* option : {"--dp", "--pp", "--zero", "--recompute"})
+    CHECK(std::find(k.searched.begin(), k.searched.end(), option) != k.searched.end());
+  CHECK(k.defaults == std::vector{Pinned{"--virtual-stages", "2 (interleaved)"}});
 }
 
 TEST_CASE("plan says which pinned values would work when none does", "[plan]") {
@@ -230,6 +295,41 @@ TEST_CASE("mgpu plan --json: the ranked layouts with their simulated figures", "
   }
   // Progress went to stderr, one line per simulation.
   CHECK_THAT(r.err, Catch::Contains("simulated [ 1/"));
+}
+
+TEST_CASE("mgpu plan --zero 3 --sp off --vocab-head off: honoured, and named as pinned",
+          "[plan][cli]") {
+  const auto r = run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--json",
+                           "--max-simulated", "2", "--tp", "2", "--zero", "3", "--sp", "off",
+                           "--vocab-head", "off", "--virtual-stages", "1"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("pinned") == nlohmann::json{{"tp", "2"},
+                                         {"zero", "3"},
+                                         {"sp", "off"},
+                                         {"vocab-head", "off"},
+                                         {"virtual-stages", "1"}});
+  CHECK(j.at("defaults") == nlohmann::json{{"precision", "bf16"}});
+  CHECK(j.at("searched") ==
+        nlohmann::json{"dp", "pp", "cp", "ep", "microbatch-size", "schedule", "recompute"});
+  REQUIRE(!j.at("layouts").empty());
+  for (const nlohmann::json& l : j.at("layouts")) {
+    CHECK(l.at("zero") == 3);
+    CHECK(l.at("tp") == 2);
+    CHECK(l.at("virtual_stages") == 1);
+    CHECK(l.at("sp") == false);
+    CHECK(l.at("vocab_parallel_head") == false);
+  }
+  const auto text = run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--max-simulated",
+                              "1", "--tp", "2", "--sp", "off"});
+  CHECK_THAT(text.out, Catch::Contains("pinned:  --tp 2, --sp off\n") &&
+                           Catch::Contains("searched: --dp, --pp, --cp") &&
+                           Catch::Contains("default: --virtual-stages 2 (interleaved), "
+                                           "--precision bf16"));
+  const auto bad = run_mgpu({"plan", "--model", "gpt2-small", "--gpus", "8", "--sp", "maybe"});
+  CHECK(bad.code == 2);
+  CHECK(count_lines(bad.err) == 1);
 }
 
 TEST_CASE("mgpu plan prints the table and the reasons and the counts", "[plan][cli]") {

@@ -13,7 +13,7 @@
 #include "core/comm/symmetric.h"
 #include "core/model/presets.h"
 #include "core/plan/simulate.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"
 
 using mgpu::plan::Layout;
@@ -412,9 +412,9 @@ TEST_CASE("the planner refuses MoE layouts the phantom routing cannot simulate, 
   work.model.top_k = 2;
   Layout l = layout(4, 1, 1, 4, "1f1b");
   l.ep = 2;
-  CHECK_THROWS_WITH(mgpu::plan::simulate(work, l, profile),
-                    Catch::Contains("loads the ep ranks' experts unequally") &&
-                        Catch::Contains("32768 experts"));
+  CHECK_THROWS_WITH(
+      mgpu::plan::simulate(work, l, profile),
+      Catch::Contains("loads the ep ranks' experts unequally") && Catch::Contains("32768 experts"));
   work.model.experts = 512;  // 2 x 128 x 2 = 512 slots: every expert one row, equal per rank
   CHECK(mgpu::plan::simulate(work, l, profile).step_seconds > 0);
   work.model.experts = 65536;

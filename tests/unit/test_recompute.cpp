@@ -14,7 +14,7 @@
 #include "core/optim/optimizer.h"
 #include "core/parallel/pipeline/executor.h"
 #include "core/parallel/pipeline/schedule.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 

@@ -9,7 +9,7 @@
 
 #include "core/comm/comm.h"
 #include "core/runtime/context.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 
 using namespace mgpu;
 

@@ -17,7 +17,7 @@
 #include "core/model/init.h"
 #include "core/parallel/mesh.h"
 #include "core/parallel/sequence_parallel.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 #include "lessons/sequence_parallel.h"
 

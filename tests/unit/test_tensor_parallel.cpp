@@ -18,7 +18,7 @@
 #include "core/parallel/mesh.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/vocab_parallel.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "exercises/selection.h"
 
 using namespace mgpu;

@@ -15,7 +15,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
-#include "core/runtime/world.h"
+#include "core/world/world.h"
 #include "lessons/tensor_parallel.h"
 #include "unit/mgpu_cli.h"
 

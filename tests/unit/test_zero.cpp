@@ -15,8 +15,8 @@
 #include "core/comm/comm.h"
 #include "core/data/task.h"
 #include "core/parallel/zero.h"
-#include "core/runtime/world.h"
 #include "core/trace/analysis.h"
+#include "core/world/world.h"
 #include "exercises/exercises.h"
 
 using namespace mgpu;

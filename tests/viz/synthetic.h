@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::viz::testing {
 

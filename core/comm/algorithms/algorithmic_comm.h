@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm/all_reduce_fn.h"
 #include "core/comm/comm.h"
+#include "core/runtime/all_reduce_fn.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::comm {

@@ -19,10 +19,10 @@
 #include <tuple>
 #include <vector>
 
-#include "core/comm/all_reduce_fn.h"
 #include "core/comm/comm.h"
+#include "core/runtime/all_reduce_fn.h"
+#include "core/runtime/allocator.h"
 #include "core/runtime/context.h"
-#include "core/tensor/allocator.h"
 
 namespace mgpu::comm::local {
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/all_reduce_fn.h"
 #include "core/comm/comm.h"
+#include "core/runtime/all_reduce_fn.h"
 #include "core/runtime/context.h"
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::comm::mpi {
 

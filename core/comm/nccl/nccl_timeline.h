@@ -19,7 +19,7 @@
 
 #include "core/comm/issue_board.h"
 #include "core/runtime/context.h"
-#include "core/trace/event.h"
+#include "core/runtime/trace_event.h"
 
 namespace mgpu::comm::nccl {
 

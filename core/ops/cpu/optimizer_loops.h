@@ -1,6 +1,6 @@
 // The CPU optimizer updates on raw pointers, with the CUDA table's signatures (cuda_table.h):
 // ops::sgd_momentum_update / adamw_update run them on cpu tensors, and the emulated CUDA table
-// (core/runtime/cuda_emulation.cpp) installs them as its sgd_momentum / adamw entries.
+// (core/ops/cuda_emulation.cpp) installs them as its sgd_momentum / adamw entries.
 #pragma once
 #include <cstdint>
 

@@ -1,4 +1,5 @@
-// GEMM and causal attention on the GPU: cuBLAS does the products, kernels.cu the causal softmax.
+// GEMM and causal attention on the GPU: cuBLAS does the products, layernorm_softmax.cu the causal
+// softmax.
 //
 // cuBLAS is column-major; our tensors are row-major. A row-major matrix read as column-major is
 // its transpose, so row-major C = op(A) op(B) is computed as column-major C^T = op(B)^T op(A)^T:

@@ -1,5 +1,5 @@
-// Host side of the GPU's embedding backward (kernels.cu): the batch's rows grouped by token id, so
-// that one thread per (token, column) adds a token's rows into dwte in ascending row order, the
+// Host side of the GPU's embedding backward (embedding.cu): the batch's rows grouped by token id,
+// so that one thread per (token, column) adds a token's rows into dwte in ascending row order, the
 // order of the CPU's scatter-add, without atomics. Header-only and free of CUDA so that the CPU
 // tests check the grouping (tests/unit/test_kernel_math.cpp); C++17 for nvcc.
 #pragma once

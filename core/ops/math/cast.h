@@ -1,5 +1,5 @@
 // fp32 <-> bf16 / fp16 conversions, written once for the CPU and the GPU (MGPU_HD): the CPU's
-// emulated 2-byte storage (core/tensor/dtype.h wraps these), the CUDA convert kernel and the GPU's
+// emulated 2-byte storage (core/runtime/dtype.h wraps these), the CUDA convert kernel and the GPU's
 // staging of 2-byte tensors all round with the same code, so a value stored on either side has
 // the same bits.
 //
@@ -19,7 +19,7 @@
 namespace mgpu {
 
 // Element types. f32 is the reference type; bf16 and f16 are the 2-byte training types of mixed
-// precision. Defined here (not in the C++20 core/tensor/dtype.h) so device code can name them.
+// precision. Defined here (not in the C++20 core/runtime/dtype.h) so device code can name them.
 enum class DType : uint8_t { f32, bf16, f16 };
 
 namespace math {

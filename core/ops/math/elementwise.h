@@ -1,11 +1,11 @@
 // The per-element and per-row arithmetic of the model's kernels, written once for the CPU kernels
-// (core/ops/cpu/kernels.cpp) and the CUDA kernels (core/ops/cuda/kernels.cu): GELU, layernorm,
-// softmax, cross-entropy (whole-row and the vocabulary-parallel halves), embedding and bias.
-// Each function fixes the order of its float operations, and neither side fuses a multiply-add
-// (the CPU kernels build with -ffp-contract=off, kernels.cu with -fmad=false: core/CMakeLists.txt),
-// so an element computed here has the same bits on either side. What stays
-// side-specific: indexing, and the ORDER in which a reduction adds a row (a loop on the CPU, a
-// block of threads on the GPU), which is why the row sums are passed in, not computed here.
+// (core/ops/cpu/) and the CUDA kernels (core/ops/cuda/): GELU, layernorm, softmax, cross-entropy
+// (whole-row and the vocabulary-parallel halves), embedding and bias. Each function fixes the
+// order of its float operations, and neither side fuses a multiply-add (the CPU kernels build
+// with -ffp-contract=off, the CUDA ones with -fmad=false: core/CMakeLists.txt), so an element
+// computed here has the same bits on either side. What stays side-specific: indexing, and the
+// ORDER in which a reduction adds a row (a loop on the CPU, a block of threads on the GPU), which
+// is why the row sums are passed in, not computed here.
 //
 // expf/logf are the one place the two sides call different code: the host's libm and CUDA's
 // (within 2 ulp of the exact value). Where the CPU kernels use the polynomial vexp instead, so does

@@ -1,7 +1,8 @@
 // The optimizers' update of one element, written once for the CPU loops
-// (core/ops/cpu/optimizer_kernels.cpp) and the CUDA kernels (core/ops/cuda/kernels.cu): the same
-// float operations in the same order, no fused multiply-adds on either side (core/CMakeLists.txt),
-// so a parameter updated on the GPU has the CPU's bits. The formulas: core/ops/optimizer_kernels.h.
+// (core/ops/cpu/optimizer_kernels.cpp) and the CUDA kernels (core/ops/cuda/optimizer_kernels.cu):
+// the same float operations in the same order, no fused multiply-adds on either side
+// (core/CMakeLists.txt), so a parameter updated on the GPU has the CPU's bits. The formulas:
+// core/ops/optimizer_kernels.h.
 #pragma once
 #include <math.h>
 #include <stdint.h>

@@ -1,12 +1,14 @@
 // Checking a pipeline configuration before anything runs, and splitting layers across stages.
 // Every error is one line: what is wrong, and a setting that would work.
 #include <fmt/format.h>
+
 #include <fmt/ranges.h>  // fmt::join (moved here in fmt 11)
 
 #include <algorithm>
 #include <stdexcept>
 
 #include "core/parallel/pipeline/schedule.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::pipeline {
 
@@ -38,7 +40,7 @@ void validate_dualpipe(int stages, int microbatches) {
         fmt::format("dualpipe needs an even number of stages (got {}): use --stages {}, or "
                     "--schedule dualpipev",
                     stages, stages == 1 ? "2" : fmt::format("{} or {}", stages - 1, stages + 1)));
-  const int least = min_microbatches("dualpipe", stages);
+  const int least = min_microbatches(theory::schedule_name(theory::ScheduleKind::dualpipe), stages);
   if (microbatches < least || microbatches % 2 != 0)
     fail(
         fmt::format("dualpipe with {} stages needs an even number of micro-batches, at least {} "
@@ -50,10 +52,14 @@ void validate_dualpipe(int stages, int microbatches) {
 
 void validate_pipeline_config(const std::string& schedule_name, int stages, int microbatches,
                               int virtual_stages, int layers) {
-  const auto& names = schedule_names();
-  if (std::find(names.begin(), names.end(), schedule_name) == names.end())
+  const auto found = theory::find_schedule(schedule_name);
+  if (!found) {
+    const auto& names = schedule_names();
     fail(fmt::format("unknown pipeline schedule '{}': use one of {}", schedule_name,
                      fmt::join(names, ", ")));
+  }
+  const theory::ScheduleTraits& schedule = theory::traits(*found);
+  using theory::ScheduleKind;
   if (stages < 1)
     fail(fmt::format("stages must be at least 1 (got {}): use --stages 1 or more", stages));
   if (microbatches < 1)
@@ -75,23 +81,23 @@ void validate_pipeline_config(const std::string& schedule_name, int stages, int 
         fmt::format("{} stages need at least {} layers; the model has {}: use --stages {} or "
                     "fewer, or --layers {}",
                     stages, stages, layers, layers, stages));
-  if (schedule_name == "naive" && microbatches != 1)
+  if (schedule.kind == ScheduleKind::naive && microbatches != 1)
     fail(
         fmt::format("naive model parallel runs one batch, not {} micro-batches: use "
                     "--microbatches 1, or --schedule gpipe to split the batch",
                     microbatches));
-  if (schedule_name != "interleaved" && virtual_stages != 1)
+  if (!schedule.takes_virtual_stages && virtual_stages != 1)
     fail(
         fmt::format("--virtual-stages {} only applies to the interleaved schedule (zbv and "
                     "dualpipev always use 2 chunks, dualpipe 2 copies): use "
                     "--virtual-stages 1, or --schedule interleaved",
                     virtual_stages));
-  if (schedule_name == "zbv" || schedule_name == "dualpipev") {
+  if (schedule.v_shape) {
     validate_v_schedule(schedule_name, stages, microbatches, layers);
     return;
   }
-  if (schedule_name == "dualpipe") validate_dualpipe(stages, microbatches);
-  if (schedule_name != "interleaved") return;
+  if (schedule.bidirectional) validate_dualpipe(stages, microbatches);
+  if (!schedule.takes_virtual_stages) return;
   if (microbatches < stages)
     // Rounds of fewer than P micro-batches leave stage 0 waiting for each micro-batch to come
     // around the ring before its next chunk, so the bubble would exceed (P-1)/(VM+P-1).

@@ -11,276 +11,172 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/parallel/pipeline/executor_internal.h"
 #include "core/parallel/pipeline/p2p.h"
 #include "core/parallel/pipeline/zero_bubble.h"
-#include "core/parallel/sequence_parallel.h"
 #include "core/runtime/context.h"
 
 namespace mgpu::pipeline {
 
-namespace {
+namespace detail {
 
-// Everything a forward of (micro-batch, chunk) keeps for its backward.
-struct Stash {
-  Tensor input;  // the chunk's input: the embedding output or the received activation
-  std::vector<BlockActivations> blocks;
-  std::optional<HeadActivations> head;
-  int64_t bytes = 0;
-  // Zero-bubble only: what B keeps for W (and the embedding's gradient, applied in W).
-  std::vector<BlockWeightGradInputs> blocks_keep;
-  std::optional<HeadWeightGradInputs> head_keep;
-  Tensor embedding_grad;
-};
+StageRunner::StageRunner(StageModel& model, const Schedule& schedule,
+                         const std::vector<data::Batch>& microbatches, comm::Comm& comm,
+                         const ExecutorOptions& options)
+    : model_(model),
+      schedule_(schedule),
+      microbatches_(microbatches),
+      options_(options),
+      ctx_(current_rank()),
+      p2p_(schedule, model.stage, model.config, microbatches, comm, model.shard.seq_parts) {}
 
-// One stage's state during one step.
-class StageRunner {
- public:
-  StageRunner(StageModel& model, const Schedule& schedule,
-              const std::vector<data::Batch>& microbatches, comm::Comm& comm,
-              const ExecutorOptions& options)
-      : model_(model),
-        schedule_(schedule),
-        microbatches_(microbatches),
-        options_(options),
-        ctx_(current_rank()),
-        p2p_(schedule, model.stage, model.config, microbatches, comm, model.shard.seq_parts) {}
+StageStepStats StageRunner::run() {
+  ctx_.allocator.start_window();  // this step's peak; the run's stays in stats().peak
+  for (const Action& action : schedule_.actions.at(model_.stage)) execute(action);
+  p2p_.wait_all();
+  stats_.peak_activation_bytes =
+      ctx_.allocator.stats().window_peak[static_cast<int>(MemCategory::activations)];
+  return stats_;
+}
 
-  StageStepStats run() {
-    ctx_.allocator.start_window();  // this step's peak; the run's stays in stats().peak
-    for (const Action& action : schedule_.actions.at(model_.stage)) execute(action);
-    p2p_.wait_all();
-    stats_.peak_activation_bytes =
-        ctx_.allocator.stats().window_peak[static_cast<int>(MemCategory::activations)];
-    return stats_;
+// One action:
+//   recv_activation  blocking recv of a [b,T,C] activation from the previous virtual stage
+//   forward          (embed if first virtual stage) -> this chunk's blocks -> (loss if last)
+//   send_activation  isend of the chunk's output to the next virtual stage
+//   recv_grad        blocking recv of d loss / d output from the next virtual stage
+//   backward         (head backward if last) -> blocks backward -> (embedding backward if first)
+//   send_grad        isend of d loss / d input to the previous virtual stage
+//   backward_input / backward_weight  zero-bubble's split backward (zero_bubble.h): B sends the
+//                    input gradient at once, W computes the weight gradients later
+void StageRunner::execute(const Action& a) {
+  switch (a.kind) {
+    case ActionKind::recv_activation:
+      p2p_.recv_activation(a);
+      break;
+    case ActionKind::send_activation:
+      p2p_.send_activation(a, stashes_.at({a.microbatch, a.chunk}).blocks.back().out);
+      break;
+    case ActionKind::recv_grad:
+      p2p_.recv_grad(a);
+      break;
+    case ActionKind::send_grad:
+      p2p_.send_grad(a);
+      break;
+    case ActionKind::forward:
+      forward(a.microbatch, a.chunk);
+      break;
+    case ActionKind::backward:
+      backward(a.microbatch, a.chunk, /*input_only=*/false);
+      break;
+    case ActionKind::backward_input:
+      backward(a.microbatch, a.chunk, /*input_only=*/true);
+      break;
+    case ActionKind::backward_weight:
+      backward_weight(a.microbatch, a.chunk);
+      break;
   }
+}
 
- private:
-  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+// In theory mode a compute action costs a fixed share of the stage's time (see executor.h).
+// A chunk holds stages / parts of a stage's share: 1/V, but a whole one in DualPipe (one part
+// of one of its two copies).
+void StageRunner::charge_theory_time(double whole_stage_cost) {
+  const int chunks_per_share = schedule_.num_virtual_stages() / schedule_.stages;
+  if (options_.theory) ctx_.clock.advance_compute(whole_stage_cost / chunks_per_share);
+}
 
-  int virtual_stage(int chunk) const { return schedule_.virtual_stage(model_.stage, chunk); }
-  bool is_first(int chunk) const { return virtual_stage(chunk) == 0; }
-  bool is_last(int chunk) const {
-    return virtual_stage(chunk) == schedule_.num_virtual_stages() - 1;
+void StageRunner::forward(int mb, int chunk) {
+  ComputeScope scope({.name = fmt::format("F{}", mb),
+                      .cat = trace::cat::forward,
+                      .microbatch = mb,
+                      .chunk = chunk});
+  const data::Batch& batch = microbatches_.at(mb);
+  const int64_t before = activation_bytes();
+  Stash stash;
+  if (is_first(chunk)) {
+    stash.input =
+        Tensor::empty(activation_shape(mb), MemCategory::activations, model_.config.dtype);
+    embed(mb, stash.input);
+  } else {
+    stash.input = p2p_.take_activation(mb, chunk);
   }
-  Shape activation_shape(int microbatch) const {
-    return pipeline::activation_shape(microbatches_.at(microbatch), model_.config,
-                                      model_.shard.seq_parts);
+  const Tensor* x = &stash.input;
+  // The head's loss gradient carries 1/micro-batches x the loss scale; so does the aux loss's.
+  const float scale = 1.0f / static_cast<float>(microbatches_.size());
+  for (Block& block : model_.chunks[chunk]) block.moe.loss_grad_scale = scale * options_.loss_scale;
+  stash.blocks.reserve(model_.chunks[chunk].size());  // acts[i].input views the previous out
+  for (const Block& block : model_.chunks[chunk]) {
+    stash.blocks.push_back(
+        BlockActivations::allocate(model_.config, model_.shard, batch.B, batch.T));
+    block.forward(*x, stash.blocks.back());
+    x = &stash.blocks.back().out;
   }
-  Shape whole_sequence_shape(int microbatch) const {
-    return pipeline::activation_shape(microbatches_.at(microbatch), model_.config);
+  if (is_last(chunk)) {
+    stash.head =
+        HeadActivations::allocate(model_.config, batch.B, batch.T, model_.head->vocab_parts());
+    const Tensor head_input = gather_sequence(*x, mb, MemCategory::activations);
+    stats_.loss += scale * model_.head->forward_loss(head_input, batch.targets, *stash.head,
+                                                     scale * options_.loss_scale);
   }
+  if (options_.theory) charge_theory_time(options_.theory->forward);
+  // The input is part of the stash (counted even when it arrived before this scope opened).
+  stash.bytes = activation_bytes() - before + (is_first(chunk) ? 0 : stash.input.bytes());
+  stats_.stash_bytes = std::max(stats_.stash_bytes, stash.bytes);
+  stashes_.emplace(Key{mb, chunk}, std::move(stash));
+  stats_.peak_stashed = std::max(stats_.peak_stashed, ++awaiting_backward_);
+}
 
-  // One action:
-  //   recv_activation  blocking recv of a [b,T,C] activation from the previous virtual stage
-  //   forward          (embed if first virtual stage) -> this chunk's blocks -> (loss if last)
-  //   send_activation  isend of the chunk's output to the next virtual stage
-  //   recv_grad        blocking recv of d loss / d output from the next virtual stage
-  //   backward         (head backward if last) -> blocks backward -> (embedding backward if first)
-  //   send_grad        isend of d loss / d input to the previous virtual stage
-  //   backward_input / backward_weight  zero-bubble's split backward (zero_bubble.h): B sends the
-  //                    input gradient at once, W computes the weight gradients later
-  void execute(const Action& a) {
-    switch (a.kind) {
-      case ActionKind::recv_activation:
-        p2p_.recv_activation(a);
-        break;
-      case ActionKind::send_activation:
-        p2p_.send_activation(a, stashes_.at({a.microbatch, a.chunk}).blocks.back().out);
-        break;
-      case ActionKind::recv_grad:
-        p2p_.recv_grad(a);
-        break;
-      case ActionKind::send_grad:
-        p2p_.send_grad(a);
-        break;
-      case ActionKind::forward:
-        forward(a.microbatch, a.chunk);
-        break;
-      case ActionKind::backward:
-        backward(a.microbatch, a.chunk, /*input_only=*/false);
-        break;
-      case ActionKind::backward_input:
-        backward(a.microbatch, a.chunk, /*input_only=*/true);
-        break;
-      case ActionKind::backward_weight:
-        backward_weight(a.microbatch, a.chunk);
-        break;
-    }
-  }
-
-  // In theory mode a compute action costs a fixed share of the stage's time (see executor.h).
-  // A chunk holds stages / parts of a stage's share: 1/V, but a whole one in DualPipe (one part
-  // of one of its two copies).
-  void charge_theory_time(double whole_stage_cost) {
-    const int chunks_per_share = schedule_.num_virtual_stages() / schedule_.stages;
-    if (options_.theory) ctx_.clock.advance_compute(whole_stage_cost / chunks_per_share);
-  }
-
-  void forward(int mb, int chunk) {
-    ComputeScope scope({.name = fmt::format("F{}", mb),
-                        .cat = trace::cat::forward,
-                        .microbatch = mb,
-                        .chunk = chunk});
-    const data::Batch& batch = microbatches_.at(mb);
-    const int64_t before = activation_bytes();
-    Stash stash;
-    if (is_first(chunk)) {
-      stash.input =
-          Tensor::empty(activation_shape(mb), MemCategory::activations, model_.config.dtype);
-      embed(mb, stash.input);
-    } else {
-      stash.input = p2p_.take_activation(mb, chunk);
-    }
-    const Tensor* x = &stash.input;
-    // The head's loss gradient carries 1/micro-batches x the loss scale; so does the aux loss's.
-    const float scale = 1.0f / static_cast<float>(microbatches_.size());
-    for (Block& block : model_.chunks[chunk])
-      block.moe.loss_grad_scale = scale * options_.loss_scale;
-    stash.blocks.reserve(model_.chunks[chunk].size());  // acts[i].input views the previous out
-    for (const Block& block : model_.chunks[chunk]) {
-      stash.blocks.push_back(
-          BlockActivations::allocate(model_.config, model_.shard, batch.B, batch.T));
-      block.forward(*x, stash.blocks.back());
-      x = &stash.blocks.back().out;
-    }
-    if (is_last(chunk)) {
-      stash.head =
-          HeadActivations::allocate(model_.config, batch.B, batch.T, model_.head->vocab_parts());
-      const Tensor head_input = gather_sequence(*x, mb, MemCategory::activations);
-      stats_.loss += scale * model_.head->forward_loss(head_input, batch.targets, *stash.head,
-                                                       scale * options_.loss_scale);
-    }
-    if (options_.theory) charge_theory_time(options_.theory->forward);
-    // The input is part of the stash (counted even when it arrived before this scope opened).
-    stash.bytes = activation_bytes() - before + (is_first(chunk) ? 0 : stash.input.bytes());
-    stats_.stash_bytes = std::max(stats_.stash_bytes, stash.bytes);
-    stashes_.emplace(Key{mb, chunk}, std::move(stash));
-    stats_.peak_stashed = std::max(stats_.peak_stashed, ++awaiting_backward_);
-  }
-
-  // Sequence parallelism at the pipeline's two ends (options_.sequence_parallel): every tp rank
-  // embeds the whole micro-batch and keeps its tokens (a cut, Megatron's "scatter"); the head
-  // reads the whole sequence, all-gathered; its input gradient is the same on every rank (the
-  // head ran alike everywhere), so the backward of the gather is a cut too, and the embedding's
-  // gradient is the whole sequence's, gathered. Without it, each is the tensor itself.
-  void embed(int mb, Tensor& mine) {
-    const data::Batch& batch = microbatches_.at(mb);
-    comm::Comm* tp = options_.sequence_parallel;
-    if (!tp) return model_.embedding->forward(mine, batch.tokens);
-    Tensor whole =
-        Tensor::empty(whole_sequence_shape(mb), MemCategory::workspace, model_.config.dtype);
-    model_.embedding->forward(whole, batch.tokens);
-    parallel::keep_my_tokens(mine, whole, tp->rank(), tp->size());
-  }
-  Tensor gather_sequence(const Tensor& mine, int mb, MemCategory category) {
-    comm::Comm* tp = options_.sequence_parallel;
-    if (!tp) return mine;
-    Tensor whole = Tensor::empty(whole_sequence_shape(mb), category, mine.dtype());
-    parallel::all_gather_sequence(whole, mine, *tp);
-    return whole;
-  }
-  Tensor keep_my_tokens_of(const Tensor& whole, int mb) {
-    comm::Comm* tp = options_.sequence_parallel;
-    if (!tp) return whole;
-    Tensor mine = Tensor::empty(activation_shape(mb), MemCategory::comm_buffers, whole.dtype());
-    parallel::keep_my_tokens(mine, whole, tp->rank(), tp->size());
-    return mine;
-  }
-
-  // The full backward (input_only = false), or zero-bubble's B: only the input gradient, keeping
-  // what W will need (the stash then lives until W).
-  void backward(int mb, int chunk, bool input_only) {
-    ComputeScope scope({.name = fmt::format("B{}", mb),
-                        .cat = trace::cat::backward,
-                        .microbatch = mb,
-                        .chunk = chunk});
-    Stash& stash = stashes_.at({mb, chunk});
-    p2p_.wait_grad_send();  // the previous gradient is on its way: its buffer can go
-    Tensor grad;            // d loss / d (current activation), updated in place block by block
-    if (is_last(chunk)) {
-      grad =
-          Tensor::empty(whole_sequence_shape(mb), MemCategory::comm_buffers, model_.config.dtype);
-      if (input_only)
-        head_backward_input(*model_.head, grad, *stash.head, stash.head_keep.emplace());
-      else
-        model_.head->backward(grad, *stash.head);
-      grad = keep_my_tokens_of(grad, mb);
-    } else {
-      grad = p2p_.take_grad(mb, chunk);
-    }
-    auto& blocks = model_.chunks[chunk];
-    if (input_only) stash.blocks_keep.resize(blocks.size());
-    for (int i = static_cast<int>(blocks.size()) - 1; i >= 0; --i) {
-      if (input_only)
-        backward_input_recomputed(blocks[i], grad, stash.blocks[i], stash.blocks_keep[i]);
-      else
-        blocks[i].backward(grad, grad, stash.blocks[i]);
-    }
-    if (is_first(chunk) && input_only)
-      stash.embedding_grad = std::move(grad);  // the embedding has only weights: W's job
-    else if (is_first(chunk))
-      model_.embedding->backward(gather_sequence(grad, mb, MemCategory::workspace),
-                                 microbatches_.at(mb).tokens);
+// The full backward (input_only = false), or zero-bubble's B: only the input gradient, keeping
+// what W will need (the stash then lives until W).
+void StageRunner::backward(int mb, int chunk, bool input_only) {
+  ComputeScope scope({.name = fmt::format("B{}", mb),
+                      .cat = trace::cat::backward,
+                      .microbatch = mb,
+                      .chunk = chunk});
+  Stash& stash = stashes_.at({mb, chunk});
+  p2p_.wait_grad_send();  // the previous gradient is on its way: its buffer can go
+  Tensor grad;            // d loss / d (current activation), updated in place block by block
+  if (is_last(chunk)) {
+    grad = Tensor::empty(whole_sequence_shape(mb), MemCategory::comm_buffers, model_.config.dtype);
+    if (input_only)
+      head_backward_input(*model_.head, grad, *stash.head, stash.head_keep.emplace());
     else
-      p2p_.keep_input_grad(mb, chunk, std::move(grad));  // sent by the following send_grad
-    if (options_.theory) charge_theory_time(options_.theory->backward * (input_only ? 0.5 : 1.0));
-    --awaiting_backward_;
-    if (!input_only) release(mb, chunk);
+      model_.head->backward(grad, *stash.head);
+    grad = keep_my_tokens_of(grad, mb);
+  } else {
+    grad = p2p_.take_grad(mb, chunk);
   }
-
-  // Zero-bubble's B of one block under --recompute: the dropped activations are recomputed once,
-  // here, and what W reads of them stays in the stash until W runs (the attention probabilities,
-  // qkv and the MLP pre-activation do not: only B reads them).
-  void backward_input_recomputed(const Block& block, Tensor& grad, BlockActivations& kept,
-                                 BlockWeightGradInputs& keep) {
-    if (block.config.recompute == Recompute::none) {
-      block_backward_input(block, grad, grad, kept, keep);
-      return;
-    }
-    BlockActivations a = block.recomputed(kept);
-    block_backward_input(block, grad, grad, a, keep);
-    a.qkv = a.att = a.fc = Tensor();
-    a.out = kept.out;  // the forward's output: a send may still be reading it
-    kept = std::move(a);
+  auto& blocks = model_.chunks[chunk];
+  if (input_only) stash.blocks_keep.resize(blocks.size());
+  for (int i = static_cast<int>(blocks.size()) - 1; i >= 0; --i) {
+    if (input_only)
+      backward_input_recomputed(blocks[i], grad, stash.blocks[i], stash.blocks_keep[i]);
+    else
+      blocks[i].backward(grad, grad, stash.blocks[i]);
   }
+  if (is_first(chunk) && input_only)
+    stash.embedding_grad = std::move(grad);  // the embedding has only weights: W's job
+  else if (is_first(chunk))
+    model_.embedding->backward(gather_sequence(grad, mb, MemCategory::workspace),
+                               microbatches_.at(mb).tokens);
+  else
+    p2p_.keep_input_grad(mb, chunk, std::move(grad));  // sent by the following send_grad
+  if (options_.theory) charge_theory_time(options_.theory->backward * (input_only ? 0.5 : 1.0));
+  --awaiting_backward_;
+  if (!input_only) release(mb, chunk);
+}
 
-  // Zero-bubble's W: the weight gradients of a micro-batch whose B already ran.
-  void backward_weight(int mb, int chunk) {
-    ComputeScope scope({.name = fmt::format("W{}", mb),
-                        .cat = trace::cat::backward_weight,
-                        .microbatch = mb,
-                        .chunk = chunk});
-    Stash& stash = stashes_.at({mb, chunk});
-    if (stash.head) head_backward_weight(*model_.head, *stash.head, *stash.head_keep);
-    auto& blocks = model_.chunks[chunk];
-    for (size_t i = 0; i < blocks.size(); ++i)
-      block_backward_weight(blocks[i], stash.blocks[i], stash.blocks_keep[i]);
-    if (is_first(chunk))
-      model_.embedding->backward(stash.embedding_grad, microbatches_.at(mb).tokens);
-    if (options_.theory) charge_theory_time(options_.theory->backward * 0.5);
-    release(mb, chunk);
-  }
+// This micro-batch's activations are no longer needed (once their send has left).
+void StageRunner::release(int mb, int chunk) {
+  p2p_.wait_activation_send(mb, chunk);
+  stashes_.erase({mb, chunk});
+}
 
-  // This micro-batch's activations are no longer needed (once their send has left).
-  void release(int mb, int chunk) {
-    p2p_.wait_activation_send(mb, chunk);
-    stashes_.erase({mb, chunk});
-  }
+}  // namespace detail
 
-  int64_t activation_bytes() const {
-    return ctx_.allocator.stats().current[static_cast<int>(MemCategory::activations)];
-  }
+using detail::StageRunner;
 
-  StageModel& model_;
-  const Schedule& schedule_;
-  const std::vector<data::Batch>& microbatches_;
-  const ExecutorOptions& options_;
-  RankContext& ctx_;
-  std::map<Key, Stash> stashes_;
-  StageP2P p2p_;  // declared after the stashes: gone first at the end, as its sends are waited
-  int awaiting_backward_ = 0;  // forwards whose B has not run yet (what the theory counts)
-  StageStepStats stats_;
-};
+namespace {
 
 void check_theory_mode(const ExecutorOptions& options) {
   if (!options.theory) return;

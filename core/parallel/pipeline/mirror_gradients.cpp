@@ -12,12 +12,10 @@ namespace {
 // Stage s < P/2 lists its chunks down (part s), up (part P-1-s); its mirror holds the same parts
 // in the other chunks, so it lists chunk 1 first: both then walk the parts in the same order.
 ParamList in_part_order(StageModel& model) {
-  ParamList list;
-  if (model.embedding) model.embedding->collect(list);
   const bool lower_half = model.stage < model.stages / 2;
-  for (int chunk : lower_half ? std::vector{0, 1} : std::vector{1, 0})
-    for (Block& block : model.chunks[chunk]) block.collect(list);
-  if (model.head) model.head->collect(list);
+  ParamList list;
+  for (const ParamList& layer : model.layers(lower_half ? std::vector{0, 1} : std::vector{1, 0}))
+    list.insert(list.end(), layer.begin(), layer.end());
   return list;
 }
 

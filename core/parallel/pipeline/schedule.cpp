@@ -14,113 +14,6 @@
 
 namespace mgpu::pipeline {
 
-const char* kind_name(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::forward:
-      return "forward";
-    case ActionKind::backward:
-      return "backward";
-    case ActionKind::backward_input:
-      return "backward_input";
-    case ActionKind::backward_weight:
-      return "backward_weight";
-    case ActionKind::send_activation:
-      return "send_activation";
-    case ActionKind::recv_activation:
-      return "recv_activation";
-    case ActionKind::send_grad:
-      return "send_grad";
-    case ActionKind::recv_grad:
-      return "recv_grad";
-  }
-  return "?";
-}
-
-bool is_compute(ActionKind kind) {
-  return kind == ActionKind::forward || kind == ActionKind::backward ||
-         kind == ActionKind::backward_input || kind == ActionKind::backward_weight;
-}
-bool is_communication(ActionKind kind) {
-  return !is_compute(kind);
-}
-
-std::string Action::str() const {
-  const std::string chunk_suffix = chunk > 0 ? fmt::format("c{}", chunk) : "";
-  switch (kind) {
-    case ActionKind::forward:
-      return fmt::format("F{}{}", microbatch, chunk_suffix);
-    case ActionKind::backward:
-    case ActionKind::backward_input:
-      return fmt::format("B{}{}", microbatch, chunk_suffix);
-    case ActionKind::backward_weight:
-      return fmt::format("W{}{}", microbatch, chunk_suffix);
-    case ActionKind::send_activation:
-      return fmt::format("send_act mb{}{} -> s{}", microbatch, chunk_suffix, peer);
-    case ActionKind::recv_activation:
-      return fmt::format("recv_act mb{}{} <- s{}", microbatch, chunk_suffix, peer);
-    case ActionKind::send_grad:
-      return fmt::format("send_grad mb{}{} -> s{}", microbatch, chunk_suffix, peer);
-    case ActionKind::recv_grad:
-      return fmt::format("recv_grad mb{}{} <- s{}", microbatch, chunk_suffix, peer);
-  }
-  return "?";
-}
-
-Action forward(int microbatch, int chunk) {
-  return {ActionKind::forward, microbatch, chunk, -1};
-}
-Action backward(int microbatch, int chunk) {
-  return {ActionKind::backward, microbatch, chunk, -1};
-}
-Action backward_input(int microbatch, int chunk) {
-  return {ActionKind::backward_input, microbatch, chunk, -1};
-}
-Action backward_weight(int microbatch, int chunk) {
-  return {ActionKind::backward_weight, microbatch, chunk, -1};
-}
-
-bool Schedule::splits_backward() const {
-  for (const std::vector<Action>& stage : actions)
-    for (const Action& a : stage)
-      if (a.kind == ActionKind::backward_input) return true;
-  return false;
-}
-
-std::vector<Action> Schedule::compute_actions(int stage) const {
-  std::vector<Action> out;
-  for (const Action& a : actions.at(stage))
-    if (is_compute(a.kind)) out.push_back(a);
-  return out;
-}
-
-int virtual_stage(Placement placement, int stages, int stage, int chunk) {
-  if (placement == Placement::v_shape) return chunk == 0 ? stage : 2 * stages - 1 - stage;
-  if (placement == Placement::bidirectional) return chunk == 0 ? stage : stages - 1 - stage;
-  return chunk * stages + stage;
-}
-
-int model_parts(Placement placement, int stages, int chunks) {
-  return placement == Placement::bidirectional ? stages : stages * chunks;
-}
-
-std::pair<int, int> Schedule::neighbour(int stage, int chunk, int step) const {
-  if (placement == Placement::bidirectional)
-    return {chunk == 0 ? stage + step : stage - step, chunk};
-  const int v = virtual_stage(stage, chunk) + step;
-  return {stage_of(v), chunk_of(v)};
-}
-
-int Schedule::stage_of(int v) const {
-  if (placement == Placement::v_shape) return v < stages ? v : 2 * stages - 1 - v;
-  if (placement == Placement::bidirectional) return v;
-  return v % stages;
-}
-
-int Schedule::chunk_of(int v) const {
-  if (placement == Placement::bidirectional) return 0;
-  return v / stages;  // ring and V: the first P virtual stages are chunk 0
-}
-
 namespace {
 
 // The messages a compute needs before it runs, and the ones it sends after.
@@ -229,7 +122,8 @@ Schedule interleaved_1f1b_schedule(int stages, int microbatches, int virtual_sta
     for (int k = total - warmup; k < total; ++k)
       list.push_back(backward(backward_order[k].first, backward_order[k].second));
   }
-  return with_communication("interleaved", P, microbatches, V, std::move(compute));
+  return with_communication(theory::schedule_name(theory::ScheduleKind::interleaved), P,
+                            microbatches, V, std::move(compute));
 }
 
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023): split the backward into B (grad of
@@ -254,14 +148,16 @@ Schedule zb_h1_schedule(int stages, int microbatches) {
     for (int mb = microbatches - warmup; mb < microbatches; ++mb) after_backward(mb);
     while (next_weight < microbatches) list.push_back(backward_weight(next_weight++));
   }
-  return with_communication("zb-h1", stages, microbatches, 1, std::move(compute));
+  return with_communication(theory::schedule_name(theory::ScheduleKind::zb_h1), stages,
+                            microbatches, 1, std::move(compute));
 }
 
 // Naive model parallelism: one batch (M = 1) walks forward through the stages and back; at any
 // moment exactly one stage works, so the bubble is (P-1)/P.
 Schedule naive_model_parallel_schedule(int stages) {
   std::vector<std::vector<Action>> compute(stages, {forward(0), backward(0)});
-  return with_communication("naive", stages, 1, 1, std::move(compute));
+  return with_communication(theory::schedule_name(theory::ScheduleKind::naive), stages, 1, 1,
+                            std::move(compute));
 }
 
 const std::vector<std::string>& schedule_names() {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/parallel/pipeline/schedule.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::pipeline {
 
@@ -33,7 +34,8 @@ Schedule dualpipe_schedule(int stages, int microbatches) {
       compute[s].push_back(a);
     }
   }
-  return with_communication("dualpipe", P, M, 2, std::move(compute), Placement::bidirectional);
+  return with_communication(theory::schedule_name(theory::ScheduleKind::dualpipe), P, M, 2,
+                            std::move(compute), Placement::bidirectional);
 }
 
 }  // namespace mgpu::pipeline

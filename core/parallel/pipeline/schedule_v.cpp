@@ -81,7 +81,8 @@ Schedule zbv_schedule(int stages, int microbatches) {
     while (o.has_weights(0)) o.w(0);
     compute[s] = o.take();
   }
-  return with_communication("zbv", P, M, 2, std::move(compute), Placement::v_shape);
+  return with_communication(theory::schedule_name(theory::ScheduleKind::zbv), P, M, 2,
+                            std::move(compute), Placement::v_shape);
 }
 
 // DualPipeV: DualPipe (DeepSeek-V3 technical report, arXiv:2412.19437; github.com/deepseek-ai/
@@ -119,7 +120,8 @@ Schedule dualpipev_schedule(int stages, int microbatches) {
     while (o.pending_weights() > 0) o.w();
     compute[s] = o.take();
   }
-  return with_communication("dualpipev", P, M, 2, std::move(compute), Placement::v_shape);
+  return with_communication(theory::schedule_name(theory::ScheduleKind::dualpipev), P, M, 2,
+                            std::move(compute), Placement::v_shape);
 }
 
 int min_microbatches(const std::string& name, int stages) {

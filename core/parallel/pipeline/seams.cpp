@@ -1,6 +1,7 @@
 // Exercise 03's two schedules: the compute order from a seams table, the messages from
 // with_communication (schedule.cpp).
 #include "core/parallel/pipeline/seams.h"
+#include "core/theory/schedule_kind.h"
 
 #include <stdexcept>
 #include <string>
@@ -19,12 +20,15 @@ const ComputeOrderFn& required(const ComputeOrderFn& fn, const char* name) {
 }  // namespace
 
 Schedule gpipe_schedule(int stages, int microbatches, const PipelineSeams& seams) {
-  return with_communication("gpipe", stages, microbatches, 1,
-                            required(seams.gpipe, "gpipe")(stages, microbatches));
+  return with_communication(
+      theory::schedule_name(theory::ScheduleKind::gpipe), stages, microbatches, 1,
+      required(seams.gpipe, theory::schedule_name(theory::ScheduleKind::gpipe))(stages,
+                                                                                microbatches));
 }
 
 Schedule one_f_one_b_schedule(int stages, int microbatches, const PipelineSeams& seams) {
-  return with_communication("1f1b", stages, microbatches, 1,
+  return with_communication(theory::schedule_name(theory::ScheduleKind::one_f_one_b), stages,
+                            microbatches, 1,
                             required(seams.one_f_one_b, "one_f_one_b")(stages, microbatches));
 }
 

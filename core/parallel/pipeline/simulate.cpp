@@ -27,8 +27,9 @@
 #include <map>
 #include <stdexcept>
 
-#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/validator.h"
+#include "core/theory/pipeline_bubbles.h"
+#include "core/theory/schedule_kind.h"
 
 namespace mgpu::pipeline {
 
@@ -108,14 +109,16 @@ SimulationResult simulate_schedule(const Schedule& s, const CostModel& costs) {
 
 namespace {
 
+using theory::ScheduleKind;
+
 // The V schedules and DualPipe in the theory-mode units (a whole stage's F = 1, B = 2; a V's
 // chunk is half of it, DualPipe's a whole stage of one copy, each seeing M/2 micro-batches):
 // each stage's bubble and busy time from core/theory/pipeline_bubbles.h.
-std::pair<double, double> v_bubble_and_busy(const std::string& name, int P, int M) {
+std::pair<double, double> v_bubble_and_busy(ScheduleKind kind, int P, int M) {
   const theory::ChunkCosts chunk{0.5, 1.0, 0.5}, stage{1.0, 2.0, 1.0};
   const double busy = 2.0 * M * (chunk.F + chunk.B);
-  if (name == "dualpipe") return {theory::bubble_dualpipe(P, stage), busy};  // PP = P stages
-  if (name == "zbv") return {theory::bubble_zbv(P, chunk), busy};
+  if (kind == ScheduleKind::dualpipe) return {theory::bubble_dualpipe(P, stage), busy};  // PP = P
+  if (kind == ScheduleKind::zbv) return {theory::bubble_zbv(P, chunk), busy};
   return {theory::bubble_dualpipe(2 * P, chunk), busy};  // dualpipev: PP = 2P chunks
 }
 
@@ -123,60 +126,89 @@ std::pair<double, double> v_bubble_and_busy(const std::string& name, int P, int 
 
 double bubble_fraction_theory(const std::string& name, int P, int M, int V) {
   const theory::ChunkCosts stage{1.0, 2.0, 1.0};
-  if (name == "gpipe" || name == "1f1b") {
-    const double bubble = theory::bubble_1f1b(P, stage);
-    return bubble / (bubble + M * (stage.F + stage.B));
+  switch (const ScheduleKind kind = theory::schedule_kind(name)) {
+    case ScheduleKind::gpipe:
+    case ScheduleKind::one_f_one_b: {
+      const double bubble = theory::bubble_1f1b(P, stage);
+      return bubble / (bubble + M * (stage.F + stage.B));
+    }
+    case ScheduleKind::naive:
+      return double(P - 1) / P;
+    case ScheduleKind::interleaved:
+      return double(P - 1) / (V * M + P - 1);
+    case ScheduleKind::zb_h1: {  // with M < P there are too few W's to fill the drain: P-M more
+      const double bubble = theory::bubble_zb1p(P, stage) + std::max(0, P - M);
+      return bubble / (bubble + M * (stage.F + stage.B));
+    }
+    case ScheduleKind::zbv:
+    case ScheduleKind::dualpipev:
+    case ScheduleKind::dualpipe: {
+      const auto [bubble, busy] = v_bubble_and_busy(kind, P, M);
+      return bubble / (bubble + busy);
+    }
   }
-  if (name == "naive") return double(P - 1) / P;
-  if (name == "interleaved") return double(P - 1) / (V * M + P - 1);
-  if (name == "zb-h1") {  // with M < P there are too few W's to fill the drain: P-M more
-    const double bubble = theory::bubble_zb1p(P, stage) + std::max(0, P - M);
-    return bubble / (bubble + M * (stage.F + stage.B));
-  }
-  if (name == "zbv" || name == "dualpipev" || name == "dualpipe") {
-    const auto [bubble, busy] = v_bubble_and_busy(name, P, M);
-    return bubble / (bubble + busy);
-  }
-  throw std::invalid_argument(fmt::format("no bubble theory for schedule '{}'", name));
+  throw std::logic_error("bubble_fraction_theory: a schedule kind without a case");
 }
 
 std::string bubble_formula(const std::string& name, int P, int M, int V) {
-  if (name == "naive") return fmt::format("(P-1)/P = {}/{}", P - 1, P);
-  if (name == "interleaved") return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
-  if (name == "zb-h1")
-    return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
-                       3 * M + P - 1 + std::max(0, P - M));
-  if (name == "zbv" || name == "dualpipev" || name == "dualpipe") {
-    const auto [bubble, busy] = v_bubble_and_busy(name, P, M);
-    return fmt::format("{} / step = {:g}/{:g}", name == "zbv" ? "(P-1)F" : "(PP/2-1)(F&B+B-3W)",
-                       bubble, bubble + busy);
+  switch (const ScheduleKind kind = theory::schedule_kind(name)) {
+    case ScheduleKind::naive:
+      return fmt::format("(P-1)/P = {}/{}", P - 1, P);
+    case ScheduleKind::interleaved:
+      return fmt::format("(P-1)/(VM+P-1) = {}/{}", P - 1, V * M + P - 1);
+    case ScheduleKind::zb_h1:
+      return fmt::format("1 - 3M/(3M+P-1+max(0,P-M)) = {}/{}", P - 1 + std::max(0, P - M),
+                         3 * M + P - 1 + std::max(0, P - M));
+    case ScheduleKind::zbv:
+    case ScheduleKind::dualpipev:
+    case ScheduleKind::dualpipe: {
+      const auto [bubble, busy] = v_bubble_and_busy(kind, P, M);
+      return fmt::format("{} / step = {:g}/{:g}",
+                         kind == ScheduleKind::zbv ? "(P-1)F" : "(PP/2-1)(F&B+B-3W)", bubble,
+                         bubble + busy);
+    }
+    case ScheduleKind::gpipe:
+    case ScheduleKind::one_f_one_b:
+      break;
   }
   return fmt::format("(P-1)/(M+P-1) = {}/{}", P - 1, M + P - 1);
 }
 
-std::vector<int> peak_activations_theory(const std::string& name, int P, int M, int V) {
-  std::vector<int> peak(P);
-  for (int s = 0; s < P; ++s) {
-    if (name == "gpipe")
-      peak[s] = M;  // everything is forwarded before anything is released
-    else if (name == "naive")
-      peak[s] = 1;
+namespace {
+
+// Micro-batches (chunk-forwards) whose activations stage s holds at once under `kind`.
+int peak_activations_of_stage(ScheduleKind kind, int P, int M, int V, int s) {
+  switch (kind) {
+    case ScheduleKind::gpipe:
+      return M;  // everything is forwarded before anything is released
+    case ScheduleKind::naive:
+      return 1;
     // 1F1B and ZB-H1: P-s-1 warmup forwards plus the one in the steady F-B pair.
-    else if (name == "1f1b" || name == "zb-h1")
-      peak[s] = std::min(P - s, M);
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1:
+      return std::min(P - s, M);
+    // 1F1B's PP chunks on EVERY stage (stage 0's peak in 1F1B)
+    case ScheduleKind::zbv:
+      return theory::peak_chunks_1f1b(2 * P);
+    case ScheduleKind::dualpipev:
+      return theory::peak_chunks_dualpipe(2 * P);
+    // PP + 1 chunks, each a whole stage of one copy
+    case ScheduleKind::dualpipe:
+      return theory::peak_chunks_dualpipe(P);
     // Interleaved: warmup 2(P-s-1) + (V-1)g chunk-forwards, g the first round's micro-batches
     // (P when M is a multiple of P, as in Megatron), plus one in steady state.
-    else if (name == "zbv")  // 1F1B's PP chunks on EVERY stage (stage 0's peak in 1F1B)
-      peak[s] = theory::peak_chunks_1f1b(2 * P);
-    else if (name == "dualpipev")
-      peak[s] = theory::peak_chunks_dualpipe(2 * P);
-    else if (name == "dualpipe")  // PP + 1 chunks, each a whole stage of one copy
-      peak[s] = theory::peak_chunks_dualpipe(P);
-    else if (name == "interleaved")
-      peak[s] = std::min(2 * (P - s - 1) + (V - 1) * interleaved_round_sizes(P, M)[0] + 1, M * V);
-    else
-      throw std::invalid_argument(fmt::format("no memory theory for schedule '{}'", name));
+    case ScheduleKind::interleaved:
+      return std::min(2 * (P - s - 1) + (V - 1) * interleaved_round_sizes(P, M)[0] + 1, M * V);
   }
+  throw std::logic_error("peak_activations_theory: a schedule kind without a case");
+}
+
+}  // namespace
+
+std::vector<int> peak_activations_theory(const std::string& name, int P, int M, int V) {
+  const ScheduleKind kind = theory::schedule_kind(name);
+  std::vector<int> peak(P);
+  for (int s = 0; s < P; ++s) peak[s] = peak_activations_of_stage(kind, P, M, V, s);
   return peak;
 }
 

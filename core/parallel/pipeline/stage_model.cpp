@@ -54,12 +54,25 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
   return m;
 }
 
+std::vector<ParamList> StageModel::layers(const std::vector<int>& chunk_order) {
+  std::vector<ParamList> list;
+  auto add = [&](auto& layer) {
+    list.emplace_back();
+    layer.collect(list.back());
+  };
+  if (embedding) add(*embedding);
+  std::vector<int> order = chunk_order;
+  if (order.empty())
+    for (int c = 0; c < static_cast<int>(chunks.size()); ++c) order.push_back(c);
+  for (int c : order)
+    for (Block& block : chunks[c]) add(block);
+  if (head) add(*head);
+  return list;
+}
+
 ParamList StageModel::params() {
   ParamList list;
-  if (embedding) embedding->collect(list);
-  for (auto& blocks : chunks)
-    for (Block& block : blocks) block.collect(list);
-  if (head) head->collect(list);
+  for (const ParamList& layer : layers()) list.insert(list.end(), layer.begin(), layer.end());
   return list;
 }
 

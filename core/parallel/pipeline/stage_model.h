@@ -45,7 +45,10 @@ struct StageModel {
   static StageModel declare(const GPTConfig& config, int stage, int stages, int virtual_stages,
                             const BlockShard& shard, const BlockSplit& split,
                             Placement placement = Placement::ring);
-  ParamList params();  // embedding, chunks in order, head (only what this stage owns)
+  // This stage's layers in forward order, each its own parameters: the embedding, the blocks of
+  // each chunk (in `chunk_order`; empty: 0, 1, ...), the head. ZeRO's units are these layers.
+  std::vector<ParamList> layers(const std::vector<int>& chunk_order = {});
+  ParamList params();  // layers() in one list (only what this stage owns)
   void zero_grad();
   int num_layers() const;
   // The copy of the tied matrix whose gradient this stage sums over the embedding group, or null

@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 
 #include "core/ops/cuda/cuda_kernels.h"
+#include "core/ops/cuda_emulation.h"
+#include "core/runtime/cuda/caching_allocator.h"
 #include "core/runtime/cuda/streams.h"
-#include "core/runtime/cuda_emulation.h"
 #include "core/runtime/gpu.h"
-#include "core/tensor/cuda/caching_allocator.h"
 
 namespace mgpu::cuda {
 

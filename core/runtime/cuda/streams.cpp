@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/runtime/context.h"
+#include "core/runtime/cuda/caching_allocator.h"
 #include "core/runtime/gpu.h"
-#include "core/tensor/cuda/caching_allocator.h"
 
 namespace mgpu::cuda {
 

@@ -1,0 +1,85 @@
+// The model's description checked once, each mistake one line naming what would work.
+#include "core/model/config.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace mgpu {
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
+Recompute parse_recompute(const std::string& text) {
+  if (text == "none") return Recompute::none;
+  if (text == "selective") return Recompute::selective;
+  if (text == "full") return Recompute::full;
+  throw std::invalid_argument("unknown recompute mode '" + text +
+                              "' (use none, selective or full)");
+}
+
+namespace {
+// The divisors of `dim` up to 16, as "1, 2, 4, 8", for the error message.
+std::string divisors_of(int dim) {
+  std::string s;
+  for (int h = 1; h <= std::min(dim, 16); h++)
+    if (dim % h == 0) s += (s.empty() ? "" : ", ") + std::to_string(h);
+  return s;
+}
+}  // namespace
+
+void GPTConfig::validate() const {
+  auto positive = [](const char* what, int v) {
+    if (v <= 0)
+      throw std::invalid_argument(
+          fmt::format("GPT config: {} ({}) must be positive, e.g. {} 64", what, v, what));
+  };
+  positive("vocab", vocab);
+  positive("seq_len", seq_len);
+  positive("layers", layers);
+  positive("dim", dim);
+  positive("heads", heads);
+  if (dim % heads != 0)
+    throw std::invalid_argument(fmt::format(
+        "GPT config: heads ({}) must divide dim ({}): try heads {}", heads, dim, divisors_of(dim)));
+  validate_experts();
+}
+
+void GPTConfig::validate_experts() const {
+  auto refuse = [](const std::string& line) { throw std::invalid_argument("GPT config: " + line); };
+  if (experts < 0)
+    refuse(fmt::format("experts ({}) must be >= 0 (0: the dense model), e.g. 4", experts));
+  if (experts == 0) return;
+  if (top_k < 1) refuse(fmt::format("top_k ({}) must be at least 1, e.g. top_k 2", top_k));
+  if (top_k > experts)
+    refuse(fmt::format("top_k ({}) must be at most experts ({}): try top_k {}", top_k, experts,
+                       std::min(2, experts)));
+  if (moe_every < 1)
+    refuse(fmt::format("moe_every ({}) must be at least 1 (1: every block is MoE)", moe_every));
+  if (moe_every > layers)
+    refuse(
+        fmt::format("moe_every ({}) is above the {} layers, so no block would be MoE: use 1 "
+                    "to {}",
+                    moe_every, layers, layers));
+  if (!(capacity_factor >= 0.0 && capacity_factor <= kMaxCapacityFactor))
+    refuse(
+        fmt::format("capacity_factor ({}) must be from 0 (dropless) to {:g}, e.g. 1.25; a "
+                    "factor of experts / top_k ({:g}) already keeps every token",
+                    capacity_factor, kMaxCapacityFactor, double(experts) / top_k));
+  if (expert_hidden < 0)
+    refuse(fmt::format("expert_hidden ({}) must be >= 0 (0: 4 * dim)", expert_hidden));
+  if (!(aux_loss_coef >= 0.0f && aux_loss_coef <= kMaxAuxLossCoef))
+    refuse(
+        fmt::format("aux_loss_coef ({}) must be from 0 to {:g}, e.g. 0.01 (a larger weight "
+                    "drowns the language-model loss)",
+                    aux_loss_coef, kMaxAuxLossCoef));
+}
+
+void refuse_experts(const GPTConfig& cfg, const std::string& layout, const std::string& instead) {
+  if (cfg.experts > 0)
+    throw std::invalid_argument(
+        fmt::format("{} cannot run experts (--experts {}): {}", layout, cfg.experts, instead));
+}
+
+}  // namespace mgpu
