@@ -198,7 +198,7 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   print_checkpoint_lines(out, c, trained);
 
   nlohmann::json meta = {
-      {"lesson", p.schedule == theory::schedule_name(theory::ScheduleKind::naive) ? "model_parallel"
+      {"lesson", theory::schedule_kind(p.schedule) == theory::ScheduleKind::naive ? "model_parallel"
                                                                                   : "pipeline"},
       {"config", config},
       {"predictions", {{"bubble_fraction", result.theory_bubble}}}};

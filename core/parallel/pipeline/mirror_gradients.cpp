@@ -13,10 +13,7 @@ namespace {
 // in the other chunks, so it lists chunk 1 first: both then walk the parts in the same order.
 ParamList in_part_order(StageModel& model) {
   const bool lower_half = model.stage < model.stages / 2;
-  ParamList list;
-  for (const ParamList& layer : model.layers(lower_half ? std::vector{0, 1} : std::vector{1, 0}))
-    list.insert(list.end(), layer.begin(), layer.end());
-  return list;
+  return model.params(lower_half ? std::vector{0, 1} : std::vector{1, 0});
 }
 
 }  // namespace

@@ -54,25 +54,33 @@ StageModel StageModel::declare(const GPTConfig& config, int stage, int stages, i
   return m;
 }
 
+namespace {
+
+// Calls fn on each layer of the stage in forward order: the embedding, the blocks of each chunk
+// in `chunk_order` (empty: 0, 1, ...), the head.
+template <class Fn>
+void for_each_layer(StageModel& model, const std::vector<int>& chunk_order, Fn&& fn) {
+  if (model.embedding) fn(*model.embedding);
+  const int chunks = static_cast<int>(model.chunks.size());
+  for (int i = 0; i < (chunk_order.empty() ? chunks : static_cast<int>(chunk_order.size())); ++i)
+    for (Block& block : model.chunks[chunk_order.empty() ? i : chunk_order[i]]) fn(block);
+  if (model.head) fn(*model.head);
+}
+
+}  // namespace
+
 std::vector<ParamList> StageModel::layers(const std::vector<int>& chunk_order) {
   std::vector<ParamList> list;
-  auto add = [&](auto& layer) {
+  for_each_layer(*this, chunk_order, [&](auto& layer) {
     list.emplace_back();
     layer.collect(list.back());
-  };
-  if (embedding) add(*embedding);
-  std::vector<int> order = chunk_order;
-  if (order.empty())
-    for (int c = 0; c < static_cast<int>(chunks.size()); ++c) order.push_back(c);
-  for (int c : order)
-    for (Block& block : chunks[c]) add(block);
-  if (head) add(*head);
+  });
   return list;
 }
 
-ParamList StageModel::params() {
+ParamList StageModel::params(const std::vector<int>& chunk_order) {
   ParamList list;
-  for (const ParamList& layer : layers()) list.insert(list.end(), layer.begin(), layer.end());
+  for_each_layer(*this, chunk_order, [&](auto& layer) { layer.collect(list); });
   return list;
 }
 

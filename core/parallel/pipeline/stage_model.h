@@ -48,7 +48,7 @@ struct StageModel {
   // This stage's layers in forward order, each its own parameters: the embedding, the blocks of
   // each chunk (in `chunk_order`; empty: 0, 1, ...), the head. ZeRO's units are these layers.
   std::vector<ParamList> layers(const std::vector<int>& chunk_order = {});
-  ParamList params();  // layers() in one list (only what this stage owns)
+  ParamList params(const std::vector<int>& chunk_order = {});  // layers() in one list
   void zero_grad();
   int num_layers() const;
   // The copy of the tied matrix whose gradient this stage sums over the embedding group, or null
