@@ -41,8 +41,8 @@ PlanModel plan_model(const std::string& name_or_file) {
 plan::SearchResult run_search(const plan::SearchRequest& request, std::ostream& progress) {
   return plan::search(request,
                       [&](int done, int planned, const plan::Layout& l, const plan::Prediction& p) {
-                        fmt::print(progress, "  simulated [{:>2}/{}] {:<62} ({:.2f} s)\n", done,
-                                   planned, plan::describe(l), p.wall_seconds);
+                        fmt::print(progress, "  simulated [{:>2} of <= {}] {:<62} ({:.2f} s)\n",
+                                   done, planned, plan::describe(l), p.wall_seconds);
                         progress.flush();
                       });
 }
@@ -86,7 +86,9 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
       ->capture_default_str()
       ->check(InRange(1, 1000, "layouts"));
   app.add_option("--max-simulated", a.max_simulated,
-                 "layouts simulated (in the screen's order; more is slower and surer)")
+                 "layouts simulated in the screen's order, then at most as many neighbours of "
+                 "the fastest per move while they are faster, 3x in all (more is slower and "
+                 "surer)")
       ->capture_default_str()
       ->check(InRange(1, 10000, "layouts"));
   app.add_flag("--json", a.json,
@@ -183,11 +185,14 @@ void print_plan_header(std::ostream& out, const plan::SearchRequest& request,
              format_bytes(request.profile.memory_capacity));
   fmt::print(out,
              "batch:   {} sequences x {} tokens per step, AdamW\n"
-             "search:  a formula screen (memory: core/memory/activations.h; time: roofline + "
-             "ring collectives + bubble) only picks which layouts to simulate on the modeled "
-             "clock: its first {} (more while none of them fits), plus the near misses over "
-             "capacity that show why they lose\n",
-             request.global_batch, m.seq_len, request.max_simulated);
+             "search:  a formula screen (memory: a lower bound of the peak, so it drops only "
+             "what cannot fit; time: roofline + ring collectives + bubble) picks which layouts "
+             "to simulate on the modeled clock: its first {} (more while none of them fits), "
+             "then the neighbours of the fastest (one or two knobs moved; up to {} per move, {} "
+             "in all) while they are faster, plus the near misses over capacity that show why "
+             "they lose\n",
+             request.global_batch, m.seq_len, request.max_simulated, request.max_simulated,
+             3 * request.max_simulated);
   const plan::Knobs knobs = plan::knobs(request.pins);
   std::vector<std::string> pinned;
   for (const auto& [option, value] : knobs.pinned) pinned.push_back(option + " " + value);

@@ -153,8 +153,8 @@ void print_plan(std::ostream& out, const plan::SearchRequest& r, const plan::Sea
   for (const auto& [reason, count] : result.refused)
     fmt::print(out, "  {:>6} layouts: {}\n", count, reason);
   fmt::print(out,
-             "\nsearched {} layouts of {} on {} GPUs ({} node{} of {}): {} over capacity by the "
-             "screen's formula (not simulated), {} simulated, in {:.1f} s\n",
+             "\nsearched {} layouts of {} on {} GPUs ({} node{} of {}): {} over capacity even by "
+             "the screen's lower bound (cannot fit; not simulated), {} simulated, in {:.1f} s\n",
              result.enumerated, model_name, r.gpus, nodes, nodes == 1 ? "" : "s", p.name,
              result.screened_out, result.simulated, result.wall_seconds);
 }

@@ -104,11 +104,10 @@ std::vector<ScheduleVariant> schedule_variants(const GPTConfig& m, int pp, int M
       continue;
     }
     if (pp == 1 || M < pp) continue;
-    // Unpinned, V = 2: the screen prices no pipeline messages, so it would favour the largest V
-    // (its bubble (pp-1)/V shrinks, its V x more messages are free) and crowd better layouts out
-    // of the simulation budget. Pinned, any V the layers allow.
-    const int v = pins.virtual_stages.value_or(kSearchedVirtualStages);
-    if (v >= 2 && m.layers % (pp * v) == 0) variants.push_back({schedule, v});
+    // Every V the layers allow (pp x V divides them), or the pinned one.
+    for (int v = 2; pp * v <= m.layers; ++v)
+      if (m.layers % (pp * v) == 0 && allowed(pins.virtual_stages, v))
+        variants.push_back({schedule, v});
   }
   return variants;
 }
@@ -228,11 +227,6 @@ std::string join_ints(const std::set<int>& values) {
     std::set<int> works;
     for (const Layout& l : enumerate_unchecked(m, gpus, global_batch, without))
       works.insert(l.*a.field);
-    // Unpinned, V is 2: every V the layers allow is tried instead.
-    for (int v = 1; a.pin == &Pins::virtual_stages && v <= m.layers; ++v) {
-      without.virtual_stages = v;
-      if (!enumerate_unchecked(m, gpus, global_batch, without).empty()) works.insert(v);
-    }
     if (works.empty()) continue;
     const std::string tp_rule = a.pin == &Pins::tp && !tp_fits(m, *pins.tp)
                                     ? fmt::format(" ({} heads, MLP width {})", m.heads, 4 * m.dim)
@@ -311,11 +305,7 @@ Knobs knobs(const Pins& pins) {
   knob("--ep", pins.ep, number);
   knob("--microbatch-size", pins.microbatch_size, number);
   knob("--schedule", pins.schedule, word);
-  if (pins.virtual_stages)
-    k.pinned.emplace_back("--virtual-stages", number(*pins.virtual_stages));
-  else
-    k.defaults.emplace_back("--virtual-stages",
-                            fmt::format("{} (interleaved)", kSearchedVirtualStages));
+  knob("--virtual-stages", pins.virtual_stages, number);
   knob("--zero", pins.zero, number);
   knob("--sp", pins.sp, on_off);
   knob("--vocab-head", pins.vocab_head, on_off);

@@ -1,13 +1,13 @@
-// The planner's screen (see search.h): formula estimates of a layout's step time and memory
-// that only decide which layouts plan::simulate runs. The closed forms come from core/theory
-// (ring all-reduce time, bytes per parameter, bubbles and micro-batches in flight) and
-// core/memory/activations.h (kept activation bytes). A model with experts adds its MoE blocks:
-// experts at 1/ep of the stage's parameters, 4 all-to-alls per block and micro-batch.
+// The planner's screen (see search.h): formula figures of a layout that only decide which layouts
+// plan::simulate runs. Here its step time, an estimate that orders; its memory is a lower bound
+// of the peak (screen_memory.cpp). The closed forms come from core/theory (ring all-reduce time,
+// bubbles). A model with experts adds its MoE blocks: experts at 1/ep of the stage's parameters,
+// 4 all-to-alls per block and micro-batch.
 #include <algorithm>
 #include <functional>
 
-#include "core/memory/activations.h"
 #include "core/plan/search.h"
+#include "core/plan/search_internal.h"
 #include "core/theory/collectives.h"
 #include "core/theory/model_states.h"
 #include "core/theory/pipeline_bubbles.h"
@@ -126,9 +126,12 @@ double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Lay
                       2 * rows * C / tp * s /
                           std::max(group_link(p, l.cp, l.tp).achieved_bandwidth(), 1.0))
                : 0;
+  // A micro-batch crosses each stage once per chunk: V times under interleaving (V x the
+  // messages of 1F1B, the price of its smaller bubble), forward and backward.
   const LinkSpec& pp_link = group_link(p, 2, l.tp * l.cp * l.dp);
   const double p2p =
-      l.pp > 1 ? 2 * (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
+      l.pp > 1 ? 2 * std::max(1, l.virtual_stages) *
+                     (pp_link.latency + rows * C * s / std::max(pp_link.achieved_bandwidth(), 1.0))
                : 0;
   // The vocabulary-parallel head computes V / tp of the logits.
   const double head = 3 * gemm(rows, C, l.vocab_parallel_head ? V / tp : V);
@@ -162,57 +165,13 @@ StageParameters largest_stage_parameters(const GPTConfig& model, const GPTConfig
   return p;
 }
 
-// Bytes of the largest stage: its model states (theory::model_state_bytes, AdamW; ZeRO shards
-// the optimizer over dp; ZeRO-2/3's gradients and parameters are whole during the step, where the
-// peak is, so they count whole here), the kept activations (activations.h) of the micro-batches in
-// flight (theory::microbatches_in_flight), backward's workspace, the logits and the dp gradient
-// buffer.
-double stage_memory_bytes(const GPTConfig& model, const GPTConfig& c, const Layout& l,
-                          double stage_params) {
-  const double s = static_cast<double>(dtype_size(c.dtype));
-  const double C = c.dim, T = c.seq_len, V = c.vocab, H = c.heads, tp = l.tp;
-  const double rows = static_cast<double>(l.microbatch_size) * T;
-  const int layers = c.layers / l.pp;
-  const theory::StateBytes states = theory::model_state_bytes(int(s), "adamw");
-  const double optimizer_bytes = states.optimizer / (l.zero >= 1 ? double(l.dp) : 1.0);
-  const double in_flight =
-      theory::microbatches_in_flight(l.schedule, l.pp, l.virtual_stages, l.microbatches);
-  // A block's kept bytes (activations.h) split over tp except ln1, res1, ln2, the output and the
-  // fp32 layernorm statistics (Megatron TP without sequence parallelism; with it those are split
-  // over tp too, Korthikanti et al. 2022); full recompute keeps only the output (1/tp under SP).
-  // Under cp, ring attention keeps each local query row's probabilities against all T keys (cp
-  // blocks of T/cp), where the local config's formula counts T/cp of them.
-  const double cp_probabilities =
-      l.recompute == "none" ? rows * s * H * (model.seq_len - c.seq_len) : 0.0;
-  const double kept_whole =
-      static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size)) + cp_probabilities;
-  const double replicated = l.recompute == "full" ? kept_whole : rows * (s * 4 * C + 16);
-  const double kept = l.sp ? kept_whole / tp : replicated + (kept_whole - replicated) / tp;
-  const memory::StepActivationBytes step = memory::step_activation_bytes(c, l.microbatch_size);
-  const double logits = 2 * rows * (l.vocab_parallel_head ? V / tp : V) * 4;
-  const double dp_buffer = l.dp > 1 ? 4 * stage_params : 0;  // the flat fp32 gradient all-reduce
-  const double bytes = stage_params * (s + states.grads + optimizer_bytes) + dp_buffer +
-                       in_flight * layers * kept + static_cast<double>(step.workspace) / tp +
-                       logits;
-  // An MoE block keeps, instead of the dense MLP's fc and GELU (4C / tp each per token), the
-  // router's fp32 probabilities (E) and per routed row (top_k per token) its input, its expert's
-  // fc and GELU and its output (2C + 2H); full recompute keeps none of either.
-  const int moe_layers = most_moe_layers_per_stage(model, l.pp);
-  if (moe_layers == 0 || l.recompute == "full") return bytes;
-  const double moe_kept =
-      rows * (4.0 * model.experts +
-              s * model.top_k * (2 * C + 2 * static_cast<double>(model.expert_hidden_size())) -
-              s * 8 * C / tp);
-  return bytes + in_flight * moe_layers * moe_kept;
-}
-
 }  // namespace
 
-// Rough on purpose: it only orders candidates and drops the hopeless ones; every figure shown
-// comes from plan::simulate. Time: each stage's micro-batch (micro_batch_seconds); the pipeline
-// takes (M + bubble) of those (theory::bubble_in_microbatches); then the dp gradient all-reduce
-// (fp32 gradients) and the optimizer. Memory: the largest stage's states and activations
-// (stage_memory_bytes).
+// Rough on purpose: the time only orders candidates, the memory bound drops only what cannot fit;
+// every figure shown comes from plan::simulate. Time: each stage's micro-batch
+// (micro_batch_seconds); the pipeline takes (M + bubble) of those
+// (theory::bubble_in_microbatches); then the dp gradient all-reduce (fp32 gradients) and the
+// optimizer. Memory: detail::memory_at_least.
 Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProfile& p) {
   const GPTConfig c = local_config(model, l);
   const double bubble = theory::bubble_in_microbatches(l.schedule, l.pp, l.virtual_stages);
@@ -229,9 +188,8 @@ Screen screen_layout(const GPTConfig& model, const Layout& l, const HardwareProf
     dp_comm += ring_all_reduce(4 * copies * params.experts, l.dp / l.ep,
                                group_link(p, l.dp / l.ep, l.ep * l.tp * l.cp));
   const double optimizer_step = p.kernel_time(0, 36 * stage_params, DType::f32);
-  const double memory = stage_memory_bytes(model, c, l, stage_params);
   return {.step_seconds = pipeline + dp_comm + optimizer_step,
-          .memory_bytes = static_cast<int64_t>(memory)};
+          .memory_bytes = static_cast<int64_t>(detail::memory_at_least(model, c, l))};
 }
 
 }  // namespace mgpu::plan

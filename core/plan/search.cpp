@@ -25,20 +25,16 @@ namespace mgpu::plan {
 
 using detail::is_v_schedule;
 using detail::rank_simulated;
+using detail::refine_best;
+using detail::SimulationRuns;
 
 // ---------------------------------------------------------------------------------- the search
 
 namespace {
 
-// What the engine refuses depends on the options (cp > 1, ZeRO) and on the mesh (more stages
-// than threads, stages that cannot be placed on nodes), never on how the batch is cut: one
-// refusal covers every micro-batching of the same mesh and options.
-auto refusal_key(const Layout& l) {
-  return std::tuple(l.dp, l.tp, l.pp, l.cp, l.ep, l.zero, l.precision, l.schedule, l.recompute);
-}
-
-// The screen's verdict on every layout: fits (by formula, with a 5% margin so near misses are
-// still simulated) or over, each side in estimated-time order.
+// The screen's verdict on every layout: over capacity when even its memory's lower bound is
+// (screen.cpp: such a layout cannot fit), otherwise worth simulating; each side in estimated-time
+// order.
 struct Screened {
   std::vector<Candidate> fits, over;
 };
@@ -48,7 +44,7 @@ Screened screen_all(const GPTConfig& model, const std::vector<Layout>& layouts,
   Screened s;
   for (const Layout& l : layouts) {
     const Screen sc = screen_layout(model, l, profile);
-    (sc.memory_bytes > 1.05 * capacity ? s.over : s.fits).push_back({l, sc});
+    (static_cast<double>(sc.memory_bytes) > capacity ? s.over : s.fits).push_back({l, sc});
   }
   // Equal estimates (gpipe and 1f1b of one mesh): the one needing less memory first.
   auto by_time = [](const Candidate& a, const Candidate& b) {
@@ -104,68 +100,6 @@ std::vector<const Candidate*> simulation_order(const std::vector<Candidate>& fit
   return order;
 }
 
-// Runs the simulator on layouts one at a time, remembering what the engine refused: one refusal
-// covers every layout with the same refusal_key, which is then not asked again.
-class SimulationRuns {
- public:
-  SimulationRuns(const SearchRequest& r, const Simulator& run, const Progress& progress,
-                 double capacity, SearchResult& result)
-      : r_(r), run_(run), progress_(progress), capacity_(capacity), result_(result) {}
-
-  // True when `l` was simulated (fitting or not); false when the engine refused it.
-  bool simulate(const Layout& l, int planned) {
-    if (auto it = refusals_.find(refusal_key(l)); it != refusals_.end()) {
-      ++result_.refused[it->second];
-      return false;
-    }
-    try {
-      Prediction p = run_(r_.workload, l, r_.profile);
-      ++result_.simulated;
-      if (progress_) progress_(result_.simulated, planned, l, p);
-      const bool fits_memory = static_cast<double>(p.memory_peak_total) <= capacity_;
-      simulated_.push_back({l, p, fits_memory, ""});
-      return true;
-    } catch (const std::invalid_argument& e) {
-      refuse(l, e.what());
-      return false;
-    } catch (const RankError& e) {  // a refusal found on a stage thread is still a refusal
-      try {
-        if (e.cause()) std::rethrow_exception(e.cause());
-      } catch (const std::invalid_argument& cause) {
-        refuse(l, cause.what());
-        return false;
-      } catch (...) {
-      }
-      throw;
-    }
-  }
-
-  // Counts every enumerated layout the refusals met cover (layouts never reached are not
-  // counted: the engine was not asked about them).
-  void count_refusals(const std::vector<Layout>& layouts) {
-    result_.refused.clear();
-    for (const Layout& l : layouts)
-      if (auto it = refusals_.find(refusal_key(l)); it != refusals_.end())
-        ++result_.refused[it->second];
-  }
-
-  std::vector<Simulated>& simulated() { return simulated_; }
-
- private:
-  void refuse(const Layout& l, const std::string& reason) {
-    refusals_[refusal_key(l)] = reason;
-    result_.refused_example.try_emplace(reason, l);
-  }
-
-  const SearchRequest& r_;
-  const Simulator& run_;
-  const Progress& progress_;
-  double capacity_;
-  SearchResult& result_;
-  std::map<decltype(refusal_key(Layout{})), std::string> refusals_;
-  std::vector<Simulated> simulated_;
-};
-
 SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
                                const Simulator& simulator) {
   const auto started = std::chrono::steady_clock::now();
@@ -183,9 +117,11 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   result.screened_out = static_cast<int64_t>(screened.over.size());
 
   SimulationRuns runs(r, run, progress, capacity, result);
-  const int planned = r.max_simulated + std::min<int>(r.rejected_probes, screened.over.size());
+  // At most: the screen's first picks, the refinement and the probes (3x the first picks while
+  // none fits can go past it).
+  const int planned = 2 * r.max_simulated + std::min<int>(r.rejected_probes, screened.over.size());
   // Simulate in screen order until max_simulated ran; when none of them fits the capacity (the
-  // screen's memory formula was optimistic), go on down the list, up to three times as many.
+  // screen's bound is below the peak), go on down the list, up to three times as many.
   int ran = 0, fitting = 0;
   for (const Candidate* c : simulation_order(screened.fits, r.max_simulated)) {
     if (ran >= 3 * r.max_simulated || (ran >= r.max_simulated && fitting > 0)) break;
@@ -199,6 +135,7 @@ SearchResult search_precisions(const SearchRequest& r, const Progress& progress,
   std::stable_partition(screened.over.begin(), screened.over.end(), [&](const Candidate& c) {
     return static_cast<double>(c.screen.memory_bytes) < 1.5 * capacity;
   });
+  refine_best(runs, screened.fits, r.max_simulated, planned);
   int probes = 0;
   for (const Candidate& c : screened.over) {
     if (probes >= r.rejected_probes) break;

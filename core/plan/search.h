@@ -5,11 +5,15 @@
 //              model with experts also an ep dividing dp and the experts),
 //              dp x micro-batches x micro-batch size = the global batch, each schedule, ZeRO
 //              stage, recompute mode and precision -- minus what the user pinned;
-//   screen     a formula estimate of memory (core/memory/activations.h) and of step time
-//              (roofline GEMMs, ring collectives, the pipeline bubble) picks WHICH layouts are
-//              worth simulating. Its numbers are never printed as a layout's figures;
-//   simulate   plan::simulate on the modeled clock gives every number that is shown; layouts
-//              whose simulated peak memory exceeds the profile's capacity are rejected.
+//   screen     formulas pick WHICH layouts are worth simulating: a lower bound of the peak
+//              memory (what the engine certainly holds at one moment; a layout over capacity by
+//              it cannot fit) and an estimate of step time (roofline GEMMs, ring collectives,
+//              the pipeline bubble) that only orders. Its numbers are never printed as a layout's
+//              figures;
+//   simulate   plan::simulate on the modeled clock gives every number that is shown, first on
+//              the screen's picks, then on the neighbours of the fastest (refine.cpp) while they
+//              are faster; layouts whose simulated peak memory exceeds the profile's capacity are
+//              rejected.
 // Options the engine refuses (its std::invalid_argument) are skipped with its reason, so they
 // join the search on their own once the engine runs them.
 #pragma once
@@ -44,14 +48,15 @@ struct SearchRequest {
   Pins pins;
   int top = 5;              // layouts shown
   int max_simulated = 8;    // layouts that fit by the screen, simulated in screen order (up
-                            // to 3x as many while none of them fits the capacity)
+                            // to 3x as many while none of them fits the capacity), and as many
+                            // neighbours of the fastest per move of the refinement (3x in all)
   int rejected_probes = 2;  // best layouts the screen finds over capacity, simulated for "why"
 };
 
 // The screen's formula figures for one candidate (selection only, never shown as its numbers).
 struct Screen {
   double step_seconds = 0;
-  int64_t memory_bytes = 0;  // per rank, the largest stage
+  int64_t memory_bytes = 0;  // per rank: a lower bound of the fullest stage's peak
 };
 
 struct Candidate {
@@ -99,9 +104,6 @@ SearchResult search(const SearchRequest& request, const Progress& progress = {},
 
 // "dp 8 tp 8 pp 16 cp 1 mbs 1 M 24 1f1b zero 0 bf16 none" (with "ep 4" after cp when ep > 1).
 std::string describe(const Layout& layout);
-
-// Interleaved 1F1B's chunks per stage where --virtual-stages is not pinned.
-inline constexpr int kSearchedVirtualStages = 2;
 
 // The knobs of a search as the command line names them (--tp, --sp, ...): those the pins fix,
 // with their values, those it searches, and those neither (their default values).

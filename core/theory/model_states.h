@@ -85,6 +85,16 @@ inline double model_flops_per_token(int64_t params, int layers, int seq, int dim
   return 6.0 * static_cast<double>(params) + 12.0 * layers * static_cast<double>(seq) * dim;
 }
 
+// FLOPs of one training iteration as Narayanan et al. 2021 count them for their TFLOP/s figures
+// (section 5.1, equation 3): with full activation recomputation (a second forward) a GPT of
+// `layers` blocks of width `dim`, vocabulary `vocab`, does 96 B s l h^2 (1 + s/6h + V/16lh) for a
+// batch of B sequences of s tokens: hardware FLOPs, the recompute counted.
+inline double megatron_recompute_flops(double batch, double seq, double layers, double dim,
+                                       double vocab) {
+  return 96.0 * batch * seq * layers * dim * dim *
+         (1.0 + seq / (6.0 * dim) + vocab / (16.0 * layers * dim));
+}
+
 // Parameters of the whole model under tensor parallelism (Megatron-LM, Shoeybi et al. 2019,
 // section 3), split into what every tp rank holds in full (embeddings, layernorms, the
 // row-parallel biases, the head) and what is divided over the tp ranks (the qkv, attention
