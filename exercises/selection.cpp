@@ -101,6 +101,28 @@ std::vector<ExerciseChoice> select_exercises(const std::string& spec,
   return choices;
 }
 
+void select_unprobed(const std::string& spec) {
+  const std::vector<Exercise>& reference = reference::exercise_table();
+  const std::vector<Exercise>& mine = mine::exercise_table();
+  const std::map<std::string, std::string> wanted = parse_spec(spec, reference);
+  SeamTables tables = reference::seams();
+  std::vector<ExerciseChoice> choices;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const std::string& side = wanted.at(reference[i].name);
+    (side == "mine" ? mine.at(i) : reference[i]).install(tables);
+    choices.push_back({reference[i].name, side, false});
+  }
+  use_seams(tables);
+  g_installed = choices;
+  g_selected = spec;
+}
+
+bool installed_mine(const std::string& exercise) {
+  for (const ExerciseChoice& c : g_installed)
+    if (c.name == exercise) return c.installed == "mine";
+  return false;
+}
+
 void select_impl(const std::string& spec, std::ostream& out) {
   g_installed = select_exercises(spec, reference::exercise_table(), mine::exercise_table(), out);
   g_selected = spec;

@@ -35,6 +35,12 @@ const std::vector<ExerciseChoice>& installed_exercises();
 const SeamTables& selected_seams();
 // Makes `tables` the selection without probing (the graded tests run the stubs as they are).
 void use_seams(const SeamTables& tables);
+// Selects what `spec` names (the --impl grammar above) without probing: a stub stays a stub (the
+// graded tests run the stubs as they are). Throws std::invalid_argument (one line listing the
+// valid names) for a bad spec.
+void select_unprobed(const std::string& spec);
+// Whether the last selection installed the student's `exercise` ("ex04").
+bool installed_mine(const std::string& exercise);
 
 // The same with the two tables given (tests hand in a "mine" table whose exercises are known);
 // the result becomes selected_seams().

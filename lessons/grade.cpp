@@ -95,6 +95,18 @@ CaseResult run_case(const fs::path& exe, const std::string& name, const std::str
   return c;
 }
 
+// What the graded executable of `info` runs (MGPU_IMPL, --impl's grammar): the exercise as
+// `impl` says, and the other exercises it calls (ex06's tensor-parallel layers all-reduce with
+// ex01's ring) as `others` says: by default the reference, so one exercise is graded on its own.
+std::string impl_spec(const ExerciseInfo& info, const std::string& impl,
+                      const std::string& others) {
+  if (impl == others) return impl;
+  std::vector<std::string> items;
+  for (const ExerciseInfo& e : exercises())
+    items.push_back(fmt::format("{}={}", e.id, e.id == info.id ? impl : others));
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
 ExerciseResult grade_exercise(const ExerciseInfo& info, const std::string& impl, double timeout) {
   ExerciseResult result{&info};
   auto exe = find_graded_executable(info.id);
@@ -174,10 +186,16 @@ int print_exercise_list(std::ostream& out, double timeout) {
   return 0;
 }
 
-int print_table(std::ostream& out, const std::string& impl,
+int print_table(std::ostream& out, const std::string& impl, const std::string& others,
                 const std::vector<ExerciseResult>& results) {
-  fmt::print(out, "mgpu grade: {} implementation{}\n\n", impl,
-             impl == "mine" ? " (exercises/)" : " (solutions/)");
+  const std::string with = impl == others
+                               ? (impl == "mine" ? ", with your other exercises too" : "")
+                               : fmt::format(
+                                     ", each exercise graded on its own (the others it "
+                                     "calls: {})",
+                                     others == "mine" ? "yours" : "the reference");
+  fmt::print(out, "mgpu grade: {} implementation{}{}\n\n", impl,
+             impl == "mine" ? " (exercises/)" : " (solutions/)", with);
   fmt::print(out, "{:<28} {:>7}  {}\n", "exercise", "points", "result");
   int earned = 0, possible = 0;
   bool all_passed = true;
@@ -187,7 +205,14 @@ int print_table(std::ostream& out, const std::string& impl,
     possible += r.possible();
     all_passed = all_passed && r.all_passed();
   }
-  fmt::print(out, "{:<28} {:>7}\n", "total", fmt::format("{}/{}", earned, possible));
+  std::vector<std::string> not_built;
+  for (auto& r : results)
+    if (!r.built) not_built.push_back(r.info->id);
+  fmt::print(out, "{:<28} {:>7}{}\n", "total", fmt::format("{}/{}", earned, possible),
+             not_built.empty() ? ""
+                               : fmt::format("  of the exercises graded; not built, so not "
+                                             "counted: {}",
+                                             fmt::join(not_built, ", ")));
   return all_passed ? 0 : kExitFailed;
 }
 
@@ -206,6 +231,13 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   CLI::Option* exercise_option =
       app.add_option("exercise", exercise, "one exercise: ex01 .. ex09 (default: all)");
   app.add_option("--impl", impl, "whose code to grade")
+      ->check(CLI::IsMember({"mine", "reference"}))
+      ->capture_default_str();
+  std::string others = "reference";
+  app.add_option("--others", others,
+                 "what the graded exercise calls of the other exercises (ex06's layers "
+                 "all-reduce with ex01's ring): reference grades each exercise on its own, mine "
+                 "with your other exercises")
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
   bool list = false;
@@ -239,8 +271,9 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
 
   std::vector<ExerciseResult> results;
-  for (auto* info : selected) results.push_back(grade_exercise(*info, impl, timeout));
-  return print_table(out, impl, results);
+  for (auto* info : selected)
+    results.push_back(grade_exercise(*info, impl_spec(*info, impl, others), timeout));
+  return print_table(out, impl, others, results);
 }
 
 }  // namespace mgpu::lessons

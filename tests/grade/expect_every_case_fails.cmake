@@ -1,8 +1,12 @@
 # Run by ctest as `cmake -DEXE=<graded test executable> -P expect_every_case_fails.cmake`.
-# With MGPU_IMPL=mine (the untouched stubs) EVERY [grade] test case must fail: a graded test that
-# passes on a stub checks nothing. Lists the cases, runs each one on its own, and fails naming
-# every case that passed (or that did not run at all).
-set(ENV{MGPU_IMPL} mine)
+# With the exercise's own untouched stub and the reference for every other exercise
+# (MGPU_IMPL=exNN=mine, what `mgpu grade exNN` runs) EVERY [grade] test case must fail: a graded
+# test that passes on its stub checks nothing, and one that fails only through another exercise's
+# stub (ex06's layers call ex01's ring) does not check its own. Lists the cases, runs each one on
+# its own, and fails naming every case that passed (or that did not run at all).
+get_filename_component(exe_name "${EXE}" NAME)
+string(REGEX REPLACE "^test_grade_(ex[0-9]+)_.*" "\\1" exercise "${exe_name}")
+set(ENV{MGPU_IMPL} "${exercise}=mine")
 execute_process(COMMAND ${EXE} [grade] --list-test-names-only
                 OUTPUT_VARIABLE listing RESULT_VARIABLE ignored)  # exit code = number listed
 string(REPLACE "\n" ";" lines "${listing}")

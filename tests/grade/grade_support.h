@@ -2,16 +2,17 @@
 // tagged [grade][exNN]; `mgpu grade` reads the points from the name and runs each case on its own.
 // Names avoid commas and square brackets so that a name is also a valid Catch2 test spec.
 //
-// The implementation under test is the one catch_main selected: the reference, or the student's
-// when MGPU_IMPL=mine.
+// The implementation under test is the one catch_main selected from MGPU_IMPL: the reference, the
+// student's (mine), or per exercise (ex04=mine: what `mgpu grade ex04` runs).
 #pragma once
 #include "core/world/world.h"
 #include "exercises/selection.h"
 
 namespace mgpu::grade {
 
-inline bool grading_mine() {
-  return ex::selected_seams().comm.impl_name == "mine";
+// Whether `exercise` ("ex04") is the student's in this run.
+inline bool grading_mine(const char* exercise) {
+  return ex::installed_mine(exercise);
 }
 
 // `ranks` rank threads on the local backend, their all-reduce the selected one (exercise 01); a

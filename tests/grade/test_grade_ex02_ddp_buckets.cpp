@@ -23,7 +23,7 @@ namespace {
 using Buckets = std::vector<std::vector<int>>;
 
 Buckets buckets_of(const std::vector<int64_t>& bytes, int64_t bucket_bytes) {
-  if (grade::grading_mine()) return mine::assign_buckets(bytes, bucket_bytes).buckets;
+  if (grade::grading_mine("ex02")) return mine::assign_buckets(bytes, bucket_bytes).buckets;
   return reference::assign_buckets(bytes, bucket_bytes).buckets;
 }
 

@@ -139,3 +139,41 @@ TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid o
                        0) == 0);
   CHECK(r.output.find('\n') == r.output.size() - 1);
 }
+
+TEST_CASE("mgpu grade exNN grades the exercise on its own: the others it calls are the reference",
+          "[cli]") {
+  // ex06's tensor-parallel layers all-reduce with exercise 01's ring. On the untouched stubs the
+  // failure must be ex06's own, not ex01's stub.
+  ChildResult own = mgpu_grade({"ex06"});
+  INFO(own.output);
+  CHECK(own.exit_code == 1);
+  CHECK(own.output.find("each exercise graded on its own (the others it calls: the reference)") !=
+        std::string::npos);
+  CHECK(own.output.find("see docs/exercises/06-tensor-parallel.md") != std::string::npos);
+  CHECK(own.output.find("01-ring-all-reduce") == std::string::npos);
+  // The reference ex06 passes on its own; over the student's other exercises (--others mine)
+  // its layers all-reduce with ex01's untouched stub, and that is what fails.
+  CHECK(mgpu_grade({"ex06", "--impl", "reference"}).exit_code == 0);
+  ChildResult with_mine = mgpu_grade({"ex06", "--impl", "reference", "--others", "mine"});
+  INFO(with_mine.output);
+  CHECK(with_mine.exit_code == 1);
+  CHECK(with_mine.output.find("each exercise graded on its own (the others it calls: yours)") !=
+        std::string::npos);
+  CHECK(with_mine.output.find("see docs/exercises/01-ring-all-reduce.md") != std::string::npos);
+  CHECK(mgpu_grade({"ex06", "--others", "theirs"}).exit_code == 2);
+}
+
+TEST_CASE("a graded executable refuses an MGPU_IMPL that names nothing, in one line, exit 2",
+          "[cli]") {
+  const std::string exe = std::string(MGPU_BINARY_DIR) + "/test_grade_ex04_bubble_accounting";
+  for (const char* bad : {"ex06=mne", "mien", "ex10=mine"}) {
+    ChildResult r = run_child({exe, "--list-test-names-only"}, {{"MGPU_IMPL", bad}}, 120);
+    INFO(bad << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.rfind(std::string("MGPU_IMPL: --impl '") + bad + "'", 0) == 0);
+    CHECK(r.output.find('\n') == r.output.size() - 1);
+  }
+  // The grammar's valid forms run: the reference passes ex04's checks, ex04's stub fails them.
+  CHECK(run_child({exe}, {{"MGPU_IMPL", "ex01=mine,ex04=reference"}}, 300).exit_code == 0);
+  CHECK(run_child({exe}, {{"MGPU_IMPL", "ex04=mine"}}, 300).exit_code != 0);
+}
