@@ -17,6 +17,9 @@ namespace mgpu::plan::detail {
 
 namespace {
 
+// The refinement's simulations in all, in budgets (one budget per move).
+constexpr int kMoves = 3;
+
 // Two meshes one move apart: a factor moved from one axis of dp, tp, pp, cp to another (their
 // product, the GPU count, is the same), ep unchanged; or only ep changed.
 bool one_mesh_move(const Layout& a, const Layout& b) {
@@ -32,9 +35,6 @@ bool one_mesh_move(const Layout& a, const Layout& b) {
 // differ too, since one stage runs only 1f1b), the schedule (with its V), the micro-batch size,
 // the ZeRO stage and the recompute mode. The micro-batch count follows the others (the global
 // batch is fixed); sequence parallelism and the vocabulary head follow the mesh.
-// The refinement's simulations in all, in budgets (one budget per move).
-constexpr int kMoves = 3;
-
 enum Knob : unsigned { kMesh = 1, kSchedule = 2, kMicrobatch = 4, kZero = 8, kRecompute = 16 };
 
 unsigned knobs_moved(const Layout& a, const Layout& b) {
