@@ -51,13 +51,15 @@ unsigned knobs_moved(const Layout& a, const Layout& b) {
 // `b` is `a` with less memory by one knob: a smaller micro-batch (more of them) or a stronger
 // recompute mode, everything else the same.
 bool lighter(const Layout& a, const Layout& b) {
-  const unsigned moved = knobs_moved(a, b);
-  if ((moved != kMicrobatch && moved != kRecompute) || a.dp != b.dp || a.tp != b.tp ||
-      a.pp != b.pp || a.cp != b.cp || a.ep != b.ep || a.schedule != b.schedule ||
-      a.virtual_stages != b.virtual_stages)
-    return false;
   auto strength = [](const std::string& r) { return r == "none" ? 0 : r == "selective" ? 1 : 2; };
-  return b.microbatch_size < a.microbatch_size || strength(b.recompute) > strength(a.recompute);
+  switch (knobs_moved(a, b)) {  // exactly one knob: every other one is the same
+    case kMicrobatch:
+      return b.microbatch_size < a.microbatch_size;
+    case kRecompute:
+      return strength(b.recompute) > strength(a.recompute);
+    default:
+      return false;
+  }
 }
 
 }  // namespace
