@@ -13,7 +13,8 @@
 #   ./dev.sh docs-update   re-runs every `./build/mgpu` command the README and docs/ show and
 #                    rewrites their shown outputs (review `git diff`, commit); `ctest -L docs`
 #                    checks them (tests/docs/run_docs.py)
-# `demo` builds only the mgpu program; `test` and `build` build everything (tests, benchmarks).
+# `demo` builds the mgpu program and the two benchmarks the lesson pages run (bench_ddp,
+# bench_pipeline); `test` and `build` build everything (tests, all benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -61,7 +62,7 @@ sanitize_job() {
 
 case "${1:-}" in
   demo)
-    build mgpu  # the demo needs the program only; `./dev.sh test` builds the rest
+    build mgpu bench_ddp bench_pipeline  # what the pages run; `./dev.sh test` builds the rest
     mkdir -p out
     ./build/mgpu run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
       --trace out/pipeline-1f1b.json

@@ -1,5 +1,8 @@
 // Exercise 04: bubble accounting. Replace the body with your implementation; the graded tests
 // compare it with core's trace analysis on generated traces (`mgpu grade ex04`).
+#include <algorithm>  // std::sort, std::max, std::min
+#include <stdexcept>  // std::invalid_argument
+
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {

@@ -1,5 +1,7 @@
 // Exercise 05: memory estimator. Replace the bodies with your implementation; the graded tests
 // check exact formulas and the allocator's measured bytes (`mgpu grade ex05`).
+#include <stdexcept>  // std::invalid_argument
+
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {

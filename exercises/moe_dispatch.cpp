@@ -15,6 +15,8 @@
 //      its index in order, or -1 when dropped.
 //   4. tokens_per_expert[e] = kept slots of expert e; send_counts[j] = kept slots of the experts
 //      rank j holds, [j * E / ranks, (j + 1) * E / ranks); dropped = the slots over capacity.
+#include <algorithm>  // std::stable_sort
+
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {

@@ -2,6 +2,8 @@
 // docs/exercises/07-online-softmax-merge.md), then run
 // `mgpu run context_parallel --impl mine`: your merge combines every K/V block ring attention
 // brings in.
+#include <cmath>  // std::exp, std::log, std::isinf
+
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {

@@ -5,6 +5,8 @@
 // all-gather and a reduce-scatter along the sequence).
 #include <stdexcept>
 
+#include "core/ops/ops.h"                   // ops::linear_forward, ops::linear_backward
+#include "core/parallel/tensor_parallel.h"  // parallel::LinearCollectives
 #include "exercises/exercises.h"
 
 namespace mgpu::mine {

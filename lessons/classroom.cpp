@@ -20,6 +20,7 @@ namespace mgpu::lessons {
 
 namespace {
 const std::string kDefaultSchedule = theory::schedule_name(theory::ScheduleKind::one_f_one_b);
+constexpr int kDefaultBatch = 16;  // the lesson's --batch default
 }  // namespace
 
 nlohmann::json classroom_parameters() {
@@ -33,6 +34,8 @@ nlohmann::json classroom_parameters() {
        {"value", kDefaultSchedule}},
       {{"name", "stages"}, {"type", "int"}, {"min", 1}, {"max", 8}, {"value", 4}},
       {{"name", "microbatches"}, {"type", "int"}, {"min", 1}, {"max", 32}, {"value", 8}},
+      // The global batch stays put while M moves (micro-batch size = batch / M), as in the lesson.
+      {{"name", "batch"}, {"type", "int"}, {"min", 1}, {"max", 256}, {"value", kDefaultBatch}},
       {{"name", "virtual_stages"}, {"type", "int"}, {"min", 1}, {"max", 4}, {"value", 1}},
       {{"name", "profile"}, {"type", "choice"}, {"choices", profiles}, {"value", "8xH100-NVLink"}},
   });
@@ -57,7 +60,8 @@ trace::Trace classroom_rerun(const nlohmann::json& params) {
   c.dim = 64;
   c.heads = 4;
   c.seq = 32;
-  c.batch = 2 * p.microbatches;
+  c.batch =
+      params.value("batch", kDefaultBatch);  // train_pipeline refuses an M that does not divide it
   c.steps = 1;
   c.quiet = true;
   std::ostringstream quiet;
@@ -130,8 +134,26 @@ std::optional<Series> parse_series(const nlohmann::json& params, const std::stri
         rb.ptr != b.data() + b.size() || s.first > s.last)
       s.name.clear();
   }
+  if (!shaped && eq != std::string::npos && eq > 0 && eq + 1 < text.size()) {  // a list
+    s.name = text.substr(0, eq);
+    std::stringstream items(text.substr(eq + 1));
+    for (std::string item; std::getline(items, item, ',');) {
+      int v = 0;
+      const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+      if (r.ec != std::errc() || r.ptr != item.data() + item.size() ||
+          (!s.values.empty() && v <= s.values.back())) {
+        s.name.clear();
+        break;
+      }
+      s.values.push_back(v);
+    }
+    if (!s.values.empty()) s.first = s.values.front(), s.last = s.values.back();
+  }
   if (s.name.empty()) {
-    error = fmt::format("--series: '{}' is not name=first..last (e.g. microbatches=1..32)", text);
+    error = fmt::format(
+        "--series: '{}' is not name=first..last or name=a,b,c ascending (e.g. "
+        "microbatches=1,2,4,8,16)",
+        text);
     return std::nullopt;
   }
   nlohmann::json copy = params;
@@ -151,6 +173,13 @@ std::optional<Series> parse_series(const nlohmann::json& params, const std::stri
   return s;
 }
 
+std::vector<int> Series::steps() const {
+  if (!values.empty()) return values;
+  std::vector<int> all;
+  for (int v = first; v <= last; ++v) all.push_back(v);
+  return all;
+}
+
 std::string series_png_path(const std::string& png, const Series& series, int value) {
   const std::filesystem::path p(png);
   const int digits = static_cast<int>(std::to_string(series.last).size());
@@ -163,12 +192,31 @@ std::string series_png_path(const std::string& png, const Series& series, int va
 namespace {
 // The first of the names --series derives that could not be written, as its one line.
 std::optional<std::string> unwritable_series_path(const std::string& png, const Series& series) {
-  for (int value = series.first; value <= series.last; ++value) {
+  for (int value : series.steps()) {
     try {
       check_output_path(series_png_path(png, series, value), "--series screenshot");
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
+  }
+  return std::nullopt;
+}
+
+// A series keeps the global batch: every micro-batch count must divide it (checked before the
+// first run, so a series is all slides or one line).
+std::optional<std::string> series_batch_error(const nlohmann::json& params, const Series& s) {
+  if (s.name != "microbatches" && s.name != "batch") return std::nullopt;
+  nlohmann::json copy = params;
+  int batch = find_spec(copy, "batch")->value("value", kDefaultBatch);
+  int m = find_spec(copy, "microbatches")->value("value", 8);
+  for (int value : s.steps()) {
+    (s.name == "batch" ? batch : m) = value;
+    if (batch % m != 0)
+      return fmt::format(
+          "--series {}: the global batch {} does not split into {} micro-batches (the series "
+          "keeps the batch: list values that divide it, e.g. microbatches=1,2,4,8,16, or --set "
+          "batch=...)",
+          s.name, batch, m);
   }
   return std::nullopt;
 }
@@ -184,8 +232,9 @@ std::optional<std::string> read_versus(viz::RerunHook& hook, const std::string& 
                          (*spec)["choices"].dump());
     hook.split_values.push_back(item);
   }
-  if (hook.split_values.size() < 2 || hook.split_values.size() > 4)
-    return std::string("--versus takes two to four schedules, e.g. --versus gpipe,1f1b");
+  if (hook.split_values.size() < 2 || hook.split_values.size() > viz::kMaxCompared)
+    return fmt::format("--versus takes two to six schedules (got {}), e.g. --versus gpipe,1f1b",
+                       hook.split_values.size());
   hook.split_by = "schedule";
   return std::nullopt;
 }
@@ -196,6 +245,7 @@ int run_classroom(const ClassroomOptions& o, std::ostream& err) {
   opt.title = "mgpu-lab classroom - pipeline bubbles";
   opt.presentation = o.presentation;
   opt.width = o.width;
+  opt.show_memory = !o.hide_memory;
   viz::RerunHook hook{classroom_rerun, classroom_parameters()};
   std::optional<std::string> error = apply_settings(hook.params, o.settings);
   if (!error && !o.versus.empty()) error = read_versus(hook, o.versus);
@@ -208,7 +258,8 @@ int run_classroom(const ClassroomOptions& o, std::ostream& err) {
     else if (o.screenshot.empty())
       error = "--series writes screenshots: add --screenshot out/series.png";
     else
-      error = unwritable_series_path(o.screenshot, *series);  // every name, before the first run
+      error = series_batch_error(hook.params, *series);
+    if (!error) error = unwritable_series_path(o.screenshot, *series);  // before the first run
   }
   if (error) {
     err << "mgpu viz: error: " << *error << "\n";
@@ -225,7 +276,7 @@ int run_classroom(const ClassroomOptions& o, std::ostream& err) {
     if (o.screenshot.empty()) return viz::run_dashboard(opt);
     return viz::render_screenshot(dashboard, o.screenshot, o.width, o.height);
   }
-  for (int value = series->first; value <= series->last; ++value) {
+  for (int value : series->steps()) {
     viz::DashboardOptions one = opt;
     apply_setting(one.rerun->params, fmt::format("{}={}", series->name, value));
     viz::Dashboard dashboard(one);

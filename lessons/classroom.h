@@ -25,10 +25,13 @@ trace::Trace classroom_rerun(const nlohmann::json& params);
 // value: the one-line error (what is wrong, what would work), and `params` unchanged.
 std::optional<std::string> apply_settings(nlohmann::json& params, const std::string& settings);
 
-// "microbatches=1..32": one integer parameter stepped over a range.
+// "microbatches=1..8": one integer parameter stepped over a range, or over a list of values
+// ("microbatches=1,2,4,8,16": the divisors of the global batch, which a series keeps).
 struct Series {
   std::string name;
   int first = 0, last = 0;
+  std::vector<int> values;  // the list's values; empty: first..last
+  std::vector<int> steps() const;
 };
 // Parses and checks a series against the parameters (an int parameter, within its range).
 std::optional<Series> parse_series(const nlohmann::json& params, const std::string& text,
@@ -40,9 +43,10 @@ struct ClassroomOptions {
   bool presentation = false;
   std::string screenshot;  // a PNG instead of a window (with a series: one PNG per value)
   int width = 1600, height = 0;
-  std::string settings;  // --set
-  std::string series;    // --series
-  std::string versus;    // --versus gpipe,1f1b: these schedules side by side, same sliders
+  std::string settings;      // --set
+  std::string series;        // --series
+  std::string versus;        // --versus gpipe,1f1b: these schedules side by side, same sliders
+  bool hide_memory = false;  // --memory off
 };
 // Opens the dashboard in classroom mode (or renders screenshots). 2 with one line on bad options.
 int run_classroom(const ClassroomOptions& options, std::ostream& err);

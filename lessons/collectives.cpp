@@ -188,6 +188,42 @@ void print_collective_table(std::ostream& out, const std::string& kind, int N,
   fmt::print(out, "\n");
 }
 
+// The footer of a modeled run: each link's alpha and beta (the datasheet bandwidth times the
+// profile's efficiency, the factor the times use), which link sets the ring's pace, and one row of
+// the alpha-beta column worked out from them.
+void print_clock_model(std::ostream& out, const std::vector<std::string>& kinds,
+                       const std::vector<int64_t>& counts, int N, const WorldOptions& wopt) {
+  const HardwareProfile& p = wopt.profile;
+  fmt::print(out,
+             "On the modeled clock a message of b bytes costs alpha + b / beta over its link; beta "
+             "is the datasheet bandwidth\ntimes the share of it large messages reach (the "
+             "profile's link efficiency):\n");
+  auto describe = [](const LinkSpec& l) {
+    return fmt::format("{}: alpha {}, beta {:g} GB/s x {:g} = {:.1f} GB/s", l.name,
+                       format_seconds(l.latency), l.bandwidth / 1e9, l.efficiency,
+                       l.achieved_bandwidth() / 1e9);
+  };
+  const bool spans_nodes = N > p.ranks_per_node;
+  fmt::print(out, "  {}{}\n", spans_nodes ? "inside a node, " : "", describe(p.intra_node));
+  if (spans_nodes) fmt::print(out, "  between nodes, {}\n", describe(p.inter_node));
+  auto ring = std::find_if(kinds.begin(), kinds.end(), [](const std::string& k) {
+    return k == "all_reduce" || k == "reduce_scatter" || k == "all_gather";
+  });
+  if (ring == kinds.end() || counts.empty() || N < 2) return;
+  const int64_t n = counts.back();
+  const int64_t chunk = (n + N - 1) / N * 4;
+  const LinkSpec& pace = comm::slowest_ring_link(N, static_cast<double>(chunk), p);
+  const std::string steps =
+      *ring == "all_reduce" ? fmt::format("2({}-1)", N) : fmt::format("({}-1)", N);
+  fmt::print(out,
+             "A ring step sends one chunk of S/N on every link at once, so the slowest link on the "
+             "ring sets its pace: {}.\nThe {} of {} in the alpha-beta column: {} x ({} + {} / "
+             "{:.1f} GB/s) = {}.\n",
+             pace.name, *ring, format_size(n * 4), steps, format_seconds(pace.latency),
+             format_size_exact(chunk), pace.achieved_bandwidth() / 1e9,
+             format_seconds(comm::alpha_beta_time(*ring, n, 4, N, p)));
+}
+
 }  // namespace
 
 CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptions& o,
@@ -214,13 +250,7 @@ CollectivesResult run_collectives(const CommonOptions& c, const CollectivesOptio
   for (auto& kind : kinds)
     print_collective_table(out, kind, world.size(), counts, iters, measured, correct, wopt, next,
                            result);
-  if (wopt.clock == ClockKind::modeled)
-    fmt::print(out,
-               "On the modeled clock each message costs latency + bytes / bandwidth of its link "
-               "({}: {:.0f} GB/s, {} latency),\nso the ring's time is 2(N-1) such steps of n/N "
-               "bytes: bus bandwidth approaches the link bandwidth as messages grow.\n",
-               wopt.profile.intra_node.name, wopt.profile.intra_node.bandwidth / 1e9,
-               format_seconds(wopt.profile.intra_node.latency));
+  if (wopt.clock == ClockKind::modeled) print_clock_model(out, kinds, counts, world.size(), wopt);
   if (world.is_mpi() && std::find(kinds.begin(), kinds.end(), "all_reduce") != kinds.end())
     race_mpi_allreduce(world, counts, o.iters, out);
   return result;

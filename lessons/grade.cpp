@@ -42,10 +42,16 @@ struct CaseResult {
   std::string failure;  // the first failing check, one line
 };
 
+// Why an exercise was not graded: its executable is missing, or older than the exercise's source
+// (the last build failed, or was not run since the edit: grading it would grade old code).
+enum class NotGraded { no, not_built, out_of_date };
+
 struct ExerciseResult {
   const ExerciseInfo* info = nullptr;
-  bool built = false;
+  NotGraded not_graded = NotGraded::not_built;
+  std::string exe_name;  // when out of date
   std::vector<CaseResult> cases;
+  bool graded() const { return not_graded == NotGraded::no; }
   int earned() const {
     int sum = 0;
     for (auto& c : cases) sum += c.passed ? c.points : 0;
@@ -57,7 +63,7 @@ struct ExerciseResult {
     return sum;
   }
   bool all_passed() const {
-    return built && std::all_of(cases.begin(), cases.end(), [](auto& c) { return c.passed; });
+    return graded() && std::all_of(cases.begin(), cases.end(), [](auto& c) { return c.passed; });
   }
 };
 
@@ -76,6 +82,22 @@ std::optional<fs::path> find_graded_executable(const std::string& id) {
       return entry.path();
   }
   return std::nullopt;
+}
+
+// Whether the graded executable is older than the exercise's source, the file the student edits
+// (`file`, relative to the source tree this program was built from): then the last build failed
+// or was not run. False when that tree or file is not there (an installed or moved build).
+bool older_than_source(const fs::path& exe, const std::string& file) {
+#ifdef MGPU_SOURCE_DIR
+  std::error_code ec;
+  const auto source_time = fs::last_write_time(fs::path(MGPU_SOURCE_DIR) / file, ec);
+  if (ec) return false;
+  const auto exe_time = fs::last_write_time(exe, ec);
+  return !ec && exe_time < source_time;
+#else
+  (void)exe, (void)file;
+  return false;
+#endif
 }
 
 CaseResult run_case(const fs::path& exe, const std::string& name, const std::string& impl,
@@ -111,7 +133,12 @@ ExerciseResult grade_exercise(const ExerciseInfo& info, const std::string& impl,
   ExerciseResult result{&info};
   auto exe = find_graded_executable(info.id);
   if (!exe) return result;
-  result.built = true;
+  if (older_than_source(*exe, info.file)) {
+    result.not_graded = NotGraded::out_of_date;
+    result.exe_name = exe->filename().string();
+    return result;
+  }
+  result.not_graded = NotGraded::no;
   ChildResult listing = run_child({exe->string(), "[grade]", "--list-test-names-only"},
                                   {{"MGPU_IMPL", impl}}, timeout);
   if (listing.timed_out || listing.signal) {  // cannot even list: every check counts as failed
@@ -129,9 +156,18 @@ ExerciseResult grade_exercise(const ExerciseInfo& info, const std::string& impl,
 
 void print_row(std::ostream& out, const ExerciseResult& r) {
   std::string label = r.info->id + " " + r.info->title;
-  if (!r.built) {
+  if (r.not_graded == NotGraded::not_built) {
     fmt::print(out, "{:<28} {:>7}  NOT BUILT (cmake --build build, then grade again)\n", label,
                "-");
+    return;
+  }
+  if (r.not_graded == NotGraded::out_of_date) {
+    fmt::print(out, "{:<28} {:>7}  NOT GRADED: {} is older than {}\n", label, "-", r.exe_name,
+               r.info->file);
+    fmt::print(out,
+               "{:<38}(the build failed or was not run): cmake --build build, then grade "
+               "again\n",
+               "");
     return;
   }
   if (r.cases.empty()) {
@@ -205,14 +241,16 @@ int print_table(std::ostream& out, const std::string& impl, const std::string& o
     possible += r.possible();
     all_passed = all_passed && r.all_passed();
   }
-  std::vector<std::string> not_built;
+  std::vector<std::string> not_graded;
   for (auto& r : results)
-    if (!r.built) not_built.push_back(r.info->id);
+    if (!r.graded())
+      not_graded.push_back(fmt::format(
+          "{} ({})", r.info->id,
+          r.not_graded == NotGraded::not_built ? "not built" : "older than its source"));
   fmt::print(out, "{:<28} {:>7}{}\n", "total", fmt::format("{}/{}", earned, possible),
-             not_built.empty() ? ""
-                               : fmt::format("  of the exercises graded; not built, so not "
-                                             "counted: {}",
-                                             fmt::join(not_built, ", ")));
+             not_graded.empty() ? ""
+                                : fmt::format("  of the exercises graded; not graded: {}",
+                                              fmt::join(not_graded, ", ")));
   return all_passed ? 0 : kExitFailed;
 }
 
@@ -228,8 +266,10 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   CLI::App app("Run the graded exercise tests and print a score table", "mgpu grade");
   std::string exercise, impl = "mine";
   double timeout = 120;
-  CLI::Option* exercise_option =
-      app.add_option("exercise", exercise, "one exercise: ex01 .. ex09 (default: all)");
+  std::vector<std::string> ids;
+  for (auto& info : exercises()) ids.push_back(info.id);
+  CLI::Option* exercise_option = app.add_option(
+      "exercise", exercise, fmt::format("one exercise: {} (default: all)", fmt::join(ids, ", ")));
   app.add_option("--impl", impl, "whose code to grade")
       ->check(CLI::IsMember({"mine", "reference"}))
       ->capture_default_str();
@@ -263,8 +303,6 @@ int cmd_grade(const std::vector<std::string>& args, std::ostream& out, std::ostr
   for (auto& info : exercises())
     if (all || info.id == exercise) selected.push_back(&info);
   if (selected.empty()) {
-    std::vector<std::string> ids;
-    for (auto& info : exercises()) ids.push_back(info.id);
     fmt::print(err, "mgpu grade: error: unknown exercise '{}' (available: {})\n",
                echo_input(exercise, 40), fmt::join(ids, ", "));
     return kExitUsage;

@@ -1,7 +1,9 @@
 // `mgpu grade [exNN] [--impl mine|reference] [--timeout S]`: runs the graded tests of the
 // exercises (the test_grade_exNN_* executables next to the mgpu binary) one test case per child
 // process with a wall-clock limit, and prints a score table with the first failing check and a
-// hint. Exit 0 only when every graded check passes; 2 for bad usage (e.g. an unknown exercise).
+// hint. An exercise whose executable is missing, or older than the file the student edits (the
+// last build failed or was not run), is not graded and says so. Exit 0 only when every graded
+// check passes; 2 for bad usage (e.g. an unknown exercise).
 #pragma once
 #include <iosfwd>
 #include <string>

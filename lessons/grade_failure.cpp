@@ -63,9 +63,12 @@ std::string failure_text(const std::string& report) {
   text = std::regex_replace(text, with_messages, "\ncontext: '");
   static const std::regex and_next(R"(' and ')");
   text = std::regex_replace(text, and_next, "'\ncontext: '");
-  if (text.rfind("failed: unexpected exception", 0) == 0) {  // its message is the last one
+  // An exception's message, or an explicit FAIL's (a graded check's own diagnosis), is the last.
+  const bool exception = text.rfind("failed: unexpected exception", 0) == 0;
+  if (exception || text.rfind("failed: explicitly", 0) == 0) {
     auto last = text.rfind("\ncontext: '");
-    if (last != std::string::npos) text.replace(last, 11, "\nexception: '");
+    if (last != std::string::npos)
+      text.replace(last, 11, exception ? "\nexception: '" : "\nmessage: '");
   }
   static const std::regex expanded(R"( for: )");
   return std::regex_replace(text, expanded,

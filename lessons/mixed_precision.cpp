@@ -84,6 +84,27 @@ void print_losses(std::ostream& out, const CommonOptions& c, const std::vector<M
              scaled.skipped_steps.size(), scaled.loss_scale);
 }
 
+// Whether the step is bound by FLOPs: fp32's step over bf16's (measured) beside their peaks'
+// ratio. The advice to try a larger model is given only to a run that is not already one.
+void print_bound_advice(std::ostream& out, const CommonOptions& c,
+                        const std::vector<MeasuredRun>& runs, const HardwareProfile& profile) {
+  const double measured = runs[0].modeled_step_seconds / runs[1].modeled_step_seconds;
+  const double peaks = profile.peak_for(DType::bf16) / profile.peak_for(DType::f32);
+  fmt::print(out, "  fp32 / bf16 step time: measured {:.2f}x; the peaks' ratio is {:.2f}x\n",
+             measured, peaks);
+  constexpr double kNearPeaks = 0.8;  // within 20% of the peaks' ratio: FLOPs set the step
+  if (measured >= kNearPeaks * peaks)
+    fmt::print(out, "  the step is bound by FLOPs: its time follows the peaks\n");
+  else if (c.device == "phantom" && c.dim >= 2048)
+    fmt::print(out,
+               "  kernel launches and memory traffic still weigh at this size; a larger --dim or "
+               "--seq moves the ratio towards the peaks'\n");
+  else
+    fmt::print(out,
+               "  a model this small is bound by kernel launches and memory traffic, not FLOPs; "
+               "try --device phantom --dim 2048 --layers 8 --seq 512 to see the peaks' ratio\n");
+}
+
 // Each precision's modeled step time beside the compute-bound formula (training FLOPs over the
 // profile's peak for that type).
 void print_step_times(std::ostream& out, const CommonOptions& c, const GPTConfig& base, int64_t n,
@@ -101,9 +122,7 @@ void print_step_times(std::ostream& out, const CommonOptions& c, const GPTConfig
                profile.peak_for(t) > 0 ? format_seconds(flops / profile.peak_for(t))
                                        : std::string("0 (unbounded peak)"));
   }
-  fmt::print(out,
-             "  a model this small is bound by kernel launches and memory traffic, not FLOPs; "
-             "try --device phantom --dim 2048 --layers 8 --seq 512 to see the peaks' ratio\n");
+  print_bound_advice(out, c, runs, profile);
 }
 
 class MixedPrecisionLesson : public Lesson {

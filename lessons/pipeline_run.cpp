@@ -63,7 +63,7 @@ void print_plan(std::ostream& out, const pipeline::Schedule& schedule) {
   const bool zero_bubble = theory::traits(theory::schedule_kind(schedule.name)).splits_backward;
   const pipeline::CostModel costs =
       zero_bubble ? pipeline::CostModel::uniform(1, 1, 1) : pipeline::CostModel{};
-  fmt::print(out, "\nthe plan (simulated: F = 1 cell, B = 2 cells{}, '..' = idle):\n{}",
+  fmt::print(out, "\nthe plan (simulated: F = 1 cell, B = 2 cells as in B0 bb{}, '..' = idle):\n{}",
              zero_bubble ? " (B-input 1 + W 1)" : "", pipeline::render_schedule(schedule, costs));
 }
 

@@ -82,16 +82,17 @@ void add_viz_options(CLI::App& app, VizArgs& a) {
                  "hybrid lesson prints its groups)");
   app.add_option("--memory", a.memory,
                  "memory strips: all categories, or model-states (parameters, gradients, "
-                 "optimizer state on their own scale: ZeRO's shards)")
-      ->check(CLI::IsMember({"all", "model-states"}));
+                 "optimizer state on their own scale: ZeRO's shards), or off (no strips)")
+      ->check(CLI::IsMember({"all", "model-states", "off"}));
   app.add_option("--zoom", a.zoom,
                  "start zoomed in on this part of the shown step, e.g. 0.2ms..0.6ms (the ruler's "
                  "times: 0 is the step's start; units s, ms, us); \"Fit\" shows it all again");
   app.add_option("--set", a.classroom.settings,
                  "classroom mode: set the sliders, e.g. schedule=gpipe,stages=4,microbatches=8");
-  app.add_option("--series", a.classroom.series,
-                 "classroom mode: one screenshot per value, e.g. microbatches=1..32 (with "
-                 "--screenshot out/m.png: out/m-microbatches-01.png, ...)");
+  app.add_option(
+      "--series", a.classroom.series,
+      "classroom mode: one screenshot per value, e.g. microbatches=1,2,4,8,16 or stages=2..8 (with "
+      "--screenshot out/m.png: out/m-microbatches-01.png, ...)");
   app.add_option("--versus", a.classroom.versus,
                  "classroom mode: these schedules side by side under the same sliders, e.g. "
                  "gpipe,1f1b");
@@ -102,6 +103,7 @@ void add_viz_options(CLI::App& app, VizArgs& a) {
 bool read_viz_args(VizArgs& a, std::ostream& err) {
   viz::VizCliOptions& opt = a.opt;
   opt.model_states_only = a.memory == "model-states";
+  opt.hide_memory = a.memory == "off";
   if (!a.zoom.empty()) {
     opt.zoom = parse_time_window(a.zoom);
     if (!opt.zoom) {
@@ -140,6 +142,7 @@ int show(VizArgs& a, std::ostream& err) {
     a.classroom.screenshot = a.opt.screenshot;
     a.classroom.width = a.opt.width;
     a.classroom.height = a.opt.height;
+    a.classroom.hide_memory = a.opt.hide_memory;
     return run_classroom(a.classroom, err);
   }
   if (!a.classroom.settings.empty() || !a.classroom.series.empty() || !a.classroom.versus.empty()) {

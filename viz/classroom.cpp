@@ -1,5 +1,6 @@
 // Classroom mode: a lesson's parameters as controls over the timelines; changing one re-runs the
 // lesson in-process (the RerunHook callback) and its trace replaces the view(s).
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -39,8 +40,12 @@ void Dashboard::draw_classroom_controls() {
         ImGui::EndCombo();
       }
     } else {
-      int v = spec.value("value", 0);
-      if (ImGui::SliderInt(name.c_str(), &v, spec.value("min", 0), spec.value("max", 100))) {
+      // The value the shown runs used (DualPipe's own 2 virtual stages), not only the one asked.
+      const int asked = spec.value("value", 0);
+      const nlohmann::json shown = shown_parameter(name);
+      int v = shown.is_number_integer() ? shown.get<int>() : asked;
+      if (ImGui::SliderInt(name.c_str(), &v, spec.value("min", 0), spec.value("max", 100)) &&
+          v != asked) {
         spec["value"] = v;
         changed = true;
       }
@@ -54,6 +59,27 @@ void Dashboard::draw_classroom_controls() {
     ImGui::TextDisabled("%s", idle_hint);
   }
   if (changed) rerun_with_current_params(before);
+}
+
+nlohmann::json Dashboard::shown_parameter(const std::string& name) const {
+  if (!options_.rerun) return nullptr;
+  nlohmann::json asked = nullptr;
+  for (const auto& spec : options_.rerun->params)
+    if (spec.value("name", std::string()) == name) asked = spec.value("value", nlohmann::json());
+  if (asked.is_null()) return nullptr;
+  // The re-run views are the first ones (one, or one per split value): what their runs used.
+  const size_t runs = options_.rerun->split_by.empty() ? 1 : options_.rerun->split_values.size();
+  nlohmann::json used = nullptr;
+  for (size_t v = 0; v < std::min(runs, views_.size()); ++v) {
+    const auto& md = views_[v].trace().metadata;
+    if (!md.is_object() || !md.contains("config") || !md["config"].is_object() ||
+        !md["config"].contains(name))
+      return asked;
+    const nlohmann::json& value = md["config"][name];
+    if (!used.is_null() && used != value) return asked;  // the runs differ: the slider's own
+    used = value;
+  }
+  return used.is_null() || used.type() != asked.type() ? asked : used;
 }
 
 bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& value) {

@@ -16,12 +16,6 @@
 
 namespace mgpu::viz {
 
-namespace {
-constexpr float kMemoryStripHeight = 40.0f;     // per rank: the peak label and 6 bands fit
-constexpr float kCompareStripHeight = 56.0f;    // compared runs: every band a few pixels at least
-constexpr float kProjectorStripHeight = 28.0f;  // presentation, runs side by side
-}  // namespace
-
 bool fits_on_this_row(float width, float spacing) {
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   ImGui::SameLine(0, spacing);
@@ -72,6 +66,9 @@ void Dashboard::draw_header() {
   draw_group_control();
   ImGui::SameLine(0, 24);
   ImGui::Checkbox("model states only", &options_.model_states_only);
+  const float memory_w = ImGui::GetFrameHeight() + ImGui::CalcTextSize("memory").x + 8;
+  fits_on_this_row(memory_w, 24);
+  ImGui::Checkbox("memory", &options_.show_memory);  // the strips under the timelines
   // The hint only where the row has room for it (presentation fonts would push it off the edge).
   const char* hint = "wheel: zoom   drag: pan   click: select (partners highlighted)";
   if (fits_on_this_row(ImGui::CalcTextSize(hint).x, 24)) ImGui::TextDisabled("%s", hint);
@@ -122,7 +119,9 @@ void Dashboard::frame(float display_w, float display_h) {
     for (int r = 0; r < v.num_ranks(); ++r)
       label_width = std::max(label_width, ImGui::CalcTextSize(v.rank_label(r).c_str()).x);
   label_width += 16 * scale;
+  text_boxes_.clear();
   PanelContext ctx{palette(presentation), axis_, label_width, scale};
+  ctx.texts = &text_boxes_;
   draw_legend(ctx, std::any_of(views_.begin(), views_.end(),
                                [](const TraceView& v) { return v.is_pipeline(); }));
   draw_classroom_controls();
@@ -138,138 +137,6 @@ void Dashboard::frame(float display_w, float display_h) {
   }
   ImGui::End();
   if (big_font) ImGui::PopFont();
-}
-
-void Dashboard::draw_views(const PanelContext& ctx) {
-  const float scale = ctx.scale, label_width = ctx.label_width;
-  const float content_x = ImGui::GetCursorScreenPos().x;
-  const float right_margin = 8 * scale + ImGui::GetStyle().ScrollbarSize;
-  const float content_w = ImGui::GetContentRegionAvail().x - right_margin;
-  const bool columns = views_.size() > 1 && options_.layout == CompareLayout::columns;
-  // Side by side, each run gets a column; in rows, every run spans the width right of the labels.
-  const float column_gap = 24 * scale;
-  const float column_w =
-      columns ? (content_w - column_gap * (views_.size() - 1)) / views_.size() : content_w;
-  view_x0_.assign(views_.size(), content_x + label_width);
-  for (size_t v = 0; columns && v < views_.size(); ++v)
-    view_x0_[v] = content_x + v * (column_w + column_gap) + label_width;
-  axis_.x0 = view_x0_[0];
-  axis_.width = std::max(50.0f, column_w - label_width);
-  fit_axis_if_pending();
-  if (columns) {
-    ImGui::Separator();
-    draw_memory_legend(ctx);
-  }
-  const float top = ImGui::GetCursorScreenPos().y;
-  float bottom = top;
-  for (size_t v = 0; v < views_.size(); ++v) {
-    if (columns) ImGui::SetCursorScreenPos({view_x0_[v] - label_width, top});
-    ImGui::BeginGroup();
-    draw_view(static_cast<int>(v), label_width, columns ? column_w : 0);
-    if (columns) {
-      PanelContext column_ctx = ctx;
-      column_ctx.column_width = column_w;
-      draw_view_summary(static_cast<int>(v), column_ctx);
-    }
-    ImGui::EndGroup();
-    bottom = std::max(bottom, ImGui::GetItemRectMax().y);
-  }
-  if (columns) {
-    ImGui::SetCursorScreenPos({content_x, bottom});
-    ImGui::Dummy({1, 1});
-    return;
-  }
-  ImGui::Separator();
-  for (size_t v = 0; v < views_.size(); ++v) {
-    if (v % 2 == 1) ImGui::SameLine(0, 40 * scale);  // two summaries a row
-    ImGui::BeginGroup();
-    draw_view_summary(static_cast<int>(v), ctx);
-    ImGui::EndGroup();
-  }
-}
-
-void Dashboard::fit_axis_if_pending() {
-  if (!fit_pending_) return;
-  // Each view's ruler reads 0 at the start of the step its summary describes (the last one of a
-  // multi-step run), else at the start of its run; compare mode lines the views up there.
-  view_origin_.clear();
-  for (const TraceView& v : views_) view_origin_.push_back(v.shown_start());
-  double start = DBL_MAX, end = -DBL_MAX;  // relative to each view's origin
-  for (size_t v = 0; v < views_.size(); ++v) {
-    double s = views_[v].run_start(), e = views_[v].run_end();
-    // Steps are alike; one fills the width readably where twenty would be a blur.
-    if (fit_last_step_pending_) {
-      if (const auto step = views_[v].summary_step()) {
-        const trace::Interval w = trace::analysis_window(views_[v].trace(), *step);
-        s = w.begin;
-        e = w.end;
-      }
-    }
-    start = std::min(start, s - view_origin_[v]);
-    end = std::max(end, e - view_origin_[v]);
-  }
-  // The left edge is the shown step's first event (no margin showing the previous step's tail);
-  // a little room on the right for the last cell's border.
-  const bool zoomed = options_.zoom && zoom_pending_;  // exactly the asked window, no margin
-  if (zoomed) {
-    start = options_.zoom->from;
-    end = options_.zoom->to;
-  }
-  zoom_pending_ = false;
-  axis_.fit(start + view_origin_[0], end + view_origin_[0], zoomed ? 0.0 : 0.01);
-  axis_.t0 = start + view_origin_[0];
-  axis_.origin = view_origin_[0];
-  fit_pending_ = false;
-  fit_last_step_pending_ = false;
-}
-
-void Dashboard::draw_view(int v, float label_width, float column_w) {
-  const float scale = ui_scale(options_.presentation);
-  const Palette& pal = palette(options_.presentation);
-  ImGui::Separator();
-  if (views_.size() > 1 || v < static_cast<int>(options_.labels.size())) {
-    ImGui::TextUnformatted(v < static_cast<int>(options_.labels.size()) ? options_.labels[v].c_str()
-                                                                        : "trace");
-    ImGui::SameLine(0, 16 * scale);
-  }
-  // The run's line, when it fits its column (a column's label already names what differs).
-  const std::string run = describe_run(views_[v]);
-  if (column_w <= 0 || ImGui::GetCursorScreenPos().x + ImGui::CalcTextSize(run.c_str()).x <=
-                           view_x0_[v] - label_width + column_w)
-    ImGui::TextDisabled("%s", run.c_str());
-  else
-    ImGui::NewLine();
-  // This view's axis; a zoom or pan on it is carried back to the shared one.
-  TimeAxis view_axis = axis(v);
-  PanelContext view_ctx{pal, view_axis, label_width, scale};
-  draw_ruler(view_ctx);
-  Selection sel{selected_view_, selected_event_, &partners_, highlight_};
-  const int c = draw_timeline(view_ctx, views_[v], v, sel, layouts_[v]);
-  ImGui::SetItemUsingMouseWheel();  // the wheel zooms the timeline instead of scrolling
-  if (c != -2) select(c >= 0 ? v : -1, c);
-  if (column_w <= 0) draw_memory_legend(view_ctx);  // columns: one legend above them
-  // One memory scale for every view, so compared runs' strips compare by height; compared runs
-  // get taller strips so the smaller run's bands (ZeRO-3's quarter states) stay visible.
-  const bool states = options_.model_states_only;
-  int64_t shared_memory_max = 0;
-  for (const TraceView& w : views_)
-    shared_memory_max = std::max(shared_memory_max, states ? max_model_states(w) : w.max_memory());
-  // A projector shows two runs side by side at 1920x1080: lower strips there (the peak label fits).
-  const float strip = options_.presentation && column_w > 0 ? kProjectorStripHeight
-                      : views_.size() > 1                   ? kCompareStripHeight
-                                                            : kMemoryStripHeight;
-  draw_memory(view_ctx, views_[v], strip, shared_memory_max, states);
-  const double shift = view_axis.origin - axis_.origin;
-  axis_.t0 = view_axis.t0 - shift;
-  axis_.t1 = view_axis.t1 - shift;
-}
-
-void Dashboard::draw_view_summary(int v, const PanelContext& ctx) {
-  if (views_.size() > 1) {
-    ImGui::TextUnformatted(v < static_cast<int>(options_.labels.size()) ? options_.labels[v].c_str()
-                                                                        : "trace");
-  }
-  draw_summary(ctx, views_[v], "summary" + std::to_string(v));
 }
 
 }  // namespace mgpu::viz

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/trace_event.h"
+#include "viz/layout.h"
 #include "viz/view_model.h"
 
 namespace mgpu::viz {
@@ -37,6 +38,10 @@ struct RerunHook {
   std::vector<std::string> split_values;
 };
 
+// The most runs shown side by side (--compare traces, --versus schedules): six columns still
+// give each run a readable table at 1920 pixels.
+inline constexpr int kMaxCompared = 6;
+
 // How compared runs are laid out: side by side (each its own column, one time scale) or stacked.
 enum class CompareLayout { columns, rows };
 
@@ -46,7 +51,7 @@ struct TimeWindow {
 };
 
 struct DashboardOptions {
-  std::vector<trace::Trace> traces;  // one, or 2-4 to compare (shared time scale)
+  std::vector<trace::Trace> traces;  // one, or up to kMaxCompared to compare (one time scale)
   CompareLayout layout = CompareLayout::columns;
   std::vector<std::string> labels;  // optional name per trace (e.g. the file name)
   std::string title = "mgpu-lab";
@@ -54,6 +59,12 @@ struct DashboardOptions {
   // Memory strips show parameters, gradients and optimizer state only, scaled to them (ZeRO's
   // shards are otherwise a few pixels under the activations).
   bool model_states_only = false;
+  bool show_memory = true;  // the memory strips under the timelines (--memory off hides them)
+  // Lay the content out to fit this many pixels of height when it can: GPU rows and memory strips
+  // shrink (down to a minimum), a summary of many ranks splits into side-by-side blocks. 0: the
+  // natural sizes (as tall as the content). The window fits its own height; a presentation
+  // screenshot without --height fits 1080 (the projector).
+  int fit_height = 0;
   std::optional<RerunHook> rerun;
   std::string error;      // shown in place of the timelines (e.g. a bad trace file)
   std::string highlight;  // a communication group ("tp1") whose events stand out, others dimmed
@@ -89,7 +100,8 @@ struct VizCliOptions {
   int height = 0;                  // 0: as tall as the content (every rank's rows and the summary)
   bool presentation = false;       // --presentation
   bool model_states_only = false;  // --memory model-states
-  bool compare = false;            // --compare: 2-4 traces on a shared time scale (0: step start)
+  bool hide_memory = false;        // --memory off
+  bool compare = false;  // --compare: 2 to kMaxCompared traces on one time scale (0: step start)
   CompareLayout layout = CompareLayout::columns;  // --layout columns|rows
   std::string title;
   std::string highlight;           // --highlight tp1: that group's communication highlighted
@@ -132,10 +144,24 @@ class Dashboard {
   int selected_view() const { return selected_view_; }
   int selected_event() const { return selected_event_; }
   const std::vector<int>& selected_partners() const { return partners_; }
+  // The text the last frame drew outside the timelines' cells (ruler labels, the run and summary
+  // lines, tables, captions, peak labels), with the view each belongs to: what must not overprint.
+  const std::vector<TextBox>& text_boxes() const { return text_boxes_; }
+  // Fit the content to this height from the next frame on (DashboardOptions::fit_height).
+  void fit_to_height(int pixels) { options_.fit_height = pixels; }
+  // The last frame's lane height (pixels), and whether it was shrunk to fit fit_height (and the
+  // memory strips hidden for it: they go first when even the smallest rows do not fit).
+  float lane_height() const { return lane_height_; }
+  bool rows_shrunk() const { return rows_shrunk_; }
+  bool memory_hidden_to_fit() const { return memory_hidden_to_fit_; }
   // Classroom mode without the mouse: set a parameter's value and re-run (what moving its slider
   // does). False when there is no such parameter or the re-run failed (see rerun_error()).
   bool set_parameter(const std::string& name, const nlohmann::json& value);
   const std::string& rerun_error() const { return rerun_error_; }
+  // The value a classroom control shows: the one the shown runs used (their trace's
+  // metadata.config) when they agree and differ from the one asked for (DualPipe brings its own 2
+  // virtual stages), else the one asked for; null for no such parameter.
+  nlohmann::json shown_parameter(const std::string& name) const;
   // Highlights one communication group's events in every view (its members' rows marked, every
   // other event dimmed); "" clears it. False, and nothing changes, for a group no view has.
   bool highlight(const std::string& group);
@@ -158,8 +184,15 @@ class Dashboard {
   void rerun_with_current_params(const nlohmann::json& previous_params);
   void fit_axis_if_pending();
   void draw_views(const PanelContext& ctx);  // the timelines, memory strips and summaries
-  void draw_view(int v, float label_width, float column_w);
+  float draw_view(int v, const PanelContext& ctx, float column_w);  // returns its rows' height
+  void draw_memory_note(const PanelContext& ctx);
   void draw_view_summary(int v, const PanelContext& ctx);
+  void plan_rows(const PanelContext& ctx, bool columns);  // lane and strip heights for fit_height
+  float views_top_ = 0, rows_height_ = 0;  // last frame: where the views start, their rows' height
+  float lane_height_ = 0, strip_height_ = 0;
+  bool rows_shrunk_ = false;           // lanes below their natural height (fit_height)
+  bool memory_hidden_to_fit_ = false;  // the strips did not fit fit_height: hidden, a note says so
+  std::vector<TextBox> text_boxes_;
 
   DashboardOptions options_;
   std::vector<TraceView> views_;

@@ -104,7 +104,20 @@ std::string describe_run(const TraceView& view) {
   if (has_number(config, "stages") && !view.mesh()) add(text_of(config, "stages") + " stages");
   if (has_number(config, "virtual_stages") && config["virtual_stages"].get<int>() > 1)
     add(text_of(config, "virtual_stages") + " virtual stages per GPU");
-  if (has_number(config, "microbatches")) add(text_of(config, "microbatches") + " micro-batches");
+  // The global batch beside the micro-batches: a series over M keeps it, and every slide says so.
+  const bool batch = has_number(config, "batch") && config["batch"].is_number_integer();
+  if (has_number(config, "microbatches")) {
+    const std::string m = text_of(config, "microbatches") + " micro-batches";
+    const int mb =
+        config["microbatches"].is_number_integer() ? config["microbatches"].get<int>() : 0;
+    if (batch && mb > 0 && config["batch"].get<int>() % mb == 0)
+      add("batch " + text_of(config, "batch") + " = " + m + " of " +
+          std::to_string(config["batch"].get<int>() / mb));
+    else
+      add(m);
+  } else if (batch) {
+    add("batch " + text_of(config, "batch"));
+  }
   if (const std::string clock = text_of(md, "clock"); !clock.empty()) add(clock + " clock");
   if (md.is_object() && md.contains("profile")) add(text_of(md["profile"], "name"));
   return line;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "viz/panels.h"
 
@@ -97,14 +98,22 @@ void draw_peak(const MemoryStrips& m, int r, float y0, float y1, bool model_stat
     m.dl->AddTriangleFilled({xp - k, yp - 2 * k}, {xp + k, yp - 2 * k}, {xp, yp}, pal.peak);
   }
   const auto& capacity = m.view.memory_capacity();
-  std::string text = "peak " + format_bytes(static_cast<double>(sum.peak_bytes));
-  if (capacity)
-    text += (m.capacity_on_scale ? " / " : " of ") + format_bytes(*capacity) +
-            (m.capacity_on_scale ? "" : " capacity (off scale)");
+  // The longest wording that fits the strip: a narrow column keeps "peak 6.43 MiB".
+  const std::string peak = "peak " + format_bytes(static_cast<double>(sum.peak_bytes));
+  std::vector<std::string> wordings;
+  if (capacity) {
+    const std::string of = (m.capacity_on_scale ? " / " : " of ") + format_bytes(*capacity);
+    if (!m.capacity_on_scale) wordings.push_back(peak + of + " capacity (off scale)");
+    wordings.push_back(peak + of);
+  }
+  wordings.push_back(peak);
+  const std::string text = longest_fitting(wordings, m.x_right - m.x_left - 8, imgui_measure());
+  if (text.empty()) return;
   const ImVec2 size = ImGui::CalcTextSize(text.c_str());
   const ImVec2 at{m.x_right - size.x - 4, y0 + 1};
   m.dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.lane_background);
   m.dl->AddText(at, pal.ruler_text, text.c_str());
+  note_text(m.ctx, at, {at.x + size.x, at.y + size.y}, text);
 }
 
 }  // namespace
@@ -113,7 +122,9 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
                  int64_t max_bytes, bool model_states_only) {
   const TimeAxis& axis = ctx.axis;
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const float strip = std::round(strip_height * ctx.scale), gap = std::round(6 * ctx.scale);
+  const float strip =
+      ctx.strip_height > 0 ? ctx.strip_height : std::round(strip_height * ctx.scale);
+  const float gap = std::round(6 * ctx.scale);
 
   // The capacity sets the scale only when it is within reach of the peak: a 4 MiB tiny model on
   // an 80 GiB GPU would otherwise be a flat line. Off-scale capacities are named in the label.
@@ -140,8 +151,11 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
 
   for (int r = 0; r < view.num_ranks(); ++r) {
     const float y0 = origin.y + r * (strip + gap), y1 = y0 + strip;
-    m.dl->AddText({origin.x + 6 * ctx.scale, y0 + (strip - ImGui::GetTextLineHeight()) / 2},
-                  ctx.pal.ruler_text, view.rank_label(r).c_str());
+    const std::string label = view.rank_label(r);
+    const ImVec2 at{origin.x + 6 * ctx.scale, y0 + (strip - ImGui::GetTextLineHeight()) / 2};
+    m.dl->AddText(at, ctx.pal.ruler_text, label.c_str());
+    const ImVec2 size = ImGui::CalcTextSize(label.c_str());
+    note_text(ctx, at, {at.x + size.x, at.y + size.y}, label);
     m.dl->AddRectFilled({m.x_left, y0}, {m.x_right, y1}, ctx.pal.lane_background);
     m.dl->PushClipRect({m.x_left, y0}, {m.x_right, y1}, true);
     draw_stacked_areas(m, r, y1);

@@ -1,5 +1,7 @@
 // The dashboard's colours: the ImGui dark theme by default, a light high-contrast theme for
 // presentation mode; events are coloured by trace category, memory by allocator category.
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "viz/panels.h"
@@ -15,9 +17,9 @@ const Palette& palette(bool presentation) {
       .compute = IM_COL32(150, 150, 160, 255),
       .comm = IM_COL32(225, 75, 95, 255),
       .comm_wait = IM_COL32(95, 45, 55, 255),
-      .idle = IM_COL32(70, 40, 40, 255),
-      .idle_hatch = IM_COL32(150, 80, 80, 255),
-      .idle_text = IM_COL32(255, 200, 200, 255),
+      .idle = IM_COL32(58, 50, 24, 255),
+      .idle_hatch = IM_COL32(185, 150, 55, 255),
+      .idle_text = IM_COL32(255, 228, 150, 255),
       .cell_text = IM_COL32(10, 10, 10, 255),
       .cell_border = IM_COL32(20, 20, 25, 255),
       .lane_background = IM_COL32(40, 42, 48, 255),
@@ -39,9 +41,9 @@ const Palette& palette(bool presentation) {
       .compute = IM_COL32(110, 110, 110, 255),
       .comm = IM_COL32(220, 0, 40, 255),
       .comm_wait = IM_COL32(255, 215, 220, 255),
-      .idle = IM_COL32(255, 225, 225, 255),
-      .idle_hatch = IM_COL32(220, 60, 60, 255),
-      .idle_text = IM_COL32(150, 0, 0, 255),
+      .idle = IM_COL32(255, 244, 196, 255),
+      .idle_hatch = IM_COL32(205, 145, 0, 255),
+      .idle_text = IM_COL32(95, 60, 0, 255),
       .cell_text = IM_COL32(255, 255, 255, 255),
       .cell_border = IM_COL32(0, 0, 0, 255),
       .lane_background = IM_COL32(235, 235, 235, 255),
@@ -66,6 +68,45 @@ ImU32 dimmed(ImU32 colour, ImU32 background) {
     out |= ((c + 3 * b) / 4) << shift;
   }
   return out;
+}
+
+Hatch bubble_hatch(const Palette& p) {
+  return {p.idle, p.idle_hatch, false};
+}
+
+Hatch comm_wait_hatch(const Palette& p) {
+  return {p.comm_wait, p.comm, true};
+}
+
+void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float spacing) {
+  dl->AddRectFilled(a, b, h.fill);
+  dl->PushClipRect(a, b, true);
+  const float height = b.y - a.y;
+  spacing = std::max(spacing, 2.0f);
+  // Start on a multiple of the spacing so the hatching does not shimmer while panning a gap.
+  for (float x = std::floor((a.x - height) / spacing) * spacing; x < b.x; x += spacing) {
+    if (h.rising)
+      dl->AddLine({x, b.y}, {x + height, a.y}, h.lines);
+    else
+      dl->AddLine({x, a.y}, {x + height, b.y}, h.lines);
+  }
+  dl->PopClipRect();
+}
+
+void note_text(const PanelContext& ctx, ImVec2 a, ImVec2 b, const std::string& text) {
+  if (ctx.texts) ctx.texts->push_back({a.x, a.y, b.x, b.y, ctx.view, text});
+}
+
+void note_item(const PanelContext& ctx, const std::string& text) {
+  note_text(ctx, ImGui::GetItemRectMin(), ImGui::GetItemRectMax(), text);
+}
+
+float panel_width(const PanelContext& ctx) {
+  return ctx.column_width > 0 ? ctx.column_width : ImGui::GetContentRegionAvail().x;
+}
+
+MeasureText imgui_measure() {
+  return [](const std::string& s) { return ImGui::CalcTextSize(s.c_str()).x; };
 }
 
 ImU32 category_colour(const Palette& p, const std::string& c) {

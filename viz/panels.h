@@ -7,6 +7,7 @@
 
 #include <imgui.h>
 
+#include "viz/layout.h"
 #include "viz/view_model.h"
 
 namespace mgpu::viz {
@@ -24,6 +25,19 @@ struct Palette {
 // `colour` faded most of the way into `background` (what a highlight dims).
 ImU32 dimmed(ImU32 colour, ImU32 background);
 
+// How a hatched area looks: a fill, lines over it and their slant. The timeline and the legend
+// draw both kinds with these, so a legend swatch looks like what it names: a pipeline bubble
+// (idle) is amber lines falling left to right, a comm event's waiting for a partner red lines
+// rising, over different fills.
+struct Hatch {
+  ImU32 fill = 0, lines = 0;
+  bool rising = true;  // "/" (true) or "\\"
+};
+Hatch bubble_hatch(const Palette& p);
+Hatch comm_wait_hatch(const Palette& p);
+// `a`, `b` must already be clamped to the visible lane (the line count is bounded by the width).
+void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float spacing);
+
 // Default: the ImGui dark theme. Presentation: a light theme with saturated, high-contrast colours.
 const Palette& palette(bool presentation);
 ImU32 category_colour(const Palette& p, const std::string& cat);
@@ -35,7 +49,20 @@ struct PanelContext {
   float label_width;       // left column with "GPU r"
   float scale;             // 1, or larger in presentation mode
   float column_width = 0;  // compared runs side by side: each one's width (0: the window's)
+  float lane_height = 0;   // a lane's height when rows are shrunk to fit (0: the natural one)
+  float strip_height = 0;  // a memory strip's height, scaled (0: draw_memory's argument)
+  int rows_per_block = 0;  // summary: ranks per side-by-side block (0: one block)
+  int view = -1;           // the compared run being drawn (text boxes are tagged with it)
+  std::vector<TextBox>* texts = nullptr;  // where drawn text is recorded (tests check overprint)
 };
+
+// Records a drawn text's rectangle (nothing when ctx.texts is null).
+void note_text(const PanelContext& ctx, ImVec2 a, ImVec2 b, const std::string& text);
+// The same for the last ImGui item (a line of text, a table).
+void note_item(const PanelContext& ctx, const std::string& text);
+// The width available to a panel: its column's, else what is left of the window's row.
+float panel_width(const PanelContext& ctx);
+MeasureText imgui_measure();
 
 struct Selection {
   int view = -1;

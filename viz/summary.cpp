@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "viz/panels.h"
 
@@ -33,45 +34,139 @@ constexpr Measured kMeasured[] = {
 };
 }  // namespace
 
-void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id) {
-  // Measured vs theory, one line, with units (viz/header.cpp).
-  std::string line = describe_predictions(view);
-  if (view.summary_step())
-    line = "step " + std::to_string(*view.summary_step() + 1) + " of the run" +
-           (line.empty() ? "" : ":    ") + line;
-  if (!line.empty()) ImGui::TextUnformatted(line.c_str());
+namespace {
 
+// Theory vs measured (metadata "predictions"), as bars on one 0..100% scale, with the longest
+// caption that fits beside them.
+void draw_theory_bars(const PanelContext& ctx, const TraceView& view, float label_w, float bar_w,
+                      float bar_h, float gap) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float line = ImGui::GetTextLineHeight(), text_gap = 8 * ctx.scale;
+  const float room = panel_width(ctx) - label_w - bar_w - text_gap;
+  for (const Measured& m : kMeasured) {
+    const auto theory = view.prediction(m.key);
+    if (!theory) continue;
+    for (int k = 0; k < 2; ++k) {
+      const double value = k == 0 ? m.measure(view) : *theory;
+      const std::string name = m.label, pct = format_percent(value);
+      const std::vector<std::string> wordings =
+          k == 0 ? std::vector<std::string>{name + " measured (mean over ranks) " + pct,
+                                            name + " measured " + pct, "measured " + pct}
+                 : std::vector<std::string>{name + " theory " + pct, "theory " + pct};
+      std::string text = longest_fitting(wordings, room, imgui_measure());
+      if (text.empty()) text = wordings.back();
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      const float x0 = at.x + label_w;
+      dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h}, ctx.pal.lane_background);
+      const float len = static_cast<float>(std::clamp(value, 0.0, 1.0)) * bar_w;
+      if (len > 0)
+        dl->AddRectFilled({x0, at.y}, {x0 + len, at.y + bar_h},
+                          k == 0 ? ctx.pal.idle_hatch : ctx.pal.ruler_line);
+      const ImVec2 t{x0 + bar_w + text_gap, at.y + (bar_h - line) / 2};
+      dl->AddText(t, ctx.pal.ruler_text, text.c_str());
+      const ImVec2 size = ImGui::CalcTextSize(text.c_str());
+      note_text(ctx, t, {t.x + size.x, t.y + size.y}, text);
+      ImGui::Dummy({label_w + bar_w + text_gap + size.x, bar_h + gap});
+    }
+  }
+}
+
+// A line that wraps at the panel's right edge instead of running into the next column.
+void wrapped_line(const PanelContext& ctx, const std::string& text, float width, bool disabled) {
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + width);
+  if (disabled)
+    ImGui::TextDisabled("%s", text.c_str());
+  else
+    ImGui::TextUnformatted(text.c_str());
+  ImGui::PopTextWrapPos();
+  note_item(ctx, text);
+}
+
+std::string cell_text(const RankSummary& s, int rank, SummaryColumn c) {
+  switch (c) {
+    case SummaryColumn::rank:
+      return "GPU " + std::to_string(rank);
+    case SummaryColumn::busy:
+      return format_duration(s.busy);
+    case SummaryColumn::comm_wire:
+      return format_duration(s.comm_wire);
+    case SummaryColumn::comm_wait:
+      return format_duration(s.comm_wait);
+    case SummaryColumn::idle:
+      return format_duration(s.idle);
+    case SummaryColumn::bubble:
+      return format_percent(s.bubble);
+    case SummaryColumn::overlap:
+      return s.comm > 0 ? format_percent(s.overlap) : "-";
+    case SummaryColumn::sent:
+      return s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : "-";
+    case SummaryColumn::peak:
+      return s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : "-";
+  }
+  return {};
+}
+
+// The per-rank table: the columns that fit `width` (the bubble and peak memory always), in
+// side-by-side blocks of ctx.rows_per_block ranks when there are more and the blocks fit.
+void draw_summary_table(const PanelContext& ctx, const TraceView& view, const std::string& id,
+                        float width) {
+  const int n = view.num_ranks();
+  const float pad = 2 * ImGui::GetStyle().CellPadding.x + 2;
+  std::vector<float> widths(kSummaryColumns, 0);
+  for (int c = 0; c < kSummaryColumns; ++c) {
+    const auto col = static_cast<SummaryColumn>(c);
+    widths[c] = ImGui::CalcTextSize(summary_header(col, view.is_pipeline())).x;
+    for (int r = 0; r < n; ++r)
+      widths[c] =
+          std::max(widths[c], ImGui::CalcTextSize(cell_text(view.summary(r), r, col).c_str()).x);
+    widths[c] += pad;
+  }
+  const std::vector<SummaryColumn> cols = summary_columns(widths, width);
+  float table_w = 0;
+  for (SummaryColumn c : cols) table_w += widths[static_cast<int>(c)];
+  const float gap = 16 * ctx.scale;
+  const int per_block = ctx.rows_per_block > 0
+                            ? summary_rows_per_block(n, table_w, gap, width, ctx.rows_per_block)
+                            : n;
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg |
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_NoSavedSettings |
                                 ImGuiTableFlags_NoHostExtendX;
-  if (!ImGui::BeginTable(id.c_str(), 9, flags)) return;
-  // Idle time is a "bubble" only in a pipeline schedule (docs/glossary.md).
-  const char* idle_share = view.is_pipeline() ? "bubble" : "idle %";
-  for (const char* h : {"rank", "busy", "comm wire", "comm wait", "idle", idle_share, "overlap",
-                        "sent", "peak memory"}) {
-    ImGui::TableSetupColumn(h);
-  }
-  ImGui::TableHeadersRow();
-  for (int r = 0; r < view.num_ranks(); ++r) {
-    const RankSummary& s = view.summary(r);
-    ImGui::TableNextRow();
-    ImGui::TableNextColumn();
-    ImGui::Text("GPU %d", r);
-    for (const std::string& cell :
-         {format_duration(s.busy), format_duration(s.comm_wire), format_duration(s.comm_wait),
-          format_duration(s.idle), format_percent(s.bubble),
-          s.comm > 0 ? format_percent(s.overlap) : std::string("-"),
-          s.bytes_sent > 0 ? format_bytes(static_cast<double>(s.bytes_sent)) : std::string("-"),
-          s.peak_bytes > 0 ? format_bytes(static_cast<double>(s.peak_bytes)) : std::string("-")}) {
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(cell.c_str());
+  for (int first = 0, block = 0; first < std::max(n, 1); first += std::max(per_block, 1), ++block) {
+    if (block > 0) ImGui::SameLine(0, gap);
+    if (!ImGui::BeginTable((id + "#" + std::to_string(block)).c_str(),
+                           static_cast<int>(cols.size()), flags))
+      return;
+    for (SummaryColumn c : cols) ImGui::TableSetupColumn(summary_header(c, view.is_pipeline()));
+    ImGui::TableHeadersRow();
+    for (int r = first; r < std::min(n, first + per_block); ++r) {
+      ImGui::TableNextRow();
+      for (SummaryColumn c : cols) {
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(cell_text(view.summary(r), r, c).c_str());
+      }
     }
+    ImGui::EndTable();
+    note_item(ctx, "table " + id + " block " + std::to_string(block));
   }
-  ImGui::EndTable();
+}
+
+}  // namespace
+
+void draw_summary(const PanelContext& ctx, const TraceView& view, const std::string& id) {
+  const float width = panel_width(ctx);
+  // Measured vs theory, with units (viz/header.cpp); wrapped in a narrow column.
+  const std::string predictions = describe_predictions(view);
+  const std::string step = view.num_steps() > 1
+                               ? "step " + std::to_string(*view.summary_step() + 1) + " of the run"
+                               : std::string();
+  const std::string line =
+      step + (step.empty() || predictions.empty() ? "" : ":    ") + predictions;
+  if (!line.empty()) wrapped_line(ctx, line, width, false);
+  draw_summary_table(ctx, view, id, width);
   draw_expert_load(ctx, view);
-  // Runs side by side on a projector: the table and the line above carry the bubble and the peak;
-  // the bars would push the page past 1080 rows.
-  if (ctx.column_width > 0 && ctx.scale > 1) return;
+  // On a projector the table and the line above carry the bubble and the peak: with runs side by
+  // side or many ranks, the bars would push the page past 1080 rows.
+  if (ctx.scale > 1 && (ctx.column_width > 0 || view.num_ranks() > ctx.rows_per_block)) return;
   draw_time_bars(ctx, view);
 }
 
@@ -81,21 +176,38 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float line = ImGui::GetTextLineHeight();
   const float label_w = ImGui::CalcTextSize("GPU 00").x + 10 * ctx.scale;
-  // As wide as fits beside the longest caption (compare mode puts two summaries side by side).
-  const float caption_w = ImGui::CalcTextSize("busy 100.0%   comm 100.0%   idle 100.0%").x;
-  const float bar_w = std::round(std::clamp(
-                  (ctx.column_width > 0 ? ctx.column_width : ImGui::GetContentRegionAvail().x) -
-                      label_w - caption_w - 24 * ctx.scale,
-                  120 * ctx.scale, 420 * ctx.scale)),
+  const float width = panel_width(ctx), text_gap = 8 * ctx.scale;
+  // The most words that leave the bar 100 pixels: all three shares, busy and idle, or idle.
+  const MeasureText measure = imgui_measure();
+  const std::vector<std::string> templates = {
+      "busy 100.0%   comm 100.0% (waiting 100.0%)   idle 100.0%", "busy 100.0%   idle 100.0%",
+      "idle 100.0%"};
+  const std::string fits =
+      longest_fitting(templates, width - label_w - text_gap - 100 * ctx.scale, measure);
+  const int level = fits.empty()
+                        ? 2
+                        : static_cast<int>(std::find(templates.begin(), templates.end(), fits) -
+                                           templates.begin());
+  const float caption_w = measure(templates[level]);
+  const float bar_w = std::round(std::clamp(width - label_w - caption_w - 2 * text_gap,
+                                            60 * ctx.scale, 420 * ctx.scale)),
               bar_h = std::round(line * 0.9f), comm_h = std::round(line * 0.45f),
               gap = std::round(6 * ctx.scale);
   ImGui::Spacing();
-  ImGui::TextDisabled(view.summary_step() ? "where the shown step's time goes, per GPU"
-                                          : "where the run's time goes, per GPU");
+  wrapped_line(ctx,
+               view.summary_step() ? "where the shown step's time goes, per GPU"
+                                   : "where the run's time goes, per GPU",
+               width, true);
   auto bar = [&](float x, float y, float w, float h, double fraction, ImU32 colour) {
     const float len = static_cast<float>(std::clamp(fraction, 0.0, 1.0)) * w;
     if (len > 0) dl->AddRectFilled({x, y}, {x + len, y + h}, colour);
     return x + len;
+  };
+  auto text_at = [&](ImVec2 at, const std::string& text) {
+    dl->AddText(at, pal.ruler_text, text.c_str());
+    const ImVec2 size = ImGui::CalcTextSize(text.c_str());
+    note_text(ctx, at, {at.x + size.x, at.y + size.y}, text);
+    return size.x;
   };
   for (int r = 0; r < view.num_ranks(); ++r) {
     const RankSummary& s = view.summary(r);
@@ -103,101 +215,27 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
     const double busy = window > 0 ? s.busy / window : 0, comm = window > 0 ? s.comm / window : 0;
     const double wait = window > 0 ? s.comm_wait / window : 0;
     const ImVec2 at = ImGui::GetCursorScreenPos();
-    char label[16];
-    std::snprintf(label, sizeof label, "GPU %d", r);
-    dl->AddText({at.x, at.y + (bar_h + comm_h + 1 - line) / 2}, pal.ruler_text, label);
+    const float row_h = bar_h + comm_h + 1;
+    text_at({at.x, at.y + (row_h - line) / 2}, "GPU " + std::to_string(r));
     const float x0 = at.x + label_w;
     // Compute lane: busy, then idle (bubble); under it a thinner bar: the comm lane's share.
-    dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h + comm_h + 1}, pal.lane_background);
+    dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + row_h}, pal.lane_background);
     const float xb = bar(x0, at.y, bar_w, bar_h, busy, pal.compute);
     bar(xb, at.y, bar_w, bar_h, 1 - busy, pal.idle_hatch);
     const float xw = bar(x0, at.y + bar_h + 1, bar_w, comm_h, comm - wait, pal.comm);
     bar(xw, at.y + bar_h + 1, bar_w, comm_h, wait, pal.comm_wait);
     char text[128];
-    std::snprintf(text, sizeof text, "busy %.1f%%   comm %.1f%% (waiting %.1f%%)   idle %.1f%%",
-                  100 * busy, 100 * comm, 100 * wait, 100 * (1 - busy));
-    dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h + comm_h + 1 - line) / 2},
-                pal.ruler_text, text);
-    ImGui::Dummy(
-        {label_w + bar_w + 8 * ctx.scale + ImGui::CalcTextSize(text).x, bar_h + comm_h + 1 + gap});
+    if (level == 0)
+      std::snprintf(text, sizeof text, "busy %.1f%%   comm %.1f%% (waiting %.1f%%)   idle %.1f%%",
+                    100 * busy, 100 * comm, 100 * wait, 100 * (1 - busy));
+    else if (level == 1)
+      std::snprintf(text, sizeof text, "busy %.1f%%   idle %.1f%%", 100 * busy, 100 * (1 - busy));
+    else
+      std::snprintf(text, sizeof text, "idle %.1f%%", 100 * (1 - busy));
+    const float w = text_at({x0 + bar_w + text_gap, at.y + (row_h - line) / 2}, text);
+    ImGui::Dummy({label_w + bar_w + text_gap + w, row_h + gap});
   }
-  // Theory vs measured, as bars on one 0..100% scale.
-  for (const Measured& m : kMeasured) {
-    const auto theory = view.prediction(m.key);
-    if (!theory) continue;
-    const double measured = m.measure(view);
-    for (int k = 0; k < 2; ++k) {
-      const ImVec2 at = ImGui::GetCursorScreenPos();
-      const std::string name =
-          std::string(m.label) + (k == 0 ? " measured (mean over ranks)" : " theory");
-      const double value = k == 0 ? measured : *theory;
-      const float x0 = at.x + label_w;
-      dl->AddRectFilled({x0, at.y}, {x0 + bar_w, at.y + bar_h}, pal.lane_background);
-      bar(x0, at.y, bar_w, bar_h, value, k == 0 ? pal.idle_hatch : pal.ruler_line);
-      const std::string text = name + " " + format_percent(value);
-      dl->AddText({x0 + bar_w + 8 * ctx.scale, at.y + (bar_h - line) / 2}, pal.ruler_text,
-                  text.c_str());
-      ImGui::Dummy(
-          {label_w + bar_w + 8 * ctx.scale + ImGui::CalcTextSize(text.c_str()).x, bar_h + gap});
-    }
-  }
-}
-
-void draw_legend(const PanelContext& ctx, bool any_pipeline) {
-  const Palette& p = ctx.pal;
-  struct Key {
-    const char* name;
-    ImU32 colour;
-    ImU32 hatch = 0;  // lines over the box, as the timeline draws it (0: none)
-  };
-  const Key keys[] = {{"forward", p.forward},
-                      {"backward", p.backward},
-                      {"backward (weights)", p.backward_weight},
-                      {"optimizer", p.optimizer},
-                      {"other compute", p.compute},
-                      {"comm on the wire", p.comm},
-                      {"comm waiting for a partner", p.comm_wait, p.comm},
-                      {any_pipeline ? "idle (bubble)" : "idle", p.idle_hatch}};
-  const float box = ImGui::GetTextLineHeight();
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  for (const Key& k : keys) {
-    const ImVec2 at = ImGui::GetCursorScreenPos();
-    dl->AddRectFilled(at, {at.x + box, at.y + box}, k.colour);
-    if (k.hatch) {  // the timeline's hatching, in little
-      dl->PushClipRect(at, {at.x + box, at.y + box}, true);
-      for (float x = -box; x < box; x += box / 3)
-        dl->AddLine({at.x + x, at.y + box}, {at.x + x + box, at.y}, k.hatch);
-      dl->PopClipRect();
-    }
-    ImGui::Dummy({box, box});
-    ImGui::SameLine();
-    ImGui::TextUnformatted(k.name);
-    ImGui::SameLine(0, 14 * ctx.scale);
-  }
-  ImGui::NewLine();
-}
-
-void draw_memory_legend(const PanelContext& ctx) {
-  const Palette& p = ctx.pal;
-  const float box = ImGui::GetTextLineHeight();
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  ImGui::TextDisabled("memory");
-  static const char* kMemNames[] = {"parameters",  "gradients",    "optimizer state",
-                                    "activations", "comm buffers", "workspace"};
-  for (int c = 0; c < 6; ++c) {
-    ImGui::SameLine(0, 14 * ctx.scale);
-    const ImVec2 at = ImGui::GetCursorScreenPos();
-    dl->AddRectFilled(at, {at.x + box, at.y + box}, p.memory[c]);
-    ImGui::Dummy({box, box});
-    ImGui::SameLine();
-    ImGui::TextUnformatted(kMemNames[c]);
-  }
-  ImGui::SameLine(0, 14 * ctx.scale);
-  const ImVec2 at = ImGui::GetCursorScreenPos();
-  dl->AddLine({at.x, at.y + box / 2}, {at.x + box, at.y + box / 2}, p.capacity, 2 * ctx.scale);
-  ImGui::Dummy({box, box});
-  ImGui::SameLine();
-  ImGui::TextUnformatted("capacity");
+  draw_theory_bars(ctx, view, label_w, bar_w, bar_h, gap);
 }
 
 }  // namespace mgpu::viz

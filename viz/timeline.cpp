@@ -21,15 +21,15 @@ using trace::Lane;
 float draw_ruler(const PanelContext& ctx) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const float height = ImGui::GetTextLineHeight() + 8 * ctx.scale;
+  const float line = ImGui::GetTextLineHeight();
+  const float height = line + 8 * ctx.scale;
   const float y_bottom = origin.y + height;
-  const Ticks ticks = ruler_ticks(ctx.axis, 90 * ctx.scale);
-  for (double t : ticks.times) {
-    const float x = static_cast<float>(ctx.axis.to_px(t));
+  // The finest 1/2/5 step whose labels stand apart: a narrow column still reads "0 1 ms 2 ms".
+  for (const TickLabel& l : ruler_labels(ctx.axis, imgui_measure(), 12 * ctx.scale)) {
+    const float x = static_cast<float>(ctx.axis.to_px(l.time));
     dl->AddLine({x, y_bottom - 5 * ctx.scale}, {x, y_bottom}, ctx.pal.ruler_line);
-    const std::string label = format_time(t - ctx.axis.origin, ticks.step);
-    if (x + 3 + ImGui::CalcTextSize(label.c_str()).x > ctx.axis.x0 + ctx.axis.width) continue;
-    dl->AddText({x + 3, origin.y}, ctx.pal.ruler_text, label.c_str());
+    dl->AddText({l.x, origin.y}, ctx.pal.ruler_text, l.text.c_str());
+    note_text(ctx, {l.x, origin.y}, {l.x + l.width, origin.y + line}, l.text);
   }
   dl->AddLine({static_cast<float>(ctx.axis.x0), y_bottom},
               {static_cast<float>(ctx.axis.x0 + ctx.axis.width), y_bottom}, ctx.pal.ruler_line);
@@ -41,9 +41,11 @@ int draw_timeline(const PanelContext& ctx, const TraceView& view, int view_index
                   const Selection& selection, LaneLayout& layout) {
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   layout.top = origin.y;
-  layout.lane_height = std::round(ImGui::GetTextLineHeight() + 8 * ctx.scale);
+  // Rows shrunk to fit the room (ctx.lane_height) keep a smaller gap between GPUs.
+  layout.lane_height = ctx.lane_height > 0 ? ctx.lane_height
+                                           : std::round(ImGui::GetTextLineHeight() + 8 * ctx.scale);
   layout.lane_gap = std::round(2 * ctx.scale);
-  layout.group_gap = std::round(8 * ctx.scale);
+  layout.group_gap = std::round((ctx.lane_height > 0 ? 4 : 8) * ctx.scale);
   const float height = static_cast<float>(layout.total_height(view.num_ranks()));
   const LaneCanvas canvas{ctx,
                           view,

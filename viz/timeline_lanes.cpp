@@ -14,30 +14,15 @@ using trace::Lane;
 
 namespace {
 
-// Text centred in a rectangle, only if it fits.
-void centred_text(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 colour, const char* text) {
+// Text centred in a rectangle, only if it fits; over a hatched part it gets a plain backing in
+// the hatch's fill (`backing`, 0: none), so the lines do not run through the letters.
+void centred_text(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 colour, const char* text,
+                  ImU32 backing = 0) {
   const ImVec2 size = ImGui::CalcTextSize(text);
   if (size.x + 4 > b.x - a.x || size.y > b.y - a.y + 2) return;
-  dl->AddText({std::floor((a.x + b.x - size.x) / 2), std::floor((a.y + b.y - size.y) / 2)}, colour,
-              text);
-}
-
-// `a`, `b` must already be clamped to the visible lane: the line count is then bounded by the
-// window width / spacing, whatever the trace's timestamps are.
-void hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 fill, ImU32 lines, float spacing) {
-  dl->AddRectFilled(a, b, fill);
-  dl->PushClipRect(a, b, true);
-  const float h = b.y - a.y;
-  spacing = std::max(spacing, 2.0f);
-  // Start on a multiple of the spacing so the hatching does not shimmer while panning a gap.
-  for (float x = std::floor((a.x - h) / spacing) * spacing; x < b.x; x += spacing) {
-    dl->AddLine({x, b.y}, {x + h, a.y}, lines);
-  }
-  dl->PopClipRect();
-}
-
-void hatched_rect(ImDrawList* dl, ImVec2 a, ImVec2 b, const Palette& pal, float spacing) {
-  hatched(dl, a, b, pal.idle, pal.idle_hatch, spacing);
+  const ImVec2 at{std::floor((a.x + b.x - size.x) / 2), std::floor((a.y + b.y - size.y) / 2)};
+  if (backing) dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, backing);
+  dl->AddText(at, colour, text);
 }
 
 // Rank label ("GPU 5  dp1 pp0 tp1" on a mesh) in the left column, centred on its lane group;
@@ -48,8 +33,11 @@ void draw_rank_label(const LaneCanvas& c, int r, float x_origin, bool member) {
   const Palette& pal = c.ctx.pal;
   if (member)
     c.dl->AddRectFilled({x_origin, gy}, {x_origin + 3 * c.ctx.scale, gy + gh}, pal.partner);
-  c.dl->AddText({x_origin + 6 * c.ctx.scale, gy + (gh - ImGui::GetTextLineHeight()) / 2},
-                member ? pal.partner : pal.ruler_text, c.view.rank_label(r).c_str());
+  const std::string label = c.view.rank_label(r);
+  const ImVec2 at{x_origin + 6 * c.ctx.scale, gy + (gh - ImGui::GetTextLineHeight()) / 2};
+  c.dl->AddText(at, member ? pal.partner : pal.ruler_text, label.c_str());
+  const ImVec2 size = ImGui::CalcTextSize(label.c_str());
+  note_text(c.ctx, at, {at.x + size.x, at.y + size.y}, label);
 }
 
 // The compute lane's idle gaps (pipeline bubbles), hatched and labelled with their duration.
@@ -64,12 +52,12 @@ void draw_bubbles(const LaneCanvas& c, int r, float y0, float y1) {
     const Gap& g = *it;
     const ImVec2 a{c.px(g.start), y0}, b{c.px(g.end), y1};
     if (b.x - a.x < 1) continue;
-    hatched_rect(c.dl, a, b, pal, hatch);
+    draw_hatched(c.dl, a, b, bubble_hatch(pal), hatch);
     const std::string d = format_duration(g.dur());
     const ImVec2 size = ImGui::CalcTextSize(d.c_str());
     // The label is centred in the gap's visible part, or dropped: never cut at an edge.
     const float la = std::max(a.x, c.x_left), lb = std::min(b.x, c.x_right);
-    if (size.x + 6 < lb - la) {
+    if (size.x + 6 < lb - la && size.y <= y1 - y0 + 2) {  // a shrunk lane has no room for it
       const ImVec2 at{std::floor((la + lb - size.x) / 2), std::floor((y0 + y1 - size.y) / 2)};
       c.dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.idle);
       c.dl->AddText(at, pal.idle_text, d.c_str());
@@ -89,19 +77,26 @@ void draw_lane_events(const LaneCanvas& c, int r, Lane lane, float y0, float y1,
     c.dl->AddRectFilled(a, b, faded ? dimmed(colour, pal.lane_background) : colour);
     if (blk.dense()) continue;
     // Its waiting for a partner (counted from its start, as the analysis does): hatched, lighter.
+    float wait_end = a.x;
     if (lane == Lane::comm && e.wait > 0 && !faded) {
-      const float wait_end = std::min(b.x, c.px(e.start + e.wait));
-      if (wait_end > a.x) hatched(c.dl, a, {wait_end, b.y}, pal.comm_wait, colour, 5 * c.ctx.scale);
+      wait_end = std::min(b.x, c.px(e.start + e.wait));
+      if (wait_end > a.x)
+        draw_hatched(c.dl, a, {wait_end, b.y}, comm_wait_hatch(pal), 5 * c.ctx.scale);
     }
     if (b.x - a.x >= 4) c.dl->AddRect(a, b, pal.cell_border);
-    // Labels go in the cell's visible part (or are dropped), never cut at the window's edge.
+    // Labels go in the cell's visible part (or are dropped), never cut at the window's edge, in a
+    // colour that reads on what is behind them: the cell's colour, or the waiting's light fill.
     const ImVec2 la{std::max(a.x, c.x_left), a.y}, lb{std::min(b.x, c.x_right), b.y};
+    const bool on_wait = wait_end > (la.x + lb.x) / 2;
+    const ImU32 behind = on_wait ? pal.comm_wait : colour;
+    const ImU32 text = faded ? pal.cell_text : readable_text(behind, pal.cell_text);
+    const ImU32 backing = on_wait ? pal.comm_wait : 0;
     if (e.microbatch >= 0) {
-      centred_text(c.dl, la, lb, pal.cell_text, std::to_string(e.microbatch).c_str());
+      centred_text(c.dl, la, lb, text, std::to_string(e.microbatch).c_str(), backing);
     } else if (lane == Lane::comm || e.cat == trace::cat::optimizer) {
       // An expert exchange says which one it is ("dispatch", "combine bwd"), not "all_to_all_v".
       const bool exchange = trace::is_dispatch(e) || trace::is_combine(e);
-      centred_text(c.dl, la, lb, pal.cell_text, (e.op.empty() || exchange ? e.name : e.op).c_str());
+      centred_text(c.dl, la, lb, text, (e.op.empty() || exchange ? e.name : e.op).c_str(), backing);
     }
   }
 }

@@ -150,8 +150,11 @@ class TraceView {
   std::optional<double> memory_capacity() const { return capacity_; }
 
   const RankSummary& summary(int rank) const { return summary_[rank]; }
-  // The step the summary describes (the last one of a multi-step run), or none: the whole run.
+  // The step the summary describes (the last one; a run of one step: that step), or none: a trace
+  // without steps, summarised over the whole run.
   std::optional<int> summary_step() const { return summary_step_; }
+  // How many training steps the trace has (0: none marked).
+  int num_steps() const { return num_steps_; }
   // Where the shown step starts (the time the ruler calls 0): summary_step()'s, else the run's.
   double shown_start() const;
   // A mixture-of-experts run's routing in the shown step (the summary's): per MoE block, each
@@ -222,6 +225,7 @@ class TraceView {
   std::vector<std::vector<Gap>> gaps_;
   std::vector<RankSummary> summary_;
   std::optional<int> summary_step_;
+  int num_steps_ = 0;
   std::vector<trace::ExpertLoad> expert_loads_;
   std::vector<int> partner_group_;        // per event: index into groups_, or -1
   std::vector<std::vector<int>> groups_;  // events that belong together

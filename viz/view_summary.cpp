@@ -54,7 +54,11 @@ void TraceView::compute_gaps_and_summary() {
   std::set<int> steps;
   for (const Event& e : trace_.events)
     if (e.lane == Lane::step && e.step >= 0) steps.insert(e.step);
-  summary_step_ = steps.size() > 1 ? std::optional<int>(*steps.rbegin()) : std::nullopt;
+  // A lesson reports its last step over that step's window (the step lane's events): a run of one
+  // step too, whose window is not the whole trace (the world's start-up barrier comes before it).
+  // Summarising the same window is what makes classroom mode and `mgpu run` print one bubble.
+  summary_step_ = steps.empty() ? std::nullopt : std::optional<int>(*steps.rbegin());
+  num_steps_ = static_cast<int>(steps.size());
   const trace::TraceSummary analysis = trace::analyze(trace_, summary_step_);
   expert_loads_ = trace::expert_loads(trace_, summary_step_);
   const std::vector<double> cuts = gap_cuts();

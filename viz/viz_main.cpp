@@ -22,7 +22,6 @@
 namespace mgpu::viz {
 
 namespace {
-constexpr size_t kMaxCompared = 6;  // views that still fit a screen (six schedules in rows)
 
 // Empty when the window shows part of some trace's shown step; else why not, in one line.
 std::string zoom_outside_traces(const TimeWindow& zoom, const std::vector<trace::Trace>& traces) {
@@ -111,7 +110,8 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
     err << "mgpu viz: give a trace file, e.g. mgpu run 1f1b --trace run.json\n";
     return 2;
   }
-  if (cli.compare && (trace_paths.size() < 2 || trace_paths.size() > kMaxCompared)) {
+  if (cli.compare &&
+      (trace_paths.size() < 2 || trace_paths.size() > static_cast<size_t>(kMaxCompared))) {
     err << "mgpu viz: --compare takes two to " << kMaxCompared << " traces (got "
         << trace_paths.size() << ")\n";
     return 2;
@@ -132,6 +132,7 @@ int viz_main(const std::vector<std::string>& trace_paths, const VizCliOptions& c
   options.presentation = cli.presentation;
   options.layout = cli.layout;
   options.model_states_only = cli.model_states_only;
+  options.show_memory = !cli.hide_memory;
   options.width = cli.width;
   options.title = cli.title.empty() ? "mgpu-lab" : cli.title;
   std::vector<std::vector<std::string>> runs;  // each: the paths of one run

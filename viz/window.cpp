@@ -156,6 +156,7 @@ constexpr int kMeasureHeight = 1000;
 // the docs show (seven compared schedules), bounded for a trace of thousands of ranks, whose
 // content would otherwise make an 8192-pixel picture. --height asks for more, up to 8192.
 constexpr int kMinHeight = 200, kMaxFittedHeight = 4800;
+constexpr int kProjectorHeight = 1080;
 
 int fitted_height(const Dashboard& dashboard) {
   return std::clamp(static_cast<int>(std::ceil(dashboard.content_height())), kMinHeight,
@@ -215,6 +216,8 @@ int run_dashboard(const DashboardOptions& options) {
     ImGui_ImplGlfw_NewFrame();
     ImGui::NewFrame();
     const ImVec2 size = ImGui::GetIO().DisplaySize;
+    // The rows fit the window (once it has its height: the first frames measure the content).
+    if (options.fit_height <= 0 && frame > 2) dashboard.fit_to_height(static_cast<int>(size.y));
     dashboard.frame(size.x, size.y);
     ImGui::Render();
     int fw = 0, fh = 0;
@@ -240,6 +243,11 @@ int render_screenshot(Dashboard& dashboard, const std::string& png_path, int wid
   }
   // No GLFW input backend: the mouse is nowhere and time does not pass, so frames are reproducible.
   ImGuiSession imgui(window.get(), dashboard.options().presentation, false);
+  // The content fits the picture asked for; a presentation picture without a height, a 1080-row
+  // projector (DashboardOptions::fit_height).
+  dashboard.fit_to_height(height > 0                         ? height
+                          : dashboard.options().presentation ? kProjectorHeight
+                                                             : 0);
   if (height <= 0) {  // as tall as the content: lay it out once at this width and measure
     render_frames(dashboard, width, kMeasureHeight);
     height = fitted_height(dashboard);

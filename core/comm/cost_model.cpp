@@ -99,6 +99,19 @@ double slowest_ring_step(int ranks, double bytes, const HardwareProfile& p) {
 
 }  // namespace
 
+const LinkSpec& slowest_ring_link(int ranks, double bytes, const HardwareProfile& profile) {
+  const LinkSpec* slowest = &profile.intra_node;
+  double worst = -1;
+  for (int r = 0; r < std::max(ranks, 1); ++r) {
+    const int next = (r + 1) % std::max(ranks, 1);
+    if (const double t = profile.transfer_time(r, next, bytes); t > worst) {
+      worst = t;
+      slowest = &profile.link(r, next);
+    }
+  }
+  return *slowest;
+}
+
 double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
                            const HardwareProfile& profile) {
   return latest(tree_broadcast_ends(members, root, bytes, profile, zeros(members.size())));

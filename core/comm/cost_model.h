@@ -37,6 +37,9 @@ double all_to_all_v_time(const std::vector<int64_t>& counts, int elem_bytes, int
 // the slowest of those messages, over the links between the members' world ranks.
 double slowest_step(const std::vector<int>& members, int distance, double bytes,
                     const HardwareProfile& profile);
+// The link of the ring 0 -> 1 -> ... -> ranks-1 -> 0 whose message of `bytes` takes longest: the
+// one that sets the pace of every ring step (InfiniBand between nodes, NVLink inside one).
+const LinkSpec& slowest_ring_link(int ranks, double bytes, const HardwareProfile& profile);
 // A binomial-tree broadcast of `bytes` from members[root] when every member starts at 0: when the
 // last member holds the data (a sender's sends go one after another; a receiver forwards once
 // its copy has arrived).

@@ -53,3 +53,25 @@ xvfb-run -a "$mgpu" viz --set schedule=1f1b,stages=4,microbatches=8 \
   --screenshot "$figures/classroom.png" --width 1400
 xvfb-run -a "$mgpu" viz --versus gpipe,1f1b --set stages=4,microbatches=8 --presentation \
   --screenshot "$figures/classroom-gpipe-vs-1f1b-1920.png" --width 1920
+
+# Issue 50, "the classroom fits the room": six pipeline schedules compared side by side at
+# 1920 wide (every table, bubble line and ruler readable), four schedules under the classroom's
+# sliders on a 1920x1080 projector, and a 16-rank hybrid in presentation mode (its rows shrink,
+# the memory strips give way, the summary splits into two blocks of 8 GPUs).
+for schedule in gpipe 1f1b interleaved zb-h1 zbv dualpipev; do
+  extra=()
+  [ "$schedule" = interleaved ] && extra=(--virtual-stages 2)
+  "$mgpu" run pipeline --ranks 4 --schedule "$schedule" --microbatches 8 "${extra[@]}" \
+    --profile 8xH100-NVLink --steps 2 --trace "six-$schedule.json" >/dev/null
+done
+xvfb-run -a "$mgpu" viz --compare six-gpipe.json six-1f1b.json six-interleaved.json \
+  six-zb-h1.json six-zbv.json six-dualpipev.json \
+  --title "mgpu-lab - six pipeline schedules, 4 GPUs, 8 micro-batches" \
+  --screenshot "$figures/dashboard-compare-six-1920.png" --width 1920 >/dev/null
+xvfb-run -a "$mgpu" viz --versus gpipe,1f1b,zb-h1,dualpipev --set stages=4,microbatches=8 \
+  --presentation --screenshot "$figures/classroom-versus-four-1920.png" --width 1920
+"$mgpu" run hybrid --ranks 16 --dp 2 --tp 2 --pp 4 --profile 8xH100-NVLink --steps 2 \
+  --trace hybrid16.json >/dev/null
+xvfb-run -a "$mgpu" viz hybrid16.json --presentation \
+  --title "mgpu-lab - hybrid dp 2 x pp 4 x tp 2 on 16 GPUs" \
+  --screenshot "$figures/dashboard-hybrid-16-presentation-1920.png" --width 1920

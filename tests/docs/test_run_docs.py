@@ -3,7 +3,9 @@
 one modeled figure edited fails; a wall-clock figure edited still passes (masked); --update puts
 the real figure back; an excerpt (`...`) is checked and regenerated the same way; a figure of
 float rounding marked `< BOUND` or `~VALUE` passes within its rule, fails outside it, and keeps
-its mark through --update.
+its mark through --update; a prose figure sourced from a named output (a regex, an expression,
+a quoted code span, a hidden source) passes, fails with its line when edited by hand, and --update
+writes it back; a figure with a unit and no source fails the lint, unless marked constant.
 
 Usage: test_run_docs.py --build BUILD_DIR
 """
@@ -16,6 +18,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import prose  # noqa: E402
 import run_docs  # noqa: E402
 
 # Fast, and its output has both kinds of figure: modeled (losses, step time) and wall clock.
@@ -95,6 +98,7 @@ def main():
     expect(rc == 0 and run_docs.parse_page(page)[0][0].expected == excerpt,
            "--update regenerates the excerpt, keeping its shape", log)
     check_rounding_marks(build, page, real)
+    check_prose_figures(build, page, real)
     run_docs.shutil.rmtree(work, ignore_errors=True)
     run_docs.shutil.rmtree(os.path.dirname(page), ignore_errors=True)
     return 0
@@ -133,6 +137,72 @@ def check_rounding_marks(build, page, real):
     expect(rc == 0 and run_docs.parse_page(page)[0][0].expected == ["...", line, "...",
                                                                     real[i + 1 + k], "..."],
            "--update keeps a rounding mark the run satisfies", log)
+
+
+def prose_page(real):
+    """A page whose prose states the run's figures, each with its source (the figures are taken
+    from the run here, as --update would write them); and its lines, by role."""
+    output = "\n".join(real)
+    first, last = re.search(r"loss: (\d+\.\d+) -> (\d+\.\d+)", output).groups()
+    step = re.search(r"\((\d+\.\d+ us) per step\)", output).group(1)
+    quote = re.search(r"loss: \S+ -> \S+", output).group()
+    drop = f"{float(first) - float(last):.4f}"
+    ms = f"{float(step.split()[0]) / 1000:.4f} ms"
+    lines = {
+        "regex": f"The loss falls from {first}<!-- first = run: /loss: {{n}} -> / --> to "
+                 f"{last}<!-- last = run: /-> ({{n}}) over/ -->.",
+        "expression": f"It drops by {drop}<!-- = first - last | {{:.4f}} --> in two steps.",
+        "time": f"A step takes {step}<!-- t = run: /\\(({{t}}) per step/ -->, that is "
+                f"{ms}<!-- = ms(t) | {{:.4f}} ms -->.",
+        "quote": f"The run ends with `{quote}`<!-- run -->.",
+        "hidden": f"A second run says {step}<!-- again: /\\(({{t}}) per step/ --> too.",
+        "const": "An H100 has 80 GB<!-- const --> of memory.",
+    }
+    page = ("# page\n\n<!-- docs: name=run -->\n```\n$ " + COMMAND + "\n...\n" +
+            real[-1] + "\n```\n\n<!-- docs: source=again " + COMMAND + " -->\n\n" +
+            "\n\n".join(lines.values()) + "\n")
+    return page, lines
+
+
+def check_prose_figures(build, page, real):
+    """Prose figures with a source pass; one edited by hand fails, naming its line, and --update
+    writes it back; an unsourced figure with a unit fails the lint."""
+    text, lines = prose_page(real)
+
+    def write(content):
+        with open(page, "w", encoding="utf-8") as f:
+            f.write(content)
+
+    def line_of(content, role):
+        return content.split("\n").index(lines[role]) + 1
+
+    write(text)
+    rc, log = harness(build, page)
+    expect(rc == 0, "sourced prose figures pass", log)
+    for role in ("regex", "expression", "time", "quote", "hidden"):
+        # change the figure right before the role's first source comment, one digit
+        line = lines[role]
+        at = max(k for k in range(line.index("<!--")) if line[k].isdigit())
+        edited_line = line[:at] + ("1" if line[at] != "1" else "2") + line[at + 1:]
+        edited = text.replace(line, edited_line)
+        write(edited)
+        rc, log = harness(build, page)
+        where = f"page.md:{line_of(text, role)}: prose figure '"
+        expect(rc == 1 and where in log, f"{'an' if role[0] in 'aeiou' else 'a'} {role} figure edited by hand fails at its line", log)
+        rc, log = harness(build, "--update", page)
+        expect(rc == 0 and open(page, encoding="utf-8").read() == text,
+               f"--update writes the {role} figure back", log)
+    unsourced = "The step took 12.5 ms once."
+    write(text + "\n" + unsourced + "\n")
+    rc, log = harness(build, page)
+    expect(rc == 1 and "page.md:" in log and "'12.5 ms' has no source" in log,
+           "a figure with a unit and no source fails the lint", log)
+    write(text + "\n" + unsourced.replace("ms", "ms<!-- const -->") + "\n")
+    rc, log = harness(build, page)
+    expect(rc == 0, "a figure marked constant passes the lint", log)
+    values = [float(prose.Value(t)) for t in ("-1.8%", "error -2.6%", "a-1", "1,234.5 us")]
+    expect(values == [-1.8, -2.6, 1.0, 1234.5], "a captured negative figure keeps its sign",
+           str(values))
 
 
 if __name__ == "__main__":

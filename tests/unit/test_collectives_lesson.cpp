@@ -79,3 +79,19 @@ TEST_CASE("collectives lesson prints the nccl-tests table; bad options exit 2",
   CHECK(mgpu_main({"run", "collectives", "--min-bytes", "1MiB", "--max-bytes", "1KiB"}, out3,
                   err3) == 2);
 }
+
+TEST_CASE("the collectives footer names each link's efficiency and the link that sets the pace",
+          "[lesson][collectives]") {
+  // Its worked row must be the alpha-beta column's figure, from the achieved (not the datasheet)
+  // bandwidth: 2(16-1) x (5 us + 256 KiB / (50 GB/s x 0.9)) over the InfiniBand between nodes.
+  std::ostringstream out, err;
+  REQUIRE(mgpu_main({"run", "collectives", "--ranks", "16", "--profile", "2x8xH100-IB", "--ops",
+                     "all_reduce"},
+                    out, err) == 0);
+  const std::string text = out.str();
+  CHECK(text.find("between nodes, InfiniBand NDR 400G: alpha 5.000 us, beta 50 GB/s x 0.9 = 45.0 "
+                  "GB/s") != std::string::npos);
+  CHECK(text.find("sets its pace: InfiniBand NDR 400G.") != std::string::npos);
+  CHECK(text.find("2(16-1) x (5.000 us + 256 KiB / 45.0 GB/s) = 324.763 us") != std::string::npos);
+  CHECK(text.find("   324.763 us") != std::string::npos);  // the same figure in the table
+}

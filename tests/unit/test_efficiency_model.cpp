@@ -150,3 +150,22 @@ TEST_CASE("the efficiency model round-trips through the profile JSON, checked",
   j["efficiency"] = {{"fused_attention", "yes"}};
   CHECK_THROWS_WITH(HardwareProfile::from_json(j), Catch::Contains("true or false"));
 }
+
+TEST_CASE(
+    "the lessons' slow-link profile computes exactly as the H100 preset; only its link differs",
+    "[runtime][clock]") {
+  // docs/lessons/slow-1GBps.json is the 8xH100-NVLink node with a 1 GB/s link: without the
+  // preset's efficiency block its kernels ran at the datasheet peak, faster than the preset.
+  const HardwareProfile slow =
+      HardwareProfile::load(std::string(MGPU_SOURCE_DIR) + "/docs/lessons/slow-1GBps.json");
+  const HardwareProfile h100 = HardwareProfile::load("8xH100-NVLink");
+  for (const KernelCost& k :
+       {gemm(4096, 4096, 4096), gemm(100, 300, 64),
+        KernelCost{.kind = KernelKind::streaming, .flops = 1e6, .bytes = 1e9}})
+    for (DType t : {DType::f32, DType::bf16}) {
+      KernelCost typed = k;
+      typed.dtype = t;
+      CHECK(slow.kernel_time(typed) == h100.kernel_time(typed));
+    }
+  CHECK(slow.intra_node.achieved_bandwidth() == 1e9);
+}

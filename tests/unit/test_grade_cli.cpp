@@ -3,6 +3,9 @@
 // ctest's working directory.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+#include <chrono>
+#include <filesystem>
 #include <regex>
 #include <string>
 
@@ -13,10 +16,29 @@ using mgpu::lessons::run_child;
 
 namespace {
 
-ChildResult mgpu_grade(std::vector<std::string> args) {
+ChildResult mgpu_grade(std::vector<std::string> args,
+                       std::vector<std::pair<std::string, std::string>> env = {}) {
   args.insert(args.begin(), {std::string(MGPU_BINARY_DIR) + "/mgpu", "grade"});
-  return run_child(args, {{"MGPU_IMPL", ""}}, 600);
+  env.push_back({"MGPU_IMPL", ""});
+  return run_child(args, env, 600);
 }
+
+namespace fs = std::filesystem;
+
+// A scratch directory for MGPU_GRADE_DIR, removed at the end of the test.
+struct GradeDir {
+  fs::path path = fs::temp_directory_path() / ("mgpu_grade_dir_" + std::to_string(getpid()));
+  GradeDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~GradeDir() { fs::remove_all(path); }
+  // A copy of a real graded executable, its modification time `age` before now.
+  void add(const std::string& exe, std::chrono::hours age) {
+    fs::copy_file(fs::path(MGPU_BINARY_DIR) / exe, path / exe);
+    fs::last_write_time(path / exe, fs::file_time_type::clock::now() - age);
+  }
+};
 
 // The "total  earned/possible" line of the table.
 std::pair<int, int> total_points(const std::string& output) {
@@ -176,4 +198,72 @@ TEST_CASE("a graded executable refuses an MGPU_IMPL that names nothing, in one l
   // The grammar's valid forms run: the reference passes ex04's checks, ex04's stub fails them.
   CHECK(run_child({exe}, {{"MGPU_IMPL", "ex01=mine,ex04=reference"}}, 300).exit_code == 0);
   CHECK(run_child({exe}, {{"MGPU_IMPL", "ex04=mine"}}, 300).exit_code != 0);
+}
+
+TEST_CASE("mgpu grade does not grade an executable older than its exercise's source", "[cli]") {
+  // After an edit that does not compile, the build leaves the old graded executable: grading it
+  // would grade the old code. A copy ten years old stands for it (older than any checkout).
+  GradeDir dir;
+  dir.add("test_grade_ex04_bubble_accounting", std::chrono::hours(24 * 365 * 10));
+  ChildResult old =
+      mgpu_grade({"ex04", "--impl", "reference"}, {{"MGPU_GRADE_DIR", dir.path.string()}});
+  INFO(old.output);
+  CHECK(old.exit_code == 1);
+  CHECK(old.output.find("NOT GRADED: test_grade_ex04_bubble_accounting is older than "
+                        "exercises/bubble_accounting.cpp\n") != std::string::npos);
+  CHECK(old.output.find("(the build failed or was not run): cmake --build build, then grade "
+                        "again\n") != std::string::npos);
+  CHECK(old.output.find("PASS") == std::string::npos);
+  CHECK(
+      old.output.find("0/0  of the exercises graded; not graded: ex04 (older than its source)\n") !=
+      std::string::npos);
+  // The same executable, newer than the source: graded.
+  fs::last_write_time(dir.path / "test_grade_ex04_bubble_accounting",
+                      fs::file_time_type::clock::now() + std::chrono::hours(1));
+  ChildResult fresh =
+      mgpu_grade({"ex04", "--impl", "reference"}, {{"MGPU_GRADE_DIR", dir.path.string()}});
+  INFO(fresh.output);
+  CHECK(fresh.exit_code == 0);
+  CHECK(fresh.output.find("PASS") != std::string::npos);
+  CHECK(fresh.output.find("not graded") == std::string::npos);
+}
+
+TEST_CASE("mgpu grade with some executables missing or out of date: the total counts the graded",
+          "[cli]") {
+  GradeDir dir;
+  dir.add("test_grade_ex04_bubble_accounting", std::chrono::hours(-1));  // newer than its source
+  dir.add("test_grade_ex02_ddp_buckets", std::chrono::hours(24 * 365 * 10));
+  ChildResult r = mgpu_grade({"--impl", "reference"}, {{"MGPU_GRADE_DIR", dir.path.string()}});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);  // full marks on what was graded, but not everything was
+  std::smatch ex04;
+  REQUIRE(
+      std::regex_search(r.output, ex04, std::regex(R"(ex04 bubble accounting\s+(\d+)/\1  PASS)")));
+  auto [earned, possible] = total_points(r.output);
+  CHECK(earned == std::stoi(ex04[1]));
+  CHECK(possible == earned);
+  CHECK(std::regex_search(r.output, std::regex(R"(ex01 ring all-reduce\s+-  NOT BUILT)")));
+  CHECK(r.output.find("of the exercises graded; not graded: ex01 (not built), ex02 (older than its "
+                      "source), ex03 (not built), ex05 (not built), ex06 (not built), ex07 (not "
+                      "built), ex08 (not built), ex09 (not built)\n") != std::string::npos);
+}
+
+TEST_CASE("mgpu grade --help names every exercise", "[cli]") {
+  ChildResult r = mgpu_grade({"--help"});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("one exercise: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09 "
+                      "(default: all)") != std::string::npos);
+}
+
+TEST_CASE("mgpu grade ex01's messages name the phase and chunk of a wrong ring", "[cli]") {
+  // Rings with one deliberate bug each (tests/grade/test_grade_ex01_ring_all_reduce.cpp, hidden
+  // cases [.ring_watch]) through the graded check: its message must name where they leave the
+  // page's ring.
+  ChildResult r = run_child({std::string(MGPU_BINARY_DIR) + "/test_grade_ex01_ring_all_reduce",
+                             "[ring_watch]", "-r", "compact"},
+                            {{"MGPU_IMPL", ""}}, 300);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("Passed all 4 test cases") != std::string::npos);
 }

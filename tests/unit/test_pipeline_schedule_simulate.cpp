@@ -145,8 +145,8 @@ TEST_CASE("render_schedule draws the plan", "[pipeline]") {
   const std::string one_f_one_b = render_schedule(one_f_one_b_schedule(2, 3, compute_orders()));
   CHECK(one_f_one_b ==
         "1f1b: P=2 M=3 V=1, step 12, bubble 25.0%\n"
-        "stage 0 | F0 F1 .. .. B0 == F2 B1 == .. B2 ==\n"
-        "stage 1 | .. F0 B0 == F1 B1 == F2 B2 == .. ..\n");
+        "stage 0 | F0 F1 .. .. B0 bb F2 B1 bb .. B2 bb\n"
+        "stage 1 | .. F0 B0 bb F1 B1 bb F2 B2 bb .. ..\n");
   // Print the headline schedules so a teacher can paste them (visible with -s).
   for (const auto& s :
        {gpipe_schedule(4, 8, compute_orders()), one_f_one_b_schedule(4, 8, compute_orders()),

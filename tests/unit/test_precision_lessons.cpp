@@ -22,6 +22,22 @@ TEST_CASE("mixed_precision prints measured bytes per parameter and the four loss
   CHECK_THAT(r.out, Catch::Contains("989 TFLOP/s"));  // bf16 peak of the default H100 profile
 }
 
+TEST_CASE("mixed_precision advises a larger model only to a run that is not bound by FLOPs",
+          "[precision][lesson]") {
+  // The advice names a phantom run at dim 2048; that run itself is told it is bound by FLOPs,
+  // with the measured fp32/bf16 ratio beside the peaks' (not advised to run itself again).
+  CliResult small = run_mgpu(with_tiny_model({"run", "mixed_precision", "--batch", "4"}));
+  REQUIRE(small.code == 0);
+  CHECK_THAT(small.out, Catch::Contains("try --device phantom --dim 2048"));
+  CliResult big = run_mgpu({"run", "mixed_precision", "--device", "phantom", "--dim", "2048",
+                            "--layers", "8", "--seq", "512", "--steps", "1"});
+  INFO(big.out << big.err);
+  REQUIRE(big.code == 0);
+  CHECK_THAT(big.out, !Catch::Contains("try --device phantom"));
+  CHECK_THAT(big.out, Catch::Contains("the peaks' ratio is 2.00x") &&
+                          Catch::Contains("the step is bound by FLOPs"));
+}
+
 TEST_CASE("activation_checkpointing: measured bytes per layer equal the formula",
           "[recompute][lesson]") {
   CliResult r = run_mgpu(

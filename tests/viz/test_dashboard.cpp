@@ -503,8 +503,8 @@ TEST_CASE("a comm event's waiting for a partner is drawn hatched over a lighter 
   const int waiting = count_in(0, 1e-3, 3e-3, pal.comm_wait);
   const int lines = count_in(0, 1e-3, 3e-3, pal.comm);
   INFO("waiting part: " << waiting << " comm_wait pixels, " << lines << " comm pixels");
-  CHECK(waiting > 20);  // the lighter colour under the hatch
-  CHECK(lines > 20);    // and the hatch's lines in the comm colour
+  CHECK(waiting > 20);                                 // the lighter colour under the hatch
+  CHECK(lines > 20);                                   // and the hatch's lines in the comm colour
   CHECK(count_in(0, 3e-3, 4e-3, pal.comm_wait) == 0);  // the wire part is solid comm
   CHECK(count_in(0, 3.2e-3, 3.8e-3, pal.comm) > 10);
   CHECK(count_in(1, 3e-3, 4e-3, pal.comm_wait) == 0);  // GPU 1 did not wait

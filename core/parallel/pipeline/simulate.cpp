@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -239,7 +240,12 @@ std::string render_schedule(const Schedule& s, const CostModel& costs) {
     for (const auto& t : sim.timeline[stage]) {
       const int begin = static_cast<int>(std::lround(t.start));
       const int end = std::max(begin + 1, static_cast<int>(std::lround(t.end)));
-      for (int c = begin; c < end && c < cells; ++c) row[c] = c == begin ? t.action.str() : "==";
+      // A later cell of the same action: its letter in lower case, as the trace's timeline
+      // fills an event ("B0 bb"); '=' there means communication on the wire.
+      const std::string label = t.action.str();
+      const std::string fill(2,
+                             static_cast<char>(std::tolower(static_cast<unsigned char>(label[0]))));
+      for (int c = begin; c < end && c < cells; ++c) row[c] = c == begin ? label : fill;
     }
     std::string line = fmt::format("stage {} |", stage);
     for (const auto& cell : row) line += fmt::format(" {:<{}}", cell, width);

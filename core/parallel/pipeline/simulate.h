@@ -54,8 +54,9 @@ std::vector<int> peak_activations_theory(const std::string& schedule_name, int s
 std::vector<int> peak_inflight_microbatches(const Schedule& schedule);
 
 // One row per stage, one cell per time unit of the simulated timeline:
-//   stage 0 | F0 F1 F2 F3 .. .. .. B0 == F4 ...
-// ".." is idle, "==" continues the action to its left (a backward costs 2 by default).
+//   stage 0 | F0 F1 F2 F3 .. .. .. B0 bb F4 ...
+// ".." is idle; the action's letter in lower case ("bb") continues the action to its left (a
+// backward costs 2 by default), as the trace's ASCII timeline fills an event.
 std::string render_schedule(const Schedule& schedule, const CostModel& costs = {});
 
 }  // namespace mgpu::pipeline
