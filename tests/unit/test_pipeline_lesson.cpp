@@ -96,7 +96,9 @@ TEST_CASE("zbv and dualpipev run from the command line at their closed-form bubb
   REQUIRE(d.code == 0);
   CHECK_THAT(d.out, Catch::Contains("(PP/2-1)(F&B+B-3W) / step = 3/27"));
   CHECK_THAT(d.out, Catch::Contains("rank 0  bubble measured  11.1%  theory  11.1%"));
-  CHECK_THAT(d.out, Catch::Contains("DualPipeV  (PP/2-1)(F&B+B-3W)          3"));
+  // The formula at this run's PP (2 x 4 devices for the V's half-stage chunks) gives the figure.
+  CHECK_THAT(d.out,
+             Catch::Contains("DualPipeV  (PP/2-1)(F&B+B-3W)   (8/2-1)(1.5+1-3x0.5)        3"));
   CHECK_THAT(d.out, Catch::Contains("this run (dualpipev): bubble 3 ms per stage"));
   CHECK_THAT(d.out, Catch::Contains("peak 9 chunks held"));
 }
@@ -112,7 +114,9 @@ TEST_CASE("dualpipe runs from the command line at its closed-form bubble, with t
   CHECK_THAT(d.out, Catch::Contains("rank 0  bubble measured   7.7%  theory   7.7%"));
   CHECK_THAT(d.out, Catch::Contains("rank 3  bubble measured   7.7%  theory   7.7%"));
   CHECK_THAT(d.out, Catch::Contains("rank 1  held  5 (expected  5)"));  // PP + 1
-  CHECK_THAT(d.out, Catch::Contains("DualPipe   (PP/2-1)(F&B+B-3W)          2      2x  5"));
+  CHECK_THAT(
+      d.out,
+      Catch::Contains("DualPipe   (PP/2-1)(F&B+B-3W)   (4/2-1)(3+2-3x1)            2      2x  5"));
   CHECK_THAT(d.out, Catch::Contains("this run (dualpipe): bubble 2 ms per stage"));
   CHECK_THAT(d.out, Catch::Contains("params 2.00x (all stages / model), peak 5 chunks held"));
   // The two copies of each stage sum their gradients: one all-reduce per pair in the trace.
