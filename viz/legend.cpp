@@ -14,7 +14,6 @@ void draw_legend(const PanelContext& ctx, bool any_pipeline) {
     const char* name;
     ImU32 colour;
     const Hatch* hatch = nullptr;  // drawn as the timeline draws it (null: a plain box)
-    float spacing = 0;             // the timeline's line spacing for it (unscaled)
   };
   const Hatch wait = comm_wait_hatch(p), bubble = bubble_hatch(p);
   const Key keys[] = {{"forward", p.forward},
@@ -23,8 +22,8 @@ void draw_legend(const PanelContext& ctx, bool any_pipeline) {
                       {"optimizer", p.optimizer},
                       {"other compute", p.compute},
                       {"comm on the wire", p.comm},
-                      {"comm waiting for a partner", 0, &wait, 5},
-                      {any_pipeline ? "idle (bubble)" : "idle", 0, &bubble, 7}};
+                      {"comm waiting for a partner", 0, &wait},
+                      {any_pipeline ? "idle (bubble)" : "idle", 0, &bubble}};
   const float box = ImGui::GetTextLineHeight();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   bool first = true;
@@ -35,7 +34,7 @@ void draw_legend(const PanelContext& ctx, bool any_pipeline) {
     const ImVec2 at = ImGui::GetCursorScreenPos();
     const ImVec2 end{at.x + box, at.y + box};
     if (k.hatch)
-      draw_hatched(dl, at, end, *k.hatch, k.spacing * ctx.scale);
+      draw_hatched(dl, at, end, *k.hatch, ctx.scale);
     else
       dl->AddRectFilled(at, end, k.colour);
     note_text(ctx, at, end, std::string("swatch: ") + k.name);

@@ -112,8 +112,7 @@ void draw_peak(const MemoryStrips& m, int r, float y0, float y1, bool model_stat
   const ImVec2 size = ImGui::CalcTextSize(text.c_str());
   const ImVec2 at{m.x_right - size.x - 4, y0 + 1};
   m.dl->AddRectFilled({at.x - 2, at.y}, {at.x + size.x + 2, at.y + size.y}, pal.lane_background);
-  m.dl->AddText(at, pal.ruler_text, text.c_str());
-  note_text(m.ctx, at, {at.x + size.x, at.y + size.y}, text);
+  draw_text(m.ctx, m.dl, at, pal.ruler_text, text);
 }
 
 }  // namespace
@@ -153,9 +152,7 @@ void draw_memory(const PanelContext& ctx, const TraceView& view, float strip_hei
     const float y0 = origin.y + r * (strip + gap), y1 = y0 + strip;
     const std::string label = view.rank_label(r);
     const ImVec2 at{origin.x + 6 * ctx.scale, y0 + (strip - ImGui::GetTextLineHeight()) / 2};
-    m.dl->AddText(at, ctx.pal.ruler_text, label.c_str());
-    const ImVec2 size = ImGui::CalcTextSize(label.c_str());
-    note_text(ctx, at, {at.x + size.x, at.y + size.y}, label);
+    draw_text(ctx, m.dl, at, ctx.pal.ruler_text, label);
     m.dl->AddRectFilled({m.x_left, y0}, {m.x_right, y1}, ctx.pal.lane_background);
     m.dl->PushClipRect({m.x_left, y0}, {m.x_right, y1}, true);
     draw_stacked_areas(m, r, y1);

@@ -71,18 +71,18 @@ ImU32 dimmed(ImU32 colour, ImU32 background) {
 }
 
 Hatch bubble_hatch(const Palette& p) {
-  return {p.idle, p.idle_hatch, false};
+  return {p.idle, p.idle_hatch, false, 7};
 }
 
 Hatch comm_wait_hatch(const Palette& p) {
-  return {p.comm_wait, p.comm, true};
+  return {p.comm_wait, p.comm, true, 5};
 }
 
-void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float spacing) {
+void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float scale) {
   dl->AddRectFilled(a, b, h.fill);
   dl->PushClipRect(a, b, true);
   const float height = b.y - a.y;
-  spacing = std::max(spacing, 2.0f);
+  const float spacing = std::max(h.spacing * scale, 2.0f);
   // Start on a multiple of the spacing so the hatching does not shimmer while panning a gap.
   for (float x = std::floor((a.x - height) / spacing) * spacing; x < b.x; x += spacing) {
     if (h.rising)
@@ -95,6 +95,14 @@ void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float spac
 
 void note_text(const PanelContext& ctx, ImVec2 a, ImVec2 b, const std::string& text) {
   if (ctx.texts) ctx.texts->push_back({a.x, a.y, b.x, b.y, ctx.view, text});
+}
+
+ImVec2 draw_text(const PanelContext& ctx, ImDrawList* dl, ImVec2 at, ImU32 colour,
+                 const std::string& text) {
+  dl->AddText(at, colour, text.c_str());
+  const ImVec2 size = ImGui::CalcTextSize(text.c_str());
+  note_text(ctx, at, {at.x + size.x, at.y + size.y}, text);
+  return size;
 }
 
 void note_item(const PanelContext& ctx, const std::string& text) {

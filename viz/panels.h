@@ -32,11 +32,13 @@ ImU32 dimmed(ImU32 colour, ImU32 background);
 struct Hatch {
   ImU32 fill = 0, lines = 0;
   bool rising = true;  // "/" (true) or "\\"
+  float spacing = 5;   // between the lines, unscaled pixels
 };
 Hatch bubble_hatch(const Palette& p);
 Hatch comm_wait_hatch(const Palette& p);
 // `a`, `b` must already be clamped to the visible lane (the line count is bounded by the width).
-void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float spacing);
+// The lines are h.spacing x `scale` apart.
+void draw_hatched(ImDrawList* dl, ImVec2 a, ImVec2 b, const Hatch& h, float scale);
 
 // Default: the ImGui dark theme. Presentation: a light theme with saturated, high-contrast colours.
 const Palette& palette(bool presentation);
@@ -58,6 +60,9 @@ struct PanelContext {
 
 // Records a drawn text's rectangle (nothing when ctx.texts is null).
 void note_text(const PanelContext& ctx, ImVec2 a, ImVec2 b, const std::string& text);
+// Draws `text` at `at` and records its rectangle; returns its size.
+ImVec2 draw_text(const PanelContext& ctx, ImDrawList* dl, ImVec2 at, ImU32 colour,
+                 const std::string& text);
 // The same for the last ImGui item (a line of text, a table).
 void note_item(const PanelContext& ctx, const std::string& text);
 // The width available to a panel: its column's, else what is left of the window's row.

@@ -63,9 +63,7 @@ void draw_theory_bars(const PanelContext& ctx, const TraceView& view, float labe
         dl->AddRectFilled({x0, at.y}, {x0 + len, at.y + bar_h},
                           k == 0 ? ctx.pal.idle_hatch : ctx.pal.ruler_line);
       const ImVec2 t{x0 + bar_w + text_gap, at.y + (bar_h - line) / 2};
-      dl->AddText(t, ctx.pal.ruler_text, text.c_str());
-      const ImVec2 size = ImGui::CalcTextSize(text.c_str());
-      note_text(ctx, t, {t.x + size.x, t.y + size.y}, text);
+      const ImVec2 size = draw_text(ctx, dl, t, ctx.pal.ruler_text, text);
       ImGui::Dummy({label_w + bar_w + text_gap + size.x, bar_h + gap});
     }
   }
@@ -204,10 +202,7 @@ void draw_time_bars(const PanelContext& ctx, const TraceView& view) {
     return x + len;
   };
   auto text_at = [&](ImVec2 at, const std::string& text) {
-    dl->AddText(at, pal.ruler_text, text.c_str());
-    const ImVec2 size = ImGui::CalcTextSize(text.c_str());
-    note_text(ctx, at, {at.x + size.x, at.y + size.y}, text);
-    return size.x;
+    return draw_text(ctx, dl, at, pal.ruler_text, text).x;
   };
   for (int r = 0; r < view.num_ranks(); ++r) {
     const RankSummary& s = view.summary(r);

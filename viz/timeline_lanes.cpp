@@ -35,16 +35,13 @@ void draw_rank_label(const LaneCanvas& c, int r, float x_origin, bool member) {
     c.dl->AddRectFilled({x_origin, gy}, {x_origin + 3 * c.ctx.scale, gy + gh}, pal.partner);
   const std::string label = c.view.rank_label(r);
   const ImVec2 at{x_origin + 6 * c.ctx.scale, gy + (gh - ImGui::GetTextLineHeight()) / 2};
-  c.dl->AddText(at, member ? pal.partner : pal.ruler_text, label.c_str());
-  const ImVec2 size = ImGui::CalcTextSize(label.c_str());
-  note_text(c.ctx, at, {at.x + size.x, at.y + size.y}, label);
+  draw_text(c.ctx, c.dl, at, member ? pal.partner : pal.ruler_text, label);
 }
 
 // The compute lane's idle gaps (pipeline bubbles), hatched and labelled with their duration.
 // Gaps are disjoint and sorted: binary search the first one that reaches the screen.
 void draw_bubbles(const LaneCanvas& c, int r, float y0, float y1) {
   const Palette& pal = c.ctx.pal;
-  const float hatch = 7 * c.ctx.scale;
   const auto& gaps = c.view.idle_gaps(r);
   auto first = std::lower_bound(gaps.begin(), gaps.end(), c.ctx.axis.t0,
                                 [](const Gap& g, double t) { return g.end < t; });
@@ -52,7 +49,7 @@ void draw_bubbles(const LaneCanvas& c, int r, float y0, float y1) {
     const Gap& g = *it;
     const ImVec2 a{c.px(g.start), y0}, b{c.px(g.end), y1};
     if (b.x - a.x < 1) continue;
-    draw_hatched(c.dl, a, b, bubble_hatch(pal), hatch);
+    draw_hatched(c.dl, a, b, bubble_hatch(pal), c.ctx.scale);
     const std::string d = format_duration(g.dur());
     const ImVec2 size = ImGui::CalcTextSize(d.c_str());
     // The label is centred in the gap's visible part, or dropped: never cut at an edge.
@@ -80,8 +77,7 @@ void draw_lane_events(const LaneCanvas& c, int r, Lane lane, float y0, float y1,
     float wait_end = a.x;
     if (lane == Lane::comm && e.wait > 0 && !faded) {
       wait_end = std::min(b.x, c.px(e.start + e.wait));
-      if (wait_end > a.x)
-        draw_hatched(c.dl, a, {wait_end, b.y}, comm_wait_hatch(pal), 5 * c.ctx.scale);
+      if (wait_end > a.x) draw_hatched(c.dl, a, {wait_end, b.y}, comm_wait_hatch(pal), c.ctx.scale);
     }
     if (b.x - a.x >= 4) c.dl->AddRect(a, b, pal.cell_border);
     // Labels go in the cell's visible part (or are dropped), never cut at the window's edge, in a

@@ -8,13 +8,29 @@
 
 namespace mgpu::comm {
 
+namespace {
+
+// The member whose message of `bytes` to member + distance takes longest (-1: no members).
+int slowest_sender(const std::vector<int>& members, int distance, double bytes,
+                   const HardwareProfile& profile) {
+  const int n = static_cast<int>(members.size());
+  int worst = -1;
+  double worst_time = 0;
+  for (int i = 0; i < n; ++i)
+    if (const double t = profile.transfer_time(members[i], members[(i + distance) % n], bytes);
+        worst < 0 || t > worst_time)
+      worst = i, worst_time = t;
+  return worst;
+}
+
+}  // namespace
+
 double slowest_step(const std::vector<int>& members, int distance, double bytes,
                     const HardwareProfile& profile) {
+  const int i = slowest_sender(members, distance, bytes, profile);
+  if (i < 0) return 0;
   const int n = static_cast<int>(members.size());
-  double worst = 0;
-  for (int i = 0; i < n; ++i)
-    worst = std::max(worst, profile.transfer_time(members[i], members[(i + distance) % n], bytes));
-  return worst;
+  return profile.transfer_time(members[i], members[(i + distance) % n], bytes);
 }
 
 namespace {
@@ -100,16 +116,9 @@ double slowest_ring_step(int ranks, double bytes, const HardwareProfile& p) {
 }  // namespace
 
 const LinkSpec& slowest_ring_link(int ranks, double bytes, const HardwareProfile& profile) {
-  const LinkSpec* slowest = &profile.intra_node;
-  double worst = -1;
-  for (int r = 0; r < std::max(ranks, 1); ++r) {
-    const int next = (r + 1) % std::max(ranks, 1);
-    if (const double t = profile.transfer_time(r, next, bytes); t > worst) {
-      worst = t;
-      slowest = &profile.link(r, next);
-    }
-  }
-  return *slowest;
+  if (ranks < 2) return profile.intra_node;  // no message leaves the rank
+  const int r = slowest_sender(first_ranks(ranks), 1, bytes, profile);
+  return profile.link(r, (r + 1) % ranks);
 }
 
 double tree_broadcast_time(const std::vector<int>& members, int root, double bytes,
