@@ -25,19 +25,6 @@ namespace mgpu::lessons {
 
 namespace {
 
-// The cp layout together with the mesh it takes its group from (the group must outlive it).
-class MeshLayout : public parallel::ContextParallel {
- public:
-  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg, parallel::CpLayout layout,
-             int seq, const train::OptimizerFactory& make_optimizer)
-      : ContextParallel(cfg, mesh->group(parallel::Axis::cp), layout, seq, make_optimizer,
-                        ex::selected_seams().cp),
-        mesh_(std::move(mesh)) {}
-
- private:
-  std::shared_ptr<parallel::Mesh> mesh_;
-};
-
 parallel::CpLayout layout_of(const std::string& name) {
   try {
     return parallel::parse_cp_layout(name);
@@ -87,8 +74,8 @@ ContextParallelResult train_context_parallel(const CommonOptions& c, const std::
       world, *task, train_options(c, c.batch, cfg),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.cp = c.ranks});
-        auto made = std::make_unique<MeshLayout>(mesh, cfg, layout, c.seq, optimizer_factory(c));
-        return made;
+        return parallel::context_parallel(cfg, mesh->group(parallel::Axis::cp), layout, c.seq,
+                                          optimizer_factory(c), ex::selected_seams().cp, mesh);
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout&) {

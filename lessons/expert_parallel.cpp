@@ -62,19 +62,6 @@ int resolve_ep(const CommonOptions& c, const ExpertParallelOptions& o) {
   return ep;
 }
 
-// The layout with the mesh it takes its groups from (the groups must outlive it).
-class ExpertMeshLayout : public parallel::ExpertParallel {
- public:
-  ExpertMeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-                   const train::OptimizerFactory& make_optimizer)
-      : ExpertParallel(cfg, mesh->group(parallel::Axis::dp), mesh->group(parallel::Axis::ep),
-                       mesh->group(parallel::Axis::edp), make_optimizer),
-        mesh_(std::move(mesh)) {}
-
- private:
-  std::shared_ptr<parallel::Mesh> mesh_;
-};
-
 }  // namespace
 
 ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertParallelOptions& o,
@@ -106,7 +93,9 @@ ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertP
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         auto mesh = std::make_shared<parallel::Mesh>(
             *ctx.comm, parallel::MeshShape{.dp = result.dp, .ep = result.ep});
-        return std::make_unique<ExpertMeshLayout>(mesh, cfg, optimizer_factory(c));
+        return parallel::expert_parallel(
+            cfg, mesh->group(parallel::Axis::dp), mesh->group(parallel::Axis::ep),
+            mesh->group(parallel::Axis::edp), optimizer_factory(c), mesh);
       },
       [&](int step, float loss) { log.record(step, loss); });
   result.losses = trained.losses;

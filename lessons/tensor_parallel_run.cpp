@@ -15,32 +15,6 @@
 
 namespace mgpu::lessons {
 
-namespace {
-
-// A tp layout (TensorParallel, or SequenceParallel on top of it) together with the mesh it takes
-// its group from (the group must outlive it).
-template <class TpLayout>
-class MeshLayout : public TpLayout {
- public:
-  MeshLayout(std::shared_ptr<parallel::Mesh> mesh, const GPTConfig& cfg,
-             const train::OptimizerFactory& make_optimizer)
-      : TpLayout(cfg, mesh->group(parallel::Axis::tp), make_optimizer, ex::selected_seams().tp),
-        mesh_(std::move(mesh)) {}
-
- private:
-  std::shared_ptr<parallel::Mesh> mesh_;
-};
-
-template <class TpLayout>
-std::unique_ptr<parallel::TensorParallel> make_mesh_layout(RankContext& ctx, int tp,
-                                                           const GPTConfig& cfg,
-                                                           const CommonOptions& c) {
-  auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = tp});
-  return std::make_unique<MeshLayout<TpLayout>>(mesh, cfg, optimizer_factory(c));
-}
-
-}  // namespace
-
 // ---- the run -------------------------------------------------------------------------------
 
 TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out,
@@ -72,15 +46,17 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto layout = sequence_parallel
-                          ? make_mesh_layout<parallel::SequenceParallel>(ctx, c.ranks, cfg, c)
-                          : make_mesh_layout<parallel::TensorParallel>(ctx, c.ranks, cfg, c);
-        return layout;
+        auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = c.ranks});
+        comm::Comm& tp = mesh->group(parallel::Axis::tp);
+        const parallel::TpSeams& seams = ex::selected_seams().tp;
+        return sequence_parallel
+                   ? parallel::sequence_parallel(cfg, tp, optimizer_factory(c), seams, mesh)
+                   : parallel::tensor_parallel(cfg, tp, optimizer_factory(c), seams, false, mesh);
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {
         if (ctx.rank != 0) return;
-        result.local_params = static_cast<parallel::TensorParallel&>(layout).model().num_params();
+        result.local_params = static_cast<parallel::MeshLayout&>(layout).model().num_params();
         result.memory = ctx.allocator.stats();
       });
   result.losses = trained.losses;

@@ -83,63 +83,55 @@ data::Batch batch_columns(const data::Batch& batch, const std::vector<int32_t>& 
 
 // ---------------------------------------------------------------------------------- set-up
 
-ContextParallel::ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
-                                 const train::OptimizerFactory& make_optimizer,
-                                 const CpSeams& seams)
-    : config_(cfg), cp_(cp), seq_(seq) {
+ContextParallelPart::ContextParallelPart(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout,
+                                         int seq, const CpSeams& seams)
+    : cp_(cp), seq_(seq), communicates_(layout != CpLayout::chunked && cp.size() > 1) {
   check_cp_size(cfg, seq, cp.size(), layout);
   positions_ = cp_positions(seq, cp.size(), cp.rank(), layout);
   // Attention is where the ranks meet: ring attention (contiguous, zigzag; its K/V ring is in
   // ring_attention.cpp) or Ulysses' all-to-alls (ulysses.cpp). Chunked attends within its chunk.
-  const bool communicates = layout != CpLayout::chunked && cp.size() > 1;
   if (layout == CpLayout::ulysses)
     attention_ = std::make_unique<UlyssesAttention>(cp, seq);
   else
     attention_ = std::make_unique<RingAttention>(cp, layout, seq, seams);
-  // Every rank holds the whole seeded model. Ring attention and Ulysses keep the rank's rows of
-  // the whole sequence's score matrix ([T/cp, T] per head, or [T, T] for H/cp heads: the same
-  // size); chunked keeps only its own chunk's [T/cp, T/cp].
-  shard_ = BlockShard::whole(cfg);
-  if (communicates) shard_.attention_keys = seq;
-  model_ = std::make_unique<GPT>(cfg);
-  model_->embedding.positions = positions();
-  for (Block& block : model_->blocks) block.shard = shard_;
-  if (communicates) model_->set_block_comm({.attention = attention_.get(), .phase = &phase_});
-  optimizer_ = make_optimizer(model_->params());
 }
 
-// ---------------------------------------------------------------------------------- one step
+void ContextParallelPart::shard_blocks(BlockShard& shard) const {
+  // Ring attention and Ulysses keep the rank's rows of the whole sequence's score matrix
+  // ([T/cp, T] per head, or [T, T] for H/cp heads: the same size); chunked keeps only its own
+  // chunk's [T/cp, T/cp].
+  if (communicates_) shard.attention_keys = seq_;
+}
 
-train::StepOutcome ContextParallel::step(const data::Batch& batch, int step) {
+void ContextParallelPart::attach(GPT& model, TracePhase& phase) {
+  model.embedding.positions = positions_;
+  if (communicates_) model.set_block_comm({.attention = attention_.get(), .phase = &phase});
+}
+
+data::Batch ContextParallelPart::share(const data::Batch& batch) const {
   if (batch.T != seq_)
     throw std::invalid_argument(fmt::format(
         "context parallelism was set up for sequences of {} tokens, got {}", seq_, batch.T));
-  // My columns of every sequence (inputs and targets alike): B x T/cp tokens.
-  const data::Batch mine = batch_columns(batch, positions());
-  const int t = mine.T;
-  const std::vector<int32_t>&tokens = mine.tokens, &targets = mine.targets;
-  optimizer_->zero_grad();
-  GPTActivations acts = GPTActivations::allocate(config_, shard_, batch.B, t);
-  phase_.open("forward", trace::cat::forward);
-  // My tokens' mean loss; the ranks' shares are equal, so their mean is the batch's mean.
-  const float loss = model_->forward(tokens, targets, acts, loss_scale());
-  phase_.open("backward", trace::cat::backward);
-  model_->backward(tokens, acts);
-  phase_.close();
-  // Each rank's gradient is d(its tokens' mean)/dW: their average is d(batch mean)/dW.
-  // (Blocking, one tensor at a time: the sum then runs in the same order on threads and under
-  // mpirun, so both give the same bits.)
-  if (cp_.size() > 1)
-    for (Param* p : model_->params()) cp_.all_reduce(p->grad, comm::ReduceOp::avg);
-  // fp16: the gradients are averaged over cp, so every rank sees the same overflow; the flag is
-  // still agreed over cp, so a rank's own (injected) overflow skips the step everywhere.
-  const bool stepped = optimizer_step(optimizer_.get(), {&cp_}, step);
-  return {.shard_loss = loss, .skipped = !stepped};
+  // My columns of every sequence (inputs and targets alike): B x T/cp tokens. My tokens' mean
+  // loss is the rank's; the ranks' shares are equal, so their mean is the batch's mean.
+  return batch_columns(batch, positions_);
 }
 
-std::vector<train::TensorShard> ContextParallel::shards() {
-  // Every rank holds every weight: the checkpoint takes rank 0's copy.
-  return train::whole_tensor_shards(model_->params(), optimizer_.get(), cp_.rank() == 0);
+void ContextParallelPart::synchronise(GPT& model) {
+  // Each rank's gradient is d(its tokens' mean)/dW: their average is d(batch mean)/dW.
+  // (Blocking, one tensor at a time: the sum then runs in the same order on threads and under
+  // mpirun, so both give the same bits.) fp16: every rank then sees the same overflow; the flag
+  // is still agreed over cp, so a rank's own (injected) overflow skips the step everywhere.
+  if (cp_.size() > 1)
+    for (Param* p : model.params()) cp_.all_reduce(p->grad, comm::ReduceOp::avg);
+}
+
+std::unique_ptr<MeshLayout> context_parallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout,
+                                             int seq, const train::OptimizerFactory& make_optimizer,
+                                             const CpSeams& seams, std::shared_ptr<Mesh> mesh) {
+  return std::make_unique<MeshLayout>(
+      cfg, std::make_unique<ContextParallelPart>(cfg, cp, layout, seq, seams), make_optimizer,
+      std::move(mesh));
 }
 
 }  // namespace mgpu::parallel

@@ -19,6 +19,7 @@
 #include "core/model/gpt.h"
 #include "core/model/trace_phase.h"
 #include "core/optim/optimizer.h"
+#include "core/parallel/mesh_layout.h"
 #include "core/runtime/context.h"
 #include "core/train/layout.h"
 #include "core/train/trainer.h"
@@ -103,36 +104,39 @@ class UlyssesAttention : public AttentionComm {
   int seq_;
 };
 
-// One rank of a context-parallel run, as the training loop sees it (core/train/layout.h).
-class ContextParallel : public train::Layout {
+// Context parallelism as a part of the mesh engine (core/parallel/mesh_layout.h): every rank holds
+// the whole seeded model and its columns of every sequence (cp_positions); attention meets the
+// other ranks (ring or Ulysses; chunked: no communication); the gradients are averaged over cp.
+class ContextParallelPart : public MeshPart {
  public:
   // `seq` is the global sequence length T (every step's batch has it). `cp` must outlive this.
   // `seams`: exercise 07's merge, which ring attention runs.
-  ContextParallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
-                  const train::OptimizerFactory& make_optimizer, const CpSeams& seams);
-
+  ContextParallelPart(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout, int seq,
+                      const CpSeams& seams);
   std::string name() const override { return "context_parallel"; }
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
-  std::vector<train::TensorShard> shards() override;
-  optim::Optimizer* optimizer() override { return optimizer_.get(); }
-
-  GPT& model() { return *model_; }
+  void shard_blocks(BlockShard& shard) const override;
+  void attach(GPT& model, TracePhase& phase) override;
+  data::Batch share(const data::Batch& global_batch) const override;
+  void synchronise(GPT& model) override;
+  comm::Comm& model_group() override { return cp_; }
+  bool loss_is_shard() const override { return true; }
+  bool writes(const Param&) const override { return cp_.rank() == 0; }  // rank 0's copy
   const std::vector<int32_t>& positions() const { return positions_; }
 
  private:
-  // The forward/backward region on the timeline; paused while attention communicates (the
-  // ring's compute gets scopes of its own, so waits for a K/V block show as idle, not busy).
-  TracePhase phase_;
-
-  GPTConfig config_;
   comm::Comm& cp_;
   int seq_;
+  bool communicates_;                         // not chunked, and more than one rank
   std::vector<int32_t> positions_;            // my tokens' global positions
-  std::unique_ptr<AttentionComm> attention_;  // ring or Ulysses; null: chunked (no comm)
-  BlockShard shard_;
-  std::unique_ptr<GPT> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<AttentionComm> attention_;  // ring or Ulysses
 };
+
+// One rank of a context-parallel run: the mesh engine with the cp part. `mesh`: the mesh `cp`
+// comes from, kept alive by the layout (null when the caller keeps the group).
+std::unique_ptr<MeshLayout> context_parallel(const GPTConfig& cfg, comm::Comm& cp, CpLayout layout,
+                                             int seq, const train::OptimizerFactory& make_optimizer,
+                                             const CpSeams& seams,
+                                             std::shared_ptr<Mesh> mesh = nullptr);
 
 // Zeroed workspace for context parallelism's exchanges (ring attention and Ulysses both use it).
 inline Tensor scratch(const Shape& shape, DType dtype = DType::f32) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -219,53 +220,48 @@ ParamList split_experts(Block& block, const GPTConfig& cfg, int parts, int part)
   return experts;
 }
 
-ExpertParallel::ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep,
-                               comm::Comm& edp, const train::OptimizerFactory& make_optimizer)
+ExpertParallelPart::ExpertParallelPart(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep,
+                                       comm::Comm& edp)
     : config_(cfg), dp_(dp), ep_(ep), edp_(edp) {
   check_ep_size(cfg, dp.size(), ep.size());
-  BlockShard shard = BlockShard::whole(cfg);
-  shard.expert_parts = ep.size();
-  model_ = std::make_unique<GPT>(cfg, shard);
-  // My experts' rows of the four stacked tensors: the single-device model's slice, born as it.
-  for (Block& block : model_->blocks)
-    for (Param* p : split_experts(block, cfg, ep.size(), ep.rank())) expert_params_.push_back(p);
-  for (Param* p : model_->params())
-    if (!p->spec.split()) dense_params_.push_back(p);
-  materialise(model_->params(), cfg.seed, cfg.dtype);
-  // Even with ep = 1 (the exchanges are then local copies), so the trace carries the routing.
-  exchange_ = std::make_unique<ExpertParallelComm>(ep);
-  model_->set_block_comm({.phase = &phase_, .experts = exchange_.get()});
-  optimizer_ = make_optimizer(model_->params());
 }
 
-train::StepOutcome ExpertParallel::step(const data::Batch& batch, int step) {
+void ExpertParallelPart::split(GPT& model) {
+  // My experts' rows of the four stacked tensors: the single-device model's slice, born as it.
+  for (Block& block : model.blocks)
+    for (Param* p : split_experts(block, config_, ep_.size(), ep_.rank()))
+      expert_params_.push_back(p);
+  for (Param* p : model.params())
+    if (!p->spec.split()) dense_params_.push_back(p);
+}
+
+void ExpertParallelPart::attach(GPT& model, TracePhase& phase) {
+  // Even with ep = 1 (the exchanges are then local copies), so the trace carries the routing.
+  exchange_ = std::make_unique<ExpertParallelComm>(ep_);
+  model.set_block_comm({.phase = &phase, .experts = exchange_.get()});
+}
+
+data::Batch ExpertParallelPart::share(const data::Batch& batch) const {
   // Data parallelism over every dp rank: my rows of the global batch.
   const data::RowRange mine = data::shard_rows(batch.B, dp_.size(), dp_.rank());
-  const data::Batch shard = batch.rows(mine.begin, mine.end);
-  optimizer_->zero_grad();
-  GPTActivations acts = GPTActivations::allocate(config_, model_->shard(), shard.B, shard.T);
-  phase_.open("forward", trace::cat::forward);
-  const float loss = model_->forward(shard.tokens, shard.targets, acts, loss_scale());
-  phase_.open("backward", trace::cat::backward);
-  model_->backward(shard.tokens, acts);
-  phase_.close();
-  synchronise_gradients();
-  // (fp16: an expert's overflow is only on its holders, so the found-inf flag is agreed over dp,
-  // which holds every ep group.)
-  const bool stepped = optimizer_step(optimizer_.get(), {&dp_}, step);
-  return {.shard_loss = loss, .skipped = !stepped};
+  return batch.rows(mine.begin, mine.end);
 }
 
-void ExpertParallel::synchronise_gradients() {
+void ExpertParallelPart::synchronise(GPT&) {
   average_dense_and_expert_gradients(dense_params_, expert_params_, dp_, edp_);
 }
 
-std::vector<train::TensorShard> ExpertParallel::shards() {
+bool ExpertParallelPart::writes(const Param& p) const {
   // Replicated tensors: dp rank 0's copy; my experts' rows: the first ep group's (edp rank 0).
-  const bool dense_writer = dp_.rank() == 0, expert_writer = edp_.rank() == 0;
-  return train::partitioned_shards(model_->params(), optimizer_.get(), [&](const Param& p) {
-    return p.spec.split() ? expert_writer : dense_writer;
-  });
+  return p.spec.split() ? edp_.rank() == 0 : dp_.rank() == 0;
+}
+
+std::unique_ptr<MeshLayout> expert_parallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep,
+                                            comm::Comm& edp,
+                                            const train::OptimizerFactory& make_optimizer,
+                                            std::shared_ptr<Mesh> mesh) {
+  return std::make_unique<MeshLayout>(cfg, std::make_unique<ExpertParallelPart>(cfg, dp, ep, edp),
+                                      make_optimizer, std::move(mesh));
 }
 
 }  // namespace mgpu::parallel

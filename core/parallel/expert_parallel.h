@@ -17,6 +17,7 @@
 #include "core/model/moe.h"
 #include "core/model/trace_phase.h"
 #include "core/optim/optimizer.h"
+#include "core/parallel/mesh_layout.h"
 #include "core/train/layout.h"
 #include "core/train/trainer.h"
 
@@ -72,39 +73,45 @@ void group_by_expert(Tensor& by_expert, const Tensor& by_source, const ExchangeP
 void group_by_source(Tensor& by_source, const Tensor& by_expert, const ExchangePlan& plan,
                      const std::string& category);
 
-// ------------------------------------------------------------------ the layout
-// One rank of an expert-parallel run: dp ranks in all (each trains on its B/dp rows of the global
-// batch), the experts of every MoE layer split over `ep` (PartitionSpec::rows of the four expert
-// tensors: this rank's experts' slice of the single-device model), the rest replicated.
-class ExpertParallel : public train::Layout {
+// ------------------------------------------------------------------ the part
+// Expert parallelism as a part of the mesh engine (core/parallel/mesh_layout.h): dp ranks in all
+// (each trains on its B/dp rows of the global batch), the experts of every MoE layer split over
+// `ep` (PartitionSpec::rows of the four expert tensors: this rank's experts' slice of the
+// single-device model), the rest replicated.
+class ExpertParallelPart : public MeshPart {
  public:
   // `dp`: every data-parallel rank; `ep` and `edp`: the mesh's expert groups (ep divides dp).
-  // The groups must outlive the layout.
-  ExpertParallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep, comm::Comm& edp,
-                 const train::OptimizerFactory& make_optimizer);
-
+  // The groups must outlive the part.
+  ExpertParallelPart(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep, comm::Comm& edp);
   std::string name() const override { return "expert_parallel"; }
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
-  std::vector<train::TensorShard> shards() override;
-  optim::Optimizer* optimizer() override { return optimizer_.get(); }
-
-  GPT& model() { return *model_; }
+  void shard_blocks(BlockShard& shard) const override { shard.expert_parts = ep_.size(); }
+  void split(GPT& model) override;
+  void attach(GPT& model, TracePhase& phase) override;
+  data::Batch share(const data::Batch& global_batch) const override;
+  void synchronise(GPT& model) override;
+  // fp16: an expert's overflow is only on its holders, so the found-inf flag is agreed over dp,
+  // which holds every ep group.
+  comm::Comm& model_group() override { return dp_; }
+  bool loss_is_shard() const override { return true; }
+  bool writes(const Param& p) const override;
   // This rank's expert parameters (the four stacked tensors of each MoE block), and the rest.
   const ParamList& expert_params() const { return expert_params_; }
   const ParamList& dense_params() const { return dense_params_; }
 
  private:
-  void synchronise_gradients();
-
-  TracePhase phase_;
   GPTConfig config_;
   comm::Comm& dp_;
   comm::Comm& ep_;
   comm::Comm& edp_;
   std::unique_ptr<ExpertParallelComm> exchange_;
-  std::unique_ptr<GPT> model_;
   ParamList expert_params_, dense_params_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
 };
+
+// One rank of an expert-parallel run: the mesh engine with the ep part (`mesh`: the mesh the
+// groups come from, kept alive by the layout; null when the caller keeps them).
+std::unique_ptr<MeshLayout> expert_parallel(const GPTConfig& cfg, comm::Comm& dp, comm::Comm& ep,
+                                            comm::Comm& edp,
+                                            const train::OptimizerFactory& make_optimizer,
+                                            std::shared_ptr<Mesh> mesh = nullptr);
 
 }  // namespace mgpu::parallel

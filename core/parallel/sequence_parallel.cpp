@@ -8,6 +8,7 @@
 #include "core/parallel/sequence_parallel.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -84,11 +85,17 @@ void keep_my_tokens(Tensor& mine, const Tensor& full, int rank, int parts) {
 
 // ---------------------------------------------------------------------------------- f-bar, g-bar
 
-SequenceParallel::SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
-                                   const train::OptimizerFactory& make_optimizer,
-                                   const TpSeams& seams)
-    : TensorParallel(cfg, tp, make_optimizer, std::make_unique<SequenceParallelComm>(tp, seams),
-                     tp.size()) {}
+SequenceParallelPart::SequenceParallelPart(const GPTConfig& cfg, comm::Comm& tp,
+                                           const TpSeams& seams)
+    : TensorParallelPart(cfg, tp, std::make_unique<SequenceParallelComm>(tp, seams), tp.size(),
+                         false) {}
+
+std::unique_ptr<MeshLayout> sequence_parallel(const GPTConfig& cfg, comm::Comm& tp,
+                                              const train::OptimizerFactory& make_optimizer,
+                                              const TpSeams& seams, std::shared_ptr<Mesh> mesh) {
+  return std::make_unique<MeshLayout>(cfg, std::make_unique<SequenceParallelPart>(cfg, tp, seams),
+                                      make_optimizer, std::move(mesh));
+}
 
 SequenceParallelComm::SequenceParallelComm(comm::Comm& tp, TpSeams seams, PartialSums sums)
     : TensorParallelComm(std::move(seams),
@@ -111,7 +118,7 @@ void SequenceParallelCollectives::sum(Tensor& mine, Tensor& partial) {
   // f-bar backward, g-bar forward: the whole sequence's partial results, summed and cut to my
   // tokens in one reduce-scatter (2-byte activations summed in fp32 are rounded once).
   const bool fp32 = partial.dtype() != mine.dtype();
-  Tensor sum = fp32 ? TensorParallel::fp32_partial(mine) : mine;
+  Tensor sum = fp32 ? fp32_partial(mine) : mine;
   reduce_scatter_sequence(sum, partial, tp_);
   if (fp32) ops::convert(mine, sum);
 }
@@ -124,7 +131,7 @@ void SequenceParallelComm::column_backward_input(const Linear&, Tensor&, const T
       "backward, or tensor parallelism under a zero-bubble schedule");
 }
 
-Tensor SequenceParallel::full_sequence(const Tensor& mine) const {
+Tensor SequenceParallelPart::full_sequence(const Tensor& mine) const {
   return whole_sequence(mine, tp_.size());
 }
 
@@ -153,18 +160,21 @@ void all_reduce_layernorm_grads(const std::vector<Block*>& blocks, comm::Comm& t
 
 // ---------------------------------------------------------------------------------- one step
 
-train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
+data::Batch SequenceParallelPart::share(const data::Batch& batch) const {
   check_sp_size(config_, tp_.size(), static_cast<int>(batch.T));
-  const int tp = tp_.size();
-  GPT& model = *model_;
-  const DType dt = config_.dtype;
-  optimizer_->zero_grad();
-  // acts.embedded and every block's layernorm/residual tensors hold my T/t tokens.
-  GPTActivations acts = GPTActivations::allocate(config_, block_shard(), batch.B, batch.T);
-  // The head stays replicated (as in TP): it reads the whole sequence, kept for its backward.
-  Tensor head_input = Tensor::empty({batch.B, batch.T, config_.dim}, MemCategory::activations, dt);
+  return batch;  // every rank embeds the whole batch; the blocks keep its T/t tokens
+}
 
-  phase_.open("forward", trace::cat::forward);
+std::optional<float> SequenceParallelPart::forward_backward(GPT& model, const data::Batch& batch,
+                                                            GPTActivations& acts, TracePhase& phase,
+                                                            float loss_scale) {
+  const int tp = tp_.size();
+  // acts.embedded and every block's layernorm/residual tensors hold my T/t tokens.
+  // The head stays replicated (as in TP): it reads the whole sequence, kept for its backward.
+  Tensor head_input =
+      Tensor::empty({batch.B, batch.T, config_.dim}, MemCategory::activations, config_.dtype);
+
+  phase.open("forward", trace::cat::forward);
   {
     // Every rank embeds the whole batch (the embedding is replicated), then enters the sequence-
     // parallel region with its own tokens: a cut, no communication (Megatron's "scatter").
@@ -178,28 +188,31 @@ train::StepOutcome SequenceParallel::step(const data::Batch& batch, int step) {
     x = &acts.blocks[i].out;
   }
   // Leaving the region: the last block's output all-gathered for the head.
-  phase_.paused([&] { all_gather_sequence(head_input, *x, tp_); });
-  const float loss = model.head.forward_loss(head_input, batch.targets, acts.head, loss_scale());
+  phase.paused([&] { all_gather_sequence(head_input, *x, tp_); });
+  const float loss = model.head.forward_loss(head_input, batch.targets, acts.head, loss_scale);
 
-  phase_.open("backward", trace::cat::backward);
+  phase.open("backward", trace::cat::backward);
   Tensor d_full = full_sequence(acts.embedded);
   model.head.backward(d_full, acts.head);
   // The head ran on every rank alike, so each already holds the whole gradient of its input: the
   // backward of the gather is a cut (a reduce-scatter would count it t times).
-  Tensor dx = Tensor::empty(acts.embedded.shape(), MemCategory::workspace, dt);
+  Tensor dx = Tensor::empty(acts.embedded.shape(), MemCategory::workspace, config_.dtype);
   keep_my_tokens(dx, d_full, tp_.rank(), tp);
   for (size_t i = model.blocks.size(); i-- > 0;) model.blocks[i].backward(dx, dx, acts.blocks[i]);
   // The backward of the cut after the embedding: gather the whole sequence's gradient, so the
   // replicated embedding gets the same (complete) gradient on every rank.
-  phase_.paused([&] { all_gather_sequence(d_full, dx, tp_); });
+  phase.paused([&] { all_gather_sequence(d_full, dx, tp_); });
   model.embedding.backward(d_full, batch.tokens);
-  phase_.close();
+  phase.close();
+  return loss;
+}
+
+void SequenceParallelPart::synchronise(GPT& model) {
   std::vector<Block*> blocks;
   for (Block& block : model.blocks) blocks.push_back(&block);
   all_reduce_layernorm_grads(blocks, tp_);
-  // fp16: a sharded weight's overflow is only on its owner: the found-inf flag is agreed over tp.
-  const bool stepped = optimizer_step(optimizer_.get(), {&tp_}, step);
-  return {.loss = loss, .skipped = !stepped};
+  // (fp16: a sharded weight's overflow is only on its owner: the found-inf flag is agreed over tp,
+  // the part's model group.)
 }
 
 }  // namespace mgpu::parallel

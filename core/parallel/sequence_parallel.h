@@ -59,18 +59,27 @@ class SequenceParallelComm : public TensorParallelComm {
   void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) override;
 };
 
-// One rank of a TP+SP run: TensorParallel's slices, checkpoints and optimizer, with the blocks'
-// replicated regions cut along the sequence and SequenceParallelComm at the same four points.
-class SequenceParallel : public TensorParallel {
+// Sequence parallelism as a part of the mesh engine: TensorParallelPart's slices and checkpoint
+// writers, with the blocks' replicated regions cut along the sequence, SequenceParallelComm at the
+// same four points, its own forward/backward (the cut after the embedding, the gather before the
+// head) and the layernorms' partial gradients summed over tp.
+class SequenceParallelPart : public TensorParallelPart {
  public:
-  SequenceParallel(const GPTConfig& cfg, comm::Comm& tp,
-                   const train::OptimizerFactory& make_optimizer, const TpSeams& seams);
-
+  SequenceParallelPart(const GPTConfig& cfg, comm::Comm& tp, const TpSeams& seams);
   std::string name() const override { return "sequence_parallel"; }
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  data::Batch share(const data::Batch& global_batch) const override;
+  std::optional<float> forward_backward(GPT& model, const data::Batch& batch, GPTActivations& acts,
+                                        TracePhase& phase, float loss_scale) override;
+  void synchronise(GPT& model) override;
 
  private:
   Tensor full_sequence(const Tensor& mine) const;  // a [B,T,C] buffer for the rank's [B,T/t,C]
 };
+
+// One rank of a TP+SP run: the mesh engine with the sp part (`mesh`: as tensor_parallel's).
+std::unique_ptr<MeshLayout> sequence_parallel(const GPTConfig& cfg, comm::Comm& tp,
+                                              const train::OptimizerFactory& make_optimizer,
+                                              const TpSeams& seams,
+                                              std::shared_ptr<Mesh> mesh = nullptr);
 
 }  // namespace mgpu::parallel

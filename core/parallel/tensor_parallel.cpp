@@ -2,11 +2,12 @@
 //   1. sharding: which heads and hidden units each tp rank owns, cut from the seeded full model;
 //   2. where the all-reduces go: f before the column-parallel linears, g after the row-parallel
 //      ones (the block calls them through its LinearComm, so the block's math is not repeated);
-//   3. one step: forward, backward, optimizer - no gradient synchronisation at all;
-//   4. the map of every local tensor into the full model, for gathered checkpoints.
+//   3. the part the mesh engine runs (core/parallel/mesh_layout.h): the whole batch on every rank,
+//      no gradient synchronisation at all, and which rank's copy each checkpoint tensor takes.
 #include "core/parallel/tensor_parallel.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -99,34 +100,52 @@ std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimi
   });
 }
 
-TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                               const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
-                               bool vocab_parallel_head)
-    : TensorParallel(cfg, tp, make_optimizer, std::make_unique<TensorParallelComm>(tp, seams), 1,
-                     vocab_parallel_head) {}
+TensorParallelPart::TensorParallelPart(const GPTConfig& cfg, comm::Comm& tp, const TpSeams& seams,
+                                       bool vocab_parallel_head)
+    : TensorParallelPart(cfg, tp, std::make_unique<TensorParallelComm>(tp, seams), 1,
+                         vocab_parallel_head) {}
 
-TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                               const train::OptimizerFactory& make_optimizer,
-                               std::unique_ptr<LinearComm> linears, int seq_parts,
-                               bool vocab_parallel_head)
+TensorParallelPart::TensorParallelPart(const GPTConfig& cfg, comm::Comm& tp,
+                                       std::unique_ptr<LinearComm> linears, int seq_parts,
+                                       bool vocab_parallel_head)
     : config_(cfg),
       tp_(tp),
       linears_(std::move(linears)),
-      slice_(tp_slice(cfg, tp.size(), tp.rank())) {
-  BlockShard shard = slice_.block();
-  shard.seq_parts = seq_parts;
-  // Every rank materialises only its slice, drawn at its elements' places in the seeded
-  // single-device model: a TP run starts exactly where the single-device run starts.
-  model_ = std::make_unique<GPT>(cfg, shard);
-  for (Block& block : model_->blocks) split_block(block, cfg, slice_);
-  if (vocab_parallel_head) split_head(model_->head, cfg, tp.size(), tp.rank());
-  materialise(model_->params(), cfg.seed, cfg.dtype);
-  if (tp.size() > 1) model_->set_block_comm({.linear = linears_.get(), .phase = &phase_});
-  if (vocab_parallel_head) {
-    head_comm_ = std::make_unique<VocabParallelHead>(tp, cfg.vocab, PartialSums::fp32, &phase_);
-    model_->head.comm = head_comm_.get();
+      seq_parts_(seq_parts),
+      vocab_parallel_head_(vocab_parallel_head),
+      slice_(tp_slice(cfg, tp.size(), tp.rank())) {}
+
+void TensorParallelPart::shard_blocks(BlockShard& shard) const {
+  shard.heads = slice_.block().heads;
+  shard.hidden = slice_.block().hidden;
+  shard.seq_parts = seq_parts_;
+}
+
+void TensorParallelPart::split(GPT& model) {
+  for (Block& block : model.blocks) split_block(block, config_, slice_);
+  if (vocab_parallel_head_) split_head(model.head, config_, tp_.size(), tp_.rank());
+}
+
+void TensorParallelPart::attach(GPT& model, TracePhase& phase) {
+  if (tp_.size() > 1) model.set_block_comm({.linear = linears_.get(), .phase = &phase});
+  if (vocab_parallel_head_) {
+    head_comm_ = std::make_unique<VocabParallelHead>(tp_, config_.vocab, PartialSums::fp32, &phase);
+    model.head.comm = head_comm_.get();
   }
-  optimizer_ = make_optimizer(model_->params());
+}
+
+bool TensorParallelPart::writes(const Param& p) const {
+  // A split tensor: every rank writes its own slice; a replicated one: tp rank 0's copy.
+  return p.spec.split() || tp_.rank() == 0;
+}
+
+std::unique_ptr<MeshLayout> tensor_parallel(const GPTConfig& cfg, comm::Comm& tp,
+                                            const train::OptimizerFactory& make_optimizer,
+                                            const TpSeams& seams, bool vocab_parallel_head,
+                                            std::shared_ptr<Mesh> mesh) {
+  return std::make_unique<MeshLayout>(
+      cfg, std::make_unique<TensorParallelPart>(cfg, tp, seams, vocab_parallel_head),
+      make_optimizer, std::move(mesh));
 }
 
 // ---------------------------------------------------------------------------------- the
@@ -137,7 +156,7 @@ TensorParallel::TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
 // 2-byte activation, as the single-device linear rounds its one fp32 result. Summing 2-byte
 // partials instead would round every partial first (bf16 keeps 8 bits), so TP would no longer
 // compute the single-device model's numbers. The price: 4 B per element on the wire, not 2.
-Tensor TensorParallel::fp32_partial(const Tensor& like) {
+Tensor fp32_partial(const Tensor& like) {
   return Tensor::empty(like.shape(), MemCategory::comm_buffers, DType::f32);
 }
 
@@ -148,7 +167,7 @@ Tensor TensorParallelCollectives::gather(const Tensor& mine) {
 }
 
 Tensor TensorParallelCollectives::partial_buffer(const Tensor& mine) {
-  return sums_in_fp32(mine) ? TensorParallel::fp32_partial(mine) : mine;
+  return sums_in_fp32(mine) ? fp32_partial(mine) : mine;
 }
 
 void TensorParallelCollectives::sum(Tensor& mine, Tensor& partial) {
@@ -187,7 +206,7 @@ void TensorParallelComm::row_forward(const Linear& linear, Tensor& out, const Te
   // 2-byte activations: the fp32 sum of the partial products (the seam's output is fp32),
   // rounded, then the bias on every rank (as the single-device linear adds it to its rounded
   // product).
-  Tensor sum = TensorParallel::fp32_partial(out);
+  Tensor sum = fp32_partial(out);
   seams_.row_forward(sum, inp, linear.weight.data, no_bias, *collectives_);
   ops::convert(out, sum);
   if (linear.bias.data.defined()) ops::bias_add(out, linear.bias.data);
@@ -206,33 +225,6 @@ void TensorParallelComm::column_backward_input(const Linear& linear, Tensor& din
   Tensor dx = collectives_->partial_buffer(dinp);
   ops::matmul(dx, dout, linear.weight.data);
   collectives_->sum(dinp, dx);
-}
-
-// ---------------------------------------------------------------------------------- one step
-
-train::StepOutcome TensorParallel::step(const data::Batch& batch, int step) {
-  // Every tp rank trains on the whole batch: TP splits the model, not the data.
-  optimizer_->zero_grad();
-  GPTActivations acts = GPTActivations::allocate(config_, slice_.block(), batch.B, batch.T,
-                                                 model_->head.vocab_parts());
-  phase_.open("forward", trace::cat::forward);
-  const float loss = model_->forward(batch.tokens, batch.targets, acts, loss_scale());
-  phase_.open("backward", trace::cat::backward);
-  model_->backward(batch.tokens, acts);
-  phase_.close();
-  // No gradient synchronisation: the sharded weights' gradients are complete on their owner,
-  // and the replicated parts (layernorms, embeddings, head, row biases) see the same inputs and
-  // the same all-reduced output gradients on every rank, so their gradients are already equal.
-  // (fp16: a sharded weight's overflow is only on its owner, so the found-inf flag is agreed
-  // over the tp group.)
-  const bool stepped = optimizer_step(optimizer_.get(), {&tp_}, step);
-  return {.loss = loss, .skipped = !stepped};
-}
-
-// ---------------------------------------------------------------------------------- the map
-
-std::vector<train::TensorShard> TensorParallel::shards() {
-  return tp_shards(model_->params(), *optimizer_, true, tp_.rank() == 0);
 }
 
 }  // namespace mgpu::parallel

@@ -15,6 +15,7 @@
 #include "core/model/gpt.h"
 #include "core/model/trace_phase.h"
 #include "core/optim/optimizer.h"
+#include "core/parallel/mesh_layout.h"
 #include "core/runtime/context.h"
 #include "core/train/layout.h"
 #include "core/train/trainer.h"
@@ -145,45 +146,46 @@ class TensorParallelComm : public LinearComm {
   std::unique_ptr<LinearCollectives> collectives_;
 };
 
-// One rank of a tensor-parallel run, as the training loop sees it (core/train/layout.h).
-class TensorParallel : public train::Layout {
+// An fp32 buffer shaped like `like`, for summing 2-byte partial results in fp32.
+Tensor fp32_partial(const Tensor& like);
+
+// Tensor parallelism as a part of the mesh engine (core/parallel/mesh_layout.h): every block cut
+// to this rank's slice over `tp` (its PartitionSpecs: split_block), f and g at the four linears,
+// the head whole or split over the vocabulary. Every tp rank trains on the whole batch, and no
+// gradient needs synchronising. `tp` must outlive the part. `seams`: exercise 06's linears.
+class TensorParallelPart : public MeshPart {
  public:
-  // Collective over `tp` only in the sense that every member builds its own slice of the same
-  // seeded full model. `tp` must outlive the layout. `seams`: exercise 06's linears.
-  // vocab_parallel_head: lm_head split over the vocabulary too (core/parallel/vocab_parallel.h);
-  // false: every rank holds the whole head.
-  TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                 const train::OptimizerFactory& make_optimizer, const TpSeams& seams,
-                 bool vocab_parallel_head = false);
-
+  TensorParallelPart(const GPTConfig& cfg, comm::Comm& tp, const TpSeams& seams,
+                     bool vocab_parallel_head = false);
   std::string name() const override { return "tensor_parallel"; }
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
-  std::vector<train::TensorShard> shards() override;
-  optim::Optimizer* optimizer() override { return optimizer_.get(); }
-
-  GPT& model() { return *model_; }
+  void shard_blocks(BlockShard& shard) const override;
+  void split(GPT& model) override;
+  void attach(GPT& model, TracePhase& phase) override;
+  comm::Comm& model_group() override { return tp_; }
+  bool writes(const Param& p) const override;
   const TpSlice& slice() const { return slice_; }
-  // An fp32 buffer shaped like `like`, for summing 2-byte partial results in fp32.
-  static Tensor fp32_partial(const Tensor& like);
 
  protected:
-  // For layouts that are TP with other communication at the same points (sequence parallelism):
+  // For parts that are TP with other communication at the same points (sequence parallelism):
   // the same slices, with the blocks' layernorm/residual regions split into `seq_parts`, and
   // `linears` at the four points.
-  TensorParallel(const GPTConfig& cfg, comm::Comm& tp,
-                 const train::OptimizerFactory& make_optimizer, std::unique_ptr<LinearComm> linears,
-                 int seq_parts, bool vocab_parallel_head = false);
-  BlockShard block_shard() const { return model_->shard(); }
+  TensorParallelPart(const GPTConfig& cfg, comm::Comm& tp, std::unique_ptr<LinearComm> linears,
+                     int seq_parts, bool vocab_parallel_head);
 
-  // The forward/backward region on the timeline; the blocks pause it while they communicate.
-  TracePhase phase_;
   GPTConfig config_;
   comm::Comm& tp_;
   std::unique_ptr<LinearComm> linears_;  // TP: f and g through exercise 06's functions
+  int seq_parts_;
+  bool vocab_parallel_head_;
   TpSlice slice_;
-  std::unique_ptr<GPT> model_;
   std::unique_ptr<HeadComm> head_comm_;  // the vocabulary-parallel head's, else null
-  std::unique_ptr<optim::Optimizer> optimizer_;
 };
+
+// One rank of a tensor-parallel run: the mesh engine with the tp part. `mesh`: the mesh `tp`
+// comes from, kept alive by the layout (null when the caller keeps the group).
+std::unique_ptr<MeshLayout> tensor_parallel(const GPTConfig& cfg, comm::Comm& tp,
+                                            const train::OptimizerFactory& make_optimizer,
+                                            const TpSeams& seams, bool vocab_parallel_head = false,
+                                            std::shared_ptr<Mesh> mesh = nullptr);
 
 }  // namespace mgpu::parallel

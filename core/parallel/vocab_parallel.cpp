@@ -61,7 +61,7 @@ void VocabParallelHead::input_grad(Tensor& d_ln, const Tensor& dlogits, const Te
   // f's backward: my vocabulary rows' share of dlogits @ W, summed over the group (in fp32 for
   // 2-byte activations unless the layout sums in their type, as Megatron does).
   const bool in_fp32 = d_ln.dtype() != DType::f32 && sums_ == PartialSums::fp32;
-  Tensor partial = in_fp32 ? TensorParallel::fp32_partial(d_ln) : d_ln;
+  Tensor partial = in_fp32 ? fp32_partial(d_ln) : d_ln;
   ops::matmul(partial, dlogits, weight);
   with_phase_paused(phase_, [&] { tp_.all_reduce(partial, comm::ReduceOp::sum); });
   if (in_fp32) ops::convert(d_ln, partial);  // rounded once

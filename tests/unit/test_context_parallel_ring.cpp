@@ -1,4 +1,4 @@
-// Ring attention inside the ContextParallel layout (core/parallel/context_parallel): every K/V
+// Ring attention inside the context-parallel layout (core/parallel/context_parallel): every K/V
 // block that some query can see is merged into the running result through the exercise-07 seam
 // (the one `--impl mine` replaces), fully masked blocks are skipped, and the token positions of
 // each layout are the chunks the lesson promises.
@@ -36,13 +36,13 @@ int merges_in_one_step(CpLayout layout, int cp) {
   cfg.heads = 2;
   World world(WorldOptions{.ranks = cp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    ContextParallel layout_on_rank(
+    auto layout_on_rank = context_parallel(
         cfg, *ctx.comm, layout, 16,
         [](const ParamList& params) {
           return std::make_unique<optim::SGD>(params, optim::SGDOptions{});
         },
         counting);
-    layout_on_rank.step(task->sample(0, 2, 16), 0);
+    layout_on_rank->step(task->sample(0, 2, 16), 0);
   });
   return merges.load();
 }

@@ -233,19 +233,16 @@ TEST_CASE(
        }},
       {"tensor parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::TensorParallel>(cfg, *ctx.comm, fp16_adamw(),
-                                                           ex::selected_seams().tp);
+         return parallel::tensor_parallel(cfg, *ctx.comm, fp16_adamw(), ex::selected_seams().tp);
        }},
       {"sequence parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::SequenceParallel>(cfg, *ctx.comm, fp16_adamw(),
-                                                             ex::selected_seams().tp);
+         return parallel::sequence_parallel(cfg, *ctx.comm, fp16_adamw(), ex::selected_seams().tp);
        }},
       {"context parallel zigzag",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ContextParallel>(cfg, *ctx.comm,
-                                                            parallel::CpLayout::zigzag, cfg.seq_len,
-                                                            fp16_adamw(), ex::selected_seams().cp);
+         return parallel::context_parallel(cfg, *ctx.comm, parallel::CpLayout::zigzag, cfg.seq_len,
+                                           fp16_adamw(), ex::selected_seams().cp);
        }},
       {"zero stage 3",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {

@@ -129,14 +129,12 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
     SECTION("tensor parallel over 2 and 4 ranks") {
       for (int tp : {2, 4})
         require_bit_equal(want, gathered_init(tp, [&](RankContext& ctx) {
-                            return std::make_unique<TensorParallel>(cfg, *ctx.comm, opt,
-                                                                    ex::selected_seams().tp);
+                            return tensor_parallel(cfg, *ctx.comm, opt, ex::selected_seams().tp);
                           }));
     }
     SECTION("sequence parallel over 2 ranks") {
       require_bit_equal(want, gathered_init(2, [&](RankContext& ctx) {
-                          return std::make_unique<SequenceParallel>(cfg, *ctx.comm, opt,
-                                                                    ex::selected_seams().tp);
+                          return sequence_parallel(cfg, *ctx.comm, opt, ex::selected_seams().tp);
                         }));
     }
     SECTION("ZeRO stages 0-3 over 3 ranks (units that do not divide by 3)") {

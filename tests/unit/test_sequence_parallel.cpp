@@ -60,13 +60,13 @@ FullTensors train_sequence_parallel(const GPTConfig& cfg, const data::Task& task
   std::mutex mutex;
   World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    SequenceParallel layout(cfg, *ctx.comm, adamw, ex::selected_seams().tp);
+    auto layout = sequence_parallel(cfg, *ctx.comm, adamw, ex::selected_seams().tp);
     std::vector<float> mine;
     for (int step = 0; step < kSteps; ++step)
-      mine.push_back(*layout.step(task.sample(step, kBatch, kSeq), step).loss);
+      mine.push_back(*layout->step(task.sample(step, kBatch, kSeq), step).loss);
     std::lock_guard lock(mutex);
     if (ctx.rank == 0) losses = mine;
-    for (const train::TensorShard& s : layout.shards()) {
+    for (const train::TensorShard& s : layout->shards()) {
       if (!s.writer) continue;
       int64_t numel = 1;
       for (int64_t d : s.full_shape) numel *= d;
@@ -145,17 +145,24 @@ CommCounts count_comm(const trace::Trace& trace, int rank) {
 
 // One step of TP (sequence_parallel = false) or TP+SP; the trace, and each rank's peak
 // activation bytes from the allocator (after set-up).
-template <class Layout>
+// Tensor parallelism's layout with sequence_parallel's signature, for one_step.
+std::unique_ptr<MeshLayout> tp_layout(const GPTConfig& cfg, comm::Comm& tp,
+                                      const train::OptimizerFactory& make_optimizer,
+                                      const TpSeams& seams, std::shared_ptr<Mesh> mesh) {
+  return tensor_parallel(cfg, tp, make_optimizer, seams, false, std::move(mesh));
+}
+
+template <auto make_layout>
 trace::Trace one_step(const GPTConfig& cfg, const data::Task& task, int tp,
                       std::vector<int64_t>& peak_activations) {
   peak_activations.assign(static_cast<size_t>(tp), 0);
   World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
     Mesh mesh(*ctx.comm, {.tp = tp});
-    Layout layout(cfg, mesh.group(Axis::tp), adamw, ex::selected_seams().tp);
+    auto layout = make_layout(cfg, mesh.group(Axis::tp), adamw, ex::selected_seams().tp, nullptr);
     ctx.allocator.reset_peaks();
     StepScope scope(0);
-    layout.step(task.sample(0, kBatch, kSeq), 0);
+    layout->step(task.sample(0, kBatch, kSeq), 0);
     peak_activations[static_cast<size_t>(ctx.rank)] =
         ctx.allocator.stats().peak[static_cast<int>(MemCategory::activations)];
   });
@@ -205,8 +212,8 @@ TEST_CASE("one SP step: all-gathers and reduce-scatters, no activation all-reduc
   for (int tp : {2, 4}) {
     INFO("tp = " << tp);
     std::vector<int64_t> tp_peaks, sp_peaks;
-    const trace::Trace tp_trace = one_step<TensorParallel>(cfg, *task, tp, tp_peaks);
-    const trace::Trace sp_trace = one_step<SequenceParallel>(cfg, *task, tp, sp_peaks);
+    const trace::Trace tp_trace = one_step<tp_layout>(cfg, *task, tp, tp_peaks);
+    const trace::Trace sp_trace = one_step<sequence_parallel>(cfg, *task, tp, sp_peaks);
     for (int rank = 0; rank < tp; ++rank) {
       INFO("rank " << rank);
       const CommCounts tp_comm = count_comm(tp_trace, rank), sp = count_comm(sp_trace, rank);
@@ -360,8 +367,8 @@ TEST_CASE("activation peaks equal the formula under every recompute mode", "[sp]
     INFO("recompute " << recompute_name(mode));
     const GPTConfig cfg = small_model(*task, mode);
     std::vector<int64_t> tp_peaks, sp_peaks;
-    one_step<TensorParallel>(cfg, *task, 2, tp_peaks);
-    one_step<SequenceParallel>(cfg, *task, 2, sp_peaks);
+    one_step<tp_layout>(cfg, *task, 2, tp_peaks);
+    one_step<sequence_parallel>(cfg, *task, 2, sp_peaks);
     for (int rank = 0; rank < 2; ++rank) {
       INFO("rank " << rank);
       CHECK(tp_peaks[size_t(rank)] == lessons::activation_bytes(cfg, kBatch, kSeq, 2, false).peak);
@@ -389,11 +396,11 @@ TEST_CASE("sequence parallelism runs every linear through exercise 06's function
   std::atomic<int> stopped{0};
   World world(WorldOptions{.ranks = 2, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    SequenceParallel layout(cfg, *ctx.comm, adamw, counted);
-    (void)layout.step(task->sample(0, kBatch, kSeq), 0);
-    SequenceParallel stub(cfg, *ctx.comm, adamw, throwing);
+    auto layout = sequence_parallel(cfg, *ctx.comm, adamw, counted);
+    (void)layout->step(task->sample(0, kBatch, kSeq), 0);
+    auto stub = sequence_parallel(cfg, *ctx.comm, adamw, throwing);
     try {
-      (void)stub.step(task->sample(0, kBatch, kSeq), 0);
+      (void)stub->step(task->sample(0, kBatch, kSeq), 0);
     } catch (const std::runtime_error&) {
       ++stopped;
     }

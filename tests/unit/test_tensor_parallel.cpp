@@ -61,10 +61,11 @@ FullTensors train_tensor_parallel(const GPTConfig& cfg, const data::Task& task, 
   std::mutex mutex;
   World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    TensorParallel layout(cfg, *ctx.comm, adamw, ex::selected_seams().tp, vocab_parallel_head);
-    for (int step = 0; step < kSteps; ++step) layout.step(task.sample(step, kBatch, kSeq), step);
+    auto layout =
+        tensor_parallel(cfg, *ctx.comm, adamw, ex::selected_seams().tp, vocab_parallel_head);
+    for (int step = 0; step < kSteps; ++step) layout->step(task.sample(step, kBatch, kSeq), step);
     std::lock_guard lock(mutex);
-    for (const train::TensorShard& s : layout.shards()) {
+    for (const train::TensorShard& s : layout->shards()) {
       if (!s.writer) continue;
       int64_t numel = 1;
       for (int64_t d : s.full_shape) numel *= d;
@@ -126,9 +127,9 @@ TEST_CASE("one tensor-parallel step: 4 all-reduces of B*T*C per layer in the tp 
     World world(WorldOptions{.ranks = tp, .all_reduce = selected_all_reduce()});
     world.run([&](RankContext& ctx) {
       Mesh mesh(*ctx.comm, {.tp = tp});
-      TensorParallel layout(cfg, mesh.group(Axis::tp), adamw, ex::selected_seams().tp);
+      auto layout = tensor_parallel(cfg, mesh.group(Axis::tp), adamw, ex::selected_seams().tp);
       StepScope scope(0);
-      layout.step(task->sample(0, kBatch, kSeq), 0);
+      layout->step(task->sample(0, kBatch, kSeq), 0);
     });
     const trace::Trace trace = world.collect_trace();
     for (int rank = 0; rank < tp; ++rank) {

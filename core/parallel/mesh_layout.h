@@ -1,0 +1,87 @@
+// The mesh engine for runs without a pipeline: every rank holds a model built from the same seeded
+// single-device model and runs one forward and one backward per step. What makes a run tensor,
+// sequence, context or expert parallel is its *part* over a mesh axis (MeshPart): how the part
+// shards each block and parameter, the communication it gives the blocks, the rank's share of the
+// batch, how it synchronises the gradients, and which ranks write each tensor into the checkpoint.
+// The engine holds the recipe every part shares: build, split, materialise, attach, step, map.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/comm/comm.h"
+#include "core/model/gpt.h"
+#include "core/model/trace_phase.h"
+#include "core/optim/optimizer.h"
+#include "core/train/layout.h"
+#include "core/train/trainer.h"
+
+namespace mgpu::parallel {
+
+class Mesh;
+
+// One parallelism over a mesh axis, as the mesh engine composes it. Each hook has the engine's
+// order: shard_blocks, (the model is built) split, (materialised) attach, then per step share,
+// forward_backward, synchronise.
+class MeshPart {
+ public:
+  virtual ~MeshPart() = default;
+  // The layout's name (the checkpoint's and the trainer's messages): "tensor_parallel", ...
+  virtual std::string name() const = 0;
+  // How every block is cut, before the model is built.
+  virtual void shard_blocks(BlockShard& shard) const { (void)shard; }
+  // Declares the built model's split parameters (their PartitionSpec), before they are drawn.
+  virtual void split(GPT& model) { (void)model; }
+  // After the parameters are drawn: the blocks' (and head's) communication and any per-rank
+  // settings of the model, with the forward/backward region the blocks pause while they talk.
+  virtual void attach(GPT& model, TracePhase& phase) = 0;
+  // This rank's share of the global batch (default: all of it).
+  virtual data::Batch share(const data::Batch& global_batch) const { return global_batch; }
+  // Runs forward and backward itself when its regions need more than the model's own passes
+  // (sequence parallelism's cuts and gathers); nullopt: the engine runs the model's.
+  virtual std::optional<float> forward_backward(GPT& model, const data::Batch& mine,
+                                                GPTActivations& acts, TracePhase& phase,
+                                                float loss_scale) {
+    (void)model, (void)mine, (void)acts, (void)phase, (void)loss_scale;
+    return std::nullopt;
+  }
+  // After the backward: the gradients made what the optimizer needs on this rank.
+  virtual void synchronise(GPT& model) { (void)model; }
+  // The group over which every rank holding a part of the model agrees on fp16's found-inf flag.
+  virtual comm::Comm& model_group() = 0;
+  // Whether this rank's loss is its share's mean (the trainer averages the shares) rather than
+  // the whole batch's.
+  virtual bool loss_is_shard() const { return false; }
+  // Whether this rank writes `p` (and its optimizer state) into the gathered checkpoint.
+  virtual bool writes(const Param& p) const = 0;
+};
+
+// One rank of a mesh run without a pipeline, as the training loop sees it (core/train/layout.h).
+class MeshLayout : public train::Layout {
+ public:
+  // Collective only in that every rank builds its own share of the same seeded model. The part's
+  // groups must outlive the layout; `mesh`, when given, is the mesh they come from, kept here.
+  MeshLayout(const GPTConfig& cfg, std::unique_ptr<MeshPart> part,
+             const train::OptimizerFactory& make_optimizer, std::shared_ptr<Mesh> mesh = nullptr);
+  ~MeshLayout() override;
+
+  std::string name() const override { return part_->name(); }
+  train::StepOutcome step(const data::Batch& global_batch, int step) override;
+  std::vector<train::TensorShard> shards() override;
+  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+
+  GPT& model() { return *model_; }
+  MeshPart& part() { return *part_; }
+
+ private:
+  // The forward/backward region on the timeline; the blocks pause it while they communicate.
+  TracePhase phase_;
+  GPTConfig config_;
+  std::shared_ptr<Mesh> mesh_;
+  std::unique_ptr<MeshPart> part_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace mgpu::parallel
