@@ -59,7 +59,7 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
     if (d.naive)
       return std::make_unique<parallel::DataParallelLayout>(cfg, *ctx.comm, optimizer_factory(c));
     int shard = d.planted_same_shard ? 0 : ctx.rank;  // the planted bug: every rank uses shard 0
-    return std::make_unique<parallel::DdpLayout>(
+    return parallel::ddp_layout(
         cfg, *ctx.comm,
         parallel::DdpOptions{.overlap = d.overlap, .bucket_bytes = result.bucket_bytes}, d.accum,
         optimizer_factory(c), shard, ex::selected_seams().ddp);
@@ -71,10 +71,11 @@ DataParallelResult train_data_parallel(const CommonOptions& c, const DataParalle
       },
       [&](RankContext& ctx, train::Layout& layout) {
         std::lock_guard lock(mutex);
-        if (auto* ddp = dynamic_cast<parallel::DdpLayout*>(&layout)) {
-          if (ctx.rank == 0) result.buckets = static_cast<int>(ddp->ddp().plan().buckets.size());
-          last_shards[ctx.rank] = ddp->last_shard();
-          if (ctx.rank == 0) result.params = copy_params(ddp->model());
+        if (auto* mesh = dynamic_cast<parallel::MeshLayout*>(&layout)) {
+          const auto& ddp = dynamic_cast<const parallel::DdpPart&>(mesh->part());
+          if (ctx.rank == 0) result.buckets = static_cast<int>(ddp.ddp().plan().buckets.size());
+          last_shards[ctx.rank] = ddp.last_shard();
+          if (ctx.rank == 0) result.params = copy_params(mesh->model());
         } else if (auto* dp = dynamic_cast<parallel::DataParallelLayout*>(&layout)) {
           if (ctx.rank == 0) result.params = copy_params(dp->model());
         }

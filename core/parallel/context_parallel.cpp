@@ -108,7 +108,7 @@ void ContextParallelPart::attach(GPT& model, TracePhase& phase) {
   if (communicates_) model.set_block_comm({.attention = attention_.get(), .phase = &phase});
 }
 
-data::Batch ContextParallelPart::share(const data::Batch& batch) const {
+data::Batch ContextParallelPart::share(const data::Batch& batch) {
   if (batch.T != seq_)
     throw std::invalid_argument(fmt::format(
         "context parallelism was set up for sequences of {} tokens, got {}", seq_, batch.T));

@@ -116,7 +116,7 @@ class ContextParallelPart : public MeshPart {
   std::string name() const override { return "context_parallel"; }
   void shard_blocks(BlockShard& shard) const override;
   void attach(GPT& model, TracePhase& phase) override;
-  data::Batch share(const data::Batch& global_batch) const override;
+  data::Batch share(const data::Batch& global_batch) override;
   void synchronise(GPT& model) override;
   comm::Comm& model_group() override { return cp_; }
   bool loss_is_shard() const override { return true; }

@@ -118,34 +118,40 @@ void DistributedDataParallel::wait_for_gradients() {
   in_flight_.clear();
 }
 
-DdpLayout::DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions options, int accum,
-                     const train::OptimizerFactory& make_optimizer, int shard_index,
-                     const DdpSeams& seams)
-    : comm_(comm),
-      model_(config),
-      ddp_(model_, comm, options, seams),
-      optimizer_(make_optimizer(model_.params())),
-      accum_(accum),
-      shard_index_(shard_index) {}
+DdpPart::DdpPart(comm::Comm& dp, DdpOptions options, int accum, int shard_index,
+                 const DdpSeams& seams)
+    : dp_(dp), options_(options), accum_(accum), shard_index_(shard_index), seams_(seams) {}
 
-// One optimizer step: k micro-steps on this rank's shard, communicating only on the last.
-train::StepOutcome DdpLayout::step(const data::Batch& global_batch, int step) {
-  last_shard_ = data::split_micro_batches(global_batch, comm_.size())[shard_index_];
-  model_.zero_grad();
-  float loss = 0;
-  std::vector<data::Batch> micro = data::split_micro_batches(last_shard_, accum_);
-  for (int m = 0; m < accum_; ++m) {
-    bool last = m + 1 == accum_;  // earlier micro-steps only accumulate locally
-    loss += ddp_.forward_backward(micro[m], /*sync=*/last, loss_scale() / accum_) / accum_;
-  }
-  ddp_.wait_for_gradients();
-  const bool stepped = optimizer_step(optimizer_.get(), {&comm_}, step);
-  // equal shards: the trainer's mean of them is the global mean
-  return {.shard_loss = loss, .skipped = !stepped};
+void DdpPart::attach(GPT& model, TracePhase&) {
+  ddp_ = std::make_unique<DistributedDataParallel>(model, dp_, options_, seams_);
 }
 
-std::vector<train::TensorShard> DdpLayout::shards() {
-  return train::whole_tensor_shards(model_.params(), optimizer_.get(), comm_.rank() == 0);
+data::Batch DdpPart::share(const data::Batch& global_batch) {
+  last_shard_ = data::split_micro_batches(global_batch, dp_.size())[shard_index_];
+  return last_shard_;
+}
+
+// k micro-steps on this rank's shard, communicating only on the last.
+std::optional<float> DdpPart::forward_backward(GPT&, const data::Batch& mine, TracePhase&,
+                                               float loss_scale) {
+  float loss = 0;
+  std::vector<data::Batch> micro = data::split_micro_batches(mine, accum_);
+  for (int m = 0; m < accum_; ++m) {
+    bool last = m + 1 == accum_;  // earlier micro-steps only accumulate locally
+    loss += ddp_->forward_backward(micro[m], /*sync=*/last, loss_scale / accum_) / accum_;
+  }
+  return loss;
+}
+
+void DdpPart::synchronise(GPT&) {
+  ddp_->wait_for_gradients();
+}
+
+std::unique_ptr<MeshLayout> ddp_layout(const GPTConfig& config, comm::Comm& dp, DdpOptions options,
+                                       int accum, const train::OptimizerFactory& make_optimizer,
+                                       int shard_index, const DdpSeams& seams) {
+  return std::make_unique<MeshLayout>(
+      config, std::make_unique<DdpPart>(dp, options, accum, shard_index, seams), make_optimizer);
 }
 
 }  // namespace mgpu::parallel

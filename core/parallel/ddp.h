@@ -7,12 +7,16 @@
 // communication behind the rest of backward.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/comm/comm.h"
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/parallel/ddp_seams.h"
+#include "core/parallel/mesh_layout.h"
 #include "core/train/trainer.h"
 
 namespace mgpu::parallel {
@@ -58,28 +62,40 @@ class DistributedDataParallel {
   std::vector<comm::Work> in_flight_;
 };
 
-// DDP as the trainer runs it: this rank's replica, DDP over it, and its optimizer. Each step takes
-// shard `shard_index` (normally the rank) of the global batch in `accum` micro-steps, talking
-// only on the last one (no_sync before). Rank 0's replica is the one checkpoints take.
-class DdpLayout : public train::Layout {
+// DDP as a part of the mesh engine (core/parallel/mesh_layout.h): this rank's whole replica, DDP
+// over it. Each step takes shard `shard_index` (normally the rank) of the global batch in `accum`
+// micro-steps, talking only on the last one (no_sync before). Rank 0's replica is the one
+// checkpoints take. `dp` must outlive the part.
+class DdpPart : public MeshPart {
  public:
-  DdpLayout(const GPTConfig& config, comm::Comm& comm, DdpOptions options, int accum,
-            const train::OptimizerFactory& make_optimizer, int shard_index, const DdpSeams& seams);
+  DdpPart(comm::Comm& dp, DdpOptions options, int accum, int shard_index, const DdpSeams& seams);
   std::string name() const override { return "ddp"; }
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
-  std::vector<train::TensorShard> shards() override;
-  optim::Optimizer* optimizer() override { return optimizer_.get(); }
-  const DistributedDataParallel& ddp() const { return ddp_; }
-  GPT& model() { return model_; }
+  // Packs the gradients into buckets before the optimizer is made over them.
+  void attach(GPT& model, TracePhase& phase) override;
+  data::Batch share(const data::Batch& global_batch) override;
+  std::optional<float> forward_backward(GPT& model, const data::Batch& mine, TracePhase& phase,
+                                        float loss_scale) override;
+  void synchronise(GPT& model) override;
+  comm::Comm& model_group() override { return dp_; }
+  bool loss_is_shard() const override { return true; }  // equal shards: their mean is the batch's
+  bool writes(const Param&) const override { return dp_.rank() == 0; }
+
+  const DistributedDataParallel& ddp() const { return *ddp_; }
   const data::Batch& last_shard() const { return last_shard_; }
 
  private:
-  comm::Comm& comm_;
-  GPT model_;  // same seed on every rank: the replicas start identical
-  DistributedDataParallel ddp_;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // after DDP: grads are bucket views by now
+  comm::Comm& dp_;
+  DdpOptions options_;
   int accum_, shard_index_;
+  DdpSeams seams_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
   data::Batch last_shard_;
 };
+
+// One rank of a DDP run: the mesh engine with the DDP part (same seed on every rank: the replicas
+// start identical).
+std::unique_ptr<MeshLayout> ddp_layout(const GPTConfig& config, comm::Comm& dp, DdpOptions options,
+                                       int accum, const train::OptimizerFactory& make_optimizer,
+                                       int shard_index, const DdpSeams& seams);
 
 }  // namespace mgpu::parallel

@@ -241,7 +241,7 @@ void ExpertParallelPart::attach(GPT& model, TracePhase& phase) {
   model.set_block_comm({.phase = &phase, .experts = exchange_.get()});
 }
 
-data::Batch ExpertParallelPart::share(const data::Batch& batch) const {
+data::Batch ExpertParallelPart::share(const data::Batch& batch) {
   // Data parallelism over every dp rank: my rows of the global batch.
   const data::RowRange mine = data::shard_rows(batch.B, dp_.size(), dp_.rank());
   return batch.rows(mine.begin, mine.end);

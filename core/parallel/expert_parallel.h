@@ -87,7 +87,7 @@ class ExpertParallelPart : public MeshPart {
   void shard_blocks(BlockShard& shard) const override { shard.expert_parts = ep_.size(); }
   void split(GPT& model) override;
   void attach(GPT& model, TracePhase& phase) override;
-  data::Batch share(const data::Batch& global_batch) const override;
+  data::Batch share(const data::Batch& global_batch) override;
   void synchronise(GPT& model) override;
   // fp16: an expert's overflow is only on its holders, so the found-inf flag is agreed over dp,
   // which holds every ep group.

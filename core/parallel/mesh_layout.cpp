@@ -29,14 +29,15 @@ MeshLayout::~MeshLayout() = default;
 train::StepOutcome MeshLayout::step(const data::Batch& global_batch, int step) {
   const data::Batch mine = part_->share(global_batch);
   optimizer_->zero_grad();
-  GPTActivations acts = GPTActivations::allocate(config_, model_->shard(), mine.B, mine.T,
-                                                 model_->head.vocab_parts());
-  std::optional<float> loss = part_->forward_backward(*model_, mine, acts, phase_, loss_scale());
+  std::optional<float> loss = part_->forward_backward(*model_, mine, phase_, loss_scale());
+  std::optional<GPTActivations> acts;  // freed with the step, after the optimizer
   if (!loss) {
+    acts = GPTActivations::allocate(config_, model_->shard(), mine.B, mine.T,
+                                    model_->head.vocab_parts());
     phase_.open("forward", trace::cat::forward);
-    loss = model_->forward(mine.tokens, mine.targets, acts, loss_scale());
+    loss = model_->forward(mine.tokens, mine.targets, *acts, loss_scale());
     phase_.open("backward", trace::cat::backward);
-    model_->backward(mine.tokens, acts);
+    model_->backward(mine.tokens, *acts);
     phase_.close();
   }
   part_->synchronise(*model_);

@@ -37,13 +37,13 @@ class MeshPart {
   // settings of the model, with the forward/backward region the blocks pause while they talk.
   virtual void attach(GPT& model, TracePhase& phase) = 0;
   // This rank's share of the global batch (default: all of it).
-  virtual data::Batch share(const data::Batch& global_batch) const { return global_batch; }
-  // Runs forward and backward itself when its regions need more than the model's own passes
-  // (sequence parallelism's cuts and gathers); nullopt: the engine runs the model's.
+  virtual data::Batch share(const data::Batch& global_batch) { return global_batch; }
+  // Runs forward and backward itself (with its own activations) when they need more than the
+  // model's own passes: sequence parallelism's cuts and gathers, DDP's buckets launched between
+  // layers and its micro-steps. nullopt: the engine runs the model's passes.
   virtual std::optional<float> forward_backward(GPT& model, const data::Batch& mine,
-                                                GPTActivations& acts, TracePhase& phase,
-                                                float loss_scale) {
-    (void)model, (void)mine, (void)acts, (void)phase, (void)loss_scale;
+                                                TracePhase& phase, float loss_scale) {
+    (void)model, (void)mine, (void)phase, (void)loss_scale;
     return std::nullopt;
   }
   // After the backward: the gradients made what the optimizer needs on this rank.

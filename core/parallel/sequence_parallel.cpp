@@ -160,16 +160,16 @@ void all_reduce_layernorm_grads(const std::vector<Block*>& blocks, comm::Comm& t
 
 // ---------------------------------------------------------------------------------- one step
 
-data::Batch SequenceParallelPart::share(const data::Batch& batch) const {
+data::Batch SequenceParallelPart::share(const data::Batch& batch) {
   check_sp_size(config_, tp_.size(), static_cast<int>(batch.T));
   return batch;  // every rank embeds the whole batch; the blocks keep its T/t tokens
 }
 
 std::optional<float> SequenceParallelPart::forward_backward(GPT& model, const data::Batch& batch,
-                                                            GPTActivations& acts, TracePhase& phase,
-                                                            float loss_scale) {
+                                                            TracePhase& phase, float loss_scale) {
   const int tp = tp_.size();
   // acts.embedded and every block's layernorm/residual tensors hold my T/t tokens.
+  GPTActivations acts = GPTActivations::allocate(config_, model.shard(), batch.B, batch.T);
   // The head stays replicated (as in TP): it reads the whole sequence, kept for its backward.
   Tensor head_input =
       Tensor::empty({batch.B, batch.T, config_.dim}, MemCategory::activations, config_.dtype);

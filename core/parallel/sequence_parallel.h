@@ -67,9 +67,9 @@ class SequenceParallelPart : public TensorParallelPart {
  public:
   SequenceParallelPart(const GPTConfig& cfg, comm::Comm& tp, const TpSeams& seams);
   std::string name() const override { return "sequence_parallel"; }
-  data::Batch share(const data::Batch& global_batch) const override;
-  std::optional<float> forward_backward(GPT& model, const data::Batch& batch, GPTActivations& acts,
-                                        TracePhase& phase, float loss_scale) override;
+  data::Batch share(const data::Batch& global_batch) override;
+  std::optional<float> forward_backward(GPT& model, const data::Batch& batch, TracePhase& phase,
+                                        float loss_scale) override;
   void synchronise(GPT& model) override;
 
  private:

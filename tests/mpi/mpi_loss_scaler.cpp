@@ -59,7 +59,7 @@ int main() {
   train::train(
       world, *task, t,
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        return std::make_unique<parallel::DdpLayout>(
+        return parallel::ddp_layout(
             cfg, *ctx.comm, parallel::DdpOptions{}, 1,
             [](const ParamList& params) {
               return optim::make_adamw(optim::whole_params(params), DType::f16);

@@ -202,9 +202,8 @@ TEST_CASE(
   const std::vector<Case> cases = {
       {"ddp",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{}, 1,
-                                                      fp16_adamw(), ctx.rank,
-                                                      ex::selected_seams().ddp);
+         return parallel::ddp_layout(cfg, *ctx.comm, parallel::DdpOptions{}, 1, fp16_adamw(),
+                                     ctx.rank, ex::selected_seams().ddp);
        }},
       {"pipeline 1f1b",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
@@ -288,8 +287,8 @@ TEST_CASE("the loss scaler's state round-trips through a checkpoint: resume cont
           "[loss_scaler][train]") {
   const GPTConfig cfg = fp16_config();
   auto ddp = [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-    return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{}, 1,
-                                                 fp16_adamw(), ctx.rank, ex::selected_seams().ddp);
+    return parallel::ddp_layout(cfg, *ctx.comm, parallel::DdpOptions{}, 1, fp16_adamw(), ctx.rank,
+                                ex::selected_seams().ddp);
   };
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   // Step 1 overflows (scale 2^15, clean count restarts); growth every 3 clean steps, so the

@@ -535,9 +535,8 @@ TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per
             world, *task, t,
             [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
               if (layout_name == "ddp")
-                return std::make_unique<parallel::DdpLayout>(cfg, *ctx.comm, parallel::DdpOptions{},
-                                                             1, adamw, ctx.rank,
-                                                             ex::selected_seams().ddp);
+                return parallel::ddp_layout(cfg, *ctx.comm, parallel::DdpOptions{}, 1, adamw,
+                                            ctx.rank, ex::selected_seams().ddp);
               return std::make_unique<pipeline::PipelineLayout>(
                   cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1, compute_orders()), 1,
                   adamw);
