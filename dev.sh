@@ -2,7 +2,8 @@
 # mgpu-lab entry point. On a fresh Debian 12 machine this installs what is missing, builds, and
 #   ./dev.sh demo    runs the main demo (pipeline bubbles on 4 CPU virtual GPUs: ASCII timeline,
 #                    trace JSON and a dashboard PNG under out/)
-#   ./dev.sh test    runs the whole test suite (under a virtual X server for the dashboard tests),
+#   ./dev.sh test    runs the whole test suite (under a virtual X server for the dashboard tests;
+#                    with the web page built and tested in headless Chromium, label web),
 #                    then the sanitizer job: clang + ASan/UBSan build (build-sanitize/) of the
 #                    core-only unit tests and the fuzz targets, each fuzzed for 30 s
 #                    (MGPU_FUZZ_SECONDS to change; tests/fuzz/CMakeLists.txt says how to fuzz longer)
@@ -108,11 +109,12 @@ case "${1:-}" in
     fi
     ;;
   test)
-    install_missing "${SANITIZE_PACKAGES[@]}"
+    install_missing "${SANITIZE_PACKAGES[@]}" "${WEB_PACKAGES[@]}"
     build
+    build_web  # the page the web test (label web) loads; MGPU_WEB_REQUIRED: it may not skip here
     echo "==> running the test suite"
     # slow-doc: the doc blocks too slow for CI (`cmake --build build --target docs_slow` runs them).
-    (cd build && xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600 -LE slow-doc)
+    (cd build && MGPU_WEB_REQUIRED=1 xvfb-run -a ctest --output-on-failure -j"$JOBS" --timeout 600 -LE slow-doc)
     sanitize_job
     ;;
   test-portable)

@@ -118,6 +118,9 @@ class Browser:
         self.ws = WebSocket(page["webSocketDebuggerUrl"], timeout)
         self.next_id = 0
         self.events = []
+        # The page's viewport exactly (the window's size includes what headless keeps for chrome).
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
     def _drain(self):
         for line in self.proc.stderr:
