@@ -67,9 +67,9 @@ void show_classroom(const nlohmann::json& params) {
   page.params = params;
 }
 
-// Applies "name=value,..." over the current values; on a bad one, its line and nothing changes.
-int apply(const std::string& settings) {
-  nlohmann::json params = page.params;
+// Applies "name=value,..." over `params` and shows the classroom with them; on a bad value, its
+// line and nothing changes.
+int show_settings(const std::string& settings, nlohmann::json params) {
   if (auto error = mgpu::lessons::apply_settings(params, settings)) {
     page.error = *error;
     return 2;
@@ -88,7 +88,7 @@ void start_series(const std::string& text) {
   }
   page.series_step = 0;
   const std::string first = page.series->name + "=" + std::to_string(page.series->steps()[0]);
-  if (apply(first) != 0) page.series.reset();
+  if (show_settings(first, page.params) != 0) page.series.reset();
 }
 
 void frame() {
@@ -112,8 +112,9 @@ void frame() {
   glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
   // A slider moved (a re-run) or a trace opened: new figures, printed as the native run prints.
+  // (Not while a run is on its way: a new classroom has no views until its first one is shown.)
   std::string figures = mgpu::web::classroom_figures(page.dashboard->views());
-  if (figures != page.figures) {
+  if (!page.dashboard->rerun_pending() && figures != page.figures) {
     page.figures = std::move(figures);
     ++page.generation;
     page.frames = 0;
@@ -147,9 +148,9 @@ EMSCRIPTEN_KEEPALIVE const char* mgpu_status() {
   return page.status.c_str();
 }
 
-// "name=value,...": the native --set over the shown values (one re-run). 0, or 2 and the line.
+// "name=value,...": the native --set, over the defaults (one run). 0, or 2 and the line.
 EMSCRIPTEN_KEEPALIVE int mgpu_set(const char* settings) {
-  return apply(settings);
+  return show_settings(settings, mgpu::lessons::classroom_parameters());
 }
 
 // What moving one control does: that parameter re-runs the lesson (an error line on the page
@@ -215,9 +216,15 @@ int main(int argc, char** argv) {
   mgpu::viz::setup_imgui(false);
   ImGui_ImplGlfw_InitForOpenGL(page.window, true);
   ImGui_ImplOpenGL3_Init("#version 300 es");
-  show_classroom(mgpu::lessons::classroom_parameters());
-  if (!settings.empty()) apply(settings);
-  if (!series.empty() && page.error.empty()) start_series(series);
+  // The URL's values, or (a bad one: its line on the page) the defaults.
+  page.params = mgpu::lessons::classroom_parameters();
+  if (!series.empty()) {  // the series' first value over the URL's others: one run
+    if (auto error = mgpu::lessons::apply_settings(page.params, settings)) page.error = *error;
+    start_series(series);
+  } else if (show_settings(settings, page.params) != 0) {
+    show_classroom(page.params);
+  }
+  if (!page.dashboard) show_classroom(page.params);
   emscripten_set_main_loop(frame, 0, true);
   return 0;
 }

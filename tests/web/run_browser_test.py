@@ -35,7 +35,7 @@ SETTINGS = [
     "schedule=1f1b,stages=4,microbatches=8",
     "schedule=gpipe,stages=4,microbatches=8",
     "schedule=interleaved,stages=4,microbatches=8,virtual_stages=2",
-    "schedule=1f1b,stages=2,microbatches=4,profile=8xA100-NVLink",
+    "schedule=1f1b,stages=2,microbatches=4,profile=DGX-A100",
 ]
 # The timeline's forward and backward cells (viz/palette.cpp, the dark theme).
 FORWARD, BACKWARD = (77, 144, 235), (240, 150, 50)
