@@ -119,6 +119,47 @@ def check_pixels(data, shot_path):
           f"{counts[FORWARD]} and backward {counts[BACKWARD]} sampled pixels", flush=True)
 
 
+def drawn_while_running(page, timeout=60):
+    """The page keeps drawing while a re-run runs (on its own thread: web/page.cpp): the frame
+    count grows between two looks at a running page."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        s = json.loads(page.status())
+        if not s["running"]:
+            break
+        seen.append(s["frames"])
+        time.sleep(0.05)
+    if len(seen) >= 2 and seen[-1] <= seen[0]:
+        fail(f"the page drew no frame during a re-run (frame counts seen: {seen})")
+    print(f"ok: frames drawn during the re-run: {seen[-1] - seen[0] if seen else 0} "
+          f"(looked {len(seen)} times while it ran)", flush=True)
+
+
+def check_series(page, browser, url, web_figures):
+    """?set= and ?series= from the URL: the series' first value, then its next with the > button's
+    call, each the native build's figures."""
+    browser.evaluate("window.mgpuOldPage = true")
+    browser.call("Page.navigate", {"url": f"{url}?set=stages=2&series=microbatches=1,2,4"})
+    deadline = time.monotonic() + 30
+    while browser.evaluate("window.mgpuOldPage === true"):  # until the new page is the one asked
+        if time.monotonic() > deadline:
+            fail("the page with ?series= did not replace the previous one within 30 s")
+        time.sleep(0.05)
+    page.generation = 0
+    s = page.wait("loading the page with ?series=", 0)
+    if s["series"] != {"name": "microbatches", "value": 1, "step": 1, "steps": 3}:
+        fail(f"?series=microbatches=1,2,4 shows {s['series']}")
+    compare("?set=stages=2&series=microbatches=1,2,4", s["figures"],
+            native_figures(web_figures, "stages=2,microbatches=1"))
+    if page.call("mgpu_series_step", 1) != 0:
+        fail(f"the series' next value: {page.status()}")
+    s = page.wait("the series' next value", page.generation)
+    compare("the series' next value (microbatches=2)", s["figures"],
+            native_figures(web_figures, "stages=2,microbatches=2"))
+    poll_status_line(browser, "series microbatches = 2 (2 of 3)")
+
+
 def poll_status_line(browser, text, timeout=10):
     """The page's status line once it shows `text` (it refreshes every 250 ms: web/shell.html)."""
     deadline = time.monotonic() + timeout
@@ -182,6 +223,7 @@ def run(args, tmp):
         page.wait("back to the first settings", page.generation)
         if page.call("mgpu_move", "microbatches", "16") != 0:
             fail(f"moving microbatches to 16: {page.status()}")
+        drawn_while_running(page)
         s = page.wait("microbatches moved to 16", page.generation)
         compare("microbatches slider to 16", s["figures"],
                 native_figures(args.web_figures, SETTINGS[0] + ",microbatches=16"))
@@ -193,6 +235,7 @@ def run(args, tmp):
         bar = poll_status_line(browser, "microbatches=99 is not a whole number from 1 to 32")
         print(f"ok: bad value shown: {bar}", flush=True)
         drop_trace(page, browser, args.mgpu, tmp)
+        check_series(page, browser, url, args.web_figures)
     finally:
         browser.close()
 
