@@ -181,9 +181,9 @@ EMSCRIPTEN_KEEPALIVE int mgpu_series_step(int delta) {
   return mgpu_move(page.series->name.c_str(), std::to_string(steps[page.series_step]).c_str());
 }
 
-// Opens a trace file the page wrote into its file system (a dropped file): the project's
-// Chrome-trace JSON or a PyTorch profiler trace, as `mgpu viz FILE` reads them. 0, or 2 and the
-// reader's line (the classroom stays).
+// Opens what the page wrote into its file system from a drop, as `mgpu viz PATH` does: a trace
+// file (the project's Chrome-trace JSON, a PyTorch profiler trace) or a folder of PyTorch
+// profiler files, one per rank. 0, or 2 and the reader's line (the classroom stays).
 EMSCRIPTEN_KEEPALIVE int mgpu_open_trace(const char* path) {
   mgpu::viz::LoadedTrace loaded = mgpu::viz::load_trace_or_error(path);
   if (!loaded.trace) {

@@ -179,6 +179,29 @@ def screenshot(browser, path):
     return data
 
 
+def drop_files(browser, files):
+    """Drops these {name: text} files on the page together; the page's answer (0: opened)."""
+    adds = "".join(f" dt.items.add(new File([{json.dumps(text)}], {json.dumps(name)}));"
+                   for name, text in files.items())
+    return browser.evaluate(
+        f"(() => {{ const dt = new DataTransfer();{adds}"
+        " document.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));"
+        " return window.mgpuDropped; })()", await_promise=True)
+
+
+def drop_kineto(page, browser, source):
+    """A PyTorch profiler run (two ranks' files, tests/data/kineto/gloo-cpu) dropped together."""
+    folder = source / "tests" / "data" / "kineto" / "gloo-cpu"
+    files = {p.name: p.read_text() for p in sorted(folder.glob("rank-*.json"))}
+    if drop_files(browser, files) != 0:
+        fail(f"the dropped PyTorch profiler files were refused: {page.status()}")
+    s = page.wait("dropping two PyTorch profiler files", page.generation)
+    ranks = [line for line in s["figures"].splitlines() if line.startswith("rank ")]
+    if len(ranks) != len(files):
+        fail(f"the dropped profiler run shows {len(ranks)} ranks, not {len(files)}:\n{s['figures']}")
+    print(f"ok: dropped PyTorch profiler run shown: {ranks[0]}", flush=True)
+
+
 def drop_trace(page, browser, mgpu, tmp):
     trace = tmp / "gpipe-dropped.json"
     run = subprocess.run([mgpu, "run", "pipeline", "--ranks", "4", "--schedule", "gpipe",
@@ -186,13 +209,7 @@ def drop_trace(page, browser, mgpu, tmp):
                          capture_output=True, text=True, timeout=120)
     if run.returncode != 0:
         fail(f"mgpu run pipeline --trace: {run.stderr.strip()}")
-    text = json.dumps(trace.read_text())
-    result = browser.evaluate(
-        "(() => { const dt = new DataTransfer();"
-        f" dt.items.add(new File([{text}], 'gpipe-dropped.json'));"
-        " document.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));"
-        " return window.mgpuDropped; })()", await_promise=True)
-    if result != 0:
+    if drop_files(browser, {"gpipe-dropped.json": trace.read_text()}) != 0:
         fail(f"the dropped trace was refused: {page.status()}")
     s = page.wait("dropping a trace file", page.generation)
     first = s["figures"].splitlines()[0]
@@ -235,6 +252,7 @@ def run(args, tmp):
         bar = poll_status_line(browser, "microbatches=99 is not a whole number from 1 to 32")
         print(f"ok: bad value shown: {bar}", flush=True)
         drop_trace(page, browser, args.mgpu, tmp)
+        drop_kineto(page, browser, HERE.parents[1])
         check_series(page, browser, url, args.web_figures)
     finally:
         browser.close()
