@@ -29,7 +29,7 @@ APT_PACKAGES=(cmake g++ pkg-config catch2 libimgui-dev libglfw3-dev libgl-dev li
 SANITIZE_PACKAGES=(clang libclang-rt-14-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 # The web build (web/CMakeLists.txt): the compiler, and the browser its test drives.
-WEB_PACKAGES=(emscripten chromium)
+WEB_PACKAGES=(emscripten chromium dpkg-dev bzip2 xz-utils)  # dpkg-dev..: apt-get source unpacks
 
 install_missing() {
   local missing=()
@@ -77,8 +77,13 @@ fetch_web_sources() {
     local sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo "==> adding a deb-src entry (apt-get source imgui zlib)"
-    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources |
-      $sudo tee /etc/apt/sources.list.d/mgpu-deb-src.sources >/dev/null
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+      sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources |
+        $sudo tee /etc/apt/sources.list.d/mgpu-deb-src.sources >/dev/null
+    else
+      sed -n 's/^deb /deb-src /p' /etc/apt/sources.list |
+        $sudo tee /etc/apt/sources.list.d/mgpu-deb-src.list >/dev/null
+    fi
     $sudo apt-get update -q
   fi
   mkdir -p "$deps"
