@@ -129,9 +129,12 @@ case "${1:-}" in
     ;;
   build) build ;;
   web)
+    if [ "${2:-}" = "--dist" ] && [ -z "${3:-}" ]; then
+      echo "usage: ./dev.sh web --dist DIR" >&2
+      exit 2
+    fi
     build_web
     if [ "${2:-}" = "--dist" ]; then
-      [ -n "${3:-}" ] || { echo "usage: ./dev.sh web --dist DIR" >&2; exit 2; }
       python3 web/serve.py --dist "$3" build-web
     else
       exec python3 web/serve.py build-web --port "${MGPU_WEB_PORT:-8000}"
