@@ -2,6 +2,8 @@
 // lesson in-process (the RerunHook callback) and its trace replaces the view(s).
 #include <algorithm>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,8 @@ namespace mgpu::viz {
 
 void Dashboard::draw_classroom_controls() {
   if (!options_.rerun || !options_.rerun->params.is_array()) return;
+  const bool waiting = pending_ != nullptr;  // a re-run on another thread: no new one meanwhile
+  if (waiting) ImGui::BeginDisabled();
   bool changed = false;
   const nlohmann::json before = options_.rerun->params;
   const float width = 160 * ui_scale(options_.presentation);
@@ -51,7 +55,9 @@ void Dashboard::draw_classroom_controls() {
       }
     }
   }
-  const char* idle_hint = "(classroom: change a value to re-run)";
+  if (waiting) ImGui::EndDisabled();
+  const char* idle_hint =
+      waiting ? "(re-running the lesson...)" : "(classroom: change a value to re-run)";
   if (!rerun_error_.empty()) {
     ImGui::NewLine();
     ImGui::TextColored({1, 0.3f, 0.3f, 1}, "%s", rerun_error_.c_str());
@@ -95,39 +101,77 @@ bool Dashboard::set_parameter(const std::string& name, const nlohmann::json& val
   return false;
 }
 
+// The runs one change asks for (one, or one per split value), their labels, or the error line.
+struct Dashboard::PendingRerun {
+  std::vector<TraceView> runs;
+  std::vector<std::string> labels;
+  std::string error;
+  nlohmann::json previous_params;  // what the controls go back to on an error
+  std::function<bool()> finished;  // RerunHook::start's answer
+};
+
+namespace {
+void make_runs(const RerunHook& hook, nlohmann::json values, Dashboard::PendingRerun& out,
+               const std::vector<std::string>& labels) {
+  try {
+    if (hook.split_by.empty()) {
+      out.runs.emplace_back(hook.run(values));
+      out.labels = labels;
+    }
+    for (const std::string& value :
+         hook.split_by.empty() ? std::vector<std::string>{} : hook.split_values) {
+      values[hook.split_by] = value;
+      out.runs.emplace_back(hook.run(values));
+      out.labels.push_back(hook.split_by + " " + value);
+    }
+  } catch (const std::exception& e) {
+    out.error = std::string("re-run failed: ") + e.what();
+  }
+}
+}  // namespace
+
 void Dashboard::rerun_with_current_params(const nlohmann::json& previous_params) {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& spec : options_.rerun->params) {
     if (spec.contains("name") && spec.contains("value"))
       values[spec["name"].get<std::string>()] = spec["value"];
   }
-  try {
-    const RerunHook& hook = *options_.rerun;
-    std::vector<TraceView> runs;
-    std::vector<std::string> labels;
-    if (hook.split_by.empty()) {
-      runs.emplace_back(hook.run(values));
-      labels = options_.labels;
-    }
-    for (const std::string& value :
-         hook.split_by.empty() ? std::vector<std::string>{} : hook.split_values) {
-      values[hook.split_by] = value;
-      runs.emplace_back(hook.run(values));
-      labels.push_back(hook.split_by + " " + value);
-    }
-    // Views past the re-run ones (a compare's other traces) stay.
-    for (size_t v = runs.size(); v < views_.size(); ++v) runs.push_back(std::move(views_[v]));
-    views_ = std::move(runs);
-    options_.labels = std::move(labels);
-    layouts_.resize(views_.size());
-    rerun_error_.clear();
-    select(-1, -1);
-    if (!highlight(highlight_)) highlight("");  // the new run may not have that group
-    fit();
-  } catch (const std::exception& e) {
-    rerun_error_ = std::string("re-run failed: ") + e.what();
-    options_.rerun->params = previous_params;  // the controls show what is on screen
+  auto pending = std::make_shared<PendingRerun>();
+  pending->previous_params = previous_params;
+  auto work = [hook = *options_.rerun, values, labels = options_.labels, pending] {
+    make_runs(hook, values, *pending, labels);
+  };
+  if (options_.rerun->start) {  // on another thread: shown by the frame after it finishes
+    pending->finished = options_.rerun->start(std::move(work));
+    pending_ = std::move(pending);
+    return;
   }
+  work();
+  show_rerun(*pending);
+}
+
+void Dashboard::show_rerun_if_finished() {
+  if (!pending_ || !pending_->finished()) return;
+  const std::shared_ptr<PendingRerun> done = std::move(pending_);
+  show_rerun(*done);
+}
+
+void Dashboard::show_rerun(PendingRerun& done) {
+  if (!done.error.empty()) {
+    rerun_error_ = done.error;
+    options_.rerun->params = done.previous_params;  // the controls show what is on screen
+    return;
+  }
+  // Views past the re-run ones (a compare's other traces) stay.
+  for (size_t v = done.runs.size(); v < views_.size(); ++v)
+    done.runs.push_back(std::move(views_[v]));
+  views_ = std::move(done.runs);
+  options_.labels = std::move(done.labels);
+  layouts_.resize(views_.size());
+  rerun_error_.clear();
+  select(-1, -1);
+  if (!highlight(highlight_)) highlight("");  // the new run may not have that group
+  fit();
 }
 
 }  // namespace mgpu::viz

@@ -100,6 +100,7 @@ TimeAxis Dashboard::axis(int view) const {
 }
 
 void Dashboard::frame(float display_w, float display_h) {
+  show_rerun_if_finished();
   const bool presentation = options_.presentation;
   const float scale = ui_scale(presentation);
   ImGuiIO& io = ImGui::GetIO();

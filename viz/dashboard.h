@@ -10,6 +10,7 @@
 #pragma once
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ struct RerunHook {
   nlohmann::json params = nlohmann::json::array();
   std::string split_by;
   std::vector<std::string> split_values;
+  // Where the runs happen. Unset: in the frame that asked for them (it waits). Set (the web page,
+  // whose frames must not wait): it is handed the runs as one piece of work, starts it on another
+  // thread and returns a function saying whether it has finished; each frame asks, the controls
+  // wait meanwhile, and the new runs are shown in the first frame after it has.
+  std::function<std::function<bool()>(std::function<void()> work)> start;
 };
 
 // The most runs shown side by side (--compare traces, --versus schedules): six columns still
@@ -158,6 +164,9 @@ class Dashboard {
   // does). False when there is no such parameter or the re-run failed (see rerun_error()).
   bool set_parameter(const std::string& name, const nlohmann::json& value);
   const std::string& rerun_error() const { return rerun_error_; }
+  // A re-run started by RerunHook::start has not finished yet (never without `start`).
+  bool rerun_pending() const { return pending_ != nullptr; }
+  struct PendingRerun;  // a re-run's results or error line (viz/classroom.cpp)
   // The value a classroom control shows: the one the shown runs used (their trace's
   // metadata.config) when they agree and differ from the one asked for (DualPipe brings its own 2
   // virtual stages), else the one asked for; null for no such parameter.
@@ -182,6 +191,8 @@ class Dashboard {
   void draw_classroom_controls();
   void draw_group_control();
   void rerun_with_current_params(const nlohmann::json& previous_params);
+  void show_rerun(PendingRerun& done);
+  void show_rerun_if_finished();
   void fit_axis_if_pending();
   void draw_views(const PanelContext& ctx);  // the timelines, memory strips and summaries
   float draw_view(int v, const PanelContext& ctx, float column_w);  // returns its rows' height
@@ -207,6 +218,7 @@ class Dashboard {
   int selected_view_ = -1, selected_event_ = -1;
   std::vector<int> partners_;
   std::string rerun_error_;
+  std::shared_ptr<PendingRerun> pending_;  // a re-run on another thread (RerunHook::start)
   std::string highlight_;
 };
 

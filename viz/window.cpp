@@ -186,8 +186,12 @@ void render_frames(Dashboard& dashboard, int width, int height) {
 void fit_window_to_content(GLFWwindow* window, const Dashboard& dashboard) {
   int width = 0, height = 0, x = 0, y = 0, work_w = 0, work_h = 0;
   glfwGetWindowSize(window, &width, &height);
+#if GLFW_VERSION_MAJOR > 3 || (GLFW_VERSION_MAJOR == 3 && GLFW_VERSION_MINOR >= 3)
   if (GLFWmonitor* monitor = glfwGetPrimaryMonitor())
     glfwGetMonitorWorkarea(monitor, &x, &y, &work_w, &work_h);
+#else  // GLFW 3.2 (emscripten's) has no work area: the height the content asks for
+  (void)x, (void)y, (void)work_w;
+#endif
   int wanted = fitted_height(dashboard);
   if (work_h > 0) wanted = std::min(wanted, work_h);
   if (wanted != height) glfwSetWindowSize(window, width, wanted);

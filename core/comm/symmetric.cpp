@@ -25,6 +25,8 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -42,7 +44,11 @@ struct Call {
   DType dtype = DType::f32;
   int op = -1, root = -1;
   std::vector<int64_t> send_counts, recv_counts;  // all_to_all_v's
-  auto operator<=>(const Call&) const = default;
+  // Spelled out (libc++ 14 has no <=> for std::string): the members in order, lexicographic.
+  auto tied() const {
+    return std::tie(kind, in_elements, out_elements, dtype, op, root, send_counts, recv_counts);
+  }
+  bool operator<(const Call& o) const { return tied() < o.tied(); }
 };
 
 Call replay_key(const CollectiveCall& c) {

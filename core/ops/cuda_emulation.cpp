@@ -31,8 +31,9 @@ std::atomic<bool> g_installed{false};
 
 // An emulated device address is the host address with this bit set. On x86-64 (48-bit or 57-bit
 // user space) and on AArch64 (bit 55 selects the kernel's half) such an address is never a
-// mapped user address, so a host dereference faults, as it would on a real GPU's pointer.
-constexpr uintptr_t kDeviceBit = uintptr_t{1} << 55;
+// mapped user address, so a host dereference faults, as it would on a real GPU's pointer. With
+// 32-bit addresses (WebAssembly, its memory capped at 2 GiB) bit 31 is never a real address's.
+constexpr uintptr_t kDeviceBit = uintptr_t{1} << (sizeof(uintptr_t) == 8 ? 55 : 31);
 
 bool is_device_address(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & kDeviceBit) != 0;

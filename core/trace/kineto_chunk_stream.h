@@ -7,7 +7,6 @@
 #include <exception>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -22,8 +21,20 @@ inline constexpr size_t kChunk = size_t{1} << 20;
 class Prefetcher {
  public:
   explicit Prefetcher(const ReadChunk& read) : read_(read), next_(kChunk + 1) {
-    thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
+    thread_ = std::thread([this] { run(); });
   }
+  // Stops the read-ahead (a read in progress finishes first) and joins it. (std::thread and a flag
+  // rather than std::jthread: libc++ 14, the web build's, has no jthread.)
+  ~Prefetcher() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
 
   // Swaps the parser's spent `buffer` for the next chunk; returns its size (0 at the end). A
   // read's error is thrown here, on the parser's thread.
@@ -38,11 +49,12 @@ class Prefetcher {
   }
 
  private:
-  void run(std::stop_token stop) {
+  void run() {
     for (;;) {
       std::unique_lock lock(mutex_);
-      if (!changed_.wait(lock, stop, [&] { return !full_; })) return;  // the parser stopped
-      lock.unlock();  // next_ is this thread's alone until full_ is set
+      changed_.wait(lock, [&] { return !full_ || stop_; });
+      if (full_) return;  // the parser stopped
+      lock.unlock();      // next_ is this thread's alone until full_ is set
       size_t n = 0;
       std::exception_ptr error;
       try {
@@ -62,9 +74,10 @@ class Prefetcher {
   std::mutex mutex_;
   std::condition_variable_any changed_;
   bool full_ = false;
+  bool stop_ = false;  // the parser is done: no more chunks wanted
   size_t size_ = 0;
   std::exception_ptr error_;
-  std::jthread thread_;  // last: joined before the members it uses are destroyed
+  std::thread thread_;  // last: started after the members it uses
 };
 
 // RapidJSON's input-stream interface over chunks from `read`. A '\0' after the chunk's last byte

@@ -7,7 +7,6 @@
 #include <exception>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,6 +29,14 @@
 namespace mgpu {
 
 namespace {
+
+// Threads joined when they go out of scope (std::jthread's join; libc++ 14 has no jthread).
+struct JoinedThreads : std::vector<std::thread> {
+  ~JoinedThreads() {
+    for (std::thread& t : *this)
+      if (t.joinable()) t.join();
+  }
+};
 
 // mpirun / srun set these in every process they start.
 bool launched_by_mpi_launcher() {
@@ -241,7 +250,7 @@ void World::make_nccl_world(RankClock::Epoch epoch) {
   w.comms.resize(w.world_size);
   std::vector<std::exception_ptr> errors(w.world_size);
   {
-    std::vector<std::jthread> threads;
+    JoinedThreads threads;
     for (int r = 0; r < w.world_size; ++r)
       threads.emplace_back([&, r] {
         try {
@@ -339,10 +348,10 @@ void World::run(const std::function<void(RankContext&)>& fn) {
   if (w.world_size == 1) {
     body(0);
   } else {
-    std::vector<std::jthread> threads;
+    JoinedThreads threads;
     threads.reserve(w.world_size);
     for (int r = 0; r < w.world_size; ++r) threads.emplace_back(body, r);
-  }  // jthreads join here
+  }  // the threads join here
   if (failure) throw *failure;
   if (echo) throw *echo;
 }

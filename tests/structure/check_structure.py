@@ -17,7 +17,7 @@ import sys
 MAX_EXCEPTIONS = 3
 MAX_LINES, SOFT_LINES, MAX_OVER_SOFT = 400, 300, 12
 MAX_FUNCTION_LINES = 80
-SOURCE_DIRS = ["core", "lessons", "viz", "exercises", "solutions"]
+SOURCE_DIRS = ["core", "lessons", "viz", "exercises", "solutions", "web"]
 SUFFIXES = (".h", ".cpp", ".cu", ".inc")
 
 

@@ -22,6 +22,15 @@ namespace {
 // Before the yields, when every rank has a core: this many pause-and-look turns.
 constexpr int kPauseSpins = 64;
 
+// The L2 cache's size where the C library says it (glibc's sysconf name), else 0.
+int64_t l2_cache_bytes() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  return sysconf(_SC_LEVEL2_CACHE_SIZE);
+#else
+  return 0;
+#endif
+}
+
 }  // namespace
 
 bool ranks_share_cores(int ranks) {
@@ -38,7 +47,7 @@ LocalWorld::LocalWorld(int size, double timeout_seconds, bool ranks_share_cores)
       recent_reads_(size),
       owed_pushes_(size),
       serving_(std::make_unique<std::atomic<bool>[]>(size)),
-      push_limit_(std::max<int64_t>(sysconf(_SC_LEVEL2_CACHE_SIZE), 512 * 1024) / 2) {}
+      push_limit_(std::max<int64_t>(l2_cache_bytes(), 512 * 1024) / 2) {}
 
 void LocalWorld::wake(int rank) {
   wakeup_counts_[rank].value.fetch_add(1, std::memory_order_release);

@@ -64,7 +64,9 @@ struct MailboxKey {
   std::string group;
   int src = 0, dst = 0, tag = 0;
   bool internal = false;
-  auto operator<=>(const MailboxKey&) const = default;
+  // Spelled out (libc++ 14 has no <=> for std::string): the members in order, lexicographic.
+  auto tied() const { return std::tie(group, src, dst, tag, internal); }
+  bool operator<(const MailboxKey& o) const { return tied() < o.tied(); }
 };
 
 class LocalWorld {

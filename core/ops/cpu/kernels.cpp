@@ -5,24 +5,45 @@
 #include "core/ops/cpu/vectorize.h"
 #include "core/ops/math/elementwise.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#ifdef MGPU_PLAIN_GEMM
+#include "core/ops/cpu/plain_gemm.h"
+#else
+#include <cblas.h>
+
 extern "C" void openblas_set_num_threads(int);
 // OpenBLAS's pthread builds export this (their fork handler uses it); weak, so that a build of
 // OpenBLAS without a pool links too.
 extern "C" __attribute__((weak)) int blas_thread_shutdown_(void);
+#endif
 
 namespace mgpu::cpu {
+
+namespace {
+// C = alpha * op(A) @ op(B) + beta * C, row-major: OpenBLAS, or the plain loops of the web build
+// (which has no OpenBLAS; core/ops/cpu/plain_gemm.h).
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#ifdef MGPU_PLAIN_GEMM
+  plain_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+#endif
+}
+}  // namespace
 
 // The arithmetic of every loop below is core/ops/math/'s (math::), shared with the CUDA kernels;
 // this file holds the loops: the indexing and the order in which each row is reduced.
 
 void use_one_blas_thread() {
+#ifndef MGPU_PLAIN_GEMM
   static const bool done = [] {
     // OpenBLAS (pthreads) starts nproc - 1 workers when it is loaded; each one polls for work
     // with sched_yield for about 2^28 cycles before it sleeps. On a 2-core machine that is a
@@ -35,6 +56,7 @@ void use_one_blas_thread() {
     return true;
   }();
   (void)done;
+#endif
 }
 
 void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
@@ -43,10 +65,7 @@ void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int6
   // Row-major leading dimensions: a stored [m,k] (or [k,m] when transposed), b [k,n] (or [n,k]).
   const int64_t lda = trans_a ? m : k;
   const int64_t ldb = trans_b ? k : n;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(n));
+  sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n);
 }
 
 MGPU_VECTOR_CLONES void bias_add(float* out, const float* bias, int64_t n, int64_t c) {
@@ -180,9 +199,7 @@ namespace {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   use_one_blas_thread();
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha, a, int(lda), b,
-              int(ldb), beta, c, int(ldc));
+  sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 }  // namespace
 
