@@ -17,6 +17,7 @@
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
+#include "core/theory/checkpoint_interval.h"
 #include "core/trace/bubble_seams.h"
 
 namespace mgpu::ex {
@@ -29,6 +30,9 @@ using trace::RankIdle;
 using memory::MemoryEstimate;
 using memory::MemoryQuery;
 using memory::Precision;
+
+// Exercise 10: what a failure loses (core/theory/checkpoint_interval.h).
+using theory::LostWork;
 
 // What an exercise stub throws until it is written. `--impl mine` probes every exercise with a
 // tiny call and falls back to the reference, saying so, for each one that still throws this.
@@ -50,6 +54,7 @@ struct SeamTables {
   parallel::CpSeams cp;              // exercise 07
   parallel::ZeroSeams zero;          // exercise 08
   MoeSeams moe;                      // exercise 09
+  theory::CheckpointSeams checkpoint;  // exercise 10
   parallel::HybridSeams hybrid() const { return {tp, cp, zero, pipeline, comm.all_reduce}; }
 };
 

@@ -25,20 +25,12 @@ namespace mgpu::lessons {
 
 namespace {
 
-// The options of an act's run: quiet, no files, and only the faults the act names.
+// The options of an act's run: fault_free, with only the faults the act names.
 CommonOptions act_options(const CommonOptions& c, std::vector<std::string> slow_rank = {},
                           std::vector<std::string> slow_link = {}) {
-  CommonOptions a = c;
-  a.quiet = true;
-  a.trace_path.clear();
-  a.checkpoint.clear();
-  a.resume.clear();
-  a.checkpoint_every = 0;
-  a.jitter.clear();
-  a.fail_rank.clear();
+  CommonOptions a = fault_free(c);
   a.slow_rank = std::move(slow_rank);
   a.slow_link = std::move(slow_link);
-  a.viz = false;
   return a;
 }
 
@@ -194,6 +186,21 @@ class FaultsLesson : public Lesson {
 };
 
 }  // namespace
+
+CommonOptions fault_free(const CommonOptions& c) {
+  CommonOptions a = c;
+  a.quiet = true;
+  a.viz = false;
+  a.trace_path.clear();
+  a.checkpoint.clear();
+  a.resume.clear();
+  a.checkpoint_every = 0;
+  a.slow_rank.clear();
+  a.slow_link.clear();
+  a.jitter.clear();
+  a.fail_rank.clear();
+  return a;
+}
 
 double StragglerEffect::excess() const {
   return busy_slow.at(straggler) - mean_without(busy_slow, straggler);

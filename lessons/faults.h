@@ -11,6 +11,10 @@
 
 namespace mgpu::lessons {
 
+// `c` quiet, without files (trace, checkpoints, resume) and without injected faults: the base of
+// each of the lab's runs.
+CommonOptions fault_free(const CommonOptions& c);
+
 // One straggler's effect on a run, from the traces of the run without and with it (the same
 // step): per rank the busy time and the time spent waiting in communication.
 struct StragglerEffect {

@@ -13,6 +13,7 @@
 
 #include "core/runtime/faults.h"
 #include "core/theory/checkpoint_interval.h"
+#include "exercises/selection.h"
 #include "lessons/ddp.h"
 #include "lessons/faults.h"
 #include "lessons/training.h"
@@ -37,21 +38,6 @@ class ScratchFile {
   std::string path_;
 };
 
-CommonOptions survival_options(const CommonOptions& c) {
-  CommonOptions a = c;
-  a.quiet = true;
-  a.trace_path.clear();
-  a.checkpoint.clear();
-  a.resume.clear();
-  a.checkpoint_every = 0;
-  a.slow_rank.clear();
-  a.slow_link.clear();
-  a.jitter.clear();
-  a.fail_rank.clear();
-  a.viz = false;
-  return a;
-}
-
 }  // namespace
 
 int print_survival(const CommonOptions& c, std::ostream& out) {
@@ -59,10 +45,10 @@ int print_survival(const CommonOptions& c, std::ostream& out) {
   const int every = c.checkpoint_every > 0 ? c.checkpoint_every : std::max(1, fail.step / 2);
   DataParallelOptions d;
   d.log_losses = false;
-  const DataParallelResult whole = train_data_parallel(survival_options(c), d, out);
+  const DataParallelResult whole = train_data_parallel(fault_free(c), d, out);
 
   ScratchFile saved("lost.ckpt");
-  CommonOptions lost = survival_options(c);
+  CommonOptions lost = fault_free(c);
   lost.fail_rank = c.fail_rank;
   lost.checkpoint = saved.path();
   lost.checkpoint_every = every;
@@ -80,11 +66,15 @@ int print_survival(const CommonOptions& c, std::ostream& out) {
     resumable = e.resumable_step();
   }
   const double step = whole.step_seconds;
+  const theory::LostWork loss =  // exercise 10, as --impl selected
+      ex::selected_seams().checkpoint.lost_work(fail.step, every, step);
   fmt::print(out, "  lost work   (failed step - checkpoint step) x step time = ({} - {}) x {} = {}\n",
-             fail.step, resumable, format_seconds(step),
-             format_seconds(theory::lost_work(fail.step, resumable, step)));
+             fail.step, loss.saved_step, format_seconds(step), format_seconds(loss.seconds));
+  if (loss.saved_step != resumable)
+    fmt::print(out, "  (exercise 10 says step {}, the job resumes from step {})\n", loss.saved_step,
+               resumable);
 
-  CommonOptions resumed = survival_options(c);
+  CommonOptions resumed = fault_free(c);
   resumed.ranks = c.ranks / 2;
   resumed.resume = saved.path();
   const DataParallelResult after = train_data_parallel(resumed, d, out);
@@ -99,7 +89,7 @@ int print_survival(const CommonOptions& c, std::ostream& out) {
 
 void print_checkpoint_interval(std::ostream& out, double checkpoint_cost, double mtbf_hours) {
   const double mtbf = mtbf_hours * 3600, cost = checkpoint_cost;
-  const double best = theory::young_daly_interval(cost, mtbf);
+  const double best = ex::selected_seams().checkpoint.optimal_interval(cost, mtbf);  // ex 10
   fmt::print(out,
              "\n6. the checkpoint interval: MTBF {:.2f} h (Llama 3: 419 unexpected interruptions "
              "in 54 days, 16,384 GPUs), checkpoint {:g} s\n"

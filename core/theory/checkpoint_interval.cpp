@@ -1,4 +1,4 @@
-// Young/Daly's checkpoint interval and a seeded replay of a job under failures
+// Young's wasted fraction and a seeded replay of a job under failures
 // (checkpoint_interval.h).
 #include "core/theory/checkpoint_interval.h"
 
@@ -8,16 +8,8 @@
 
 namespace mgpu::theory {
 
-double young_daly_interval(double checkpoint_cost, double mtbf) {
-  return std::sqrt(2 * checkpoint_cost * mtbf);
-}
-
 double checkpoint_waste(double interval, double checkpoint_cost, double mtbf) {
   return checkpoint_cost / interval + interval / (2 * mtbf);
-}
-
-double lost_work(int failed_step, int saved_step, double step_seconds) {
-  return (failed_step - saved_step) * step_seconds;
 }
 
 double CheckpointRun::waste() const { return wall > 0 ? 1 - work / wall : 0; }

@@ -6,16 +6,29 @@
 // failures, so the closed form can stand beside a simulation of the same assumptions.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace mgpu::theory {
 
-// Young's optimum interval: sqrt(2 x checkpoint_cost x mtbf) (seconds of work between checkpoints).
-double young_daly_interval(double checkpoint_cost, double mtbf);
+// Exercise 10's seam (docs/exercises/10-checkpoint-interval.md): Young's optimum interval,
+// sqrt(2 x checkpoint_cost x mtbf), and the work a failure at `failed_step` loses when
+// --checkpoint-every is `every` (0: no checkpoint): the steps since the last checkpoint times the
+// step time. The reference is solutions/checkpoint_interval.cpp; core holds no copy.
+struct LostWork {
+  int saved_step = 0;   // the step the last checkpoint holds (0: none, start over)
+  double seconds = 0;   // (failed_step - saved_step) x step_seconds
+};
+using OptimalIntervalFn = std::function<double(double checkpoint_cost, double mtbf)>;
+using LostWorkFn = std::function<LostWork(int failed_step, int every, double step_seconds)>;
+struct CheckpointSeams {
+  std::string impl_name;  // "reference" or "mine"
+  OptimalIntervalFn optimal_interval;
+  LostWorkFn lost_work;
+};
+
 // Young's first-order wasted fraction of wall time: C / tau + tau / (2 M).
 double checkpoint_waste(double interval, double checkpoint_cost, double mtbf);
-// Work lost when a failure strikes at `failed_step` and the last checkpoint holds `saved_step`:
-// the steps since it times the step time.
-double lost_work(int failed_step, int saved_step, double step_seconds);
 
 // One replayed job: `work` seconds of training, a checkpoint after every `interval` seconds of
 // it costing `checkpoint_cost`, failures drawn exponential with mean `mtbf` (std::mt19937_64 from

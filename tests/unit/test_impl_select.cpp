@@ -68,7 +68,7 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
   select_exercises("mine", reference::exercise_table(), mine_with_ex01_and_ex03_written(), out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "mine", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str() ==
         "ex02 not implemented yet: using the reference\n"
         "ex04 not implemented yet: using the reference\n"
@@ -76,7 +76,8 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
         "ex06 not implemented yet: using the reference\n"
         "ex07 not implemented yet: using the reference\n"
         "ex08 not implemented yet: using the reference\n"
-        "ex09 not implemented yet: using the reference\n");
+        "ex09 not implemented yet: using the reference\n"
+        "ex10 not implemented yet: using the reference\n");
 }
 
 TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[impl]") {
@@ -117,15 +118,15 @@ TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
     }
     return std::string("no error");
   };
-  for (const std::string spec : {"yours", "ex10=mine", "ex01=theirs", "ex01", "ex01=mine,",
+  for (const std::string spec : {"yours", "ex11=mine", "ex01=theirs", "ex01", "ex01=mine,",
                                  "ex01=mine,ex01=reference", ""}) {
     INFO("spec '" << spec << "'");
     const std::string message = error(spec);
-    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09") !=
+    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09, ex10") !=
           std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
-  CHECK(error("ex10=mine").find("no exercise 'ex10'") != std::string::npos);
+  CHECK(error("ex11=mine").find("no exercise 'ex11'") != std::string::npos);
 }
 
 TEST_CASE("The stub's probe throws NotImplemented and the reference's probe runs", "[impl]") {
