@@ -109,7 +109,8 @@ WorldOptions CommonOptions::world_options() const {
   w.profile = HardwareProfile::load(profile);  // throws invalid_argument listing presets
   w.profile.faults = fault_plan();
   const FaultPlan& f = w.profile.faults;
-  if (w.clock != ClockKind::modeled && (!f.slow_ranks.empty() || !f.slow_links.empty() || f.jitter > 0))
+  if (w.clock != ClockKind::modeled &&
+      (!f.slow_ranks.empty() || !f.slow_links.empty() || f.jitter > 0))
     throw UsageError(fmt::format(
         "--slow-rank, --slow-link and --jitter change the modeled clock's prices; --clock {} "
         "measures real time: use --clock modeled",

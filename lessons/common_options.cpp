@@ -157,8 +157,7 @@ void add_fault_options(CLI::App& app, CommonOptions& c) {
       ->group("Faults");
   app.add_option("--jitter", c.jitter, "P: compute time jitters by +-P% (seeded by --seed)")
       ->group("Faults");
-  app.add_option("--fail-rank", c.fail_rank, "R@S: rank R dies as step S begins")
-      ->group("Faults");
+  app.add_option("--fail-rank", c.fail_rank, "R@S: rank R dies as step S begins")->group("Faults");
 }
 
 void add_output_options(CLI::App& app, CommonOptions& c) {

@@ -42,7 +42,8 @@ double mean_without(const std::vector<double>& v, int skip) {
 }
 
 void print_straggler_table(std::ostream& out, const StragglerEffect& e) {
-  fmt::print(out, "  rank  busy (no fault -> straggler)     waiting in comm (no fault -> straggler)\n");
+  fmt::print(out,
+             "  rank  busy (no fault -> straggler)     waiting in comm (no fault -> straggler)\n");
   for (size_t r = 0; r < e.busy_base.size(); ++r)
     fmt::print(out, "  {:>4}  {:>10} -> {:<10}{:>8}  {:>10} -> {:<10}\n", r,
                format_seconds(e.busy_base[r]), format_seconds(e.busy_slow[r]),
@@ -59,8 +60,7 @@ void act_ddp(std::ostream& out, const CommonOptions& c, const SlowRank& s) {
   const DataParallelResult base = train_data_parallel(act_options(c), d, out);
   const DataParallelResult slow = train_data_parallel(act_options(c, {text}), d, out);
   const StragglerEffect e = straggler_effect(base.trace, slow.trace, c.steps - 1, s.rank);
-  fmt::print(out, "\n1. a straggler in DDP: --slow-rank {} ({} ranks, last step)\n", text,
-             c.ranks);
+  fmt::print(out, "\n1. a straggler in DDP: --slow-rank {} ({} ranks, last step)\n", text, c.ranks);
   print_straggler_table(out, e);
   fmt::print(out,
              "  straggler's excess   busy(rank {}) - mean busy(others)        = {}\n"
@@ -82,8 +82,10 @@ void act_pipeline(std::ostream& out, const CommonOptions& c, const SlowRank& s) 
   const PipelineResult slow = train_pipeline(act_options(c, {text}), p, out);
   const int m = p.microbatches;
   const double fb = 3e-3;  // F + B per stage and micro-batch in theory mode
-  fmt::print(out, "\n2. a straggler in a pipeline: --slow-rank {}, GPipe, {} stages, {} "
-             "micro-batches (theory mode: F 1 ms, B 2 ms)\n", text, c.ranks, m);
+  fmt::print(out,
+             "\n2. a straggler in a pipeline: --slow-rank {}, GPipe, {} stages, {} "
+             "micro-batches (theory mode: F 1 ms, B 2 ms)\n",
+             text, c.ranks, m);
   fmt::print(out, "  stage  bubble (no fault -> straggler)\n");
   for (size_t r = 0; r < base.measured_bubble.size(); ++r)
     fmt::print(out, "  {:>5}  {:5.1f}% -> {:5.1f}%{}\n", r, 100 * base.measured_bubble[r],
@@ -92,8 +94,7 @@ void act_pipeline(std::ostream& out, const CommonOptions& c, const SlowRank& s) 
   fmt::print(out,
              "  step {} -> {}; the slow stage passes each of the M micro-batches at F x (F+B):\n"
              "  step + M (F-1)(F+B) = {} + {} x {:g} x {} = {}\n",
-             format_seconds(base.measured_step_seconds),
-             format_seconds(slow.measured_step_seconds),
+             format_seconds(base.measured_step_seconds), format_seconds(slow.measured_step_seconds),
              format_seconds(base.measured_step_seconds), m, s.factor - 1, format_seconds(fb),
              format_seconds(predicted));
 }
@@ -107,8 +108,10 @@ void act_zero(std::ostream& out, const CommonOptions& c, const SlowRank& s) {
   const ZeroRunResult base = train_zero(act_options(c), z, out);
   const ZeroRunResult slow = train_zero(act_options(c, {text}), z, out);
   const StragglerEffect e = straggler_effect(base.trace, slow.trace, c.steps - 1, s.rank);
-  fmt::print(out, "\n3. a straggler in ZeRO-3: --slow-rank {} (every layer's all-gather and "
-             "reduce-scatter waits for it)\n", text);
+  fmt::print(out,
+             "\n3. a straggler in ZeRO-3: --slow-rank {} (every layer's all-gather and "
+             "reduce-scatter waits for it)\n",
+             text);
   print_straggler_table(out, e);
   fmt::print(out, "  straggler's excess {}; the others' added waiting {}\n",
              format_seconds(e.excess()), format_seconds(e.others_wait()));
@@ -163,7 +166,9 @@ class FaultsLesson : public Lesson {
   }
 
   int run(const CommonOptions& c, std::ostream& out) override {
-    if (c.ranks < 3) throw UsageError("the fault lab needs --ranks 3 or more (a ring and a straggler among several)");
+    if (c.ranks < 3)
+      throw UsageError(
+          "the fault lab needs --ranks 3 or more (a ring and a straggler among several)");
     CommonOptions lab = c;
     if (lab.slow_rank.empty()) lab.slow_rank = {"1:2"};
     if (lab.slow_link.empty()) lab.slow_link = {"1-2:4"};
@@ -241,6 +246,8 @@ double timed_ring_all_reduce(const CommonOptions& c, int64_t bytes) {
   return end - start;
 }
 
-std::unique_ptr<Lesson> make_faults_lesson() { return std::make_unique<FaultsLesson>(); }
+std::unique_ptr<Lesson> make_faults_lesson() {
+  return std::make_unique<FaultsLesson>();
+}
 
 }  // namespace mgpu::lessons

@@ -21,7 +21,7 @@ struct StragglerEffect {
   int straggler = -1;
   std::vector<double> busy_base, busy_slow, wait_base, wait_slow;  // per rank
   double step_base = 0, step_slow = 0;
-  double excess() const;      // the straggler's busy time beyond the mean of the others'
+  double excess() const;       // the straggler's busy time beyond the mean of the others'
   double others_wait() const;  // the others' mean added waiting (slow - base)
 };
 StragglerEffect straggler_effect(const trace::Trace& base, const trace::Trace& slow, int step,

@@ -61,14 +61,15 @@ int print_survival(const CommonOptions& c, std::ostream& out) {
     return 1;
   } catch (const train::JobInterrupted& e) {
     const std::string line = e.what();  // "...; last checkpoint PATH at step S: ..."
-    fmt::print(out, "  the job ends: {}; last checkpoint at step {}\n", line.substr(0, line.find("; ")),
-               e.resumable_step());
+    fmt::print(out, "  the job ends: {}; last checkpoint at step {}\n",
+               line.substr(0, line.find("; ")), e.resumable_step());
     resumable = e.resumable_step();
   }
   const double step = whole.step_seconds;
   const theory::LostWork loss =  // exercise 10, as --impl selected
       ex::selected_seams().checkpoint.lost_work(fail.step, every, step);
-  fmt::print(out, "  lost work   (failed step - checkpoint step) x step time = ({} - {}) x {} = {}\n",
+  fmt::print(out,
+             "  lost work   (failed step - checkpoint step) x step time = ({} - {}) x {} = {}\n",
              fail.step, loss.saved_step, format_seconds(step), format_seconds(loss.seconds));
   if (loss.saved_step != resumable)
     fmt::print(out, "  (exercise 10 says step {}, the job resumes from step {})\n", loss.saved_step,
@@ -102,8 +103,8 @@ void print_checkpoint_interval(std::ostream& out, double checkpoint_cost, double
     const double tau = x * best;
     const theory::CheckpointRun run =
         theory::simulate_checkpointing(work, tau, cost, mtbf, 0, 2024);
-    fmt::print(out, "  {:4g} tau* {:>6.0f} s      {:6.2f}%                    {:6.2f}%   {:>8}{}\n", x,
-               tau, 100 * theory::checkpoint_waste(tau, cost, mtbf), 100 * run.waste(),
+    fmt::print(out, "  {:4g} tau* {:>6.0f} s      {:6.2f}%                    {:6.2f}%   {:>8}{}\n",
+               x, tau, 100 * theory::checkpoint_waste(tau, cost, mtbf), 100 * run.waste(),
                run.failures, x == 1.0 ? "  <- optimum" : "");
   }
   fmt::print(out,

@@ -62,7 +62,7 @@ struct CommonOptions {
   std::string resume = "";
   std::string precision = "fp32";  // fp32 | bf16 | fp16: storage type of weights and activations
   std::string recompute = "none";  // none | selective | full: activation checkpointing
-  int checkpoint_every = 0;  // also write --checkpoint every N steps (0: at the end only)
+  int checkpoint_every = 0;        // also write --checkpoint every N steps (0: at the end only)
   // injected faults (core/runtime/faults.h; "" / empty: none)
   std::vector<std::string> slow_rank;  // "R:F" or "R:F@S"
   std::vector<std::string> slow_link;  // "A-B:F"

@@ -2,9 +2,9 @@
 // and the one-line descriptions the trace and the lessons print.
 #include "core/runtime/faults.h"
 
+#include <fmt/format.h>
 #include <charconv>
 #include <cmath>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace mgpu {
@@ -12,8 +12,7 @@ namespace mgpu {
 namespace {
 
 [[noreturn]] void bad(const char* option, const std::string& text, const char* form) {
-  throw std::invalid_argument(
-      fmt::format("{} '{}': expected {}", option, text, form));
+  throw std::invalid_argument(fmt::format("{} '{}': expected {}", option, text, form));
 }
 
 // The whole of `part` as an integer >= 0, or nothing.
@@ -45,9 +44,8 @@ double factor_of(std::string_view part, const char* option, const std::string& t
   const std::optional<double> f = whole_number(part);
   if (!f) bad(option, text, form);
   if (*f <= 0 || *f > 1e6)
-    throw std::invalid_argument(
-        fmt::format("{} '{}': the factor must be > 0 and at most 1e6 (e.g. 2 = twice as slow)",
-                    option, text));
+    throw std::invalid_argument(fmt::format(
+        "{} '{}': the factor must be > 0 and at most 1e6 (e.g. 2 = twice as slow)", option, text));
   return *f;
 }
 
@@ -59,12 +57,15 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::string factor_text(double f) { return fmt::format("{:g}x", f); }
+std::string factor_text(double f) {
+  return fmt::format("{:g}x", f);
+}
 
 }  // namespace
 
 SlowRank parse_slow_rank(const std::string& text) {
-  constexpr const char* form = "R:F or R:F@S (rank R computes F times slower from step S), e.g. 2:3";
+  constexpr const char* form =
+      "R:F or R:F@S (rank R computes F times slower from step S), e.g. 2:3";
   const std::string_view t = text;
   const size_t colon = t.find(':');
   if (colon == std::string_view::npos) bad("--slow-rank", text, form);
@@ -146,17 +147,18 @@ double FaultPlan::link_factor(int a, int b) const {
 void FaultPlan::check(int ranks, int steps) const {
   auto rank_ok = [&](int r, const char* option) {
     if (r >= ranks)
-      throw std::invalid_argument(fmt::format(
-          "{}: rank {} does not exist in a run of {} ranks (ranks 0..{})", option, r, ranks,
-          ranks - 1));
+      throw std::invalid_argument(
+          fmt::format("{}: rank {} does not exist in a run of {} ranks (ranks 0..{})", option, r,
+                      ranks, ranks - 1));
   };
   auto step_ok = [&](int s, const char* option) {
     if (s >= steps)
-      throw std::invalid_argument(fmt::format(
-          "{}: step {} is past the end of a run of {} steps (steps 0..{})", option, s, steps,
-          steps - 1));
+      throw std::invalid_argument(
+          fmt::format("{}: step {} is past the end of a run of {} steps (steps 0..{})", option, s,
+                      steps, steps - 1));
   };
-  for (const SlowRank& s : slow_ranks) rank_ok(s.rank, "--slow-rank"), step_ok(s.from_step, "--slow-rank");
+  for (const SlowRank& s : slow_ranks)
+    rank_ok(s.rank, "--slow-rank"), step_ok(s.from_step, "--slow-rank");
   for (const SlowLink& l : slow_links) rank_ok(l.a, "--slow-link"), rank_ok(l.b, "--slow-link");
   if (fail) rank_ok(fail->rank, "--fail-rank"), step_ok(fail->step, "--fail-rank");
 }
@@ -188,8 +190,8 @@ nlohmann::json FaultPlan::to_json() const {
 }
 
 RankLost::RankLost(int rank, int step)
-    : std::runtime_error(fmt::format("rank {} was lost at step {} (--fail-rank {}@{})", rank,
-                                     step, rank, step)),
+    : std::runtime_error(
+          fmt::format("rank {} was lost at step {} (--fail-rank {}@{})", rank, step, rank, step)),
       rank_(rank),
       step_(step) {}
 

@@ -12,7 +12,9 @@ double checkpoint_waste(double interval, double checkpoint_cost, double mtbf) {
   return checkpoint_cost / interval + interval / (2 * mtbf);
 }
 
-double CheckpointRun::waste() const { return wall > 0 ? 1 - work / wall : 0; }
+double CheckpointRun::waste() const {
+  return wall > 0 ? 1 - work / wall : 0;
+}
 
 CheckpointRun simulate_checkpointing(double work, double interval, double checkpoint_cost,
                                      double mtbf, double restart, uint64_t seed) {

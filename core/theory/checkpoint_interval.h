@@ -16,8 +16,8 @@ namespace mgpu::theory {
 // --checkpoint-every is `every` (0: no checkpoint): the steps since the last checkpoint times the
 // step time. The reference is solutions/checkpoint_interval.cpp; core holds no copy.
 struct LostWork {
-  int saved_step = 0;   // the step the last checkpoint holds (0: none, start over)
-  double seconds = 0;   // (failed_step - saved_step) x step_seconds
+  int saved_step = 0;  // the step the last checkpoint holds (0: none, start over)
+  double seconds = 0;  // (failed_step - saved_step) x step_seconds
 };
 using OptimalIntervalFn = std::function<double(double checkpoint_cost, double mtbf)>;
 using LostWorkFn = std::function<LostWork(int failed_step, int every, double step_seconds)>;
@@ -34,9 +34,9 @@ double checkpoint_waste(double interval, double checkpoint_cost, double mtbf);
 // it costing `checkpoint_cost`, failures drawn exponential with mean `mtbf` (std::mt19937_64 from
 // `seed`), each failure costing `restart` seconds and the work since the last checkpoint.
 struct CheckpointRun {
-  double wall = 0;      // seconds until the work is done
-  double lost = 0;      // seconds of work redone
-  double saving = 0;    // seconds spent writing checkpoints
+  double wall = 0;    // seconds until the work is done
+  double lost = 0;    // seconds of work redone
+  double saving = 0;  // seconds spent writing checkpoints
   int64_t failures = 0;
   double waste() const;  // 1 - work / wall
   double work = 0;

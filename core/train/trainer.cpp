@@ -226,8 +226,8 @@ class TrainingRun {
     }
     if (const optim::LossScaler* scaler = layout.loss_scaler())
       hyper["loss_scaler"] = scaler->state();
-    save_checkpoint_tensors(options_.checkpoint, assemble(per_rank), done,
-                            options_.config, hyper, options_.model);
+    save_checkpoint_tensors(options_.checkpoint, assemble(per_rank), done, options_.config, hyper,
+                            options_.model);
     result_.checkpoint_written = true;
   }
 

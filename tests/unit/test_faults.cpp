@@ -23,9 +23,14 @@ using mgpu::testing::temp_path;
 namespace {
 
 std::vector<std::string> tiny_ddp(int ranks, int steps, std::vector<std::string> more = {}) {
-  std::vector<std::string> a = {"run",   "ddp",     "--ranks", std::to_string(ranks), "--steps",
-                                std::to_string(steps), "--dim", "16", "--heads", "2",
-                                "--seq", "8",       "--batch", "8",  "-q"};
+  std::vector<std::string> a = {"run",     "ddp",
+                                "--ranks", std::to_string(ranks),
+                                "--steps", std::to_string(steps),
+                                "--dim",   "16",
+                                "--heads", "2",
+                                "--seq",   "8",
+                                "--batch", "8",
+                                "-q"};
   a.insert(a.end(), more.begin(), more.end());
   return a;
 }
@@ -121,11 +126,10 @@ TEST_CASE("a slow link slows the ring all-reduce as alpha-beta says", "[faults][
   const mgpu::HardwareProfile profile = c.world_options().profile;
   const mgpu::LinkSpec& link = profile.link(1, 2);
   const double n = 4;
-  const double formula =
-      2 * (n - 1) * (link.latency + bytes / n * 4 / link.achieved_bandwidth());
+  const double formula = 2 * (n - 1) * (link.latency + bytes / n * 4 / link.achieved_bandwidth());
   CHECK(slow == Approx(formula).epsilon(1e-9));
-  CHECK(base == Approx(2 * (n - 1) * (link.latency + bytes / n / link.achieved_bandwidth()))
-                    .epsilon(1e-9));
+  CHECK(base ==
+        Approx(2 * (n - 1) * (link.latency + bytes / n / link.achieved_bandwidth())).epsilon(1e-9));
   // The cost model prices the same ring with the same slow link.
   CHECK(mgpu::comm::alpha_beta_time("all_reduce", bytes / 4, 4, 4, profile) ==
         Approx(formula).epsilon(1e-9));
@@ -138,8 +142,8 @@ TEST_CASE("a lost rank ends the job with one line; the resume on fewer ranks mat
   const std::string after = temp_path("faults_after.ckpt");
   auto r = run_mgpu(tiny_ddp(4, 6, {"--checkpoint", whole}));
   REQUIRE(r.code == 0);
-  r = run_mgpu(tiny_ddp(4, 6, {"--fail-rank", "1@5", "--checkpoint-every", "2", "--checkpoint",
-                               saved}));
+  r = run_mgpu(
+      tiny_ddp(4, 6, {"--fail-rank", "1@5", "--checkpoint-every", "2", "--checkpoint", saved}));
   INFO(r.err);
   CHECK(r.code == 1);
   CHECK(count_lines(r.err) == 1);

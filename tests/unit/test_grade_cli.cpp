@@ -94,8 +94,8 @@ TEST_CASE("mgpu grade --list: every exercise with its file, page and the graded 
   ChildResult r = mgpu_grade({"--list"});
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09",
-                         "ex10"})
+  for (const char* ex :
+       {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09", "ex10"})
     CHECK(r.output.find(std::string(ex) + " ") != std::string::npos);
   CHECK(r.output.find("edit exercises/pipeline_schedules.cpp") != std::string::npos);
   // Each exercise's points come from its graded checks; the last line sums them.
@@ -142,8 +142,8 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
                             {{"MGPU_IMPL", ""}}, 120);
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09",
-                         "ex10"})
+  for (const char* ex :
+       {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09", "ex10"})
     CHECK(r.output.find(std::string(ex) + " not implemented yet: using the reference\n") !=
           std::string::npos);
   // Above the lesson's header: whose code runs (none of the student's yet).
@@ -247,7 +247,8 @@ TEST_CASE("mgpu grade with some executables missing or out of date: the total co
   CHECK(std::regex_search(r.output, std::regex(R"(ex01 ring all-reduce\s+-  NOT BUILT)")));
   CHECK(r.output.find("of the exercises graded; not graded: ex01 (not built), ex02 (older than its "
                       "source), ex03 (not built), ex05 (not built), ex06 (not built), ex07 (not "
-                      "built), ex08 (not built), ex09 (not built), ex10 (not built)\n") != std::string::npos);
+                      "built), ex08 (not built), ex09 (not built), ex10 (not built)\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("mgpu grade --help names every exercise", "[cli]") {
