@@ -57,17 +57,24 @@ void act_ddp(std::ostream& out, const CommonOptions& c, const SlowRank& s) {
   const std::string text = fmt::format("{}:{:g}", s.rank, s.factor);
   DataParallelOptions d;
   d.log_losses = false;
+  d.overlap = false;  // one all-reduce per tensor after backward: the wait is in one place
   const DataParallelResult base = train_data_parallel(act_options(c), d, out);
   const DataParallelResult slow = train_data_parallel(act_options(c, {text}), d, out);
   const StragglerEffect e = straggler_effect(base.trace, slow.trace, c.steps - 1, s.rank);
-  fmt::print(out, "\n1. a straggler in DDP: --slow-rank {} ({} ranks, last step)\n", text, c.ranks);
+  fmt::print(out, "\n1. a straggler in DDP: --slow-rank {} ({} ranks, --overlap off, last step)\n",
+             text, c.ranks);
   print_straggler_table(out, e);
+  const WorldOptions w = c.world_options();
+  const LinkSpec& link = w.profile.link(0, 1);
   fmt::print(out,
-             "  straggler's excess   busy(rank {}) - mean busy(others)        = {}\n"
-             "  the others wait      mean waiting(others), straggler - none   = {}\n"
-             "  (every bucket's all-reduce needs rank {}'s gradient: the others wait for its "
-             "excess)\n",
-             s.rank, format_seconds(e.excess()), format_seconds(e.others_wait()), s.rank);
+             "  straggler's excess   busy(rank {}) - mean busy(others)             = {}\n"
+             "  the step grows by    step(straggler) - step(none)                  = {}\n"
+             "  the others wait      mean waiting(others), straggler - none        = {}\n"
+             "  (every all-reduce needs rank {}'s gradient: the others wait its excess, less "
+             "the one ring\n   message each sends before it arrives, alpha {} + a chunk over "
+             "{})\n",
+             s.rank, format_seconds(e.excess()), format_seconds(e.step_slow - e.step_base),
+             format_seconds(e.others_wait()), s.rank, format_seconds(link.latency), link.name);
 }
 
 // Act 2: a pipeline in theory mode (F 1 ms, B 2 ms per stage): the slow stage paces every
@@ -78,8 +85,10 @@ void act_pipeline(std::ostream& out, const CommonOptions& c, const SlowRank& s) 
   p.schedule = "gpipe";
   p.theory = true;
   p.microbatches = 4;
-  const PipelineResult base = train_pipeline(act_options(c), p, out);
-  const PipelineResult slow = train_pipeline(act_options(c, {text}), p, out);
+  CommonOptions pc = c;
+  pc.layers = std::max(c.layers, c.ranks);  // a block per stage at least
+  const PipelineResult base = train_pipeline(act_options(pc), p, out);
+  const PipelineResult slow = train_pipeline(act_options(pc, {text}), p, out);
   const int m = p.microbatches;
   const double fb = 3e-3;  // F + B per stage and micro-batch in theory mode
   fmt::print(out,
@@ -113,7 +122,10 @@ void act_zero(std::ostream& out, const CommonOptions& c, const SlowRank& s) {
              "reduce-scatter waits for it)\n",
              text);
   print_straggler_table(out, e);
-  fmt::print(out, "  straggler's excess {}; the others' added waiting {}\n",
+  fmt::print(out,
+             "  straggler's excess before its optimizer {}; the others' added waiting {}, spread "
+             "over the\n  gathers of every layer (and the next step's first gathers wait for its "
+             "optimizer)\n",
              format_seconds(e.excess()), format_seconds(e.others_wait()));
 }
 
@@ -215,19 +227,33 @@ double StragglerEffect::others_wait() const {
   return mean_without(wait_slow, straggler) - mean_without(wait_base, straggler);
 }
 
+namespace {
+
+// Rank r's summary within its own window of `step` (its step-lane event): a straggler's step
+// starts and ends later than the others', so one window for all would cut its work in two.
+trace::RankSummary own_step(const trace::Trace& t, int step, int r) {
+  trace::Trace mine;
+  mine.num_ranks = t.num_ranks;
+  for (const trace::Event& e : t.events)
+    if (e.rank == r) mine.events.push_back(e);
+  return trace::analyze(mine, step).ranks.at(static_cast<size_t>(r));
+}
+
+}  // namespace
+
 StragglerEffect straggler_effect(const trace::Trace& base, const trace::Trace& slow, int step,
                                  int straggler) {
-  const trace::TraceSummary b = trace::analyze(base, step), s = trace::analyze(slow, step);
   StragglerEffect e;
   e.straggler = straggler;
-  for (size_t r = 0; r < b.ranks.size(); ++r) {
-    e.busy_base.push_back(b.ranks[r].busy);
-    e.busy_slow.push_back(s.ranks[r].busy);
-    e.wait_base.push_back(b.ranks[r].comm_wait);
-    e.wait_slow.push_back(s.ranks[r].comm_wait);
+  for (int r = 0; r < base.num_ranks; ++r) {
+    const trace::RankSummary b = own_step(base, step, r), s = own_step(slow, step, r);
+    e.busy_base.push_back(b.busy);
+    e.busy_slow.push_back(s.busy);
+    e.wait_base.push_back(b.comm_wait);
+    e.wait_slow.push_back(s.comm_wait);
+    e.step_base = std::max(e.step_base, b.span);
+    e.step_slow = std::max(e.step_slow, s.span);
   }
-  e.step_base = b.window.length();
-  e.step_slow = s.window.length();
   return e;
 }
 

@@ -16,12 +16,14 @@ namespace mgpu::lessons {
 CommonOptions fault_free(const CommonOptions& c);
 
 // One straggler's effect on a run, from the traces of the run without and with it (the same
-// step): per rank the busy time and the time spent waiting in communication.
+// step): per rank, within its own step, the busy time and the time spent waiting in
+// communication.
 struct StragglerEffect {
   int straggler = -1;
   std::vector<double> busy_base, busy_slow, wait_base, wait_slow;  // per rank
-  double step_base = 0, step_slow = 0;
-  double excess() const;       // the straggler's busy time beyond the mean of the others'
+  double step_base = 0, step_slow = 0;                             // the longest rank's step
+  double excess() const;  // the straggler's busy time beyond the mean of the others'
+
   double others_wait() const;  // the others' mean added waiting (slow - base)
 };
 StragglerEffect straggler_effect(const trace::Trace& base, const trace::Trace& slow, int step,

@@ -42,7 +42,7 @@ class ScratchFile {
 
 int print_survival(const CommonOptions& c, std::ostream& out) {
   const FailRank fail = parse_fail_rank(c.fail_rank);
-  const int every = c.checkpoint_every > 0 ? c.checkpoint_every : std::max(1, fail.step / 2);
+  const int every = c.checkpoint_every > 0 ? c.checkpoint_every : std::max(1, c.steps / 2);
   DataParallelOptions d;
   d.log_losses = false;
   const DataParallelResult whole = train_data_parallel(fault_free(c), d, out);

@@ -77,9 +77,11 @@ struct CommonOptions {
   RunConfig run_config;
 
   WorldOptions world_options() const;  // validated; throws UsageError
-  // The injected faults the options describe, checked against --ranks and --steps; throws
-  // UsageError (one line) for a malformed text, a rank or step that does not exist, F <= 0.
-  FaultPlan fault_plan() const;
+  // The injected faults the options describe; throws UsageError (one line) for a malformed text
+  // or F <= 0, and with `check` (the command line's, once) for a rank or step that does not
+  // exist. A lesson's own comparison runs (one rank, fewer steps) keep the plan unchecked: a
+  // fault on a rank or step they do not have never happens there.
+  FaultPlan fault_plan(bool check = true) const;
   nlohmann::json to_json() const;
 };
 

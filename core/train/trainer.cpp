@@ -122,6 +122,7 @@ class TrainingRun {
       if (periodic_checkpoint(step + 1)) {
         UntracedScope untraced(ctx);
         gather_checkpoint(ctx, *layout, step + 1);
+        ctx.comm->barrier();  // written before any rank goes on (and may be lost: --fail-rank)
       }
       if (outcome.loss && on_loss_ && world_.is_root()) {
         std::lock_guard lock(mutex_);
