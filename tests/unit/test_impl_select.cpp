@@ -19,9 +19,10 @@ namespace {
 // The impl_name each exercise's table holds now in the selection, in exercise order.
 std::vector<std::string> installed_names() {
   const ex::SeamTables& selected = ex::selected_seams();
-  return {selected.comm.impl_name,   selected.ddp.impl_name,    selected.pipeline.impl_name,
-          selected.bubble.impl_name, selected.memory.impl_name, selected.tp.impl_name,
-          selected.cp.impl_name,     selected.zero.impl_name,   selected.moe.side};
+  return {selected.comm.impl_name,      selected.ddp.impl_name,    selected.pipeline.impl_name,
+          selected.bubble.impl_name,    selected.memory.impl_name, selected.tp.impl_name,
+          selected.cp.impl_name,        selected.zero.impl_name,   selected.moe.side,
+          selected.checkpoint.impl_name};
 }
 
 // A "mine" table in which exercises 01 and 03 are written (the reference's code, installed under
@@ -51,7 +52,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
   std::ostringstream out;
   const auto choices =
       select_exercises("mine", reference::exercise_table(), mine::exercise_table(), out);
-  REQUIRE(choices.size() == 9);
+  REQUIRE(choices.size() == 10);
   for (const auto& c : choices) {
     INFO(c.name);
     CHECK(c.installed == "reference");
@@ -59,7 +60,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
     CHECK(out.str().find(c.name + " not implemented yet: using the reference\n") !=
           std::string::npos);
   }
-  CHECK(installed_names() == std::vector<std::string>(9, "reference"));
+  CHECK(installed_names() == std::vector<std::string>(10, "reference"));
 }
 
 TEST_CASE("impl mine installs each written exercise and falls back only for the stubs", "[impl]") {
@@ -87,13 +88,13 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
   select_exercises("ex01=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str().empty());
 
   select_exercises("ex03=mine,ex01=reference", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"reference", "reference", "mine", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str().empty());
 
   // Asked for explicitly but still a stub: the same one-line fallback.
@@ -101,7 +102,7 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
       select_exercises("ex01=mine,ex04=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str() == "ex04 not implemented yet: using the reference\n");
   CHECK(choices[3].fell_back);
   CHECK_FALSE(choices[0].fell_back);
