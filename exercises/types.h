@@ -17,6 +17,7 @@
 #include "core/parallel/pipeline/seams.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
+#include "core/theory/checkpoint_interval.h"
 #include "core/trace/bubble_seams.h"
 
 namespace mgpu::ex {
@@ -30,6 +31,9 @@ using memory::MemoryEstimate;
 using memory::MemoryQuery;
 using memory::Precision;
 
+// Exercise 10: what a failure loses (core/theory/checkpoint_interval.h).
+using theory::LostWork;
+
 // What an exercise stub throws until it is written. `--impl mine` probes every exercise with a
 // tiny call and falls back to the reference, saying so, for each one that still throws this.
 class NotImplemented : public std::logic_error {
@@ -41,15 +45,16 @@ class NotImplemented : public std::logic_error {
 // --impl and hands each part to what runs it: a World its all-reduce, a layout its functions when
 // it is built, make_schedule its compute orders, a lesson's table its accounting or estimate.
 struct SeamTables {
-  comm::CommSeams comm;              // exercise 01
-  parallel::DdpSeams ddp;            // exercise 02
-  pipeline::PipelineSeams pipeline;  // exercise 03
-  trace::BubbleSeams bubble;         // exercise 04
-  memory::MemorySeams memory;        // exercise 05
-  parallel::TpSeams tp;              // exercise 06
-  parallel::CpSeams cp;              // exercise 07
-  parallel::ZeroSeams zero;          // exercise 08
-  MoeSeams moe;                      // exercise 09
+  comm::CommSeams comm;                // exercise 01
+  parallel::DdpSeams ddp;              // exercise 02
+  pipeline::PipelineSeams pipeline;    // exercise 03
+  trace::BubbleSeams bubble;           // exercise 04
+  memory::MemorySeams memory;          // exercise 05
+  parallel::TpSeams tp;                // exercise 06
+  parallel::CpSeams cp;                // exercise 07
+  parallel::ZeroSeams zero;            // exercise 08
+  MoeSeams moe;                        // exercise 09
+  theory::CheckpointSeams checkpoint;  // exercise 10
   parallel::HybridSeams hybrid() const { return {tp, cp, zero, pipeline, comm.all_reduce}; }
 };
 

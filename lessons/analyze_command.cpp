@@ -109,6 +109,10 @@ void print_text(const trace::RunTrace& run, const std::vector<trace::StepBreakdo
   fmt::print(out, "{} rank{}, {}{}\n", run.trace.num_ranks, run.trace.num_ranks == 1 ? "" : "s",
              run.kineto ? "PyTorch profiler trace" : "mgpu trace",
              run.kineto ? fmt::format(" (clocks aligned: {})", md.value("align", "?")) : "");
+  // Faults the run injected (core/runtime/faults.h), as the trace names them.
+  if (md.is_object() && md.contains("faults") && md["faults"].is_object())
+    for (const auto& f : md["faults"].value("injected", nlohmann::json::array()))
+      if (f.is_string()) fmt::print(out, "injected: {}\n", echo_input(f.get<std::string>(), 90));
   fmt::print(out,
              "compute + memory + comm exposed + idle = the step's time; idle split by "
              "cause: host, kernel, other (docs/real-traces.md)\n");

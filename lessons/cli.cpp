@@ -123,6 +123,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         given.emplace_back(name);
     apply_model_preset(common, given);
     common.run_config = resolved_run_config(lesson.name(), app, common);
+    (void)common.fault_plan();  // an injected fault on a rank or step the run lacks: refused
     ex::select_impl(common.impl, out);
     print_student_code_line(out);
     return lesson.run(common, out);

@@ -107,12 +107,35 @@ WorldOptions CommonOptions::world_options() const {
   if (w.device == DeviceKind::phantom && w.clock != ClockKind::modeled)
     throw UsageError("the phantom device does no work, so only --clock modeled can time it");
   w.profile = HardwareProfile::load(profile);  // throws invalid_argument listing presets
+  w.profile.faults = fault_plan(false);        // checked once against the command line (cli.cpp)
+  const FaultPlan& f = w.profile.faults;
+  if (w.clock != ClockKind::modeled &&
+      (!f.slow_ranks.empty() || !f.slow_links.empty() || f.jitter > 0))
+    throw UsageError(fmt::format(
+        "--slow-rank, --slow-link and --jitter change the modeled clock's prices; --clock {} "
+        "measures real time: use --clock modeled",
+        clock_name(w.clock)));
   w.comm_timeout = comm_timeout;
   w.backend = backend;
   if (!capacity.empty()) w.capacity_override = parse_bytes(capacity);
   w.run_config = run_config;
   w.all_reduce = ex::selected_seams().comm.all_reduce;  // exercise 01, as --impl selected
   return w;
+}
+
+FaultPlan CommonOptions::fault_plan(bool check) const {
+  FaultPlan plan;
+  try {
+    for (const std::string& text : slow_rank) plan.slow_ranks.push_back(parse_slow_rank(text));
+    for (const std::string& text : slow_link) plan.slow_links.push_back(parse_slow_link(text));
+    if (!jitter.empty()) plan.jitter = parse_jitter(jitter);
+    if (!fail_rank.empty()) plan.fail = parse_fail_rank(fail_rank);
+    if (check) plan.check(ranks, steps);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  plan.seed = seed;
+  return plan;
 }
 
 nlohmann::json CommonOptions::to_json() const {

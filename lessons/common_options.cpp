@@ -138,9 +138,26 @@ void add_training_options(CLI::App& app, CommonOptions& c) {
                  "none | selective | full: activations recomputed in backward instead of kept")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->group("Training");
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "also write --checkpoint every N steps (the last one a lost rank resumes from)")
+      ->check(NonNegative)
+      ->group("Training");
   app.add_option("--log-every", c.log_every, "print the loss every K steps (0 = ~10 lines)")
       ->check(NonNegative)
       ->group("Output");
+}
+
+// Injected faults (core/runtime/faults.h), checked by CommonOptions::fault_plan.
+void add_fault_options(CLI::App& app, CommonOptions& c) {
+  app.add_option("--slow-rank", c.slow_rank,
+                 "R:F or R:F@S: rank R computes F times slower (from step S); repeatable")
+      ->group("Faults");
+  app.add_option("--slow-link", c.slow_link,
+                 "A-B:F: the link between ranks A and B carries 1/F of its bandwidth; repeatable")
+      ->group("Faults");
+  app.add_option("--jitter", c.jitter, "P: compute time jitters by +-P% (seeded by --seed)")
+      ->group("Faults");
+  app.add_option("--fail-rank", c.fail_rank, "R@S: rank R dies as step S begins")->group("Faults");
 }
 
 void add_output_options(CLI::App& app, CommonOptions& c) {
@@ -162,6 +179,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, const LessonDefaults& d
   if (d.model_options) {
     add_model_options(app, c);
     add_training_options(app, c);
+    add_fault_options(app, c);
   }
   add_output_options(app, c);
 }

@@ -160,13 +160,28 @@ ExerciseInfo ex09_moe_dispatch() {
           "--experts)"};
 }
 
+ExerciseInfo ex10_checkpoint_interval() {
+  return {"ex10",
+          "checkpoint interval",
+          "docs/exercises/10-checkpoint-interval.md",
+          {{"",
+            "waste ~ C / tau + tau / (2 M): set its derivative to 0, tau* = sqrt(2 C M); refuse "
+            "a cost or MTBF that is not finite and > 0"},
+           {"lost work",
+            "the last checkpoint holds step floor(S / every) x every (0 when every is 0); the "
+            "work lost is the steps since it times the step time"}},
+          "exercises/checkpoint_interval.cpp",
+          "the lost work and the optimum interval of `mgpu run faults`"};
+}
+
 }  // namespace
 
 const std::vector<ExerciseInfo>& exercises() {
   static const std::vector<ExerciseInfo> list = {
       ex01_ring_all_reduce(),      ex02_ddp_buckets(),      ex03_pipeline_schedules(),
       ex04_bubble_accounting(),    ex05_memory_estimator(), ex06_tensor_parallel(),
-      ex07_online_softmax_merge(), ex08_zero_shard_step(),  ex09_moe_dispatch()};
+      ex07_online_softmax_merge(), ex08_zero_shard_step(),  ex09_moe_dispatch(),
+      ex10_checkpoint_interval()};
   return list;
 }
 

@@ -31,7 +31,7 @@ struct ExerciseInfo {
 
 // One function per exercise: its title, page, hints (most specific first), stub and lesson.
 
-// Every exercise, in order (ex01 ... ex09).
+// Every exercise, in order (ex01 ... ex10).
 const std::vector<ExerciseInfo>& exercises();
 
 }  // namespace mgpu::lessons

@@ -62,6 +62,12 @@ struct CommonOptions {
   std::string resume = "";
   std::string precision = "fp32";  // fp32 | bf16 | fp16: storage type of weights and activations
   std::string recompute = "none";  // none | selective | full: activation checkpointing
+  int checkpoint_every = 0;        // also write --checkpoint every N steps (0: at the end only)
+  // injected faults (core/runtime/faults.h; "" / empty: none)
+  std::vector<std::string> slow_rank;  // "R:F" or "R:F@S"
+  std::vector<std::string> slow_link;  // "A-B:F"
+  std::string jitter = "";             // percent
+  std::string fail_rank = "";          // "R@S"
   // output
   std::string trace_path = "";
   bool viz = false;
@@ -71,6 +77,11 @@ struct CommonOptions {
   RunConfig run_config;
 
   WorldOptions world_options() const;  // validated; throws UsageError
+  // The injected faults the options describe; throws UsageError (one line) for a malformed text
+  // or F <= 0, and with `check` (the command line's, once) for a rank or step that does not
+  // exist. A lesson's own comparison runs (one rank, fewer steps) keep the plan unchecked: a
+  // fault on a rank or step they do not have never happens there.
+  FaultPlan fault_plan(bool check = true) const;
   nlohmann::json to_json() const;
 };
 

@@ -150,7 +150,9 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   WorldOptions wopt = common.world_options();
   pipeline::ExecutorOptions exec;
   if (p.theory) {
+    const FaultPlan faults = wopt.profile.faults;  // injected faults still apply
     wopt.profile = HardwareProfile::ideal(0);
+    wopt.profile.faults = faults;
     exec.theory = pipeline::TheoryCosts{1e-3, 2e-3};  // 1 ms forward, 2 ms backward per stage
   }
   auto task = make_task(c);

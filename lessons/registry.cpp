@@ -4,6 +4,7 @@
 #include "lessons/context_parallel.h"
 #include "lessons/ddp.h"
 #include "lessons/expert_parallel.h"
+#include "lessons/faults.h"
 #include "lessons/hybrid.h"
 #include "lessons/lesson.h"
 #include "lessons/pipeline.h"
@@ -34,6 +35,7 @@ std::vector<std::unique_ptr<Lesson>> all_lessons() {
   lessons.push_back(make_zero_lesson());
   lessons.push_back(make_hybrid_lesson());
   lessons.push_back(make_recommendations_lesson());
+  lessons.push_back(make_faults_lesson());
   return lessons;
 }
 

@@ -159,6 +159,10 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
   t.seq = c.seq;
   t.resume = c.resume;
   t.checkpoint = c.checkpoint;
+  if (c.checkpoint_every > 0 && c.checkpoint.empty())
+    throw UsageError(fmt::format("--checkpoint-every {} needs --checkpoint FILE to write to",
+                                 c.checkpoint_every));
+  t.checkpoint_every = c.checkpoint_every;
   t.config = config.is_null() ? c.to_json() : std::move(config);
   t.model_params = c.resume.empty() ? -1 : count_params(cfg);
   // Named as the options are, so a mismatch on --resume names the option to change.

@@ -120,6 +120,14 @@ std::string describe_run(const TraceView& view) {
   }
   if (const std::string clock = text_of(md, "clock"); !clock.empty()) add(clock + " clock");
   if (md.is_object() && md.contains("profile")) add(text_of(md["profile"], "name"));
+  // Injected faults (core/runtime/faults.h): "injected: rank 1 computes 2x slower".
+  if (md.is_object() && md.contains("faults") && md["faults"].is_object() &&
+      md["faults"].contains("injected") && md["faults"]["injected"].is_array()) {
+    std::string faults;
+    for (const auto& f : md["faults"]["injected"])
+      if (f.is_string()) faults += (faults.empty() ? "" : "; ") + f.get<std::string>();
+    if (!faults.empty()) add("injected: " + faults);
+  }
   return line;
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/runtime/faults.h"
 #include "core/runtime/gpu.h"
 
 namespace mgpu {
@@ -181,8 +182,10 @@ namespace {
 // The modeled time of a kernel starting at `start`: its price, plus the profile's slowdown for
 // the part that runs while this rank's comm lane is still busy (a collective in flight shares
 // the GPU's SMs and memory bandwidth with it).
-double modeled_kernel_time(const RankContext& ctx, const KernelCost& cost, double start) {
-  const double alone = ctx.profile.kernel_time(cost);
+double modeled_kernel_time(RankContext& ctx, const KernelCost& cost, double start) {
+  double alone = ctx.profile.kernel_time(cost);
+  if (!ctx.profile.faults.empty())  // an injected slow rank or jitter (core/runtime/faults.h)
+    alone *= ctx.profile.faults.compute_factor(ctx.rank, ctx.step, ctx.kernels++);
   const double slowdown = ctx.profile.efficiency.overlap_slowdown;
   const double comm_busy_until = ctx.clock.comm_now();
   if (slowdown <= 0 || comm_busy_until <= start) return alone;
@@ -235,6 +238,10 @@ ComputeScope::~ComputeScope() {
 }
 
 StepScope::StepScope(int step) : ctx_(current_rank()), step_(step) {
+  if (const std::optional<FailRank>& fail = ctx_.profile.faults.fail;
+      fail && fail->rank == ctx_.rank && fail->step == step)
+    throw RankLost(ctx_.rank, step);  // --fail-rank: this rank dies as its step begins
+  ctx_.step = step;
   if (cuda_timed(ctx_)) {
     begin_cuda_region(ctx_, true);
     ++cuda_marks().steps;

@@ -83,6 +83,10 @@ struct RankContext {
     double bytes = 0;
   };
   std::vector<OpenScope> scopes;
+  // The step this rank is in (StepScope; -1 outside one) and the kernels it has run: what an
+  // injected slow rank and the jitter (profile.faults) read.
+  int step = -1;
+  uint64_t kernels = 0;
 };
 
 RankContext& current_rank();

@@ -73,7 +73,7 @@ double HardwareProfile::kernel_time(const KernelCost& c) const {
 double HardwareProfile::transfer_time(int a, int b, double bytes) const {
   const LinkSpec& l = link(a, b);
   const double bandwidth = l.achieved_bandwidth();
-  return l.latency + (bandwidth > 0 ? bytes / bandwidth : 0);
+  return l.latency + (bandwidth > 0 ? bytes / bandwidth * faults.link_factor(a, b) : 0);
 }
 
 }  // namespace mgpu

@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/runtime/dtype.h"
+#include "core/runtime/faults.h"
 
 namespace mgpu {
 
@@ -83,6 +84,8 @@ struct HardwareProfile {
   std::string peak_label = "fp32";
   std::string peak_label_half = "bf16/fp16";
   Efficiency efficiency;  // defaults: the datasheet (every factor 1)
+  // Injected faults (--slow-rank, --slow-link, --jitter, --fail-rank): not part of the JSON.
+  FaultPlan faults;
 
   // The link a message from rank a to rank b crosses.
   const LinkSpec& link(int a, int b) const;
@@ -98,7 +101,7 @@ struct HardwareProfile {
   // Achieved fraction of peak_for(dtype) of batch x [m,k] @ [k,n]: the dtype's ceiling x tile
   // quantisation x wave quantisation (the best over gemm_tiles).
   double gemm_efficiency(double m, double n, double batch, DType dtype) const;
-  // alpha + bytes / achieved bandwidth over link(a, b).
+  // alpha + bytes / achieved bandwidth over link(a, b) (divided by an injected slow link's F).
   double transfer_time(int a, int b, double bytes) const;
 
   nlohmann::json to_json() const;

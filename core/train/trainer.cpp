@@ -119,6 +119,11 @@ class TrainingRun {
       const StepOutcome outcome = run_step(*layout, step);
       if (outcome.skipped) skipped.push_back(step);
       append_outcome(outcomes, outcome);
+      if (periodic_checkpoint(step + 1)) {
+        UntracedScope untraced(ctx);
+        gather_checkpoint(ctx, *layout, step + 1);
+        ctx.comm->barrier();  // written before any rank goes on (and may be lost: --fail-rank)
+      }
       if (outcome.loss && on_loss_ && world_.is_root()) {
         std::lock_guard lock(mutex_);
         if (!reported_[step - first_])
@@ -135,7 +140,7 @@ class TrainingRun {
     }
     UntracedScope untraced(ctx);
     gather_losses(ctx, outcomes);
-    if (!options_.checkpoint.empty()) gather_checkpoint(ctx, *layout);
+    if (!options_.checkpoint.empty()) gather_checkpoint(ctx, *layout, options_.steps);
   }
 
   // Steps whose loss only the gather told: reported now, in order.
@@ -194,8 +199,14 @@ class TrainingRun {
     result_.losses = global_losses(per_rank, steps_run_);
   }
 
-  // The full model, gathered to rank 0 and written there.
-  void gather_checkpoint(RankContext& ctx, Layout& layout) {
+  // --checkpoint-every: after `done` steps, before the end (which writes it anyway).
+  bool periodic_checkpoint(int done) const {
+    return options_.checkpoint_every > 0 && !options_.checkpoint.empty() &&
+           done % options_.checkpoint_every == 0 && done < options_.steps;
+  }
+
+  // The full model after `done` steps, gathered to rank 0 and written there.
+  void gather_checkpoint(RankContext& ctx, Layout& layout, int done) {
     comm::Comm& comm = *ctx.comm;
     auto [text, values] = describe_writer_shards(layout);
     if (ctx.rank != 0) {
@@ -216,8 +227,8 @@ class TrainingRun {
     }
     if (const optim::LossScaler* scaler = layout.loss_scaler())
       hyper["loss_scaler"] = scaler->state();
-    save_checkpoint_tensors(options_.checkpoint, assemble(per_rank), options_.steps,
-                            options_.config, hyper, options_.model);
+    save_checkpoint_tensors(options_.checkpoint, assemble(per_rank), done, options_.config, hyper,
+                            options_.model);
     result_.checkpoint_written = true;
   }
 
@@ -231,6 +242,28 @@ class TrainingRun {
   std::vector<bool> reported_;  // steps whose loss on_loss has seen
   SharedBatches batches_;
 };
+
+// A rank lost to --fail-rank ends the job with one line: the rank, the step and the checkpoint
+// the job can resume from (the last --checkpoint-every one before the step, or the run's own
+// --resume). Other errors pass through.
+void rethrow_lost_rank(const RankError& e, const TrainOptions& options, int first_step) {
+  try {
+    if (e.cause()) std::rethrow_exception(e.cause());
+  } catch (const RankLost& lost) {
+    const int every = options.checkpoint_every;
+    const int saved = every > 0 && !options.checkpoint.empty() ? lost.step() / every * every : 0;
+    std::string from = "no checkpoint to resume from (add --checkpoint FILE --checkpoint-every N)";
+    if (saved > first_step)
+      from = fmt::format("last checkpoint {} at step {}: resume with --resume {}",
+                         options.checkpoint, saved, options.checkpoint);
+    else if (!options.resume.empty())
+      from = fmt::format("last checkpoint {} at step {}: resume with --resume {}", options.resume,
+                         first_step, options.resume);
+    throw JobInterrupted(lost.rank(), lost.step(), std::max(saved, first_step),
+                         fmt::format("{}; {}", lost.what(), from));
+  } catch (...) {
+  }
+}
 
 }  // namespace
 
@@ -249,7 +282,12 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
     result.first_step = static_cast<int>(resume.info.step);
   }
   TrainingRun run(world, task, options, resume, result, on_loss);
-  world.run([&](RankContext& ctx) { run.on_rank(ctx, factory, on_done); });
+  try {
+    world.run([&](RankContext& ctx) { run.on_rank(ctx, factory, on_done); });
+  } catch (const RankError& e) {
+    rethrow_lost_rank(e, options, result.first_step);
+    throw;
+  }
   run.report_the_rest();
   return result;
 }

@@ -35,6 +35,7 @@ struct TrainOptions {
   int seq = 1;
   std::string resume;         // a checkpoint to start from ("" = fresh)
   std::string checkpoint;     // where to write the gathered model at the end ("" = nowhere)
+  int checkpoint_every = 0;   // also write it after every N-th step (0: at the end only)
   nlohmann::json config;      // saved in the checkpoint header (the run's options)
   int64_t model_params = -1;  // the full model's parameter count, checked against --resume
   // The model's shape options, named as the command line names them ({"layers": 2, "dim": 64,
@@ -64,6 +65,20 @@ struct TrainResult {
 class TrainingDiverged : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A rank was lost (--fail-rank): what() is the one line the job ends with (the rank, the step,
+// the checkpoint to resume from). A fault of the run: the CLI's exit code 1.
+class JobInterrupted : public std::runtime_error {
+ public:
+  JobInterrupted(int rank, int step, int resumable_step, const std::string& what)
+      : std::runtime_error(what), rank_(rank), step_(step), resumable_step_(resumable_step) {}
+  int rank() const { return rank_; }
+  int step() const { return step_; }
+  int resumable_step() const { return resumable_step_; }  // the step its checkpoint holds
+
+ private:
+  int rank_, step_, resumable_step_;
 };
 
 // Builds a rank's optimizer over the parameters it updates (the lesson's --optimizer, --lr, ...).

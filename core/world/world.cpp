@@ -363,6 +363,7 @@ trace::Trace World::collect_trace(nlohmann::json metadata) const {
   metadata["num_ranks"] = w.world_size;
   metadata["clock"] = clock_name(w.options.clock);
   metadata["profile"] = w.options.profile.to_json();
+  if (!w.options.profile.faults.empty()) metadata["faults"] = w.options.profile.faults.to_json();
   out.metadata = std::move(metadata);
 
   auto sorted = [](std::vector<trace::Event> events) {

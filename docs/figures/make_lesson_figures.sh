@@ -3,7 +3,7 @@
 #   docs/figures/make_lesson_figures.sh [BUILD_DIR]      (default: build-cpu)
 # README and 06-pipeline: the demo's 1F1B run (./dev.sh demo) and six schedules in theory mode;
 # 07 and 08: tensor and sequence parallelism on 4 GPUs, 3 steps, as the captions say; 10: expert
-# parallelism. Each screenshot is as tall as its content.
+# parallelism; 18: a straggler in DDP. Each screenshot is as tall as its content.
 set -euo pipefail
 source "$(dirname "$0")/figure_setup.sh" "$@"
 "$mgpu" run pipeline --ranks 4 --schedule 1f1b --microbatches 8 --profile 8xH100-NVLink \
@@ -34,3 +34,7 @@ xvfb-run -a "$mgpu" viz sequence_parallel.json \
   --skew 1 --trace expert_parallel.json >/dev/null
 xvfb-run -a "$mgpu" viz expert_parallel.json --screenshot "$figures/expert-parallel-lesson.png" \
   --width 1400
+# 18-faults: a straggler in DDP (rank 1 computes 2x slower, --overlap off, 3 steps): the others
+# wait in the all-reduce.
+"$mgpu" run ddp --ranks 4 --overlap off --slow-rank 1:2 --steps 3 -q --trace faults.json >/dev/null
+xvfb-run -a "$mgpu" viz faults.json --screenshot "$figures/faults-straggler.png" --width 1400

@@ -94,7 +94,8 @@ TEST_CASE("mgpu grade --list: every exercise with its file, page and the graded 
   ChildResult r = mgpu_grade({"--list"});
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09"})
+  for (const char* ex :
+       {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09", "ex10"})
     CHECK(r.output.find(std::string(ex) + " ") != std::string::npos);
   CHECK(r.output.find("edit exercises/pipeline_schedules.cpp") != std::string::npos);
   // Each exercise's points come from its graded checks; the last line sums them.
@@ -103,7 +104,7 @@ TEST_CASE("mgpu grade --list: every exercise with its file, page and the graded 
   for (std::sregex_iterator it(r.output.begin(), r.output.end(), pts), end; it != end; ++it)
     sum += std::stoi((*it)[1]);
   CHECK(sum > 0);
-  CHECK(r.output.find("9 exercises, ") != std::string::npos);
+  CHECK(r.output.find("10 exercises, ") != std::string::npos);
   CHECK(r.output.find(", " + std::to_string(sum) + " points\n") != std::string::npos);
 }
 
@@ -130,7 +131,7 @@ TEST_CASE("mgpu grade with an unknown exercise: one line and exit 2", "[cli]") {
   CHECK(r.exit_code == 2);
   CHECK(r.output ==
         "mgpu grade: error: unknown exercise 'ex99' (available: ex01, ex02, ex03, "
-        "ex04, ex05, ex06, ex07, ex08, ex09)\n");
+        "ex04, ex05, ex06, ex07, ex08, ex09, ex10)\n");
   CHECK(mgpu_grade({"--impl", "yours"}).exit_code == 2);
 }
 
@@ -141,7 +142,8 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
                             {{"MGPU_IMPL", ""}}, 120);
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  for (const char* ex : {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09"})
+  for (const char* ex :
+       {"ex01", "ex02", "ex03", "ex04", "ex05", "ex06", "ex07", "ex08", "ex09", "ex10"})
     CHECK(r.output.find(std::string(ex) + " not implemented yet: using the reference\n") !=
           std::string::npos);
   // Above the lesson's header: whose code runs (none of the student's yet).
@@ -152,12 +154,12 @@ TEST_CASE("mgpu run --impl mine on the untouched stubs: every exercise falls bac
 TEST_CASE("mgpu run --impl with an unknown exercise: one line naming the valid ones and exit 2",
           "[cli]") {
   ChildResult r = run_child(
-      {std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device", "--impl", "ex10=mine"},
+      {std::string(MGPU_BINARY_DIR) + "/mgpu", "run", "single_device", "--impl", "ex11=mine"},
       {{"MGPU_IMPL", ""}}, 120);
   CHECK(r.exit_code == 2);
-  CHECK(r.output.rfind("mgpu run single_device: error: --impl 'ex10=mine': no exercise 'ex10'; "
+  CHECK(r.output.rfind("mgpu run single_device: error: --impl 'ex11=mine': no exercise 'ex11'; "
                        "use reference, mine, or a list like ex01=mine,ex03=mine (exercises: "
-                       "ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09",
+                       "ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09, ex10",
                        0) == 0);
   CHECK(r.output.find('\n') == r.output.size() - 1);
 }
@@ -188,7 +190,7 @@ TEST_CASE("mgpu grade exNN grades the exercise on its own: the others it calls a
 TEST_CASE("a graded executable refuses an MGPU_IMPL that names nothing, in one line, exit 2",
           "[cli]") {
   const std::string exe = std::string(MGPU_BINARY_DIR) + "/test_grade_ex04_bubble_accounting";
-  for (const char* bad : {"ex06=mne", "mien", "ex10=mine"}) {
+  for (const char* bad : {"ex06=mne", "mien", "ex11=mine"}) {
     ChildResult r = run_child({exe, "--list-test-names-only"}, {{"MGPU_IMPL", bad}}, 120);
     INFO(bad << ": " << r.output);
     CHECK(r.exit_code == 2);
@@ -245,14 +247,15 @@ TEST_CASE("mgpu grade with some executables missing or out of date: the total co
   CHECK(std::regex_search(r.output, std::regex(R"(ex01 ring all-reduce\s+-  NOT BUILT)")));
   CHECK(r.output.find("of the exercises graded; not graded: ex01 (not built), ex02 (older than its "
                       "source), ex03 (not built), ex05 (not built), ex06 (not built), ex07 (not "
-                      "built), ex08 (not built), ex09 (not built)\n") != std::string::npos);
+                      "built), ex08 (not built), ex09 (not built), ex10 (not built)\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("mgpu grade --help names every exercise", "[cli]") {
   ChildResult r = mgpu_grade({"--help"});
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  CHECK(r.output.find("one exercise: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09 "
+  CHECK(r.output.find("one exercise: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09, ex10 "
                       "(default: all)") != std::string::npos);
 }
 

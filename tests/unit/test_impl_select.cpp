@@ -19,9 +19,10 @@ namespace {
 // The impl_name each exercise's table holds now in the selection, in exercise order.
 std::vector<std::string> installed_names() {
   const ex::SeamTables& selected = ex::selected_seams();
-  return {selected.comm.impl_name,   selected.ddp.impl_name,    selected.pipeline.impl_name,
-          selected.bubble.impl_name, selected.memory.impl_name, selected.tp.impl_name,
-          selected.cp.impl_name,     selected.zero.impl_name,   selected.moe.side};
+  return {selected.comm.impl_name,      selected.ddp.impl_name,    selected.pipeline.impl_name,
+          selected.bubble.impl_name,    selected.memory.impl_name, selected.tp.impl_name,
+          selected.cp.impl_name,        selected.zero.impl_name,   selected.moe.side,
+          selected.checkpoint.impl_name};
 }
 
 // A "mine" table in which exercises 01 and 03 are written (the reference's code, installed under
@@ -51,7 +52,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
   std::ostringstream out;
   const auto choices =
       select_exercises("mine", reference::exercise_table(), mine::exercise_table(), out);
-  REQUIRE(choices.size() == 9);
+  REQUIRE(choices.size() == 10);
   for (const auto& c : choices) {
     INFO(c.name);
     CHECK(c.installed == "reference");
@@ -59,7 +60,7 @@ TEST_CASE("impl mine with every exercise a stub: each falls back and says so", "
     CHECK(out.str().find(c.name + " not implemented yet: using the reference\n") !=
           std::string::npos);
   }
-  CHECK(installed_names() == std::vector<std::string>(9, "reference"));
+  CHECK(installed_names() == std::vector<std::string>(10, "reference"));
 }
 
 TEST_CASE("impl mine installs each written exercise and falls back only for the stubs", "[impl]") {
@@ -68,7 +69,7 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
   select_exercises("mine", reference::exercise_table(), mine_with_ex01_and_ex03_written(), out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "mine", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str() ==
         "ex02 not implemented yet: using the reference\n"
         "ex04 not implemented yet: using the reference\n"
@@ -76,7 +77,8 @@ TEST_CASE("impl mine installs each written exercise and falls back only for the 
         "ex06 not implemented yet: using the reference\n"
         "ex07 not implemented yet: using the reference\n"
         "ex08 not implemented yet: using the reference\n"
-        "ex09 not implemented yet: using the reference\n");
+        "ex09 not implemented yet: using the reference\n"
+        "ex10 not implemented yet: using the reference\n");
 }
 
 TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[impl]") {
@@ -86,13 +88,13 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
   select_exercises("ex01=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str().empty());
 
   select_exercises("ex03=mine,ex01=reference", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"reference", "reference", "mine", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str().empty());
 
   // Asked for explicitly but still a stub: the same one-line fallback.
@@ -100,7 +102,7 @@ TEST_CASE("impl ex01=mine: exactly the named exercises are the student's", "[imp
       select_exercises("ex01=mine,ex04=mine", reference::exercise_table(), mine, out);
   CHECK(installed_names() == std::vector<std::string>{"mine", "reference", "reference", "reference",
                                                       "reference", "reference", "reference",
-                                                      "reference", "reference"});
+                                                      "reference", "reference", "reference"});
   CHECK(out.str() == "ex04 not implemented yet: using the reference\n");
   CHECK(choices[3].fell_back);
   CHECK_FALSE(choices[0].fell_back);
@@ -117,15 +119,15 @@ TEST_CASE("impl with a bad spec: one line listing the valid names", "[impl]") {
     }
     return std::string("no error");
   };
-  for (const std::string spec : {"yours", "ex10=mine", "ex01=theirs", "ex01", "ex01=mine,",
+  for (const std::string spec : {"yours", "ex11=mine", "ex01=theirs", "ex01", "ex01=mine,",
                                  "ex01=mine,ex01=reference", ""}) {
     INFO("spec '" << spec << "'");
     const std::string message = error(spec);
-    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09") !=
+    CHECK(message.find("exercises: ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09, ex10") !=
           std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
-  CHECK(error("ex10=mine").find("no exercise 'ex10'") != std::string::npos);
+  CHECK(error("ex11=mine").find("no exercise 'ex11'") != std::string::npos);
 }
 
 TEST_CASE("The stub's probe throws NotImplemented and the reference's probe runs", "[impl]") {

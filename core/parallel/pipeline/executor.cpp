@@ -82,7 +82,11 @@ void StageRunner::execute(const Action& a) {
 // of one of its two copies).
 void StageRunner::charge_theory_time(double whole_stage_cost) {
   const int chunks_per_share = schedule_.num_virtual_stages() / schedule_.stages;
-  if (options_.theory) ctx_.clock.advance_compute(whole_stage_cost / chunks_per_share);
+  if (!options_.theory) return;
+  double cost = whole_stage_cost / chunks_per_share;
+  if (const FaultPlan& faults = ctx_.profile.faults; !faults.empty())  // a slow rank, jitter
+    cost *= faults.compute_factor(ctx_.rank, ctx_.step, ctx_.kernels++);
+  ctx_.clock.advance_compute(cost);
 }
 
 void StageRunner::forward(int mb, int chunk) {
