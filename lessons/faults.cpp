@@ -181,6 +181,20 @@ class FaultsLesson : public Lesson {
     if (c.ranks < 3)
       throw UsageError(
           "the fault lab needs --ranks 3 or more (a ring and a straggler among several)");
+    // Honoured or refused: the lab's runs are its own, compared side by side.
+    if (!c.trace_path.empty() || !c.checkpoint.empty() || !c.resume.empty() ||
+        c.checkpoint_every > 0)
+      throw UsageError(
+          "the fault lab runs several runs of its own and writes no trace or checkpoint: give "
+          "--trace, --checkpoint or --resume to a training lesson with the fault options, e.g. "
+          "mgpu run ddp --slow-rank 1:2 --trace slow.json");
+    const CommonOptions defaults;
+    if (c.seed != defaults.seed || c.weight_decay != defaults.weight_decay || !c.jitter.empty() ||
+        c.log_every != defaults.log_every || c.quiet)
+      throw UsageError(
+          "the fault lab prints modeled times, which --seed, --weight-decay, --jitter, --log-every "
+          "and --quiet do not change: leave them out, or give them to a training lesson with the "
+          "fault options");
     CommonOptions lab = c;
     if (lab.slow_rank.empty()) lab.slow_rank = {"1:2"};
     if (lab.slow_link.empty()) lab.slow_link = {"1-2:4"};

@@ -35,11 +35,20 @@ const std::map<std::string, std::string> kExempt = {
     {"--comm-timeout", "only acts when a rank is stuck: tests/unit/test_comm_diagnosis.cpp"},
     {"--viz", "opens a window: tests/viz"},
     {"--impl", "picks exercise implementations: tests/grade and the exercises' --impl tests"},
+    {"--fail-rank", "ends the job on purpose (one line, exit 1): tests/unit/test_faults.cpp"},
+    {"--checkpoint-every",
+     "writes the same file at earlier steps too: tests/unit/test_faults.cpp "
+     "resumes from one"},
 };
 
 // A non-default value for each option (lesson-specific ones included).
 const std::map<std::string, std::vector<std::string>> kTry = {
     {"--ranks", {"3"}},
+    {"--slow-rank", {"0:2"}},
+    {"--slow-link", {"0-1:4"}},
+    {"--jitter", {"5"}},
+    {"--checkpoint-cost", {"30"}},
+    {"--mtbf-hours", {"1"}},
     {"--device", {"phantom"}},
     {"--clock", {"wall"}},
     {"--profile", {"4xA100-PCIe"}},
@@ -132,7 +141,7 @@ Observed observe(std::vector<std::string> args) {
 // train_measured): no trace or checkpoint to observe, so only their report is compared, and
 // --trace/--checkpoint must be refused.
 bool writes_no_outputs(const std::string& lesson) {
-  return lesson == "mixed_precision" || lesson == "activation_checkpointing";
+  return lesson == "mixed_precision" || lesson == "activation_checkpointing" || lesson == "faults";
 }
 
 std::vector<std::string> base_args(const std::string& lesson) {
