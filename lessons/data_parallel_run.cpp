@@ -11,9 +11,9 @@
 #include "core/data/sampler.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/ddp.h"
+#include "core/parallel/single_device.h"
 #include "core/theory/collectives.h"
 #include "core/trace/analysis.h"
-#include "core/train/single_device.h"
 #include "exercises/selection.h"
 #include "lessons/ddp.h"
 #include "lessons/host_memory_check.h"
@@ -127,12 +127,9 @@ std::vector<std::vector<float>> train_single_device_params(const CommonOptions& 
   std::vector<std::vector<float>> params;
   train::train(
       world, *task, train_options(one, global_batch, cfg),
-      [&](RankContext&) {
-        return std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(one));
-      },
-      {},
+      [&](RankContext&) { return parallel::single_device_layout(cfg, optimizer_factory(one)); }, {},
       [&](RankContext&, train::Layout& layout) {
-        params = copy_params(static_cast<train::SingleDeviceLayout&>(layout).model());
+        params = copy_params(static_cast<parallel::MeshLayout&>(layout).model());
       });
   return params;
 }

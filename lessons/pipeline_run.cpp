@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/parallel/pipeline/layout.h"
+#include "core/parallel/hybrid.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/theory/model_states.h"
 #include "core/theory/pipeline_bubbles.h"
@@ -120,7 +120,7 @@ void print_setup(std::ostream& out, const CommonOptions& c, const PipelineOption
 void collect_last_step(RankContext& ctx, train::Layout& layout, std::mutex& mutex,
                        PipelineResult& result) {
   const int P = static_cast<int>(result.last_step.size());
-  auto& stage = static_cast<pipeline::PipelineLayout&>(layout);
+  auto& stage = static_cast<parallel::HybridLayout&>(layout);
   const pipeline::StageStepStats& st = stage.last_stats();
   const int64_t param_bytes =
       ctx.allocator.stats().current[static_cast<int>(MemCategory::parameters)];
@@ -189,8 +189,12 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg, config),
       [&](RankContext& ctx) {
-        return std::make_unique<pipeline::PipelineLayout>(cfg, *ctx.comm, schedule, V,
-                                                          optimizer_factory(c), exec);
+        return parallel::pipeline_layout(cfg, *ctx.comm,
+                                         {.schedule = p.schedule,
+                                          .microbatches = p.microbatches,
+                                          .virtual_stages = p.virtual_stages,
+                                          .theory = exec.theory},
+                                         optimizer_factory(c), ex::selected_seams().hybrid());
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/train/single_device.h"
+#include "core/parallel/single_device.h"
 #include "lessons/exercise_views.h"
 #include "lessons/single_device.h"
 #include "lessons/training.h"
@@ -38,9 +38,7 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
   auto wall_start = std::chrono::steady_clock::now();
   train::TrainResult trained = train::train(
       world, *task, train_options(c, c.batch, cfg),
-      [&](RankContext&) {
-        return std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(c));
-      },
+      [&](RankContext&) { return parallel::single_device_layout(cfg, optimizer_factory(c)); },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout&) { result.modeled_seconds = ctx.clock.compute_now(); });
   result.wall_seconds =

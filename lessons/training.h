@@ -55,7 +55,7 @@ struct MeasuredRun {
   MemoryStats memory;               // allocator peaks over training (after building the model)
   std::vector<float> final_params;  // the fp32 master weights (the model's in fp32), in order
 };
-// Trains `cfg` (its dtype and recompute mode) through train::train with SingleDeviceLayout on
+// Trains `cfg` (its dtype and recompute mode) through train::train with the single-device layout on
 // one rank, with the common options' steps, batch, optimizer, device, profile and capacity.
 // fp16 runs with dynamic loss scaling unless `loss_scaling` is false. Throws OutOfMemory when a
 // step does not fit the capacity.

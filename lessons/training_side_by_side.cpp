@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/train/single_device.h"
+#include "core/parallel/single_device.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
@@ -17,13 +17,14 @@ train::TrainResult train_measured_on(World& world, const data::Task& task,
   return train::train(
       world, task, options,
       [&](RankContext&) {
-        auto layout = std::make_unique<train::SingleDeviceLayout>(cfg, optimizer_factory(run));
+        auto layout = parallel::single_device_layout(cfg, optimizer_factory(run));
         m.params = layout->model().num_params();
         return layout;
       },
       {},
       [&](RankContext& ctx, train::Layout& layout) {
-        auto& single = static_cast<train::SingleDeviceLayout&>(layout);
+        auto& single = static_cast<parallel::SingleDevicePart&>(
+            static_cast<parallel::MeshLayout&>(layout).part());
         m.flushed_in_backward = single.backward_stores().flushed_to_zero;
         m.unchecked_stores = single.backward_stores().unchecked;
         const double steps = std::max(1, options.steps);

@@ -74,13 +74,13 @@ ZeroRunResult train_zero(const CommonOptions& c, const parallel::ZeroOptions& op
   train::TrainResult trained = train::train(
       world, *task, train_options(c, global_batch, cfg),
       [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto layout = std::make_unique<parallel::ZeroLayout>(
-            cfg, *ctx.comm, options, optimizer_factory(c), ex::selected_seams().zero);
-        return layout;
+        return parallel::zero_layout(cfg, *ctx.comm, options, optimizer_factory(c),
+                                     ex::selected_seams().zero);
       },
       [&](int step, float loss) { log.record(step, loss); },
       [&](RankContext& ctx, train::Layout& layout) {
-        const auto& zero = static_cast<parallel::ZeroLayout&>(layout);
+        const auto& zero =
+            static_cast<parallel::ZeroPart&>(static_cast<parallel::MeshLayout&>(layout).part());
         const MemoryStats stats = ctx.allocator.stats();
         ZeroRankStats mine{
             .peak = stats.peak, .settled = stats.current, .owned_elements = zero.owned_elements()};

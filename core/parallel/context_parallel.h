@@ -118,7 +118,7 @@ class ContextParallelPart : public MeshPart {
   void attach(GPT& model, TracePhase& phase) override;
   data::Batch share(const data::Batch& global_batch) override;
   void synchronise(GPT& model) override;
-  comm::Comm& model_group() override { return cp_; }
+  std::vector<comm::Comm*> model_groups() override { return {&cp_}; }
   bool loss_is_shard() const override { return true; }
   bool writes(const Param&) const override { return cp_.rank() == 0; }  // rank 0's copy
   const std::vector<int32_t>& positions() const { return positions_; }

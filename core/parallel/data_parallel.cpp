@@ -8,7 +8,7 @@
 #include "core/data/sampler.h"
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
-#include "core/train/single_device.h"
+#include "core/train/forward_backward.h"
 
 namespace mgpu::parallel {
 

@@ -76,7 +76,7 @@ class DdpPart : public MeshPart {
   std::optional<float> forward_backward(GPT& model, const data::Batch& mine, TracePhase& phase,
                                         float loss_scale) override;
   void synchronise(GPT& model) override;
-  comm::Comm& model_group() override { return dp_; }
+  std::vector<comm::Comm*> model_groups() override { return {&dp_}; }
   bool loss_is_shard() const override { return true; }  // equal shards: their mean is the batch's
   bool writes(const Param&) const override { return dp_.rank() == 0; }
 

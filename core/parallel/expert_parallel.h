@@ -91,7 +91,7 @@ class ExpertParallelPart : public MeshPart {
   void synchronise(GPT& model) override;
   // fp16: an expert's overflow is only on its holders, so the found-inf flag is agreed over dp,
   // which holds every ep group.
-  comm::Comm& model_group() override { return dp_; }
+  std::vector<comm::Comm*> model_groups() override { return {&dp_}; }
   bool loss_is_shard() const override { return true; }
   bool writes(const Param& p) const override;
   // This rank's expert parameters (the four stacked tensors of each MoE block), and the rest.

@@ -30,13 +30,16 @@ namespace mgpu::parallel {
 HybridLayout::HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
                            const train::OptimizerFactory& make_optimizer, const HybridSeams& seams)
     : config_(cfg),
+      name_(options.name),
       mesh_(world, options.mesh, options.mesh_groups),
       slice_(tp_slice(cfg, options.mesh.tp, mesh_.coord(Axis::tp))),
-      tp_comm_(make_tp_comm(mesh_.group(Axis::tp), seams.tp, options)),
+      tp_comm_(options.mesh.tp > 1 ? make_tp_comm(mesh_.group(Axis::tp), seams.tp, options)
+                                   : nullptr),
       sequence_parallel_(options.sequence_parallel),
       schedule_(pipeline::make_schedule(options.schedule, options.mesh.pp, options.microbatches,
                                         options.virtual_stages, seams.pipeline)),
-      zero_seams_(seams.zero) {
+      zero_seams_(seams.zero),
+      theory_(options.theory) {
   if (options.zero != 0) check_seams(zero_seams_);
   // cp: my zigzag share of every sequence; attention's scores span the whole sequence's keys.
   BlockShard shard = slice_.block();
@@ -134,6 +137,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   else
     stage_.zero_grad();
   pipeline::ExecutorOptions options{
+      .theory = theory_,
       .loss_scale = loss_scale(),
       .sequence_parallel = sequence_parallel_ ? &mesh_.group(Axis::tp) : nullptr};
   stats_ = pipeline::run_schedule(stage_, schedule_,
@@ -148,8 +152,7 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
   // Gradients accumulated over every micro-batch; averaging them once now sends the stage's
   // gradient bytes once per step. Averaging per micro-batch would send M times as much for the
   // same result (the sum of averages is the average of sums).
-  const std::vector<comm::Comm*> model_groups = {&mesh_.group(Axis::dp), &mesh_.group(Axis::pp),
-                                                 &mesh_.group(Axis::tp), &mesh_.group(Axis::cp)};
+  const std::vector<comm::Comm*> model_groups = groups_holding_the_model();
   // cp: each rank's gradient is d(its tokens' mean)/dW; their average is the replica's.
   if (ring_) average_gradients_over(Axis::cp);
   bool stepped = true;
@@ -161,9 +164,21 @@ train::StepOutcome HybridLayout::step(const data::Batch& global_batch, int step)
     stepped = optimizer_step(optimizer_.get(), model_groups, step);
   }
   // The stage with the head (the last; stage 0 in a V) knows its replica's mean loss; equal
-  // replicas: the trainer averages them.
-  if (stage_.head) return {.shard_loss = stats_.loss, .skipped = !stepped};
-  return {.skipped = !stepped};
+  // replicas: the trainer averages them. One replica, whole sequences: it is the batch's.
+  if (!stage_.head) return {.skipped = !stepped};
+  if (mesh_.shape().dp == 1 && mesh_.shape().cp == 1)
+    return {.loss = stats_.loss, .skipped = !stepped};
+  return {.shard_loss = stats_.loss, .skipped = !stepped};
+}
+
+std::vector<comm::Comm*> HybridLayout::groups_holding_the_model() {
+  // fp16's found-inf flag is agreed over every axis the model is spread along (a group of one
+  // rank has nothing to agree on); a pipeline alone agrees over its stages.
+  std::vector<comm::Comm*> groups;
+  for (Axis axis : {Axis::dp, Axis::pp, Axis::tp, Axis::cp})
+    if (mesh_.shape().size(axis) > 1) groups.push_back(&mesh_.group(axis));
+  if (groups.empty()) groups.push_back(&mesh_.group(Axis::pp));
+  return groups;
 }
 
 int64_t HybridLayout::gradient_bytes() {
@@ -216,6 +231,22 @@ std::vector<train::TensorShard> HybridLayout::shards() {
   }
   pipeline::read_only_tied_copy(stage_, shards);  // tied: the first stage writes the one wte
   return shards;
+}
+
+// ---------------------------------------------------------------------------------- a pipeline
+
+std::unique_ptr<HybridLayout> pipeline_layout(const GPTConfig& cfg, comm::Comm& world,
+                                              HybridOptions options,
+                                              const train::OptimizerFactory& make_optimizer,
+                                              const HybridSeams& seams) {
+  options.mesh = MeshShape{.pp = world.size()};
+  options.name = "pipeline";
+  // Each group is its first member's colour; the stages' group spans the world and is named so.
+  options.mesh_groups = [&world](Axis axis, const std::vector<int>& members, int my_index,
+                                 const std::string& name) {
+    return world.split(members.front(), my_index, axis == Axis::pp ? "world" : name);
+  };
+  return std::make_unique<HybridLayout>(cfg, world, options, make_optimizer, seams);
 }
 
 }  // namespace mgpu::parallel

@@ -25,6 +25,7 @@
 //       would split the tokens over tp instead: expert-TP = 1).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/parallel/context_parallel.h"
@@ -55,6 +56,9 @@ struct HybridOptions {
   PartialSums tp_sums = PartialSums::fp32;
   bool vocab_parallel_head = false;
   bool sequence_parallel = false;
+  // The pipeline lesson's theory mode: every F and B at a fixed cost (empty: the kernels' time).
+  std::optional<pipeline::TheoryCosts> theory;
+  std::string name = "hybrid";  // the layout's name in messages ("pipeline": pipeline_layout)
 };
 
 // Throws std::invalid_argument (one line) unless the options above suit the model and the mesh:
@@ -88,13 +92,14 @@ bool splits_backward(const std::string& schedule);
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 
-// One rank of a hybrid run, as the training loop sees it (core/train/layout.h).
+// One rank of a hybrid run, as the training loop sees it (core/train/layout.h): the engine for
+// every mesh with a pipeline axis (the pipeline alone is the mesh with the other axes 1).
 class HybridLayout : public train::Layout {
  public:
   // Collective over `world`: every rank builds the mesh (its groups live in the layout).
   HybridLayout(const GPTConfig& cfg, comm::Comm& world, const HybridOptions& options,
                const train::OptimizerFactory& make_optimizer, const HybridSeams& seams);
-  std::string name() const override { return "hybrid"; }
+  std::string name() const override { return name_; }
   void before_step(int step) override;
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
   std::vector<train::TensorShard> shards() override;
@@ -111,8 +116,10 @@ class HybridLayout : public train::Layout {
  private:
   void average_gradients_over(Axis axis);
   void average_gradients_over_dp();  // dense over dp; experts' over edp (summed, then / dp)
+  std::vector<comm::Comm*> groups_holding_the_model();
 
   GPTConfig config_;
+  std::string name_;
   Mesh mesh_;
   TpSlice slice_;
   std::unique_ptr<TensorParallelComm> tp_comm_;  // tp > 1: f and g (--sp: their halves)
@@ -129,6 +136,14 @@ class HybridLayout : public train::Layout {
   std::unique_ptr<pipeline::MirrorGradients> mirror_;  // DualPipe's two copies, else null
   ZeroSeams zero_seams_;
   std::unique_ptr<ZeroOverDp> zero_;  // ZeRO 1-3 over dp, else null
+  std::optional<pipeline::TheoryCosts> theory_;
 };
+
+// The pipeline lesson's layout: the hybrid engine over `world` with only the pp axis above 1 (its
+// group named "world" on the timeline, as it is the world), `options.mesh` set from the world.
+std::unique_ptr<HybridLayout> pipeline_layout(const GPTConfig& cfg, comm::Comm& world,
+                                              HybridOptions options,
+                                              const train::OptimizerFactory& make_optimizer,
+                                              const HybridSeams& seams);
 
 }  // namespace mgpu::parallel

@@ -19,16 +19,16 @@ MeshLayout::MeshLayout(const GPTConfig& cfg, std::unique_ptr<MeshPart> part,
   // single-device model: a mesh run starts exactly where the single-device run starts.
   model_ = std::make_unique<GPT>(cfg, shard);
   part_->split(*model_);
-  materialise(model_->params(), cfg.seed, cfg.dtype);
+  part_->materialise(*model_, cfg.seed, cfg.dtype);
   part_->attach(*model_, phase_);
-  optimizer_ = make_optimizer(model_->params());
+  optimizer_ = make_optimizer(part_->optimised(*model_));
 }
 
 MeshLayout::~MeshLayout() = default;
 
 train::StepOutcome MeshLayout::step(const data::Batch& global_batch, int step) {
   const data::Batch mine = part_->share(global_batch);
-  optimizer_->zero_grad();
+  part_->zero_grad(*model_, *optimizer_);
   std::optional<float> loss = part_->forward_backward(*model_, mine, phase_, loss_scale());
   std::optional<GPTActivations> acts;  // freed with the step, after the optimizer
   if (!loss) {
@@ -41,14 +41,24 @@ train::StepOutcome MeshLayout::step(const data::Batch& global_batch, int step) {
     phase_.close();
   }
   part_->synchronise(*model_);
-  const bool stepped = optimizer_step(optimizer_.get(), {&part_->model_group()}, step);
+  const bool stepped = part_->step_optimizer(
+      [&] { return optimizer_step(optimizer_.get(), part_->model_groups(), step); });
+  part_->end_step();
   if (part_->loss_is_shard()) return {.shard_loss = *loss, .skipped = !stepped};
   return {.loss = *loss, .skipped = !stepped};
 }
 
 std::vector<train::TensorShard> MeshLayout::shards() {
-  return train::partitioned_shards(model_->params(), optimizer_.get(),
-                                   [this](const Param& p) { return part_->writes(p); });
+  return part_->shards(*model_, optimizer_.get());
+}
+
+void MeshPart::materialise(GPT& model, uint64_t seed, DType dtype) {
+  mgpu::materialise(model.params(), seed, dtype);
+}
+
+std::vector<train::TensorShard> MeshPart::shards(GPT& model, optim::Optimizer* optimizer) {
+  return train::partitioned_shards(model.params(), optimizer,
+                                   [this](const Param& p) { return writes(p); });
 }
 
 }  // namespace mgpu::parallel

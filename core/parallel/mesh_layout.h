@@ -5,6 +5,7 @@
 // batch, how it synchronises the gradients, and which ranks write each tensor into the checkpoint.
 // The engine holds the recipe every part shares: build, split, materialise, attach, step, map.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,8 +23,8 @@ namespace mgpu::parallel {
 class Mesh;
 
 // One parallelism over a mesh axis, as the mesh engine composes it. Each hook has the engine's
-// order: shard_blocks, (the model is built) split, (materialised) attach, then per step share,
-// forward_backward, synchronise.
+// order: shard_blocks, (the model is built) split, materialise, attach, optimised, then per step
+// share, zero_grad, forward_backward, synchronise, step_optimizer, end_step.
 class MeshPart {
  public:
   virtual ~MeshPart() = default;
@@ -33,11 +34,22 @@ class MeshPart {
   virtual void shard_blocks(BlockShard& shard) const { (void)shard; }
   // Declares the built model's split parameters (their PartitionSpec), before they are drawn.
   virtual void split(GPT& model) { (void)model; }
+  // Draws this rank's parameters at their places in the seeded single-device model (default:
+  // each parameter the model holds; ZeRO: straight into the flat units, or chunks, it keeps).
+  virtual void materialise(GPT& model, uint64_t seed, DType dtype);
   // After the parameters are drawn: the blocks' (and head's) communication and any per-rank
   // settings of the model, with the forward/backward region the blocks pause while they talk.
   virtual void attach(GPT& model, TracePhase& phase) = 0;
+  // The parameters this rank's optimizer updates (default: the model's; ZeRO: its slices).
+  virtual ParamList optimised(GPT& model) { return model.params(); }
   // This rank's share of the global batch (default: all of it).
   virtual data::Batch share(const data::Batch& global_batch) { return global_batch; }
+  // Before the forward: the gradients the backward accumulates into, zeroed (default: the
+  // optimizer's parameters').
+  virtual void zero_grad(GPT& model, optim::Optimizer& optimizer) {
+    (void)model;
+    optimizer.zero_grad();
+  }
   // Runs forward and backward itself (with its own activations) when they need more than the
   // model's own passes: sequence parallelism's cuts and gathers, DDP's buckets launched between
   // layers and its micro-steps. nullopt: the engine runs the model's passes.
@@ -48,13 +60,23 @@ class MeshPart {
   }
   // After the backward: the gradients made what the optimizer needs on this rank.
   virtual void synchronise(GPT& model) { (void)model; }
-  // The group over which every rank holding a part of the model agrees on fp16's found-inf flag.
-  virtual comm::Comm& model_group() = 0;
+  // The optimizer step with what the part does around it (ZeRO: the all-gather of the updated
+  // chunks): `update` runs the optimizer (fp16: after the found-inf agreement) and says whether
+  // it stepped.
+  virtual bool step_optimizer(const std::function<bool()>& update) { return update(); }
+  // After the optimizer: what the part kept to the step's end (ZeRO: its activations) goes.
+  virtual void end_step() {}
+  // The groups over which every rank holding a part of the model agrees on fp16's found-inf
+  // flag (none on a single device).
+  virtual std::vector<comm::Comm*> model_groups() = 0;
   // Whether this rank's loss is its share's mean (the trainer averages the shares) rather than
   // the whole batch's.
   virtual bool loss_is_shard() const { return false; }
   // Whether this rank writes `p` (and its optimizer state) into the gathered checkpoint.
   virtual bool writes(const Param& p) const = 0;
+  // This rank's tensors mapped into the full model (default: the model's parameters and their
+  // optimizer state, written where `writes` says).
+  virtual std::vector<train::TensorShard> shards(GPT& model, optim::Optimizer* optimizer);
 };
 
 // One rank of a mesh run without a pipeline, as the training loop sees it (core/train/layout.h).

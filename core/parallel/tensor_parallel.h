@@ -161,7 +161,7 @@ class TensorParallelPart : public MeshPart {
   void shard_blocks(BlockShard& shard) const override;
   void split(GPT& model) override;
   void attach(GPT& model, TracePhase& phase) override;
-  comm::Comm& model_group() override { return tp_; }
+  std::vector<comm::Comm*> model_groups() override { return {&tp_}; }
   bool writes(const Param& p) const override;
   const TpSlice& slice() const { return slice_; }
 

@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/comm/comm.h"
 #include "core/model/gpt.h"
+#include "core/parallel/layerwise.h"
+#include "core/parallel/mesh_layout.h"
 #include "core/train/trainer.h"
 
 namespace mgpu::parallel {
@@ -126,22 +129,34 @@ void finish_reductions(std::vector<ZeroUnit>& units);
 // Stages 1-2 (outside exercise 08's step): every rank's updated chunk, to every rank.
 void gather_updated_params(std::vector<ZeroUnit>& units, comm::Comm& dp, DType dtype);
 
-class ZeroLayout : public train::Layout {
+// ZeRO over the data-parallel ranks as a part of the mesh engine (mesh_layout.h): each layer one
+// flat unit, cut over dp; every rank materialises only what its stage keeps of it.
+class ZeroPart : public MeshPart {
  public:
   // `seams`: exercise 08's owned chunk and sharded step.
-  ZeroLayout(const GPTConfig& config, comm::Comm& dp, ZeroOptions options,
-             const train::OptimizerFactory& make_optimizer, const ZeroSeams& seams);
-  std::string name() const override;  // "zero-1", ...
-  train::StepOutcome step(const data::Batch& global_batch, int step) override;
-  std::vector<train::TensorShard> shards() override;
-  optim::Optimizer* optimizer() override { return optimizer_.get(); }
+  ZeroPart(const GPTConfig& config, comm::Comm& dp, ZeroOptions options, const ZeroSeams& seams);
+  std::string name() const override;                                  // "zero-1", ...
+  void materialise(GPT& model, uint64_t seed, DType dtype) override;  // cuts the units
+  void attach(GPT&, TracePhase&) override {}
+  ParamList optimised(GPT& model) override;
+  data::Batch share(const data::Batch& global_batch) override;
+  void zero_grad(GPT& model, optim::Optimizer& optimizer) override;
+  std::optional<float> forward_backward(GPT& model, const data::Batch& mine, TracePhase& phase,
+                                        float loss_scale) override;
+  void synchronise(GPT& model) override;
+  bool step_optimizer(const std::function<bool()>& update) override;
+  void end_step() override { activations_.reset(); }
+  std::vector<comm::Comm*> model_groups() override { return {&dp_}; }
+  bool loss_is_shard() const override { return true; }  // equal shards: their mean is the batch's
+  bool writes(const Param&) const override { return true; }
+  std::vector<train::TensorShard> shards(GPT& model, optim::Optimizer* optimizer) override;
 
   const ZeroOptions& options() const { return options_; }
   const std::vector<ZeroUnit>& units() const { return units_; }
   int64_t owned_elements() const;  // parameter elements this rank's optimizer updates
 
  private:
-  void cut_shards();
+  LayerHooks layer_hooks(int last);
   void gather(int unit) { gather_unit(units_[unit], dp_, config_.dtype); }
   void attach(int unit) { attach_unit(units_[unit]); }
   void release(int unit) { release_unit(units_[unit]); }
@@ -153,10 +168,15 @@ class ZeroLayout : public train::Layout {
   comm::Comm& dp_;
   ZeroOptions options_;
   ZeroSeams seams_;
-  GPT model_;  // declared; each rank materialises only what its stage keeps of it
   std::vector<ZeroUnit> units_;
   std::vector<OwnedSlice> owned_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::optional<GPTActivations> activations_;  // the step's, freed after the optimizer
 };
+
+// One rank of a ZeRO run: the mesh engine with the ZeRO part over `dp` (same seed on every rank).
+std::unique_ptr<MeshLayout> zero_layout(const GPTConfig& config, comm::Comm& dp,
+                                        ZeroOptions options,
+                                        const train::OptimizerFactory& make_optimizer,
+                                        const ZeroSeams& seams);
 
 }  // namespace mgpu::parallel

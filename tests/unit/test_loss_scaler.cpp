@@ -15,11 +15,11 @@
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/ddp.h"
 #include "core/parallel/hybrid.h"
-#include "core/parallel/pipeline/layout.h"
 #include "core/parallel/sequence_parallel.h"
+#include "core/parallel/single_device.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
-#include "core/train/single_device.h"
+#include "core/train/forward_backward.h"
 #include "core/train/trainer.h"
 #include "core/world/world.h"
 #include "exercises/selection.h"
@@ -207,28 +207,24 @@ TEST_CASE(
        }},
       {"pipeline 1f1b",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<pipeline::PipelineLayout>(
-             cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1, compute_orders()), 1,
-             fp16_adamw());
+         return parallel::pipeline_layout(cfg, *ctx.comm, {.schedule = "1f1b", .microbatches = 4},
+                                          fp16_adamw(), mgpu::ex::selected_seams().hybrid());
        }},
       {"pipeline zb-h1",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<pipeline::PipelineLayout>(
-             cfg, *ctx.comm, pipeline::make_schedule("zb-h1", 2, 4, 1, compute_orders()), 1,
-             fp16_adamw());
+         return parallel::pipeline_layout(cfg, *ctx.comm, {.schedule = "zb-h1", .microbatches = 4},
+                                          fp16_adamw(), mgpu::ex::selected_seams().hybrid());
        }},
       // ZeRO: each rank checks only the gradient chunk it owns; TP: only its weight slices.
       {"zero stage 1",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm,
-                                                       parallel::ZeroOptions{.stage = 1},
-                                                       fp16_adamw(), ex::selected_seams().zero);
+         return parallel::zero_layout(cfg, *ctx.comm, parallel::ZeroOptions{.stage = 1},
+                                      fp16_adamw(), ex::selected_seams().zero);
        }},
       {"zero stage 2",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm,
-                                                       parallel::ZeroOptions{.stage = 2},
-                                                       fp16_adamw(), ex::selected_seams().zero);
+         return parallel::zero_layout(cfg, *ctx.comm, parallel::ZeroOptions{.stage = 2},
+                                      fp16_adamw(), ex::selected_seams().zero);
        }},
       {"tensor parallel",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
@@ -245,9 +241,8 @@ TEST_CASE(
        }},
       {"zero stage 3",
        [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-         return std::make_unique<parallel::ZeroLayout>(cfg, *ctx.comm,
-                                                       parallel::ZeroOptions{.stage = 3},
-                                                       fp16_adamw(), ex::selected_seams().zero);
+         return parallel::zero_layout(cfg, *ctx.comm, parallel::ZeroOptions{.stage = 3},
+                                      fp16_adamw(), ex::selected_seams().zero);
        }},
   };
   for (const Case& c : cases) {
@@ -263,7 +258,7 @@ TEST_CASE("single device: a skipped step leaves the model as it was, the scale h
           "[loss_scaler][train]") {
   const GPTConfig cfg = fp16_config();
   auto single = [&](RankContext&) -> std::unique_ptr<train::Layout> {
-    return std::make_unique<train::SingleDeviceLayout>(cfg, fp16_adamw());
+    return parallel::single_device_layout(cfg, fp16_adamw());
   };
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   // Two steps where the second is skipped hold the same model as one step.
@@ -330,9 +325,10 @@ TEST_CASE("fp16 in a layout that does not run the loss scaler is refused with on
           "[loss_scaler][train]") {
   // A layout written before loss scaling: it steps its optimizer itself, so a scale would never
   // be applied or removed. The trainer notices after the first step and says what to use.
-  class PlainLayout : public train::SingleDeviceLayout {
+  class PlainLayout : public parallel::MeshLayout {
    public:
-    using SingleDeviceLayout::SingleDeviceLayout;
+    PlainLayout(const GPTConfig& cfg, const train::OptimizerFactory& make_optimizer)
+        : MeshLayout(cfg, std::make_unique<parallel::SingleDevicePart>(), make_optimizer) {}
     train::StepOutcome step(const data::Batch& batch, int) override {
       const float loss = train::forward_backward_traced(model(), batch);
       optimizer()->step();

@@ -21,7 +21,6 @@
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/hybrid.h"
 #include "core/parallel/layerwise.h"
-#include "core/parallel/pipeline/layout.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/parallel/zero.h"
@@ -144,18 +143,16 @@ TEST_CASE("every layout's sharded initialisation is the single-device initialisa
       REQUIRE(block % 3 != 0);
       for (int stage = 0; stage <= 3; ++stage)
         require_bit_equal(want, gathered_init(3, [&](RankContext& ctx) {
-                            return std::make_unique<ZeroLayout>(cfg, *ctx.comm,
-                                                                ZeroOptions{.stage = stage}, opt,
-                                                                ex::selected_seams().zero);
+                            return zero_layout(cfg, *ctx.comm, ZeroOptions{.stage = stage}, opt,
+                                               ex::selected_seams().zero);
                           }));
     }
     SECTION("pipeline over 2 and 4 stages") {
       for (int pp : {2, 4})
         require_bit_equal(want, gathered_init(pp, [&](RankContext& ctx) {
-                            return std::make_unique<pipeline::PipelineLayout>(
-                                cfg, *ctx.comm,
-                                pipeline::make_schedule("1f1b", pp, 2, 1, compute_orders()), 1,
-                                opt);
+                            return parallel::pipeline_layout(
+                                cfg, *ctx.comm, {.schedule = "1f1b", .microbatches = 2}, opt,
+                                mgpu::ex::selected_seams().hybrid());
                           }));
     }
     SECTION("hybrid dp x tp x pp, with and without ZeRO-1") {

@@ -19,7 +19,7 @@
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/ddp.h"
-#include "core/parallel/pipeline/layout.h"
+#include "core/parallel/hybrid.h"
 #include "core/runtime/context.h"
 #include "core/train/trainer.h"
 #include "core/world/world.h"
@@ -537,9 +537,9 @@ TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per
               if (layout_name == "ddp")
                 return parallel::ddp_layout(cfg, *ctx.comm, parallel::DdpOptions{}, 1, adamw,
                                             ctx.rank, ex::selected_seams().ddp);
-              return std::make_unique<pipeline::PipelineLayout>(
-                  cfg, *ctx.comm, pipeline::make_schedule("1f1b", 2, 4, 1, compute_orders()), 1,
-                  adamw);
+              return parallel::pipeline_layout(cfg, *ctx.comm,
+                                               {.schedule = "1f1b", .microbatches = 4}, adamw,
+                                               mgpu::ex::selected_seams().hybrid());
             },
             {}, [&](RankContext& ctx, train::Layout& layout) {  // after training, still alive
               const MemoryStats s = ctx.allocator.stats();

@@ -64,7 +64,8 @@ ZeroRun train_zero(const GPTConfig& cfg, const data::Task& task, int ranks, Zero
   std::mutex mutex;
   World world(WorldOptions{.ranks = ranks, .all_reduce = selected_all_reduce()});
   world.run([&](RankContext& ctx) {
-    ZeroLayout layout(cfg, *ctx.comm, options, adamw, seams);
+    auto mesh = zero_layout(cfg, *ctx.comm, options, adamw, seams);
+    auto& layout = *mesh;
     ctx.allocator.reset_peaks();
     for (int step = 0; step < kSteps; ++step) {
       StepScope scope(step);
@@ -72,7 +73,7 @@ ZeroRun train_zero(const GPTConfig& cfg, const data::Task& task, int ranks, Zero
     }
     std::lock_guard lock(mutex);
     run.optimizer_bytes[ctx.rank] = layout.optimizer()->state_bytes();
-    run.owned[ctx.rank] = layout.owned_elements();
+    run.owned[ctx.rank] = static_cast<ZeroPart&>(layout.part()).owned_elements();
     run.memory[ctx.rank] = ctx.allocator.stats();
     for (const train::TensorShard& s : layout.shards()) {
       if (!s.writer) continue;
@@ -139,9 +140,9 @@ TEST_CASE("ZeRO cuts uneven shards: the first n % N ranks own one element more",
     std::vector<int64_t> numels;
     std::mutex mutex;
     world.run([&](RankContext& ctx) {
-      ZeroLayout layout(cfg, *ctx.comm, {.stage = 3}, adamw, reference::seams().zero);
+      auto layout = zero_layout(cfg, *ctx.comm, {.stage = 3}, adamw, reference::seams().zero);
       std::lock_guard lock(mutex);
-      for (const ZeroUnit& u : layout.units()) {
+      for (const ZeroUnit& u : static_cast<ZeroPart&>(layout->part()).units()) {
         chunks[ctx.rank].push_back({u.begin, u.end});
         if (ctx.rank == 0) numels.push_back(u.numel);
       }
@@ -217,7 +218,7 @@ TEST_CASE("a ZeRO stage other than 0-3 is refused", "[zero][errors]") {
   std::string message;
   world.run([&](RankContext& ctx) {
     try {
-      ZeroLayout layout(cfg, *ctx.comm, {.stage = 4}, adamw, reference::seams().zero);
+      ZeroPart part(cfg, *ctx.comm, {.stage = 4}, reference::seams().zero);
     } catch (const std::invalid_argument& e) {
       message = e.what();
     }

@@ -11,7 +11,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/data/sampler.h"
 #include "core/parallel/pipeline/executor_internal.h"
+#include "core/parallel/pipeline/mirror_gradients.h"
 #include "core/parallel/pipeline/p2p.h"
 #include "core/parallel/pipeline/zero_bubble.h"
 #include "core/runtime/context.h"
@@ -207,6 +209,58 @@ StageStepStats run_schedule(StageModel& model, const Schedule& schedule,
         model.stages, model.virtual_stages, microbatches.size()));
   check_theory_mode(options);
   return StageRunner(model, schedule, microbatches, comm, options).run();
+}
+
+// ---------------------------------------------------------------------------------- one step
+// The step around the executor, for the tests that drive a stage without the trainer: a barrier
+// (stages finish a step at different times; lining them up makes each step's window, and its
+// bubble, start together on the timeline), the window, zero_grad, the schedule, the optimizer.
+
+namespace {
+
+// DualPipe's pair of copies, or none for a pipeline holding one copy.
+std::unique_ptr<MirrorGradients> mirror_of(const Schedule& schedule, comm::Comm& comm) {
+  if (schedule.placement != Placement::bidirectional) return nullptr;
+  return std::make_unique<MirrorGradients>(comm);
+}
+
+// The schedule, then (DualPipe) the two copies' gradients and loss halves summed.
+StageStepStats run_and_mirror(StageModel& model, const Schedule& schedule, const data::Batch& batch,
+                              comm::Comm& comm, const ExecutorOptions& options,
+                              MirrorGradients* mirror) {
+  StageStepStats stats = run_schedule(
+      model, schedule, data::split_micro_batches(batch, schedule.microbatches), comm, options);
+  if (mirror) {
+    mirror->all_reduce(model);
+    if (model.head) stats.loss = mirror->loss(stats.loss);
+  }
+  return stats;
+}
+
+// The body of a step, inside its window: zero_grad, the schedule, the optimizer.
+StageStepStats step_body(StageModel& model, optim::Optimizer& optimizer, const Schedule& schedule,
+                         const data::Batch& batch, comm::Comm& comm,
+                         const ExecutorOptions& options) {
+  model.zero_grad();
+  const auto mirror = mirror_of(schedule, comm);
+  StageStepStats stats = run_and_mirror(model, schedule, batch, comm, options, mirror.get());
+  {
+    ComputeScope s({.name = "optimizer", .cat = trace::cat::optimizer});
+    optimizer.step();  // each stage updates only its own parameters: no communication needed
+  }
+  return stats;
+}
+
+}  // namespace
+
+StageStepStats train_step(StageModel& model, optim::Optimizer& optimizer, const Schedule& schedule,
+                          const data::Batch& batch, comm::Comm& comm, int step,
+                          const ExecutorOptions& options) {
+  // Stages finish a step at different times (stage 0 runs the last backward); the barrier lines
+  // them up so each step's window, and its bubble, is measured from a common start.
+  comm.barrier();
+  StepScope scope(step);
+  return step_body(model, optimizer, schedule, batch, comm, options);
 }
 
 }  // namespace mgpu::pipeline

@@ -1,13 +1,8 @@
-#include "core/train/single_device.h"
+#include "core/train/forward_backward.h"
 
 #include "core/runtime/context.h"
-#include "core/train/trainer.h"
 
 namespace mgpu::train {
-
-SingleDeviceLayout::SingleDeviceLayout(const GPTConfig& config,
-                                       const OptimizerFactory& make_optimizer)
-    : model_(config), optimizer_(make_optimizer(model_.params())) {}
 
 float forward_backward_traced(GPT& model, const data::Batch& batch, float grad_scale,
                               StoreCounters* backward_stores) {
@@ -30,17 +25,6 @@ float forward_backward_traced(GPT& model, const data::Batch& batch, float grad_s
     }
   }
   return loss;
-}
-
-// One training step: forward, backward, optimizer (fp16: with the loss scaled, or skipped).
-StepOutcome SingleDeviceLayout::step(const data::Batch& batch, int step) {
-  const float loss = forward_backward_traced(model_, batch, loss_scale(), &backward_stores_);
-  const bool stepped = optimizer_step(optimizer_.get(), /*model_groups=*/{}, step);
-  return {.loss = loss, .skipped = !stepped};
-}
-
-std::vector<TensorShard> SingleDeviceLayout::shards() {
-  return whole_tensor_shards(model_.params(), optimizer_.get(), /*writer=*/true);
 }
 
 }  // namespace mgpu::train
