@@ -113,8 +113,11 @@ void finish_lesson() {
   if (!page.pending || !page.pending_finished()) return;
   mgpu::web::LessonRun run = std::move(*page.pending);
   page.pending.reset();
+  // The report panel shows what the lesson printed (--help's text too); a run that printed
+  // nothing (an unknown lesson) leaves its line alone, over the classroom when nothing was shown.
+  if (!page.dashboard && !run.trace) show_classroom(page.params);
   page.report = std::move(run.report);
-  page.lesson = page.pending_lesson;
+  page.lesson = run.trace || !page.report.empty() ? page.pending_lesson : std::string();
   page.error = run.error.substr(0, run.error.find_last_not_of('\n') + 1);
   if (run.trace) {
     DashboardOptions opt;

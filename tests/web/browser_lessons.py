@@ -77,7 +77,8 @@ def check_report_panel(browser, screenshot, path, fail):
     print(f"ok: report panel drawn ({panel} background, {text} text pixels sampled)", flush=True)
 
 
-def check_lessons(page, browser, url, mgpu, screenshot, fail, poll_status_line):
+def check_lessons(page, browser, url, mgpu, screenshot, fail, poll_status_line,
+                  drawn_while_running):
     lesson, args = LESSONS[0]
     query = urllib.parse.urlencode({"lesson": lesson, "args": args}, quote_via=urllib.parse.quote)
     page.navigate(f"{url}?{query}", "?lesson=")
@@ -96,6 +97,8 @@ def check_lessons(page, browser, url, mgpu, screenshot, fail, poll_status_line):
     for lesson, args in LESSONS[1:]:
         started = time.monotonic()
         click_run(browser, lesson, args)
+        if lesson == "context_parallel":  # the longest run here
+            drawn_while_running(page, running="lesson_running")
         s = page.wait(f"Run {lesson} {args}", runs, counter="lesson_runs")
         runs = s["lesson_runs"]
         compare_lesson(lesson, s, *native_run(mgpu, lesson, args, fail), fail)
@@ -110,8 +113,12 @@ def check_lessons(page, browser, url, mgpu, screenshot, fail, poll_status_line):
             ("pipeline", "--trace run.json",
              "mgpu run pipeline: error: --trace writes a file, and the page keeps none: it draws "
              "the trace itself (drop it)"),
-            ("ddp", "--device cuda", "mgpu run ddp: error: --device cuda needs a GPU")]:
-        click_run(browser, lesson, args)
+            ("ddp", "--device cuda", "mgpu run ddp: error: --device cuda needs a GPU"),
+            ("nope", "", "mgpu run: error: unknown lesson 'nope' (available: data_parallel, ddp,")]:
+        if lesson == "nope":  # not in the picker: as a link's ?lesson=nope asks for it
+            page.call("mgpu_run_lesson", lesson, args)
+        else:
+            click_run(browser, lesson, args)
         s = page.wait(f"Run {lesson} {args}", runs, counter="lesson_runs")
         runs = s["lesson_runs"]
         if expected is None:

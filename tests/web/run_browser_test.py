@@ -135,14 +135,14 @@ def check_pixels(data, shot_path):
           f"{counts[FORWARD]} and backward {counts[BACKWARD]} sampled pixels", flush=True)
 
 
-def drawn_while_running(page, timeout=60):
-    """The page keeps drawing while a re-run runs (on its own thread: web/page.cpp): the frame
-    count grows between two looks at a running page."""
+def drawn_while_running(page, timeout=60, running="running"):
+    """The page keeps drawing while a re-run (or a lesson: running="lesson_running") runs on its
+    own thread (web/page.cpp): the frame count grows between two looks at a running page."""
     deadline = time.monotonic() + timeout
     seen = []
     while time.monotonic() < deadline:
         s = json.loads(page.status())
-        if not s["running"]:
+        if not s[running]:
             break
         seen.append(s["frames"])
         time.sleep(0.05)
@@ -302,7 +302,7 @@ def run(args, tmp):
                                      poll_status_line)
         browser_lessons.check_lessons(page, browser, url, args.mgpu,
                                       lambda: screenshot(browser, args.lesson_screenshot), fail,
-                                      poll_status_line)
+                                      poll_status_line, drawn_while_running)
         check_service_worker(page, browser, args.web_build)
     finally:
         browser.close()
