@@ -25,6 +25,7 @@ Serve this folder with these two response headers (the rank threads need them):
 and .wasm as application/wasm. Where the host cannot send headers (e.g. GitHub Pages), the page
 registers coi-serviceworker.js, which adds them, and reloads once (https or localhost only).
 URL parameters: ?set=schedule=gpipe,microbatches=16  ?series=microbatches=1..8
+  ?versus=gpipe,1f1b  ?lesson=zero&args=--device+phantom+--ranks+4+--stage+3
 """
 
 
