@@ -325,6 +325,18 @@ void open_from_url(int argc, char** argv) {
       if (flag == name) *value = argv[i + 1];
   }
   page.params = mgpu::lessons::classroom_parameters();
+  // Not ignored: a lesson's link with the classroom's values (or options without a lesson) is
+  // refused in one line, the classroom shown.
+  if (!lesson.empty() && (!settings.empty() || !series.empty() || !versus.empty())) {
+    page.error = "?set=, ?series= and ?versus= drive the classroom, ?lesson= a lesson: not both";
+    show_classroom(page.params);
+    return;
+  }
+  if (lesson.empty() && !args.empty()) {
+    page.error = "?args= are a lesson's options: add ?lesson=NAME (e.g. ?lesson=zero&args=...)";
+    show_classroom(page.params);
+    return;
+  }
   if (!lesson.empty()) {
     start_lesson(lesson, args);
     return;

@@ -79,6 +79,10 @@ def check_report_panel(browser, screenshot, path, fail):
 
 def check_lessons(page, browser, url, mgpu, screenshot, fail, poll_status_line,
                   drawn_while_running):
+    # A lesson's link with the classroom's values: refused in one line, not ignored.
+    page.navigate(f"{url}?lesson=zero&set=stages=2", "?lesson= and ?set=")
+    poll_status_line(browser, "drive the classroom, ?lesson= a lesson: not both", timeout=60)
+    print("ok: ?lesson= with ?set=: refused in one line", flush=True)
     lesson, args = LESSONS[0]
     query = urllib.parse.urlencode({"lesson": lesson, "args": args}, quote_via=urllib.parse.quote)
     page.navigate(f"{url}?{query}", "?lesson=")
