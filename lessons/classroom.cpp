@@ -188,6 +188,24 @@ std::string series_png_path(const std::string& png, const Series& series, int va
   return (p.parent_path() / (stem + p.extension().string())).string();
 }
 
+std::optional<std::string> parse_versus(const nlohmann::json& params, const std::string& versus,
+                                        std::vector<std::string>& schedules) {
+  nlohmann::json copy = params;
+  const nlohmann::json choices = (*find_spec(copy, "schedule"))["choices"];
+  std::vector<std::string> items;
+  std::stringstream list(versus);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (std::find(choices.begin(), choices.end(), item) == choices.end())
+      return fmt::format("--versus: '{}' is not a schedule (one of {})", item, choices.dump());
+    items.push_back(item);
+  }
+  if (items.size() < 2 || items.size() > kMaxVersus)
+    return fmt::format("--versus takes two to six schedules (got {}), e.g. --versus gpipe,1f1b",
+                       items.size());
+  schedules.insert(schedules.end(), items.begin(), items.end());
+  return std::nullopt;
+}
+
 #ifdef MGPU_HAVE_VIZ
 namespace {
 // The first of the names --series derives that could not be written, as its one line.
@@ -221,20 +239,9 @@ std::optional<std::string> series_batch_error(const nlohmann::json& params, cons
   return std::nullopt;
 }
 
-// The --versus schedules ("gpipe,1f1b"), each one of the schedule control's choices.
 std::optional<std::string> read_versus(viz::RerunHook& hook, const std::string& versus) {
-  nlohmann::json* spec = find_spec(hook.params, "schedule");
-  std::stringstream items(versus);
-  for (std::string item; std::getline(items, item, ',');) {
-    if (std::find((*spec)["choices"].begin(), (*spec)["choices"].end(), item) ==
-        (*spec)["choices"].end())
-      return fmt::format("--versus: '{}' is not a schedule (one of {})", item,
-                         (*spec)["choices"].dump());
-    hook.split_values.push_back(item);
-  }
-  if (hook.split_values.size() < 2 || hook.split_values.size() > viz::kMaxCompared)
-    return fmt::format("--versus takes two to six schedules (got {}), e.g. --versus gpipe,1f1b",
-                       hook.split_values.size());
+  static_assert(kMaxVersus == viz::kMaxCompared);
+  if (auto error = parse_versus(hook.params, versus, hook.split_values)) return error;
   hook.split_by = "schedule";
   return std::nullopt;
 }

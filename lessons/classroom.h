@@ -39,6 +39,12 @@ std::optional<Series> parse_series(const nlohmann::json& params, const std::stri
 // "out/m.png", microbatches, 8, 32 -> "out/m-microbatches-08.png" (zero-padded to sort).
 std::string series_png_path(const std::string& png, const Series& series, int value);
 
+// "gpipe,1f1b" (--versus): two to six of the schedule control's choices, run side by side under
+// the same sliders; appended to `schedules`. On a bad list: its one-line error, nothing appended.
+inline constexpr size_t kMaxVersus = 6;
+std::optional<std::string> parse_versus(const nlohmann::json& params, const std::string& versus,
+                                        std::vector<std::string>& schedules);
+
 struct ClassroomOptions {
   bool presentation = false;
   std::string screenshot;  // a PNG instead of a window (with a series: one PNG per value)

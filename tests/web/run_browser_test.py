@@ -6,9 +6,12 @@ with ?set=..., and for a list of classroom settings compares the figures the pag
 what the native build prints for the same settings (tests/web/web_figures.cpp), exactly. Then it
 moves a control (what a slider does), checks that a bad value gets its one line on the page,
 takes a screenshot and checks its pixels (the timeline's forward and backward colours), and drops
-a trace file written by `mgpu run` onto the page. Every wait polls a state the page reports
-(mgpu_status: a generation and a frame count), with a deadline and a message saying what did not
-happen.
+a trace file written by `mgpu run` onto the page. Then the lessons (tests/web/browser_lessons.py):
+each one's report on the page against the native `mgpu run`'s, bad options' one line, a screenshot
+with the report panel; the classroom's ?versus=; and last the page served without the two headers,
+which must isolate itself through its service worker and run. Every wait polls a state the page
+reports (mgpu_status: a generation and a frame count), with a deadline and a message saying what
+did not happen.
 
 Without a web build or a browser it cannot run: it says so and exits 77 (ctest: skipped), unless
 MGPU_WEB_REQUIRED=1 (`./dev.sh test` sets it), where that is a failure.
@@ -25,6 +28,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1] / "web")]
+import browser_lessons  # noqa: E402
 import cdp  # noqa: E402
 import png  # noqa: E402
 import serve  # noqa: E402
@@ -62,21 +66,33 @@ class Page:
         return self.browser.evaluate(
             "window.mgpuStarted ? Module.ccall('mgpu_status', 'string', [], []) : null")
 
-    def wait(self, what, after_generation, timeout=60):
-        """The status once the page shows a generation after `after_generation`, drawn 3 times."""
+    def wait(self, what, after, timeout=60, counter="generation"):
+        """The status once the page shows a `counter` (a run's generation, or lesson_runs: the
+        lesson runs shown, a failed one too) after `after`, drawn 3 times."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
             text = self.status()
             last = json.loads(text) if text else None
-            if last and last["generation"] > after_generation and last["frames"] >= 3:
+            if last and last[counter] > after and last["frames"] >= 3:
                 self.generation = last["generation"]
                 return last
-            if last and (last["error"] or last["rerun_error"]):
+            if counter == "generation" and last and (last["error"] or last["rerun_error"]):
                 fail(f"{what}: the page says: {last['error'] or last['rerun_error']}")
             time.sleep(0.1)
         log = self.browser.evaluate("window.mgpuLog ? window.mgpuLog.slice(-10).join('\\n') : ''")
-        fail(f"{what}: no new run drawn within {timeout} s (last state: {last}; page log: {log})")
+        fail(f"{what}: nothing new drawn within {timeout} s (last state: {last}; page log: {log})")
+
+    def navigate(self, url, what):
+        """Loads `url` in place of the page shown, once the new page is the one answering."""
+        self.browser.evaluate("window.mgpuOldPage = true")
+        self.browser.call("Page.navigate", {"url": url})
+        deadline = time.monotonic() + 30
+        while self.browser.evaluate("window.mgpuOldPage === true"):
+            if time.monotonic() > deadline:
+                fail(f"the page with {what} did not replace the previous one within 30 s")
+            time.sleep(0.05)
+        self.generation = 0
 
     def call(self, function, *args):
         types = json.dumps(["number" if isinstance(a, int) else "string" for a in args])
@@ -119,14 +135,14 @@ def check_pixels(data, shot_path):
           f"{counts[FORWARD]} and backward {counts[BACKWARD]} sampled pixels", flush=True)
 
 
-def drawn_while_running(page, timeout=60):
-    """The page keeps drawing while a re-run runs (on its own thread: web/page.cpp): the frame
-    count grows between two looks at a running page."""
+def drawn_while_running(page, timeout=60, running="running"):
+    """The page keeps drawing while a re-run (or a lesson: running="lesson_running") runs on its
+    own thread (web/page.cpp): the frame count grows between two looks at a running page."""
     deadline = time.monotonic() + timeout
     seen = []
     while time.monotonic() < deadline:
         s = json.loads(page.status())
-        if not s["running"]:
+        if not s[running]:
             break
         seen.append(s["frames"])
         time.sleep(0.05)
@@ -139,14 +155,7 @@ def drawn_while_running(page, timeout=60):
 def check_series(page, browser, url, web_figures):
     """?set= and ?series= from the URL: the series' first value, then its next with the > button's
     call, each the native build's figures."""
-    browser.evaluate("window.mgpuOldPage = true")
-    browser.call("Page.navigate", {"url": f"{url}?set=stages=2&series=microbatches=1,2,4"})
-    deadline = time.monotonic() + 30
-    while browser.evaluate("window.mgpuOldPage === true"):  # until the new page is the one asked
-        if time.monotonic() > deadline:
-            fail("the page with ?series= did not replace the previous one within 30 s")
-        time.sleep(0.05)
-    page.generation = 0
+    page.navigate(f"{url}?set=stages=2&series=microbatches=1,2,4", "?series=")
     s = page.wait("loading the page with ?series=", 0)
     if s["series"] != {"name": "microbatches", "value": 1, "step": 1, "steps": 3}:
         fail(f"?series=microbatches=1,2,4 shows {s['series']}")
@@ -218,6 +227,41 @@ def drop_trace(page, browser, mgpu, tmp):
     print(f"ok: dropped trace shown: {first}", flush=True)
 
 
+def check_service_worker(page, browser, web_build):
+    """A host without the two headers (serve.py --no-headers): the page registers
+    coi-serviceworker.js, reloads itself once through it, and is then cross-origin isolated and
+    runs (its rank threads need that)."""
+    server = serve.make_server(web_build, 0, isolation_headers=False)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    started = time.monotonic()
+    browser.call("Page.navigate",
+                 {"url": f"http://127.0.0.1:{server.server_port}/index.html?set=stages=2"})
+    deadline = started + 90
+    state = None
+    while time.monotonic() < deadline:
+        try:
+            state = browser.evaluate(
+                "({isolated: window.crossOriginIsolated, reloaded: sessionStorage.getItem("
+                "'mgpuReloaded'), controlled: !!navigator.serviceWorker.controller,"
+                " status: window.mgpuStarted ? Module.ccall('mgpu_status', 'string', [], []) : null})")
+        except RuntimeError:  # between the two loads
+            state = None
+        if state and state["isolated"] and state["status"]:
+            s = json.loads(state["status"])
+            if s["generation"] > 0 and s["frames"] >= 3 and "2 GPUs" in s["figures"]:
+                break
+        time.sleep(0.1)
+    else:
+        fail(f"served without the headers, the page did not isolate itself through its service "
+             f"worker and run within 90 s (last state: {state})")
+    server.shutdown()
+    if not state["controlled"] or state["reloaded"] != "1":
+        fail(f"the isolated page is not the service worker's reload: {state}")
+    print(f"ok: served without the two headers: reloaded through coi-serviceworker.js, "
+          f"crossOriginIsolated, a run drawn {time.monotonic() - started:.1f} s after navigating",
+          flush=True)
+
+
 def run(args, tmp):
     browser = cdp.Browser(args.chromium, WIDTH, HEIGHT)
     try:
@@ -254,6 +298,12 @@ def run(args, tmp):
         drop_trace(page, browser, args.mgpu, tmp)
         drop_kineto(page, browser, HERE.parents[1])
         check_series(page, browser, url, args.web_figures)
+        browser_lessons.check_versus(page, browser, url, args.web_figures, fail, compare,
+                                     poll_status_line)
+        browser_lessons.check_lessons(page, browser, url, args.mgpu,
+                                      lambda: screenshot(browser, args.lesson_screenshot), fail,
+                                      poll_status_line, drawn_while_running)
+        check_service_worker(page, browser, args.web_build)
     finally:
         browser.close()
 
@@ -264,6 +314,8 @@ def main():
     ap.add_argument("--web-figures", required=True, help="the native tests/web/web_figures")
     ap.add_argument("--mgpu", required=True, help="the native mgpu (writes the dropped trace)")
     ap.add_argument("--screenshot", type=pathlib.Path, default=pathlib.Path("web-classroom.png"))
+    ap.add_argument("--lesson-screenshot", type=pathlib.Path,
+                    default=pathlib.Path("web-lesson.png"))
     ap.add_argument("--timeout", type=float, default=90, help="seconds for the first frame")
     args = ap.parse_args()
     if not (args.web_build / "CMakeCache.txt").is_file():
@@ -277,9 +329,10 @@ def main():
                            env={**os.environ, "NODE_PATH": "/usr/share/nodejs"})
     if build.returncode != 0:
         fail(f"the web build failed:\n{build.stdout[-3000:]}{build.stderr[-3000:]}")
+    print(f"ok: web build up to date ({time.monotonic() - started:.1f} s)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         run(args, pathlib.Path(tmp))
-    print(f"PASS ({time.monotonic() - started:.1f} s)", flush=True)
+    print(f"PASS ({time.monotonic() - started:.1f} s, the build's check included)", flush=True)
 
 
 if __name__ == "__main__":

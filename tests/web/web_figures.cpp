@@ -1,6 +1,7 @@
-// The classroom's figures from the native build: `web_figures [--set NAME=V,...]` prints what the
-// web page prints for the same settings (web/figures.h), so the browser test can compare the two
-// exactly. Exit 2 with the --set error line on a bad setting or a refused combination.
+// The classroom's figures from the native build: `web_figures [--set NAME=V,...] [--versus A,B]`
+// prints what the web page prints for the same settings (web/figures.h), so the browser test can
+// compare the two exactly. Exit 2 with the --set or --versus error line on a bad setting or a
+// refused combination.
 #include <iostream>
 #include <string>
 
@@ -9,18 +10,29 @@
 #include "web/figures.h"
 
 int main(int argc, char** argv) {
-  std::string settings;
-  if (argc == 3 && std::string(argv[1]) == "--set")
-    settings = argv[2];
-  else if (argc != 1) {
-    std::cerr << "usage: web_figures [--set name=value,...]\n";
-    return 2;
+  std::string settings, versus;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 < argc && flag == "--set") {
+      settings = argv[i + 1];
+    } else if (i + 1 < argc && flag == "--versus") {
+      versus = argv[i + 1];
+    } else {
+      std::cerr << "usage: web_figures [--set name=value,...] [--versus schedule,schedule]\n";
+      return 2;
+    }
   }
   mgpu::viz::DashboardOptions opt;
   opt.labels = {"pipeline"};
   opt.rerun =
       mgpu::viz::RerunHook{mgpu::lessons::classroom_rerun, mgpu::lessons::classroom_parameters()};
-  if (auto error = mgpu::lessons::apply_settings(opt.rerun->params, settings)) {
+  auto error = mgpu::lessons::apply_settings(opt.rerun->params, settings);
+  if (!error && !versus.empty()) {
+    error = mgpu::lessons::parse_versus(opt.rerun->params, versus, opt.rerun->split_values);
+    opt.rerun->split_by = "schedule";
+    opt.labels.clear();
+  }
+  if (error) {
     std::cerr << *error << "\n";
     return 2;
   }
