@@ -16,6 +16,7 @@
 #include "core/comm/cost_model.h"
 #include "core/runtime/faults.h"
 #include "core/tensor/tensor.h"
+#include "core/theory/schedule_kind.h"
 #include "lessons/ddp.h"
 #include "lessons/pipeline.h"
 #include "lessons/training.h"
@@ -82,7 +83,7 @@ void act_ddp(std::ostream& out, const CommonOptions& c, const SlowRank& s) {
 void act_pipeline(std::ostream& out, const CommonOptions& c, const SlowRank& s) {
   const std::string text = fmt::format("{}:{:g}", s.rank, s.factor);
   PipelineOptions p;
-  p.schedule = "gpipe";
+  p.schedule = theory::schedule_name(theory::ScheduleKind::gpipe);
   p.theory = true;
   p.microbatches = 4;
   CommonOptions pc = c;

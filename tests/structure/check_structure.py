@@ -5,7 +5,10 @@
   lower layer, as the layer table in docs/architecture.md orders them; each include that looks up
   is listed there with its reason (at most MAX_EXCEPTIONS), and each listed one still exists;
 - no file outside tests over MAX_LINES lines, and at most MAX_OVER_SOFT over SOFT_LINES;
-- no function over MAX_FUNCTION_LINES lines (from its signature's line to its closing brace).
+- no function over MAX_FUNCTION_LINES lines (from its signature's line to its closing brace);
+- at most MAX_ENGINES training engines (classes implementing train::Layout);
+- at most MAX_SCHEDULE_LITERALS schedule names written as string literals in code outside the
+  schedule registry (core/theory/schedule_kind.cpp): code names a schedule by its ScheduleKind.
 
 Run: tests/structure/check_structure.py [--root DIR]. Prints the figures, exits 1 on a breach.
 """
@@ -17,6 +20,11 @@ import sys
 MAX_EXCEPTIONS = 3
 MAX_LINES, SOFT_LINES, MAX_OVER_SOFT = 400, 300, 12
 MAX_FUNCTION_LINES = 80
+MAX_ENGINES = 3
+ENGINE = re.compile(r"\bclass\s+(\w+)\s*(?:final\s*)?:\s*public\s+(?:train::)?Layout\b")
+MAX_SCHEDULE_LITERALS = 5
+SCHEDULE_REGISTRY = "core/theory/schedule_kind.cpp"
+SCHEDULE_LITERAL = re.compile(r'"(gpipe|1f1b|interleaved|zb-h1|zbv|dualpipev|dualpipe)"')
 SOURCE_DIRS = ["core", "lessons", "viz", "exercises", "solutions", "web"]
 SUFFIXES = (".h", ".cpp", ".cu", ".inc")
 
@@ -58,9 +66,13 @@ def layer_of(path, layers):
     return best
 
 
-def strip_comments_and_strings(text):
+def strip_comments(text):
     text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def strip_comments_and_strings(text):
+    text = strip_comments(text)
     text = re.sub(r'R"\((.*?)\)"', lambda m: '""' + "\n" * m.group(0).count("\n"), text, flags=re.S)
     text = re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
     return re.sub(r"'(\\.|[^'\\\n])*'", "''", text)
@@ -99,7 +111,7 @@ def main():
     failures = []
     if not layers:
         failures.append("docs/architecture.md has no '## Layers' table")
-    upward, seen, over_soft = set(), set(), []
+    upward, seen, over_soft, engines, literals = set(), set(), [], [], []
     for path in sources(root):
         text = open(os.path.join(root, path), errors="replace").read()
         own = layer_of(path, layers)
@@ -114,6 +126,10 @@ def main():
             failures.append(f"{path}: {lines} lines, more than {MAX_LINES}")
         elif lines > SOFT_LINES:
             over_soft.append(path)
+        code = strip_comments(text)
+        engines += [f"{path}: {m.group(1)}" for m in ENGINE.finditer(code)]
+        if path != SCHEDULE_REGISTRY:
+            literals += [f"{path}: {m.group(0)}" for m in SCHEDULE_LITERAL.finditer(code)]
         for length, first in long_functions(path, text):
             failures.append(f"{path}:{first}: a function of {length} lines, more than "
                             f"{MAX_FUNCTION_LINES}")
@@ -127,6 +143,17 @@ def main():
     if len(over_soft) > MAX_OVER_SOFT:
         failures.append(f"{len(over_soft)} files over {SOFT_LINES} lines, more than "
                         f"{MAX_OVER_SOFT}: " + ", ".join(over_soft))
+    if len(engines) > MAX_ENGINES:
+        failures.append(f"{len(engines)} training engines, more than {MAX_ENGINES}: "
+                        + ", ".join(engines))
+    if len(literals) > MAX_SCHEDULE_LITERALS:
+        failures.append(f"{len(literals)} schedule names as string literals outside "
+                        f"{SCHEDULE_REGISTRY}, more than {MAX_SCHEDULE_LITERALS}: "
+                        + ", ".join(literals))
+    print(f"engines (classes implementing train::Layout): {len(engines)} (at most {MAX_ENGINES}): "
+          + ", ".join(e.split(": ")[1] for e in engines))
+    print(f"schedule names as string literals outside the registry: {len(literals)} "
+          f"(at most {MAX_SCHEDULE_LITERALS})")
     print(f"layers: {len(layers)}; includes that look up: {len(upward)} "
           f"(at most {MAX_EXCEPTIONS}, each listed)")
     print(f"files over {SOFT_LINES} lines: {len(over_soft)} (at most {MAX_OVER_SOFT}); "
