@@ -13,7 +13,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # The tests: every doc page (ctest label docs) and the layout-equivalence tests: each trains a
 # layout and compares it with the single-device run (checkpoints, losses), so each is as exposed
 # to the BLAS's sums as a page is; the graded exercises' reference runs too. PAGE_REGEX narrows
-# the pages (the equivalence tests always run).
+# the pages (the equivalence tests always run). A test_* name is a file of tests/unit, run as its
+# cases in mgpu_unit_tests (Catch's file-name tag); a graded exercise is an executable of its own.
 regex=${2:-}
 equivalence=(test_single_device test_ddp test_zero test_zero_lesson test_tensor_parallel
   test_tensor_parallel_lesson test_sequence_parallel test_sequence_parallel_lesson
@@ -46,7 +47,9 @@ for kernels in "${kernel_sets[@]}"; do
     echo "    doc pages: $(grep 'tests passed' "$log")"
     # Two test programs at a time; each prints Catch's summary, a failure names its test case.
     printf '%s\n' "${equivalence[@]}" | xargs -P "$jobs" -I{} sh -c \
-      '"$0/{}" >"$0/portable-$1-{}.out" 2>&1 || echo "equivalence test failed: $0/portable-$1-{}.out"' \
+      'out="$0/portable-$1-{}.out"
+       case {} in test_grade_*) set -- "$0/{}" ;; *) set -- "$0/mgpu_unit_tests" -# "[#{}]" ;; esac
+       "$@" >"$out" 2>&1 || echo "equivalence test failed: $out"' \
       "$build" "$combo" >>"$log"
     echo "    equivalence programs: $(grep -c 'equivalence test failed' "$log") of ${#equivalence[@]} failed"
     if grep -q '100% tests passed' "$log" && ! grep -q 'equivalence test failed' "$log"; then

@@ -15,6 +15,8 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 
+namespace test_checkpoint {
+
 using namespace mgpu;
 
 using mgpu::testing::error_of;
@@ -210,3 +212,5 @@ TEST_CASE("truncated, corrupt and missing files give clear errors", "[checkpoint
   CHECK_THAT(error_of([&] { load_checkpoint(f.path + ".missing", m.params()); }),
              Catch::Contains("cannot be opened"));
 }
+
+}  // namespace test_checkpoint

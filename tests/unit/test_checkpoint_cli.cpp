@@ -11,6 +11,8 @@
 #include "core/model/checkpoint.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_checkpoint_cli {
+
 using mgpu::testing::count_lines;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
@@ -172,3 +174,5 @@ TEST_CASE("a parameters-only checkpoint resumes with a fresh optimizer, saying s
     CHECK(mgpu::read_checkpoint_info(out).step == 4);
   }
 }
+
+}  // namespace test_checkpoint_cli

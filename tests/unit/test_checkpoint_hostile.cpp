@@ -23,6 +23,8 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 
+namespace test_checkpoint_hostile {
+
 using namespace mgpu;
 using mgpu::testing::error_of;
 using nlohmann::json;
@@ -438,3 +440,5 @@ TEST_CASE("the optimizer's step count cannot overflow", "[checkpoint]") {
   opt.set_step_count(std::numeric_limits<int64_t>::max() - 1);
   CHECK_THAT(error_of([&] { opt.step(); }), Catch::Contains("step count"));
 }
+
+}  // namespace test_checkpoint_hostile

@@ -3,6 +3,8 @@
 
 #include "mgpu_cli.h"
 
+namespace test_cli {
+
 using mgpu::testing::run_mgpu;
 using Result = mgpu::testing::CliResult;
 using mgpu::testing::count_lines;
@@ -79,3 +81,5 @@ TEST_CASE("a capacity too small for the model is an out-of-memory breakdown, exi
                         Catch::Contains("capacity 64.00 KiB") &&
                         Catch::Contains("raise --capacity"));
 }
+
+}  // namespace test_cli

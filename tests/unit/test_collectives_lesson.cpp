@@ -8,6 +8,8 @@
 #include "lessons/cli.h"
 #include "lessons/collectives.h"
 
+namespace test_collectives_lesson {
+
 using namespace mgpu;
 using namespace mgpu::lessons;
 
@@ -95,3 +97,5 @@ TEST_CASE("the collectives footer names each link's efficiency and the link that
   CHECK(text.find("2(16-1) x (5.000 us + 256 KiB / 45.0 GB/s) = 324.763 us") != std::string::npos);
   CHECK(text.find("   324.763 us") != std::string::npos);  // the same figure in the table
 }
+
+}  // namespace test_collectives_lesson

@@ -15,6 +15,8 @@
 #include "core/theory/collectives.h"
 #include "core/world/world.h"
 
+namespace test_comm_all_to_all {
+
 using namespace mgpu;
 using Catch::Matchers::Contains;
 using comm::ReduceOp;
@@ -457,3 +459,5 @@ TEST_CASE("the cost model prices all_to_all_v with equal counts as all_to_all",
   CHECK(comm::all_to_all_v_time(equal, 4, 16, profile) == Approx(a2a).epsilon(1e-12));
   CHECK(comm::alpha_beta_time("all_to_all_v", block * 16, 4, 16, profile) == a2a);
 }
+
+}  // namespace test_comm_all_to_all

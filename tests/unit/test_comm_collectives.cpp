@@ -15,6 +15,8 @@
 #include "core/trace/analysis.h"
 #include "core/world/world.h"
 
+namespace test_comm_collectives {
+
 using namespace mgpu;
 using comm::ReduceOp;
 
@@ -364,3 +366,5 @@ TEST_CASE("all_to_all_v seen by one member: equal counts on one kind of link, al
     CHECK(comm::all_to_all_v_member_time(members, r, counts, counts, 4, profile) ==
           Approx(ends[r]).margin(1e-15));
 }
+
+}  // namespace test_comm_collectives

@@ -13,6 +13,8 @@
 #include "core/comm/comm.h"
 #include "core/world/world.h"
 
+namespace test_comm_diagnosis {
+
 using namespace mgpu;
 
 namespace {
@@ -269,3 +271,5 @@ TEST_CASE("processes started with different options: a table of who differs in w
   CHECK_THAT(wide, Contains("rank 7\n"));
   CHECK_THAT(wide, Contains("(and 4 more ranks that differ)"));
 }
+
+}  // namespace test_comm_diagnosis

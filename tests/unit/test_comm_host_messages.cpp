@@ -16,6 +16,8 @@
 #include "core/world/world.h"
 #include "exercises/exercises.h"
 
+namespace test_comm_host_messages {
+
 using namespace mgpu;
 
 namespace {
@@ -95,3 +97,5 @@ TEST_CASE("a world's communicators and their groups run the all-reduce the world
   CHECK(calls == 4);  // two ranks, two all-reduces each
   CHECK(sums == std::vector<float>{4, 8, 2});
 }
+
+}  // namespace test_comm_host_messages

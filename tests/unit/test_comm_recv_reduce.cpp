@@ -14,6 +14,8 @@
 #include "core/comm/local/local_world.h"
 #include "core/world/world.h"
 
+namespace test_comm_recv_reduce {
+
 using namespace mgpu;
 using Catch::Matchers::Contains;
 
@@ -275,3 +277,5 @@ TEST_CASE("recv_reduce of a message of another size names both sizes", "[comm][d
   }
   CHECK_THAT(message, Contains("received 32 bytes from rank 0") && Contains("holds 16"));
 }
+
+}  // namespace test_comm_recv_reduce

@@ -17,6 +17,8 @@
 #include "core/trace/chrome_trace.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_context_parallel {
+
 using namespace mgpu;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
@@ -239,3 +241,5 @@ TEST_CASE("impl mine runs the lesson on the untouched ex07 stub through the refe
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out + r.err, Catch::Contains("ex07 not implemented yet: using the reference"));
 }
+
+}  // namespace test_context_parallel

@@ -12,6 +12,8 @@
 #include "core/world/world.h"
 #include "exercises/exercises.h"
 
+namespace test_context_parallel_ring {
+
 using namespace mgpu;
 using namespace mgpu::parallel;
 
@@ -70,3 +72,5 @@ TEST_CASE("each layout's token positions are the promised chunks", "[cp][positio
                     Catch::Contains("--seq 12 does not split into 8 equal chunks"));
   CHECK_NOTHROW(check_cp_size(GPTConfig{}, 12, 4, CpLayout::contiguous));
 }
+
+}  // namespace test_context_parallel_ring

@@ -28,6 +28,8 @@
 #include "lessons/lesson.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_cuda_build {
+
 using namespace mgpu;
 
 TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
@@ -339,3 +341,5 @@ TEST_CASE(
   CHECK(world.size() == 3);
   for (int r = 0; r < 3; ++r) CHECK(world.rank(r).device == Device::cuda(r));
 }
+
+}  // namespace test_cuda_build

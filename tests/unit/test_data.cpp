@@ -12,6 +12,8 @@
 #include "core/data/sampler.h"
 #include "core/data/task.h"
 
+namespace test_data {
+
 using namespace mgpu::data;
 
 using mgpu::testing::error_of;
@@ -164,3 +166,5 @@ TEST_CASE("micro-batches are consecutive rows of the batch", "[data]") {
   CHECK(check_shards_partition(b, micro) == "");
   CHECK(micro[1] == b.rows(2, 4));
 }
+
+}  // namespace test_data

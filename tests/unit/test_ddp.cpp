@@ -10,6 +10,8 @@
 #include "exercises/exercises.h"
 #include "lessons/ddp.h"
 
+namespace test_ddp {
+
 using namespace mgpu;
 using namespace mgpu::lessons;
 
@@ -160,3 +162,5 @@ TEST_CASE("naive DataParallel: the driver works while the replicas idle, and DDP
   }
   CHECK(naive.step_seconds > ddp.step_seconds);
 }
+
+}  // namespace test_ddp

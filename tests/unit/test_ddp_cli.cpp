@@ -4,6 +4,8 @@
 
 #include "mgpu_cli.h"
 
+namespace test_ddp_cli {
+
 using mgpu::testing::run_mgpu;
 using Result = mgpu::testing::CliResult;
 static int lines(const std::string& s) {
@@ -50,7 +52,8 @@ TEST_CASE("data-parallel bad input: one clear line and exit code 2", "[ddp][cli]
        "global batch 16 is not divisible by 2 ranks x 3 accumulation steps: use 12 or 18"},
       {{"run", "data_parallel", "--ranks", "3", "--batch", "2"},
        "global batch 2 is not divisible by 3 ranks x 1 accumulation steps: use 3"},
-      {{"run", "ddp", "--bucket-mb", "0"}, "--bucket-mb: 0 must be from 1e-06 to 1000000 MB or auto"},
+      {{"run", "ddp", "--bucket-mb", "0"},
+       "--bucket-mb: 0 must be from 1e-06 to 1000000 MB or auto"},
       {{"run", "ddp", "--bucket-mb", "-2"}, "--bucket-mb: -2 must be from 1e-06 to 1000000 MB"},
       {{"run", "ddp", "--bucket-mb", "lots"},
        "--bucket-mb: 'lots' is not a number: give 1e-06 to 1000000 MB or auto"},
@@ -118,3 +121,5 @@ TEST_CASE("a ddp run that scales badly shows a speedup at GPT-2-small size, then
   auto at = r.out.find("speedup ", act1);
   CHECK(std::stod(r.out.substr(at + 8)) > 3.0);  // of an ideal 4x, modeled
 }
+
+}  // namespace test_ddp_cli

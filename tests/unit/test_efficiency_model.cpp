@@ -8,6 +8,8 @@
 
 #include "core/runtime/context.h"
 
+namespace test_efficiency_model {
+
 using namespace mgpu;
 
 namespace {
@@ -169,3 +171,5 @@ TEST_CASE(
     }
   CHECK(slow.intra_node.achieved_bandwidth() == 1e9);
 }
+
+}  // namespace test_efficiency_model

@@ -11,6 +11,8 @@
 #include "lessons/exercise_views.h"
 #include "lessons/training.h"
 
+namespace test_exercise_views {
+
 using namespace mgpu;
 
 namespace {
@@ -108,3 +110,5 @@ TEST_CASE("print_memory_prediction uses the selected estimator (exercise 05) bes
         std::string::npos);
   CHECK(mine != ref);
 }
+
+}  // namespace test_exercise_views

@@ -25,6 +25,8 @@
 #include "lessons/expert_parallel.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_expert_parallel {
+
 using namespace mgpu;
 using mgpu::testing::count_lines;
 using mgpu::testing::load_checkpoint_by_name;
@@ -314,3 +316,5 @@ TEST_CASE("hybrid with ep and a pipeline labels each exchange with its own block
     }
   }
 }
+
+}  // namespace test_expert_parallel

@@ -16,6 +16,8 @@
 #include "lessons/faults.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_faults {
+
 using mgpu::testing::count_lines;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
@@ -206,3 +208,5 @@ TEST_CASE("Young/Daly's interval is where the replayed waste is least", "[faults
   CHECK(std::min_element(waste.begin(), waste.end()) - waste.begin() == 2);
   CHECK(waste[2] == Approx(mgpu::theory::checkpoint_waste(best, cost, mtbf)).epsilon(0.2));
 }
+
+}  // namespace test_faults

@@ -11,6 +11,8 @@
 
 #include "lessons/grade.h"
 
+namespace test_grade_cli {
+
 using mgpu::lessons::ChildResult;
 using mgpu::lessons::run_child;
 
@@ -270,3 +272,5 @@ TEST_CASE("mgpu grade ex01's messages name the phase and chunk of a wrong ring",
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("Passed all 4 test cases") != std::string::npos);
 }
+
+}  // namespace test_grade_cli

@@ -11,6 +11,8 @@
 #include "lessons/host_memory_check.h"
 #include "lessons/single_device.h"
 
+namespace test_host_memory_check {
+
 using namespace mgpu;
 using namespace mgpu::lessons;
 
@@ -209,3 +211,5 @@ TEST_CASE("under mpirun every process of the job on this host counts", "[host_me
   CAPTURE(said);
   CHECK_THAT(said, Catch::Contains("in each of the 4 processes of this job on this host"));
 }
+
+}  // namespace test_host_memory_check

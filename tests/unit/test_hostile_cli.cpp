@@ -15,6 +15,8 @@
 #include "lessons/lesson.h"
 #include "mgpu_cli.h"
 
+namespace test_hostile_cli {
+
 using mgpu::testing::count_lines;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::with_tiny_model;
@@ -319,3 +321,5 @@ TEST_CASE("float options beyond a float's range and switches given numbers are r
   check_refused({"run", "zero", "--stage", "3", "--prefetch", "-1"},
                 "--prefetch: '-1' is not on or off");
 }
+
+}  // namespace test_hostile_cli

@@ -18,6 +18,8 @@
 #include "core/trace/chrome_trace.h"
 #include "mgpu_cli.h"
 
+namespace test_hostile_inputs {
+
 using mgpu::testing::count_lines;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::with_tiny_model;
@@ -300,3 +302,5 @@ TEST_CASE("MFU stays at most 100% on an ideal custom profile", "[plan][hostile]"
     CHECK(mfu <= 1.0);
   }
 }
+
+}  // namespace test_hostile_inputs

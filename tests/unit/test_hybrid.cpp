@@ -19,6 +19,8 @@
 #include "core/runtime/profile.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_hybrid {
+
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
 
@@ -665,3 +667,5 @@ TEST_CASE("hybrid refuses what experts do not run with, in one line", "[hybrid][
   refused({"--experts", "4", "--ep", "2", "--zero", "1"}, "use --zero 0");
   refused({"--experts", "4", "--ep", "2", "--schedule", "zb-h1"}, "use --schedule 1f1b");
 }
+
+}  // namespace test_hybrid

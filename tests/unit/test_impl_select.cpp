@@ -11,6 +11,8 @@
 #include "exercises/exercises.h"
 #include "exercises/selection.h"
 
+namespace test_impl_select {
+
 using namespace mgpu;
 using ex::select_exercises;
 
@@ -140,3 +142,5 @@ TEST_CASE("The stub's probe throws NotImplemented and the reference's probe runs
     CHECK_NOTHROW(e.probe());
   }
 }
+
+}  // namespace test_impl_select

@@ -17,6 +17,8 @@
 #include "core/ops/optimizer_kernels.h"
 #include "core/tensor/tensor.h"
 
+namespace test_kernel_math {
+
 using namespace mgpu;
 
 namespace {
@@ -411,3 +413,5 @@ TEST_CASE("the GPU embedding backward's token groups add each token's rows in th
   for (size_t i = 0; i < dwte.size(); i++) REQUIRE(same_bits(grouped[i], dwte[i]));
   CHECK(cuda::group_rows_by_token(tokens.data(), 0).groups == 0);
 }
+
+}  // namespace test_kernel_math

@@ -15,6 +15,8 @@
 #include "core/trace/kineto_reader.h"
 #include "core/trace/trace_files.h"
 
+namespace test_kineto_reader {
+
 using namespace mgpu::trace;
 using mgpu::testing::kineto_gpu_rank0;
 using mgpu::testing::kineto_gpu_rank1;
@@ -350,3 +352,5 @@ TEST_CASE("kineto: hostile files: nesting, bad UTF-8 in a kept name, a broken .g
   CHECK_THROWS_WITH(read_kineto_traces({dir / "broken.json.gz"}),
                     Catch::Contains("broken.json.gz: not readable as gzip or JSON"));
 }
+
+}  // namespace test_kineto_reader

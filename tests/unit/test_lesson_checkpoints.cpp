@@ -14,6 +14,8 @@
 #include "core/model/checkpoint.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_lesson_checkpoints {
+
 using mgpu::testing::run_mgpu;
 
 namespace {
@@ -231,3 +233,5 @@ TEST_CASE("tied embeddings: a checkpoint resumes across layouts, not across the 
   CHECK(mgpu::testing::count_lines(r.err) == 1);
   CHECK_THAT(r.err, Catch::Contains("--tie-embeddings \"on\""));
 }
+
+}  // namespace test_lesson_checkpoints

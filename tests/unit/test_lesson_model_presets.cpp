@@ -6,6 +6,8 @@
 
 #include "unit/mgpu_cli.h"
 
+namespace test_lesson_model_presets {
+
 using mgpu::testing::run_mgpu;
 
 TEST_CASE("a preset sets the published shape; typed options override it", "[lesson][model]") {
@@ -151,3 +153,5 @@ TEST_CASE("MoE presets and model-file fields reach the model; bad ones are one l
     CHECK_THAT(b.err, Catch::Contains(says));
   }
 }
+
+}  // namespace test_lesson_model_presets

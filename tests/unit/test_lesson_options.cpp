@@ -17,6 +17,8 @@
 #include "lessons/lesson.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_lesson_options {
+
 using mgpu::testing::run_mgpu;
 
 namespace {
@@ -287,3 +289,5 @@ TEST_CASE(
     }
   }
 }
+
+}  // namespace test_lesson_options

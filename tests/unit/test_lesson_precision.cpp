@@ -14,6 +14,8 @@
 #include "core/model/checkpoint.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_lesson_precision {
+
 using mgpu::testing::run_mgpu;
 
 namespace {
@@ -296,3 +298,5 @@ TEST_CASE("precision and recompute combinations that cannot run: one line, exit 
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') <= 1);
   }
 }
+
+}  // namespace test_lesson_precision

@@ -24,6 +24,8 @@
 #include "core/world/world.h"
 #include "exercises/selection.h"
 
+namespace test_loss_scaler {
+
 using namespace mgpu;
 
 namespace {
@@ -377,3 +379,5 @@ TEST_CASE("hybrid fp16: an overflow on one rank makes all 8 ranks skip that step
     check_overflow_skipped_everywhere(8, 5, hybrid);
   }
 }
+
+}  // namespace test_loss_scaler

@@ -29,6 +29,8 @@
 #include "exercises/selection.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_memory_truth {
+
 using namespace mgpu;
 using namespace mgpu::parallel;
 using mgpu::testing::run_mgpu;
@@ -399,3 +401,5 @@ TEST_CASE("zero, tensor_parallel and context_parallel print the trace's maxima a
                                                         activations.begin(), activations.end())))));
   }
 }
+
+}  // namespace test_memory_truth

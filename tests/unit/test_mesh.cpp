@@ -16,6 +16,8 @@
 #include "core/parallel/mesh.h"
 #include "core/world/world.h"
 
+namespace test_mesh {
+
 using namespace mgpu;
 using namespace mgpu::parallel;
 
@@ -225,3 +227,5 @@ TEST_CASE("the group factory is asked for the ep and edp groups too", "[mesh][ep
   CHECK(asked.count("rank 3: edp [1,3] 1 edp1") == 1);
   CHECK(asked.count("rank 0: edp [0,2] 0 edp0") == 1);
 }
+
+}  // namespace test_mesh

@@ -13,6 +13,8 @@
 #include "core/theory/model_states.h"
 #include "test_ops_gradcheck.h"
 
+namespace test_model {
+
 using namespace mgpu;
 using gradcheck::check;
 using gradcheck::fill_randn;
@@ -310,3 +312,5 @@ TEST_CASE("tied embeddings: the head reads wte, which is listed and counted once
   const auto head = other.head.lm_head.weight.grad.to_vector();
   for (size_t i = 0; i < tied.size(); i++) REQUIRE(tied[i] == Approx(emb[i] + head[i]));
 }
+
+}  // namespace test_model

@@ -15,6 +15,8 @@
 #include "core/world/world.h"
 #include "mgpu_cli.h"
 
+namespace test_modeled_clock_comm {
+
 using namespace mgpu;
 
 namespace {
@@ -352,3 +354,5 @@ TEST_CASE("issue board: members meet on a collective's issue times, a receive ta
   CHECK_THROWS_WITH(board->take_send(1, 0, 0, 0.05, "message #0"),
                     Contains("rank 1 to send message #0"));
 }
+
+}  // namespace test_modeled_clock_comm

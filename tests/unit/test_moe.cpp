@@ -18,6 +18,8 @@
 #include "exercises/exercises.h"
 #include "test_ops_gradcheck.h"
 
+namespace test_moe {
+
 using namespace mgpu;
 using gradcheck::project;
 using gradcheck::randn;
@@ -511,3 +513,5 @@ TEST_CASE("through an ExpertComm the layer exchanges four times and matches one 
   CHECK(exchanged.moe_stats().size() == 1);
   CHECK(exchanged.moe_stats()[0].tokens_per_expert == alone.moe_stats()[0].tokens_per_expert);
 }
+
+}  // namespace test_moe

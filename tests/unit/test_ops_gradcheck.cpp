@@ -12,6 +12,8 @@
 #include "core/runtime/context.h"
 #include "test_ops_gradcheck.h"
 
+namespace test_ops_gradcheck {
+
 using namespace mgpu;
 using gradcheck::check;
 using gradcheck::fill_randn;
@@ -334,3 +336,5 @@ TEST_CASE("cuda dispatch goes through the kernel table, or says the kernel is mi
   }
   set_device_memory_hooks(DeviceKind::cuda, {});
 }
+
+}  // namespace test_ops_gradcheck

@@ -8,6 +8,8 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 
+namespace test_optim {
+
 using namespace mgpu;
 using namespace mgpu::optim;
 
@@ -173,3 +175,5 @@ TEST_CASE("kernels charge the modeled clock on the phantom device too", "[optim]
   CHECK(ctx.clock.compute_now() == Approx(before + 1e-3));
   CHECK(ctx.allocator.stats().current[static_cast<int>(MemCategory::optimizer_state)] == 8000);
 }
+
+}  // namespace test_optim

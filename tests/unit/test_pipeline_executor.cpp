@@ -12,10 +12,12 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/simulate.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "lessons/pipeline.h"
 #include "lessons/training.h"
+
+namespace test_pipeline_executor {
 
 using namespace mgpu;
 using namespace mgpu::lessons;
@@ -232,3 +234,5 @@ TEST_CASE("V schedules train to 1F1B's parameters bit for bit, with and without 
       }
     }
 }
+
+}  // namespace test_pipeline_executor

@@ -13,6 +13,8 @@
 #include "core/trace/chrome_trace.h"
 #include "mgpu_cli.h"
 
+namespace test_pipeline_lesson {
+
 using mgpu::testing::run_mgpu;
 using Result = mgpu::testing::CliResult;
 static int lines(const std::string& s) {
@@ -261,3 +263,5 @@ TEST_CASE("tied pipeline: one embedding-group all-reduce per step with the embed
   REQUIRE(u.code == 0);
   CHECK_THAT(u.out, !Catch::Contains("embedding group"));
 }
+
+}  // namespace test_pipeline_lesson

@@ -10,6 +10,8 @@
 #include "core/parallel/pipeline/validator.h"
 #include "exercises/exercises.h"
 
+namespace test_pipeline_schedule {
+
 using namespace mgpu::pipeline;
 
 namespace {
@@ -231,3 +233,5 @@ TEST_CASE("GPipe and 1F1B take their compute order from the exercise table passe
     CHECK(std::string(e.what()) == "pipeline schedule seam: 'one_f_one_b' is empty");
   }
 }
+
+}  // namespace test_pipeline_schedule

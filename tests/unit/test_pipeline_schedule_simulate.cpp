@@ -8,6 +8,8 @@
 #include "core/parallel/pipeline/simulate.h"
 #include "core/parallel/pipeline/validator.h"
 
+namespace test_pipeline_schedule_simulate {
+
 using namespace mgpu::pipeline;
 
 TEST_CASE("GPipe and 1F1B bubbles equal (P-1)/(M+P-1)", "[pipeline]") {
@@ -156,3 +158,5 @@ TEST_CASE("render_schedule draws the plan", "[pipeline]") {
     std::cout << text << "\n";
   }
 }
+
+}  // namespace test_pipeline_schedule_simulate

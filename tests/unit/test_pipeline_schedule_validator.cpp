@@ -8,6 +8,8 @@
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/pipeline/validator.h"
 
+namespace test_pipeline_schedule_validator {
+
 using namespace mgpu::pipeline;
 
 namespace {
@@ -138,3 +140,5 @@ TEST_CASE("Validator: interleaved chunk missing", "[pipeline]") {
   CHECK_FALSE(r.ok);
   CHECK_THAT(r.message, Catch::Contains("stage 0: micro-batch 1 chunk 1 has no forward"));
 }
+
+}  // namespace test_pipeline_schedule_validator

@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include "common/selected_seams.h"
-#include "core/theory/pipeline_bubbles.h"
 #include "core/parallel/pipeline/simulate.h"
 #include "core/parallel/pipeline/validator.h"
+#include "core/theory/pipeline_bubbles.h"
+
+namespace test_pipeline_v_schedules {
 
 using namespace mgpu;
 using namespace mgpu::pipeline;
@@ -40,12 +42,15 @@ TEST_CASE("closed-form bubbles hold exactly over a grid of stages and micro-batc
       const Schedule zbv = zbv_schedule(P, M), dpv = dualpipev_schedule(P, M);
       REQUIRE(validate_schedule(zbv).ok);
       REQUIRE(validate_schedule(dpv).ok);
-      for (double idle : idle_per_stage(zbv, chunk_costs)) CHECK(idle == theory::bubble_zbv(P, chunk));
+      for (double idle : idle_per_stage(zbv, chunk_costs))
+        CHECK(idle == theory::bubble_zbv(P, chunk));
       for (double idle : idle_per_stage(dpv, chunk_costs))
         CHECK(idle == theory::bubble_dualpipe(2 * P, chunk));  // DualPipeV: PP = 2P chunks
       // Activations (chunks held at the peak, on every stage): ZB-V PP, DualPipeV PP+1.
-      for (int peak : peak_inflight_microbatches(zbv)) CHECK(peak == theory::peak_chunks_1f1b(2 * P));
-      for (int peak : peak_inflight_microbatches(dpv)) CHECK(peak == theory::peak_chunks_dualpipe(2 * P));
+      for (int peak : peak_inflight_microbatches(zbv))
+        CHECK(peak == theory::peak_chunks_1f1b(2 * P));
+      for (int peak : peak_inflight_microbatches(dpv))
+        CHECK(peak == theory::peak_chunks_dualpipe(2 * P));
     }
   // The smallest M each accepts is enough.
   for (int P = 2; P <= 6; ++P) {
@@ -77,8 +82,10 @@ TEST_CASE("DualPipe's bubble and activations equal its closed forms over a grid"
       CAPTURE(P, M);
       const Schedule dp = dualpipe_schedule(P, M);
       REQUIRE(validate_schedule(dp).ok);
-      for (double idle : idle_per_stage(dp, stage_costs)) CHECK(idle == theory::bubble_dualpipe(P, stage));
-      for (int peak : peak_inflight_microbatches(dp)) CHECK(peak == theory::peak_chunks_dualpipe(P));
+      for (double idle : idle_per_stage(dp, stage_costs))
+        CHECK(idle == theory::bubble_dualpipe(P, stage));
+      for (int peak : peak_inflight_microbatches(dp))
+        CHECK(peak == theory::peak_chunks_dualpipe(P));
     }
   CHECK(validate_schedule(dualpipe_schedule(4, min_microbatches("dualpipe", 4))).ok);
 }
@@ -102,3 +109,5 @@ TEST_CASE("DualPipe placement: two copies, micro-batches enter from both ends",
   CHECK(s.compute_actions(0).front() == forward(0, 0));
   CHECK(s.compute_actions(3).front() == forward(4, 1));
 }
+
+}  // namespace test_pipeline_v_schedules

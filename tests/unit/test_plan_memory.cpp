@@ -12,6 +12,8 @@
 #include "core/runtime/profile.h"
 #include "exercises/exercises.h"
 
+namespace test_plan_memory {
+
 using namespace mgpu;
 using namespace mgpu::plan;
 
@@ -86,3 +88,5 @@ TEST_CASE("a search keeps a summary per simulated layout, not its simulation", "
   // A summary is a layout, a prediction and a line of text: well under 4 KiB each.
   CHECK(held_many - held_one < (many - one) * 4 * KiB);
 }
+
+}  // namespace test_plan_memory

@@ -16,6 +16,8 @@
 #include "core/plan/search.h"
 #include "exercises/exercises.h"
 
+namespace test_plan_screen {
+
 using namespace mgpu;
 using namespace mgpu::plan;
 
@@ -229,3 +231,5 @@ TEST_CASE("plan searches the virtual-stage count: the 175B case picks a V the la
   CHECK(result.ranked[0].prediction.step_seconds <=
         simulate(r.workload, v2, r.profile).step_seconds);
 }
+
+}  // namespace test_plan_screen

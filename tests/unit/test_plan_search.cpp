@@ -15,6 +15,8 @@
 #include "exercises/exercises.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_plan_search {
+
 using namespace mgpu;
 using namespace mgpu::plan;
 using mgpu::testing::count_lines;
@@ -564,3 +566,5 @@ TEST_CASE("mgpu plan --model FILE.json with experts searches and shows ep", "[pl
              Catch::Contains(" cp  ep  mbs ") && Catch::Contains("experts per MoE block"));
   std::remove(path.c_str());
 }
+
+}  // namespace test_plan_search

@@ -16,6 +16,8 @@
 #include "core/world/world.h"
 #include "exercises/exercises.h"
 
+namespace test_plan_simulate {
+
 using mgpu::plan::Layout;
 using mgpu::plan::Prediction;
 using mgpu::plan::Simulation;
@@ -422,3 +424,5 @@ TEST_CASE("the planner refuses MoE layouts the phantom routing cannot simulate, 
   CHECK_THROWS_WITH(mgpu::plan::simulate(work, l, profile),
                     Catch::Contains("routing slots per rank are not simulated"));
 }
+
+}  // namespace test_plan_simulate

@@ -27,6 +27,8 @@
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 
+namespace test_precision {
+
 using namespace mgpu;
 
 namespace {
@@ -565,3 +567,5 @@ TEST_CASE("bytes per parameter from the allocator in ddp and pipeline ranks, per
     }
   }
 }
+
+}  // namespace test_precision

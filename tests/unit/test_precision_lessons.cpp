@@ -7,6 +7,8 @@
 
 #include "unit/mgpu_cli.h"
 
+namespace test_precision_lessons {
+
 using namespace mgpu::testing;
 
 TEST_CASE("mixed_precision prints measured bytes per parameter and the four loss curves",
@@ -82,3 +84,5 @@ TEST_CASE("precision lessons under mpirun say to run without mpirun", "[precisio
     CHECK_THAT(r.err, !Catch::Contains("drop --ranks"));
   }
 }
+
+}  // namespace test_precision_lessons

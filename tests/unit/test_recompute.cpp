@@ -18,6 +18,8 @@
 #include "lessons/lesson.h"
 #include "lessons/training.h"
 
+namespace test_recompute {
+
 using namespace mgpu;
 
 namespace {
@@ -164,3 +166,5 @@ TEST_CASE("recompute in ZB-H1: B recomputes once, W reuses it; bit-identical, lo
     }
   }
 }
+
+}  // namespace test_recompute

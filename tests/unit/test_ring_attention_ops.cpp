@@ -12,6 +12,8 @@
 #include "core/ops/math/attention.h"
 #include "core/ops/ops.h"
 
+namespace test_ring_attention_ops {
+
 using namespace mgpu;
 
 namespace {
@@ -297,3 +299,5 @@ TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CP
   same_bits(g_dq, dq.to_vector());
   same_bits(g_dkv, dkv.to_vector());
 }
+
+}  // namespace test_ring_attention_ops

@@ -7,9 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/selected_seams.h"
 #include "core/comm/comm.h"
 #include "core/runtime/context.h"
+#include "core/runtime/host_memory.h"
 #include "core/world/world.h"
+
+namespace test_runtime {
 
 using namespace mgpu;
 
@@ -112,9 +116,6 @@ TEST_CASE("profiles: presets, JSON round trip, links, clear errors", "[runtime][
   std::filesystem::remove(bad);
 }
 
-#include "common/selected_seams.h"
-#include "core/runtime/host_memory.h"
-
 TEST_CASE("cpu ranks never get more capacity than their share of the host's memory",
           "[runtime][hostile]") {
   const int64_t GiB = int64_t{1} << 30;
@@ -160,3 +161,5 @@ TEST_CASE("a World leaves no BLAS worker threads spinning beside the ranks", "[r
   CHECK(during == 3);  // the caller and the two ranks
 }
 #endif
+
+}  // namespace test_runtime

@@ -21,6 +21,8 @@
 #include "exercises/selection.h"
 #include "lessons/sequence_parallel.h"
 
+namespace test_sequence_parallel {
+
 using namespace mgpu;
 using namespace mgpu::parallel;
 
@@ -412,3 +414,5 @@ TEST_CASE("sequence parallelism runs every linear through exercise 06's function
   CHECK(row_backward == per_rank * ranks);
   CHECK(stopped == ranks);
 }
+
+}  // namespace test_sequence_parallel

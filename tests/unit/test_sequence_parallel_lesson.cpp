@@ -13,6 +13,8 @@
 #include "common/checkpoints.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_sequence_parallel_lesson {
+
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
 
@@ -103,3 +105,5 @@ TEST_CASE("sequence_parallel in bf16 prints its wire bytes beside the per-dtype 
                  R"(gathered in bf16\) = ([0-9.]+ \w+)\))")));
   CHECK(m[1].str() == m[2].str());
 }
+
+}  // namespace test_sequence_parallel_lesson

@@ -7,6 +7,8 @@
 
 #include "lessons/single_device.h"
 
+namespace test_single_device {
+
 using namespace mgpu;
 using namespace mgpu::lessons;
 
@@ -105,3 +107,5 @@ TEST_CASE("the trace has one step with forward, backward and optimizer in order"
   CHECK(r.trace.metadata["lesson"] == "single_device");
   CHECK(!r.trace.counters.empty());
 }
+
+}  // namespace test_single_device

@@ -4,6 +4,8 @@
 #include "core/runtime/context.h"
 #include "core/tensor/tensor.h"
 
+namespace test_tensor {
+
 using namespace mgpu;
 
 namespace {
@@ -96,3 +98,5 @@ TEST_CASE("phantom tensors have shapes and bytes but no data", "[tensor]") {
   CHECK_THROWS_AS(t.f32(), std::logic_error);
   CHECK(ctx.allocator.stats().total == 4 << 20);
 }
+
+}  // namespace test_tensor

@@ -21,6 +21,8 @@
 #include "core/world/world.h"
 #include "exercises/selection.h"
 
+namespace test_tensor_parallel {
+
 using namespace mgpu;
 using namespace mgpu::parallel;
 
@@ -284,3 +286,5 @@ TEST_CASE("the vocabulary-parallel head: its shard is rows of lm_head; bad setup
   cfg.tie_embeddings = true;
   CHECK_THROWS_WITH(check_vocab_parallel(cfg, 2), Catch::Contains("tied embeddings"));
 }
+
+}  // namespace test_tensor_parallel

@@ -19,6 +19,8 @@
 #include "lessons/tensor_parallel.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_tensor_parallel_lesson {
+
 using namespace mgpu;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
@@ -194,3 +196,5 @@ TEST_CASE("impl mine with exercise 06 still a stub: tensor_parallel says so and 
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("ex06 not implemented yet: using the reference"));
 }
+
+}  // namespace test_tensor_parallel_lesson

@@ -12,6 +12,8 @@
 #include "core/theory/pipeline_bubbles.h"
 #include "lessons/training.h"
 
+namespace test_theory {
+
 using namespace mgpu;
 
 TEST_CASE("ring collectives send 2(n-1)/n of an all-reduce and (n-1)/n of a shard", "[theory]") {
@@ -97,3 +99,5 @@ TEST_CASE("mesh traffic: dp all-reduce or ZeRO-1's reduce-scatter + all-gather",
   // cp 2, no recompute: 2 K|V hops in 4 B plus 2 dK|dV hops in fp32 per layer and micro-batch.
   CHECK(theory::cp_bytes_sent(2, 1, 1, 100, false, 4, grads) == 2 * 100 * 4 + 2 * 100 * 4 + grads);
 }
+
+}  // namespace test_theory

@@ -11,6 +11,8 @@
 
 #include "core/trace/chrome_trace.h"
 
+namespace test_trace {
+
 using namespace mgpu::trace;
 using nlohmann::json;
 
@@ -283,3 +285,5 @@ TEST_CASE("chrome trace: random garbage never crashes") {
     }
   }
 }
+
+}  // namespace test_trace

@@ -13,6 +13,8 @@
 #include "core/trace/analysis.h"
 #include "core/trace/ascii_timeline.h"
 
+namespace test_trace_analysis {
+
 using namespace mgpu::trace;
 
 using mgpu::testing::make_event;
@@ -299,3 +301,5 @@ TEST_CASE("ascii timeline: single rank, tiny events still show") {
   CHECK(lines[0].find("time (us)") == 0);
   CHECK(render_ascii_timeline(Trace{}) == "(empty trace)\n");
 }
+
+}  // namespace test_trace_analysis

@@ -15,6 +15,8 @@
 #include "core/trace/kineto_reader.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_trace_breakdown {
+
 using namespace mgpu::trace;
 using mgpu::testing::run_mgpu;
 using nlohmann::json;
@@ -191,3 +193,5 @@ TEST_CASE("mgpu analyze on a lesson's trace agrees with the lesson's per-rank ta
   const auto text = run_mgpu({"analyze", path});
   CHECK_THAT(text.out, Catch::Contains("bubble"));  // a pipeline: micro-batches are annotated
 }
+
+}  // namespace test_trace_breakdown

@@ -6,6 +6,8 @@
 
 #include "core/trace/chrome_trace.h"
 
+namespace test_trace_hostile {
+
 using namespace mgpu::trace;
 
 namespace {
@@ -87,3 +89,5 @@ TEST_CASE("a comm event's wait: absent reads as 0, outside 0..dur is refused", "
   CHECK_THAT(error_of(trace_text(x + R"("ts": 1, "dur": 4, "args": {"wait_s": -1}})")),
              Catch::Contains("traceEvents[1].args.wait_s = -1 s is outside"));
 }
+
+}  // namespace test_trace_hostile

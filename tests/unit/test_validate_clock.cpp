@@ -16,6 +16,8 @@
 
 #include "lessons/cli.h"
 
+namespace test_validate_clock {
+
 using namespace mgpu::lessons;
 
 TEST_CASE("mgpu validate: every published row within its bound on one profile", "[validate]") {
@@ -78,3 +80,5 @@ TEST_CASE("mgpu validate: bad options are one line and exit code 2", "[validate]
   std::ostringstream out2, err2;
   CHECK(mgpu_main({"validate", "--rows", "3"}, out2, err2) == 2);
 }
+
+}  // namespace test_validate_clock

@@ -19,6 +19,8 @@
 #include "core/world/world.h"
 #include "exercises/exercises.h"
 
+namespace test_zero {
+
 using namespace mgpu;
 using namespace mgpu::parallel;
 
@@ -247,3 +249,5 @@ TEST_CASE("stage 1 cuts its chunks and takes its step through exercise 08's seam
   CHECK(steps == 2 * kSteps);
   CHECK(worst_difference(reference_run, run.full) < 2e-5f);
 }
+
+}  // namespace test_zero

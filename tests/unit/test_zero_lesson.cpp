@@ -14,6 +14,8 @@
 #include "lessons/zero.h"
 #include "unit/mgpu_cli.h"
 
+namespace test_zero_lesson {
+
 using namespace mgpu;
 using mgpu::testing::load_checkpoint_by_name;
 using mgpu::testing::max_difference;
@@ -239,3 +241,5 @@ TEST_CASE("zero --impl mine on the untouched stub falls back to the reference in
   CHECK(r.code == 0);
   CHECK_THAT(r.out + r.err, Catch::Contains("ex08 not implemented yet: using the reference"));
 }
+
+}  // namespace test_zero_lesson

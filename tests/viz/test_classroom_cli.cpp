@@ -11,6 +11,8 @@
 #include "lessons/viz_command.h"
 #include "viz/dashboard.h"
 
+namespace test_classroom_cli {
+
 using namespace mgpu;
 
 namespace {
@@ -132,3 +134,5 @@ TEST_CASE("viz --zoom FROM..TO: a bad window is one line and exit 2", "[viz]") {
   CHECK_THAT(error, Catch::Contains("--zoom needs a trace"));
   CHECK(run_viz({fixture, "--zoom", "0us..50us", "--screenshot", png}, error) == 0);
 }
+
+}  // namespace test_classroom_cli

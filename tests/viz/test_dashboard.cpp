@@ -8,14 +8,13 @@
 #include <iterator>
 #include <sstream>
 
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#include <stb_image.h>
-
 #include "core/trace/chrome_trace.h"
 #include "viz/dashboard.h"
 #include "viz/panels.h"
+#include "viz/png_image.h"
 #include "viz/synthetic.h"
+
+namespace test_dashboard {
 
 using namespace mgpu;
 using namespace mgpu::viz;
@@ -34,27 +33,12 @@ std::string read_bytes(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-struct Image {
-  int w = 0, h = 0;
-  std::vector<unsigned char> rgba;
-  explicit Image(const std::filesystem::path& p) {
-    int n = 0;
-    unsigned char* data = stbi_load(p.string().c_str(), &w, &h, &n, 4);
-    if (data) {
-      rgba.assign(data, data + static_cast<size_t>(w) * h * 4);
-      stbi_image_free(data);
-    }
-  }
-  ImU32 at(double x, double y) const {
-    const size_t i = (static_cast<size_t>(y) * w + static_cast<size_t>(x)) * 4;
-    return IM_COL32(rgba[i], rgba[i + 1], rgba[i + 2], 255);
-  }
-};
+using viz::testing::Image;
 
 DashboardOptions one_f_one_b_options() {
-  testing::PipelineSpec spec;  // 4 stages, 8 micro-batches, F = 1 ms, B = 2 ms
+  viz::testing::PipelineSpec spec;  // 4 stages, 8 micro-batches, F = 1 ms, B = 2 ms
   DashboardOptions options;
-  options.traces.push_back(testing::synthetic_pipeline(spec));
+  options.traces.push_back(viz::testing::synthetic_pipeline(spec));
   options.title = "mgpu-lab - 1F1B, 4 GPUs, 8 micro-batches";
   return options;
 }
@@ -153,10 +137,10 @@ TEST_CASE("presentation mode and compare mode render", "[viz]") {
   REQUIRE(render_screenshot(options, png.string(), 1600, 900) == 0);
   CHECK(Image(png).w == 1600);
 
-  testing::PipelineSpec gpipe;
-  gpipe.schedule = testing::Schedule::gpipe;
+  viz::testing::PipelineSpec gpipe;
+  gpipe.schedule = viz::testing::Schedule::gpipe;
   DashboardOptions compare = one_f_one_b_options();
-  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
+  compare.traces.insert(compare.traces.begin(), viz::testing::synthetic_pipeline(gpipe));
   compare.labels = {"GPipe", "1F1B"};
   compare.layout = CompareLayout::rows;
   Dashboard d(compare);
@@ -205,14 +189,14 @@ TEST_CASE("compare mode lines both traces up at their step start on one ruler", 
 TEST_CASE("selection highlights partners; classroom controls re-run in-process", "[viz]") {
   DashboardOptions options = one_f_one_b_options();
   options.rerun = RerunHook{[](const nlohmann::json& params) {
-                              testing::PipelineSpec spec;
+                              viz::testing::PipelineSpec spec;
                               spec.microbatches = params.at("microbatches").get<int>();
                               spec.schedule = params.at("schedule") == "gpipe"
-                                                  ? testing::Schedule::gpipe
-                                                  : testing::Schedule::one_f_one_b;
+                                                  ? viz::testing::Schedule::gpipe
+                                                  : viz::testing::Schedule::one_f_one_b;
                               if (spec.microbatches > 64)
                                 throw std::invalid_argument("too many micro-batches");
-                              return testing::synthetic_pipeline(spec);
+                              return viz::testing::synthetic_pipeline(spec);
                             },
                             nlohmann::json::parse(R"([
         {"name": "microbatches", "type": "int", "min": 1, "max": 32, "value": 8},
@@ -248,7 +232,7 @@ TEST_CASE("malformed trace files give an error line, not a crash", "[viz]") {
   std::filesystem::create_directories(dir);
   // A valid file to cut short.
   const auto good = dir / "good.json";
-  trace::write_chrome_trace(testing::synthetic_pipeline({}), good);
+  trace::write_chrome_trace(viz::testing::synthetic_pipeline({}), good);
   const std::string text = read_bytes(good);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"empty.json", ""},
@@ -326,10 +310,10 @@ int last_drawn_row(const Image& img) {
 
 TEST_CASE("compare lays runs side by side on one time scale; the screenshot fits its content",
           "[viz]") {
-  testing::PipelineSpec gpipe;
-  gpipe.schedule = testing::Schedule::gpipe;
+  viz::testing::PipelineSpec gpipe;
+  gpipe.schedule = viz::testing::Schedule::gpipe;
   DashboardOptions compare = one_f_one_b_options();
-  compare.traces.insert(compare.traces.begin(), testing::synthetic_pipeline(gpipe));
+  compare.traces.insert(compare.traces.begin(), viz::testing::synthetic_pipeline(gpipe));
   compare.labels = {"GPipe", "1F1B"};  // columns: the default
   Dashboard d(compare);
   const auto png = out_dir() / "compare-columns.png";
@@ -365,10 +349,10 @@ TEST_CASE(
     "an 8-rank run at the default width: the screenshot grows to show every strip and the "
     "summary",
     "[viz]") {
-  testing::PipelineSpec eight;
+  viz::testing::PipelineSpec eight;
   eight.stages = 8;
   DashboardOptions options;
-  options.traces.push_back(testing::synthetic_pipeline(eight));
+  options.traces.push_back(viz::testing::synthetic_pipeline(eight));
   Dashboard d(options);
   const auto png = out_dir() / "eight-ranks.png";
   REQUIRE(render_screenshot(d, png.string(), 1600, 0) == 0);
@@ -554,3 +538,5 @@ TEST_CASE("a mixture-of-experts trace shows its tokens per expert under the summ
   const Image a(png_with), b(png_without);
   CHECK(a.h >= b.h + 4 * 13);
 }
+
+}  // namespace test_dashboard

@@ -12,10 +12,6 @@
 #include <set>
 #include <sstream>
 
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#include <stb_image.h>
-
 #include "lessons/classroom.h"
 #include "lessons/exercise_views.h"
 #include "lessons/pipeline.h"
@@ -24,6 +20,9 @@
 #include "viz/dashboard.h"
 #include "viz/layout.h"
 #include "viz/panels.h"
+#include "viz/png_image.h"
+
+namespace test_fits_the_room {
 
 using namespace mgpu;
 using namespace mgpu::viz;
@@ -225,27 +224,25 @@ TEST_CASE("legend swatches look like the timeline; labels contrast with what is 
   Dashboard d(opt);
   const auto png = out_dir() / "legend.png";
   REQUIRE(render_screenshot(d, png.string(), 1600, 0) == 0);
-  int w = 0, h = 0, n = 0;
-  unsigned char* data = stbi_load(png.string().c_str(), &w, &h, &n, 4);
-  REQUIRE(data);
+  const viz::testing::Image image(png);
+  REQUIRE(!image.rgba.empty());
   auto colours_in = [&](const std::string& key) {
     std::set<ImU32> seen;
     for (const TextBox& b : d.text_boxes())
       if (b.text == "swatch: " + key)
         for (int y = static_cast<int>(b.y0) + 1; y < static_cast<int>(b.y1) - 1; ++y)
-          for (int x = static_cast<int>(b.x0) + 1; x < static_cast<int>(b.x1) - 1; ++x) {
-            const unsigned char* px = data + (static_cast<size_t>(y) * w + x) * 4;
-            seen.insert(IM_COL32(px[0], px[1], px[2], 255));
-          }
+          for (int x = static_cast<int>(b.x0) + 1; x < static_cast<int>(b.x1) - 1; ++x)
+            seen.insert(image.at(x, y));
     return seen;
   };
   const Palette& p = palette(true);
   const std::set<ImU32> idle = colours_in("idle (bubble)"),
                         waiting = colours_in("comm waiting for a partner");
-  stbi_image_free(data);
   CHECK(idle.count(p.idle));        // the bubble's fill ...
   CHECK(idle.count(p.idle_hatch));  // ... and its lines, as the timeline draws them
   CHECK_FALSE(idle.count(p.comm_wait));
   CHECK(waiting.count(p.comm_wait));
   CHECK_FALSE(waiting.count(p.idle));
 }
+
+}  // namespace test_fits_the_room

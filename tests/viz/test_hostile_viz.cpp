@@ -13,6 +13,8 @@
 #include "unit/mgpu_cli.h"
 #include "viz/view_model.h"
 
+namespace test_hostile_viz {
+
 using mgpu::testing::run_mgpu;
 namespace fs = std::filesystem;
 
@@ -146,3 +148,5 @@ TEST_CASE("a screenshot's default height is bounded, whatever the rank count", "
   CHECK(png_height(png) == 6000);
   fs::remove_all(dir);
 }
+
+}  // namespace test_hostile_viz

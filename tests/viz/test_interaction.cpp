@@ -9,6 +9,8 @@
 #include "viz/dashboard.h"
 #include "viz/synthetic.h"
 
+namespace test_interaction {
+
 using namespace mgpu;
 using namespace mgpu::viz;
 using trace::Lane;
@@ -58,7 +60,7 @@ ImVec2 centre_of(const Dashboard& d, const trace::Event& e) {
 TEST_CASE("click selects an event and its partner; wheel zooms; drag pans", "[viz]") {
   HeadlessImGui imgui;
   DashboardOptions options;
-  options.traces.push_back(testing::synthetic_pipeline({}));
+  options.traces.push_back(viz::testing::synthetic_pipeline({}));
   Dashboard d(options);
   const ImVec2 nowhere{-1e6f, -1e6f};
   imgui.frame(d, nowhere, false);
@@ -120,9 +122,11 @@ TEST_CASE("click selects an event and its partner; wheel zooms; drag pans", "[vi
 
 TEST_CASE("the interactive window opens, draws a few frames and closes", "[viz]") {
   DashboardOptions options;
-  options.traces.push_back(testing::synthetic_pipeline({}));
+  options.traces.push_back(viz::testing::synthetic_pipeline({}));
   options.max_frames = 5;
   CHECK(run_dashboard(options) == 0);
   options.presentation = true;
   CHECK(run_dashboard(options) == 0);
 }
+
+}  // namespace test_interaction

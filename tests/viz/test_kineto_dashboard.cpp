@@ -11,6 +11,8 @@
 
 #include "viz/dashboard.h"
 
+namespace test_kineto_dashboard {
+
 using namespace mgpu::viz;
 
 namespace {
@@ -88,3 +90,5 @@ TEST_CASE("a bad PyTorch profiler file is one line and exit code 2", "[viz]") {
   CHECK(std::count(message.begin(), message.end(), '\n') == 1);
   CHECK_FALSE(std::filesystem::exists(cli.screenshot));
 }
+
+}  // namespace test_kineto_dashboard

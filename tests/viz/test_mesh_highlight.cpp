@@ -11,15 +11,14 @@
 
 #include <unistd.h>
 
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#include <stb_image.h>
-
 #include "core/trace/chrome_trace.h"
 #include "unit/mgpu_cli.h"
 #include "viz/dashboard.h"
 #include "viz/panels.h"
+#include "viz/png_image.h"
 #include "viz/synthetic.h"
+
+namespace test_mesh_highlight {
 
 using namespace mgpu;
 using namespace mgpu::viz;
@@ -50,13 +49,8 @@ std::vector<std::string> hybrid_2x2x2() {
 }
 
 ImU32 pixel(const std::string& png, double x, double y) {
-  int w = 0, h = 0, n = 0;
-  unsigned char* data = stbi_load(png.c_str(), &w, &h, &n, 4);
-  if (!data) return 0;
-  const size_t i = (static_cast<size_t>(y) * w + static_cast<size_t>(x)) * 4;
-  const ImU32 c = IM_COL32(data[i], data[i + 1], data[i + 2], 255);
-  stbi_image_free(data);
-  return c;
+  const viz::testing::Image image(png);
+  return image.rgba.empty() ? 0 : image.at(x, y);
 }
 
 }  // namespace
@@ -222,3 +216,5 @@ TEST_CASE("mgpu viz --highlight takes a group of the trace and an unknown one ex
   CHECK(good.code == 0);
   CHECK(fs::exists(png));
 }
+
+}  // namespace test_mesh_highlight

@@ -16,6 +16,8 @@
 #include "viz/dashboard.h"
 #include "viz/synthetic.h"
 
+namespace test_projector {
+
 using namespace mgpu;
 using namespace mgpu::viz;
 using viz::testing::PipelineSpec;
@@ -131,3 +133,5 @@ TEST_CASE("memory strips hide: --memory off and the toggle", "[viz]") {
             err) == 0);
   CHECK(lessons::cmd_viz({fixture, "--memory", "none"}, out, err) == 2);
 }
+
+}  // namespace test_projector

@@ -6,6 +6,8 @@
 #include "viz/synthetic.h"
 #include "viz/view_model.h"
 
+namespace test_view_model {
+
 using namespace mgpu;
 using namespace mgpu::viz;
 using trace::Lane;
@@ -116,11 +118,11 @@ TEST_CASE("a gap wider than a pixel splits dense blocks", "[viz]") {
 }
 
 TEST_CASE("idle gaps of a 1F1B pipeline are its bubbles", "[viz]") {
-  testing::PipelineSpec spec;
+  viz::testing::PipelineSpec spec;
   spec.stages = 4;
   spec.microbatches = 8;
   spec.comm_events = false;  // no transfer time: the textbook schedule
-  TraceView view(testing::synthetic_pipeline(spec));
+  TraceView view(viz::testing::synthetic_pipeline(spec));
   REQUIRE(view.num_ranks() == 4);
   // (M + P - 1) * (F + B) = 11 * 3 ms.
   CHECK(view.run_start() == Approx(0));
@@ -197,8 +199,8 @@ TEST_CASE("event_at finds the event under the cursor", "[viz]") {
 }
 
 TEST_CASE("memory stacks by category: cumulative sums end at the total", "[viz]") {
-  testing::PipelineSpec spec;
-  const trace::Trace t = testing::synthetic_pipeline(spec);
+  viz::testing::PipelineSpec spec;
+  const trace::Trace t = viz::testing::synthetic_pipeline(spec);
   TraceView view(t);
   size_t checked = 0;
   for (const auto& c : t.counters) {
@@ -336,7 +338,7 @@ TEST_CASE("header words: units, thousands separators, measured vs theory, the ru
   CHECK(format_count(1234567) == "1,234,567");
   CHECK(format_count(-12345) == "-12,345");
 
-  trace::Trace t = testing::synthetic_pipeline(testing::PipelineSpec{});
+  trace::Trace t = viz::testing::synthetic_pipeline(viz::testing::PipelineSpec{});
   t.metadata["lesson"] = "pipeline";
   t.metadata["clock"] = "modeled";
   t.metadata["profile"] = {{"name", "theory"}, {"memory_capacity_GiB", 0.0}};
@@ -444,9 +446,11 @@ TEST_CASE("a trace that is not a pipeline keeps its idle gaps whole", "[viz]") {
 }
 
 TEST_CASE("a capacity no device has is not shown (never 'of inf TiB')", "[viz][hostile]") {
-  trace::Trace t = testing::synthetic_pipeline(testing::PipelineSpec{});
+  trace::Trace t = viz::testing::synthetic_pipeline(viz::testing::PipelineSpec{});
   t.metadata["profile"] = {{"name", "forged"}, {"memory_capacity_GiB", 1e308}};
   CHECK_FALSE(TraceView(t).memory_capacity().has_value());
   t.metadata["profile"] = {{"name", "h100"}, {"memory_capacity_GiB", 80.0}};
   CHECK(TraceView(t).memory_capacity() == 80.0 * (1 << 30));
 }
+
+}  // namespace test_view_model
