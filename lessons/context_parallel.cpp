@@ -15,7 +15,6 @@
 #include <CLI/CLI.hpp>
 
 #include "core/parallel/context_parallel.h"
-#include "core/parallel/mesh.h"
 #include "exercises/selection.h"
 #include "lessons/context_parallel_internal.h"
 #include "lessons/training.h"
@@ -33,15 +32,6 @@ parallel::CpLayout layout_of(const std::string& name) {
   }
 }
 
-// What this run can do, checked before any rank starts (one line, exit 2).
-void check_run(const CommonOptions& c, const GPTConfig& cfg, parallel::CpLayout layout) {
-  try {
-    parallel::check_cp_size(cfg, c.seq, c.ranks, layout);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-}
-
 }  // namespace
 
 // ---- the run -------------------------------------------------------------------------------
@@ -49,11 +39,19 @@ void check_run(const CommonOptions& c, const GPTConfig& cfg, parallel::CpLayout 
 ContextParallelResult train_context_parallel(const CommonOptions& c, const std::string& layout_name,
                                              std::ostream& out) {
   const parallel::CpLayout layout = layout_of(layout_name);
-  WorldOptions wopt = c.world_options();
-  auto task = make_task(c);
+  std::shared_ptr<const data::Task> task = make_task(c);
   const GPTConfig cfg = model_config(c, *task);
-  check_run(c, cfg, layout);
-  World world(wopt);
+  run::RunSpec spec = run_spec(c, task, cfg, c.batch);
+  spec.parallelism = run::ContextParallel{.layout = layout, .seams = ex::selected_seams().cp};
+  try {
+    run::validate(spec);  // what this run can do, before any rank starts (one line, exit 2)
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  spec.train.report_ranks = true;
+  spec.trace_meta = {
+      {"lesson", "context_parallel"}, {"cp_layout", layout_name}, {"config", c.to_json()}};
+  (*spec.trace_meta)["config"]["cp"] = c.ranks;  // the mesh axis: rows "GPU 1  cp1"
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
     const std::vector<int32_t> r0 = parallel::cp_positions(c.seq, c.ranks, 0, layout);
@@ -65,33 +63,19 @@ ContextParallelResult train_context_parallel(const CommonOptions& c, const std::
                    : "");
     fmt::print(out, "data:   {} task, {} sequences x {} tokens per step\n", task->name(), c.batch,
                c.seq);
-    fmt::print(out, "device: {}\n", describe_world(wopt));
+    fmt::print(out, "device: {}\n", describe_world(spec.world));
     fmt::print(out, "optim:  {} lr {}\n\n", c.optimizer, c.lr);
   }
   ContextParallelResult result;
   LossLog log(c, out);
-  train::TrainResult trained = train::train(
-      world, *task, train_options(c, c.batch, cfg),
-      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.cp = c.ranks});
-        return parallel::context_parallel(cfg, mesh->group(parallel::Axis::cp), layout, c.seq,
-                                          optimizer_factory(c), ex::selected_seams().cp, mesh);
-      },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout&) {
-        const int64_t peak = ctx.allocator.stats().peak[static_cast<int>(MemCategory::activations)];
-        auto all = train::gather_to_root(ctx, {peak});
-        if (ctx.rank == 0)
-          for (const auto& v : all) result.peak_activations.push_back(v.at(0));
-      });
-  result.losses = trained.losses;
-  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
-  print_checkpoint_lines(out, c, trained);
-  nlohmann::json meta = {
-      {"lesson", "context_parallel"}, {"cp_layout", layout_name}, {"config", c.to_json()}};
-  meta["config"]["cp"] = c.ranks;  // the mesh axis: the dashboard labels rows "GPU 1  cp1"
-  result.trace = world.collect_trace(meta);
-  result.under_mpi = world.is_mpi();
+  run::RunResult ran = run::run(spec, [&](int step, float loss) { log.record(step, loss); });
+  for (const train::RankReport& rank : ran.trained.ranks)
+    result.peak_activations.push_back(rank.memory.peak[static_cast<int>(MemCategory::activations)]);
+  result.losses = ran.trained.losses;
+  if (ran.trained.first_step > 0 || ran.trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, ran.trained);
+  result.trace = std::move(ran.trace);
+  result.under_mpi = ran.mpi;
   return result;
 }
 

@@ -66,45 +66,30 @@ int resolve_ep(const CommonOptions& c, const ExpertParallelOptions& o) {
 
 ExpertParallelResult train_expert_parallel(const CommonOptions& c, const ExpertParallelOptions& o,
                                            double skew, std::ostream& out) {
-  WorldOptions wopt = c.world_options();
-  auto task = make_task(c);
+  std::shared_ptr<const data::Task> task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
   cfg.validate();  // top-k > E and the like: one line before any rank starts
-  if (cfg.experts <= 0)
-    throw UsageError(
-        "expert_parallel trains a mixture-of-experts model: add --experts E (e.g. --experts 8)");
   ExpertParallelResult result;
-  result.config = cfg;
   result.ep = resolve_ep(c, o);
   result.dp = c.ranks;
-  parallel::check_ep_size(cfg, result.dp, result.ep);  // one line naming the sizes that work
-  if (c.batch % result.dp != 0)
-    throw UsageError(fmt::format("--batch {} must divide over the {} ranks: try --batch {}",
-                                 c.batch, result.dp, (c.batch / result.dp + 1) * result.dp));
-  if (!cfg.route) cfg.route = ex::selected_seams().moe.route;
+  run::RunSpec spec = run_spec(c, task, cfg, c.batch);
+  spec.parallelism = run::ExpertParallel{.ep = result.ep};
+  run::validate(spec);  // experts, ep dividing them and the ranks, the batch over dp
+  result.config = cfg;
+  if (!spec.model.route) spec.model.route = ex::selected_seams().moe.route;
   if (skew != 1.0) {
-    tilt() = {.factor = skew, .route = cfg.route};
-    cfg.route = &tilted_route;
+    tilt() = {.factor = skew, .route = spec.model.route};
+    spec.model.route = &tilted_route;
   }
-  World world(wopt);
+  spec.trace_meta = {{"lesson", "expert_parallel"}, {"config", c.to_json()}};
+  (*spec.trace_meta)["config"]["ep"] = result.ep;
+  (*spec.trace_meta)["config"]["skew"] = skew;
   LossLog log(c, out);
-  train::TrainResult trained = train::train(
-      world, *task, train_options(c, c.batch, cfg),
-      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto mesh = std::make_shared<parallel::Mesh>(
-            *ctx.comm, parallel::MeshShape{.dp = result.dp, .ep = result.ep});
-        return parallel::expert_parallel(
-            cfg, mesh->group(parallel::Axis::dp), mesh->group(parallel::Axis::ep),
-            mesh->group(parallel::Axis::edp), optimizer_factory(c), mesh);
-      },
-      [&](int step, float loss) { log.record(step, loss); });
-  result.losses = trained.losses;
-  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
-  print_checkpoint_lines(out, c, trained);
-  nlohmann::json meta = {{"lesson", "expert_parallel"}, {"config", c.to_json()}};
-  meta["config"]["ep"] = result.ep;
-  meta["config"]["skew"] = skew;
-  result.trace = world.collect_trace(meta);
+  run::RunResult ran = run::run(spec, [&](int step, float loss) { log.record(step, loss); });
+  result.losses = ran.trained.losses;
+  if (ran.trained.first_step > 0 || ran.trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, ran.trained);
+  result.trace = std::move(ran.trace);
   return result;
 }
 

@@ -7,7 +7,6 @@
 // bubble beside theory, and memory per rank by category.
 #include "lessons/hybrid.h"
 
-#include <mutex>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -76,53 +75,36 @@ void print_setup(std::ostream& out, const HybridRun& run, const WorldOptions& wo
              describe_world(wopt), c.steps, run.h.schedule, mesh.pp);
 }
 
-// Trains the mesh and gathers every rank's statistics to rank 0; false on the other processes
+// Trains the mesh; every rank's report comes back with the run. False on the other processes
 // under mpirun (rank 0's process reports).
-bool run_hybrid(World& world, data::Task& task, const parallel::HybridOptions& options,
-                HybridRun& run, std::ostream& out) {
+bool run_hybrid(const run::RunSpec& spec, HybridRun& run, std::ostream& out) {
   const CommonOptions& c = run.c;
-  const nlohmann::json config = hybrid_config(c, run.h, run.mesh);
-  std::mutex mutex;
   LossLog log(c, out);
-  train::TrainResult trained = train::train(
-      world, task, train_options(c, c.batch, run.cfg, config),
-      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        return std::make_unique<parallel::HybridLayout>(
-            run.cfg, *ctx.comm, options, optimizer_factory(c), ex::selected_seams().hybrid());
-      },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout& layout) {
-        auto& hybrid = static_cast<parallel::HybridLayout&>(layout);
-        const MemoryStats mem = ctx.allocator.stats();
-        HybridRankStats mine{.peak = mem.peak,
-                             .peak_total = mem.peak_total,
-                             .gradient_bytes = hybrid.gradient_bytes(),
-                             .layers = hybrid.stage().num_layers(),
-                             .owned_elements = hybrid.owned_elements()};
-        auto all = train::gather_to_root(ctx, mine.values());
-        std::lock_guard lock(mutex);
-        if (ctx.rank == 0)
-          for (const auto& v : all) run.ranks.push_back(HybridRankStats::from(v));
-      });
-  print_checkpoint_lines(out, c, trained);
-  const int P = run.mesh.pp, M = run.h.microbatches, chunks = run.h.virtual_stages;
-  nlohmann::json meta = {
-      {"lesson", "hybrid"},
-      {"config", config},
-      {"predictions",
-       {{"bubble_fraction", pipeline::bubble_fraction_theory(run.h.schedule, P, M, chunks)}}}};
-  run.trace = world.collect_trace(meta);
-  if (!world.is_root()) return false;
+  run::RunResult ran = run::run(spec, [&](int step, float loss) { log.record(step, loss); });
+  print_checkpoint_lines(out, c, ran.trained);
+  run.ranks = std::move(ran.trained.ranks);
+  run.trace = std::move(ran.trace);
+  if (!ran.root) return false;
   run.step = last_step(run.trace).value_or(0);
   return true;
 }
 
 int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostream& out) {
-  auto task = make_task(c);
+  std::shared_ptr<const data::Task> task = make_task(c);
   HybridRun run{.c = c, .h = h, .cfg = model_config(c, *task)};
   const parallel::HybridOptions options = hybrid_options(c, h);
+  const nlohmann::json config = hybrid_config(c, h, options.mesh);
+  run::RunSpec spec = run_spec(c, task, run.cfg, c.batch, config);
+  spec.parallelism = run::Hybrid{.options = options, .seams = ex::selected_seams().hybrid()};
+  spec.train.report_ranks = true;
+  const int P = options.mesh.pp, M = h.microbatches, chunks = h.virtual_stages;
+  spec.trace_meta = {
+      {"lesson", "hybrid"},
+      {"config", config},
+      {"predictions",
+       {{"bubble_fraction", pipeline::bubble_fraction_theory(h.schedule, P, M, chunks)}}}};
   try {
-    parallel::check_hybrid(run.cfg, options, c.ranks, c.batch);
+    run::validate(spec);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -140,10 +122,8 @@ int train_hybrid(const CommonOptions& c, const HybridLessonOptions& h, std::ostr
                     c.precision));
   run.mesh = options.mesh;
   run.micro_b = c.batch / (run.mesh.dp * h.microbatches);
-  const WorldOptions wopt = c.world_options();
-  if (!c.quiet) print_setup(out, run, wopt);
-  World world(wopt);
-  if (!run_hybrid(world, *task, options, run, out)) return 0;
+  if (!c.quiet) print_setup(out, run, spec.world);
+  if (!run_hybrid(spec, run, out)) return 0;
   print_traffic(out, run);
   print_bubbles(out, run);
   print_memory(out, run);

@@ -47,8 +47,9 @@ void print_memory(std::ostream& out, const HybridRun& run) {
   fmt::print(out, "{:>16}\n", "total");
   for (int r = 0; r < mesh.ranks(); ++r) {
     fmt::print(out, "  {:<14}", fmt::format("{} {}", r, coord_label(mesh, r)));
-    for (int64_t bytes : run.ranks[r].peak) fmt::print(out, "{:>16}", format_bytes(bytes));
-    fmt::print(out, "{:>16}\n", format_bytes(run.ranks[r].peak_total));
+    const MemoryStats& memory = run.ranks[r].memory;
+    for (int64_t bytes : memory.peak) fmt::print(out, "{:>16}", format_bytes(bytes));
+    fmt::print(out, "{:>16}\n", format_bytes(memory.peak_total));
   }
   const theory::StateBytes b = run.state_bytes();
   const bool mixed = run.cfg.dtype != DType::f32;

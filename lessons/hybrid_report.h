@@ -33,39 +33,14 @@ struct HybridLessonOptions {
   int ep = 1;                        // expert parallelism (a model with experts), carved out of dp
 };
 
-// What rank 0 gathers from every rank after training, by name (it travels as int64s through
-// train::gather_to_root, in this order).
-struct HybridRankStats {
-  CategoryBytes peak{};        // allocator peaks by category, after building the model
-  int64_t peak_total = 0;      // the allocator's peak of all categories together
-  int64_t gradient_bytes = 0;  // what the dp all-reduce carries per step (the stage's gradients)
-  int64_t layers = 0;          // layers of this rank's pipeline stage
-  int64_t owned_elements = 0;  // parameter elements this rank's optimizer updates
-
-  std::vector<int64_t> values() const {
-    std::vector<int64_t> v(peak.begin(), peak.end());
-    v.insert(v.end(), {peak_total, gradient_bytes, layers, owned_elements});
-    return v;
-  }
-  static HybridRankStats from(const std::vector<int64_t>& v) {
-    HybridRankStats s;
-    std::copy_n(v.begin(), kNumMemCategories, s.peak.begin());
-    s.peak_total = v[kNumMemCategories];
-    s.gradient_bytes = v[kNumMemCategories + 1];
-    s.layers = v[kNumMemCategories + 2];
-    s.owned_elements = v[kNumMemCategories + 3];
-    return s;
-  }
-};
-
 // The run as the lesson prints it: the mesh, the model, and what every rank measured.
 struct HybridRun {
   const CommonOptions& c;
   const HybridLessonOptions& h;
   GPTConfig cfg;
   parallel::MeshShape mesh;
-  int micro_b = 0;  // sequences per micro-batch
-  std::vector<HybridRankStats> ranks;
+  int micro_b = 0;                       // sequences per micro-batch
+  std::vector<train::RankReport> ranks;  // every rank's, its stage figures with them
   trace::Trace trace;
   int step = 0;  // the step the tables measure (the last one)
 

@@ -136,7 +136,7 @@ void print_traffic(std::ostream& out, const HybridRun& run) {
   print_traffic_formulas(out, run);
   const auto sent = sent_by_axis(run.trace, run.step, mesh.ranks());
   for (int r = 0; r < mesh.ranks(); ++r) {
-    const HybridRankStats& rank = run.ranks[r];
+    const train::StageFigures& rank = run.ranks[r].stage.value();
     const int s = parallel::mesh_coords(mesh, r)[int(Axis::pp)];
     const double tp_formula = theory::tp_bytes_sent(tp_traffic(run, rank.layers, s));
     const int64_t pp_formula =

@@ -1,7 +1,7 @@
 // The pipeline lessons' run: the options checked, the schedule and the split narrated, then
-// one rank per stage trains and rank 0 gathers every stage's stash statistics and parameters.
+// one rank per stage trains; every stage reports its stash statistics (RankReport's stage
+// figures) and the run returns the trained model's parameters.
 #include <algorithm>
-#include <mutex>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -115,54 +115,48 @@ void print_setup(std::ostream& out, const CommonOptions& c, const PipelineOption
   print_plan(out, schedule);
 }
 
-// After the last step: every stage's stash statistics to rank 0 (under mpirun the stages are
-// other processes), and the parameters (for the single-device comparison).
-void collect_last_step(RankContext& ctx, train::Layout& layout, std::mutex& mutex,
-                       PipelineResult& result) {
-  const int P = static_cast<int>(result.last_step.size());
-  auto& stage = static_cast<parallel::HybridLayout&>(layout);
-  const pipeline::StageStepStats& st = stage.last_stats();
-  const int64_t param_bytes =
-      ctx.allocator.stats().current[static_cast<int>(MemCategory::parameters)];
-  int64_t param_elements = 0;
-  for (const Param* param : stage.stage().params()) param_elements += param->data.numel();
-  std::vector<std::vector<int64_t>> all = train::gather_to_root(
-      ctx,
-      {st.peak_stashed, st.stash_bytes, st.peak_activation_bytes, param_bytes, param_elements});
-  std::lock_guard lock(mutex);
-  if (ctx.rank == 0)
-    for (int r = 0; r < P; ++r) {
-      result.last_step[r] = {0, static_cast<int>(all[r][0]), all[r][1], all[r][2]};
-      result.param_bytes[r] = all[r][3];
-      result.param_elements[r] = all[r][4];
-    }
-  if (ctx.device.has_data())  // phantom runs have shapes and times, no values to compare
-    for (Param* param : stage.stage().params())
-      result.params[param->name] = param->data.to_vector();
-}
-
 }  // namespace
+
+// Every stage's stash statistics and parameters from its report (under mpirun the stages are
+// other processes).
+void read_stage_reports(const std::vector<train::RankReport>& ranks, PipelineResult& result) {
+  for (const train::RankReport& rank : ranks) {
+    const train::StageFigures& st = rank.stage.value();
+    result.last_step.push_back({0, st.peak_stashed, st.stash_bytes, st.peak_activation_bytes});
+    result.param_bytes.push_back(rank.memory.current[static_cast<int>(MemCategory::parameters)]);
+    result.param_elements.push_back(rank.params_held);
+  }
+}
 
 PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, std::ostream& out) {
   const int P = checked_stages(c, p);
   CommonOptions common = c;
   common.ranks = P;
-  WorldOptions wopt = common.world_options();
-  pipeline::ExecutorOptions exec;
-  if (p.theory) {
-    const FaultPlan faults = wopt.profile.faults;  // injected faults still apply
-    wopt.profile = HardwareProfile::ideal(0);
-    wopt.profile.faults = faults;
-    exec.theory = pipeline::TheoryCosts{1e-3, 2e-3};  // 1 ms forward, 2 ms backward per stage
-  }
-  auto task = make_task(c);
+  std::shared_ptr<const data::Task> task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
+  nlohmann::json config = c.to_json();
+  config["schedule"] = p.schedule;
+  config["stages"] = P;
+  config["microbatches"] = p.microbatches;
+  config["theory_mode"] = p.theory;
+  run::RunSpec spec = run_spec(common, task, cfg, c.batch);
+  run::Hybrid mesh{.options = {.schedule = p.schedule,
+                               .microbatches = p.microbatches,
+                               .virtual_stages = p.virtual_stages},
+                   .seams = ex::selected_seams().hybrid(),
+                   .pipeline = true};
+  if (p.theory) {
+    const FaultPlan faults = spec.world.profile.faults;  // injected faults still apply
+    spec.world.profile = HardwareProfile::ideal(0);
+    spec.world.profile.faults = faults;
+    mesh.options.theory = pipeline::TheoryCosts{1e-3, 2e-3};  // 1 ms F, 2 ms B per stage
+  }
   const pipeline::Schedule schedule = pipeline::make_schedule(
       p.schedule, P, p.microbatches, p.virtual_stages, ex::selected_seams().pipeline);
   const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
-  if (schedule.splits_backward())
-    refuse_experts(cfg, "--schedule " + p.schedule,
-                   "zero-bubble's split backward has no MoE half; use --schedule 1f1b");
+  config["virtual_stages"] = V;
+  spec.parallelism = mesh;
+  run::validate(spec);
 
   PipelineResult result;
   result.model_params = count_params(cfg);
@@ -172,44 +166,24 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
     result.embedding_group_bytes = theory::embedding_group_bytes(cfg);
   result.vocab = cfg.vocab;
   result.dim = cfg.dim;
-  if (!c.quiet) print_setup(out, c, p, cfg, schedule, wopt);
-  World world(wopt);
-  std::mutex mutex;
-  result.last_step.resize(P);
-  result.param_bytes.resize(P);
-  result.param_elements.resize(P);
+  if (!c.quiet) print_setup(out, c, p, cfg, schedule, spec.world);
   if (!c.quiet) fmt::print(out, "\ntraining {} steps:\n", c.steps);
-  nlohmann::json config = c.to_json();
-  config["schedule"] = p.schedule;
-  config["stages"] = P;
-  config["microbatches"] = p.microbatches;
-  config["virtual_stages"] = V;
-  config["theory_mode"] = p.theory;
-  LossLog log(c, out);
-  train::TrainResult trained = train::train(
-      world, *task, train_options(c, c.batch, cfg, config),
-      [&](RankContext& ctx) {
-        return parallel::pipeline_layout(cfg, *ctx.comm,
-                                         {.schedule = p.schedule,
-                                          .microbatches = p.microbatches,
-                                          .virtual_stages = p.virtual_stages,
-                                          .theory = exec.theory},
-                                         optimizer_factory(c), ex::selected_seams().hybrid());
-      },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout& layout) {
-        collect_last_step(ctx, layout, mutex, result);
-      });
-  result.losses = trained.losses;
-  print_checkpoint_lines(out, c, trained);
-
-  nlohmann::json meta = {
+  spec.train = train_options(c, c.batch, cfg, config);
+  spec.train.report_ranks = true;
+  spec.train.keep_params = true;
+  spec.trace_meta = {
       {"lesson", theory::schedule_kind(p.schedule) == theory::ScheduleKind::naive ? "model_parallel"
                                                                                   : "pipeline"},
       {"config", config},
       {"predictions", {{"bubble_fraction", result.theory_bubble}}}};
-  result.trace = world.collect_trace(meta);
-  if (!world.is_root()) return result;  // under mpirun the merged trace is on rank 0's process
+  LossLog log(c, out);
+  run::RunResult ran = run::run(spec, [&](int step, float loss) { log.record(step, loss); });
+  result.losses = ran.trained.losses;
+  print_checkpoint_lines(out, c, ran.trained);
+  read_stage_reports(ran.trained.ranks, result);
+  for (CheckpointTensor& t : ran.trained.params) result.params[t.name] = std::move(t.values);
+  result.trace = std::move(ran.trace);
+  if (!ran.root) return result;  // under mpirun the merged trace is on rank 0's process
   // Measured by exercise 04's bubble accounting: the student's own with --impl mine.
   result.measured_bubble = measured_bubble_fractions(result.trace, c.steps - 1);
   const trace::Interval window = trace::analysis_window(result.trace, c.steps - 1);

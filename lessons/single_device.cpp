@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/parallel/single_device.h"
 #include "lessons/exercise_views.h"
 #include "lessons/single_device.h"
 #include "lessons/training.h"
@@ -21,10 +20,13 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
     throw UsageError(launched_by_mpi()
                          ? "single_device runs on one rank: use mpirun -n 1, or no mpirun"
                          : "single_device runs on one rank: drop --ranks or use --ranks 1");
-  auto task = make_task(c);
+  std::shared_ptr<const data::Task> task = make_task(c);
   GPTConfig cfg = model_config(c, *task);
+  run::RunSpec spec = run_spec(c, task, cfg, c.batch);
+  spec.parallelism = run::SingleDevice{};
+  spec.train.report_ranks = true;
+  spec.trace_meta = {{"lesson", "single_device"}, {"config", c.to_json()}};
 
-  World world(wopt);
   SingleDeviceResult result;
   result.params = count_params(cfg);
   if (!c.quiet) {
@@ -36,11 +38,9 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
   }
   LossLog log(c, out);
   auto wall_start = std::chrono::steady_clock::now();
-  train::TrainResult trained = train::train(
-      world, *task, train_options(c, c.batch, cfg),
-      [&](RankContext&) { return parallel::single_device_layout(cfg, optimizer_factory(c)); },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout&) { result.modeled_seconds = ctx.clock.compute_now(); });
+  run::RunResult ran = run::run(spec, [&](int step, float loss) { log.record(step, loss); });
+  const train::TrainResult& trained = ran.trained;
+  result.modeled_seconds = trained.ranks.at(0).compute_seconds;
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.losses = trained.losses;
@@ -61,8 +61,8 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
                  format_seconds(result.modeled_seconds / steps_run));
     fmt::print(out, "\n");
   }
-  print_memory(out, world);
-  MemoryStats s = world.rank(0).allocator.stats();
+  print_memory(out, trained.ranks);
+  MemoryStats s = trained.ranks.at(0).memory;
   auto cat = [&](MemCategory m) { return s.peak[static_cast<int>(m)]; };
   fmt::print(
       out,
@@ -84,9 +84,7 @@ SingleDeviceResult train_single_device(const CommonOptions& c, std::ostream& out
        cfg.dtype == DType::f32 ? memory::Precision::fp32 : memory::Precision::mixed_bf16},
       s);
   result.memory = s;
-
-  nlohmann::json meta = {{"lesson", "single_device"}, {"config", c.to_json()}};
-  result.trace = world.collect_trace(meta);
+  result.trace = std::move(ran.trace);
   return result;
 }
 

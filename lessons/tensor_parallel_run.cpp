@@ -20,12 +20,15 @@ namespace mgpu::lessons {
 TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream& out,
                                            bool sequence_parallel) {
   const char* lesson = sequence_parallel ? "sequence_parallel" : "tensor_parallel";
-  WorldOptions wopt = c.world_options();
-  auto task = make_task(c);
-  GPTConfig cfg = model_config(c, *task);
-  parallel::check_tp_size(cfg, c.ranks);  // one line naming the sizes that work
-  if (sequence_parallel) parallel::check_sp_size(cfg, c.ranks, c.seq);
-  World world(wopt);
+  std::shared_ptr<const data::Task> task = make_task(c);
+  const GPTConfig cfg = model_config(c, *task);
+  run::RunSpec spec = run_spec(c, task, cfg, c.batch);
+  spec.parallelism =
+      run::TensorParallel{.sequence_parallel = sequence_parallel, .seams = ex::selected_seams().tp};
+  run::validate(spec);  // one line naming the sizes that work
+  spec.train.report_ranks = true;
+  spec.trace_meta = {{"lesson", lesson}, {"config", c.to_json()}};
+  (*spec.trace_meta)["config"]["tp"] = c.ranks;  // the mesh axis: rows "GPU 1  tp1"
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
     fmt::print(out,
@@ -38,36 +41,23 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
                  c.seq / c.ranks, c.seq);
     fmt::print(out, "data:   {} task, the same {} sequences x {} tokens on every GPU\n",
                task->name(), c.batch, c.seq);
-    fmt::print(out, "device: {}\n", describe_world(wopt));
+    fmt::print(out, "device: {}\n", describe_world(spec.world));
     fmt::print(out, "optim:  {} lr {}\n\n", c.optimizer, c.lr);
   }
   TensorParallelResult result;
   LossLog log(c, out);
-  train::TrainResult trained = train::train(
-      world, *task, train_options(c, c.batch, cfg),
-      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
-        auto mesh = std::make_shared<parallel::Mesh>(*ctx.comm, parallel::MeshShape{.tp = c.ranks});
-        comm::Comm& tp = mesh->group(parallel::Axis::tp);
-        const parallel::TpSeams& seams = ex::selected_seams().tp;
-        return sequence_parallel
-                   ? parallel::sequence_parallel(cfg, tp, optimizer_factory(c), seams, mesh)
-                   : parallel::tensor_parallel(cfg, tp, optimizer_factory(c), seams, false, mesh);
-      },
-      [&](int step, float loss) { log.record(step, loss); },
-      [&](RankContext& ctx, train::Layout& layout) {
-        if (ctx.rank != 0) return;
-        result.local_params = static_cast<parallel::MeshLayout&>(layout).model().num_params();
-        result.memory = ctx.allocator.stats();
-      });
-  result.losses = trained.losses;
-  if (trained.first_step > 0 || trained.checkpoint_written) fmt::print(out, "\n");
-  print_checkpoint_lines(out, c, trained);
-  nlohmann::json meta = {{"lesson", lesson}, {"config", c.to_json()}};
-  meta["config"]["tp"] = c.ranks;  // the mesh axis: the dashboard labels rows "GPU 1  tp1"
-  result.trace = world.collect_trace(meta);
+  run::RunResult ran = run::run(spec, [&](int step, float loss) { log.record(step, loss); });
+  if (!ran.trained.ranks.empty()) {  // rank 0's process
+    result.local_params = ran.trained.ranks.front().params_held;
+    result.memory = ran.trained.ranks.front().memory;
+  }
+  result.losses = ran.trained.losses;
+  if (ran.trained.first_step > 0 || ran.trained.checkpoint_written) fmt::print(out, "\n");
+  print_checkpoint_lines(out, c, ran.trained);
+  result.trace = std::move(ran.trace);
   if (auto last = last_step(result.trace))
     result.step_seconds = trace::analyze(result.trace, last).window.length();
-  result.under_mpi = world.is_mpi();
+  result.under_mpi = ran.mpi;
   return result;
 }
 

@@ -177,4 +177,15 @@ train::TrainOptions train_options(const CommonOptions& c, int global_batch, cons
   return t;
 }
 
+run::RunSpec run_spec(const CommonOptions& c, std::shared_ptr<const data::Task> task,
+                      const GPTConfig& cfg, int global_batch, nlohmann::json config) {
+  run::RunSpec spec;
+  spec.model = cfg;
+  spec.world = c.world_options();
+  spec.train = train_options(c, global_batch, cfg, std::move(config));
+  spec.task = std::move(task);
+  spec.optimizer = optimizer_factory(c);
+  return spec;
+}
+
 }  // namespace mgpu::lessons

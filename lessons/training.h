@@ -10,6 +10,7 @@
 #include "core/data/task.h"
 #include "core/model/gpt.h"
 #include "core/optim/optimizer.h"
+#include "core/run/run.h"
 #include "core/runtime/trace_event.h"
 #include "core/trace/analysis.h"
 #include "core/train/trainer.h"
@@ -35,6 +36,11 @@ void check_training_precision(const CommonOptions& c);
 // the checkpoint header (default: the common options). --precision fp16 turns on loss scaling.
 train::TrainOptions train_options(const CommonOptions& c, int global_batch, const GPTConfig& cfg,
                                   nlohmann::json config = nullptr);
+// The one place the common options become a run (core/run/run.h): the model, the world, the
+// task, the trainer's options (train_options) and the optimizer. The lesson sets the parallelism
+// and the trace's metadata, and may ask for the ranks' reports or the trained parameters.
+run::RunSpec run_spec(const CommonOptions& c, std::shared_ptr<const data::Task> task,
+                      const GPTConfig& cfg, int global_batch, nlohmann::json config = nullptr);
 // "resumed from ... at step k" / "checkpoint: ..." when they happened, then print_loss_scaling.
 void print_checkpoint_lines(std::ostream& out, const CommonOptions& c, const train::TrainResult& r);
 // fp16 runs: "loss scaling (fp16): 1 step skipped on inf/NaN gradients (step 7), every rank
@@ -90,8 +96,8 @@ std::string describe_model(const GPTConfig& cfg, int64_t params);
 // "device: cpu virtual GPU x4, clock modeled on 8xH100-NVLink (495 TFLOP/s, ...)"
 std::string describe_world(const WorldOptions& w);
 
-// Per-rank table of peak bytes by category (and of the sum), from the allocators.
-void print_memory(std::ostream& out, World& world);
+// Per-rank table of peak bytes by category (and of the sum), from the ranks' allocators.
+void print_memory(std::ostream& out, const std::vector<train::RankReport>& ranks);
 
 // The end-of-run picture every multi-rank lesson prints: the ASCII timeline of one step and the
 // per-rank table (busy, comm, idle, bubble %, overlap %, bytes sent, peak memory). `step` picks

@@ -120,14 +120,14 @@ std::string describe_world(const WorldOptions& w) {
   return s;
 }
 
-void print_memory(std::ostream& out, World& world) {
+void print_memory(std::ostream& out, const std::vector<train::RankReport>& ranks) {
   fmt::print(out, "peak memory per rank:\n  {:<6}", "rank");
   for (int c = 0; c < kNumMemCategories; ++c)
     fmt::print(out, " {:>15}", category_name(static_cast<MemCategory>(c)));
   fmt::print(out, " {:>12}\n", "all at once");
-  for (int r : world.local_ranks()) {
-    MemoryStats s = world.rank(r).allocator.stats();
-    fmt::print(out, "  {:<6}", r);
+  for (const train::RankReport& rank : ranks) {
+    const MemoryStats& s = rank.memory;
+    fmt::print(out, "  {:<6}", rank.rank);
     for (int c = 0; c < kNumMemCategories; ++c) fmt::print(out, " {:>15}", format_bytes(s.peak[c]));
     fmt::print(out, " {:>12}\n", format_bytes(s.peak_total));
   }

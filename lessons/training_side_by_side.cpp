@@ -5,62 +5,44 @@
 
 #include <fmt/format.h>
 
-#include "core/parallel/single_device.h"
 #include "lessons/training.h"
 
 namespace mgpu::lessons {
 
-namespace {
-train::TrainResult train_measured_on(World& world, const data::Task& task,
-                                     const train::TrainOptions& options, const GPTConfig& cfg,
-                                     const CommonOptions& run, MeasuredRun& m) {
-  return train::train(
-      world, task, options,
-      [&](RankContext&) {
-        auto layout = parallel::single_device_layout(cfg, optimizer_factory(run));
-        m.params = layout->model().num_params();
-        return layout;
-      },
-      {},
-      [&](RankContext& ctx, train::Layout& layout) {
-        auto& single = static_cast<parallel::SingleDevicePart&>(
-            static_cast<parallel::MeshLayout&>(layout).part());
-        m.flushed_in_backward = single.backward_stores().flushed_to_zero;
-        m.unchecked_stores = single.backward_stores().unchecked;
-        const double steps = std::max(1, options.steps);
-        m.modeled_step_seconds = ctx.clock.compute_now() / steps;
-        for (const trace::Event& e : ctx.tracer.events())
-          if (e.cat == trace::cat::recompute) m.recompute_seconds += e.dur / steps;
-        m.memory = ctx.allocator.stats();
-        if (!ctx.device.has_data()) return;
-        for (train::TensorShard& shard : layout.shards())  // mixed precision: the fp32 masters
-          if (shard.kind == "param")
-            for (float v : shard.local.to_vector()) m.final_params.push_back(v);
-      });
-}
-}  // namespace
-
 MeasuredRun train_measured(const CommonOptions& c, const GPTConfig& cfg, const data::Task& task,
                            bool loss_scaling) {
-  WorldOptions w = c.world_options();
-  w.ranks = 1;
-  w.backend = "local";
-  World world(w);
-  CommonOptions run = c;
-  run.precision = precision_name(cfg.dtype);
-  train::TrainOptions options = train_options(run, c.batch, cfg, nullptr);
-  if (!loss_scaling) options.loss_scaling.reset();
-  MeasuredRun m;
-  train::TrainResult trained;
+  CommonOptions one = c;
+  one.precision = precision_name(cfg.dtype);
+  one.ranks = 1;
+  one.backend = "local";
+  // The task outlives the run: the spec shares it without owning it.
+  run::RunSpec spec =
+      run_spec(one, std::shared_ptr<const data::Task>(&task, [](auto*) {}), cfg, c.batch);
+  if (!loss_scaling) spec.train.loss_scaling.reset();
+  spec.parallelism = run::SingleDevice{};
+  spec.train.report_ranks = true;
+  spec.train.keep_params = true;
+  run::RunResult ran;
   try {  // one rank: its error (OutOfMemory for a batch that does not fit) is the run's
-    trained = train_measured_on(world, task, options, cfg, run, m);
+    ran = run::run(spec);
   } catch (const RankError& e) {
     if (e.cause()) std::rethrow_exception(e.cause());
     throw;
   }
-  m.losses = trained.losses;
-  m.skipped_steps = trained.skipped_steps;
-  m.loss_scale = trained.loss_scale == 0 ? 1.0f : trained.loss_scale;
+  const train::RankReport& rank = ran.trained.ranks.at(0);
+  const double steps = std::max(1, spec.train.steps);
+  MeasuredRun m;
+  m.params = rank.params_held;
+  m.flushed_in_backward = rank.stores.value().flushed_to_zero;
+  m.unchecked_stores = rank.stores.value().unchecked;
+  m.modeled_step_seconds = rank.compute_seconds / steps;
+  m.recompute_seconds = rank.recompute_seconds / steps;
+  m.memory = rank.memory;
+  for (const CheckpointTensor& t : ran.trained.params)  // mixed precision: the fp32 masters
+    m.final_params.insert(m.final_params.end(), t.values.begin(), t.values.end());
+  m.losses = ran.trained.losses;
+  m.skipped_steps = ran.trained.skipped_steps;
+  m.loss_scale = ran.trained.loss_scale == 0 ? 1.0f : ran.trained.loss_scale;
   return m;
 }
 

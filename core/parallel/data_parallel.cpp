@@ -111,6 +111,11 @@ train::StepOutcome DataParallelLayout::step(const data::Batch& global_batch, int
   return {.skipped = !stepped};
 }
 
+void DataParallelLayout::report(train::RankReport& report) {
+  report.params_held = model_.num_params();
+  report.params_updated = optimizer_ ? report.params_held : 0;  // the driver's optimizer only
+}
+
 std::vector<train::TensorShard> DataParallelLayout::shards() {
   return train::whole_tensor_shards(model_.params(), optimizer_.get(), comm_.rank() == 0);
 }

@@ -49,6 +49,7 @@ class DataParallelLayout : public train::Layout {
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
   std::vector<train::TensorShard> shards() override;
   optim::Optimizer* optimizer() override { return optimizer_.get(); }
+  void report(train::RankReport& report) override;
   GPT& model() { return model_; }
 
  private:

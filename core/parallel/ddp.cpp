@@ -143,6 +143,11 @@ std::optional<float> DdpPart::forward_backward(GPT&, const data::Batch& mine, Tr
   return loss;
 }
 
+void DdpPart::report(train::RankReport& report) const {
+  report.ddp = train::DdpFigures{.buckets = static_cast<int>(ddp_->plan().buckets.size()),
+                                 .last_shard = last_shard_};
+}
+
 void DdpPart::synchronise(GPT&) {
   ddp_->wait_for_gradients();
 }

@@ -79,6 +79,7 @@ class DdpPart : public MeshPart {
   std::vector<comm::Comm*> model_groups() override { return {&dp_}; }
   bool loss_is_shard() const override { return true; }  // equal shards: their mean is the batch's
   bool writes(const Param&) const override { return dp_.rank() == 0; }
+  void report(train::RankReport& report) const override;  // its buckets and last shard
 
   const DistributedDataParallel& ddp() const { return *ddp_; }
   const data::Batch& last_shard() const { return last_shard_; }

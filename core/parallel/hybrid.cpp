@@ -181,6 +181,17 @@ std::vector<comm::Comm*> HybridLayout::groups_holding_the_model() {
   return groups;
 }
 
+void HybridLayout::report(train::RankReport& report) {
+  for (Param* p : stage_.params()) report.params_held += shape_numel(p->shape);
+  report.params_updated = owned_elements();
+  report.stage = train::StageFigures{.pp = mesh_.coord(Axis::pp),
+                                     .layers = stage_.num_layers(),
+                                     .peak_stashed = stats_.peak_stashed,
+                                     .stash_bytes = stats_.stash_bytes,
+                                     .peak_activation_bytes = stats_.peak_activation_bytes,
+                                     .gradient_bytes = gradient_bytes()};
+}
+
 int64_t HybridLayout::gradient_bytes() {
   int64_t bytes = 0;  // with experts, the dp all-reduce carries the dense ones (edp the experts')
   for (Param* p : expert_params_.empty() ? stage_.params() : dense_params_)

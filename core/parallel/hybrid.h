@@ -104,6 +104,7 @@ class HybridLayout : public train::Layout {
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
   std::vector<train::TensorShard> shards() override;
   optim::Optimizer* optimizer() override { return optimizer_.get(); }
+  void report(train::RankReport& report) override;  // the stage's figures
 
   const Mesh& mesh() const { return mesh_; }
   pipeline::StageModel& stage() { return stage_; }

@@ -48,6 +48,12 @@ train::StepOutcome MeshLayout::step(const data::Batch& global_batch, int step) {
   return {.loss = *loss, .skipped = !stepped};
 }
 
+void MeshLayout::report(train::RankReport& report) {
+  report.params_held = model_->num_params();
+  report.params_updated = report.params_held;
+  part_->report(report);
+}
+
 std::vector<train::TensorShard> MeshLayout::shards() {
   return part_->shards(*model_, optimizer_.get());
 }

@@ -74,6 +74,9 @@ class MeshPart {
   virtual bool loss_is_shard() const { return false; }
   // Whether this rank writes `p` (and its optimizer state) into the gathered checkpoint.
   virtual bool writes(const Param& p) const = 0;
+  // This rank's figures for the run's report (default: none beyond the engine's; the engine has
+  // set params_updated to the model's parameters).
+  virtual void report(train::RankReport& report) const { (void)report; }
   // This rank's tensors mapped into the full model (default: the model's parameters and their
   // optimizer state, written where `writes` says).
   virtual std::vector<train::TensorShard> shards(GPT& model, optim::Optimizer* optimizer);
@@ -92,6 +95,7 @@ class MeshLayout : public train::Layout {
   train::StepOutcome step(const data::Batch& global_batch, int step) override;
   std::vector<train::TensorShard> shards() override;
   optim::Optimizer* optimizer() override { return optimizer_.get(); }
+  void report(train::RankReport& report) override;
 
   GPT& model() { return *model_; }
   MeshPart& part() { return *part_; }

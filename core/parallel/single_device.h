@@ -20,6 +20,10 @@ class SingleDevicePart : public MeshPart {
   std::vector<comm::Comm*> model_groups() override { return {}; }
   bool writes(const Param&) const override { return true; }
   std::vector<train::TensorShard> shards(GPT& model, optim::Optimizer* optimizer) override;
+  void report(train::RankReport& report) const override {  // the backward's 2-byte stores
+    report.stores = train::StoreFigures{.flushed_to_zero = backward_stores_.flushed_to_zero,
+                                        .unchecked = backward_stores_.unchecked};
+  }
 
   // Summed over the steps run: the backward's stores that rounded to 0 or inf (bf16/fp16).
   const StoreCounters& backward_stores() const { return backward_stores_; }

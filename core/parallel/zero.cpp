@@ -73,6 +73,13 @@ int64_t ZeroPart::owned_elements() const {
   return n;
 }
 
+void ZeroPart::report(train::RankReport& report) const {
+  report.params_updated = owned_elements();
+  train::ZeroFigures figures;
+  for (const ZeroUnit& u : units_) figures.largest_unit = std::max(figures.largest_unit, u.numel);
+  report.zero = figures;
+}
+
 std::unique_ptr<MeshLayout> zero_layout(const GPTConfig& config, comm::Comm& dp,
                                         ZeroOptions options,
                                         const train::OptimizerFactory& make_optimizer,

@@ -139,6 +139,7 @@ class ZeroPart : public MeshPart {
   void materialise(GPT& model, uint64_t seed, DType dtype) override;  // cuts the units
   void attach(GPT&, TracePhase&) override {}
   ParamList optimised(GPT& model) override;
+  void report(train::RankReport& report) const override;  // its chunks and largest unit
   data::Batch share(const data::Batch& global_batch) override;
   void zero_grad(GPT& model, optim::Optimizer& optimizer) override;
   std::optional<float> forward_backward(GPT& model, const data::Batch& mine, TracePhase& phase,
@@ -151,7 +152,6 @@ class ZeroPart : public MeshPart {
   bool writes(const Param&) const override { return true; }
   std::vector<train::TensorShard> shards(GPT& model, optim::Optimizer* optimizer) override;
 
-  const ZeroOptions& options() const { return options_; }
   const std::vector<ZeroUnit>& units() const { return units_; }
   int64_t owned_elements() const;  // parameter elements this rank's optimizer updates
 

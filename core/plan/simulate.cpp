@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 
@@ -23,6 +22,7 @@
 #include "core/comm/symmetric.h"
 #include "core/parallel/hybrid.h"
 #include "core/plan/simulate_internal.h"
+#include "core/run/run.h"
 #include "core/trace/analysis.h"
 #include "core/train/trainer.h"
 
@@ -208,43 +208,39 @@ Prediction simulate_in_world(const Workload& workload, const Layout& layout,
     world.rank(r).tracer.sink = [&mine = summaries[r]](const trace::Event& e) { mine.add(e); };
 
   const PhantomTokens task(cfg.vocab);
-  train::TrainOptions train_options;
-  train_options.steps = 2;  // a warm-up step, then the measured one
-  train_options.global_batch = layout.global_batch();
-  train_options.seq = cfg.seq_len;
-  if (cfg.dtype == DType::f16) train_options.loss_scaling = train::LossScaling{};
-  const auto make_optimizer = optimizer_factory(workload, cfg.dtype);
+  run::RunSpec spec{.model = cfg,
+                    .world = world_options,
+                    .optimizer = optimizer_factory(workload, cfg.dtype),
+                    .parallelism = run::Hybrid{.options = options, .seams = workload.seams}};
+  spec.train.steps = 2;  // a warm-up step, then the measured one
+  spec.train.global_batch = layout.global_batch();
+  spec.train.seq = cfg.seq_len;
+  spec.train.report_ranks = true;
+  if (cfg.dtype == DType::f16) spec.train.loss_scaling = train::LossScaling{};
 
   std::vector<std::unique_ptr<StageWorld>> stage_worlds(static_cast<size_t>(world.size()));
-  std::vector<parallel::HybridOptions> rank_options(static_cast<size_t>(world.size()), options);
-  std::vector<RankMemory> memory(static_cast<size_t>(world.size()));
-  std::mutex mutex;
-  train::train(
-      world, task, train_options,
-      [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
+  std::vector<run::RunSpec> rank_specs(static_cast<size_t>(world.size()), spec);
+  const train::TrainResult trained = train::train(
+      world, task, spec.train, [&](RankContext& ctx) -> std::unique_ptr<train::Layout> {
         comm::Comm* world_comm = ctx.comm;
         if (representative) {
           stage_worlds[ctx.rank] = std::make_unique<StageWorld>(*ctx.comm, options.mesh, profile);
           world_comm = stage_worlds[ctx.rank].get();
-          rank_options[ctx.rank].mesh_groups = [stage = stage_worlds[ctx.rank].get()](
-                                                   Axis axis, const std::vector<int>& members,
-                                                   int my_index, const std::string& name) {
-            return stage->mesh_group(axis, members, my_index, name);
-          };
+          std::get<run::Hybrid>(rank_specs[ctx.rank].parallelism).options.mesh_groups =
+              [stage = stage_worlds[ctx.rank].get()](Axis axis, const std::vector<int>& members,
+                                                     int my_index, const std::string& name) {
+                return stage->mesh_group(axis, members, my_index, name);
+              };
         }
-        auto built = std::make_unique<parallel::HybridLayout>(
-            cfg, *world_comm, rank_options[ctx.rank], make_optimizer, workload.seams);
+        auto built = run::make_layout(rank_specs[ctx.rank], *world_comm);
         ctx.allocator.reset_peaks();  // training's memory, not the set-up's full-model copy
         return built;
-      },
-      {},
-      [&](RankContext& ctx, train::Layout& trained) {
-        const auto& hybrid = static_cast<parallel::HybridLayout&>(trained);
-        std::lock_guard lock(mutex);
-        memory[ctx.rank] = {ctx.allocator.stats(), hybrid.mesh().coord(Axis::pp)};
       });
+  std::vector<RankMemory> memory;
+  for (const train::RankReport& rank : trained.ranks)
+    memory.push_back({rank.memory, rank.stage.value().pp});
   Prediction p =
-      predict(measure_step(summaries, train_options.steps - 1), memory, cfg, layout, profile);
+      predict(measure_step(summaries, spec.train.steps - 1), memory, cfg, layout, profile);
   p.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return p;

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/comm/comm.h"
 #include "core/ops/ops.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
@@ -113,6 +114,25 @@ std::pair<std::string, std::vector<float>> describe_writer_shards(Layout& layout
 
 // Rank 0: every rank's writer shards placed into full tensors, parameters first, each tensor in
 // the order it first appears (rank 0's first). Every element must be written exactly once.
+std::vector<std::pair<std::string, std::vector<float>>> gather_writer_shards(comm::Comm& comm,
+                                                                             Layout& layout,
+                                                                             int header_tag,
+                                                                             int data_tag) {
+  auto [text, values] = describe_writer_shards(layout);
+  if (comm.rank() != 0) {
+    comm::send_values(comm, std::vector<uint8_t>(text.begin(), text.end()), 0, header_tag);
+    comm::send_values(comm, values, 0, data_tag);
+    return {};
+  }
+  std::vector<std::pair<std::string, std::vector<float>>> per_rank{{text, values}};
+  for (int r = 1; r < comm.size(); ++r) {  // header first, then data: the order they come
+    const std::vector<uint8_t> header = comm::recv_values<uint8_t>(comm, r, header_tag);
+    per_rank.emplace_back(std::string(header.begin(), header.end()),
+                          comm::recv_values<float>(comm, r, data_tag));
+  }
+  return per_rank;
+}
+
 std::vector<CheckpointTensor> assemble(
     const std::vector<std::pair<std::string, std::vector<float>>>& per_rank) {
   std::vector<CheckpointTensor> tensors;

@@ -4,8 +4,8 @@
 // is what makes every checkpoint the gathered full model in the single-device format, and lets
 // any layout resume from any other layout's checkpoint.
 //
-// A new paradigm plugs in by implementing Layout (in core/parallel/<paradigm>.cpp) and handing the
-// trainer a factory that builds it on each rank; the lesson only configures and narrates.
+// Three engines implement it (core/parallel: MeshLayout and its parts, HybridLayout, the naive
+// DataParallelLayout); a run spec's factory builds one on each rank (core/run/run.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,6 +19,7 @@
 #include "core/model/param.h"
 #include "core/optim/mixed_precision.h"
 #include "core/tensor/tensor.h"
+#include "core/train/rank_report.h"
 
 namespace mgpu::comm {
 class Comm;
@@ -73,6 +74,9 @@ class Layout {
   // The optimizer (hyper-parameters and step count for checkpoints), or null on ranks without
   // one (e.g. naive data parallel's non-driver ranks).
   virtual optim::Optimizer* optimizer() = 0;
+  // This rank's figures for the run's report, after the last step: its parameter counts and its
+  // parts' own figures (the trainer has filled in the allocator's and the clock's).
+  virtual void report(RankReport& report) { (void)report; }
 
   // fp16: the trainer turns dynamic loss scaling on before the first step. A layout supports it
   // by multiplying its loss by loss_scale() and ending its step with optimizer_step(); the

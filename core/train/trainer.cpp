@@ -28,7 +28,7 @@ namespace {
 constexpr int kLossTag = 1 << 20;
 constexpr int kShardHeaderTag = kLossTag + 1;
 constexpr int kShardDataTag = kLossTag + 2;
-constexpr int kStatsTag = kLossTag + 3;
+constexpr int kReportTag = kLossTag + 3;
 
 // The bookkeeping after training (loss log, checkpoint gather) is not part of the lesson: it
 // leaves no events on the timeline, so a run with --checkpoint draws the same trace as one without.
@@ -45,12 +45,6 @@ class UntracedScope {
   RankContext& ctx_;
   bool was_;
 };
-
-// The trainer's messages are host messages with their real types (comm::send_values): floats for
-// losses and parameters, bytes for text (a JSON description), int64 for counters.
-std::vector<uint8_t> text_bytes(const std::string& text) {
-  return {text.begin(), text.end()};
-}
 
 // One step's outcome on one rank, as four floats: has loss, loss, has shard loss, shard loss.
 constexpr int kOutcomeFloats = 4;
@@ -77,23 +71,24 @@ std::vector<float> global_losses(const std::vector<std::vector<float>>& per_rank
   return losses;
 }
 
-}  // namespace
-
-std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,
-                                                 const std::vector<int64_t>& values) {
-  UntracedScope untraced(ctx);
-  comm::Comm& comm = *ctx.comm;
-  if (comm.rank() != 0) {
-    comm::send_values(comm, values, 0, kStatsTag);
-    return {};
-  }
-  std::vector<std::vector<int64_t>> all{values};
-  for (int r = 1; r < comm.size(); ++r)
-    all.push_back(comm::recv_values<int64_t>(comm, r, kStatsTag));
-  return all;
+// The parameters among a checkpoint's tensors (not the optimizer's state).
+std::vector<CheckpointTensor> model_params(std::vector<CheckpointTensor> tensors) {
+  std::erase_if(tensors, [](const CheckpointTensor& t) { return t.kind != "param"; });
+  return tensors;
 }
 
-namespace {
+// Restores a rank's clock on leaving: what it wraps takes no modeled time.
+class ClockHold {
+ public:
+  explicit ClockHold(RankClock& clock) : clock_(clock), saved_(clock) {}
+  ~ClockHold() { clock_ = saved_; }
+  ClockHold(const ClockHold&) = delete;
+  ClockHold& operator=(const ClockHold&) = delete;
+
+ private:
+  RankClock& clock_;
+  RankClock saved_;
+};
 
 // One training run: what every rank shares (options, the resumed checkpoint, the result, the
 // batches) and what each rank does: set up -> steps -> loss log and checkpoint to rank 0.
@@ -109,7 +104,10 @@ class TrainingRun {
         first_(result.first_step),
         steps_run_(options.steps - result.first_step),
         reported_(static_cast<size_t>(std::max(steps_run_, 0)), false),
-        batches_(task, options, static_cast<int>(world.local_ranks().size())) {}
+        batches_(task, options, static_cast<int>(world.local_ranks().size())) {
+    if (options.report_ranks && world.is_root()) result.ranks.resize(world.size());
+    if (options.keep_params && !world.is_mpi()) param_shards_.resize(world.size());
+  }
 
   void on_rank(RankContext& ctx, const LayoutFactory& factory, const RankDone& on_done) {
     std::unique_ptr<Layout> layout = set_up(ctx, factory);
@@ -131,6 +129,11 @@ class TrainingRun {
       }
     }
     if (on_done) on_done(ctx, *layout);
+    std::optional<RankReport> report;  // measured now, handed back last
+    if (options_.report_ranks) {
+      report = measured_report(ctx);
+      layout->report(*report);
+    }
     // Every rank skipped the same steps. (Phantom devices hold no values: nothing overflows, so
     // there is nothing to report.)
     if (ctx.rank == 0 && layout->loss_scaler() && ctx.device.has_data()) {
@@ -141,6 +144,18 @@ class TrainingRun {
     UntracedScope untraced(ctx);
     gather_losses(ctx, outcomes);
     if (!options_.checkpoint.empty()) gather_checkpoint(ctx, *layout, options_.steps);
+    // Last, and off the clock: in-process ranks hand these over in memory, mpirun's by the comm,
+    // and both must leave the same timeline.
+    ClockHold hold(ctx.clock);
+    if (report) collect_report(ctx, std::move(*report));
+    if (options_.keep_params && ctx.device.has_data()) collect_params(ctx, *layout);
+  }
+
+  // In-process ranks' trained parameters, placed into the full model on the root.
+  void assemble_params() {
+    if (!options_.keep_params || world_.is_mpi() || param_shards_.empty()) return;
+    if (param_shards_.front().first.empty()) return;  // phantom: no values
+    result_.params = model_params(assemble(param_shards_));
   }
 
   // Steps whose loss only the gather told: reported now, in order.
@@ -199,6 +214,31 @@ class TrainingRun {
     result_.losses = global_losses(per_rank, steps_run_);
   }
 
+  // In-process ranks hand their report over in memory, so the clock and the trace stay as they
+  // are without it; under mpirun it travels to rank 0, off the timeline.
+  void collect_report(RankContext& ctx, RankReport report) {
+    if (!world_.is_mpi()) {
+      std::lock_guard lock(mutex_);
+      result_.ranks.at(ctx.rank) = std::move(report);
+      return;
+    }
+    std::vector<RankReport> all = gather_reports(*ctx.comm, report, kReportTag);
+    if (ctx.rank == 0) result_.ranks = std::move(all);
+  }
+
+  // The trained parameters: in memory between in-process ranks (assemble_params), through the
+  // comm under mpirun.
+  void collect_params(RankContext& ctx, Layout& layout) {
+    if (!world_.is_mpi()) {
+      auto mine = describe_writer_shards(layout);
+      std::lock_guard lock(mutex_);
+      param_shards_.at(ctx.rank) = std::move(mine);
+      return;
+    }
+    const auto per_rank = gather_writer_shards(*ctx.comm, layout, kShardHeaderTag, kShardDataTag);
+    if (ctx.rank == 0) result_.params = model_params(assemble(per_rank));
+  }
+
   // --checkpoint-every: after `done` steps, before the end (which writes it anyway).
   bool periodic_checkpoint(int done) const {
     return options_.checkpoint_every > 0 && !options_.checkpoint.empty() &&
@@ -207,19 +247,8 @@ class TrainingRun {
 
   // The full model after `done` steps, gathered to rank 0 and written there.
   void gather_checkpoint(RankContext& ctx, Layout& layout, int done) {
-    comm::Comm& comm = *ctx.comm;
-    auto [text, values] = describe_writer_shards(layout);
-    if (ctx.rank != 0) {
-      comm::send_values(comm, text_bytes(text), 0, kShardHeaderTag);
-      comm::send_values(comm, values, 0, kShardDataTag);
-      return;
-    }
-    std::vector<std::pair<std::string, std::vector<float>>> per_rank{{text, values}};
-    for (int r = 1; r < comm.size(); ++r) {  // header first, then data: the order they come
-      const std::vector<uint8_t> header = comm::recv_values<uint8_t>(comm, r, kShardHeaderTag);
-      per_rank.emplace_back(std::string(header.begin(), header.end()),
-                            comm::recv_values<float>(comm, r, kShardDataTag));
-    }
+    const auto per_rank = gather_writer_shards(*ctx.comm, layout, kShardHeaderTag, kShardDataTag);
+    if (ctx.rank != 0) return;
     nlohmann::json hyper = nullptr;
     if (const optim::Optimizer* opt = layout.optimizer()) {
       hyper = opt->hyperparams();
@@ -241,6 +270,7 @@ class TrainingRun {
   std::mutex mutex_;
   std::vector<bool> reported_;  // steps whose loss on_loss has seen
   SharedBatches batches_;
+  std::vector<std::pair<std::string, std::vector<float>>> param_shards_;  // keep_params, by rank
 };
 
 // A rank lost to --fail-rank ends the job with one line: the rank, the step and the checkpoint
@@ -267,14 +297,17 @@ void rethrow_lost_rank(const RankError& e, const TrainOptions& options, int firs
 
 }  // namespace
 
-TrainResult train(World& world, const data::Task& task, const TrainOptions& options,
-                  const LayoutFactory& factory, const LossCallback& on_loss,
-                  const RankDone& on_done) {
-  const bool phantom = world.options().device == DeviceKind::phantom;
-  if (phantom && !options.checkpoint.empty())
+void check_checkpoint_device(DeviceKind device, const TrainOptions& options) {
+  if (device == DeviceKind::phantom && !options.checkpoint.empty())
     throw std::invalid_argument(
         "--checkpoint needs parameter values, and the phantom device has none: drop --checkpoint "
         "or use --device cpu");
+}
+
+TrainResult train(World& world, const data::Task& task, const TrainOptions& options,
+                  const LayoutFactory& factory, const LossCallback& on_loss,
+                  const RankDone& on_done) {
+  check_checkpoint_device(world.options().device, options);
   CheckpointContents resume;
   TrainResult result;
   if (!options.resume.empty()) {
@@ -288,6 +321,7 @@ TrainResult train(World& world, const data::Task& task, const TrainOptions& opti
     rethrow_lost_rank(e, options, result.first_step);
     throw;
   }
+  run.assemble_params();
   run.report_the_rest();
   return result;
 }

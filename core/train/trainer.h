@@ -3,13 +3,14 @@
 // every step, runs layout.step inside a StepScope, and afterwards gathers the loss log and (with
 // a checkpoint path) every rank's shards into the full single-device model on rank 0.
 //
-// How a paradigm plugs in: implement train::Layout (layout.h) next to the paradigm, and give the
-// trainer a factory that builds it on a rank. Checkpoints, resume, losses and the trace then come
-// for free, and match every other paradigm's; the lesson only picks options and narrates.
+// How a paradigm plugs in: as a part of the mesh engine (core/parallel/mesh_layout.h) and an
+// alternative of the run spec, whose factory builds it on each rank (core/run/run.h); lessons and
+// the planner go through run(spec). Checkpoints, resume, losses, the ranks' reports and the trace
+// then come for free, and match every other paradigm's.
 //
 //   train::TrainOptions opt{.steps = 20, .global_batch = 16, .seq = 32, ...};
 //   train::TrainResult r = train::train(world, task, opt, [&](RankContext& ctx) {
-//     return std::make_unique<MyLayout>(cfg, *ctx.comm);
+//     return run::make_layout(spec, ctx);
 //   });
 #pragma once
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include "core/model/param.h"
 #include "core/optim/optimizer.h"
 #include "core/train/layout.h"
+#include "core/train/rank_report.h"
 #include "core/world/world.h"
 
 namespace mgpu::train {
@@ -44,6 +46,11 @@ struct TrainOptions {
   nlohmann::json model;
   // fp16: dynamic loss scaling in the layout (its state is saved in and resumed from checkpoints).
   std::optional<LossScaling> loss_scaling;
+  // After the last step: every rank's RankReport on the root (TrainResult::ranks).
+  bool report_ranks = false;
+  // After the last step: the full model's trained parameters on the root (TrainResult::params),
+  // placed as a checkpoint places them (fp32 masters under mixed precision; devices with values).
+  bool keep_params = false;
 };
 
 struct TrainResult {
@@ -57,6 +64,8 @@ struct TrainResult {
   // Resumed from a parameters-only checkpoint (its optimizer entry is null): the optimizer
   // started fresh (zero state, step count 0).
   bool fresh_optimizer = false;
+  std::vector<RankReport> ranks;         // report_ranks: by rank (root process)
+  std::vector<CheckpointTensor> params;  // keep_params: the full model's parameters (root)
 };
 
 // Training diverged: a non-finite loss or parameter after a step (outside fp16's skipped steps).
@@ -90,6 +99,9 @@ using LossCallback = std::function<void(int step, float loss)>;
 // Called on every rank after the last step, with the layout still alive (lesson-specific stats).
 using RankDone = std::function<void(RankContext&, Layout&)>;
 
+// Throws std::invalid_argument (one line) for a checkpoint of a device without values (phantom).
+void check_checkpoint_device(DeviceKind device, const TrainOptions& options);
+
 TrainResult train(World& world, const data::Task& task, const TrainOptions& options,
                   const LayoutFactory& factory, const LossCallback& on_loss = {},
                   const RankDone& on_done = {});
@@ -108,11 +120,6 @@ std::vector<TensorShard> partitioned_shards(const ParamList& params, optim::Opti
 // store), and resume rounds them into the model.
 std::vector<TensorShard> whole_tensor_shards(const ParamList& params, optim::Optimizer* optimizer,
                                              bool writer);
-
-// Every rank's `values` on rank 0 (rank order; empty elsewhere), through the world's comm and
-// off the timeline. Collective: every rank calls it. For small per-rank stats.
-std::vector<std::vector<int64_t>> gather_to_root(RankContext& ctx,
-                                                 const std::vector<int64_t>& values);
 
 // Reads --resume once per process, validated (throws std::invalid_argument, one line).
 CheckpointContents read_resume_checkpoint(const TrainOptions& options);

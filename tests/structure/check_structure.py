@@ -8,7 +8,9 @@
 - no function over MAX_FUNCTION_LINES lines (from its signature's line to its closing brace);
 - at most MAX_ENGINES training engines (classes implementing train::Layout);
 - at most MAX_SCHEDULE_LITERALS schedule names written as string literals in code outside the
-  schedule registry (core/theory/schedule_kind.cpp): code names a schedule by its ScheduleKind.
+  schedule registry (core/theory/schedule_kind.cpp): code names a schedule by its ScheduleKind;
+- no lesson (lessons/, web/) calls the training loop or casts a layout: a lesson builds a
+  run::RunSpec and reads the RunResult's named figures (core/run/run.h).
 
 Run: tests/structure/check_structure.py [--root DIR]. Prints the figures, exits 1 on a breach.
 """
@@ -25,6 +27,9 @@ ENGINE = re.compile(r"\bclass\s+(\w+)\s*(?:final\s*)?:\s*public\s+(?:train::)?La
 MAX_SCHEDULE_LITERALS = 5
 SCHEDULE_REGISTRY = "core/theory/schedule_kind.cpp"
 SCHEDULE_LITERAL = re.compile(r'"(gpipe|1f1b|interleaved|zb-h1|zbv|dualpipev|dualpipe)"')
+LESSON_DIRS = ("lessons/", "web/")
+LESSON_REACHES_IN = re.compile(
+    r"\btrain::train\s*\(|\b(?:static|dynamic)_cast<\s*(?:const\s+)?parallel::\w+")
 SOURCE_DIRS = ["core", "lessons", "viz", "exercises", "solutions", "web"]
 SUFFIXES = (".h", ".cpp", ".cu", ".inc")
 
@@ -111,7 +116,7 @@ def main():
     failures = []
     if not layers:
         failures.append("docs/architecture.md has no '## Layers' table")
-    upward, seen, over_soft, engines, literals = set(), set(), [], [], []
+    upward, seen, over_soft, engines, literals, reach_in = set(), set(), [], [], [], []
     for path in sources(root):
         text = open(os.path.join(root, path), errors="replace").read()
         own = layer_of(path, layers)
@@ -128,6 +133,8 @@ def main():
             over_soft.append(path)
         code = strip_comments(text)
         engines += [f"{path}: {m.group(1)}" for m in ENGINE.finditer(code)]
+        if path.startswith(LESSON_DIRS):
+            reach_in += [f"{path}: {m.group(0)}" for m in LESSON_REACHES_IN.finditer(code)]
         if path != SCHEDULE_REGISTRY:
             literals += [f"{path}: {m.group(0)}" for m in SCHEDULE_LITERAL.finditer(code)]
         for length, first in long_functions(path, text):
@@ -150,6 +157,9 @@ def main():
         failures.append(f"{len(literals)} schedule names as string literals outside "
                         f"{SCHEDULE_REGISTRY}, more than {MAX_SCHEDULE_LITERALS}: "
                         + ", ".join(literals))
+    for r in reach_in:
+        failures.append(f"{r}: a lesson runs a spec (run::run) and reads its RunResult instead")
+    print(f"lessons calling train::train or casting a layout: {len(reach_in)} (at most 0)")
     print(f"engines (classes implementing train::Layout): {len(engines)} (at most {MAX_ENGINES}): "
           + ", ".join(e.split(": ")[1] for e in engines))
     print(f"schedule names as string literals outside the registry: {len(literals)} "
