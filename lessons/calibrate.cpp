@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/ops/cuda_emulation.h"
+#include "core/ops/cuda_module.h"
 #include "core/runtime/allocator.h"
 #include "core/runtime/gpu.h"
 #include "core/runtime/output_file.h"

@@ -10,9 +10,6 @@ namespace mgpu::cuda {
 bool built_with_cuda() {
   return false;
 }
-bool install() {
-  return false;
-}
 int device_count() {
   return 0;
 }
@@ -35,9 +32,6 @@ int64_t cached_bytes() {
   return 0;
 }
 void release_cached() {}
-Calibration calibrate() {
-  throw std::runtime_error("this build has no CUDA support (rebuild with the CUDA toolkit)");
-}
 
 }  // namespace mgpu::cuda
 #endif

@@ -18,6 +18,7 @@
 #include "core/comm/local/local_world.h"
 #include "core/ops/cpu/kernels.h"
 #include "core/ops/cuda_emulation.h"
+#include "core/ops/cuda_module.h"
 #include "core/runtime/gpu.h"
 #ifdef MGPU_HAVE_NCCL
 #include "core/comm/nccl/nccl_comm.h"

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/model/gpt.h"
+#include "core/ops/cuda_module.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/context.h"
 #include "core/runtime/gpu.h"

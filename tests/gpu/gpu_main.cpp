@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "core/ops/cuda_module.h"
 #include "core/runtime/gpu.h"
 #include "exercises/exercises.h"
 #include "exercises/selection.h"

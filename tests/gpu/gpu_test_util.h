@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/model/gpt.h"
+#include "core/ops/cuda_module.h"
 #include "core/runtime/context.h"
 #include "core/runtime/gpu.h"
 #include "core/tensor/tensor.h"

@@ -19,6 +19,7 @@
 
 #include "common/checkpoints.h"
 #include "core/ops/cuda_emulation.h"
+#include "core/ops/cuda_module.h"
 #include "core/ops/cuda_table.h"
 #include "core/runtime/allocator.h"
 #include "core/runtime/gpu.h"
