@@ -1,5 +1,6 @@
-// Attention: causal self-attention over a whole sequence, and ring attention's block-at-a-time
-// forward, backward and merge (context parallelism). Priced as GEMMs plus passes over the scores.
+// Attention: causal self-attention over a whole sequence (multi-head or grouped-query), rotary
+// positions for its q and k, and ring attention's block-at-a-time forward, backward and merge
+// (context parallelism). Priced as GEMMs plus passes over the scores.
 #include "core/ops/ops.h"
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@ namespace mgpu::ops {
 
 namespace {
 struct AttentionDims {
-  int64_t b, t, c, heads;
+  int64_t b, t, c, heads, kv_heads, qkv_cols;  // c = heads * hs: q's (and out's) width
   // (query, key) pairs the kernels compute: heads * B * T * T. The CPU kernels run the scores
   // as full T x T GEMMs and then mask, so we count the masked half too.
   double pairs() const { return double(b) * heads * t * t; }
@@ -34,12 +35,17 @@ struct AttentionDims {
             .score_passes = passes};
   }
 };
-AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& att, int heads) {
-  check(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, op,
-        fmt::format("qkv must be [B, T, 3C], got {}", shape_str(qkv.shape())));
-  AttentionDims d{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads};
-  check(heads > 0 && d.c % heads == 0, op,
-        fmt::format("heads ({}) must divide C ({})", heads, d.c));
+AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& att, int heads,
+                             int kv_heads) {
+  check(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, op,
+        fmt::format("kv_heads ({}) must divide heads ({})", kv_heads, heads));
+  const int64_t parts = heads + 2 * int64_t{kv_heads};  // head-size slices per token of qkv
+  check(qkv.ndim() == 3 && qkv.dim(2) % parts == 0, op,
+        fmt::format("qkv must be [B, T, (heads + 2 kv_heads) * D] with heads {} and kv_heads {}, "
+                    "got {}",
+                    heads, kv_heads, shape_str(qkv.shape())));
+  const int64_t hs = qkv.dim(2) / parts;
+  AttentionDims d{qkv.dim(0), qkv.dim(1), heads * hs, heads, kv_heads, qkv.dim(2)};
   check(att.numel() == d.b * heads * d.t * d.t, op,
         fmt::format("att must be [B, H, T, T] = [{}, {}, {}, {}]", d.b, heads, d.t, d.t));
   return d;
@@ -47,40 +53,89 @@ AttentionDims attention_dims(const char* op, const Tensor& qkv, const Tensor& at
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads) {
-  const double kF = elem_bytes(qkv);
-  const DType kT = qkv.dtype();
-  const AttentionDims d = attention_dims("attention_forward", qkv, att, heads);
-  check(out.numel() == d.b * d.t * d.c, "attention_forward", "out must be [B, T, C]");
-  const double hs = double(d.c / heads);
-  // per pair: q.k (2 hs), softmax (~5), att * v (2 hs). Materialised, the scores make 4 passes
-  // through memory: S = QK^T written, read and P written by softmax, P read by P V.
-  KernelScope ks("attention_forward",
-                 d.cost(kF * (d.b * d.t * 4.0 * d.c + double(att.numel())),
-                        d.pairs() * (4.0 * hs + 5.0), kF * double(att.numel()), 4, kT));
-  if (!has_math(out)) return;
-  Fp32Staging st;
-  run(out, "attention_forward", cpu::attention_forward, &CudaKernels::attention_forward,
-      st.out(out), st.out(att), st.in(qkv), d.b, d.t, d.c, d.heads);
+  attention_forward(out, att, qkv, heads, heads);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int heads) {
+  attention_backward(dqkv, dout, qkv, att, heads, heads);
+}
+
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads, int kv_heads) {
   const double kF = elem_bytes(qkv);
   const DType kT = qkv.dtype();
-  const AttentionDims d = attention_dims("attention_backward", qkv, att, heads);
+  const AttentionDims d = attention_dims("attention_forward", qkv, att, heads, kv_heads);
+  check(out.numel() == d.b * d.t * d.c, "attention_forward", "out must be [B, T, heads * D]");
+  const double hs = double(d.c / heads);
+  // per pair: q.k (2 hs), softmax (~5), att * v (2 hs). Materialised, the scores make 4 passes
+  // through memory: S = QK^T written, read and P written by softmax, P read by P V. Reads qkv,
+  // writes out (4C a token for multi-head attention).
+  KernelScope ks("attention_forward",
+                 d.cost(kF * (d.b * d.t * double(d.qkv_cols + d.c) + double(att.numel())),
+                        d.pairs() * (4.0 * hs + 5.0), kF * double(att.numel()), 4, kT));
+  if (!has_math(out)) return;
+  Fp32Staging st;
+  run(out, "attention_forward", cpu::attention_forward, &CudaKernels::attention_forward,
+      st.out(out), st.out(att), st.in(qkv), d.b, d.t, d.c, d.heads, d.kv_heads);
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        int heads, int kv_heads) {
+  const double kF = elem_bytes(qkv);
+  const DType kT = qkv.dtype();
+  const AttentionDims d = attention_dims("attention_backward", qkv, att, heads, kv_heads);
   check(dqkv.numel() == qkv.numel() && dout.numel() == d.b * d.t * d.c, "attention_backward",
-        "dqkv must match qkv and dout must be [B, T, C]");
+        "dqkv must match qkv and dout must be [B, T, heads * D]");
   const double hs = double(d.c / heads);
   // per pair: dP (2 hs), dV (2 hs), softmax backward (~4), dQ and dK (4 hs). Materialised, 7
   // passes over the scores: P read by the dV GEMM, dP written, P and dP read and dS written by
-  // softmax's backward, dS read by the dQ GEMM and by the dK GEMM.
+  // softmax's backward, dS read by the dQ GEMM and by the dK GEMM. Reads qkv and dout, writes
+  // dqkv (7C a token for multi-head attention).
   KernelScope ks("attention_backward",
-                 d.cost(kF * (d.b * d.t * 7.0 * d.c + double(att.numel())),
+                 d.cost(kF * (d.b * d.t * double(2 * d.qkv_cols + d.c) + double(att.numel())),
                         d.pairs() * (8.0 * hs + 4.0), kF * double(att.numel()), 7, kT));
   if (!has_math(dqkv)) return;
   Fp32Staging st;
   run(dqkv, "attention_backward", cpu::attention_backward, &CudaKernels::attention_backward,
-      st.out(dqkv), st.in(dout), st.in(qkv), st.in(att), d.b, d.t, d.c, d.heads);
+      st.out(dqkv), st.in(dout), st.in(qkv), st.in(att), d.b, d.t, d.c, d.heads, d.kv_heads);
+}
+
+// ---- rotary positions (RoPE), applied to q and k before attention
+
+namespace {
+// x [B, T, heads * D] with D even, one position per token. Returns D.
+int64_t rope_head_size(const char* op, const Tensor& x, std::span<const int32_t> positions,
+                       int heads) {
+  check(x.ndim() == 3 && heads > 0 && x.dim(2) % heads == 0 && (x.dim(2) / heads) % 2 == 0, op,
+        fmt::format("x must be [B, T, heads * D] with heads {} and D even, got {}", heads,
+                    shape_str(x.shape())));
+  check(int64_t(positions.size()) == x.dim(1), op,
+        fmt::format("{} positions for T = {}: one per token", positions.size(), x.dim(1)));
+  return x.dim(2) / heads;
+}
+
+// Per pair: 4 products and 2 adds (the angles' sines and cosines are not counted: a GPU kernel
+// would read them from a table). Reads and writes x.
+void rope(const char* op, Tensor& x, std::span<const int32_t> positions, int heads, float theta,
+          decltype(cpu::rope_forward) cpu_kernel, decltype(&CudaKernels::rope_forward) cuda_entry) {
+  const int64_t hs = rope_head_size(op, x, positions, heads);
+  KernelScope ks(op, 3.0 * double(x.numel()),
+                 elem_bytes(x) * 2.0 * double(x.numel()) + 4.0 * double(positions.size()),
+                 x.dtype());
+  if (!has_math(x)) return;
+  Fp32Staging st;
+  run(x, op, cpu_kernel, cuda_entry, st.out(x), positions.data(), x.dim(0), x.dim(1),
+      int64_t{heads}, hs, theta);
+}
+}  // namespace
+
+void rope_forward(Tensor& x, std::span<const int32_t> positions, int heads, float theta) {
+  rope("rope_forward", x, positions, heads, theta, cpu::rope_forward, &CudaKernels::rope_forward);
+}
+
+void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, float theta) {
+  rope("rope_backward", dx, positions, heads, theta, cpu::rope_backward,
+       &CudaKernels::rope_backward);
 }
 
 // ---- ring attention (context parallelism): one block of keys at a time

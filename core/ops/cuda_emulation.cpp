@@ -100,6 +100,12 @@ CudaKernels emulated_table() {
   t.softmax_backward = OnHostMemory<&cpu::softmax_backward>::call;
   t.attention_forward = OnHostMemory<&cpu::attention_forward>::call;
   t.attention_backward = OnHostMemory<&cpu::attention_backward>::call;
+  t.rmsnorm_forward = OnHostMemory<&cpu::rmsnorm_forward>::call;
+  t.rmsnorm_backward = OnHostMemory<&cpu::rmsnorm_backward>::call;
+  t.swiglu_forward = OnHostMemory<&cpu::swiglu_forward>::call;
+  t.swiglu_backward = OnHostMemory<&cpu::swiglu_backward>::call;
+  t.rope_forward = OnHostMemory<&cpu::rope_forward>::call;
+  t.rope_backward = OnHostMemory<&cpu::rope_backward>::call;
   t.attention_block_forward = OnHostMemory<&cpu::attention_block_forward>::call;
   t.attention_block_backward = OnHostMemory<&cpu::attention_block_backward>::call;
   t.attention_merge = OnHostMemory<&cpu::attention_merge>::call;

@@ -31,10 +31,25 @@ struct CudaKernels {
   void (*softmax_forward)(float* out, const float* inp, int64_t n, int64_t c) = nullptr;
   void (*softmax_backward)(float* dinp, const float* out, const float* dout, int64_t n,
                            int64_t c) = nullptr;
+  // Grouped-query attention (multi-head when kv_heads == heads); gemm_attention.cu.
   void (*attention_forward)(float* out, float* att, const float* qkv, int64_t b, int64_t t,
-                            int64_t c, int64_t heads) = nullptr;
+                            int64_t c, int64_t heads, int64_t kv_heads) = nullptr;
   void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* att,
-                             int64_t b, int64_t t, int64_t c, int64_t heads) = nullptr;
+                             int64_t b, int64_t t, int64_t c, int64_t heads,
+                             int64_t kv_heads) = nullptr;
+  // A Llama-style block's ops (ops.h rmsnorm_*, swiglu_*, rope_*; llama_kernels.cu). positions
+  // is a HOST pointer, like token ids.
+  void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int64_t n,
+                          int64_t c) = nullptr;
+  void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, int64_t n, int64_t c) = nullptr;
+  void (*swiglu_forward)(float* out, const float* gate_up, int64_t n, int64_t f) = nullptr;
+  void (*swiglu_backward)(float* dgate_up, const float* gate_up, const float* dout, int64_t n,
+                          int64_t f) = nullptr;
+  void (*rope_forward)(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
+                       int64_t head_size, float theta) = nullptr;
+  void (*rope_backward)(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
+                        int64_t head_size, float theta) = nullptr;
   // Ring attention (ops.h attention_block_*, attention_merge, copy_columns; ring_attention.cu).
   // q_pos and kv_pos are HOST pointers, like token ids.
   void (*attention_block_forward)(float* out, float* lse, float* att, const float* q,

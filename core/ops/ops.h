@@ -54,11 +54,38 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 void softmax_forward(Tensor& out, const Tensor& inp);  // over the last dim
 void softmax_backward(Tensor& dinp, const Tensor& out, const Tensor& dout);
 
+// RMSNorm over the last dim (Zhang & Sennrich 2019), eps 1e-5: out = inp * rstd * weight with
+// rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd ([rows], f32) for the backward.
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight);
+// dinp overwritten; dweight ACCUMULATES (+=), like layernorm_backward's.
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                      const Tensor& weight, const Tensor& rstd);
+
+// SwiGLU (Shazeer 2020): gate_up [N, 2F] holds gate | up (gate in columns [0,F), up in [F,2F));
+// out [N, F] = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+void swiglu_forward(Tensor& out, const Tensor& gate_up);
+void swiglu_backward(Tensor& dgate_up, const Tensor& gate_up, const Tensor& dout);  // overwritten
+
+// Rotary positions (RoPE, Su et al. 2021), in place on x [B, T, heads * D] (D = head size, even):
+// within each head, the pair (2i, 2i+1) of token t is rotated by the angle
+// positions[t] * theta^(-2i/D) (Meta's interleaved pairs). positions has T entries: each token's
+// GLOBAL position (context parallelism passes its chunk's). The backward rotates by -angle.
+void rope_forward(Tensor& x, std::span<const int32_t> positions, int heads, float theta);
+void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, float theta);
+
 // Causal multi-head self-attention. qkv [B,T,3C] (q | k | v) -> out [B,T,C]; att [B,H,T,T]
 // receives the attention probabilities (zero above the diagonal) for the backward pass.
+// The same as the grouped-query overload below with kv_heads = heads (bit for bit).
 void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int heads);
+// Grouped-query attention (Ainslie et al. 2023): qkv [B, T, (heads + 2 kv_heads) * D] holds
+// q (heads*D) | k (kv_heads*D) | v (kv_heads*D); query head h reads kv head h / (heads/kv_heads).
+// kv_heads == heads is exactly the multi-head attention above. out [B,T,heads*D],
+// att [B,heads,T,T]. The backward sums each kv head's gradient over its query group.
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads, int kv_heads);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        int heads, int kv_heads);
 
 // Ring attention, one block of keys at a time (context parallelism). q [B,Tq,C] are a rank's
 // queries, kv [B,Tk,2C] one block of keys and values (k | v); key j is visible to query i when

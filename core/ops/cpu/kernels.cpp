@@ -203,54 +203,61 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 }
 }  // namespace
 
-// Per (batch, head): att = softmax(mask(q k^T / sqrt(hs))), out = att v. The mask makes token t
-// look only at tokens 0..t: entries above the diagonal get probability exactly 0. The two
-// products are GEMMs on the head's slices of qkv; the masked half is computed then discarded,
-// which on a CPU is still much faster than a hand loop over the causal half.
+// Per (batch, query head): att = softmax(mask(q k^T / sqrt(hs))), out = att v, where k and v are
+// the head's kv head's (grouped-query attention: query head h reads kv head h / group). The mask
+// makes token t look only at tokens 0..t: entries above the diagonal get probability exactly 0.
+// The two products are GEMMs on the heads' slices of qkv; the masked half is computed then
+// discarded, which on a CPU is still much faster than a hand loop over the causal half.
 MGPU_VECTOR_CLONES void attention_forward(float* out, float* att, const float* qkv, int64_t b,
-                                          int64_t t, int64_t c, int64_t heads) {
-  const int64_t hs = c / heads;  // head size
+                                          int64_t t, int64_t c, int64_t heads, int64_t kv_heads) {
+  const int64_t hs = c / heads, group = heads / kv_heads;  // head size, query heads per kv head
+  const int64_t kv_c = kv_heads * hs, row = c + 2 * kv_c;  // qkv's row: q | k | v
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int64_t bi = 0; bi < b; bi++) {
     for (int64_t h = 0; h < heads; h++) {
-      const float* q = qkv + bi * t * 3 * c + h * hs;  // [t, hs], row stride 3c
-      const float* k = q + c;
-      const float* v = q + 2 * c;
-      float* p = att + (bi * heads + h) * t * t;                                    // [t, t]
-      gemm(false, true, t, t, hs, scale, q, 3 * c, k, 3 * c, 0.0f, p, t);           // scores
+      const float* q = qkv + bi * t * row + h * hs;                    // [t, hs], row stride `row`
+      const float* k = qkv + bi * t * row + c + (h / group) * hs;      // its kv head's keys
+      const float* v = k + kv_c;                                       // ... and values
+      float* p = att + (bi * heads + h) * t * t;                       // [t, t]
+      gemm(false, true, t, t, hs, scale, q, row, k, row, 0.0f, p, t);  // scores
       for (int64_t i = 0; i < t; i++) softmax_row(p + i * t, p + i * t, i + 1, t);  // causal
-      gemm(false, false, t, hs, t, 1.0f, p, t, v, 3 * c, 0.0f, out + bi * t * c + h * hs, c);
+      gemm(false, false, t, hs, t, 1.0f, p, t, v, row, 0.0f, out + bi * t * c + h * hs, c);
     }
   }
 }
 
-// The forward pass in reverse, per (batch, head), with P = att and dO = dout's head slice:
+// The forward pass in reverse, per (batch, query head), with P = att and dO = dout's head slice:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)) / sqrt(hs)  (softmax backward),
 //   dQ = dS K,    dK = dS^T Q.  Masked entries have P = 0, so dS is 0 there too.
+// A kv head's dK and dV are the sums over its query group: the group's first head writes them
+// (beta 0), the others add (beta 1), in ascending head order.
 MGPU_VECTOR_CLONES void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                            const float* att, int64_t b, int64_t t, int64_t c,
-                                           int64_t heads) {
-  const int64_t hs = c / heads;
+                                           int64_t heads, int64_t kv_heads) {
+  const int64_t hs = c / heads, group = heads / kv_heads;
+  const int64_t kv_c = kv_heads * hs, row = c + 2 * kv_c;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::vector<float> ds(static_cast<size_t>(t * t));  // dP, then dS, for one (batch, head)
   for (int64_t bi = 0; bi < b; bi++) {
     for (int64_t h = 0; h < heads; h++) {
-      const float* q = qkv + bi * t * 3 * c + h * hs;
-      const float* k = q + c;
-      const float* v = q + 2 * c;
-      float* dq = dqkv + bi * t * 3 * c + h * hs;
-      float* dk = dq + c;
-      float* dv = dq + 2 * c;
+      const int64_t kv_col = c + (h / group) * hs;
+      const float beta = h % group == 0 ? 0.0f : 1.0f;  // first of its group: overwrite
+      const float* q = qkv + bi * t * row + h * hs;
+      const float* k = qkv + bi * t * row + kv_col;
+      const float* v = k + kv_c;
+      float* dq = dqkv + bi * t * row + h * hs;
+      float* dk = dqkv + bi * t * row + kv_col;
+      float* dv = dk + kv_c;
       const float* p = att + (bi * heads + h) * t * t;
-      const float* dout_h = dout + bi * t * c + h * hs;                     // [t, hs], row stride c
-      gemm(true, false, t, hs, t, 1.0f, p, t, dout_h, c, 0.0f, dv, 3 * c);  // dV
-      gemm(false, true, t, t, hs, 1.0f, dout_h, c, v, 3 * c, 0.0f, ds.data(), t);  // dP
+      const float* dout_h = dout + bi * t * c + h * hs;                   // [t, hs], stride c
+      gemm(true, false, t, hs, t, 1.0f, p, t, dout_h, c, beta, dv, row);  // dV
+      gemm(false, true, t, t, hs, 1.0f, dout_h, c, v, row, 0.0f, ds.data(), t);  // dP
       for (int64_t i = 0; i < t; i++) {
         float* d_row = ds.data() + i * t;
         softmax_backward_row(d_row, p + i * t, d_row, i + 1, t, scale);
       }
-      gemm(false, false, t, hs, t, 1.0f, ds.data(), t, k, 3 * c, 0.0f, dq, 3 * c);  // dQ
-      gemm(true, false, t, hs, t, 1.0f, ds.data(), t, q, 3 * c, 0.0f, dk, 3 * c);   // dK
+      gemm(false, false, t, hs, t, 1.0f, ds.data(), t, k, row, 0.0f, dq, row);  // dQ
+      gemm(true, false, t, hs, t, 1.0f, ds.data(), t, q, row, beta, dk, row);   // dK
     }
   }
 }

@@ -47,13 +47,35 @@ MGPU_VECTOR_CLONES_DECL void softmax_forward(float* out, const float* inp, int64
 MGPU_VECTOR_CLONES_DECL void softmax_backward(float* dinp, const float* out, const float* dout,
                                               int64_t n, int64_t c);
 
-// Causal multi-head self-attention. qkv [B,T,3C] holds q | k | v per token; att [B,H,T,T]
-// keeps the probabilities for backward (entries above the diagonal stay 0).
+// Causal grouped-query self-attention (multi-head when kv_heads == heads). With hs = c / heads,
+// qkv [B,T,c + 2 kv_heads hs] holds q (c) | k (kv_heads hs) | v (kv_heads hs) per token; query
+// head h reads kv head h / (heads / kv_heads). out [B,T,c]; att [B,heads,T,T] keeps the
+// probabilities for backward (entries above the diagonal stay 0). The backward adds each kv
+// head's gradient over its query group, in ascending query head.
 MGPU_VECTOR_CLONES_DECL void attention_forward(float* out, float* att, const float* qkv, int64_t b,
-                                               int64_t t, int64_t c, int64_t heads);
+                                               int64_t t, int64_t c, int64_t heads,
+                                               int64_t kv_heads);
 MGPU_VECTOR_CLONES_DECL void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                                 const float* att, int64_t b, int64_t t, int64_t c,
-                                                int64_t heads);
+                                                int64_t heads, int64_t kv_heads);
+
+// A Llama-style block's ops (llama_kernels.cpp; the math in core/ops/math/llama.h).
+// RMSNorm over rows of c: out = inp * rstd * weight, rstd [n] saved; dweight ACCUMULATES.
+MGPU_VECTOR_CLONES_DECL void rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                             const float* weight, int64_t n, int64_t c);
+MGPU_VECTOR_CLONES_DECL void rmsnorm_backward(float* dinp, float* dweight, const float* dout,
+                                              const float* inp, const float* weight,
+                                              const float* rstd, int64_t n, int64_t c);
+// SwiGLU: gate_up [n, 2f] = gate | up, out [n, f] = silu(gate) * up; dgate_up overwritten.
+MGPU_VECTOR_CLONES_DECL void swiglu_forward(float* out, const float* gate_up, int64_t n, int64_t f);
+MGPU_VECTOR_CLONES_DECL void swiglu_backward(float* dgate_up, const float* gate_up,
+                                             const float* dout, int64_t n, int64_t f);
+// RoPE in place on x [b, t, heads * head_size]: token ti's pairs (2i, 2i+1) of every head turn by
+// positions[ti] * theta^(-2i/head_size) (backward: by minus that). positions: t HOST entries.
+void rope_forward(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
+                  int64_t head_size, float theta);
+void rope_backward(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
+                   int64_t head_size, float theta);
 
 // Ring attention (core/ops/cpu/ring_attention.cpp). Queries q [b,tq,c] against one block of
 // keys and values kv [b,tk,2c] (k | v); key j is visible to query i when kv_pos[j] <= q_pos[i]

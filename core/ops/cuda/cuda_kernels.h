@@ -20,12 +20,14 @@ CudaKernels kernel_table();
 
 // Each .cu file fills its entries of `table`: kernels.cu the element-wise and row ops,
 // gemm_attention.cu matmul and attention, ring_attention.cu the four ring-attention ops,
-// moe_rows.cu the MoE permutation, precision.cu convert / count_nonfinite / matmul_2byte.
+// moe_rows.cu the MoE permutation, precision.cu convert / count_nonfinite / matmul_2byte,
+// llama_kernels.cu RMSNorm, SwiGLU and RoPE.
 void fill_elementwise_kernels(CudaKernels& table);
 void fill_gemm_attention_kernels(CudaKernels& table);
 void fill_ring_attention_kernels(CudaKernels& table);
 void fill_moe_kernels(CudaKernels& table);
 void fill_precision_kernels(CudaKernels& table);
+void fill_llama_kernels(CudaKernels& table);
 
 // Row-major C = alpha * op(A) @ op(B) + beta * C for `batch` matrices at fixed strides (elements).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

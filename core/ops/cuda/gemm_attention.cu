@@ -65,52 +65,74 @@ void matmul(float* c, const float* a, const float* b, int64_t m, int64_t n, int6
 }
 
 // Per batch element, all heads at once: head h of q, k and v sits at column offset h*hs of
-// qkv's rows (row stride 3C), so "the next head" is a fixed stride of hs elements and one
-// strided-batched GEMM covers every head. Layouts match the CPU: qkv [B,T,3C], att [B,H,T,T].
+// their part of qkv's rows, so "the next head" is a fixed stride and one strided-batched GEMM
+// covers every head. Layouts match the CPU: qkv [B,T,C + 2 kv_heads hs], att [B,H,T,T].
 //   att = causal_softmax(q k^T / sqrt(hs)),  out = att v
+// Grouped-query attention: query head h = kv * group + g reads kv head kv. For each member g of
+// a group, the query heads g, g + group, ... (q stride group*hs) against the kv heads 0, 1, ...
+// (stride hs) are one strided-batched GEMM of kv_heads matrices: `group` GEMMs in all, exactly
+// the multi-head call when group is 1.
 void attention_forward(float* out, float* att, const float* qkv, int64_t b, int64_t t, int64_t c,
-                       int64_t heads) {
-  const int64_t hs = c / heads;
+                       int64_t heads, int64_t kv_heads) {
+  const int64_t hs = c / heads, group = heads / kv_heads;
+  const int64_t kv_c = kv_heads * hs, row = c + 2 * kv_c;  // qkv's row: q | k | v
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (int64_t bi = 0; bi < b; bi++) {
-    const float* q = qkv + bi * t * 3 * c;
-    const float* k = q + c;
-    float* p = att + bi * heads * t * t;
-    gemm(false, true, t, t, hs, scale, q, 3 * c, hs, k, 3 * c, hs, 0.0f, p, t, t * t, heads);
-  }
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t g = 0; g < group; g++) {
+      const float* q = qkv + bi * t * row + g * hs;
+      const float* k = qkv + bi * t * row + c;
+      float* p = att + (bi * heads + g) * t * t;
+      gemm(false, true, t, t, hs, scale, q, row, group * hs, k, row, hs, 0.0f, p, t, group * t * t,
+           kv_heads);
+    }
   causal_softmax_forward(att, b * heads * t, t);  // every row of every (batch, head) at once
-  for (int64_t bi = 0; bi < b; bi++) {
-    const float* v = qkv + bi * t * 3 * c + 2 * c;
-    const float* p = att + bi * heads * t * t;
-    gemm(false, false, t, hs, t, 1.0f, p, t, t * t, v, 3 * c, hs, 0.0f, out + bi * t * c, c, hs,
-         heads);
-  }
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t g = 0; g < group; g++) {
+      const float* v = qkv + bi * t * row + c + kv_c;
+      const float* p = att + (bi * heads + g) * t * t;
+      gemm(false, false, t, hs, t, 1.0f, p, t, group * t * t, v, row, hs, 0.0f,
+           out + bi * t * c + g * hs, c, group * hs, kv_heads);
+    }
 }
 
 // As the CPU, per batch element (all heads batched), with P = att and dO = dout's head slice:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)) / sqrt(hs),  dQ = dS K,  dK = dS^T Q
 // dS for one batch element ([H,T,T]) lives in a scratch buffer reused across batch elements
 // (safe: everything is on one stream, so the next element's dP waits for this one's dQ and dK).
+// Grouped-query: the group's members g add their dK and dV into the kv heads' (beta 1 after the
+// first), in ascending g, as the CPU adds ascending query heads.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                        int64_t b, int64_t t, int64_t c, int64_t heads) {
-  const int64_t hs = c / heads;
+                        int64_t b, int64_t t, int64_t c, int64_t heads, int64_t kv_heads) {
+  const int64_t hs = c / heads, group = heads / kv_heads;
+  const int64_t kv_c = kv_heads * hs, row = c + 2 * kv_c;
+  const int64_t tt = t * t, gtt = group * t * t, ghs = group * hs;  // the strides of a g's batch
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   auto* ds = static_cast<float*>(
       scratch(kScratchAttention, static_cast<size_t>(heads * t * t) * sizeof(float)));
   for (int64_t bi = 0; bi < b; bi++) {
-    const float* q = qkv + bi * t * 3 * c;
+    const float* q = qkv + bi * t * row;
     const float* k = q + c;
-    const float* v = q + 2 * c;
-    float* dq = dqkv + bi * t * 3 * c;
+    const float* v = k + kv_c;
+    float* dq = dqkv + bi * t * row;
     float* dk = dq + c;
-    float* dv = dq + 2 * c;
-    const float* p = att + bi * heads * t * t;
+    float* dv = dk + kv_c;
+    const float* p = att + bi * heads * tt;
     const float* d_o = dout + bi * t * c;
-    gemm(true, false, t, hs, t, 1.0f, p, t, t * t, d_o, c, hs, 0.0f, dv, 3 * c, hs, heads);  // dV
-    gemm(false, true, t, t, hs, 1.0f, d_o, c, hs, v, 3 * c, hs, 0.0f, ds, t, t * t, heads);  // dP
-    causal_softmax_backward(ds, p, heads * t, t, scale);                                     // dS
-    gemm(false, false, t, hs, t, 1.0f, ds, t, t * t, k, 3 * c, hs, 0.0f, dq, 3 * c, hs, heads);
-    gemm(true, false, t, hs, t, 1.0f, ds, t, t * t, q, 3 * c, hs, 0.0f, dk, 3 * c, hs, heads);
+    for (int64_t g = 0; g < group; g++) {
+      const float beta = g == 0 ? 0.0f : 1.0f;
+      gemm(true, false, t, hs, t, 1.0f, p + g * tt, t, gtt, d_o + g * hs, c, ghs, beta, dv, row, hs,
+           kv_heads);  // dV
+      gemm(false, true, t, t, hs, 1.0f, d_o + g * hs, c, ghs, v, row, hs, 0.0f, ds + g * tt, t, gtt,
+           kv_heads);  // dP
+    }
+    causal_softmax_backward(ds, p, heads * t, t, scale);  // dS
+    for (int64_t g = 0; g < group; g++) {
+      const float beta = g == 0 ? 0.0f : 1.0f;
+      gemm(false, false, t, hs, t, 1.0f, ds + g * tt, t, gtt, k, row, hs, 0.0f, dq + g * hs, row,
+           ghs, kv_heads);  // dQ
+      gemm(true, false, t, hs, t, 1.0f, ds + g * tt, t, gtt, q + g * hs, row, ghs, beta, dk, row,
+           hs, kv_heads);  // dK
+    }
   }
 }
 
@@ -129,6 +151,7 @@ CudaKernels kernel_table() {
   fill_ring_attention_kernels(k);
   fill_moe_kernels(k);
   fill_precision_kernels(k);
+  fill_llama_kernels(k);
   return k;
 }
 
