@@ -75,8 +75,14 @@ TEST_CASE("install() fills every CUDA kernel entry (CUDA builds)", "[cuda]") {
   CHECK(k.convert);  // the 2-byte storage path (bf16/fp16 on the GPU, precision.cu)
   CHECK(k.count_nonfinite);
   CHECK(k.matmul_2byte);
+  CHECK(k.rmsnorm_forward);  // a Llama-style block's ops (llama_kernels.cu)
+  CHECK(k.rmsnorm_backward);
+  CHECK(k.swiglu_forward);
+  CHECK(k.swiglu_backward);
+  CHECK(k.rope_forward);
+  CHECK(k.rope_backward);
   // Every entry above, by size: a new entry added to CudaKernels must be added here too.
-  CHECK(sizeof(CudaKernels) == 33 * sizeof(void*));
+  CHECK(sizeof(CudaKernels) == 39 * sizeof(void*));
   // And no slot is left empty, whatever its name: the table is a row of function pointers, read
   // here by their bytes (a null pointer is all zero bits on every platform this builds on).
   std::array<std::uintptr_t, sizeof(CudaKernels) / sizeof(std::uintptr_t)> slots{};

@@ -49,7 +49,7 @@ Layout layout(int dp, int tp, int pp, int microbatches, const char* schedule,
   return l;
 }
 
-std::string describe(const Layout& l) {
+std::string layout_summary(const Layout& l) {
   std::ostringstream s;
   s << "dp " << l.dp << " tp " << l.tp << " pp " << l.pp << " cp " << l.cp << " zero " << l.zero
     << " M " << l.microbatches << " " << l.schedule << " " << l.precision << " recompute "
@@ -236,7 +236,7 @@ TEST_CASE("the representative simulation agrees with a full phantom run", "[plan
   REQUIRE(layouts.back().sp);
   REQUIRE(layouts.back().vocab_parallel_head);
   for (const Layout& l : layouts) {
-    INFO(describe(l));
+    INFO(layout_summary(l));
     const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
     const Prediction full = mgpu::plan::simulate(work, l, profile, Simulation::full);
     INFO("step " << rep.step_seconds << " s vs full " << full.step_seconds << " s; memory "
@@ -356,7 +356,7 @@ TEST_CASE("with experts the representative simulation agrees with a full phantom
   layouts[1].ep = 8;
   layouts[2].ep = 8;
   for (const Layout& l : layouts) {
-    INFO(describe(l) << " ep " << l.ep);
+    INFO(layout_summary(l) << " ep " << l.ep);
     const Prediction rep = mgpu::plan::simulate(work, l, profile, Simulation::representative);
     const Prediction full = mgpu::plan::simulate(work, l, profile, Simulation::full);
     INFO("step " << rep.step_seconds << " s vs full " << full.step_seconds << " s; memory "
