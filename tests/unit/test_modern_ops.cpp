@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/ops/cuda_emulation.h"
+#include "core/ops/cuda_module.h"
 #include "core/ops/ops.h"
 #include "core/runtime/allocator.h"
 #include "core/runtime/dtype.h"
