@@ -57,12 +57,9 @@ build() {
 sanitize_job() {
   echo "==> sanitizer job: clang + ASan/UBSan (build-sanitize/), unit tests + fuzzing"
   cmake --preset sanitize -DMGPU_FUZZ_SECONDS="${MGPU_FUZZ_SECONDS:-30}"
-  local targets=(asan_test_checkpoint asan_test_checkpoint_hostile asan_test_trace
-    asan_test_trace_hostile asan_test_runtime asan_test_tensor)
-  for t in trace_reader checkpoint_reader profile_parser model_file data_file kineto_reader; do
-    targets+=("fuzz_$t" "fuzz_replay_$t")
-  done
-  cmake --build --preset sanitize -j"$JOBS" --target "${targets[@]}"
+  # One target, mgpu_sanitize_job (tests/fuzz/CMakeLists.txt): the asan_test_*, fuzz_* and
+  # fuzz_replay_* executables, built side by side.
+  cmake --build --preset sanitize -j"$JOBS" --target mgpu_sanitize_job
   (cd build-sanitize && ctest -L 'sanitize|fuzz' --output-on-failure -j"$JOBS")
 }
 

@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "core/model/init.h"
 #include "core/parallel/mesh.h"
 
 namespace mgpu::parallel {
