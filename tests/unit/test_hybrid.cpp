@@ -26,8 +26,11 @@ using mgpu::testing::temp_path;
 
 namespace {
 // Runs `args` (which write --checkpoint `path`) and checks the gathered model is `want`: rounding
-// only (sums in another order), amplified by AdamW - TP's and DDP's tolerance. Returns the run,
-// for checks of its report.
+// only (sums in another order). SGD keeps it near 1e-7 relative; AdamW turns a nearly cancelled
+// gradient's absolute rounding d into lr * d / eps per step, which the CPU's GEMM kernels decide:
+// under 2e-5 with OpenBLAS's Haswell and Zen kernels, 3e-5 with its AVX-512 ones (SkylakeX,
+// Cooperlake), as test_tensor_parallel measures too. A wrong shard is off by whole updates
+// (lr 3e-3 per step), 60x AdamW's bound. Returns the run, for checks of its report.
 mgpu::testing::CliResult run_to_checkpoint(const std::vector<std::string>& args,
                                            const std::string& path,
                                            const mgpu::testing::CheckpointByName& want) {
@@ -35,8 +38,10 @@ mgpu::testing::CliResult run_to_checkpoint(const std::vector<std::string>& args,
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   const auto got = mgpu::testing::load_checkpoint_by_name(path);
-  CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-  CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
+  const bool sgd = std::find(args.begin(), args.end(), "sgd") != args.end();
+  const float bound = sgd ? 2e-5f : 5e-5f;
+  CHECK(mgpu::testing::max_difference(got, want, "param") < bound);
+  CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < bound);
   std::remove(path.c_str());
   return r;
 }
