@@ -132,19 +132,24 @@ void diagnosis::wait_for_everyone_to_finish() {
   int me = 0, size = 1;
   MPI_Comm_rank(channel, &me);
   MPI_Comm_size(channel, &size);
+  // The notices stay pending requests, tested in the loop below: a freed request's message was
+  // sometimes never delivered (Open MPI), and the others then waited out the comm timeout.
+  std::vector<MPI_Request> notices;
   for (int r = 0; r < size && !failure.empty(); ++r) {
     if (r == me) continue;
-    MPI_Request notice;  // small: it completes on its own (the others may never receive it)
+    notices.emplace_back();
     MPI_Isend(failure.data(), static_cast<int>(failure.size()), MPI_CHAR, r, kFailed, channel,
-              &notice);
-    MPI_Request_free(&notice);
+              &notices.back());
   }
   MPI_Request req;
   if (MPI_Ibarrier(channel, &req) != MPI_SUCCESS) return;
   int done = 0;
   while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
     answer_questions();
-    another_failed();           // finished too: nothing to end
+    another_failed();  // finished too: nothing to end
+    int sent = 0;      // progresses the notices (they complete once the others take them)
+    if (!notices.empty())
+      MPI_Testall(static_cast<int>(notices.size()), notices.data(), &sent, MPI_STATUSES_IGNORE);
     std::this_thread::yield();  // polling MPI_Test, not sleeping as synchronization
   }
   waiting_for.clear();
