@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/run/run.h"
 #include "core/runtime/input_file.h"
 #include "lessons/ddp.h"
 #include "lessons/validate.h"
@@ -21,15 +22,8 @@ constexpr double kMinBucketMB = 1e-6, kMaxBucketMB = 1e6;
 
 int resolve_global_batch(const CommonOptions& c, const DataParallelOptions& d) {
   if (d.accum <= 0) throw UsageError(fmt::format("--accum must be at least 1, got {}", d.accum));
-  int parts = c.ranks * d.accum;
-  if (d.batch_per_rank > 0) return d.batch_per_rank * parts;
-  if (c.batch % parts != 0) {
-    int below = c.batch / parts * parts, above = below + parts;
-    throw UsageError(
-        fmt::format("global batch {} is not divisible by {} ranks x {} accumulation steps: use {}",
-                    c.batch, c.ranks, d.accum,
-                    below > 0 ? fmt::format("{} or {}", below, above) : std::to_string(above)));
-  }
+  if (d.batch_per_rank > 0) return d.batch_per_rank * c.ranks * d.accum;
+  run::check_replica_shares(c.batch, c.ranks, d.accum);
   return c.batch;
 }
 

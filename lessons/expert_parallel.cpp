@@ -17,7 +17,6 @@
 #include <fmt/ostream.h>
 
 #include "core/parallel/expert_parallel.h"
-#include "core/parallel/mesh.h"
 #include "exercises/selection.h"
 #include "lessons/expert_parallel_report.h"
 #include "lessons/training.h"

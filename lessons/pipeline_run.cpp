@@ -139,7 +139,11 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   config["stages"] = P;
   config["microbatches"] = p.microbatches;
   config["theory_mode"] = p.theory;
-  run::RunSpec spec = run_spec(common, task, cfg, c.batch);
+  const pipeline::Schedule schedule = pipeline::make_schedule(
+      p.schedule, P, p.microbatches, p.virtual_stages, ex::selected_seams().pipeline);
+  const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
+  config["virtual_stages"] = V;
+  run::RunSpec spec = run_spec(common, task, cfg, c.batch, config);
   run::Hybrid mesh{.options = {.schedule = p.schedule,
                                .microbatches = p.microbatches,
                                .virtual_stages = p.virtual_stages},
@@ -151,10 +155,6 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
     spec.world.profile.faults = faults;
     mesh.options.theory = pipeline::TheoryCosts{1e-3, 2e-3};  // 1 ms F, 2 ms B per stage
   }
-  const pipeline::Schedule schedule = pipeline::make_schedule(
-      p.schedule, P, p.microbatches, p.virtual_stages, ex::selected_seams().pipeline);
-  const int V = schedule.virtual_stages;  // 2 for the V schedules whatever --virtual-stages says
-  config["virtual_stages"] = V;
   spec.parallelism = mesh;
   run::validate(spec);
 
@@ -168,7 +168,6 @@ PipelineResult train_pipeline(const CommonOptions& c, const PipelineOptions& p, 
   result.dim = cfg.dim;
   if (!c.quiet) print_setup(out, c, p, cfg, schedule, spec.world);
   if (!c.quiet) fmt::print(out, "\ntraining {} steps:\n", c.steps);
-  spec.train = train_options(c, c.batch, cfg, config);
   spec.train.report_ranks = true;
   spec.train.keep_params = true;
   spec.trace_meta = {

@@ -5,9 +5,6 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
-#include "core/parallel/mesh.h"
-#include "core/parallel/sequence_parallel.h"
-#include "core/parallel/tensor_parallel.h"
 #include "core/trace/analysis.h"
 #include "exercises/selection.h"
 #include "lessons/tensor_parallel.h"

@@ -90,23 +90,6 @@ std::unique_ptr<train::Layout> make_layout(const RunSpec& spec, comm::Comm& worl
       spec.parallelism);
 }
 
-std::string parallelism_name(const Parallelism& p) {
-  return std::visit(
-      Overloaded{
-          [](const SingleDevice&) { return std::string("single_device"); },
-          [](const NaiveDataParallel&) { return std::string("data_parallel"); },
-          [](const DataParallel&) { return std::string("ddp"); },
-          [](const Zero&) { return std::string("zero"); },
-          [](const TensorParallel& t) {
-            return std::string(t.sequence_parallel ? "sequence_parallel" : "tensor_parallel");
-          },
-          [](const ContextParallel&) { return std::string("context_parallel"); },
-          [](const ExpertParallel&) { return std::string("expert_parallel"); },
-          [](const Hybrid& h) { return std::string(h.pipeline ? "pipeline" : "hybrid"); },
-      },
-      p);
-}
-
 RunResult run(const RunSpec& spec, const train::LossCallback& on_loss) {
   validate(spec);
   World world(spec.world);

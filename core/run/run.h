@@ -94,6 +94,11 @@ struct RunResult {
 // can run: the first rule of the table (validate.cpp) that it breaks.
 void validate(const RunSpec& spec);
 
+// Throws std::invalid_argument (one line naming the batches that work) unless the global batch
+// splits into ranks x accum equal shares: data parallelism's rule, which the lessons check as they
+// size the batch and validate checks for every data-parallel spec.
+void check_replica_shares(int global_batch, int ranks, int accum = 1);
+
 // Validates, builds a World from spec.world, trains on every rank, collects the trace.
 // `on_loss`: each step's loss on the root as soon as it is known (progress printing).
 RunResult run(const RunSpec& spec, const train::LossCallback& on_loss = {});
@@ -102,8 +107,5 @@ RunResult run(const RunSpec& spec, const train::LossCallback& on_loss = {});
 // world comm, or over `world` (the planner's representative ranks stand in a smaller world).
 std::unique_ptr<train::Layout> make_layout(const RunSpec& spec, RankContext& ctx);
 std::unique_ptr<train::Layout> make_layout(const RunSpec& spec, comm::Comm& world);
-
-// The spec's parallelism by name, for messages: "ddp", "zero", "hybrid", ...
-std::string parallelism_name(const Parallelism& p);
 
 }  // namespace mgpu::run

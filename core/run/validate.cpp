@@ -55,16 +55,10 @@ void zero_stage(const RunSpec& spec) {
 // Data parallelism (naive, DDP, ZeRO): every replica takes an equal share of the global batch,
 // DDP's cut again into its accumulation micro-steps.
 void replica_shares(const RunSpec& spec) {
-  int parts = 0, accum = 1;
-  if (as<NaiveDataParallel>(spec) || as<Zero>(spec)) parts = ranks(spec);
-  if (const DataParallel* d = as<DataParallel>(spec)) accum = d->accum, parts = ranks(spec) * accum;
-  const int batch = spec.train.global_batch;
-  if (parts == 0 || (parts > 0 && batch % parts == 0)) return;
-  const int below = batch / parts * parts, above = below + parts;
-  throw std::invalid_argument(fmt::format(
-      "global batch {} does not split into {} equal shares ({} ranks x {} micro-steps): use {}",
-      batch, parts, ranks(spec), accum,
-      below > 0 ? fmt::format("{} or {}", below, above) : std::to_string(above)));
+  if (as<NaiveDataParallel>(spec) || as<Zero>(spec))
+    check_replica_shares(spec.train.global_batch, ranks(spec));
+  if (const DataParallel* d = as<DataParallel>(spec))
+    check_replica_shares(spec.train.global_batch, ranks(spec), d->accum);
 }
 
 // The exercise functions a part runs (the --impl selection's): present before any rank starts.
@@ -137,6 +131,15 @@ constexpr Rule kRules[] = {
 };
 
 }  // namespace
+
+void check_replica_shares(int global_batch, int ranks, int accum) {
+  const int parts = ranks * accum;
+  if (parts <= 0 || global_batch % parts == 0) return;
+  const int below = global_batch / parts * parts, above = below + parts;
+  throw std::invalid_argument(fmt::format(
+      "global batch {} is not divisible by {} ranks x {} accumulation steps: use {}", global_batch,
+      ranks, accum, below > 0 ? fmt::format("{} or {}", below, above) : std::to_string(above)));
+}
 
 void validate(const RunSpec& spec) {
   if (!spec.task) throw std::invalid_argument("a run needs a task (RunSpec::task)");

@@ -83,7 +83,7 @@ TEST_CASE("validate refuses each broken rule with one line naming what works", "
   CHECK(refusal(zero).find("seam 'owned_chunk' is missing") != std::string::npos);
   run::RunSpec shares =
       spec_for(run::DataParallel{.accum = 2, .seams = ex::selected_seams().ddp}, 3);
-  CHECK(refusal(shares).find("global batch 8 does not split into 6 equal shares") !=
+  CHECK(refusal(shares).find("global batch 8 is not divisible by 3 ranks x 2 accumulation steps") !=
         std::string::npos);
 
   run::RunSpec dense_ep = spec_for(run::ExpertParallel{.ep = 2}, 2);
