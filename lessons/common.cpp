@@ -22,8 +22,8 @@ namespace mgpu::lessons {
 void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given) {
   if (c.model.empty()) return;
   ModelPreset chosen{
-      "",        c.layers, c.dim,          c.heads, c.seq, c.vocab, c.tie_embeddings == "on",
-      c.experts, c.top_k,  c.expert_hidden};
+      "",        c.layers, c.dim,           c.heads, c.seq, c.vocab, c.tie_embeddings == "on",
+      c.experts, c.top_k,  c.expert_hidden, c.style};
   auto typed = [&](const char* name) {
     return std::find(given.begin(), given.end(), name) != given.end();
   };
@@ -43,6 +43,7 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
     chosen.experts = shape.experts;
     chosen.top_k = shape.top_k;
     chosen.expert_hidden = shape.expert_hidden;
+    chosen.style = shape.style;
     if (!typed("--moe-every")) c.moe_every = shape.moe_every;
     if (!typed("--capacity-factor") && shape.capacity_factor)
       c.capacity_factor =
@@ -57,6 +58,10 @@ void apply_model_preset(CommonOptions& c, const std::vector<std::string>& given)
   if (!typed("--experts")) c.experts = chosen.experts;
   if (!typed("--top-k")) c.top_k = chosen.top_k;
   c.expert_hidden = chosen.expert_hidden;
+  const BlockStyle typed_style = c.style;
+  c.style = chosen.style;
+  if (typed("--kv-heads")) c.style.kv_heads = typed_style.kv_heads;
+  if (typed("--ffn-dim")) c.style.ffn_dim = typed_style.ffn_dim;
   const bool real_data = !c.data_file.empty() || c.task == "text";  // keeps its own vocabulary
   if (!typed("--vocab") && !real_data) c.vocab = chosen.vocab;
 }

@@ -81,10 +81,20 @@ void add_model_options(CLI::App& app, CommonOptions& c) {
       ->group("Model");
   app.add_option("--seq", c.seq, "sequence length")->check(AtLeastOne("token"))->group("Model");
   app.add_option("--model", c.model,
-                 "tiny | tiny-moe | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | gpt3-2.7b | "
-                 "gpt3-6.7b | gpt3-13b | mixtral-8x7b | gpt3-175b, or a JSON file {layers, dim, "
-                 "heads, vocab, seq, tie_embeddings, experts, top_k, ...}; --layers etc. override "
-                 "it")
+                 "tiny | tiny-moe | llama-tiny | gpt2-small | gpt2-medium | gpt2-large | gpt2-xl | "
+                 "gpt3-2.7b | gpt3-6.7b | llama3-8b | gpt3-13b | mixtral-8x7b | llama3-70b | "
+                 "gpt3-175b | llama3-405b, or a JSON file {layers, dim, heads, vocab, seq, "
+                 "tie_embeddings, experts, top_k, norm, mlp, kv_heads, ...}; --layers etc. "
+                 "override it")
+      ->group("Model");
+  app.add_option("--kv-heads", c.style.kv_heads,
+                 "key/value heads the query heads share (grouped-query attention; must divide "
+                 "--heads; default: one per head)")
+      ->check(AtLeastOne("kv head"))
+      ->group("Model");
+  app.add_option("--ffn-dim", c.style.ffn_dim,
+                 "the MLP's hidden width (default: the model's; 4 x --dim for GPT-2's block)")
+      ->check(AtLeastOne("hidden unit"))
       ->group("Model");
   app.add_option("--vocab", c.vocab, "vocabulary size (default: what the task needs)")
       ->check(AtLeastOne("token id"))

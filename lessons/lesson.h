@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/model/config.h"
 #include "core/world/world.h"
 
 namespace mgpu::lessons {
@@ -49,6 +50,9 @@ struct CommonOptions {
   std::string capacity_factor = "dropless";  // a number > 0, or dropless
   double aux_loss_coef = 0.01;
   int expert_hidden = 0;  // not an option: a preset's or model file's (0 = 4 * dim)
+  // A preset's or model file's block (GPT-2's by default); --kv-heads and --ffn-dim set two of
+  // its fields.
+  BlockStyle style;
   // training
   int steps = 150;
   int batch = 16;
@@ -118,9 +122,9 @@ void apply_mpi_world_size(CommonOptions& common, bool ranks_given);
 // The one rule of which option shapes what: every option below sets a field a --model preset or
 // file also sets, and a typed option overrides the model's value (as README says).
 inline constexpr const char* kModelShapeOptions[] = {
-    "--layers",         "--dim",     "--heads", "--seq",       "--vocab",
-    "--tie-embeddings", "--experts", "--top-k", "--moe-every", "--capacity-factor",
-    "--aux-loss-coef"};
+    "--layers",         "--dim",      "--heads",  "--seq",       "--vocab",
+    "--tie-embeddings", "--experts",  "--top-k",  "--moe-every", "--capacity-factor",
+    "--aux-loss-coef",  "--kv-heads", "--ffn-dim"};
 // --model NAME|FILE.json: fills the fields of kModelShapeOptions from a published preset or a
 // file, except those the user typed (`given`: the option names used, e.g. "--layers"). Throws
 // UsageError for an unknown preset or a bad file.

@@ -32,6 +32,7 @@ PlanModel plan_model(const std::string& name_or_file) {
   m.config.heads = c.heads;
   m.config.seq_len = c.seq;
   m.config.tie_embeddings = c.tie_embeddings == "on";
+  m.config.style = c.style;
   if (c.vocab > 0) m.config.vocab = c.vocab;  // "tiny" trains on a task's vocabulary: the default
   set_expert_config(m.config, c);  // a preset's or model file's experts (mixtral-8x7b: 8, top 2)
   m.default_global_batch = name_or_file.rfind("gpt3-", 0) == 0 ? 1536 : 512;

@@ -128,7 +128,7 @@ void explain_out_of_memory(std::ostream& out, const CommonOptions& c, const GPTC
   fmt::print(out, "  allocator when it failed:\n{}\n", oom.what());
   // Try larger tp sizes on the phantom device (shapes and bytes only, one step each).
   for (int tp = c.ranks + 1; tp <= std::min(64, cfg.heads); ++tp) {
-    if (cfg.heads % tp != 0 || (4 * cfg.dim) % tp != 0) continue;
+    if (!parallel::tp_divides(cfg, tp)) continue;
     CommonOptions probe = c;
     probe.ranks = tp;
     probe.device = "phantom";

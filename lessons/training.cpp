@@ -82,6 +82,7 @@ GPTConfig model_config(const CommonOptions& c, const data::Task& task) {
   cfg.dim = c.dim;
   cfg.heads = c.heads;
   cfg.tie_embeddings = c.tie_embeddings == "on";
+  cfg.style = c.style;
   cfg.seed = c.seed;
   set_expert_config(cfg, c);
   try {

@@ -93,6 +93,9 @@ void print_loss_summary(std::ostream& out, const CommonOptions& c, const std::ve
 
 // "model: 2 layers, dim 64, 4 heads, seq 32, vocab 64 -> 101,248 parameters"
 std::string describe_model(const GPTConfig& cfg, int64_t params);
+// The block style's part of describe_model ("; rmsnorm, swiglu MLP of width 192, rope positions
+// (theta 10000), 2 kv heads (GQA), no biases"); empty for GPT-2's block.
+std::string describe_style(const GPTConfig& cfg);
 // "device: cpu virtual GPU x4, clock modeled on 8xH100-NVLink (495 TFLOP/s, ...)"
 std::string describe_world(const WorldOptions& w);
 

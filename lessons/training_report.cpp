@@ -102,9 +102,22 @@ std::string describe_model(const GPTConfig& cfg, int64_t params) {
     experts = fmt::format(", {} experts top-{}{} ({} active per token)", cfg.experts, cfg.top_k,
                           cfg.moe_every > 1 ? fmt::format(" every {} blocks", cfg.moe_every) : "",
                           with_commas(theory::gpt_active_parameters(cfg)));
-  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters{}{}",
+  return fmt::format("{} layers, dim {}, {} heads, seq {}, vocab {} -> {} parameters{}{}{}",
                      cfg.layers, cfg.dim, cfg.heads, cfg.seq_len, cfg.vocab, with_commas(params),
-                     cfg.tie_embeddings ? ", tied embeddings" : "", experts);
+                     cfg.tie_embeddings ? ", tied embeddings" : "", describe_style(cfg), experts);
+}
+
+std::string describe_style(const GPTConfig& cfg) {
+  if (cfg.style.is_gpt2()) return "";  // GPT-2's block, as every description before the styles
+  const BlockStyle& s = cfg.style;
+  std::string kv = cfg.kv_head_count() == cfg.heads ? "multi-head"
+                   : cfg.kv_head_count() == 1
+                       ? "1 kv head (MQA)"
+                       : fmt::format("{} kv heads (GQA)", cfg.kv_head_count());
+  return fmt::format("; {}, {} MLP of width {}, {} positions{}, {}{}", norm_name(s.norm),
+                     mlp_name(s.mlp), cfg.ffn_hidden(), positions_name(s.positions),
+                     cfg.rope() ? fmt::format(" (theta {:.0f})", s.rope_theta) : "", kv,
+                     s.bias ? "" : ", no biases");
 }
 
 std::string describe_world(const WorldOptions& w) {

@@ -36,24 +36,25 @@ void BlockActivations::allocate_missing(const GPTConfig& cfg, const BlockShard& 
   const int64_t b = batch, t = seq, c = cfg.dim;
   const int64_t t_mine = seq / shard.seq_parts;  // tokens of the layernorm/residual regions
   const int64_t local_c = int64_t{shard.heads} * cfg.head_size();  // channels of my heads
+  const int64_t local_kv = int64_t{shard.local_kv_heads()} * cfg.head_size();
   auto need = [&](Tensor& x, const Shape& shape) {
     if (!x.defined()) x = activation(shape, cfg.dtype);
   };
-  auto need_stat = [&](Tensor& x) {
-    if (!x.defined()) x = statistics({b, t_mine});
+  auto need_stat = [&](Tensor& x, bool kept = true) {
+    if (!x.defined() && kept) x = statistics({b, t_mine});
   };
   need(ln1, {b, t_mine, c});
-  need_stat(ln1_mean);
+  need_stat(ln1_mean, !cfg.rmsnorm());  // RMSNorm keeps no mean
   need_stat(ln1_rstd);
-  need(qkv, {b, t, 3 * local_c});
+  need(qkv, {b, t, local_c + 2 * local_kv});
   need(att, {b, shard.heads, t, shard.attention_keys > 0 ? shard.attention_keys : t});
   need(attn_out, {b, t, local_c});
   need(res1, {b, t_mine, c});
   need(ln2, {b, t_mine, c});
-  need_stat(ln2_mean);
+  need_stat(ln2_mean, !cfg.rmsnorm());
   need_stat(ln2_rstd);
   if (dense_mlp) {
-    need(fc, {b, t, shard.hidden});
+    need(fc, {b, t, cfg.fc_width(shard.hidden)});
     need(fc_gelu, {b, t, shard.hidden});
   }
   need(out, {b, t_mine, c});
@@ -74,19 +75,21 @@ Block::Block(const GPTConfig& cfg, int index, const BlockShard& shard_)
   const std::string p = fmt::format("blocks.{}.", index);
   const int64_t c = cfg.dim;
   const int64_t local_c = int64_t{shard.heads} * cfg.head_size();
+  const int64_t local_kv = int64_t{shard.local_kv_heads()} * cfg.head_size();
+  const bool bias = cfg.style.bias;
   // GPT-2: the projections that write into the residual stream are scaled by 1/sqrt(2 layers),
   // so the residual's variance does not grow with depth (two such writes per block).
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers));
-  ln1 = LayerNorm(p + "ln1", c);
-  qkv = Linear(p + "attn.qkv", c, 3 * local_c, 0.02f);
-  attn_proj = Linear(p + "attn.proj", local_c, c, residual_std);
-  ln2 = LayerNorm(p + "ln2", c);
+  ln1 = LayerNorm(p + "ln1", c, cfg.style.norm);
+  qkv = Linear(p + "attn.qkv", c, local_c + 2 * local_kv, 0.02f, bias);
+  attn_proj = Linear(p + "attn.proj", local_c, c, residual_std, bias);
+  ln2 = LayerNorm(p + "ln2", c, cfg.style.norm);
   if (cfg.is_moe_block(index)) {
     moe = MoeLayer(cfg, index, shard);
     return;
   }
-  fc = Linear(p + "mlp.fc", c, shard.hidden, 0.02f);
-  mlp_proj = Linear(p + "mlp.proj", shard.hidden, c, residual_std);
+  fc = Linear(p + "mlp.fc", c, cfg.fc_width(shard.hidden), 0.02f, bias);
+  mlp_proj = Linear(p + "mlp.proj", shard.hidden, c, residual_std, bias);
 }
 
 namespace {
@@ -131,18 +134,43 @@ void Block::column_backward_input(const Linear& linear, Tensor& dinp, const Tens
 }
 
 void Block::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv) const {
+  const AttentionHeads h = attention_heads();
   // Plain attention keeps the probabilities themselves (no lse).
-  if (!comm.attention) return ops::attention_forward(out, att, qkv, heads);
+  if (!comm.attention) return ops::attention_forward(out, att, qkv, h.heads, h.kv_heads);
   const std::string cat = comm.phase ? comm.phase->category() : trace::cat::forward;
-  communicating(comm, [&] { comm.attention->forward(out, att, lse, qkv, heads, cat); });
+  communicating(comm, [&] { comm.attention->forward(out, att, lse, qkv, h, cat); });
 }
 
 void Block::attention_backward(Tensor& dqkv, const Tensor& dout, const BlockActivations& a) const {
-  if (!comm.attention) return ops::attention_backward(dqkv, dout, a.qkv, a.att, heads);
+  const AttentionHeads h = attention_heads();
+  if (!comm.attention)
+    return ops::attention_backward(dqkv, dout, a.qkv, a.att, h.heads, h.kv_heads);
   const std::string cat = comm.phase ? comm.phase->category() : trace::cat::backward;
-  communicating(comm, [&] {
-    comm.attention->backward(dqkv, dout, a.qkv, a.attn_out, a.att, a.lse, heads, cat);
-  });
+  communicating(
+      comm, [&] { comm.attention->backward(dqkv, dout, a.qkv, a.attn_out, a.att, a.lse, h, cat); });
+}
+
+// q and k (the first H + KV heads of each qkv row) turn by each token's position; v does not.
+// The backward turns their gradient back: the rotation's transpose.
+void Block::rotate_positions(Tensor& x, bool backward) const {
+  if (!config.rope()) return;
+  std::vector<int32_t> iota;
+  std::span<const int32_t> pos = positions;
+  if (positions.empty()) {
+    iota.resize(static_cast<size_t>(x.dim(1)));
+    for (size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<int32_t>(i);
+    pos = iota;
+  }
+  const int rotated = heads + shard.local_kv_heads();
+  const float theta = config.style.rope_theta;
+  backward ? ops::rope_backward(x, pos, rotated, config.head_size(), theta)
+           : ops::rope_forward(x, pos, rotated, config.head_size(), theta);
+}
+
+// d fc from d of the activation's output: GELU's derivative in place, or SwiGLU's of gate | up.
+void Block::mlp_activation_backward(Tensor& d_fc, const Tensor& fc_in, const Tensor& d_act) const {
+  if (config.swiglu()) return ops::swiglu_backward(d_fc, fc_in, d_act);
+  ops::gelu_backward(d_fc, fc_in, d_act);
 }
 
 // ---------------------------------------------------------------------------------- Block
@@ -165,16 +193,17 @@ void Block::forward_math(const Tensor& x, BlockActivations& a, MoePass pass) con
   // attention branch: res1 = x + proj(attention(qkv(ln1(x))))
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
   column_forward(qkv, a.qkv, a.ln1);
+  rotate_positions(a.qkv, /*backward=*/false);
   attention_forward(a.attn_out, a.att, a.lse, a.qkv);
   row_forward(attn_proj, a.res1, a.attn_out);
   ops::add(a.res1, a.res1, x);
-  // MLP branch: out = res1 + proj(gelu(fc(ln2(res1))))
+  // MLP branch: out = res1 + proj(gelu(fc(ln2(res1)))), or proj(swiglu(fc(...))) (gate | up)
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1);
   if (is_moe()) {  // out = res1 + moe(ln2(res1))
     moe.forward(a.out, a.ln2, a.moe, comm, pass);
   } else {
     column_forward(fc, a.fc, a.ln2);
-    ops::gelu_forward(a.fc_gelu, a.fc);
+    config.swiglu() ? ops::swiglu_forward(a.fc_gelu, a.fc) : ops::gelu_forward(a.fc_gelu, a.fc);
     row_forward(mlp_proj, a.out, a.fc_gelu);
   }
   ops::add(a.out, a.out, a.res1);
@@ -248,8 +277,11 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
   if (is_moe()) {
     moe.backward(d_ln2, d_out, a.ln2, a.moe, comm);
   } else {
-    row(mlp_proj, d_fc, d_out, a.fc_gelu);
-    ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
+    // GELU's gradient is elementwise (computed in place in d_fc); SwiGLU's reads [.., F] and
+    // writes gate | up [.., 2F], so its input gradient needs a buffer of its own.
+    Tensor d_act = config.swiglu() ? workspace(a.fc_gelu.shape(), dt) : d_fc;
+    row(mlp_proj, d_act, d_out, a.fc_gelu);
+    mlp_activation_backward(d_fc, a.fc, d_act);
     column(fc, d_ln2, d_fc, a.ln2);
   }
   norm(ln2, d_res1, d_ln2, a.res1, a.ln2_mean, a.ln2_rstd);
@@ -258,6 +290,7 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
   // attention branch. res1 = x + attn(x): x gets d_res1 directly plus the branch.
   row(attn_proj, d_attn_out, d_res1, a.attn_out);
   attention_backward(d_qkv, d_attn_out, a);
+  rotate_positions(d_qkv, /*backward=*/true);
   column(qkv, d_ln1, d_qkv, a.ln1);
   norm(ln1, dx, d_ln1, a.input, a.ln1_mean, a.ln1_rstd);  // dout is not read after this
   ops::axpy(dx, 1.0f, d_res1);

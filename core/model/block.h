@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/model/layers.h"
 #include "core/model/moe.h"
@@ -17,7 +18,7 @@ namespace mgpu {
 // reads [B,T/seq_parts,C] and writes [B,T,local], the row linears' the reverse.
 struct BlockShard {
   int heads = 0;      // attention heads computed here (each of head_size channels)
-  int hidden = 0;     // MLP hidden units computed here (4 * dim for the whole block)
+  int hidden = 0;     // MLP hidden units computed here (ffn_hidden() for the whole block)
   int seq_parts = 1;  // the replicated regions hold T / seq_parts tokens (1: the whole sequence)
   // Keys per query row that BlockActivations::att keeps (its last dim); 0 = the block's own
   // tokens. Context parallelism keeps a rank's rows of the whole sequence's T x T matrix.
@@ -26,7 +27,15 @@ struct BlockShard {
   // one (which one: its ExpertComm's rank). Experts are never tensor-split: each tp rank holds
   // whole experts (what Megatron calls expert-TP = 1, computed redundantly here).
   int expert_parts = 1;
-  static BlockShard whole(const GPTConfig& cfg) { return {cfg.heads, 4 * cfg.dim}; }
+  // Key/value heads computed here (grouped-query attention: each serves heads / kv_heads query
+  // heads, all of them local); 0 = as many as query heads (multi-head attention).
+  int kv_heads = 0;
+  static BlockShard whole(const GPTConfig& cfg) {
+    return {.heads = cfg.heads,
+            .hidden = static_cast<int>(cfg.ffn_hidden()),
+            .kv_heads = cfg.kv_head_count()};
+  }
+  int local_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   bool operator==(const BlockShard&) const = default;
 };
 
@@ -56,16 +65,23 @@ class LinearComm {
   virtual void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) = 0;
 };
 
+// The heads of one attention call: query heads and the key/value heads they share (equal
+// without grouped-query attention).
+struct AttentionHeads {
+  int heads = 1, kv_heads = 1;
+};
+
 class AttentionComm {
  public:
   virtual ~AttentionComm() = default;
-  // qkv [B,T,3C] -> out [B,T,C], keeping in att (and lse, which it may allocate) what backward
-  // reads. `category` labels the compute scopes it opens (the phase it runs in).
-  virtual void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
-                       const std::string& category) = 0;
+  // qkv [B,T,(H + 2 KV) D] (q | k | v; KV = H without grouped-query attention) -> out
+  // [B,T,H D], keeping in att (and lse, which it may allocate) what backward reads. `category`
+  // labels the compute scopes it opens (the phase it runs in).
+  virtual void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                       const AttentionHeads& heads, const std::string& category) = 0;
   // dqkv overwritten from dout and what forward kept (out: forward's output).
   virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& att, const Tensor& lse, int heads,
+                        const Tensor& att, const Tensor& lse, const AttentionHeads& heads,
                         const std::string& category) = 0;
 };
 
@@ -82,15 +98,15 @@ struct BlockComm {
 // Everything one block's backward needs, kept from its forward (MemCategory::activations).
 struct BlockActivations {
   Tensor input;                    // [B,T,C] the block's input (a view, not a copy)
-  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B,T], [B,T]
-  Tensor qkv;                      // [B,T,3C]  (3 x local heads x head_size under a shard)
+  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B,T], [B,T] (rmsnorm: no mean)
+  Tensor qkv;                      // [B,T,(H+2KV)D] q | k | v of local heads; q, k rotated (rope)
   Tensor att;                      // [B,H,T,T] attention probabilities (H: local heads)
   Tensor lse;                      // [B,H,T] f32 log-sum-exp per query (ring attention only)
   Tensor attn_out;                 // [B,T,C] heads' outputs, before the projection (local heads)
   Tensor res1;                     // [B,T,C] input + attention branch
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B,T], [B,T]
-  Tensor fc;                       // [B,T,4C] before GELU (local hidden units)
-  Tensor fc_gelu;                  // [B,T,4C] after GELU
+  Tensor fc;                       // [B,T,F] before GELU (local hidden units; swiglu: [B,T,2F])
+  Tensor fc_gelu;                  // [B,T,F] after GELU (or SwiGLU's silu(gate) * up)
   Tensor out;                      // [B,T,C] res1 + MLP branch: the block's output
   MoeActivations moe;              // an MoE block's MLP branch (fc and fc_gelu stay undefined)
 
@@ -124,13 +140,16 @@ struct Block {
   GPTConfig config;  // shapes, dtype and recompute mode of the activations it keeps
   BlockShard shard;  // the heads and hidden units this block computes
   LayerNorm ln1;
-  Linear qkv;        // C -> 3C      (column linear: 3 x local heads x head_size outputs)
+  Linear qkv;        // C -> (H+2KV)D (column linear: local q, k and v heads x head_size outputs)
   Linear attn_proj;  // C -> C       (row linear: residual projection)
   LayerNorm ln2;
-  Linear fc;        // C -> 4C      (column linear: local hidden units)
-  Linear mlp_proj;  // 4C -> C      (row linear: residual projection)
+  Linear fc;        // C -> F       (column linear: local hidden units; swiglu: gate | up, 2F)
+  Linear mlp_proj;  // F -> C       (row linear: residual projection)
   MoeLayer moe;     // an MoE block's MLP instead of fc and mlp_proj (moe.experts == 0: dense)
   BlockComm comm;   // where a layout communicates; all null = one device
+  // Rotary positions: the global position of each of the T tokens of qkv; empty means 0..T-1.
+  // Context parallelism sets them (GPT::set_positions), as it does the embedding's.
+  std::vector<int32_t> positions;
 
   Block() = default;
   Block(const GPTConfig& cfg, int index);
@@ -163,8 +182,13 @@ struct Block {
   void column_backward_input(const Linear& linear, Tensor& dinp, const Tensor& dout) const;
   void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv) const;
   void attention_backward(Tensor& dqkv, const Tensor& dout, const BlockActivations& a) const;
+  AttentionHeads attention_heads() const { return {heads, shard.local_kv_heads()}; }
 
  private:
+  // RoPE on qkv's q and k columns (in place), and its backward on their gradient; nothing under
+  // learned positions.
+  void rotate_positions(Tensor& qkv_or_grad, bool backward) const;
+  void mlp_activation_backward(Tensor& d_fc, const Tensor& fc, const Tensor& d_act) const;
   // The backward, written once: each layer's input and weight gradients together (deferred
   // null), or only the input gradients, keeping in *deferred what backward_weight needs.
   void backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations& a,

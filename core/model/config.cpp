@@ -19,6 +19,16 @@ Recompute parse_recompute(const std::string& text) {
                               "' (use none, selective or full)");
 }
 
+const char* norm_name(Norm n) {
+  return n == Norm::layernorm ? "layernorm" : "rmsnorm";
+}
+const char* mlp_name(MlpKind m) {
+  return m == MlpKind::gelu ? "gelu" : "swiglu";
+}
+const char* positions_name(Positions p) {
+  return p == Positions::learned ? "learned" : "rope";
+}
+
 namespace {
 // The divisors of `dim` up to 16, as "1, 2, 4, 8", for the error message.
 std::string divisors_of(int dim) {
@@ -43,7 +53,33 @@ void GPTConfig::validate() const {
   if (dim % heads != 0)
     throw std::invalid_argument(fmt::format(
         "GPT config: heads ({}) must divide dim ({}): try heads {}", heads, dim, divisors_of(dim)));
+  validate_style();
   validate_experts();
+}
+
+void GPTConfig::validate_style() const {
+  auto refuse = [](const std::string& line) { throw std::invalid_argument("GPT config: " + line); };
+  if (style.kv_heads < 0 || (style.kv_heads > 0 && heads % style.kv_heads != 0)) {
+    std::string works;
+    for (int k = 1; k <= heads; ++k)
+      if (heads % k == 0) works += (works.empty() ? "" : ", ") + std::to_string(k);
+    refuse(
+        fmt::format("kv_heads ({}) must divide the {} query heads (each kv head serves a group "
+                    "of them): use {}",
+                    style.kv_heads, heads, works));
+  }
+  if (style.ffn_dim < 0)
+    refuse(fmt::format("ffn_dim ({}) must be >= 0 (0: 4 * dim), e.g. {}", style.ffn_dim, 4 * dim));
+  if (rope() && head_size() % 2 != 0)
+    refuse(
+        fmt::format("rope rotates pairs of a head's channels, so the head size dim / heads "
+                    "({} / {} = {}) must be even: change dim or heads",
+                    dim, heads, head_size()));
+  if (rope() && !(style.rope_theta > 1.0f && style.rope_theta <= 1e9f))
+    refuse(
+        fmt::format("rope_theta ({}) must be above 1 and at most 1e9, e.g. 10000 (Llama 2) or "
+                    "500000 (Llama 3)",
+                    style.rope_theta));
 }
 
 void GPTConfig::validate_experts() const {

@@ -67,6 +67,11 @@ void GPT::set_block_comm(const BlockComm& comm) {
   for (Block& block : blocks) block.comm = comm;
 }
 
+void GPT::set_positions(const std::vector<int32_t>& positions) {
+  embedding.positions = positions;
+  for (Block& block : blocks) block.positions = positions;
+}
+
 void GPT::set_loss_grad_scale(float scale) {
   for (Block& block : blocks) block.moe.loss_grad_scale = scale;
 }
@@ -112,10 +117,9 @@ int64_t GPT::active_params() const {
   int64_t n = 0;
   for (Param* p : const_cast<GPT*>(this)->params()) n += shape_numel(p->shape);
   // Each token runs top_k of an MoE block's experts (the router runs whole).
-  for (const Block& block : blocks)
+  for (Block& block : const_cast<GPT*>(this)->blocks)
     if (block.is_moe())
-      for (const Param* p :
-           {&block.moe.fc_weight, &block.moe.fc_bias, &block.moe.proj_weight, &block.moe.proj_bias})
+      for (const Param* p : block.moe.expert_params())
         n -= shape_numel(p->shape) / block.moe.local_experts *
              (block.moe.local_experts - block.moe.top_k);
   return n;

@@ -61,6 +61,9 @@ class GPT {
   // Every block communicates through `comm` (null members: one device). What it points to must
   // outlive the model's use.
   void set_block_comm(const BlockComm& comm);
+  // The global position of each token a forward sees (empty: 0..T-1), read by the position table
+  // and by the blocks' rotary positions. Context parallelism sets its chunks'.
+  void set_positions(const std::vector<int32_t>& positions);
   // The scale the head's loss gradient carries (1 / micro-batches x loss scale), stored in every
   // MoE block so the aux loss's gradient carries it too. forward() sets it from its grad_scale;
   // a layout that calls head.forward_loss itself sets it before its blocks' backward.

@@ -40,16 +40,20 @@ void Linear::collect(ParamList& list) {
 
 // ---------------------------------------------------------------------------------- LayerNorm
 
-LayerNorm::LayerNorm(const std::string& name, int64_t dim)
+LayerNorm::LayerNorm(const std::string& name, int64_t dim, Norm norm)
     : weight(Param::declared(name + ".weight", {dim}, ParamInit::constant(1.0f))),
-      bias(Param::declared(name + ".bias", {dim}, ParamInit::constant(0.0f))) {}
+      rms(norm == Norm::rmsnorm) {
+  if (!rms) bias = Param::declared(name + ".bias", {dim}, ParamInit::constant(0.0f));
+}
 
 void LayerNorm::forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const {
+  if (rms) return ops::rmsnorm_forward(out, rstd, inp, weight.data);
   ops::layernorm_forward(out, mean, rstd, inp, weight.data, bias.data);
 }
 
 void LayerNorm::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
                          const Tensor& rstd) {
+  if (rms) return ops::rmsnorm_backward(dinp, weight.grad, dout, inp, weight.data, rstd);
   ops::layernorm_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data, mean, rstd);
 }
 
@@ -58,6 +62,7 @@ void LayerNorm::backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, co
 void LayerNorm::backward_input(Tensor& dinp, const Tensor& dout, const Tensor& inp,
                                const Tensor& mean, const Tensor& rstd) const {
   Tensor dw = Tensor::zeros(weight.grad.shape(), MemCategory::workspace, weight.grad.dtype());
+  if (rms) return ops::rmsnorm_backward(dinp, dw, dout, inp, weight.data, rstd);
   Tensor db = Tensor::zeros(bias.grad.shape(), MemCategory::workspace, bias.grad.dtype());
   ops::layernorm_backward(dinp, dw, db, dout, inp, weight.data, mean, rstd);
 }
@@ -65,19 +70,22 @@ void LayerNorm::backward_input(Tensor& dinp, const Tensor& dout, const Tensor& i
 void LayerNorm::backward_weight(const Tensor& dout, const Tensor& inp, const Tensor& mean,
                                 const Tensor& rstd) {
   Tensor dinp = Tensor::zeros(inp.shape(), MemCategory::workspace, inp.dtype());
+  if (rms) return ops::rmsnorm_backward(dinp, weight.grad, dout, inp, weight.data, rstd);
   ops::layernorm_backward(dinp, weight.grad, bias.grad, dout, inp, weight.data, mean, rstd);
 }
 
 void LayerNorm::collect(ParamList& list) {
   list.push_back(&weight);
-  list.push_back(&bias);
+  if (!rms) list.push_back(&bias);
 }
 
 // ---------------------------------------------------------------------------------- Embedding
 
 Embedding::Embedding(const GPTConfig& cfg)
-    : wte(Param::declared("embedding.wte", {cfg.vocab, cfg.dim}, ParamInit::normal(0.02f))),
-      wpe(Param::declared("embedding.wpe", {cfg.seq_len, cfg.dim}, ParamInit::normal(0.02f))) {}
+    : wte(Param::declared("embedding.wte", {cfg.vocab, cfg.dim}, ParamInit::normal(0.02f))) {
+  if (!cfg.rope())
+    wpe = Param::declared("embedding.wpe", {cfg.seq_len, cfg.dim}, ParamInit::normal(0.02f));
+}
 
 namespace {
 // Calls fn(local_row, position, rows) for each run of consecutive positions.
@@ -93,7 +101,8 @@ void for_each_position_run(const std::vector<int32_t>& positions, Fn&& fn) {
 }  // namespace
 
 void Embedding::forward(Tensor& out, std::span<const int32_t> tokens) const {
-  if (positions.empty()) return ops::embedding_forward(out, tokens, wte.data, wpe.data);
+  if (positions.empty() || wpe.name.empty())
+    return ops::embedding_forward(out, tokens, wte.data, wpe.data);
   // The rows of wpe at my positions, gathered so the op reads them as rows 0..T-1.
   const int64_t c = wte.data.dim(1);
   Tensor my_wpe = workspace({int64_t(positions.size()), c}, wpe.data.dtype());
@@ -106,7 +115,8 @@ void Embedding::forward(Tensor& out, std::span<const int32_t> tokens) const {
 }
 
 void Embedding::backward(const Tensor& dout, std::span<const int32_t> tokens) {
-  if (positions.empty()) return ops::embedding_backward(wte.grad, wpe.grad, dout, tokens);
+  if (positions.empty() || wpe.name.empty())
+    return ops::embedding_backward(wte.grad, wpe.grad, dout, tokens);
   const int64_t c = wte.data.dim(1);
   Tensor my_dwpe =
       Tensor::zeros({int64_t(positions.size()), c}, MemCategory::workspace, wpe.grad.dtype());
@@ -119,7 +129,7 @@ void Embedding::backward(const Tensor& dout, std::span<const int32_t> tokens) {
 
 void Embedding::collect(ParamList& list) {
   list.push_back(&wte);
-  list.push_back(&wpe);
+  if (!wpe.name.empty()) list.push_back(&wpe);
 }
 
 // ---------------------------------------------------------------------------------- Head
@@ -136,7 +146,7 @@ HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, i
 }
 
 Head::Head(const GPTConfig& cfg)
-    : ln_f("head.ln_f", cfg.dim),
+    : ln_f("head.ln_f", cfg.dim, cfg.style.norm),
       lm_head("head.lm_head", cfg.dim, cfg.vocab, 0.02f, /*has_bias=*/false) {
   // Tied, a copy of wte where the embedding is elsewhere: seeded as wte (the same name, the same
   // draw), so both copies start equal, and a checkpoint knows it as the one tensor.

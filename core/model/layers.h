@@ -29,11 +29,14 @@ struct Linear {
   void collect(ParamList& list);
 };
 
+// The block's norm: LayerNorm (Ba et al. 2016), or with rms RMSNorm (Zhang & Sennrich 2019),
+// which has no bias and no mean (`mean` stays undefined, only rstd is kept).
 struct LayerNorm {
   Param weight;  // [C], init 1
-  Param bias;    // [C], init 0
+  Param bias;    // [C], init 0 (undefined under rms)
+  bool rms = false;
   LayerNorm() = default;
-  LayerNorm(const std::string& name, int64_t dim);
+  LayerNorm(const std::string& name, int64_t dim, Norm norm = Norm::layernorm);
   void forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp) const;
   void backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& mean,
                 const Tensor& rstd);
@@ -45,10 +48,11 @@ struct LayerNorm {
   void collect(ParamList& list);
 };
 
-// Token + position embedding: out[b,t] = wte[token] + wpe[position of t].
+// Token + position embedding: out[b,t] = wte[token] + wpe[position of t]. Under rotary positions
+// there is no wpe (the blocks rotate q and k instead): out[b,t] = wte[token].
 struct Embedding {
   Param wte;  // [vocab, C]
-  Param wpe;  // [seq_len, C]
+  Param wpe;  // [seq_len, C]; undefined (no name) under rope
   // The global position of each of the T tokens a forward sees; empty means 0..T-1. Context
   // parallelism sets it: a rank holds a chunk (or, zigzag, two chunks) of every sequence.
   std::vector<int32_t> positions;

@@ -1,5 +1,6 @@
 #include "core/model/model_file.h"
 
+#include <initializer_list>
 #include <iterator>
 #include <stdexcept>
 
@@ -16,7 +17,9 @@ constexpr const char* kShapeHint =
     "a model file is {\"layers\": 12, \"dim\": 768, \"heads\": 12, \"seq\": 1024, \"vocab\": "
     "50257, \"tie_embeddings\": true} (vocab and tie_embeddings optional; with experts also "
     "\"experts\": 8, \"top_k\": 2, \"moe_every\", \"expert_hidden\", \"capacity_factor\" "
-    "(a number or \"dropless\"), \"aux_loss_coef\")";
+    "(a number or \"dropless\"), \"aux_loss_coef\"; a Llama block: \"norm\": \"rmsnorm\", "
+    "\"mlp\": \"swiglu\", \"ffn_dim\", \"positions\": \"rope\", \"rope_theta\", \"kv_heads\", "
+    "\"bias\": false)";
 
 // The field as an int: an integer JSON number (not a bool, not 2.9, not 2.0) within its range.
 int integer_field(const nlohmann::json& j, const ModelFieldRange& range, bool optional,
@@ -64,6 +67,49 @@ void moe_number_fields(const nlohmann::json& j, ModelShape& shape, const std::st
   }
 }
 
+// One of a style field's names ("norm": "layernorm" | "rmsnorm"), as its enum.
+template <class Enum>
+void choice_field(const nlohmann::json& j, const char* key, Enum& value,
+                  std::initializer_list<std::pair<const char*, Enum>> choices,
+                  const std::string& source) {
+  if (!j.contains(key)) return;
+  const nlohmann::json& v = j.at(key);
+  std::string names;
+  for (const auto& [name, e] : choices) {
+    if (v.is_string() && v.get<std::string>() == name) {
+      value = e;
+      return;
+    }
+    names += (names.empty() ? "\"" : " or \"") + std::string(name) + "\"";
+  }
+  throw std::invalid_argument(
+      fmt::format("{}: '{}' must be {}, got {}", source, key, names, echo_input(v.dump(), 40)));
+}
+
+// The block's style fields other than the two integers (ffn_dim, kv_heads).
+void style_fields(const nlohmann::json& j, BlockStyle& style, const std::string& source) {
+  choice_field(j, "norm", style.norm, {{"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}},
+               source);
+  choice_field(j, "mlp", style.mlp, {{"gelu", MlpKind::gelu}, {"swiglu", MlpKind::swiglu}}, source);
+  choice_field(j, "positions", style.positions,
+               {{"learned", Positions::learned}, {"rope", Positions::rope}}, source);
+  if (j.contains("rope_theta")) {
+    const nlohmann::json& v = j.at("rope_theta");
+    if (!(v.is_number() && !v.is_boolean() && v.get<double>() > 1 && v.get<double>() <= 1e9))
+      throw std::invalid_argument(fmt::format(
+          "{}: 'rope_theta' must be a number above 1 and at most 1e9 (e.g. 500000), got {}", source,
+          echo_input(v.dump(), 40)));
+    style.rope_theta = v.get<float>();
+  }
+  if (j.contains("bias")) {
+    const nlohmann::json& v = j.at("bias");
+    if (!v.is_boolean())
+      throw std::invalid_argument(fmt::format("{}: 'bias' must be true or false, got {}", source,
+                                              echo_input(v.dump(), 40)));
+    style.bias = v.get<bool>();
+  }
+}
+
 }  // namespace
 
 ModelShape parse_model_json(const std::string& text, const std::string& source) {
@@ -73,20 +119,24 @@ ModelShape parse_model_json(const std::string& text, const std::string& source) 
     throw std::invalid_argument(
         fmt::format("{}: not a model file (not a JSON object); {}", source, kShapeHint));
   for (const auto& [key, value] : j.items()) {
-    bool known = key == "tie_embeddings" || key == "capacity_factor" || key == "aux_loss_coef";
+    bool known = key == "tie_embeddings" || key == "capacity_factor" || key == "aux_loss_coef" ||
+                 key == "norm" || key == "mlp" || key == "positions" || key == "rope_theta" ||
+                 key == "bias";
     for (const ModelFieldRange& r : kModelFieldRanges) known = known || key == r.key;
     if (!known)
       throw std::invalid_argument(
           fmt::format("{}: unknown field '{}'; {}", source, echo_input(key, 40), kShapeHint));
   }
   ModelShape shape;
-  int* fields[] = {&shape.layers, &shape.dim,       &shape.heads,
-                   &shape.seq,    &shape.vocab,     &shape.experts,
-                   &shape.top_k,  &shape.moe_every, &shape.expert_hidden};
+  int* fields[] = {&shape.layers,        &shape.dim,           &shape.heads,
+                   &shape.seq,           &shape.vocab,         &shape.experts,
+                   &shape.top_k,         &shape.moe_every,     &shape.expert_hidden,
+                   &shape.style.ffn_dim, &shape.style.kv_heads};
   static_assert(std::size(fields) == std::size(kModelFieldRanges));
   for (size_t i = 0; i < std::size(kModelFieldRanges); ++i)  // vocab on: optional
     *fields[i] = integer_field(j, kModelFieldRanges[i], i >= 4, source, *fields[i]);
   moe_number_fields(j, shape, source);
+  style_fields(j, shape.style, source);
   if (j.contains("tie_embeddings")) {
     const nlohmann::json& tie = j.at("tie_embeddings");
     if (!tie.is_boolean())

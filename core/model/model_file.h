@@ -4,9 +4,15 @@
 // `"layers": true`, 2.9 or 4294967298 is refused with one line instead of becoming 1, 2 or 2;
 // "tie_embeddings" is true or false (not 1, not "on"); "capacity_factor" a number > 0 or
 // "dropless"; "aux_loss_coef" a number >= 0.
+//
+// The block's style (config.h: BlockStyle), each optional (absent: GPT-2's): "norm" "layernorm" or
+// "rmsnorm", "mlp" "gelu" or "swiglu", "ffn_dim" (0: 4 * dim), "positions" "learned" or "rope",
+// "rope_theta" a number > 1, "kv_heads" (0: heads), "bias" true or false.
 #pragma once
 #include <optional>
 #include <string>
+
+#include "core/model/config.h"
 
 namespace mgpu {
 
@@ -18,6 +24,7 @@ struct ModelShape {
   int experts = 0, top_k = 1, moe_every = 1, expert_hidden = 0;
   std::optional<double> capacity_factor;  // 0: dropless
   std::optional<float> aux_loss_coef;
+  BlockStyle style;  // absent fields: GPT-2's
 };
 
 // The ranges a model file's fields must lie in (inclusive), for the messages and the README.
@@ -36,6 +43,9 @@ inline constexpr ModelFieldRange kModelFieldRanges[] = {
     {"top_k", 1, 1 << 16},
     {"moe_every", 1, 10'000},
     {"expert_hidden", 0, 1 << 24},
+    // optional, the block's style
+    {"ffn_dim", 0, 1 << 24},
+    {"kv_heads", 0, 1 << 16},
 };
 
 // Parses the text of a model file; `source` names it in messages (e.g. "--model m.json").

@@ -25,6 +25,7 @@ MoeLayer::MoeLayer(const GPTConfig& cfg, int index, const BlockShard& shard)
       top_k(cfg.top_k),
       dim(cfg.dim),
       hidden(cfg.expert_hidden_size()),
+      gated(cfg.swiglu()),
       capacity_factor(cfg.capacity_factor),
       aux_loss_coef(cfg.aux_loss_coef),
       route(cfg.route) {
@@ -33,18 +34,27 @@ MoeLayer::MoeLayer(const GPTConfig& cfg, int index, const BlockShard& shard)
         "MoE layer: {} experts do not split into {} equal parts (ep must divide experts)",
         cfg.experts, shard.expert_parts));
   const std::string p = fmt::format("blocks.{}.moe.", index);
-  const int64_t e = local_experts, c = dim, h = hidden;
+  const int64_t e = local_experts, c = dim, h = hidden, fc = cfg.fc_width(h);
   // As the dense MLP: fc ~ N(0, 0.02), the projection into the residual scaled by depth.
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers));
   router = Param::declared(p + "router.weight", {experts, c}, ParamInit::normal(0.02f));
-  fc_weight = Param::declared(p + "fc.weight", {e, h, c}, ParamInit::normal(0.02f));
-  fc_bias = Param::declared(p + "fc.bias", {e, h}, ParamInit::constant(0.0f));
+  fc_weight = Param::declared(p + "fc.weight", {e, fc, c}, ParamInit::normal(0.02f));
   proj_weight = Param::declared(p + "proj.weight", {e, c, h}, ParamInit::normal(residual_std));
+  if (!cfg.style.bias) return;  // Mixtral's experts have none
+  fc_bias = Param::declared(p + "fc.bias", {e, fc}, ParamInit::constant(0.0f));
   proj_bias = Param::declared(p + "proj.bias", {e, c}, ParamInit::constant(0.0f));
 }
 
 void MoeLayer::collect(ParamList& list) {
-  for (Param* p : {&router, &fc_weight, &fc_bias, &proj_weight, &proj_bias}) list.push_back(p);
+  list.push_back(&router);
+  for (Param* p : expert_params()) list.push_back(p);
+}
+
+ParamList MoeLayer::expert_params() {
+  ParamList list;
+  for (Param* p : {&fc_weight, &fc_bias, &proj_weight, &proj_bias})
+    if (!p->name.empty()) list.push_back(p);
+  return list;
 }
 
 int64_t MoeActivations::bytes() const {
@@ -57,6 +67,10 @@ int64_t MoeActivations::bytes() const {
 namespace {
 Tensor moe_tensor(const Shape& shape, MemCategory category, DType dtype) {
   return Tensor::empty(shape, category, dtype);
+}
+// Expert e's slice of a stacked tensor; an undefined one (no biases) stays undefined.
+Tensor expert_slice(const Tensor& stacked, int e) {
+  return stacked.defined() ? stacked.rows(e, e + 1) : Tensor();
 }
 
 // One device: every expert is here, so the plan sends each expert's rows to itself.
@@ -119,23 +133,24 @@ Routing MoeLayer::route_probs(const Tensor& probs, int64_t group_tokens, int ran
   return route(query);
 }
 
-// Each local expert's GELU MLP on its contiguous rows: fc and gelu kept, the output returned.
+// Each local expert's MLP on its contiguous rows (GELU, or SwiGLU's gate | up): fc and the
+// activation's output kept, the output returned.
 Tensor MoeLayer::experts_forward(MoeActivations& a, MemCategory out_category) const {
   const int64_t rows = a.expert_rows.dim(0);
   const DType dt = a.expert_rows.dtype();
-  a.fc = moe_tensor({rows, hidden}, MemCategory::activations, dt);
+  a.fc = moe_tensor({rows, gated ? 2 * hidden : hidden}, MemCategory::activations, dt);
   a.fc_gelu = moe_tensor({rows, hidden}, MemCategory::activations, dt);
   Tensor out = moe_tensor({rows, dim}, out_category, dt);
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
     Tensor fc_rows = a.fc.rows(r0, r1);
     ops::linear_forward(fc_rows, a.expert_rows.rows(r0, r1), fc_weight.data.rows(e, e + 1),
-                        fc_bias.data.rows(e, e + 1));
+                        expert_slice(fc_bias.data, e));
   });
-  ops::gelu_forward(a.fc_gelu, a.fc);
+  gated ? ops::swiglu_forward(a.fc_gelu, a.fc) : ops::gelu_forward(a.fc_gelu, a.fc);
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
     Tensor out_rows = out.rows(r0, r1);
     ops::linear_forward(out_rows, a.fc_gelu.rows(r0, r1), proj_weight.data.rows(e, e + 1),
-                        proj_bias.data.rows(e, e + 1));
+                        expert_slice(proj_bias.data, e));
   });
   return out;
 }
@@ -188,15 +203,17 @@ Tensor MoeLayer::experts_backward(const Tensor& d_out, const MoeActivations& a,
   // Expert e's linear backward on its rows: dx overwritten, its slice of the grads +=.
   auto linear_backward = [](Param& w, Param& b, int e, Tensor dx, const Tensor& dy,
                             const Tensor& x) {
-    Tensor dw = w.grad.rows(e, e + 1), db = b.grad.rows(e, e + 1);
+    Tensor dw = w.grad.rows(e, e + 1), db = expert_slice(b.grad, e);
     ops::linear_backward(dx, dw, db, dy, x, w.data.rows(e, e + 1));
   };
-  Tensor d_fc = moe_tensor({rows, hidden}, MemCategory::workspace, dt);
+  Tensor d_fc = moe_tensor(a.fc.shape(), MemCategory::workspace, dt);
+  // GELU's gradient in place; SwiGLU's from [rows, H] into gate | up [rows, 2H].
+  Tensor d_act = gated ? moe_tensor({rows, hidden}, MemCategory::workspace, dt) : d_fc;
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
-    linear_backward(proj_weight, proj_bias, e, d_fc.rows(r0, r1), d_out.rows(r0, r1),
+    linear_backward(proj_weight, proj_bias, e, d_act.rows(r0, r1), d_out.rows(r0, r1),
                     a.fc_gelu.rows(r0, r1));
   });
-  ops::gelu_backward(d_fc, a.fc, d_fc);  // in place: elementwise
+  gated ? ops::swiglu_backward(d_fc, a.fc, d_act) : ops::gelu_backward(d_fc, a.fc, d_act);
   Tensor d_in = moe_tensor({rows, dim}, in_category, dt);
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
     linear_backward(fc_weight, fc_bias, e, d_in.rows(r0, r1), d_fc.rows(r0, r1),

@@ -154,8 +154,8 @@ struct MoeActivations {
   // (expert_rows is the same tensor); with an ExpertComm a comm buffer, dropped once sent.
   Tensor rows;
   Tensor expert_rows;  // [X, C] the rows at this rank's experts, by local expert
-  Tensor fc;           // [X, H] before GELU
-  Tensor fc_gelu;      // [X, H] after GELU
+  Tensor fc;           // [X, H] before GELU ([X, 2H] gate | up under SwiGLU)
+  Tensor fc_gelu;      // [X, H] after GELU (or SwiGLU)
   Tensor y;            // [R, C] the experts' outputs back in dispatch order (the combine's input)
   int64_t bytes() const;
 };
@@ -170,6 +170,7 @@ struct MoeLayer {
   int local_experts = 0;  // experts held here
   int top_k = 1;
   int64_t dim = 0, hidden = 0;  // C and each expert's hidden width H
+  bool gated = false;           // SwiGLU experts (Mixtral's): fc is gate | up, [E, 2H, C]
   double capacity_factor = 0.0;
   float aux_loss_coef = 0.0f;
   RouteFn route = nullptr;
@@ -177,10 +178,10 @@ struct MoeLayer {
   // the aux loss's gradient carries it too, so accumulation and loss scaling treat it alike.
   float loss_grad_scale = 1.0f;
   Param router;       // [E, C]     blocks.{i}.moe.router.weight (no bias)
-  Param fc_weight;    // [E, H, C]  blocks.{i}.moe.fc.weight
-  Param fc_bias;      // [E, H]     blocks.{i}.moe.fc.bias
+  Param fc_weight;    // [E, H, C]  blocks.{i}.moe.fc.weight ([E, 2H, C] gated)
+  Param fc_bias;      // [E, H]     blocks.{i}.moe.fc.bias (undefined without biases)
   Param proj_weight;  // [E, C, H]  blocks.{i}.moe.proj.weight
-  Param proj_bias;    // [E, C]     blocks.{i}.moe.proj.bias
+  Param proj_bias;    // [E, C]     blocks.{i}.moe.proj.bias (undefined without biases)
   // The last forward's routing (the last micro-batch's, under accumulation).
   mutable MoeStats last;
 
@@ -196,6 +197,8 @@ struct MoeLayer {
   void backward(Tensor& dx, const Tensor& dout, const Tensor& x, const MoeActivations& acts,
                 const BlockComm& comm);
   void collect(ParamList& list);
+  // The stacked expert tensors this rank holds (fc and proj weights, and their biases if any).
+  ParamList expert_params();
 
  private:
   Tensor router_probs(const Tensor& x) const;  // [N, E] f32

@@ -2,14 +2,14 @@
 // and with 4 experts), the published GPT-2 and GPT-3 shapes, and Mixtral 8x7B's shape. The
 // lessons and the planner both read them from here.
 //
-// mixtral-8x7b has Mixtral's published sizes (Jiang et al. 2024, table 1: 32 layers, dim 4096,
-// 32 heads, vocab 32000, context 4096, 8 experts, top-2, expert hidden 14336), but our blocks:
-// each expert is a GELU MLP with 2 matrices (not SwiGLU's 3), attention has no grouped KV heads
-// (Mixtral's 8) and positions are learned, so its parameter count is ours (32.5B, 9.9B active per
-// token), not Mixtral's 46.7B; the lessons print ours.
+// The Llama-style presets (llama-tiny, llama3-*, mixtral-8x7b) have Llama's block: RMSNorm, a
+// SwiGLU MLP, rotary positions, grouped-query attention and no biases (config.h: BlockStyle), so
+// their parameter counts are the published ones (theory::gpt_parameters; test_llama_presets).
 #pragma once
 #include <string>
 #include <vector>
+
+#include "core/model/config.h"
 
 namespace mgpu {
 
@@ -22,6 +22,7 @@ struct ModelPreset {
   bool tie_embeddings;
   // Mixture of experts (GPTConfig::experts, top_k, expert_hidden): 0 experts = dense.
   int experts = 0, top_k = 1, expert_hidden = 0;
+  BlockStyle style = {};  // GPT-2's block unless a Llama's
 };
 
 // In size order; the first is "tiny".

@@ -103,38 +103,52 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 // ---- rotary positions (RoPE), applied to q and k before attention
 
 namespace {
-// x [B, T, heads * D] with D even, one position per token. Returns D.
-int64_t rope_head_size(const char* op, const Tensor& x, std::span<const int32_t> positions,
-                       int heads) {
-  check(x.ndim() == 3 && heads > 0 && x.dim(2) % heads == 0 && (x.dim(2) / heads) % 2 == 0, op,
-        fmt::format("x must be [B, T, heads * D] with heads {} and D even, got {}", heads,
+// The first heads * D columns of each row of x [B, T, W], D even, one position per token.
+void check_rope(const char* op, const Tensor& x, std::span<const int32_t> positions, int heads,
+                int64_t hs) {
+  check(x.ndim() == 3 && heads > 0 && hs > 0 && hs % 2 == 0 && heads * hs <= x.dim(2), op,
+        fmt::format("x must be [B, T, W] with heads {} x D {} (D even) <= W, got {}", heads, hs,
                     shape_str(x.shape())));
   check(int64_t(positions.size()) == x.dim(1), op,
         fmt::format("{} positions for T = {}: one per token", positions.size(), x.dim(1)));
-  return x.dim(2) / heads;
 }
 
 // Per pair: 4 products and 2 adds (the angles' sines and cosines are not counted: a GPU kernel
-// would read them from a table). Reads and writes x.
-void rope(const char* op, Tensor& x, std::span<const int32_t> positions, int heads, float theta,
-          decltype(cpu::rope_forward) cpu_kernel, decltype(&CudaKernels::rope_forward) cuda_entry) {
-  const int64_t hs = rope_head_size(op, x, positions, heads);
-  KernelScope ks(op, 3.0 * double(x.numel()),
-                 elem_bytes(x) * 2.0 * double(x.numel()) + 4.0 * double(positions.size()),
+// would read them from a table). Reads and writes the rotated columns of x.
+void rope(const char* op, Tensor& x, std::span<const int32_t> positions, int heads, int64_t hs,
+          float theta, decltype(cpu::rope_forward) cpu_kernel,
+          decltype(&CudaKernels::rope_forward) cuda_entry) {
+  check_rope(op, x, positions, heads, hs);
+  const double rotated = double(x.dim(0)) * double(x.dim(1)) * double(heads * hs);
+  KernelScope ks(op, 3.0 * rotated, elem_bytes(x) * 2.0 * rotated + 4.0 * double(positions.size()),
                  x.dtype());
   if (!has_math(x)) return;
   Fp32Staging st;
   run(x, op, cpu_kernel, cuda_entry, st.out(x), positions.data(), x.dim(0), x.dim(1),
-      int64_t{heads}, hs, theta);
+      int64_t{heads}, hs, x.dim(2), theta);
+}
+int64_t whole_rows(const Tensor& x, int heads) {
+  return heads > 0 && x.ndim() == 3 && x.dim(2) % heads == 0 ? x.dim(2) / heads : 0;
 }
 }  // namespace
 
 void rope_forward(Tensor& x, std::span<const int32_t> positions, int heads, float theta) {
-  rope("rope_forward", x, positions, heads, theta, cpu::rope_forward, &CudaKernels::rope_forward);
+  rope_forward(x, positions, heads, whole_rows(x, heads), theta);
 }
 
 void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, float theta) {
-  rope("rope_backward", dx, positions, heads, theta, cpu::rope_backward,
+  rope_backward(dx, positions, heads, whole_rows(dx, heads), theta);
+}
+
+void rope_forward(Tensor& x, std::span<const int32_t> positions, int heads, int64_t head_size,
+                  float theta) {
+  rope("rope_forward", x, positions, heads, head_size, theta, cpu::rope_forward,
+       &CudaKernels::rope_forward);
+}
+
+void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, int64_t head_size,
+                   float theta) {
+  rope("rope_backward", dx, positions, heads, head_size, theta, cpu::rope_backward,
        &CudaKernels::rope_backward);
 }
 

@@ -47,9 +47,9 @@ struct CudaKernels {
   void (*swiglu_backward)(float* dgate_up, const float* gate_up, const float* dout, int64_t n,
                           int64_t f) = nullptr;
   void (*rope_forward)(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                       int64_t head_size, float theta) = nullptr;
+                       int64_t head_size, int64_t row_width, float theta) = nullptr;
   void (*rope_backward)(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                        int64_t head_size, float theta) = nullptr;
+                        int64_t head_size, int64_t row_width, float theta) = nullptr;
   // Ring attention (ops.h attention_block_*, attention_merge, copy_columns; ring_attention.cu).
   // q_pos and kv_pos are HOST pointers, like token ids.
   void (*attention_block_forward)(float* out, float* lse, float* att, const float* q,

@@ -72,6 +72,12 @@ void swiglu_backward(Tensor& dgate_up, const Tensor& gate_up, const Tensor& dout
 // GLOBAL position (context parallelism passes its chunk's). The backward rotates by -angle.
 void rope_forward(Tensor& x, std::span<const int32_t> positions, int heads, float theta);
 void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, float theta);
+// The same on the first heads * head_size columns of each row of x [B, T, W] (the rest of the
+// row untouched): the block rotates q and k in place inside qkv [B, T, (H + 2 KV) D].
+void rope_forward(Tensor& x, std::span<const int32_t> positions, int heads, int64_t head_size,
+                  float theta);
+void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, int64_t head_size,
+                   float theta);
 
 // Causal multi-head self-attention. qkv [B,T,3C] (q | k | v) -> out [B,T,C]; att [B,H,T,T]
 // receives the attention probabilities (zero above the diagonal) for the backward pass.

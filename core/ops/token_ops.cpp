@@ -29,14 +29,16 @@ void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tenso
   const int64_t b = out.dim(0), t = out.dim(1), c = out.dim(2);
   check(int64_t(tokens.size()) == b * t, "embedding_forward",
         fmt::format("{} token ids given for B*T = {}", tokens.size(), b * t));
-  check(last_dim(wte) == c && last_dim(wpe) == c && row_count(wpe) >= t, "embedding_forward",
+  const bool positions = wpe.defined();  // undefined: rotary positions, no table to add
+  check(last_dim(wte) == c && (!positions || (last_dim(wpe) == c && row_count(wpe) >= t)),
+        "embedding_forward",
         fmt::format("wte/wpe must be [*, {}] and wpe must have at least T = {} rows", c, t));
   check_ids("embedding_forward", tokens, row_count(wte));
   KernelScope ks("embedding_forward", double(b * t * c), kF * (3.0 * b * t * c + b * t), kT);
   if (!has_math(out)) return;
   Fp32Staging st;
   run(out, "embedding_forward", cpu::embedding_forward, &CudaKernels::embedding_forward,
-      st.out(out), tokens.data(), st.in(wte), st.in(wpe), b, t, c);
+      st.out(out), tokens.data(), st.in(wte), positions ? st.in(wpe) : nullptr, b, t, c);
 }
 
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
@@ -51,7 +53,7 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
   if (!has_math(dout)) return;
   Fp32Staging st;
   run(dout, "embedding_backward", cpu::embedding_backward, &CudaKernels::embedding_backward,
-      st.out(dwte), st.out(dwpe), st.in(dout), tokens.data(), b, t, c);
+      st.out(dwte), dwpe.defined() ? st.out(dwpe) : nullptr, st.in(dout), tokens.data(), b, t, c);
 }
 
 float cross_entropy_forward_backward(Tensor& dlogits, const Tensor& logits,

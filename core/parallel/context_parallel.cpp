@@ -104,7 +104,7 @@ void ContextParallelPart::shard_blocks(BlockShard& shard) const {
 }
 
 void ContextParallelPart::attach(GPT& model, TracePhase& phase) {
-  model.embedding.positions = positions_;
+  model.set_positions(positions_);
   if (communicates_) model.set_block_comm({.attention = attention_.get(), .phase = &phase});
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,15 +62,22 @@ struct CpSeams {
 
 // Ring attention (contiguous or zigzag), context parallelism's attention on the cp group `cp`:
 // every rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward.
+// TEMPORARY: ring attention and Ulysses read qkv as q | k | v of equal widths.
+inline int multi_head_only(const AttentionHeads& h, const char* who) {
+  if (h.kv_heads != h.heads)
+    throw std::invalid_argument(std::string(who) + " does not run grouped-query attention yet");
+  return h.heads;
+}
+
 class RingAttention : public AttentionComm {
  public:
   // `cp` must outlive this; `seq` is the global sequence length T. (Every layout's positions are
   // kept; only contiguous and zigzag run the ring.) `seams`: exercise 07's merge.
   RingAttention(comm::Comm& cp, CpLayout layout, int seq, CpSeams seams);
-  void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
-               const std::string& category) override;
+  void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+               const AttentionHeads& heads, const std::string& category) override;
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                const Tensor& att, const Tensor& lse, int heads,
+                const Tensor& att, const Tensor& lse, const AttentionHeads& heads,
                 const std::string& category) override;
   const std::vector<int32_t>& positions() const { return positions_[cp_.rank()]; }
 
@@ -89,10 +97,10 @@ class RingAttention : public AttentionComm {
 class UlyssesAttention : public AttentionComm {
  public:
   UlyssesAttention(comm::Comm& cp, int seq) : cp_(cp), seq_(seq) {}
-  void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
-               const std::string& category) override;
+  void forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+               const AttentionHeads& heads, const std::string& category) override;
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                const Tensor& att, const Tensor& lse, int heads,
+                const Tensor& att, const Tensor& lse, const AttentionHeads& heads,
                 const std::string& category) override;
 
  private:

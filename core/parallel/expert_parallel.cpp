@@ -211,7 +211,7 @@ ParamList split_experts(Block& block, const GPTConfig& cfg, int parts, int part)
   if (!block.is_moe()) return {};
   const int64_t local = cfg.experts / parts, first = part * local;
   MoeLayer& moe = block.moe;
-  ParamList experts = {&moe.fc_weight, &moe.fc_bias, &moe.proj_weight, &moe.proj_bias};
+  ParamList experts = moe.expert_params();
   for (Param* p : experts) {
     Shape full = p->shape;
     full[0] = cfg.experts;

@@ -14,7 +14,7 @@ namespace mgpu::parallel {
 namespace {
 
 bool tp_fits(const GPTConfig& cfg, int tp) {
-  return cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0;
+  return tp_divides(cfg, tp);
 }
 
 // "dp x tp x pp" meshes of `world_size` ranks this model can run (with the given cp).
@@ -80,8 +80,11 @@ void check_mesh_shape(const GPTConfig& cfg, const MeshShape& m, int world_size) 
   if (m.cp > 1)  // zigzag: every sequence in 2cp equal chunks
     check_cp_size(cfg, cfg.seq_len, m.cp, CpLayout::zigzag);
   if (!tp_fits(cfg, m.tp))
-    fail(fmt::format("--tp {} does not divide the {} heads and the MLP width {}", m.tp, cfg.heads,
-                     4 * cfg.dim));
+    fail(fmt::format("--tp {} does not divide the {} heads{} and the MLP width {}", m.tp, cfg.heads,
+                     cfg.kv_head_count() != cfg.heads
+                         ? fmt::format(", the {} kv heads", cfg.kv_head_count())
+                         : "",
+                     cfg.ffn_hidden()));
   if (cfg.layers % m.pp != 0)
     fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
 }

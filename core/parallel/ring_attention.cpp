@@ -62,8 +62,9 @@ void RingAttention::ring_pass(const Tensor& qkv, const std::string& category, On
 }
 
 // Forward: the first block (my own) starts the running (out, lse); every later one is merged in.
-void RingAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
-                            const std::string& category) {
+void RingAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                            const AttentionHeads& attention_heads, const std::string& category) {
+  const int heads = multi_head_only(attention_heads, "ring attention");
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   if (!lse.defined()) lse = Tensor::empty({b, heads, t}, MemCategory::activations, DType::f32);
   // The running output and every block's share are merged in fp32 and rounded once at the end
@@ -90,8 +91,9 @@ void RingAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor&
 // Backward: the K/V blocks go round again, each with a dK/dV accumulator that every rank adds its
 // queries' share to; after cp steps and cp hops every accumulator is back with its owner, whole.
 void RingAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                             const Tensor& att, const Tensor& lse, int heads,
-                             const std::string& category) {
+                             const Tensor& att, const Tensor& lse,
+                             const AttentionHeads& attention_heads, const std::string& category) {
+  const int heads = multi_head_only(attention_heads, "ring attention");
   const int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   const int cp = cp_.size(), me = cp_.rank();
   // fp32 accumulators (mixed precision too): each block adds its share, rounded once at the end.

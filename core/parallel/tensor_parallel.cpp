@@ -59,38 +59,63 @@ void check_seams(const TpSeams& seams) {
 
 // ---------------------------------------------------------------------------------- sharding
 
+bool tp_divides(const GPTConfig& cfg, int tp) {
+  return tp >= 1 && cfg.heads % tp == 0 && cfg.kv_head_count() % tp == 0 &&
+         cfg.ffn_hidden() % tp == 0;
+}
+
+std::string tp_divides_what(const GPTConfig& cfg) {
+  const std::string kv = cfg.kv_head_count() != cfg.heads
+                             ? fmt::format(", the kv heads ({})", cfg.kv_head_count())
+                             : "";
+  const std::string width = cfg.style.ffn_dim > 0 ? fmt::format("F ({})", cfg.ffn_hidden())
+                                                  : fmt::format("4*dim ({})", cfg.ffn_hidden());
+  return fmt::format("the heads ({}){} and the MLP width {}", cfg.heads, kv, width);
+}
+
 void check_tp_size(const GPTConfig& cfg, int tp) {
-  if (tp >= 1 && cfg.heads % tp == 0 && (4 * cfg.dim) % tp == 0) return;
+  if (tp_divides(cfg, tp)) return;
   std::string works;
   for (int t = 1; t <= cfg.heads; ++t)
-    if (cfg.heads % t == 0 && (4 * cfg.dim) % t == 0)
-      works += (works.empty() ? "" : ", ") + std::to_string(t);
-  throw std::invalid_argument(fmt::format(
-      "tensor parallelism over {} ranks needs {} to divide the heads ({}) and the MLP width 4*dim "
-      "({}): use {} ranks (or change --heads)",
-      tp, tp, cfg.heads, 4 * cfg.dim, works));
+    if (tp_divides(cfg, t)) works += (works.empty() ? "" : ", ") + std::to_string(t);
+  throw std::invalid_argument(
+      fmt::format("tensor parallelism over {} ranks needs {} to divide {}: use {} ranks (or "
+                  "change --heads)",
+                  tp, tp, tp_divides_what(cfg), works));
 }
 
 TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank) {
   check_tp_size(cfg, tp);
-  const int heads = cfg.heads / tp, hidden = 4 * cfg.dim / tp;
-  return {rank * heads, (rank + 1) * heads, rank * hidden, (rank + 1) * hidden};
+  const int heads = cfg.heads / tp, kv = cfg.kv_head_count() / tp;
+  const int hidden = static_cast<int>(cfg.ffn_hidden() / tp);
+  return {.head_begin = rank * heads,
+          .head_end = (rank + 1) * heads,
+          .hidden_begin = rank * hidden,
+          .hidden_end = (rank + 1) * hidden,
+          .kv_begin = rank * kv,
+          .kv_end = (rank + 1) * kv};
 }
 
 void split_block(Block& block, const GPTConfig& cfg, const TpSlice& slice) {
-  const int64_t c = cfg.dim, hs = cfg.head_size();
+  const int64_t c = cfg.dim, hs = cfg.head_size(), kv = cfg.kv_dim(), w = cfg.qkv_width();
+  const int64_t f = cfg.ffn_hidden(), fc = cfg.fc_width(f);
   const int64_t h0 = slice.head_begin * hs, h1 = slice.head_end * hs;
+  const int64_t k0 = slice.kv_begin * hs, k1 = slice.kv_end * hs;
   const int64_t u0 = slice.hidden_begin, u1 = slice.hidden_end;
-  // Column-parallel: my heads' rows of each of q, k and v, and my hidden units' rows of fc.
+  // Column-parallel: my query heads' rows of q, my kv heads' rows of k and of v (the kv heads my
+  // query heads read: the groups stay whole), and my hidden units' rows of fc (of gate and of up
+  // under SwiGLU: silu(gate_j) * up_j pairs unit j's two rows on one rank).
   const std::vector<std::pair<int64_t, int64_t>> my_qkv = {
-      {h0, h1}, {c + h0, c + h1}, {2 * c + h0, 2 * c + h1}};
-  block.qkv.weight.spec = PartitionSpec::rows({3 * c, c}, my_qkv);
-  block.qkv.bias.spec = PartitionSpec::rows({3 * c}, my_qkv);
-  block.fc.weight.spec = PartitionSpec::rows({4 * c, c}, {{u0, u1}});
-  block.fc.bias.spec = PartitionSpec::rows({4 * c}, {{u0, u1}});
+      {h0, h1}, {c + k0, c + k1}, {c + kv + k0, c + kv + k1}};
+  std::vector<std::pair<int64_t, int64_t>> my_fc = {{u0, u1}};
+  if (cfg.swiglu()) my_fc.emplace_back(f + u0, f + u1);
+  block.qkv.weight.spec = PartitionSpec::rows({w, c}, my_qkv);
+  block.qkv.bias.spec = PartitionSpec::rows({w}, my_qkv);
+  block.fc.weight.spec = PartitionSpec::rows({fc, c}, my_fc);
+  block.fc.bias.spec = PartitionSpec::rows({fc}, my_fc);
   // Row-parallel: my input columns of every row; the bias stays whole (added once).
   block.attn_proj.weight.spec = PartitionSpec::columns({c, c}, h0, h1);
-  block.mlp_proj.weight.spec = PartitionSpec::columns({c, 4 * c}, u0, u1);
+  block.mlp_proj.weight.spec = PartitionSpec::columns({c, f}, u0, u1);
 }
 
 std::vector<train::TensorShard> tp_shards(const ParamList& params, optim::Optimizer& optimizer,
@@ -118,6 +143,7 @@ TensorParallelPart::TensorParallelPart(const GPTConfig& cfg, comm::Comm& tp,
 void TensorParallelPart::shard_blocks(BlockShard& shard) const {
   shard.heads = slice_.block().heads;
   shard.hidden = slice_.block().hidden;
+  shard.kv_heads = slice_.block().kv_heads;
   shard.seq_parts = seq_parts_;
 }
 

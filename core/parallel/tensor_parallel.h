@@ -105,14 +105,28 @@ struct TpSeams {
 void check_seams(const TpSeams& seams);
 
 // ------------------------------------------------------------------ sharding
-// Throws std::invalid_argument (one line, naming the tp sizes that work) unless tp >= 1 divides
-// both the heads and the MLP width 4 * dim.
+// Whether tp >= 1 divides the heads, the kv heads and the MLP's hidden width F (4 * dim for
+// GPT-2). Grouped-query attention: each rank holds kv_heads / tp whole kv heads and the query
+// heads that read them, so tp must divide kv_heads (Megatron-LM's rule; a tp above kv_heads would
+// need each kv head copied to several ranks and its gradient summed among them: refused, naming
+// the sizes that work).
+bool tp_divides(const GPTConfig& cfg, int tp);
+// What tp must divide, as "the heads (12) and the MLP width 4*dim (3072)" (GQA and a set F say
+// so), for the refusals.
+std::string tp_divides_what(const GPTConfig& cfg);
+// Throws std::invalid_argument (one line, naming the tp sizes that work) unless tp_divides.
 void check_tp_size(const GPTConfig& cfg, int tp);
-// tp rank `rank`'s heads [head_begin, head_end) and hidden units [hidden_begin, hidden_end).
+// tp rank `rank`'s heads [head_begin, head_end), kv heads [kv_begin, kv_end) and hidden units
+// [hidden_begin, hidden_end).
 struct TpSlice {
   int head_begin = 0, head_end = 0;
   int hidden_begin = 0, hidden_end = 0;
-  BlockShard block() const { return {head_end - head_begin, hidden_end - hidden_begin}; }
+  int kv_begin = 0, kv_end = 0;
+  BlockShard block() const {
+    return {.heads = head_end - head_begin,
+            .hidden = hidden_end - hidden_begin,
+            .kv_heads = kv_end - kv_begin};
+  }
 };
 TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank);
 

@@ -61,8 +61,9 @@ void UlyssesAttention::to_sequence(Tensor& by_sequence, const Tensor& by_heads, 
   }
 }
 
-void UlyssesAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
-                               const std::string& category) {
+void UlyssesAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                               const AttentionHeads& attention_heads, const std::string& category) {
+  const int heads = multi_head_only(attention_heads, "Ulysses");
   (void)lse;  // plain attention on whole sequences keeps the probabilities themselves
   const int cp = cp_.size();
   const Tensor qkv_heads = to_heads(qkv, 3, category);  // whole sequences, heads/cp heads
@@ -80,8 +81,10 @@ void UlyssesAttention::forward(Tensor& out, Tensor& att, Tensor& lse, const Tens
 // Backward re-shards qkv rather than keeping the head-sharded copy (one more all-to-all instead
 // of another [B, T, 3C/cp] activation per layer).
 void UlyssesAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                const Tensor& out, const Tensor& att, const Tensor& lse, int heads,
+                                const Tensor& out, const Tensor& att, const Tensor& lse,
+                                const AttentionHeads& attention_heads,
                                 const std::string& category) {
+  const int heads = multi_head_only(attention_heads, "Ulysses");
   (void)out, (void)lse;
   const int cp = cp_.size();
   const Tensor qkv_heads = to_heads(qkv, 3, category);

@@ -29,8 +29,32 @@ int64_t block_parameters(int64_t C) {
   return 2 * layer_norm + attention + mlp;
 }
 
+BlockParameters block_parameters(const GPTConfig& cfg) {
+  const int64_t C = cfg.dim, W = cfg.qkv_width(), F = cfg.ffn_hidden(), fc = cfg.fc_width(F);
+  const bool bias = cfg.style.bias;
+  BlockParameters n;
+  n.sharded = (C * W + (bias ? W : 0)) + C * C + (C * fc + (bias ? fc : 0)) + F * C;
+  n.replicated = 2 * norm_parameters(cfg) + (bias ? 2 * C : 0);
+  return n;
+}
+
+int64_t dense_mlp_parameters(const GPTConfig& cfg) {
+  const int64_t C = cfg.dim, F = cfg.ffn_hidden(), fc = cfg.fc_width(F);
+  return C * fc + F * C + (cfg.style.bias ? fc + C : 0);
+}
+
+int64_t norm_parameters(const GPTConfig& cfg) {
+  return cfg.rmsnorm() ? cfg.dim : 2 * int64_t{cfg.dim};
+}
+
 int64_t moe_mlp_parameters(int64_t C, int64_t experts, int64_t hidden, int64_t experts_used) {
   return experts * C + experts_used * (2 * hidden * C + hidden + C);
+}
+
+int64_t moe_mlp_parameters(const GPTConfig& cfg, int64_t experts_used) {
+  const int64_t C = cfg.dim, H = cfg.expert_hidden_size(), fc = cfg.fc_width(H);
+  const int64_t expert = C * fc + H * C + (cfg.style.bias ? fc + C : 0);
+  return int64_t{cfg.experts} * C + experts_used * expert;
 }
 
 int64_t moe_blocks(const GPTConfig& cfg) {
@@ -40,13 +64,12 @@ int64_t moe_blocks(const GPTConfig& cfg) {
 namespace {
 int64_t parameters_with(const GPTConfig& cfg, int64_t experts_used) {
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len;
-  const int64_t embedding = V * C + T * C;                        // wte + wpe
-  const int64_t head = 2 * C + (cfg.tie_embeddings ? 0 : C * V);  // ln_f + lm_head (no bias)
-  const int64_t dense_mlp = (C * 4 * C + 4 * C) + (4 * C * C + C);
+  const int64_t embedding = V * C + (cfg.rope() ? 0 : T * C);                    // wte (+ wpe)
+  const int64_t head = norm_parameters(cfg) + (cfg.tie_embeddings ? 0 : C * V);  // no bias
   const int64_t moe = moe_blocks(cfg);
-  const int64_t moe_mlp =
-      moe > 0 ? moe_mlp_parameters(C, cfg.experts, cfg.expert_hidden_size(), experts_used) : 0;
-  return embedding + cfg.layers * block_parameters(C) + moe * (moe_mlp - dense_mlp) + head;
+  const int64_t moe_mlp = moe > 0 ? moe_mlp_parameters(cfg, experts_used) : 0;
+  return embedding + cfg.layers * block_parameters(cfg).total() +
+         moe * (moe_mlp - dense_mlp_parameters(cfg)) + head;
 }
 }  // namespace
 
@@ -62,8 +85,10 @@ int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp,
                          bool last_stage) {
   const int64_t C = cfg.dim, V = cfg.vocab, T = cfg.seq_len, L = stage_layers;
   const bool head_reads_wte = cfg.tie_embeddings && first_stage && last_stage;
-  return (first_stage ? (V + T) * C : 0) + L * (6 * C + (12 * C * C + 7 * C) / tp) +
-         (last_stage ? (head_reads_wte ? 2 : V + 2) * C : 0);
+  const BlockParameters block = block_parameters(cfg);
+  return (first_stage ? V * C + (cfg.rope() ? 0 : T * C) : 0) +
+         L * (block.replicated + block.sharded / tp) +
+         (last_stage ? (head_reads_wte ? 0 : V * C) + norm_parameters(cfg) : 0);
 }
 
 int64_t embedding_group_bytes(const GPTConfig& cfg) {
@@ -72,10 +97,11 @@ int64_t embedding_group_bytes(const GPTConfig& cfg) {
 
 TpParameterSplit tp_parameter_split(const GPTConfig& cfg) {
   const int64_t c = cfg.dim, v = cfg.vocab, t = cfg.seq_len, l = cfg.layers;
+  const BlockParameters block = block_parameters(cfg);
   TpParameterSplit n;
-  n.replicated =
-      v * c + t * c + l * (2 * c + 2 * c + c + c) + 2 * c + (cfg.tie_embeddings ? 0 : v * c);
-  n.sharded = l * ((3 * c * c + 3 * c) + c * c + (4 * c * c + 4 * c) + 4 * c * c);
+  n.replicated = v * c + (cfg.rope() ? 0 : t * c) + l * block.replicated + norm_parameters(cfg) +
+                 (cfg.tie_embeddings ? 0 : v * c);
+  n.sharded = l * block.sharded;
   return n;
 }
 

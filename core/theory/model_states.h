@@ -40,27 +40,47 @@ double zero_bytes_sent(int stage, const StateBytes& b, double psi, double n);
 // the 12 C^2).
 int64_t block_parameters(int64_t C);
 
+// One block's parameters in any style (config.h: BlockStyle), in the two parts tensor
+// parallelism treats differently (Megatron-LM's split, Shoeybi et al. 2019, section 3):
+//   sharded     the column linears' weights and biases (qkv: C x (H + 2 KV) D, fc: C x F or, under
+//               SwiGLU, C x 2F for gate | up) and the row linears' weights (proj C x C, F x C);
+//   replicated  the two norms (2C each for layernorm, C for rmsnorm) and the row linears' biases.
+// A dense block; an MoE block's MLP is moe_mlp_parameters instead. GPT-2's: 12C^2 + 7C and 6C.
+struct BlockParameters {
+  int64_t sharded = 0, replicated = 0;
+  int64_t total() const { return sharded + replicated; }
+};
+BlockParameters block_parameters(const GPTConfig& cfg);
+// The dense MLP's part of block_parameters(cfg): fc and proj, weights and biases.
+int64_t dense_mlp_parameters(const GPTConfig& cfg);
+// One norm's parameters: 2C (layernorm's weight and bias) or C (rmsnorm's weight).
+int64_t norm_parameters(const GPTConfig& cfg);
+
 // A mixture of experts' MLP in place of a block's (core/model/moe.h): the router E C (no bias)
 // and E experts of hidden width H, each fc H C + H and proj C H + C: E (2 H C + H + C + C).
 // `experts_used` of the E counted (E: the layer's parameters; top_k: those one token uses).
 int64_t moe_mlp_parameters(int64_t C, int64_t experts, int64_t hidden, int64_t experts_used);
+// The same in the model's style: each expert a SwiGLU MLP (3 H C, Mixtral's) under swiglu, and
+// without its biases when the model has none.
+int64_t moe_mlp_parameters(const GPTConfig& cfg, int64_t experts_used);
 // Blocks that are MoE (GPTConfig::is_moe_block): layers / moe_every, 0 without experts.
 int64_t moe_blocks(const GPTConfig& cfg);
 
-// Parameters of the whole GPT: embeddings (V + T) C, the blocks, the final layernorm 2C and the
-// head's V C unless it is tied to the token embedding (then counted once, as GPT-2 publishes:
-// gpt2-small 124,439,808). An MoE block counts its router and all E experts instead of the MLP.
+// Parameters of the whole GPT: embeddings (V + T) C (V C with rope: no position table), the
+// blocks, the final norm and the head's V C unless it is tied to the token embedding (then counted
+// once, as GPT-2 publishes: gpt2-small 124,439,808). An MoE block counts its router and all E
+// experts instead of the MLP. llama3-8b: 8,030,261,248 (Llama 3's published 8.0B).
 int64_t gpt_parameters(const GPTConfig& cfg);
 // The parameters one token's forward multiplies with (Switch Transformer's and Mixtral's
 // "active" count): gpt_parameters with each MoE block's top_k experts of E (router whole).
 // gpt_parameters for a dense model.
 int64_t gpt_active_parameters(const GPTConfig& cfg);
 
-// Parameters pipeline stage s of P holds, tensor parallel over t (Megatron-LM's split: the qkv,
-// fc columns and projection rows are cut, 12 C^2 + 7 C per block over t; the layernorms and the
-// two row-parallel biases, 6 C, are replicated): [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) +
-// [s=P-1](V+2)C. Tied, the last stage still holds its copy of the V C matrix (the embedding
-// group's), except on a single stage, where the head reads the embedding's.
+// Parameters pipeline stage s of P holds, tensor parallel over t (Megatron-LM's split: the
+// sharded part of each block over t, the replicated part whole; GPT-2's 12 C^2 + 7 C and 6 C):
+// [s=0](V+T)C + L_s(replicated + sharded/t) + [s=P-1](V C + norm). Tied, the last stage still
+// holds its copy of the V C matrix (the embedding group's), except on a single stage, where the
+// head reads the embedding's. Dense blocks (an MoE model's stages: the planner's screen).
 int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,
                          bool last_stage);
 

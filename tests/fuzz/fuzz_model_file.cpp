@@ -14,8 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const mgpu::ModelShape s = mgpu::parse_model_json(text, "fuzz");
-    const int fields[] = {s.layers, s.dim,   s.heads,     s.seq,          s.vocab,
-                          s.experts, s.top_k, s.moe_every, s.expert_hidden};
+    const int fields[] = {s.layers,        s.dim,           s.heads,         s.seq,
+                          s.vocab,         s.experts,       s.top_k,         s.moe_every,
+                          s.expert_hidden, s.style.ffn_dim, s.style.kv_heads};
     static_assert(std::size(fields) == std::size(mgpu::kModelFieldRanges));
     int i = 0;
     for (const mgpu::ModelFieldRange& r : mgpu::kModelFieldRanges) {

@@ -112,15 +112,17 @@ TEST_CASE("tie_embeddings in a model file, and bad tie values: one line, exit 2"
 
 TEST_CASE("MoE presets and model-file fields reach the model; bad ones are one line, exit 2",
           "[lesson][model][moe]") {
-  // mixtral-8x7b: Mixtral's published sizes in our block shape (GELU experts of 2 matrices, no
-  // grouped KV heads): our count, not Mixtral's 46.7B
+  // mixtral-8x7b: Mixtral's published sizes and block (SwiGLU experts, 8 kv heads, RMSNorm,
+  // RoPE, no biases): its published 46.7B, 12.9B active per token
   auto m = run_mgpu({"run", "single_device", "--model", "mixtral-8x7b", "--device", "phantom",
                      "--steps", "1", "--batch", "1", "--capacity", "1TiB"});
   INFO(m.err);
   REQUIRE(m.code == 0);
   CHECK_THAT(m.out, Catch::Contains("32 layers, dim 4096, 32 heads, seq 4096, vocab 32000 -> "
-                                    "32,497,999,872 parameters, 8 experts top-2 "
-                                    "(9,945,882,624 active per token)"));
+                                    "46,702,792,704 parameters; rmsnorm, swiglu MLP of width "
+                                    "14336, rope positions (theta 1000000), 8 kv heads (GQA), "
+                                    "no biases, 8 experts top-2 (12,879,925,248 active per "
+                                    "token)"));
   auto t = run_mgpu({"run", "single_device", "--model", "tiny-moe", "--steps", "1"});
   REQUIRE(t.code == 0);
   CHECK_THAT(t.out, Catch::Contains("2 layers, dim 64, 4 heads, seq 32") &&

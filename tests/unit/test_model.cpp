@@ -11,6 +11,7 @@
 #include "core/ops/ops.h"
 #include "core/runtime/context.h"
 #include "core/theory/model_states.h"
+#include "test_model_gradcheck.h"
 #include "test_ops_gradcheck.h"
 
 namespace test_model {
@@ -21,10 +22,11 @@ using gradcheck::fill_randn;
 using gradcheck::project;
 using gradcheck::randn;
 using gradcheck::random_ids;
+using model_gradcheck::check_block;
+using model_gradcheck::perturb;
+using model_gradcheck::require_close;
 
 namespace {
-constexpr double kTol = 1e-2;
-
 GPTConfig tiny_config() {
   GPTConfig cfg;
   cfg.vocab = 11;
@@ -36,20 +38,6 @@ GPTConfig tiny_config() {
   return cfg;
 }
 
-// GPT-2 init (std 0.02) makes gradients tiny, so float finite differences would be mostly
-// noise; for the gradient checks we add N(0, 0.3) to every parameter (layernorm weights stay
-// near 1) so every path carries an O(0.1..1) gradient.
-void perturb(Param& p, uint64_t seed) {
-  auto noise = randn(size_t(p.data.numel()), seed, 0.3f);
-  float* d = p.data.f32();
-  for (size_t i = 0; i < noise.size(); i++) d[i] += noise[i];
-}
-
-void require_close(const gradcheck::Result& r, const std::string& what) {
-  INFO(what << ": rel error " << r.rel_error << ", |numeric| " << r.numeric_norm);
-  CHECK(r.numeric_norm > 0);
-  CHECK(r.rel_error < kTol);
-}
 }  // namespace
 
 TEST_CASE("bad configs are rejected with a one-line reason", "[model]") {
@@ -119,26 +107,7 @@ TEST_CASE("same seed gives bit-identical losses, another seed differs", "[model]
 }
 
 TEST_CASE("Block backward: input and every parameter", "[model][gradcheck]") {
-  GPTConfig cfg = tiny_config();
-  Block block(cfg, 0);
-  ParamList params;
-  block.collect(params);
-  materialise(params, /*seed=*/1, cfg.dtype);
-  for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 100 + i);
-  const int64_t b = 2, t = 5, c = cfg.dim;
-  Tensor x = Tensor::zeros({b, t, c}, MemCategory::activations);
-  fill_randn(x, 7);
-  BlockActivations acts = BlockActivations::allocate(cfg, b, t);
-  auto r = randn(size_t(b * t * c), 8);
-  auto loss = [&] {
-    block.forward(x, acts);
-    return project(acts.out, r);
-  };
-  loss();
-  Tensor dx = Tensor::zeros({b, t, c}, MemCategory::workspace);
-  block.backward(dx, Tensor::from({b, t, c}, r), acts);
-  require_close(check(x, dx.to_vector(), loss), "block dx");
-  for (Param* p : params) require_close(check(p->data, p->grad.to_vector(), loss), p->name);
+  check_block(tiny_config(), 0);
 }
 
 TEST_CASE("Head backward: input and every parameter", "[model][gradcheck]") {

@@ -267,8 +267,12 @@ MGPU_VECTOR_CLONES void embedding_forward(float* out, const int32_t* tokens, con
   for (int64_t bi = 0; bi < b; bi++) {
     for (int64_t ti = 0; ti < t; ti++) {
       const float* tok = wte + static_cast<int64_t>(tokens[bi * t + ti]) * c;
-      const float* pos = wpe + ti * c;
       float* o = out + (bi * t + ti) * c;
+      if (!wpe) {  // rotary positions: the token's row alone
+        for (int64_t j = 0; j < c; j++) o[j] = tok[j];
+        continue;
+      }
+      const float* pos = wpe + ti * c;
       for (int64_t j = 0; j < c; j++) o[j] = math::embedding_value(tok[j], pos[j]);
     }
   }
@@ -282,11 +286,10 @@ MGPU_VECTOR_CLONES void embedding_backward(float* dwte, float* dwpe, const float
     for (int64_t ti = 0; ti < t; ti++) {
       const float* d = dout + (bi * t + ti) * c;
       float* dtok = dwte + static_cast<int64_t>(tokens[bi * t + ti]) * c;
+      for (int64_t j = 0; j < c; j++) dtok[j] = math::accumulate(dtok[j], d[j]);
+      if (!dwpe) continue;  // rotary positions: no table
       float* dpos = dwpe + ti * c;
-      for (int64_t j = 0; j < c; j++) {
-        dtok[j] = math::accumulate(dtok[j], d[j]);
-        dpos[j] = math::accumulate(dpos[j], d[j]);
-      }
+      for (int64_t j = 0; j < c; j++) dpos[j] = math::accumulate(dpos[j], d[j]);
     }
   }
 }

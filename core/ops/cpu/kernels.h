@@ -70,12 +70,13 @@ MGPU_VECTOR_CLONES_DECL void rmsnorm_backward(float* dinp, float* dweight, const
 MGPU_VECTOR_CLONES_DECL void swiglu_forward(float* out, const float* gate_up, int64_t n, int64_t f);
 MGPU_VECTOR_CLONES_DECL void swiglu_backward(float* dgate_up, const float* gate_up,
                                              const float* dout, int64_t n, int64_t f);
-// RoPE in place on x [b, t, heads * head_size]: token ti's pairs (2i, 2i+1) of every head turn by
-// positions[ti] * theta^(-2i/head_size) (backward: by minus that). positions: t HOST entries.
+// RoPE in place on the first heads * head_size columns of each row of x [b, t, row_width]:
+// token ti's pairs (2i, 2i+1) of every head turn by positions[ti] * theta^(-2i/head_size)
+// (backward: by minus that). positions: t HOST entries.
 void rope_forward(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                  int64_t head_size, float theta);
+                  int64_t head_size, int64_t row_width, float theta);
 void rope_backward(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                   int64_t head_size, float theta);
+                   int64_t head_size, int64_t row_width, float theta);
 
 // Ring attention (core/ops/cpu/ring_attention.cpp). Queries q [b,tq,c] against one block of
 // keys and values kv [b,tk,2c] (k | v); key j is visible to query i when kv_pos[j] <= q_pos[i]

@@ -80,8 +80,8 @@ namespace {
 // positions[ti] * theta^(-2i/hs), or by minus that (`inverse`, the backward). The cosines and
 // sines depend on (token, pair) only: one table [t, hs/2] per call, shared by batch rows and heads.
 void rope_rotate_all(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                     int64_t hs, float theta, bool inverse) {
-  const int64_t pairs = hs / 2, c = heads * hs;
+                     int64_t hs, int64_t c, float theta, bool inverse) {
+  const int64_t pairs = hs / 2;
   std::vector<math::RopeAngle> angles(static_cast<size_t>(t * pairs));
   for (int64_t ti = 0; ti < t; ti++)
     for (int64_t i = 0; i < pairs; i++)
@@ -100,13 +100,13 @@ void rope_rotate_all(float* x, const int32_t* positions, int64_t b, int64_t t, i
 }  // namespace
 
 void rope_forward(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                  int64_t head_size, float theta) {
-  rope_rotate_all(x, positions, b, t, heads, head_size, theta, false);
+                  int64_t head_size, int64_t row_width, float theta) {
+  rope_rotate_all(x, positions, b, t, heads, head_size, row_width, theta, false);
 }
 
 void rope_backward(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                   int64_t head_size, float theta) {
-  rope_rotate_all(dx, positions, b, t, heads, head_size, theta, true);
+                   int64_t head_size, int64_t row_width, float theta) {
+  rope_rotate_all(dx, positions, b, t, heads, head_size, row_width, theta, true);
 }
 
 }  // namespace mgpu::cpu

@@ -20,8 +20,8 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
                                          const float* wpe, int64_t t, int64_t c, int64_t count) {
   GRID_STRIDE(i, count) {
     int64_t row = i / c, j = i % c;  // row = b * t + position
-    out[i] = math::embedding_value(wte[static_cast<int64_t>(tokens[row]) * c + j],
-                                   wpe[(row % t) * c + j]);
+    const float token = wte[static_cast<int64_t>(tokens[row]) * c + j];
+    out[i] = wpe ? math::embedding_value(token, wpe[(row % t) * c + j]) : token;  // null: rope
   }
 }
 
@@ -91,7 +91,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   cudaStream_t s = compute_stream();
   embedding_backward_wte_kernel<<<blocks_for(g.groups * c), kThreads, 0, s>>>(
       dwte, dout, g.rows, g.group_token, g.start, g.groups, c);
-  embedding_backward_wpe_kernel<<<blocks_for(t * c), kThreads, 0, s>>>(dwpe, dout, b, t, c);
+  if (dwpe)  // null under rotary positions: no table
+    embedding_backward_wpe_kernel<<<blocks_for(t * c), kThreads, 0, s>>>(dwpe, dout, b, t, c);
   check_launch("embedding_backward");
 }
 

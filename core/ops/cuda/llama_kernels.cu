@@ -97,12 +97,13 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
 // Each thread computes its own angle (the CPU tabulates them per token: the same function).
 
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t t, int64_t heads,
-                            int64_t hs, float theta, float sine_sign, int64_t count) {
+                            int64_t hs, int64_t row_width, float theta, float sine_sign,
+                            int64_t count) {
   const int64_t pairs = hs / 2;
   GRID_STRIDE(e, count) {
     const int64_t i = e % pairs, h = (e / pairs) % heads, token = e / (pairs * heads);
     const math::RopeAngle a = math::rope_angle(positions[token % t], i, hs, theta);
-    float* p = x + token * heads * hs + h * hs + 2 * i;
+    float* p = x + token * row_width + h * hs + 2 * i;
     math::rope_rotate(p, p + 1, a.cos, sine_sign * a.sin);  // times +-1: exact
   }
 }
@@ -145,24 +146,24 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
 
 // positions arrive in host memory (ops.h's contract): copied to a scratch buffer first.
 void rope(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads, int64_t hs,
-          float theta, float sine_sign, const char* op) {
+          int64_t row_width, float theta, float sine_sign, const char* op) {
   const int64_t count = b * t * heads * (hs / 2);
   if (count == 0) return;
   const auto* pos = static_cast<const int32_t*>(
       host_to_scratch(positions, static_cast<size_t>(t) * sizeof(int32_t), kScratchTokens));
-  rope_kernel<<<blocks_for(count), kThreads, 0, compute_stream()>>>(x, pos, t, heads, hs, theta,
-                                                                    sine_sign, count);
+  rope_kernel<<<blocks_for(count), kThreads, 0, compute_stream()>>>(x, pos, t, heads, hs, row_width,
+                                                                    theta, sine_sign, count);
   check_launch(op);
 }
 
 void rope_forward(float* x, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                  int64_t head_size, float theta) {
-  rope(x, positions, b, t, heads, head_size, theta, 1.0f, "rope_forward");
+                  int64_t head_size, int64_t row_width, float theta) {
+  rope(x, positions, b, t, heads, head_size, row_width, theta, 1.0f, "rope_forward");
 }
 
 void rope_backward(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
-                   int64_t head_size, float theta) {
-  rope(dx, positions, b, t, heads, head_size, theta, -1.0f, "rope_backward");
+                   int64_t head_size, int64_t row_width, float theta) {
+  rope(dx, positions, b, t, heads, head_size, row_width, theta, -1.0f, "rope_backward");
 }
 
 }  // namespace
