@@ -50,6 +50,14 @@ std::string formula(GPTConfig cfg, int batch, Recompute mode, int64_t* bytes) {
   const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
   cfg.recompute = mode;
   *bytes = memory::block_kept_bytes(cfg, batch);
+  if (!cfg.style.is_gpt2()) {  // the kept elements per token in this block's terms (activations.h)
+    const int64_t e = memory::block_kept_elements(cfg), st = 2 * memory::norm_statistics_bytes(cfg);
+    if (mode == Recompute::none)
+      return fmt::format("BT[s(E+HT)+{}] with E = 5C+(C+2KVD)+fc+F = {}: {}x[{}x({}+{})+{}]", st, e,
+                         bt, s, e, h * t, st);
+    if (mode == Recompute::selective)
+      return fmt::format("BT[sE+{}] with E = {}: {}x[{}x{}+{}]", st, e, bt, s, e, st);
+  }
   if (mode == Recompute::none)
     return fmt::format("BT[s(16C+HT)+16] = {}x[{}x({}+{})+16]", bt, s, 16 * c, h * t);
   if (mode == Recompute::selective)

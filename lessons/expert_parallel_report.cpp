@@ -123,8 +123,7 @@ void print_exchange(std::ostream& out, const CommonOptions& c, const ExpertParal
 void print_parameter_split(std::ostream& out, const ExpertParallelResult& r, int element_bytes) {
   const GPTConfig& cfg = r.config;
   const int64_t per_block =
-      theory::moe_mlp_parameters(cfg.dim, cfg.experts, cfg.expert_hidden_size(), cfg.experts) -
-      theory::moe_mlp_parameters(cfg.dim, cfg.experts, cfg.expert_hidden_size(), 0);
+      theory::moe_mlp_parameters(cfg, cfg.experts) - theory::moe_mlp_parameters(cfg, 0);
   const int64_t experts = theory::moe_blocks(cfg) * per_block;
   const int64_t dense = theory::gpt_parameters(cfg) - experts;
   const int64_t measured = trace::memory_timeline(r.trace, 0)

@@ -26,8 +26,13 @@ int local_ranks(const CommonOptions& c) {
 // An order of magnitude of the run, in double, only to keep the exact sums below in range.
 double rough_bytes(const GPTConfig& cfg, int64_t batch) {
   const double c = cfg.dim, t = cfg.seq_len, v = cfg.vocab, l = cfg.layers;
-  const double params = l * (12 * c * c + 13 * c) + 2 * v * c + t * c;
-  const double activations = double(batch) * t * ((l + 2) * (16 * c + cfg.heads * t + 16) + 2 * v);
+  // GPT-2's 12 C^2 + 13 C per block with the block's own widths: qkv, proj, fc (2F under SwiGLU)
+  // and the MLP's projection.
+  const double w = double(cfg.qkv_width()), f = double(cfg.ffn_hidden()),
+               fc = double(cfg.fc_width(cfg.ffn_hidden()));
+  const double params = l * (c * w + c * c + c * fc + f * c + 13 * c) + 2 * v * c + t * c;
+  const double activations =
+      double(batch) * t * ((l + 2) * (5 * c + w + fc + f + cfg.heads * t + 16) + 2 * v);
   return 20 * params + 4 * activations;
 }
 

@@ -31,6 +31,15 @@ std::string zero_shards_note(int zero, int dp) {
                 : "");
 }
 
+// theory::stage_parameters as a formula: GPT-2's in symbols, another block's with its numbers
+// (R replicated and S tp-sharded parameters per block, theory::block_parameters).
+std::string stage_formula(const GPTConfig& cfg) {
+  if (cfg.style.is_gpt2()) return "[s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + [s=P-1](V+2)C";
+  const theory::BlockParameters block = theory::block_parameters(cfg);
+  return fmt::format("[s=0]{}C + L_s({} + {}/t) + [s=P-1](VC + {})", cfg.rope() ? "V" : "(V+T)",
+                     with_commas(block.replicated), with_commas(block.sharded),
+                     theory::norm_parameters(cfg));
+}
 }  // namespace
 
 // ---- memory per rank: the allocator's peaks, then the model states by formula
@@ -54,17 +63,26 @@ void print_memory(std::ostream& out, const HybridRun& run) {
   const theory::StateBytes b = run.state_bytes();
   const bool mixed = run.cfg.dtype != DType::f32;
   fmt::print(out,
-             "model states by formula: P_s = [s=0](V+T)C + L_s(6C + (12C^2+7C)/t) + "
-             "[s=P-1](V+2)C parameters, x {} B weights ({}), 4 B gradients, {} B {} state{}{}:\n",
-             b.params, c.precision, b.optimizer, c.optimizer,
+             "model states by formula: P_s = {} parameters, x {} B weights ({}), 4 B gradients, "
+             "{} B {} state{}{}:\n",
+             stage_formula(run.cfg), b.params, c.precision, b.optimizer, c.optimizer,
              mixed ? " (fp32 master 4 + m 4 + v 4)" : "", zero_shards_note(run.h.zero, mesh.dp));
   const GPTConfig& cfg = run.cfg;
-  const int64_t C = cfg.dim, E = cfg.experts, H = cfg.expert_hidden_size();
-  // An MoE block: its router and its E/ep whole experts in place of the MLP's (8C^2+4C)/t + C.
-  const int64_t moe_instead_of_mlp =
-      E > 0 ? theory::moe_mlp_parameters(C, E, H, E / mesh.ep) - ((8 * C * C + 4 * C) / mesh.tp + C)
-            : 0;
-  if (E > 0)
+  const int64_t C = cfg.dim, E = cfg.experts;
+  // An MoE block: its router and its E/ep whole experts in place of the MLP's sharded part over t
+  // and its replicated projection bias (GPT-2: (8C^2+4C)/t + C).
+  const int64_t mlp_replicated = cfg.style.bias ? C : 0;
+  const int64_t mlp_sharded = theory::dense_mlp_parameters(cfg) - mlp_replicated;
+  const int64_t moe_instead_of_mlp = E > 0 ? theory::moe_mlp_parameters(cfg, E / mesh.ep) -
+                                                 (mlp_sharded / mesh.tp + mlp_replicated)
+                                           : 0;
+  if (E > 0 && !cfg.style.is_gpt2())
+    fmt::print(out,
+               "  (each MoE block: + E C router + E/ep experts of {} parameters - the MLP's {}/t "
+               "+ {} = {} parameters)\n",
+               with_commas(theory::moe_mlp_parameters(cfg, 1) - theory::moe_mlp_parameters(cfg, 0)),
+               with_commas(mlp_sharded), mlp_replicated, with_commas(moe_instead_of_mlp));
+  else if (E > 0)
     fmt::print(out,
                "  (each MoE block: + E C router + E/ep x (2HC + H + C) experts - the MLP's "
                "(8C^2+4C)/t + C = {} parameters)\n",

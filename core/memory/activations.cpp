@@ -9,15 +9,25 @@ namespace {
 constexpr int64_t kStatisticsBytes = 4;  // layernorm mean and rstd stay fp32 in every precision
 }
 
+int64_t block_kept_elements(const GPTConfig& cfg) {
+  const int64_t c = cfg.dim, f = cfg.ffn_hidden();
+  // ln1, attention's output, res1, ln2 and the block's output (C each), qkv, fc, its activation.
+  return 5 * c + cfg.qkv_width() + cfg.fc_width(f) + f;
+}
+
+int64_t norm_statistics_bytes(const GPTConfig& cfg) {
+  return (cfg.rmsnorm() ? 1 : 2) * kStatisticsBytes;
+}
+
 int64_t block_kept_bytes(const GPTConfig& cfg, int64_t batch) {
   const int64_t bt = batch * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
   const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
-  const int64_t statistics = 4 * kStatisticsBytes;  // ln1 and ln2: mean and rstd per token
+  const int64_t statistics = 2 * norm_statistics_bytes(cfg);  // ln1 and ln2
   switch (cfg.recompute) {
     case Recompute::none:
-      return bt * (s * (16 * c + h * t) + statistics);
+      return bt * (s * (block_kept_elements(cfg) + h * t) + statistics);
     case Recompute::selective:
-      return bt * (s * 16 * c + statistics);
+      return bt * (s * block_kept_elements(cfg) + statistics);
     case Recompute::full:
       return bt * s * c;
   }
@@ -27,8 +37,8 @@ int64_t block_kept_bytes(const GPTConfig& cfg, int64_t batch) {
 StepActivationBytes step_activation_bytes(const GPTConfig& cfg, int64_t batch) {
   const int64_t bt = batch * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
   const int64_t c = cfg.dim, v = cfg.vocab;
-  // The embedding's output, and the head's layernorm (+ 2 statistics), logits and their gradient.
-  const int64_t embedding_and_head = bt * (s * c + s * c + 2 * kStatisticsBytes + 2 * s * v);
+  // The embedding's output, and the head's norm (+ its statistics), logits and their gradient.
+  const int64_t embedding_and_head = bt * (s * c + s * c + norm_statistics_bytes(cfg) + 2 * s * v);
   // Backward re-makes what its recompute mode dropped, one block at a time.
   GPTConfig kept_all = cfg;
   kept_all.recompute = Recompute::none;
@@ -38,9 +48,11 @@ StepActivationBytes step_activation_bytes(const GPTConfig& cfg, int64_t batch) {
                              : block_kept_bytes(kept_all, batch);         // the whole block
   StepActivationBytes bytes;
   bytes.activations = cfg.layers * block_kept_bytes(cfg, batch) + embedding_and_head + remade;
-  // One block's backward: d_fc 4C, d_qkv 3C, d_ln, d_res1, d_attn_out and the residual stream's
-  // gradient dx, C each: 11 C per token.
-  bytes.workspace = bt * s * 11 * c;
+  // One block's backward: d_fc (4C), d_qkv (3C), d_ln, d_res1, d_attn_out and the residual
+  // stream's gradient dx, C each: 11 C per token for GPT-2's block; SwiGLU adds the F-wide
+  // gradient of its product.
+  const int64_t f = cfg.ffn_hidden();
+  bytes.workspace = bt * s * (cfg.fc_width(f) + (cfg.swiglu() ? f : 0) + cfg.qkv_width() + 4 * c);
   return bytes;
 }
 

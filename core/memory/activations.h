@@ -15,7 +15,15 @@ namespace mgpu::memory {
 //                                            H T probabilities; four fp32 layernorm statistics
 //   selective  B T [ s 16 C + 16 ]           the probabilities are recomputed from q, k
 //   full       B T s C                       only the block's output (its input is the previous)
+// (GPT-2's block. In general 16 C is block_kept_elements: GQA's qkv is C + 2 KV D wide, SwiGLU's
+// fc 2F and its product F; RMSNorm keeps one statistic per token, not two; RoPE rotates qkv in
+// place and keeps nothing more.)
 int64_t block_kept_bytes(const GPTConfig& cfg, int64_t batch);
+// Elements per token a block keeps besides the probabilities: 5 C + (C + 2 KV D) + fc + F (16 C
+// for GPT-2's block).
+int64_t block_kept_elements(const GPTConfig& cfg);
+// fp32 statistics one norm keeps per token: mean and rstd (layernorm), rstd (rmsnorm).
+int64_t norm_statistics_bytes(const GPTConfig& cfg);
 
 // Bytes of one step's activations and backward buffers on one device, by allocator category.
 struct StepActivationBytes {

@@ -3,15 +3,21 @@
 // full linear; outputs and gradients are compared with the unsharded linear (ops::linear_*), and
 // the number of all-reduces each one issues is counted from the trace. The last case runs them
 // with sequence parallelism's collectives, each rank holding its tokens outside the linears.
+// The Llama case trains a whole model of Llama's block (a SwiGLU MLP, grouped-query attention, no
+// biases) through the installed functions and compares its parameters with one device's.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "core/data/task.h"
 #include "core/model/param.h"
 #include "core/ops/ops.h"
 #include "core/parallel/sequence_parallel.h"
 #include "core/parallel/tensor_parallel.h"
+#include "core/run/run.h"
 #include "core/world/world.h"
 #include "exercises/selection.h"
 #include "grade/grade_support.h"
@@ -228,6 +234,34 @@ void check_sequence_parallel(int tp) {
     check_close(w_.db, row.db, "row db: the whole bias gradient on every rank");
   }
 }
+// A Llama-shaped model (4 query heads sharing 2 kv heads, SwiGLU of width 24, RMSNorm, RoPE, no
+// biases) trained 2 SGD steps on `ranks` ranks, its parameters placed as the single device's.
+std::map<std::string, std::vector<float>> llama_trained(run::Parallelism parallelism, int ranks) {
+  run::RunSpec spec;
+  spec.task = data::make_task("reverse", 7, {.seq_len = 8});
+  spec.model = {.vocab = spec.task->vocab_size(), .seq_len = 8, .layers = 2, .dim = 16, .heads = 4};
+  spec.model.style = {.norm = Norm::rmsnorm,
+                      .mlp = MlpKind::swiglu,
+                      .ffn_dim = 24,
+                      .positions = Positions::rope,
+                      .kv_heads = 2,
+                      .bias = false};
+  spec.world = grade::local_world(ranks);
+  spec.world.all_reduce = ex::selected_seams().comm.all_reduce;
+  spec.train.steps = 2;
+  spec.train.global_batch = 4;
+  spec.train.seq = 8;
+  spec.train.keep_params = true;
+  spec.optimizer = [](const ParamList& params) {
+    optim::SGDOptions o;
+    o.lr = 0.05f;
+    return std::make_unique<optim::SGD>(optim::whole_params(params), o);
+  };
+  spec.parallelism = std::move(parallelism);
+  std::map<std::string, std::vector<float>> params;
+  for (const CheckpointTensor& t : run::run(spec).trained.params) params[t.name] = t.values;
+  return params;
+}
 }  // namespace
 
 TEST_CASE("ex06 column-parallel forward gives each rank its output columns (2 pts)",
@@ -251,4 +285,19 @@ TEST_CASE(
     "ex06 the same linears under sequence parallelism gather and sum along the sequence (2 pts)",
     "[grade][ex06]") {
   for (int tp : {2, 4}) check_sequence_parallel(tp);
+}
+
+TEST_CASE("ex06 a Llama block on your linears: SwiGLU and grouped-query heads split (3 pts)",
+          "[grade][ex06]") {
+  // Each rank holds 2 of the 4 query heads and 1 of the 2 kv heads (qkv's rows: q, k and v), and
+  // 12 of SwiGLU's 24 units (the gate row and the up row of each), with no biases anywhere: the
+  // column linears' bias is undefined on every rank, and so is the row linears'.
+  const auto one = llama_trained(run::SingleDevice{}, 1);
+  const auto tp = llama_trained(run::TensorParallel{.seams = ex::selected_seams().tp}, 2);
+  REQUIRE(one.size() == tp.size());
+  for (const auto& [name, values] : one) {
+    INFO(name);
+    REQUIRE(tp.count(name) == 1);
+    check_close(tp.at(name), values, "a parameter after 2 steps: tp = 2 against one device");
+  }
 }

@@ -59,6 +59,8 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--layers", {"6"}},
     {"--dim", {"32"}},
     {"--heads", {"4"}},
+    {"--kv-heads", {"1"}},  // the 2 heads share one kv head (MQA)
+    {"--ffn-dim", {"32"}},
     {"--seq", {"12"}},
     {"--model", {"gpt2-small"}},  // the typed sizes win; its 50257-token vocabulary remains
     {"--vocab", {"100"}},
