@@ -101,7 +101,10 @@ ExerciseInfo ex06_tensor_parallel() {
             "c.sum(y, ...); backward: c.gather(dy) (g's backward), then the linear backward"},
            {"sequence",
             "sequence parallelism: use only c's gather, partial_buffer and sum (never the tp "
-            "group's all-reduce): there x, dx, y and dy are this rank's tokens"}},
+            "group's all-reduce): there x, dx, y and dy are this rank's tokens"},
+           {"Llama",
+            "a Llama block has no biases: b_local, b, db_local and db are Tensor() on every rank; "
+            "pass them straight to ops::linear_forward / linear_backward, which skip them"}},
           "exercises/tensor_parallel.cpp",
           "every column- and row-parallel linear of `mgpu run tensor_parallel` and "
           "`mgpu run sequence_parallel`"};
