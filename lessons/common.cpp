@@ -170,6 +170,14 @@ nlohmann::json CommonOptions::to_json() const {
               {"moe_every", moe_every},
               {"capacity_factor", capacity_factor},
               {"aux_loss_coef", aux_loss_coef}});
+  if (!style.is_gpt2())  // as the model file names them; GPT-2's block reads as before
+    j.update({{"norm", norm_name(style.norm)},
+              {"mlp", mlp_name(style.mlp)},
+              {"ffn_dim", style.ffn_dim},
+              {"positions", positions_name(style.positions)},
+              {"rope_theta", style.rope_theta},
+              {"kv_heads", style.kv_heads},
+              {"bias", style.bias}});
   return j;
 }
 
