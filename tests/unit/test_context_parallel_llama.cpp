@@ -114,6 +114,13 @@ TEST_CASE("llama-tiny trains to the single-device parameters under ring attentio
   // fp32: the ring and the copies sum attention in another order than the one-device kernel
   mgpu::testing::check_trains_to_single_device(llama_tiny(4), {"contiguous", "zigzag", "ulysses"},
                                                {2, 4}, 2e-5f);
+  // recompute re-runs the ring (or the all-to-alls) and the rotation in the backward
+  for (const std::string mode : {"selective", "full"}) {
+    INFO("--recompute " << mode);
+    std::vector<std::string> args = llama_tiny(4);
+    args.insert(args.end(), {"--recompute", mode});
+    mgpu::testing::check_trains_to_single_device(args, {"zigzag", "ulysses"}, {4}, 2e-5f);
+  }
 }
 
 TEST_CASE("rotary positions under context parallelism are the tokens' global positions",
