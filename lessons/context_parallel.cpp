@@ -126,9 +126,12 @@ class ContextParallelLesson : public Lesson {
     detail::print_wire(out, c, cfg, layout, r.trace);
     if (!r.peak_activations.empty())
       fmt::print(
-          out, "\npeak activations per GPU (allocator): {}   formula {}\n",
+          out, "\npeak activations per GPU (allocator): {}   {}\n",
           format_bytes(*std::max_element(r.peak_activations.begin(), r.peak_activations.end())),
-          format_bytes(detail::activation_formula(cfg, c.batch, c.seq, c.ranks, layout)));
+          cfg.style.is_gpt2()  // the formula counts GPT-2's block (layernorm, GELU, 4C MLP)
+              ? "formula " +
+                    format_bytes(detail::activation_formula(cfg, c.batch, c.seq, c.ranks, layout))
+              : std::string("(the formula counts GPT-2's block only)"));
     if (compare_ == "on" && r.under_mpi) {
       fmt::print(out,
                  "\n(under mpirun the world size is fixed: run without mpirun for the cp = 1, 2, 4 "

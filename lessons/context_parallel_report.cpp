@@ -9,6 +9,7 @@
 
 #include "core/runtime/dtype.h"
 #include "core/theory/collectives.h"
+#include "core/theory/mesh_traffic.h"
 #include "core/trace/analysis.h"
 #include "lessons/context_parallel.h"
 #include "lessons/context_parallel_internal.h"
@@ -50,6 +51,68 @@ void print_balance(std::ostream& out, const trace::Trace& trace) {
              lo > 0 ? hi / lo : 0.0);
 }
 
+namespace {
+
+struct WireFormula {
+  int64_t bytes = 0;
+  std::string how;
+};
+
+// Ring attention's bytes per GPU and step: K|V blocks (cp-1 hops each way, in the activations'
+// e bytes) and dK|dV accumulators (cp hops, fp32 under mixed precision too: every hop adds to
+// them). One block is theory::cp_kv_block_elements: B*(T/cp)*2*KV*D (2C for multi-head).
+WireFormula ring_formula(const CommonOptions& c, const GPTConfig& cfg) {
+  const int cp = c.ranks;
+  const int64_t layers = cfg.layers, e = dtype_size(cfg.dtype);
+  const int64_t kv =
+      theory::cp_kv_block_elements(c.batch, c.seq / cp, cfg.kv_head_count(), cfg.head_size()) * 4;
+  const std::string block = cfg.kv_head_count() == cfg.heads ? "2C" : "2*KV*D";
+  if (e == 4)
+    return {layers * (3 * int64_t{cp} - 2) * kv,
+            fmt::format("{} layers x ({} K|V hops forward + {} backward + {} dK|dV hops) x "
+                        "B*(T/cp)*{}*4 = {} x {}*{}*{}*4",
+                        layers, cp - 1, cp - 1, cp, block, layers * (3 * cp - 2), c.batch,
+                        c.seq / cp, kv / 4 / c.batch / (c.seq / cp))};
+  return {layers * (2 * (int64_t{cp} - 1) * kv / 4 * e + int64_t{cp} * kv),
+          fmt::format("{} layers x B*(T/cp)*{} x ({} K|V hops forward + {} backward) x {} B ({}) + "
+                      "{} dK|dV hops x 4 B (fp32 accumulators)",
+                      layers, block, cp - 1, cp - 1, e, precision_name(cfg.dtype), cp)};
+}
+
+// Ulysses' all-to-alls re-shard activations and their gradients (e bytes each), (cp-1)/cp of
+// each leaving the GPU: qkv and out forward; qkv, dout and dqkv backward. With grouped-query
+// attention qkv is (H + 2E) D wide, E the kv heads after Ulysses' copies (ulysses_kv_heads).
+WireFormula ulysses_formula(const CommonOptions& c, const GPTConfig& cfg) {
+  const int cp = c.ranks;
+  const int64_t layers = cfg.layers, e = dtype_size(cfg.dtype), tokens = c.batch * (c.seq / cp);
+  if (cfg.kv_head_count() == cfg.heads)
+    return {layers * 11 * tokens * cfg.dim * e * (cp - 1) / cp,
+            fmt::format("{} layers x 11 all-to-alls' worth of B*(T/cp)*C (qkv 3 + out 1 forward; "
+                        "qkv 3 + dout 1 + dqkv 3 backward) x (cp-1)/cp",
+                        layers)};
+  const int spread = parallel::ulysses_kv_heads(cfg.kv_head_count(), cp);
+  const int64_t width = (3 * (cfg.heads + 2 * int64_t{spread}) + 2 * cfg.heads) * cfg.head_size();
+  return {layers * tokens * width * e * (cp - 1) / cp,
+          fmt::format("{} layers x B*(T/cp)*D x (3 x (H + 2 x {} kv heads{}) for qkv, dqkv + 2 x H "
+                      "for out, dout) x (cp-1)/cp",
+                      layers, spread,
+                      spread == cfg.kv_head_count() ? "" : " after the copies for KV < cp")};
+}
+
+// One K|V hop under grouped-query attention, beside multi-head attention's: the ring's saving.
+void print_kv_per_hop(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg) {
+  const int64_t b = c.batch, tl = c.seq / c.ranks, e = dtype_size(cfg.dtype);
+  const int64_t kv = cfg.kv_head_count(), h = cfg.heads, d = cfg.head_size();
+  const int64_t gqa = theory::cp_kv_block_elements(b, tl, kv, d) * e;
+  const int64_t mha = theory::cp_kv_block_elements(b, tl, h, d) * e;
+  fmt::print(out,
+             "  K/V per hop: 2 x B x T/cp x KV x D x {} B = 2 x {} x {} x {} x {} x {} = {} (MHA: "
+             "2 x B x T/cp x H x D = {}, H/KV = {}x less)\n",
+             e, b, tl, kv, d, e, format_bytes(gqa), format_bytes(mha), h / kv);
+}
+
+}  // namespace
+
 void print_wire(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
                 parallel::CpLayout layout, const trace::Trace& trace) {
   const trace::Interval window = trace::analyze(trace, last_step(trace)).window;
@@ -59,55 +122,23 @@ void print_wire(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
     auto& bucket = e.op == "all_reduce" ? gradients : attention;
     bucket[size_t(e.rank)] += e.sent_bytes;
   }
-  const int cp = c.ranks;
-  const int64_t tl = c.seq / cp, b = c.batch, ch = cfg.dim, layers = cfg.layers;
-  // K|V blocks travel in the activations' dtype (e bytes); the dK|dV accumulators stay fp32 under
-  // mixed precision (every hop adds to them: context_parallel.cpp), so 4 bytes.
-  const int64_t e = dtype_size(cfg.dtype);
-  const int64_t kv = b * tl * 2 * ch * 4;  // one K|V block, fp32
-  int64_t formula = 0;
-  std::string how;
-  switch (layout) {
-    case parallel::CpLayout::contiguous:
-    case parallel::CpLayout::zigzag:
-      if (e == 4) {
-        formula = layers * (3 * int64_t{cp} - 2) * kv;
-        how = fmt::format(
-            "{} layers x ({} K|V hops forward + {} backward + {} dK|dV hops) x B*(T/cp)*2C*4 = {} "
-            "x {}*{}*{}*4",
-            layers, cp - 1, cp - 1, cp, layers * (3 * cp - 2), b, tl, 2 * ch);
-      } else {
-        formula = layers * (2 * (int64_t{cp} - 1) * kv / 4 * e + int64_t{cp} * kv);
-        how = fmt::format(
-            "{} layers x B*(T/cp)*2C x ({} K|V hops forward + {} backward) x {} B ({}) + {} dK|dV "
-            "hops x 4 B (fp32 accumulators)",
-            layers, cp - 1, cp - 1, e, precision_name(cfg.dtype), cp);
-      }
-      break;
-    case parallel::CpLayout::ulysses:
-      // the all-to-alls re-shard activations and their gradients: e bytes each
-      formula = layers * 11 * b * tl * ch * e * (cp - 1) / cp;
-      how = fmt::format(
-          "{} layers x 11 all-to-alls' worth of B*(T/cp)*C (qkv 3 + out 1 forward; qkv 3 + dout 1 "
-          "+ "
-          "dqkv 3 backward) x (cp-1)/cp",
-          layers);
-      break;
-    case parallel::CpLayout::chunked:
-      how = "chunked attention never communicates";
-      break;
-  }
+  const bool ring =
+      layout == parallel::CpLayout::contiguous || layout == parallel::CpLayout::zigzag;
+  WireFormula formula{0, "chunked attention never communicates"};
+  if (ring) formula = ring_formula(c, cfg);
+  if (layout == parallel::CpLayout::ulysses) formula = ulysses_formula(c, cfg);
   fmt::print(out, "\nbytes on the wire per GPU, last step (measured: trace sent_bytes):\n");
   for (int r = 0; r < trace.num_ranks; ++r)
     fmt::print(out, "  rank {}: attention {:>10}   gradient all-reduce {:>10}\n", r,
                format_bytes(attention[size_t(r)]), format_bytes(gradients[size_t(r)]));
-  fmt::print(out, "  attention formula: {} = {}\n", how, format_bytes(formula));
-  fmt::print(
-      out,
-      "  gradients formula: ring all-reduce 2(cp-1)/cp x {} params x 4 B = {} (every GPU "
-      "holds all weights)\n",
-      with_commas(count_params(cfg)),
-      format_bytes(int64_t(theory::ring_all_reduce_factor(cp) * double(count_params(cfg)) * 4.0)));
+  fmt::print(out, "  attention formula: {} = {}\n", formula.how, format_bytes(formula.bytes));
+  if (ring && cfg.kv_head_count() != cfg.heads) print_kv_per_hop(out, c, cfg);
+  fmt::print(out,
+             "  gradients formula: ring all-reduce 2(cp-1)/cp x {} params x 4 B = {} (every GPU "
+             "holds all weights)\n",
+             with_commas(count_params(cfg)),
+             format_bytes(int64_t(theory::ring_all_reduce_factor(c.ranks) *
+                                  double(count_params(cfg)) * 4.0)));
 }
 
 // Activation bytes this model keeps per GPU (fp32, --recompute none): per token and layer the 16C
@@ -157,9 +188,14 @@ void print_memory_vs_seq(std::ostream& out, const CommonOptions& c, parallel::Cp
       }
       std::ostringstream ignored;
       const ContextParallelResult r = train_context_parallel(probe, layout_name, ignored);
+      // the formula counts GPT-2's block: other styles show the allocator's figure alone
+      const std::string measured = format_bytes(r.peak_activations.at(0));
       row += fmt::format(
-          " {:>23}", fmt::format("{} / {}", format_bytes(r.peak_activations.at(0)),
-                                 format_bytes(activation_formula(cfg, c.batch, t, cp, layout))));
+          " {:>23}",
+          cfg.style.is_gpt2()
+              ? fmt::format("{} / {}", measured,
+                            format_bytes(activation_formula(cfg, c.batch, t, cp, layout)))
+              : measured);
     }
     row += fmt::format(
         "   {}", format_bytes(int64_t{4} * cfg1.layers * c.batch * cfg1.heads * int64_t{t} * t));
@@ -167,7 +203,9 @@ void print_memory_vs_seq(std::ostream& out, const CommonOptions& c, parallel::Cp
   }
   const char* rows = layout == parallel::CpLayout::chunked ? "(T/cp)" : "T";
   const bool lse = layout == parallel::CpLayout::contiguous || layout == parallel::CpLayout::zigzag;
-  if (c.precision == "fp32")
+  if (!model_config(c, *make_task(c)).style.is_gpt2())
+    fmt::print(out, "  (allocator only: the formula counts GPT-2's block)\n");
+  else if (c.precision == "fp32")
     fmt::print(out,
                "  formula: 4 B x [B*(T/cp)*(2C + L*(16C+4) + 2 + 2V) + L*B*H*(T/cp)*{}{}]: each "
                "GPU keeps its T/cp rows of the T x T score matrix, so the T^2 part shrinks by cp\n",

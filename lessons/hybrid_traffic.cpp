@@ -131,8 +131,10 @@ void print_traffic(std::ostream& out, const HybridRun& run) {
   const int64_t act_elems = activation_elements(run);
   const int64_t act_pp =
       act_elems / (run.h.sp ? run.mesh.tp : 1) * int64_t(dtype_size(run.cfg.dtype));
-  // cp: ring attention's K|V block of one micro-batch, B_micro*(T/cp)*2C/t elements.
-  const int64_t kv = int64_t{run.micro_b} * (c.seq / mesh.cp) * 2 * run.cfg.dim / mesh.tp;
+  // cp: ring attention's K|V block of one micro-batch, B_micro*(T/cp)*2*KV*D/t elements (2C/t
+  // for multi-head attention; tp splits the kv heads).
+  const int64_t kv = theory::cp_kv_block_elements(
+      run.micro_b, c.seq / mesh.cp, run.cfg.kv_head_count() / mesh.tp, run.cfg.head_size());
   print_traffic_formulas(out, run);
   const auto sent = sent_by_axis(run.trace, run.step, mesh.ranks());
   for (int r = 0; r < mesh.ranks(); ++r) {

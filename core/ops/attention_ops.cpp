@@ -156,7 +156,7 @@ void rope_backward(Tensor& dx, std::span<const int32_t> positions, int heads, in
 
 namespace {
 struct BlockDims {
-  int64_t b, tq, tk, c, heads, att_cols;
+  int64_t b, tq, tk, c, heads, kv_heads, att_cols;  // c = heads * hs: q's (and out's) width
   double visible_pairs;  // (query, key) pairs the mask lets through, over every batch row and head
   // Priced as batch x heads GEMMs of [Tq, hs] x [hs, Tk] plus `passes` over the visible scores.
   KernelCost cost(double bytes, double flops, double score_bytes, int passes, DType dtype) const {
@@ -172,17 +172,31 @@ struct BlockDims {
             .score_passes = passes};
   }
 };
+// Keys at or before each query (both ascending), over every batch row and head: one merge-like
+// walk, not a search per query.
+double visible_pairs(std::span<const int32_t> q_pos, std::span<const int32_t> kv_pos,
+                     int64_t rows) {
+  double per_row = 0;
+  size_t visible = 0;
+  for (int32_t p : q_pos) {
+    while (visible < kv_pos.size() && kv_pos[visible] <= p) ++visible;
+    per_row += double(visible);
+  }
+  return per_row * double(rows);
+}
 BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Tensor& att,
                      const Tensor& lse, std::span<const int32_t> q_pos,
-                     std::span<const int32_t> kv_pos, int heads) {
+                     std::span<const int32_t> kv_pos, int heads, int kv_heads) {
   // Messages are formatted only on failure: the planner's simulations call this per block.
-  if (!(q.ndim() == 3 && kv.ndim() == 3 && kv.dim(0) == q.dim(0) && kv.dim(2) == 2 * q.dim(2)))
+  if (!(heads > 0 && kv_heads > 0 && heads % kv_heads == 0))
+    check(false, op, fmt::format("kv_heads ({}) must divide heads ({})", kv_heads, heads));
+  if (!(q.ndim() == 3 && kv.ndim() == 3 && kv.dim(0) == q.dim(0) && q.dim(2) % heads == 0 &&
+        kv.dim(2) == 2 * kv_heads * (q.dim(2) / heads)))
     check(false, op,
-          fmt::format("q must be [B, Tq, C] and kv [B, Tk, 2C], got {} and {}",
-                      shape_str(q.shape()), shape_str(kv.shape())));
-  BlockDims d{q.dim(0), q.dim(1), kv.dim(1), q.dim(2), heads, 0, 0};
-  if (!(heads > 0 && d.c % heads == 0))
-    check(false, op, fmt::format("heads ({}) must divide C ({})", heads, d.c));
+          fmt::format("q must be [B, Tq, H*D] and kv [B, Tk, 2*KV*D] with H {} and KV {}, got {} "
+                      "and {}",
+                      heads, kv_heads, shape_str(q.shape()), shape_str(kv.shape())));
+  BlockDims d{q.dim(0), q.dim(1), kv.dim(1), q.dim(2), heads, kv_heads, 0, 0};
   check(int64_t(q_pos.size()) == d.tq && int64_t(kv_pos.size()) == d.tk, op,
         "one position per query and per key");
   check(std::is_sorted(q_pos.begin(), q_pos.end()) && std::is_sorted(kv_pos.begin(), kv_pos.end()),
@@ -194,14 +208,7 @@ BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Te
   d.att_cols = att.dim(3);
   if (!(kv_pos.empty() || (kv_pos.front() >= 0 && kv_pos.back() < d.att_cols)))
     check(false, op, fmt::format("key positions must lie in [0, {})", d.att_cols));
-  // Keys at or before each query (both ascending): one merge-like walk, not a search per query.
-  double per_row = 0;
-  size_t visible = 0;
-  for (int32_t p : q_pos) {
-    while (visible < kv_pos.size() && kv_pos[visible] <= p) ++visible;
-    per_row += double(visible);
-  }
-  d.visible_pairs = per_row * double(d.b * heads);
+  d.visible_pairs = visible_pairs(q_pos, kv_pos, d.b * heads);
   return d;
 }
 }  // namespace
@@ -209,9 +216,23 @@ BlockDims block_dims(const char* op, const Tensor& q, const Tensor& kv, const Te
 void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor& q,
                              const Tensor& kv, std::span<const int32_t> q_pos,
                              std::span<const int32_t> kv_pos, int heads) {
+  attention_block_forward(out, lse, att, q, kv, q_pos, kv_pos, heads, heads);
+}
+
+void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                              const Tensor& q, const Tensor& kv, const Tensor& att,
+                              const Tensor& lse, std::span<const int32_t> q_pos,
+                              std::span<const int32_t> kv_pos, int heads) {
+  attention_block_backward(dq, dkv, dout, out, q, kv, att, lse, q_pos, kv_pos, heads, heads);
+}
+
+void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor& q,
+                             const Tensor& kv, std::span<const int32_t> q_pos,
+                             std::span<const int32_t> kv_pos, int heads, int kv_heads) {
   const double kF = elem_bytes(q);
-  const BlockDims d = block_dims("attention_block_forward", q, kv, att, lse, q_pos, kv_pos, heads);
-  check(out.numel() == q.numel(), "attention_block_forward", "out must be [B, Tq, C]");
+  const BlockDims d =
+      block_dims("attention_block_forward", q, kv, att, lse, q_pos, kv_pos, heads, kv_heads);
+  check(out.numel() == q.numel(), "attention_block_forward", "out must be [B, Tq, H*D]");
   const double hs = double(d.c / heads);
   // per visible pair: q.k (2 hs), softmax (~5), p * v (2 hs); reads q, k, v, writes out and scores
   // Materialised like attention_forward: 4 passes over the block's visible scores.
@@ -222,15 +243,17 @@ void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor
   Fp32Staging st;
   run(out, "attention_block_forward", cpu::attention_block_forward,
       &CudaKernels::attention_block_forward, st.out(out), st.out(lse), st.out(att), st.in(q),
-      st.in(kv), q_pos.data(), kv_pos.data(), d.b, d.tq, d.tk, d.c, d.heads, d.att_cols);
+      st.in(kv), q_pos.data(), kv_pos.data(), d.b, d.tq, d.tk, d.c, d.heads, d.kv_heads,
+      d.att_cols);
 }
 
 void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& q, const Tensor& kv, const Tensor& att,
                               const Tensor& lse, std::span<const int32_t> q_pos,
-                              std::span<const int32_t> kv_pos, int heads) {
+                              std::span<const int32_t> kv_pos, int heads, int kv_heads) {
   const double kF = elem_bytes(q);
-  const BlockDims d = block_dims("attention_block_backward", q, kv, att, lse, q_pos, kv_pos, heads);
+  const BlockDims d =
+      block_dims("attention_block_backward", q, kv, att, lse, q_pos, kv_pos, heads, kv_heads);
   check(dq.numel() == q.numel() && dkv.numel() == kv.numel() && dout.numel() == q.numel() &&
             out.numel() == q.numel(),
         "attention_block_backward", "dq, dout and out must match q, and dkv must match kv");
@@ -245,7 +268,7 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
   run(dq, "attention_block_backward", cpu::attention_block_backward,
       &CudaKernels::attention_block_backward, st.out(dq), st.out(dkv), st.in(dout), st.in(out),
       st.in(q), st.in(kv), st.in(att), st.in(lse), q_pos.data(), kv_pos.data(), d.b, d.tq, d.tk,
-      d.c, d.heads, d.att_cols);
+      d.c, d.heads, d.kv_heads, d.att_cols);
 }
 
 void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {

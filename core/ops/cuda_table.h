@@ -55,12 +55,12 @@ struct CudaKernels {
   void (*attention_block_forward)(float* out, float* lse, float* att, const float* q,
                                   const float* kv, const int32_t* q_pos, const int32_t* kv_pos,
                                   int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
-                                  int64_t att_cols) = nullptr;
+                                  int64_t kv_heads, int64_t att_cols) = nullptr;
   void (*attention_block_backward)(float* dq, float* dkv, const float* dout, const float* out,
                                    const float* q, const float* kv, const float* att,
                                    const float* lse, const int32_t* q_pos, const int32_t* kv_pos,
                                    int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
-                                   int64_t att_cols) = nullptr;
+                                   int64_t kv_heads, int64_t att_cols) = nullptr;
   void (*attention_merge)(float* out, float* lse, const float* block_out, const float* block_lse,
                           int64_t b, int64_t t, int64_t c, int64_t heads) = nullptr;
   void (*copy_columns)(float* dst, int64_t dst_cols, int64_t dst_begin, const float* src,

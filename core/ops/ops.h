@@ -93,21 +93,31 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int heads, i
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int heads, int kv_heads);
 
-// Ring attention, one block of keys at a time (context parallelism). q [B,Tq,C] are a rank's
-// queries, kv [B,Tk,2C] one block of keys and values (k | v); key j is visible to query i when
+// Ring attention, one block of keys at a time (context parallelism). q [B,Tq,H*D] are a rank's
+// queries, kv [B,Tk,2*KV*D] one block of keys and values (k | v; KV = kv_heads, grouped-query
+// attention: query head h reads kv head h / (H/KV)); key j is visible to query i when
 // kv_pos[j] <= q_pos[i] (global token positions, each list ascending). Forward writes the block's
-// own attention output out [B,Tq,C], its log-sum-exp lse [B,H,Tq] (f32; -inf for a query that
+// own attention output out [B,Tq,H*D], its log-sum-exp lse [B,H,Tq] (f32; -inf for a query that
 // sees no key here) and the scaled scores into column kv_pos[j] of att [B,H,Tq,T] (the rank's
 // rows of the full T x T score matrix; -inf where masked). Only visible pairs are computed.
+// Without kv_heads: multi-head (kv_heads = heads, bit for bit).
 void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor& q,
                              const Tensor& kv, std::span<const int32_t> q_pos,
                              std::span<const int32_t> kv_pos, int heads);
+void attention_block_forward(Tensor& out, Tensor& lse, Tensor& att, const Tensor& q,
+                             const Tensor& kv, std::span<const int32_t> q_pos,
+                             std::span<const int32_t> kv_pos, int heads, int kv_heads);
 // The block's share of the gradients given the MERGED out and lse: probabilities are
-// exp(score - lse). dq [B,Tq,C] and dkv [B,Tk,2C] ACCUMULATE (a query block meets every block).
+// exp(score - lse). dq [B,Tq,H*D] and dkv [B,Tk,2*KV*D] ACCUMULATE (a query block meets every
+// block); each kv head's dK|dV sums over its query group.
 void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& q, const Tensor& kv, const Tensor& att,
                               const Tensor& lse, std::span<const int32_t> q_pos,
                               std::span<const int32_t> kv_pos, int heads);
+void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                              const Tensor& q, const Tensor& kv, const Tensor& att,
+                              const Tensor& lse, std::span<const int32_t> q_pos,
+                              std::span<const int32_t> kv_pos, int heads, int kv_heads);
 // The online-softmax merge of two partial attention results over disjoint key sets (exercise
 // 07's reference): out [B,T,C], lse [B,H,T] become the result over both key sets.
 void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);

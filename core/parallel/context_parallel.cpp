@@ -54,6 +54,12 @@ void check_cp_size(const GPTConfig& cfg, int seq, int cp, CpLayout layout) {
         "ulysses splits the heads over the ranks: {} heads do not divide over {} ranks; use "
         "--heads {} (or another --cp-layout)",
         cfg.heads, cp, (cfg.heads / cp + 1) * cp));
+  // A rank's query heads must read whole kv heads (or one copied kv head: ulysses.cpp).
+  if (layout == CpLayout::ulysses && ulysses_kv_heads(cfg.kv_head_count(), cp) == 0)
+    throw std::invalid_argument(fmt::format(
+        "ulysses gives each rank the kv heads its query heads read: {} kv heads over {} ranks "
+        "need cp to divide them or be a multiple of them; use --kv-heads {} or --cp-layout zigzag",
+        cfg.kv_head_count(), cp, cp));
 }
 
 std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout) {

@@ -12,7 +12,6 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,7 +32,8 @@ const char* cp_layout_name(CpLayout layout);
 CpLayout parse_cp_layout(const std::string& text);
 
 // Throws std::invalid_argument (one line: what is wrong, what would work) unless `seq` splits
-// into the layout's chunks (2*cp for zigzag, cp otherwise) and, for ulysses, cp divides the heads.
+// into the layout's chunks (2*cp for zigzag, cp otherwise) and, for ulysses, cp divides the heads
+// and divides or is a multiple of the kv heads (ulysses_kv_heads).
 void check_cp_size(const GPTConfig& cfg, int seq, int cp, CpLayout layout);
 // The global positions of cp rank `rank`'s tokens, ascending (zigzag: chunks rank, 2cp-1-rank).
 std::vector<int32_t> cp_positions(int seq, int cp, int rank, CpLayout layout);
@@ -61,13 +61,8 @@ struct CpSeams {
 };
 
 // Ring attention (contiguous or zigzag), context parallelism's attention on the cp group `cp`:
-// every rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward.
-// TEMPORARY: ring attention and Ulysses read qkv as q | k | v of equal widths.
-inline int multi_head_only(const AttentionHeads& h, const char* who) {
-  if (h.kv_heads != h.heads)
-    throw std::invalid_argument(std::string(who) + " does not run grouped-query attention yet");
-  return h.heads;
-}
+// every rank's token positions, the K|V ring forward, the K|V + dK|dV ring backward. Under
+// grouped-query attention only the kv heads travel: 2*KV*D per token, KV/H of multi-head's.
 
 class RingAttention : public AttentionComm {
  public:
@@ -83,17 +78,27 @@ class RingAttention : public AttentionComm {
 
  private:
   template <class OnBlock, class AfterStep>
-  void ring_pass(const Tensor& qkv, const std::string& category, OnBlock&& on_block,
-                 AfterStep&& after_step);
+  void ring_pass(const Tensor& qkv, const AttentionHeads& heads, const std::string& category,
+                 OnBlock&& on_block, AfterStep&& after_step);
 
   comm::Comm& cp_;
   CpSeams seams_;
   std::vector<std::vector<int32_t>> positions_;  // every cp rank's token positions
 };
 
+// The kv heads Ulysses spreads over `cp` ranks: kv_heads itself when cp divides it (each rank
+// gets KV/cp of them, the ones its H/cp query heads read); cp when kv_heads divides cp (KV < cp:
+// each kv head is copied cp/KV times before the all-to-all, so that every rank receives the one
+// kv head its query heads read, and the copies' gradients are summed after the backward). 0 when
+// neither divides the other (a rank's query heads would read parts of two kv heads).
+int ulysses_kv_heads(int kv_heads, int cp);
+
 // Ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023), context parallelism's other attention: an
 // all-to-all turns my T/cp tokens of every head into the whole sequence of cp-th of the heads,
 // plain attention runs on those, and an all-to-all turns the result back. `seq`: the whole T.
+// Grouped-query attention: q's H heads and k's, v's KV heads are split separately, groups kept
+// together (rank d: query heads d*H/cp.., kv heads d*KV/cp..); with KV < cp the kv heads are
+// replicated first (ulysses_kv_heads), trading all-to-all bytes for not refusing the run.
 class UlyssesAttention : public AttentionComm {
  public:
   UlyssesAttention(comm::Comm& cp, int seq) : cp_(cp), seq_(seq) {}
@@ -104,9 +109,11 @@ class UlyssesAttention : public AttentionComm {
                 const std::string& category) override;
 
  private:
-  // Sequence-sharded [B, T/cp, n*C] <-> head-sharded [B, T, n*C/cp] (n = 3 for qkv, 1 for out).
-  Tensor to_heads(const Tensor& by_sequence, int parts, const std::string& category);
-  void to_sequence(Tensor& by_sequence, const Tensor& by_heads, int parts,
+  // Sequence-sharded [B, T/cp, sum(widths)] <-> head-sharded [B, T, sum(widths)/cp]: each of
+  // the row's parts (q | k | v, or out alone) is split into cp slices of its width / cp.
+  Tensor to_heads(const Tensor& by_sequence, const std::vector<int64_t>& widths,
+                  const std::string& category);
+  void to_sequence(Tensor& by_sequence, const Tensor& by_heads, const std::vector<int64_t>& widths,
                    const std::string& category);
   comm::Comm& cp_;
   int seq_;

@@ -45,7 +45,12 @@ int64_t pipeline_sends(int stage, int stages, int chunks) {
 double dp_bytes_sent(int dp, int64_t gradient_bytes, int weight_bytes, bool zero) {
   const double ring = ring_all_reduce_factor(dp);
   return zero ? ring / 2 * (gradient_bytes + gradient_bytes / 4 * weight_bytes)
-               : ring * gradient_bytes;
+              : ring * gradient_bytes;
+}
+
+int64_t cp_kv_block_elements(int64_t batch, int64_t local_tokens, int64_t kv_heads,
+                             int64_t head_size) {
+  return batch * local_tokens * 2 * kv_heads * head_size;
 }
 
 double cp_bytes_sent(int cp, int64_t layers, int microbatches, int64_t kv_elements,

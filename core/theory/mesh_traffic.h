@@ -46,9 +46,15 @@ double tp_bytes_sent(const TpTraffic& t);
 int64_t pipeline_sends(int stage, int stages, int chunks);
 
 // dp: the stage's fp32 gradients all-reduced once per step, 2(d-1)/d x gradient bytes; under
-// ZeRO (1, 2 or 3) a reduce-scatter of the gradients and an all-gather of the `weight_bytes`-B parameters,
-// (d-1)/d x (gradient + parameter bytes).
+// ZeRO (1, 2 or 3) a reduce-scatter of the gradients and an all-gather of the `weight_bytes`-B
+// parameters, (d-1)/d x (gradient + parameter bytes).
 double dp_bytes_sent(int dp, int64_t gradient_bytes, int weight_bytes, bool zero);
+
+// cp: one ring-attention K|V block, the keys and values of a rank's `local_tokens` tokens of each
+// of `batch` sequences over `kv_heads` heads of `head_size`: B x T/cp x 2 x KV x D elements.
+// Grouped-query attention's blocks are KV/H of multi-head attention's: only the kv heads travel.
+int64_t cp_kv_block_elements(int64_t batch, int64_t local_tokens, int64_t kv_heads,
+                             int64_t head_size);
 
 // cp: per layer and micro-batch ring attention's K|V blocks of `kv_elements` (cp-1 hops forward,
 // again in a recomputed forward, cp-1 backward, in `weight_bytes`) and the dK|dV accumulators (cp

@@ -63,32 +63,36 @@ TEST_CASE("gpu attention block forward and backward match cpu", "[gpu][ring]") {
   MGPU_REQUIRE_GPU();
   GpuRank g;
   const int64_t b = 2, c = 24, heads = 3, t = 16;  // head size 8
-  for (const RingCase& rc : ring_cases()) {
-    INFO(rc.name);
-    const int64_t tq = int64_t(rc.q_pos.size()), tk = int64_t(rc.kv_pos.size());
-    auto [q, gq] = g.pair({b, tq, c}, 1);
-    auto [kv, gkv] = g.pair({b, tk, 2 * c}, 2);
-    // scores start non-zero: columns of positions outside the block must stay untouched
-    auto [scores, gscores] = g.pair({b, heads, tq, t}, 3);
-    Tensor out = g.cpu_zeros({b, tq, c}), gout = g.gpu(out);
-    Tensor lse = g.cpu_zeros({b, heads, tq}), glse = g.gpu(lse);
-    ops::attention_block_forward(out, lse, scores, q, kv, rc.q_pos, rc.kv_pos, int(heads));
-    ops::attention_block_forward(gout, glse, gscores, gq, gkv, rc.q_pos, rc.kv_pos, int(heads));
-    require_close(gout, out, "block out");
-    require_scores_close(g, gscores, scores);
-    require_scores_close(g, glse, lse);  // a query that sees no key: lse -inf on both
+  // multi-head (3 kv heads) and grouped-query (1 kv head: its dK|dV sums the 3 query heads')
+  for (const int64_t kv_heads : {heads, int64_t{1}})
+    for (const RingCase& rc : ring_cases()) {
+      INFO(rc.name << ", " << kv_heads << " kv heads");
+      const int64_t tq = int64_t(rc.q_pos.size()), tk = int64_t(rc.kv_pos.size());
+      const int64_t kv_c = kv_heads * (c / heads);
+      const int h = int(heads), kvh = int(kv_heads);
+      auto [q, gq] = g.pair({b, tq, c}, 1);
+      auto [kv, gkv] = g.pair({b, tk, 2 * kv_c}, 2);
+      // scores start non-zero: columns of positions outside the block must stay untouched
+      auto [scores, gscores] = g.pair({b, heads, tq, t}, 3);
+      Tensor out = g.cpu_zeros({b, tq, c}), gout = g.gpu(out);
+      Tensor lse = g.cpu_zeros({b, heads, tq}), glse = g.gpu(lse);
+      ops::attention_block_forward(out, lse, scores, q, kv, rc.q_pos, rc.kv_pos, h, kvh);
+      ops::attention_block_forward(gout, glse, gscores, gq, gkv, rc.q_pos, rc.kv_pos, h, kvh);
+      require_close(gout, out, "block out");
+      require_scores_close(g, gscores, scores);
+      require_scores_close(g, glse, lse);  // a query that sees no key: lse -inf on both
 
-    // backward accumulates (+=) into dq and dkv: start them non-zero
-    auto [dout, gdout] = g.pair({b, tq, c}, 4);
-    auto [dq, gdq] = g.pair({b, tq, c}, 5);
-    auto [dkv, gdkv] = g.pair({b, tk, 2 * c}, 6);
-    ops::attention_block_backward(dq, dkv, dout, out, q, kv, scores, lse, rc.q_pos, rc.kv_pos,
-                                  int(heads));
-    ops::attention_block_backward(gdq, gdkv, gdout, gout, gq, gkv, gscores, glse, rc.q_pos,
-                                  rc.kv_pos, int(heads));
-    require_close(gdq, dq, "block dq");
-    require_close(gdkv, dkv, "block dk|dv");
-  }
+      // backward accumulates (+=) into dq and dkv: start them non-zero
+      auto [dout, gdout] = g.pair({b, tq, c}, 4);
+      auto [dq, gdq] = g.pair({b, tq, c}, 5);
+      auto [dkv, gdkv] = g.pair({b, tk, 2 * kv_c}, 6);
+      ops::attention_block_backward(dq, dkv, dout, out, q, kv, scores, lse, rc.q_pos, rc.kv_pos, h,
+                                    kvh);
+      ops::attention_block_backward(gdq, gdkv, gdout, gout, gq, gkv, gscores, glse, rc.q_pos,
+                                    rc.kv_pos, h, kvh);
+      require_close(gdq, dq, "block dq");
+      require_close(gdkv, dkv, "block dk|dv");
+    }
 }
 
 TEST_CASE("gpu attention merge matches cpu, empty parts included", "[gpu][ring]") {

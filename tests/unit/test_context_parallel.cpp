@@ -15,11 +15,13 @@
 #include "common/checkpoints.h"
 #include "core/trace/analysis.h"
 #include "core/trace/chrome_trace.h"
+#include "unit/cp_runs.h"
 #include "unit/mgpu_cli.h"
 
 namespace test_context_parallel {
 
 using namespace mgpu;
+using mgpu::testing::cp_run;
 using mgpu::testing::run_mgpu;
 using mgpu::testing::temp_path;
 
@@ -29,14 +31,6 @@ std::vector<std::string> tiny(std::vector<std::string> args) {
   for (const char* a : {"--steps", "4", "--dim", "24", "--heads", "4", "--seq", "16", "--batch",
                         "4", "--layers", "2", "-q"})
     args.push_back(a);
-  return args;
-}
-
-std::vector<std::string> cp_run(const std::string& layout, int cp, std::vector<std::string> more) {
-  std::vector<std::string> args = {
-      "run",  "context_parallel", "--cp", std::to_string(cp), "--cp-layout",
-      layout, "--compare",        "off"};
-  args.insert(args.end(), more.begin(), more.end());
   return args;
 }
 
@@ -72,22 +66,9 @@ double spread(const std::vector<double>& v) {
 
 TEST_CASE("contiguous zigzag and ulysses train to the single-device parameters at cp 2 and 4",
           "[cp][lesson][equivalence]") {
-  const std::string single = temp_path("single.ckpt");
-  REQUIRE(run_mgpu(tiny({"run", "single_device", "--checkpoint", single})).code == 0);
-  const auto want = mgpu::testing::load_checkpoint_by_name(single);
-  for (const std::string layout : {"contiguous", "zigzag", "ulysses"})
-    for (int cp : {2, 4}) {
-      INFO(layout << " cp=" << cp);
-      const std::string path = temp_path(layout + std::to_string(cp) + ".ckpt");
-      const auto r = run_mgpu(tiny(cp_run(layout, cp, {"--checkpoint", path})));
-      REQUIRE(r.code == 0);
-      const auto got = mgpu::testing::load_checkpoint_by_name(path);
-      // fp32 tolerance: the ring sums attention in a different order than the one-device kernel
-      CHECK(mgpu::testing::max_difference(got, want, "param") < 2e-5f);
-      CHECK(mgpu::testing::max_difference(got, want, "optimizer_state") < 2e-5f);
-      std::filesystem::remove(path);
-    }
-  std::filesystem::remove(single);
+  // fp32 tolerance: the ring sums attention in a different order than the one-device kernel
+  mgpu::testing::check_trains_to_single_device(tiny({}), {"contiguous", "zigzag", "ulysses"},
+                                               {2, 4}, 2e-5f);
 }
 
 TEST_CASE("ring attention under recompute and resume still gives the single-device parameters",

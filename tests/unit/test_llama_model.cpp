@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/llama_config.h"
 #include "core/model/gpt.h"
 #include "core/model/init.h"
 #include "core/model/model_file.h"
@@ -30,21 +31,7 @@ using model_gradcheck::require_close;
 namespace {
 // A Llama-shaped tiny model: 4 query heads sharing 2 kv heads, head size 4, F = 24.
 GPTConfig llama_config() {
-  GPTConfig cfg;
-  cfg.vocab = 11;
-  cfg.seq_len = 6;
-  cfg.layers = 2;
-  cfg.dim = 16;
-  cfg.heads = 4;
-  cfg.seed = 5;
-  cfg.style = {.norm = Norm::rmsnorm,
-               .mlp = MlpKind::swiglu,
-               .ffn_dim = 24,
-               .positions = Positions::rope,
-               .rope_theta = 100.0f,  // a small base: every pair turns visibly over 6 tokens
-               .kv_heads = 2,
-               .bias = false};
-  return cfg;
+  return mgpu::testing::small_llama_config();
 }
 
 // Each style field alone on GPT-2's block, then all of them (Llama's), then MQA.

@@ -48,19 +48,20 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want) 
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(2e-6));
 }
-}  // namespace
 
-TEST_CASE("block attention merged over any split of the keys equals causal attention",
-          "[ops][ring]") {
-  const Tensor qkv = Tensor::from({B, T, 3 * C}, values(B * T * 3 * C, 1.3f, 0.2f));
+// Block attention merged over splits of the keys against causal attention over the whole
+// sequence, with `kv` kv heads (H: multi-head; fewer: grouped-query, query head h reads h/(H/kv)).
+void check_splits_equal_causal_attention(int64_t kv_heads) {
+  const int64_t kv_c = kv_heads * (C / H), W = C + 2 * kv_c;  // qkv: q | k | v
+  const Tensor qkv = Tensor::from({B, T, W}, values(B * T * W, 1.3f, 0.2f));
   const Tensor dout = Tensor::from({B, T, C}, values(B * T * C, 0.8f, 1.7f));
-  Tensor out_ref = zeros({B, T, C}), att_ref = zeros({B, H, T, T}), dqkv_ref = zeros({B, T, 3 * C});
-  ops::attention_forward(out_ref, att_ref, qkv, H);
-  ops::attention_backward(dqkv_ref, dout, qkv, att_ref, H);
+  Tensor out_ref = zeros({B, T, C}), att_ref = zeros({B, H, T, T}), dqkv_ref = zeros({B, T, W});
+  ops::attention_forward(out_ref, att_ref, qkv, H, int(kv_heads));
+  ops::attention_backward(dqkv_ref, dout, qkv, att_ref, H, int(kv_heads));
 
-  Tensor q = zeros({B, T, C}), kv = zeros({B, T, 2 * C});
+  Tensor q = zeros({B, T, C}), kv = zeros({B, T, 2 * kv_c});
   ops::copy_columns(q, 0, qkv, 0, C);
-  ops::copy_columns(kv, 0, qkv, C, 2 * C);
+  ops::copy_columns(kv, 0, qkv, C, 2 * kv_c);
   for (const std::vector<int>& cuts :
        std::vector<std::vector<int>>{{0, 8}, {0, 4, 8}, {0, 1, 5, 8}}) {
     INFO("key blocks cut at " << cuts.size() - 1 << " places");
@@ -70,9 +71,11 @@ TEST_CASE("block attention merged over any split of the keys equals causal atten
       const Tensor block = positions_of(kv, cuts[k], cuts[k + 1]);
       const std::vector<int32_t> keys = range(cuts[k], cuts[k + 1]);
       if (k == 0) {
-        ops::attention_block_forward(out, lse, scores, q, block, range(0, T), keys, H);
+        ops::attention_block_forward(out, lse, scores, q, block, range(0, T), keys, H,
+                                     int(kv_heads));
       } else {
-        ops::attention_block_forward(part, part_lse, scores, q, block, range(0, T), keys, H);
+        ops::attention_block_forward(part, part_lse, scores, q, block, range(0, T), keys, H,
+                                     int(kv_heads));
         ops::attention_merge(out, lse, part, part_lse);
       }
     }
@@ -83,22 +86,34 @@ TEST_CASE("block attention merged over any split of the keys equals causal atten
     for (size_t i = 0; i < p.size(); ++i) p[i] = std::exp(p[i] - l[i / T]);
     check_close(p, att_ref.to_vector());
 
-    Tensor dq = zeros({B, T, C}), dqkv = zeros({B, T, 3 * C});
+    Tensor dq = zeros({B, T, C}), dqkv = zeros({B, T, W});
     for (size_t k = 0; k + 1 < cuts.size(); ++k) {
       const Tensor block = positions_of(kv, cuts[k], cuts[k + 1]);
       Tensor dblock = zeros(block.shape());
       ops::attention_block_backward(dq, dblock, dout, out, q, block, scores, lse, range(0, T),
-                                    range(cuts[k], cuts[k + 1]), H);
+                                    range(cuts[k], cuts[k + 1]), H, int(kv_heads));
       const int64_t n = cuts[k + 1] - cuts[k];
-      Tensor dkv_rows = zeros({B, n, 3 * C});  // this block's dk | dv placed as qkv columns
-      ops::copy_columns(dkv_rows, C, dblock, 0, 2 * C);
-      Tensor all_rows = dqkv.reshape({B, T * 3 * C});
-      ops::copy_columns(all_rows, cuts[k] * 3 * C, dkv_rows.reshape({B, n * 3 * C}), 0, n * 3 * C,
+      Tensor dkv_rows = zeros({B, n, W});  // this block's dk | dv placed as qkv columns
+      ops::copy_columns(dkv_rows, C, dblock, 0, 2 * kv_c);
+      Tensor all_rows = dqkv.reshape({B, T * W});
+      ops::copy_columns(all_rows, cuts[k] * W, dkv_rows.reshape({B, n * W}), 0, n * W,
                         /*add=*/true);
     }
     ops::copy_columns(dqkv, 0, dq, 0, C, /*add=*/true);
     check_close(dqkv.to_vector(), dqkv_ref.to_vector());
   }
+}
+}  // namespace
+
+TEST_CASE("block attention merged over any split of the keys equals causal attention",
+          "[ops][ring]") {
+  check_splits_equal_causal_attention(H);
+}
+
+TEST_CASE("grouped-query block attention merged over any split of the keys equals causal GQA",
+          "[ops][ring][llama]") {
+  // one kv head for both query heads: its dK|dV sums over the group, block by block
+  check_splits_equal_causal_attention(1);
 }
 
 TEST_CASE("a query that sees no key of a block gets lse -inf and a zero output", "[ops][ring]") {
@@ -216,28 +231,27 @@ TEST_CASE("the score and its gradient match their formulas in double", "[ops][ri
   CHECK(math::probability(math::kMaskedScore, 0.3f) == 0.0f);  // a masked pair: probability 0
 }
 
-TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CPU kernels' bits",
-          "[ops][ring]") {
-  // ring_attention.cu's layout replayed on the CPU: per (batch, head, query) row the scores, then
-  // one output channel per "thread" (block_forward_channel); backward per row the pairs' p and dS,
-  // dQ per channel (dq_channel), and per key dK/dV per channel (dkv_channel). The kernels index
-  // exactly like this; the CPU kernels loop keys outside and channels inside.
+namespace {
+// ring_attention.cu's thread decomposition replayed on the CPU for `kv_heads` of 2 query heads.
+void check_gpu_decomposition(int64_t kv_heads) {
   const int64_t b = 2, heads = 2, c = 8, hs = c / heads, t = 16;
+  const int64_t group = heads / kv_heads, kv_c = kv_heads * hs;
   const std::vector<int32_t> q_pos = {4, 5, 10, 11}, kv_pos = {3, 5, 6, 9, 10, 15};
   const int64_t tq = int64_t(q_pos.size()), tk = int64_t(kv_pos.size());
   const float scale = math::attention_scale(hs);
   const Tensor q = Tensor::from({b, tq, c}, values(b * tq * c, 1.1f, 0.4f));
-  const Tensor kv = Tensor::from({b, tk, 2 * c}, values(b * tk * 2 * c, 0.9f, 2.1f));
+  const Tensor kv = Tensor::from({b, tk, 2 * kv_c}, values(b * tk * 2 * kv_c, 0.9f, 2.1f));
   const Tensor dout = Tensor::from({b, tq, c}, values(b * tq * c, 0.7f, 1.3f));
   const std::vector<float> scores0 = values(b * heads * tq * t, 0.5f, 0.8f);  // untouched columns
   const std::vector<float> dq0 = values(b * tq * c, 0.3f, 0.1f),
-                           dkv0 = values(b * tk * 2 * c, 0.2f, 2.9f);
+                           dkv0 = values(b * tk * 2 * kv_c, 0.2f, 2.9f);
 
   Tensor out = zeros({b, tq, c}), lse = zeros({b, heads, tq});
   Tensor scores = Tensor::from({b, heads, tq, t}, scores0);
-  ops::attention_block_forward(out, lse, scores, q, kv, q_pos, kv_pos, int(heads));
-  Tensor dq = Tensor::from({b, tq, c}, dq0), dkv = Tensor::from({b, tk, 2 * c}, dkv0);
-  ops::attention_block_backward(dq, dkv, dout, out, q, kv, scores, lse, q_pos, kv_pos, int(heads));
+  ops::attention_block_forward(out, lse, scores, q, kv, q_pos, kv_pos, int(heads), int(kv_heads));
+  Tensor dq = Tensor::from({b, tq, c}, dq0), dkv = Tensor::from({b, tk, 2 * kv_c}, dkv0);
+  ops::attention_block_backward(dq, dkv, dout, out, q, kv, scores, lse, q_pos, kv_pos, int(heads),
+                                int(kv_heads));
 
   std::vector<float> g_scores = scores0, g_out(size_t(b * tq * c)), g_lse(size_t(b * heads * tq));
   std::vector<float> g_dq = dq0, g_dkv = dkv0, pair_p(size_t(b * heads * tq * tk));
@@ -247,15 +261,15 @@ TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CP
   for (int64_t row = 0; row < b * heads * tq; ++row) {  // the forward, one block per row
     const int64_t i = row % tq, h = (row / tq) % heads, bi = row / tq / heads;
     const float* qi = qd + (bi * tq + i) * c + h * hs;
-    const float* keys = kvd + bi * tk * 2 * c + h * hs;
+    const float* keys = kvd + bi * tk * 2 * kv_c + h / group * hs;
     float* srow = g_scores.data() + row * t;
     const int64_t n = math::visible_keys(kv_pos.data(), tk, q_pos[size_t(i)]);
     for (int64_t j = 0; j < tk; ++j)
       srow[kv_pos[size_t(j)]] =
-          j < n ? math::scaled_score(qi, keys + j * 2 * c, hs, scale) : math::kMaskedScore;
+          j < n ? math::scaled_score(qi, keys + j * 2 * kv_c, hs, scale) : math::kMaskedScore;
     for (int64_t d = 0; d < hs; ++d) {
       const math::ChannelOut o =
-          math::block_forward_channel(srow, kv_pos.data(), n, keys + c + d, 2 * c);
+          math::block_forward_channel(srow, kv_pos.data(), n, keys + kv_c + d, 2 * kv_c);
       g_out[size_t((bi * tq + i) * c + h * hs + d)] = o.out;
       if (d == 0) g_lse[size_t(row)] = o.lse;
     }
@@ -263,31 +277,33 @@ TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CP
   for (int64_t row = 0; row < b * heads * tq; ++row) {  // the backward's query kernel
     const int64_t i = row % tq, h = (row / tq) % heads, bi = row / tq / heads;
     const int64_t qi_at = (bi * tq + i) * c + h * hs;
-    const float* keys = kvd + bi * tk * 2 * c + h * hs;
+    const float* keys = kvd + bi * tk * 2 * kv_c + h / group * hs;
     const int64_t n = math::visible_keys(kv_pos.data(), tk, q_pos[size_t(i)]);
     const float row_term = math::dot(doutd + qi_at, outd + qi_at, hs);
     for (int64_t j = 0; j < n; ++j) {
       const math::PairGrad g =
           math::pair_grad(g_scores[size_t(row * t + kv_pos[size_t(j)])], g_lse[size_t(row)],
-                          doutd + qi_at, keys + j * 2 * c + c, hs, row_term, scale);
+                          doutd + qi_at, keys + j * 2 * kv_c + kv_c, hs, row_term, scale);
       pair_p[size_t(row * tk + j)] = g.p;
       pair_ds[size_t(row * tk + j)] = g.ds;
     }
     for (int64_t d = 0; d < hs; ++d)
-      g_dq[size_t(qi_at + d)] =
-          math::dq_channel(g_dq[size_t(qi_at + d)], pair_ds.data() + row * tk, n, keys + d, 2 * c);
+      g_dq[size_t(qi_at + d)] = math::dq_channel(g_dq[size_t(qi_at + d)], pair_ds.data() + row * tk,
+                                                 n, keys + d, 2 * kv_c);
   }
-  for (int64_t key_row = 0; key_row < b * heads * tk; ++key_row) {  // the key kernel
-    const int64_t j = key_row % tk, h = (key_row / tk) % heads, bi = key_row / tk / heads;
-    const int64_t k_at = (bi * tk + j) * 2 * c + h * hs;
+  for (int64_t key_row = 0; key_row < b * kv_heads * tk; ++key_row) {  // the key kernel
+    const int64_t j = key_row % tk, g = (key_row / tk) % kv_heads, bi = key_row / tk / kv_heads;
+    const int64_t k_at = (bi * tk + j) * 2 * kv_c + g * hs;
     const int64_t first = math::first_seeing_query(q_pos.data(), tq, kv_pos[size_t(j)]);
     if (first == tq) continue;
-    const int64_t pair = ((bi * heads + h) * tq + first) * tk + j;
-    const int64_t q_at = (bi * tq + first) * c + h * hs;
-    for (int64_t d = 0; d < hs; ++d)
-      math::dkv_channel(&g_dkv[size_t(k_at + d)], &g_dkv[size_t(k_at + c + d)],
-                        pair_p.data() + pair, pair_ds.data() + pair, tk, qd + q_at + d,
-                        doutd + q_at + d, c, tq - first);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {  // the group's heads, in order
+      const int64_t pair = ((bi * heads + h) * tq + first) * tk + j;
+      const int64_t q_at = (bi * tq + first) * c + h * hs;
+      for (int64_t d = 0; d < hs; ++d)
+        math::dkv_channel(&g_dkv[size_t(k_at + d)], &g_dkv[size_t(k_at + kv_c + d)],
+                          pair_p.data() + pair, pair_ds.data() + pair, tk, qd + q_at + d,
+                          doutd + q_at + d, c, tq - first);
+    }
   }
   auto same_bits = [](const std::vector<float>& got, const std::vector<float>& want) {
     REQUIRE(got.size() == want.size());
@@ -298,6 +314,20 @@ TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CP
   same_bits(g_lse, lse.to_vector());
   same_bits(g_dq, dq.to_vector());
   same_bits(g_dkv, dkv.to_vector());
+}
+}  // namespace
+
+TEST_CASE("each GPU thread's share, run in the GPU's decomposition, gives the CPU kernels' bits",
+          "[ops][ring]") {
+  // ring_attention.cu's layout replayed on the CPU: per (batch, head, query) row the scores, then
+  // one output channel per "thread" (block_forward_channel); backward per row the pairs' p and dS,
+  // dQ per channel (dq_channel), and per key dK/dV per channel (dkv_channel). The kernels index
+  // exactly like this; the CPU kernels loop keys outside and channels inside. Multi-head (2 kv
+  // heads) and grouped-query (1 kv head: the key kernel adds both query heads' shares, in order).
+  for (const int64_t kv_heads : {2, 1}) {
+    INFO("kv heads " << kv_heads);
+    check_gpu_decomposition(kv_heads);
+  }
 }
 
 }  // namespace test_ring_attention_ops

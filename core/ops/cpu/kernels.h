@@ -78,20 +78,23 @@ void rope_forward(float* x, const int32_t* positions, int64_t b, int64_t t, int6
 void rope_backward(float* dx, const int32_t* positions, int64_t b, int64_t t, int64_t heads,
                    int64_t head_size, int64_t row_width, float theta);
 
-// Ring attention (core/ops/cpu/ring_attention.cpp). Queries q [b,tq,c] against one block of
-// keys and values kv [b,tk,2c] (k | v); key j is visible to query i when kv_pos[j] <= q_pos[i]
+// Ring attention (core/ops/cpu/ring_attention.cpp). Queries q [b,tq,c] (heads of c/heads) against
+// one block of keys and values kv [b,tk,2*kv_c] (k | v, kv_c = kv_heads * c/heads; query head h
+// reads kv head h / (heads/kv_heads)); key j is visible to query i when kv_pos[j] <= q_pos[i]
 // (global positions, both ascending). out [b,tq,c] is the block's own softmax-weighted sum,
 // lse [b,heads,tq] its log-sum-exp (-inf where no key is visible), and the scaled scores go to
 // column kv_pos[j] of scores [b,heads,tq,score_cols] (-inf where masked).
 void attention_block_forward(float* out, float* lse, float* scores, const float* q, const float* kv,
                              const int32_t* q_pos, const int32_t* kv_pos, int64_t b, int64_t tq,
-                             int64_t tk, int64_t c, int64_t heads, int64_t score_cols);
-// The block's share of the gradients, from the merged out and lse: dq and dkv ACCUMULATE.
+                             int64_t tk, int64_t c, int64_t heads, int64_t kv_heads,
+                             int64_t score_cols);
+// The block's share of the gradients, from the merged out and lse: dq and dkv ACCUMULATE (a kv
+// head's over its query group, heads in ascending order).
 void attention_block_backward(float* dq, float* dkv, const float* dout, const float* out,
                               const float* q, const float* kv, const float* scores,
                               const float* lse, const int32_t* q_pos, const int32_t* kv_pos,
                               int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
-                              int64_t score_cols);
+                              int64_t kv_heads, int64_t score_cols);
 // (out, lse) <- the online-softmax merge of (out, lse) and (block_out, block_lse).
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
                      int64_t b, int64_t t, int64_t c, int64_t heads);

@@ -17,16 +17,20 @@ using math::dot;
 using math::kMaskedScore;
 using math::visible_keys;
 
+// Grouped-query attention: query head h reads kv head h / group of kv [.., 2 * kv_c] (k | v).
+// group = 1 (kv_c = c) is multi-head attention.
 void attention_block_forward(float* out, float* lse, float* scores, const float* q, const float* kv,
                              const int32_t* q_pos, const int32_t* kv_pos, int64_t b, int64_t tq,
-                             int64_t tk, int64_t c, int64_t heads, int64_t score_cols) {
-  const int64_t hs = c / heads;
+                             int64_t tk, int64_t c, int64_t heads, int64_t kv_heads,
+                             int64_t score_cols) {
+  const int64_t hs = c / heads, group = heads / kv_heads, kv_c = kv_heads * hs;
   const float scale = math::attention_scale(hs);
   std::vector<float> s(static_cast<size_t>(tk));
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t h = 0; h < heads; h++)
       for (int64_t i = 0; i < tq; i++) {
         const float* qi = q + (bi * tq + i) * c + h * hs;
+        const float* keys = kv + bi * tk * 2 * kv_c + h / group * hs;  // key j at j * 2 kv_c
         float* oi = out + (bi * tq + i) * c + h * hs;
         float* row = scores + ((bi * heads + h) * tq + i) * score_cols;
         float& lse_i = lse[(bi * heads + h) * tq + i];
@@ -39,7 +43,7 @@ void attention_block_forward(float* out, float* lse, float* scores, const float*
         }
         float mx = kMaskedScore;
         for (int64_t j = 0; j < n; j++) {
-          s[j] = math::scaled_score(qi, kv + (bi * tk + j) * 2 * c + h * hs, hs, scale);
+          s[j] = math::scaled_score(qi, keys + j * 2 * kv_c, hs, scale);
           row[kv_pos[j]] = s[j];
           mx = math::larger(mx, s[j]);
         }
@@ -47,7 +51,7 @@ void attention_block_forward(float* out, float* lse, float* scores, const float*
         for (int64_t j = 0; j < n; j++) {
           const float p = math::shifted_exp(s[j], mx);
           sum += p;
-          const float* vj = kv + (bi * tk + j) * 2 * c + c + h * hs;
+          const float* vj = keys + j * 2 * kv_c + kv_c;
           for (int64_t d = 0; d < hs; d++) oi[d] += p * vj[d];
         }
         for (int64_t d = 0; d < hs; d++) oi[d] /= sum;
@@ -55,12 +59,14 @@ void attention_block_forward(float* out, float* lse, float* scores, const float*
       }
 }
 
+// A kv head's dK|dV gathers its query group's shares: heads of the group in ascending order,
+// then queries, then keys (the order the CUDA key kernel adds them in).
 void attention_block_backward(float* dq, float* dkv, const float* dout, const float* out,
                               const float* q, const float* kv, const float* scores,
                               const float* lse, const int32_t* q_pos, const int32_t* kv_pos,
                               int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
-                              int64_t score_cols) {
-  const int64_t hs = c / heads;
+                              int64_t kv_heads, int64_t score_cols) {
+  const int64_t hs = c / heads, group = heads / kv_heads, kv_c = kv_heads * hs;
   const float scale = math::attention_scale(hs);
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t h = 0; h < heads; h++)
@@ -74,7 +80,7 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
         const float* row = scores + ((bi * heads + h) * tq + i) * score_cols;
         const float lse_i = lse[(bi * heads + h) * tq + i];
         for (int64_t j = 0; j < n; j++) {
-          const int64_t k_at = (bi * tk + j) * 2 * c + h * hs, v_at = k_at + c;
+          const int64_t k_at = (bi * tk + j) * 2 * kv_c + h / group * hs, v_at = k_at + kv_c;
           const math::PairGrad g =
               math::pair_grad(row[kv_pos[j]], lse_i, dout + qi_at, kv + v_at, hs, d_i, scale);
           for (int64_t d = 0; d < hs; d++) {

@@ -8,7 +8,10 @@
 //    ascending order for the max, the softmax sum and the weighted values;
 //  - block backward: per row, each visible pair's probability and dS go to scratch, then each
 //    thread's dQ channel walks the keys in order; a second kernel, one thread block per (batch,
-//    head, key), adds dK and dV over the queries that see the key, in ascending order;
+//    kv head, key), adds dK and dV over the queries that see the key, the query group's heads in
+//    ascending order and each head's queries in ascending order;
+// Grouped-query attention: query head h reads kv head h / group from kv's rows of 2 kv_c (k | v,
+// kv_c = kv_heads * head size); group 1 is multi-head attention.
 //  - merge: one thread block per row; copy_columns: one thread per element.
 // Built with -fmad=false (core/CMakeLists.txt), as the CPU side is built without contraction, so
 // the results differ from the CPU's only where CUDA's expf/logf round differently from the host's.
@@ -62,20 +65,22 @@ __device__ HeadRow head_row(int64_t rows, int64_t heads) {
 __global__ void block_forward_kernel(float* out, float* lse, float* scores, const float* q,
                                      const float* kv, const int32_t* q_pos, const int32_t* kv_pos,
                                      int64_t tq, int64_t tk, int64_t c, int64_t heads,
-                                     int64_t score_cols, float scale) {
+                                     int64_t kv_heads, int64_t score_cols, float scale) {
   const HeadRow r = head_row(tq, heads);
-  const int64_t hs = c / heads;
+  const int64_t hs = c / heads, kv_c = kv_heads * hs, group = heads / kv_heads;
   const float* qi = q + (r.bi * tq + r.i) * c + r.h * hs;
-  const float* keys = kv + r.bi * tk * 2 * c + r.h * hs;  // key j at j * 2C, its value at + C
+  // key j at j * 2 kv_c, its value at + kv_c
+  const float* keys = kv + r.bi * tk * 2 * kv_c + r.h / group * hs;
   float* oi = out + (r.bi * tq + r.i) * c + r.h * hs;
   float* row = scores + r.row * score_cols;
   const int64_t n = math::visible_keys(kv_pos, tk, q_pos[r.i]);
   for (int64_t j = threadIdx.x; j < tk; j += blockDim.x)
-    row[kv_pos[j]] = j < n ? math::scaled_score(qi, keys + j * 2 * c, hs, scale)
+    row[kv_pos[j]] = j < n ? math::scaled_score(qi, keys + j * 2 * kv_c, hs, scale)
                            : math::kMaskedScore;  // masked: probability 0
   __syncthreads();  // the row's scores, written by every thread, are read by every thread
   for (int64_t d = threadIdx.x; d < hs; d += blockDim.x) {
-    const math::ChannelOut o = math::block_forward_channel(row, kv_pos, n, keys + c + d, 2 * c);
+    const math::ChannelOut o =
+        math::block_forward_channel(row, kv_pos, n, keys + kv_c + d, 2 * kv_c);
     oi[d] = o.out;
     if (d == 0) lse[r.row] = o.lse;
   }
@@ -89,43 +94,46 @@ __global__ void block_backward_query_kernel(float* dq, float* pair_p, float* pai
                                             const float* dout, const float* out, const float* q,
                                             const float* kv, const float* scores, const float* lse,
                                             const int32_t* q_pos, const int32_t* kv_pos, int64_t tq,
-                                            int64_t tk, int64_t c, int64_t heads,
+                                            int64_t tk, int64_t c, int64_t heads, int64_t kv_heads,
                                             int64_t score_cols, float scale) {
   const HeadRow r = head_row(tq, heads);
-  const int64_t hs = c / heads;
+  const int64_t hs = c / heads, kv_c = kv_heads * hs, group = heads / kv_heads;
   const int64_t qi_at = (r.bi * tq + r.i) * c + r.h * hs;
-  const float* keys = kv + r.bi * tk * 2 * c + r.h * hs;
+  const float* keys = kv + r.bi * tk * 2 * kv_c + r.h / group * hs;
   const float* row = scores + r.row * score_cols;
   const int64_t n = math::visible_keys(kv_pos, tk, q_pos[r.i]);
   // D_i = dO_i . O_i over ALL keys: the softmax backward's row term, from the merged output.
   const float row_term = math::dot(dout + qi_at, out + qi_at, hs);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const math::PairGrad g = math::pair_grad(row[kv_pos[j]], lse[r.row], dout + qi_at,
-                                             keys + j * 2 * c + c, hs, row_term, scale);
+                                             keys + j * 2 * kv_c + kv_c, hs, row_term, scale);
     pair_p[r.row * tk + j] = g.p;
     pair_ds[r.row * tk + j] = g.ds;
   }
   __syncthreads();  // every pair's dS of this row is read by every channel's thread
   for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
-    dq[qi_at + d] = math::dq_channel(dq[qi_at + d], pair_ds + r.row * tk, n, keys + d, 2 * c);
+    dq[qi_at + d] = math::dq_channel(dq[qi_at + d], pair_ds + r.row * tk, n, keys + d, 2 * kv_c);
 }
 
-// Per key: dK += dS^T Q and dV += P^T dO over the queries that see it, in ascending order.
+// Per (kv head, key): dK += dS^T Q and dV += P^T dO over the queries that see the key, the
+// group's query heads in ascending order, each head's queries in ascending order.
 __global__ void block_backward_key_kernel(float* dkv, const float* pair_p, const float* pair_ds,
                                           const float* dout, const float* q, const int32_t* q_pos,
                                           const int32_t* kv_pos, int64_t tq, int64_t tk, int64_t c,
-                                          int64_t heads) {
-  const HeadRow r = head_row(tk, heads);  // r.i is the key
-  const int64_t hs = c / heads;
-  const int64_t k_at = (r.bi * tk + r.i) * 2 * c + r.h * hs, v_at = k_at + c;
+                                          int64_t heads, int64_t kv_heads) {
+  const HeadRow r = head_row(tk, kv_heads);  // r.i is the key, r.h the kv head
+  const int64_t hs = c / heads, kv_c = kv_heads * hs, group = heads / kv_heads;
+  const int64_t k_at = (r.bi * tk + r.i) * 2 * kv_c + r.h * hs, v_at = k_at + kv_c;
   const int64_t first = math::first_seeing_query(q_pos, tq, kv_pos[r.i]);
   if (first == tq) return;  // no query of this block sees the key
-  // the pairs (first, key), (first + 1, key), ... lie tk apart; their queries' rows c apart
-  const int64_t pair = ((r.bi * heads + r.h) * tq + first) * tk + r.i;
-  const int64_t q_at = (r.bi * tq + first) * c + r.h * hs;
-  for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
-    math::dkv_channel(dkv + k_at + d, dkv + v_at + d, pair_p + pair, pair_ds + pair, tk,
-                      q + q_at + d, dout + q_at + d, c, tq - first);
+  for (int64_t h = r.h * group; h < (r.h + 1) * group; ++h) {
+    // the pairs (first, key), (first + 1, key), ... lie tk apart; their queries' rows c apart
+    const int64_t pair = ((r.bi * heads + h) * tq + first) * tk + r.i;
+    const int64_t q_at = (r.bi * tq + first) * c + h * hs;
+    for (int64_t d = threadIdx.x; d < hs; d += blockDim.x)
+      math::dkv_channel(dkv + k_at + d, dkv + v_at + d, pair_p + pair, pair_ds + pair, tk,
+                        q + q_at + d, dout + q_at + d, c, tq - first);
+  }
 }
 
 // ---- merge and copy -------------------------------------------------------------------------
@@ -163,11 +171,12 @@ unsigned row_blocks(int64_t rows) {
 
 void attention_block_forward(float* out, float* lse, float* scores, const float* q, const float* kv,
                              const int32_t* q_pos, const int32_t* kv_pos, int64_t b, int64_t tq,
-                             int64_t tk, int64_t c, int64_t heads, int64_t score_cols) {
+                             int64_t tk, int64_t c, int64_t heads, int64_t kv_heads,
+                             int64_t score_cols) {
   if (b * heads * tq == 0) return;
   const int32_t* pos = positions_to_device(q_pos, tq, kv_pos, tk);
   block_forward_kernel<<<row_blocks(b * heads * tq), kRowThreads, 0, compute_stream()>>>(
-      out, lse, scores, q, kv, pos, pos + tq, tq, tk, c, heads, score_cols,
+      out, lse, scores, q, kv, pos, pos + tq, tq, tk, c, heads, kv_heads, score_cols,
       math::attention_scale(c / heads));
   check_launch("attention_block_forward");
 }
@@ -176,7 +185,7 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
                               const float* q, const float* kv, const float* scores,
                               const float* lse, const int32_t* q_pos, const int32_t* kv_pos,
                               int64_t b, int64_t tq, int64_t tk, int64_t c, int64_t heads,
-                              int64_t score_cols) {
+                              int64_t kv_heads, int64_t score_cols) {
   if (b * heads * tq == 0 || tk == 0) return;
   const int32_t* pos = positions_to_device(q_pos, tq, kv_pos, tk);
   const int64_t pairs = b * heads * tq * tk;
@@ -184,10 +193,10 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
   float* pair_ds = pair_p + pairs;
   cudaStream_t s = compute_stream();
   block_backward_query_kernel<<<row_blocks(b * heads * tq), kRowThreads, 0, s>>>(
-      dq, pair_p, pair_ds, dout, out, q, kv, scores, lse, pos, pos + tq, tq, tk, c, heads,
+      dq, pair_p, pair_ds, dout, out, q, kv, scores, lse, pos, pos + tq, tq, tk, c, heads, kv_heads,
       score_cols, math::attention_scale(c / heads));
-  block_backward_key_kernel<<<row_blocks(b * heads * tk), kRowThreads, 0, s>>>(
-      dkv, pair_p, pair_ds, dout, q, pos, pos + tq, tq, tk, c, heads);
+  block_backward_key_kernel<<<row_blocks(b * kv_heads * tk), kRowThreads, 0, s>>>(
+      dkv, pair_p, pair_ds, dout, q, pos, pos + tq, tq, tk, c, heads, kv_heads);
   check_launch("attention_block_backward");
 }
 
