@@ -44,24 +44,22 @@ int64_t measured_bytes_per_layer(const GPTConfig& cfg, int batch) {
 // The formula for this model (core/memory/activations.h): B T [ s (16 C + H T) + 16 ] for none
 // (s = bytes per element; 16 C: ln1, qkv 3C, attention out, residual, ln2, fc 4C, gelu 4C, block
 // output; H T: the probabilities; 16: four fp32 layernorm statistics), s 16 C + 16 for
-// selective, s C for full.
+// selective, s C for full. A Llama block keeps K = 5C + (H + 2 KV) D + fc + F elements per token
+// (GQA's narrower qkv, SwiGLU's gate | up and product) and 8 bytes of RMSNorm statistics: the same
+// formula with K and S in place of 16 C and 16.
 std::string formula(GPTConfig cfg, int batch, Recompute mode, int64_t* bytes) {
   const int64_t bt = int64_t(batch) * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
   const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
+  const int64_t kept = memory::block_kept_elements_per_token(cfg);
+  const int64_t stats = memory::norm_statistics_bytes_per_token(cfg);
   cfg.recompute = mode;
   *bytes = memory::block_kept_bytes(cfg, batch);
-  if (!cfg.style.is_gpt2()) {  // the kept elements per token in this block's terms (activations.h)
-    const int64_t e = memory::block_kept_elements(cfg), st = 2 * memory::norm_statistics_bytes(cfg);
-    if (mode == Recompute::none)
-      return fmt::format("BT[s(E+HT)+{}] with E = 5C+(C+2KVD)+fc+F = {}: {}x[{}x({}+{})+{}]", st, e,
-                         bt, s, e, h * t, st);
-    if (mode == Recompute::selective)
-      return fmt::format("BT[sE+{}] with E = {}: {}x[{}x{}+{}]", st, e, bt, s, e, st);
-  }
+  const bool gpt2 = cfg.style.is_gpt2();
+  const std::string k = gpt2 ? "16C" : "K", st = gpt2 ? "16" : "S";
   if (mode == Recompute::none)
-    return fmt::format("BT[s(16C+HT)+16] = {}x[{}x({}+{})+16]", bt, s, 16 * c, h * t);
+    return fmt::format("BT[s({}+HT)+{}] = {}x[{}x({}+{})+{}]", k, st, bt, s, kept, h * t, stats);
   if (mode == Recompute::selective)
-    return fmt::format("BT[s16C+16] = {}x[{}x{}+16]", bt, s, 16 * c);
+    return fmt::format("BT[s{}+{}] = {}x[{}x{}+{}]", k, st, bt, s, kept, stats);
   return fmt::format("BTsC = {}x{}x{}", bt, s, c);
 }
 

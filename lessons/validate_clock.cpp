@@ -12,7 +12,9 @@
 //   Narayanan et al. 2021 / Huang et al. 2019: the pipeline bubble of each schedule, formula
 //     against the schedule simulated in theory mode (unit costs);
 //   unseen rows (validate_unseen.cpp): Narayanan et al. 2021 Table 1, ten runs from 1.7B to 1T
-//     pinned as published, fitted to nothing, reported with their errors and held to no bound.
+//     pinned as published, fitted to nothing, reported with their errors and held to no bound;
+//     (validate_llama.cpp) Dubey et al. 2024 Table 4, Llama 3 405B's layouts on 8K and 16K H100s,
+//     on the DGX-H100 profile (their hardware; the same fitted factors).
 // Timing rows pass within 10%; memory and bubble rows must match exactly (to the published
 // digits). The exit code is 1 when a bounded row misses its bound, so CI can run the command.
 #include <algorithm>
@@ -197,6 +199,25 @@ void bubble_rows(std::vector<Row>& rows) {
   }
 }
 
+// The unseen rows' count, mean and largest absolute error.
+struct UnseenErrors {
+  int count = 0;
+  double mean = 0, max = 0;
+};
+
+UnseenErrors unseen_errors(const std::vector<Row>& rows) {
+  UnseenErrors u;
+  double sum = 0;
+  for (const Row& r : rows) {
+    if (r.bound != Bound::unseen) continue;
+    ++u.count;
+    sum += std::abs(r.error());
+    u.max = std::max(u.max, std::abs(r.error()));
+  }
+  u.mean = u.count > 0 ? sum / u.count : 0;
+  return u;
+}
+
 nlohmann::json rows_json(const std::vector<Row>& rows, double max_abs_error) {
   nlohmann::json list = nlohmann::json::array();
   for (const Row& r : rows)
@@ -211,7 +232,9 @@ nlohmann::json rows_json(const std::vector<Row>& rows, double max_abs_error) {
 }
 
 void print_rows(std::ostream& out, const std::vector<Row>& rows, const HardwareProfile& profile) {
-  fmt::print(out, "The modeled clock ({} profile) against published measurements:\n\n",
+  fmt::print(out,
+             "The modeled clock ({} profile; the H100 rows on DGX-H100) against published "
+             "measurements:\n\n",
              profile.name);
   fmt::print(out, "{:<25} {:<72} {:>9} {:>9} {:>7}  {}\n", "source", "quantity", "published",
              "predicted", "error", "bound");
@@ -229,9 +252,11 @@ int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::o
   std::string profile_name = "DGX-A100";
   app.add_flag("--json", json,
                "rows as JSON: {rows: [{source, quantity, published, predicted, error, bound, "
-               "passes}], max_abs_error, unseen_mean_abs_error, unseen_max_abs_error}");
+               "passes}], max_abs_error, unseen_mean_abs_error, unseen_max_abs_error, "
+               "h100_unseen_mean_abs_error, h100_unseen_max_abs_error, not_run}");
   app.add_option("--profile", profile_name,
-                 "the profile every row runs on (the published runs are A100 80GB clusters)")
+                 "the profile the A100 rows run on (the published runs are A100 80GB clusters; "
+                 "the Llama 3 rows run on DGX-H100, their hardware)")
       ->capture_default_str();
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -256,27 +281,24 @@ int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::o
   zero_rows(rows);
   bubble_rows(rows);
   narayanan_table1_rows(profile, rows);
-  // The bounded rows' largest error; the unseen rows' mean and largest, apart.
-  double max_abs_error = 0, unseen_sum = 0, unseen_max = 0;
-  int unseen = 0;
-  for (const Row& r : rows) {
-    const double e = std::abs(r.error());
-    if (r.bound != Bound::unseen) {
-      max_abs_error = std::max(max_abs_error, e);
-      continue;
-    }
-    ++unseen;
-    unseen_sum += e;
-    unseen_max = std::max(unseen_max, e);
-  }
-  const double unseen_mean = unseen > 0 ? unseen_sum / unseen : 0;
+  std::vector<Row> h100_rows;  // on DGX-H100: their errors apart from the profile's rows
+  std::vector<std::string> not_run;
+  llama3_table4_rows(h100_rows, not_run);
+  double max_abs_error = 0;  // the bounded rows' largest error
+  for (const Row& r : rows)
+    if (r.bound != Bound::unseen) max_abs_error = std::max(max_abs_error, std::abs(r.error()));
+  const UnseenErrors unseen = unseen_errors(rows), h100 = unseen_errors(h100_rows);
   const auto missed =
       std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.passes(); });
-  const auto bounded = std::ssize(rows) - unseen;
+  const auto bounded = std::ssize(rows) - unseen.count;
+  rows.insert(rows.end(), h100_rows.begin(), h100_rows.end());
   if (json) {
     nlohmann::json j = rows_json(rows, max_abs_error);
-    j["unseen_mean_abs_error"] = unseen_mean;
-    j["unseen_max_abs_error"] = unseen_max;
+    j["unseen_mean_abs_error"] = unseen.mean;
+    j["unseen_max_abs_error"] = unseen.max;
+    j["h100_unseen_mean_abs_error"] = h100.mean;
+    j["h100_unseen_max_abs_error"] = h100.max;
+    j["not_run"] = not_run;
     out << j.dump(2) << "\n";
   } else {
     print_rows(out, rows, profile);
@@ -284,9 +306,12 @@ int cmd_validate(const std::vector<std::string>& args, std::ostream& out, std::o
                "\n{} of {} bounded rows within their bounds; largest error of the timing, memory "
                "and bubble rows {:.1f}%\n"
                "{} unseen rows (published runs the profile was not fitted to): mean error "
-               "{:.1f}%, largest {:.1f}% (docs/clock.md: where the clock is wrong)\n",
-               bounded - missed, bounded, 100 * max_abs_error, unseen, 100 * unseen_mean,
-               100 * unseen_max);
+               "{:.1f}%, largest {:.1f}% (docs/clock.md: where the clock is wrong)\n"
+               "{} unseen H100 rows (Llama 3 405B, on DGX-H100): mean error {:.1f}%, largest "
+               "{:.1f}%\n",
+               bounded - missed, bounded, 100 * max_abs_error, unseen.count, 100 * unseen.mean,
+               100 * unseen.max, h100.count, 100 * h100.mean, 100 * h100.max);
+    for (const std::string& line : not_run) fmt::print(out, "not run (refused): {}\n", line);
   }
   return missed == 0 ? 0 : 1;
 }

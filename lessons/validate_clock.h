@@ -1,5 +1,6 @@
-// What `mgpu validate`'s files share (validate_clock.cpp, validate_unseen.cpp): a row of the
-// table, its bound, and the GPT-3 family's shape as the Megatron-LM papers train it.
+// What `mgpu validate`'s files share (validate_clock.cpp, validate_unseen.cpp,
+// validate_llama.cpp): a row of the table, its bound, and the GPT-3 family's shape as the
+// Megatron-LM papers train it.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -50,5 +51,10 @@ inline GPTConfig megatron_model(int layers, int dim, int heads) {
 // Narayanan et al. 2021's weak-scaling runs (Table 1), each pinned as published: rows of
 // Bound::unseen (validate_unseen.cpp).
 void narayanan_table1_rows(const HardwareProfile& profile, std::vector<Row>& rows);
+
+// Llama 3 405B's pre-training layouts (Dubey et al. 2024, Table 4) on the DGX-H100 profile, the
+// runs' hardware: rows of Bound::unseen (validate_llama.cpp). A layout the engine refuses is not
+// run: its one line goes to `not_run`.
+void llama3_table4_rows(std::vector<Row>& rows, std::vector<std::string>& not_run);
 
 }  // namespace mgpu::lessons

@@ -6,39 +6,49 @@
 namespace mgpu::memory {
 
 namespace {
-constexpr int64_t kStatisticsBytes = 4;  // layernorm mean and rstd stay fp32 in every precision
+constexpr int64_t kStatisticsBytes = 4;  // norm statistics stay fp32 in every precision
 }
 
-int64_t block_kept_elements(const GPTConfig& cfg) {
+int64_t block_kept_elements_per_token(const GPTConfig& cfg) {
   const int64_t c = cfg.dim, f = cfg.ffn_hidden();
-  // ln1, attention's output, res1, ln2 and the block's output (C each), qkv, fc, its activation.
+  // ln1, attention out, res1, ln2 and the output C each; qkv (H + 2 KV) D; fc and its activation.
   return 5 * c + cfg.qkv_width() + cfg.fc_width(f) + f;
 }
 
-int64_t norm_statistics_bytes(const GPTConfig& cfg) {
-  return (cfg.rmsnorm() ? 1 : 2) * kStatisticsBytes;
+int64_t norm_statistics_bytes_per_token(const GPTConfig& cfg) {
+  const int64_t per_norm = cfg.rmsnorm() ? 1 : 2;  // rstd (RMSNorm keeps no mean) | mean, rstd
+  return 2 * per_norm * kStatisticsBytes;          // ln1 and ln2
 }
 
 int64_t block_kept_bytes(const GPTConfig& cfg, int64_t batch) {
   const int64_t bt = batch * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
-  const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
-  const int64_t statistics = 2 * norm_statistics_bytes(cfg);  // ln1 and ln2
+  const int64_t h = cfg.heads, t = cfg.seq_len;
+  const int64_t kept = block_kept_elements_per_token(cfg);
+  const int64_t statistics = norm_statistics_bytes_per_token(cfg);
   switch (cfg.recompute) {
     case Recompute::none:
-      return bt * (s * (block_kept_elements(cfg) + h * t) + statistics);
+      return bt * (s * (kept + h * t) + statistics);
     case Recompute::selective:
-      return bt * (s * block_kept_elements(cfg) + statistics);
+      return bt * (s * kept + statistics);
     case Recompute::full:
-      return bt * s * c;
+      return bt * s * cfg.dim;
   }
   return 0;
+}
+
+int64_t block_backward_elements_per_token(const GPTConfig& cfg) {
+  const int64_t c = cfg.dim, f = cfg.ffn_hidden();
+  // d_fc (fc's width), d_qkv, d_ln (ln1's and ln2's, one buffer), d_res1, d_attn_out and the
+  // residual stream's dx, C each; SwiGLU's d of silu(gate) * up, F (GELU's is d_fc in place).
+  return cfg.fc_width(f) + cfg.qkv_width() + 4 * c + (cfg.swiglu() ? f : 0);
 }
 
 StepActivationBytes step_activation_bytes(const GPTConfig& cfg, int64_t batch) {
   const int64_t bt = batch * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
   const int64_t c = cfg.dim, v = cfg.vocab;
-  // The embedding's output, and the head's norm (+ its statistics), logits and their gradient.
-  const int64_t embedding_and_head = bt * (s * c + s * c + norm_statistics_bytes(cfg) + 2 * s * v);
+  // The embedding's output, and the head's norm (+ 2 statistics: the head allocates both in either
+  // norm), logits and their gradient.
+  const int64_t embedding_and_head = bt * (s * c + s * c + 2 * kStatisticsBytes + 2 * s * v);
   // Backward re-makes what its recompute mode dropped, one block at a time.
   GPTConfig kept_all = cfg;
   kept_all.recompute = Recompute::none;
@@ -48,11 +58,7 @@ StepActivationBytes step_activation_bytes(const GPTConfig& cfg, int64_t batch) {
                              : block_kept_bytes(kept_all, batch);         // the whole block
   StepActivationBytes bytes;
   bytes.activations = cfg.layers * block_kept_bytes(cfg, batch) + embedding_and_head + remade;
-  // One block's backward: d_fc (4C), d_qkv (3C), d_ln, d_res1, d_attn_out and the residual
-  // stream's gradient dx, C each: 11 C per token for GPT-2's block; SwiGLU adds the F-wide
-  // gradient of its product.
-  const int64_t f = cfg.ffn_hidden();
-  bytes.workspace = bt * s * (cfg.fc_width(f) + (cfg.swiglu() ? f : 0) + cfg.qkv_width() + 4 * c);
+  bytes.workspace = bt * s * block_backward_elements_per_token(cfg);
   return bytes;
 }
 

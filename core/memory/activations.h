@@ -10,20 +10,28 @@
 
 namespace mgpu::memory {
 
-// Bytes one block keeps for backward (s = bytes per element of cfg.dtype, B = batch, T = seq):
-//   none       B T [ s (16 C + H T) + 16 ]   ln1, qkv 3C, attn out, res1, ln2, fc 4C, gelu 4C, out;
-//                                            H T probabilities; four fp32 layernorm statistics
-//   selective  B T [ s 16 C + 16 ]           the probabilities are recomputed from q, k
+// Elements per token one block keeps for backward besides the probabilities (Korthikanti et al.
+// 2022's 34 s b h counts the same tensors of GPT-2's block in 2-byte units): ln1, the attention's
+// output, res1, ln2 and the output, C each; qkv, (H + 2 KV) D (grouped-query attention keeps only
+// KV key and value heads; RoPE rotates q and k in place: nothing more); fc's output, F or 2F
+// (SwiGLU's gate | up), and its activation, F. GPT-2: 5C + 3C + 4C + 4C = 16C.
+int64_t block_kept_elements_per_token(const GPTConfig& cfg);
+// Bytes per token of the fp32 norm statistics a block keeps: LayerNorm's mean and rstd, RMSNorm's
+// rstd only, for ln1 and ln2 (GPT-2: 16; Llama: 8).
+int64_t norm_statistics_bytes_per_token(const GPTConfig& cfg);
+
+// Bytes one block keeps for backward (s = bytes per element of cfg.dtype, B = batch, T = seq,
+// K = block_kept_elements_per_token, S = norm_statistics_bytes_per_token):
+//   none       B T [ s (K + H T) + S ]       the above and the H T probabilities
+//   selective  B T [ s K + S ]               the probabilities are recomputed from q, k
 //   full       B T s C                       only the block's output (its input is the previous)
-// (GPT-2's block. In general 16 C is block_kept_elements: GQA's qkv is C + 2 KV D wide, SwiGLU's
-// fc 2F and its product F; RMSNorm keeps one statistic per token, not two; RoPE rotates qkv in
-// place and keeps nothing more.)
+// GPT-2: K = 16 C, S = 16.
 int64_t block_kept_bytes(const GPTConfig& cfg, int64_t batch);
-// Elements per token a block keeps besides the probabilities: 5 C + (C + 2 KV D) + fc + F (16 C
-// for GPT-2's block).
-int64_t block_kept_elements(const GPTConfig& cfg);
-// fp32 statistics one norm keeps per token: mean and rstd (layernorm), rstd (rmsnorm).
-int64_t norm_statistics_bytes(const GPTConfig& cfg);
+
+// Elements per token of one block's backward buffers (MemCategory::workspace): the upstream
+// gradients of fc, qkv, the norms, res1, the attention's output and the residual stream, and
+// SwiGLU's gradient of its product. GPT-2: 4C + 3C + 4C = 11C.
+int64_t block_backward_elements_per_token(const GPTConfig& cfg);
 
 // Bytes of one step's activations and backward buffers on one device, by allocator category.
 struct StepActivationBytes {

@@ -85,10 +85,11 @@ bool splits_backward(const std::string& schedule);
 
 // Throws std::invalid_argument (one line, naming meshes that work) unless the mesh multiplies to
 // `world_size`, the sequence (cfg.seq_len) splits into 2 x cp zigzag chunks, tp divides the heads
-// and the MLP width, pp (x V chunks) divides the layers, the schedule is gpipe, 1f1b, interleaved
-// (M >= pp) or zb-h1, zero is 0 to 3, and the global batch splits into dp x microbatches equal
-// parts; with experts, ep divides dp and the experts, and cp, ZeRO and the split-backward
-// schedules are refused.
+// and the MLP width, pp divides the layers (or splits them within 2% of even:
+// theory::pipeline_stages_fit) and pp x V chunks divides them, the schedule is gpipe, 1f1b,
+// interleaved (M >= pp) or zb-h1, zero is 0 to 3, and the global batch splits into dp x
+// microbatches equal parts; with experts, ep divides dp and the experts, and cp, ZeRO and the
+// split-backward schedules are refused.
 void check_hybrid(const GPTConfig& cfg, const HybridOptions& options, int world_size,
                   int global_batch);
 

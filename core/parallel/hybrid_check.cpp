@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/parallel/hybrid.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/theory/schedule_kind.h"
 
 namespace mgpu::parallel {
@@ -23,7 +24,8 @@ std::string meshes_that_work(const GPTConfig& cfg, int world_size, int cp) {
   const std::string with_cp = cp > 1 ? fmt::format(" --cp {}", cp) : "";
   for (int tp = 1; cp >= 1 && tp <= world_size / cp; ++tp)
     for (int pp = 1; pp <= world_size / (tp * cp); ++pp)
-      if (world_size % (tp * pp * cp) == 0 && tp_fits(cfg, tp) && cfg.layers % pp == 0)
+      if (world_size % (tp * pp * cp) == 0 && tp_fits(cfg, tp) &&
+          theory::pipeline_stages_fit(cfg.layers, pp))
         works.push_back(
             fmt::format("--dp {} --tp {} --pp {}{}", world_size / (tp * pp * cp), tp, pp, with_cp));
   return works.empty() ? "none for this model" : fmt::format("{}", fmt::join(works, "; "));
@@ -85,8 +87,11 @@ void check_mesh_shape(const GPTConfig& cfg, const MeshShape& m, int world_size) 
                          ? fmt::format(", the {} kv heads", cfg.kv_head_count())
                          : "",
                      cfg.ffn_hidden()));
-  if (cfg.layers % m.pp != 0)
-    fail(fmt::format("--pp {} does not divide the {} layers into equal stages", m.pp, cfg.layers));
+  if (!theory::pipeline_stages_fit(cfg.layers, m.pp))
+    fail(
+        fmt::format("--pp {} does not divide the {} layers into equal stages (nor into stages "
+                    "within {:.0f}% of equal)",
+                    m.pp, cfg.layers, 100 * theory::kMaxStageImbalance));
 }
 
 // Interleaved 1F1B: V >= 2 chunks per stage that cut the layers evenly, and M >= pp.

@@ -11,8 +11,10 @@
 
 #include "core/parallel/context_parallel.h"
 #include "core/parallel/hybrid.h"
+#include "core/parallel/tensor_parallel.h"
 #include "core/plan/search.h"
 #include "core/plan/search_internal.h"
+#include "core/theory/pipeline_bubbles.h"
 #include "core/theory/schedule_kind.h"
 
 namespace mgpu::plan {
@@ -46,8 +48,16 @@ bool allowed(const std::optional<T>& pin, const T& value) {
   return !pin || *pin == value;
 }
 
+// The model's own rule (parallel::tp_divides): tp divides the heads, the kv heads (grouped-query
+// attention keeps whole kv heads per rank) and the MLP width F.
 bool tp_fits(const GPTConfig& m, int tp) {
-  return m.heads % tp == 0 && (4 * m.dim) % tp == 0;
+  return parallel::tp_divides(m, tp);
+}
+
+// The stages' rule (theory::pipeline_stages_fit): pp divides the layers, or splits them within
+// 2% of even (Llama 3 405B's 126 layers on 16 stages).
+bool pp_fits(const GPTConfig& m, int pp) {
+  return theory::pipeline_stages_fit(m.layers, pp);
 }
 
 bool cp_fits(const GPTConfig& m, int cp) {
@@ -158,7 +168,7 @@ std::vector<Layout> enumerate_unchecked(const GPTConfig& m, int gpus, int global
       if (!allowed(pins.cp, cp) || !cp_fits(m, cp)) continue;
       for (int pp : divisors(gpus / (tp * cp))) {
         const int dp = gpus / (tp * cp * pp);
-        if (!allowed(pins.pp, pp) || !allowed(pins.dp, dp) || m.layers % pp != 0) continue;
+        if (!allowed(pins.pp, pp) || !allowed(pins.dp, dp) || !pp_fits(m, pp)) continue;
         if (global_batch % dp != 0) continue;
         const int per_replica = global_batch / dp;
         for (int ep : expert_parallel_sizes(m, dp))
@@ -228,9 +238,12 @@ std::string join_ints(const std::set<int>& values) {
     for (const Layout& l : enumerate_unchecked(m, gpus, global_batch, without))
       works.insert(l.*a.field);
     if (works.empty()) continue;
-    const std::string tp_rule = a.pin == &Pins::tp && !tp_fits(m, *pins.tp)
-                                    ? fmt::format(" ({} heads, MLP width {})", m.heads, 4 * m.dim)
-                                    : "";
+    const std::string kv =
+        m.kv_head_count() != m.heads ? fmt::format(", {} kv heads", m.kv_head_count()) : "";
+    const std::string tp_rule =
+        a.pin == &Pins::tp && !tp_fits(m, *pins.tp)
+            ? fmt::format(" ({} heads{}, MLP width {})", m.heads, kv, m.ffn_hidden())
+            : "";
     throw std::invalid_argument(
         fmt::format("no layout of the model ({}) on {} GPUs with {} {}{}: "
                     "{} {} would work",
@@ -260,8 +273,7 @@ std::string join_ints(const std::set<int>& values) {
     for (int tp : divisors(gpus))
       for (int cp : divisors(gpus / tp))
         for (int pp : divisors(gpus / (tp * cp)))
-          if (tp_fits(m, tp) && cp_fits(m, cp) && m.layers % pp == 0)
-            dps.insert(gpus / (tp * cp * pp));
+          if (tp_fits(m, tp) && cp_fits(m, cp) && pp_fits(m, pp)) dps.insert(gpus / (tp * cp * pp));
     if (dps.empty())
       throw std::invalid_argument(fmt::format(
           "no layout of the model ({}) on {} GPUs: tp must divide the heads and pp the layers; "

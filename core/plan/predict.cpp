@@ -25,7 +25,8 @@ bool any_tp_group_crosses_nodes(const Layout& layout, const HardwareProfile& pro
 // The model's FLOPs for one step, the count MFU is quoted in (PaLM, Chowdhery et al. 2022):
 // 6 N per token for the matmuls over the parameters (2 N forward, 4 N backward; N counted by
 // building the model on a phantom device) plus 12 L T C per token for attention's QK^T and AV,
-// forward and backward, without halving for the causal mask. The embedding tables (wte, wpe)
+// forward and backward, without halving for the causal mask (grouped-query attention shares the
+// keys and values, not the H x D query channels: still 12 L T C). The embedding tables (wte, wpe)
 // are looked up, not multiplied, so they are not in N (as in Kaplan et al. 2020): counted, they
 // made MFU exceed 100% on an ideal profile. The LM head is a matmul and stays: its own matrix, or
 // wte itself when the embeddings are tied (then wte is both looked up and multiplied: counted
@@ -38,8 +39,9 @@ double model_flops_per_step(const GPTConfig& cfg, int64_t tokens) {
     ScopedRank scoped(counting);
     params = GPT(cfg).num_params();
   }
-  // wpe, and an untied wte: lookups only (a tied wte is the head's matmul too).
-  params -= (int64_t{cfg.tie_embeddings ? 0 : cfg.vocab} + cfg.seq_len) * cfg.dim;
+  // wpe (none under RoPE), and an untied wte: lookups only (a tied wte is the head's matmul too).
+  params -=
+      (int64_t{cfg.tie_embeddings ? 0 : cfg.vocab} + (cfg.rope() ? 0 : cfg.seq_len)) * cfg.dim;
   // With experts a token multiplies only its top_k experts of each MoE block (Switch Transformer's
   // and Mixtral's active count).
   if (cfg.experts > 0) params -= theory::gpt_parameters(cfg) - theory::gpt_active_parameters(cfg);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/parallel/pipeline/schedule.h"
 #include "core/plan/search.h"
 #include "core/plan/search_internal.h"
 #include "core/theory/collectives.h"
@@ -49,18 +50,30 @@ double moe_exchange_seconds(int64_t tokens, int top_k, int64_t width, int dtype_
   return (ep - 1) * link.latency + bytes / bw;
 }
 
-// MoE blocks of the pipeline stage that has the most of them (a stage holds layers/pp
-// consecutive blocks).
+// MoE blocks of the pipeline stage that has the most of them (a stage holds consecutive blocks,
+// pipeline::partition_layers).
 int most_moe_layers_per_stage(const GPTConfig& m, int pp) {
   if (m.experts <= 0) return 0;
-  const int per_stage = m.layers / pp;
   int most = 0;
-  for (int s = 0; s < pp; ++s) {
+  for (const auto& [begin, end] : pipeline::partition_layers(m.layers, pp).ranges) {
     int n = 0;
-    for (int i = s * per_stage; i < (s + 1) * per_stage; ++i) n += m.is_moe_block(i) ? 1 : 0;
+    for (int i = begin; i < end; ++i) n += m.is_moe_block(i) ? 1 : 0;
     most = std::max(most, n);
   }
   return most;
+}
+
+// Layers of the fullest stage (the first ones, when pp does not divide the layers).
+int fullest_stage_layers(const GPTConfig& m, int pp) {
+  return (m.layers + pp - 1) / pp;
+}
+
+// One MLP's two GEMMs on `rows` rows with `hidden` hidden units: fc C -> fc_width(hidden) (gate |
+// up under SwiGLU, Shazeer 2020: three matrices) and proj hidden -> C.
+double mlp_seconds(const GPTConfig& model, double rows, double hidden,
+                   const std::function<double(double, double, double)>& gemm) {
+  const double C = model.dim, fc = model.swiglu() ? 2 * hidden : hidden;
+  return gemm(rows, C, fc) + gemm(rows, hidden, C);
 }
 
 // What an MoE block's MLP adds to one micro-batch on one stage, over the dense MLP it replaces:
@@ -78,9 +91,10 @@ double moe_extra_seconds(const GPTConfig& model, const GPTConfig& c, const Layou
                H = static_cast<double>(model.expert_hidden_size());
   const double rows = static_cast<double>(l.microbatch_size) * c.seq_len;
   const double local_experts = E / l.ep, rows_per_expert = rows * k * l.ep / E;
-  const double dense_mlp = gemm(rows, C, 4 * C / l.tp) + gemm(rows, 4 * C / l.tp, C);
-  const double moe_mlp = gemm(rows, C, E) + local_experts * (gemm(rows_per_expert, C, H) +
-                                                             gemm(rows_per_expert, H, C));
+  const double dense_mlp =
+      mlp_seconds(model, rows, static_cast<double>(model.ffn_hidden()) / l.tp, gemm);
+  const double moe_mlp =
+      gemm(rows, C, E) + local_experts * mlp_seconds(model, rows_per_expert, H, gemm);
   const double more = moe_mlp - dense_mlp;
   const double exchange =
       4 * moe_exchange_seconds(int64_t{l.microbatch_size} * c.seq_len, model.top_k, c.dim, int(s),
@@ -97,7 +111,7 @@ double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Lay
   const double s = static_cast<double>(dtype_size(dtype));
   const double C = c.dim, T = c.seq_len, V = c.vocab, H = c.heads, tp = l.tp;
   const double rows = static_cast<double>(l.microbatch_size) * T;
-  const int layers = c.layers / l.pp;
+  const int layers = fullest_stage_layers(c, l.pp);
   auto gemm = [&](double m, double k, double n) {
     return p.kernel_time(KernelCost{.kind = KernelKind::gemm,
                                     .flops = 2 * m * k * n,
@@ -107,8 +121,10 @@ double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Lay
                                     .n = n,
                                     .k = k});
   };
-  const double linears = gemm(rows, C, 3 * C / tp) + gemm(rows, C / tp, C) +
-                         gemm(rows, C, 4 * C / tp) + gemm(rows, 4 * C / tp, C);
+  // qkv C -> (H + 2 KV) D (grouped-query attention: KV key and value heads), proj, the MLP.
+  const double qkv = static_cast<double>(c.qkv_width());
+  const double linears = gemm(rows, C, qkv / tp) + gemm(rows, C / tp, C) +
+                         mlp_seconds(c, rows, static_cast<double>(c.ffn_hidden()) / tp, gemm);
   const double attention =
       p.kernel_time(4 * rows * model.seq_len * C / tp,
                     4 * s * l.microbatch_size * (H / tp) * T * model.seq_len, dtype);
@@ -118,13 +134,15 @@ double micro_batch_seconds(const GPTConfig& model, const GPTConfig& c, const Lay
                            : l.recompute == "selective" ? attention
                                                         : 0;
   const double tp_comm = 4 * ring_all_reduce(rows * C * s, l.tp, group_link(p, l.tp, 1));
-  // Ring attention: every block passes K and V (2 x its rows x C / tp) around the cp ring, forward
-  // and twice in backward; counted as exposed (the screen does not model the overlap).
+  // Ring attention: every block passes its rows' K and V (theory::kv_bytes_per_token, over tp)
+  // around the cp ring, forward and twice in backward; counted as exposed (the screen does not
+  // model the overlap).
+  const double kv_bytes =
+      rows * static_cast<double>(theory::kv_bytes_per_token(c, static_cast<int>(s))) / tp;
   const double cp_comm =
       l.cp > 1 ? 3 * (l.cp - 1) *
                      (group_link(p, l.cp, l.tp).latency +
-                      2 * rows * C / tp * s /
-                          std::max(group_link(p, l.cp, l.tp).achieved_bandwidth(), 1.0))
+                      kv_bytes / std::max(group_link(p, l.cp, l.tp).achieved_bandwidth(), 1.0))
                : 0;
   // A micro-batch crosses each stage once per chunk: V times under interleaving (V x the
   // messages of 1F1B, the price of its smaller bubble), forward and backward.
@@ -150,17 +168,19 @@ struct StageParameters {
 StageParameters largest_stage_parameters(const GPTConfig& model, const GPTConfig& c,
                                          const Layout& l) {
   const double C = c.dim, V = c.vocab, tp = l.tp;
-  const int layers = c.layers / l.pp;
-  const double block_params = static_cast<double>(theory::block_parameters(c.dim));
-  const double head = (l.vocab_parallel_head ? V / tp : V) * C + 2 * C;
-  StageParameters p{.dense = layers * block_params / tp + std::max((V + model.seq_len) * C, head)};
+  const int layers = fullest_stage_layers(c, l.pp);
+  const double block_params = static_cast<double>(theory::block_parameters(c).total());
+  const double head =
+      (l.vocab_parallel_head ? V / tp : V) * C + static_cast<double>(theory::norm_parameters(c));
+  const double positions = c.rope() ? 0 : model.seq_len;  // RoPE has no position table
+  StageParameters p{.dense = layers * block_params / tp + std::max((V + positions) * C, head)};
   const int moe_layers = most_moe_layers_per_stage(model, l.pp);
   if (moe_layers == 0) return p;
   // theory::moe_mlp_parameters with 0 experts counted is the router; with E/ep, mine too.
-  const int64_t E = model.experts, H = model.expert_hidden_size();
-  const double router = double(theory::moe_mlp_parameters(c.dim, E, H, 0));
-  const double mine = double(theory::moe_mlp_parameters(c.dim, E, H, E / l.ep)) - router;
-  p.dense += moe_layers * (router - (8 * C * C + 5 * C) / tp);  // in place of the dense MLP
+  const double router = double(theory::moe_mlp_parameters(model, 0));
+  const double mine = double(theory::moe_mlp_parameters(model, model.experts / l.ep)) - router;
+  // in place of the dense MLP
+  p.dense += moe_layers * (router - double(theory::dense_mlp_parameters(model)) / tp);
   p.experts = moe_layers * mine;
   return p;
 }

@@ -64,11 +64,10 @@ struct StageParameterCount {
 StageParameterCount stage_parameters_at_least(const GPTConfig& model, const Layout& l,
                                               const StageHolding& held) {
   const double C = model.dim, V = model.vocab, tp = l.tp;
-  const double dense_mlp = 8 * C * C + 5 * C;
-  const double attention_and_norms = double(theory::block_parameters(model.dim)) - dense_mlp;
-  const int64_t E = model.experts, H = model.expert_hidden_size();
-  const double router = double(theory::moe_mlp_parameters(model.dim, E, H, 0));
-  const double experts = double(theory::moe_mlp_parameters(model.dim, E, H, E / l.ep)) - router;
+  const double dense_mlp = double(theory::dense_mlp_parameters(model));
+  const double attention_and_norms = double(theory::block_parameters(model).total()) - dense_mlp;
+  const double router = double(theory::moe_mlp_parameters(model, 0));
+  const double experts = double(theory::moe_mlp_parameters(model, model.experts / l.ep)) - router;
   StageParameterCount count;
   for (int layer : held.layers) {
     const bool moe = model.is_moe_block(layer);
@@ -76,21 +75,24 @@ StageParameterCount stage_parameters_at_least(const GPTConfig& model, const Layo
     count.all += moe ? experts : 0;
   }
   const double vocab_rows = l.vocab_parallel_head ? V / tp : V;
-  if (held.embedding) count.synced_over_dp += vocab_rows * C + double(model.seq_len) * C;
-  if (held.head)  // + the final layernorm
-    count.synced_over_dp += (model.tie_embeddings && held.embedding ? 0 : vocab_rows * C) + 2 * C;
+  const double positions = model.rope() ? 0 : double(model.seq_len);  // RoPE: no position table
+  if (held.embedding) count.synced_over_dp += vocab_rows * C + positions * C;
+  if (held.head)  // + the final norm
+    count.synced_over_dp += (model.tie_embeddings && held.embedding ? 0 : vocab_rows * C) +
+                            double(theory::norm_parameters(model));
   count.all += count.synced_over_dp;
   return count;
 }
 
 // Bytes one layer keeps for its backward per micro-batch (core/memory/activations.h), split over
-// tp except ln1, res1, ln2, the output and the fp32 layernorm statistics (Megatron TP without
+// tp except ln1, res1, ln2, the output and the fp32 norm statistics (Megatron TP without
 // sequence parallelism; with it those are split too, Korthikanti et al. 2022); full recompute
 // keeps only the output (1/tp under SP). Under cp, ring attention keeps each local query row's
 // probabilities against all T keys, where the local config's formula counts T/cp of them. An MoE
-// layer (`moe`) keeps, instead of the dense MLP's fc and GELU, the router's fp32 probabilities
-// (E per token) and each routed row's input and output (top_k rows per token, whole: experts are
-// not tensor-split), and its experts' fc and GELU under the phantom device's balanced routing.
+// layer (`moe`) keeps, instead of the dense MLP's fc and activation, the router's fp32
+// probabilities (E per token) and each routed row's input and output (top_k rows per token,
+// whole: experts are not tensor-split), and its experts' fc and activation under the phantom
+// device's balanced routing.
 double layer_kept_bytes(const GPTConfig& model, const GPTConfig& c, const Layout& l, bool moe) {
   const double s = static_cast<double>(dtype_size(c.dtype));
   const double C = c.dim, H = c.heads, tp = l.tp;
@@ -101,15 +103,21 @@ double layer_kept_bytes(const GPTConfig& model, const GPTConfig& c, const Layout
       static_cast<double>(memory::block_kept_bytes(c, l.microbatch_size)) + cp_probabilities;
   double routed = 0;
   if (moe && l.recompute != "full") {
-    whole -= rows * s * 8 * C;  // the dense MLP's fc and GELU
+    // the dense MLP's fc and its activation
+    const int64_t F = model.ffn_hidden();
+    whole -= rows * s * double(model.fc_width(F) + F);
     // The planner simulates on the phantom device, which routes every token the same balanced
-    // way: each rank's experts take as many routed rows as its tokens send (fc and GELU, H each),
+    // way: each rank's experts take as many routed rows as its tokens send (fc and activation),
     // unless a capacity below 1 drops some.
     const bool all_kept = model.capacity_factor == 0 || model.capacity_factor >= 1;
-    const double hidden = all_kept ? 2.0 * double(model.expert_hidden_size()) : 0;
+    const int64_t expert_hidden = model.expert_hidden_size();
+    const double hidden = all_kept ? double(model.fc_width(expert_hidden) + expert_hidden) : 0;
     routed = rows * (4.0 * model.experts + s * model.top_k * (2 * C + hidden));
   }
-  const double replicated = l.recompute == "full" ? whole : rows * (s * 4 * C + 16);
+  const double replicated =
+      l.recompute == "full"
+          ? whole
+          : rows * (s * 4 * C + double(memory::norm_statistics_bytes_per_token(c)));
   return (l.sp ? whole / tp : replicated + (whole - replicated) / tp) + routed;
 }
 

@@ -1,8 +1,9 @@
 // The planner's search: which layout should this model use on N GPUs of this cluster?
 //
 //   enumerate  every layout the hybrid engine's rules allow: dp x tp x pp x cp = N (tp divides
-//              the heads and the MLP width, pp the layers, cp's zigzag chunks the sequence; a
-//              model with experts also an ep dividing dp and the experts),
+//              the heads, the kv heads and the MLP width, pp's stages hold the layers evenly or
+//              within 2%, cp's zigzag chunks split the sequence; a model with experts also an ep
+//              dividing dp and the experts),
 //              dp x micro-batches x micro-batch size = the global batch, each schedule, ZeRO
 //              stage, recompute mode and precision -- minus what the user pinned;
 //   screen     formulas pick WHICH layouts are worth simulating: a lower bound of the peak

@@ -91,6 +91,10 @@ int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp,
          (last_stage ? (head_reads_wte ? 0 : V * C) + norm_parameters(cfg) : 0);
 }
 
+int64_t kv_bytes_per_token(const GPTConfig& cfg, int dtype_bytes) {
+  return 2 * cfg.kv_dim() * dtype_bytes;
+}
+
 int64_t embedding_group_bytes(const GPTConfig& cfg) {
   return int64_t{cfg.vocab} * cfg.dim * 4;
 }

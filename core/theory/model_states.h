@@ -84,6 +84,12 @@ int64_t gpt_active_parameters(const GPTConfig& cfg);
 int64_t stage_parameters(const GPTConfig& cfg, int64_t stage_layers, int64_t tp, bool first_stage,
                          bool last_stage);
 
+// Bytes of one token's keys and values in one block: 2 x kv_heads x D elements of `dtype_bytes`
+// (grouped-query attention keeps KV of the H heads' keys and values; Ainslie et al. 2023). What
+// context parallelism moves per token and block: ring attention passes them around the ring
+// (Liu et al. 2023), Ulysses all-to-alls them with q (Jacobs et al. 2023). GPT-2: 2 C.
+int64_t kv_bytes_per_token(const GPTConfig& cfg, int dtype_bytes);
+
 // Bytes of the tied embedding's gradient that a pipeline's embedding group {first stage, last
 // stage} all-reduces once per step: vocab x dim x 4 (gradients are fp32 in every precision).
 // Each of the two members sends 2(N-1)/N = 1 times it in a ring of N = 2 (Megatron-LM's

@@ -52,4 +52,11 @@ double microbatches_in_flight(const std::string& schedule, int pp, int virtual_s
   }
 }
 
+bool pipeline_stages_fit(int layers, int pp) {
+  if (pp < 1 || layers < pp) return false;
+  if (layers % pp == 0) return true;
+  const double fullest = layers / pp + 1, mean = double(layers) / pp;
+  return fullest <= mean * (1 + kMaxStageImbalance);
+}
+
 }  // namespace mgpu::theory
