@@ -44,17 +44,34 @@ int64_t measured_bytes_per_layer(const GPTConfig& cfg, int batch) {
 // The formula for this model (core/memory/activations.h): B T [ s (16 C + H T) + 16 ] for none
 // (s = bytes per element; 16 C: ln1, qkv 3C, attention out, residual, ln2, fc 4C, gelu 4C, block
 // output; H T: the probabilities; 16: four fp32 layernorm statistics), s 16 C + 16 for
-// selective, s C for full.
+// selective, s C for full. Another block style keeps K elements and S bytes of statistics per
+// token instead (kept_terms says which).
 std::string formula(GPTConfig cfg, int batch, Recompute mode, int64_t* bytes) {
   const int64_t bt = int64_t(batch) * cfg.seq_len, s = int64_t(dtype_size(cfg.dtype));
-  const int64_t c = cfg.dim, h = cfg.heads, t = cfg.seq_len;
+  const int64_t h = cfg.heads, t = cfg.seq_len;
   cfg.recompute = mode;
   *bytes = memory::block_kept_bytes(cfg, batch);
+  const bool gpt2 = cfg.style.is_gpt2();
+  const std::string k = gpt2 ? "16C" : "K", st = gpt2 ? "16" : "S";
+  const int64_t kept = memory::block_kept_elements(cfg),
+                stats = memory::block_statistics_bytes(cfg);
   if (mode == Recompute::none)
-    return fmt::format("BT[s(16C+HT)+16] = {}x[{}x({}+{})+16]", bt, s, 16 * c, h * t);
+    return fmt::format("BT[s({}+HT)+{}] = {}x[{}x({}+{})+{}]", k, st, bt, s, kept, h * t, stats);
   if (mode == Recompute::selective)
-    return fmt::format("BT[s16C+16] = {}x[{}x{}+16]", bt, s, 16 * c);
-  return fmt::format("BTsC = {}x{}x{}", bt, s, c);
+    return fmt::format("BT[s{}+{}] = {}x[{}x{}+{}]", k, st, bt, s, kept, stats);
+  return fmt::format("BTsC = {}x{}x{}", bt, s, cfg.dim);
+}
+
+// What K and S are for a block that is not GPT-2's (its 16 C and 16 B): qkv's (H + 2 KV) D,
+// the MLP's fc and activation output (SwiGLU: gate | up 2F, then F), and the norms' statistics.
+std::string kept_terms(const GPTConfig& cfg) {
+  const int64_t f = cfg.ffn_hidden(), fc = cfg.fc_width(f);
+  return fmt::format(
+      "  K = 5C (ln1, attention out, res1, ln2, out) + qkv (H+2KV)D + fc {} + {} F = 5x{} + "
+      "({}+2x{})x{} + {} + {} = {} elements per token; S = {} B of fp32 norm statistics{}\n",
+      cfg.swiglu() ? "2F (gate | up)" : "F", cfg.swiglu() ? "silu(gate)*up" : "gelu", cfg.dim,
+      cfg.heads, cfg.kv_head_count(), cfg.head_size(), fc, f, memory::block_kept_elements(cfg),
+      memory::block_statistics_bytes(cfg), cfg.rmsnorm() ? " (RMSNorm: rstd only, no mean)" : "");
 }
 
 // Largest batch whose one training step fits `capacity` (phantom device: shapes and bytes).
@@ -112,6 +129,7 @@ class ActivationCheckpointingLesson : public Lesson {
                describe_model(base, count_params(base)), c.batch, c.precision);
 
     fmt::print(out, "activation bytes one block keeps for backward (measured by the allocator):\n");
+    if (!base.style.is_gpt2()) fmt::print(out, "{}", kept_terms(base));
     std::vector<MeasuredRun> runs;  // each one single-device run of the one training loop
     for (Recompute mode : kModes) {
       GPTConfig cfg = base;

@@ -15,7 +15,16 @@ namespace mgpu::memory {
 //                                            H T probabilities; four fp32 layernorm statistics
 //   selective  B T [ s 16 C + 16 ]           the probabilities are recomputed from q, k
 //   full       B T s C                       only the block's output (its input is the previous)
+// GPT-2's block; in any style the 16 C is block_kept_elements (qkv (H + 2 KV) D, SwiGLU's fc
+// gate | up 2F) and the 16 B block_statistics_bytes (RMSNorm keeps no mean).
 int64_t block_kept_bytes(const GPTConfig& cfg, int64_t batch);
+// Elements per token a dense block keeps under recompute none, the probabilities aside: ln1,
+// attention out, res1, ln2, out (C each), qkv (H + 2 KV) D, fc (F, or 2F under SwiGLU) and the
+// activation's output F. GPT-2's 16 C.
+int64_t block_kept_elements(const GPTConfig& cfg);
+// fp32 bytes per token of the two norms' statistics: mean and rstd each (16), rstd only under
+// RMSNorm (8).
+int64_t block_statistics_bytes(const GPTConfig& cfg);
 
 // Bytes of one step's activations and backward buffers on one device, by allocator category.
 struct StepActivationBytes {
