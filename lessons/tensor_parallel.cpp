@@ -103,6 +103,44 @@ void print_memory_split(std::ostream& out, const CommonOptions& c, const GPTConf
   fmt::print(out, "  {:<16} {:>12}\n", "all at once", format_bytes(r.memory.peak_total));
 }
 
+// What one rank holds of a block in another style than GPT-2's (grouped-query attention,
+// SwiGLU): each linear's local shape beside the rule that cuts it, and their sum beside the
+// formula's sharded part / tp (theory::block_parameters, the count the memory lines use).
+void print_block_split(std::ostream& out, const GPTConfig& cfg, int tp) {
+  const int64_t c = cfg.dim, d = cfg.head_size(), h = cfg.heads, kv = cfg.kv_head_count();
+  const int64_t f = cfg.ffn_hidden(), bias = cfg.style.bias ? 1 : 0;
+  const int64_t qkv_rows = (h / tp + 2 * (kv / tp)) * d, fc_rows = cfg.fc_width(f / tp);
+  const int64_t qkv = qkv_rows * (c + bias), proj = c * (h / tp) * d, fc = fc_rows * (c + bias),
+                mlp_proj = c * (f / tp);
+  const theory::BlockParameters block = theory::block_parameters(cfg);
+  fmt::print(out,
+             "\nwhat each GPU holds of one block ({} query heads sharing {} kv heads, {} MLP of "
+             "F = {}):\n",
+             h, kv, mlp_name(cfg.style.mlp), f);
+  fmt::print(out,
+             "  attn.qkv   H/tp query heads + KV/tp kv heads = {} + {} heads: ({} + 2x{}) x D {} = "
+             "{} rows of (H+2KV)D = {}, x C {}{} = {}\n",
+             h / tp, kv / tp, h / tp, kv / tp, d, qkv_rows, cfg.qkv_width(), c,
+             bias ? " (+ bias)" : "", with_commas(qkv));
+  fmt::print(out, "  attn.proj  the columns of my query heads: C x HD/tp = {} x {} = {}\n", c,
+             (h / tp) * d, with_commas(proj));
+  if (cfg.swiglu())
+    fmt::print(out,
+               "  mlp.fc     gate and up rows of F/tp = {} units each: 2F/tp x C = {} x {}{} = {} "
+               "(unit j's gate and up on one GPU: silu(gate_j) * up_j is local)\n",
+               f / tp, fc_rows, c, bias ? " (+ bias)" : "", with_commas(fc));
+  else
+    fmt::print(out, "  mlp.fc     the rows of F/tp = {} hidden units: F/tp x C = {} x {}{} = {}\n",
+               f / tp, fc_rows, c, bias ? " (+ bias)" : "", with_commas(fc));
+  fmt::print(out, "  mlp.proj   the columns of my units: C x F/tp = {} x {} = {}\n", c, f / tp,
+             with_commas(mlp_proj));
+  fmt::print(out, "  sharded    {} per GPU   formula: block_parameters sharded {} / {} = {}\n",
+             with_commas(qkv + proj + fc + mlp_proj), with_commas(block.sharded), tp,
+             with_commas(block.sharded / tp));
+  fmt::print(out, "  replicated {} on every GPU (the norms{})\n", with_commas(block.replicated),
+             bias ? " and the row linears' biases" : "");
+}
+
 // The Adam question: the run did not fit. Say why, and find the tp at which it fits again.
 void explain_out_of_memory(std::ostream& out, const CommonOptions& c, const GPTConfig& cfg,
                            const OutOfMemory& oom) {
@@ -194,6 +232,7 @@ class TensorParallelLesson : public Lesson {
     print_loss_summary(out, c, r.losses, " (the same global batch on every GPU)");
     print_communication(out, c, cfg, r.trace);
     print_memory_split(out, c, cfg, r);
+    if (!cfg.style.is_gpt2()) print_block_split(out, cfg, c.ranks);
 
     CommonOptions one = c;  // the same model and batch on one GPU, for the step time
     one.ranks = 1;

@@ -1,6 +1,7 @@
 // The tensor-parallel lesson's run (also sequence_parallel's): every block split over a tp mesh
 // axis of --ranks GPUs; rank 0 reports its parameters and memory.
 #include <ostream>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -28,9 +29,14 @@ TensorParallelResult train_tensor_parallel(const CommonOptions& c, std::ostream&
   (*spec.trace_meta)["config"]["tp"] = c.ranks;  // the mesh axis: rows "GPU 1  tp1"
   if (!c.quiet) {
     fmt::print(out, "model:  {}\n", describe_model(cfg, count_params(cfg)));
+    // Grouped-query attention: the kv heads split with the query heads that read them.
+    const int kv = cfg.kv_head_count();
+    const std::string kv_split =
+        kv != cfg.heads ? fmt::format(", {} of {} kv heads", kv / c.ranks, kv) : "";
     fmt::print(out,
-               "split:  tp={}: each GPU holds {} of {} heads and {} of {} MLP units per block\n",
-               c.ranks, cfg.heads / c.ranks, cfg.heads, 4 * cfg.dim / c.ranks, 4 * cfg.dim);
+               "split:  tp={}: each GPU holds {} of {} heads{} and {} of {} MLP units per block\n",
+               c.ranks, cfg.heads / c.ranks, cfg.heads, kv_split, cfg.ffn_hidden() / c.ranks,
+               cfg.ffn_hidden());
     if (sequence_parallel)
       fmt::print(out,
                  "        sp:   and {} of {} tokens of each sequence in the layernorm/residual "

@@ -138,7 +138,7 @@ HeadActivations HeadActivations::allocate(const GPTConfig& cfg, int64_t batch, i
                                           int vocab_parts) {
   HeadActivations a;
   a.ln = activation({batch, seq, cfg.dim}, cfg.dtype);
-  a.ln_mean = statistics({batch, seq});
+  if (!cfg.rmsnorm()) a.ln_mean = statistics({batch, seq});  // RMSNorm keeps no mean
   a.ln_rstd = statistics({batch, seq});
   a.logits = activation({batch, seq, cfg.vocab / vocab_parts}, cfg.dtype);
   a.dlogits = activation({batch, seq, cfg.vocab / vocab_parts}, cfg.dtype);

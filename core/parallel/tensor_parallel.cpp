@@ -78,10 +78,11 @@ void check_tp_size(const GPTConfig& cfg, int tp) {
   std::string works;
   for (int t = 1; t <= cfg.heads; ++t)
     if (tp_divides(cfg, t)) works += (works.empty() ? "" : ", ") + std::to_string(t);
+  const bool gqa = cfg.kv_head_count() != cfg.heads;
   throw std::invalid_argument(
       fmt::format("tensor parallelism over {} ranks needs {} to divide {}: use {} ranks (or "
-                  "change --heads)",
-                  tp, tp, tp_divides_what(cfg), works));
+                  "change --heads{})",
+                  tp, tp, tp_divides_what(cfg), works, gqa ? " or --kv-heads" : ""));
 }
 
 TpSlice tp_slice(const GPTConfig& cfg, int tp, int rank) {

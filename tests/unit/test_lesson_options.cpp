@@ -59,12 +59,12 @@ const std::map<std::string, std::vector<std::string>> kTry = {
     {"--layers", {"6"}},
     {"--dim", {"32"}},
     {"--heads", {"4"}},
-    {"--kv-heads", {"1"}},  // the 2 heads share one kv head (MQA)
-    {"--ffn-dim", {"32"}},
     {"--seq", {"12"}},
     {"--model", {"gpt2-small"}},  // the typed sizes win; its 50257-token vocabulary remains
     {"--vocab", {"100"}},
     {"--tie-embeddings", {"on"}},
+    {"--kv-heads", {"1"}},  // the 2 query heads share one: another model (or tp 2 refused)
+    {"--ffn-dim", {"24"}},
     {"--experts", {"4"}},
     {"--top-k", {"2"}},  // without --experts: refused
     {"--moe-every", {"2"}},
