@@ -63,6 +63,19 @@ std::string formula(GPTConfig cfg, int batch, Recompute mode, int64_t* bytes) {
   return fmt::format("BTsC = {}x{}x{}", bt, s, c);
 }
 
+// What K and S are for a block that is not GPT-2's (its 16 C and 16 B): qkv's (H + 2 KV) D,
+// the MLP's fc and activation output (SwiGLU: gate | up 2F, then F), and the norms' statistics.
+std::string kept_terms(const GPTConfig& cfg) {
+  const int64_t f = cfg.ffn_hidden(), fc = cfg.fc_width(f);
+  return fmt::format(
+      "  K = 5C (ln1, attention out, res1, ln2, out) + qkv (H+2KV)D + fc {} + {} F = 5x{} + "
+      "({}+2x{})x{} + {} + {} = {} elements per token; S = {} B of fp32 norm statistics{}\n",
+      cfg.swiglu() ? "2F (gate | up)" : "F", cfg.swiglu() ? "silu(gate)*up" : "gelu", cfg.dim,
+      cfg.heads, cfg.kv_head_count(), cfg.head_size(), fc, f,
+      memory::block_kept_elements_per_token(cfg), memory::norm_statistics_bytes_per_token(cfg),
+      cfg.rmsnorm() ? " (RMSNorm: rstd only, no mean)" : "");
+}
+
 // Largest batch whose one training step fits `capacity` (phantom device: shapes and bytes).
 int largest_batch(const CommonOptions& c, const GPTConfig& cfg, const data::Task& task,
                   int64_t capacity) {
@@ -118,6 +131,7 @@ class ActivationCheckpointingLesson : public Lesson {
                describe_model(base, count_params(base)), c.batch, c.precision);
 
     fmt::print(out, "activation bytes one block keeps for backward (measured by the allocator):\n");
+    if (!base.style.is_gpt2()) fmt::print(out, "{}", kept_terms(base));
     std::vector<MeasuredRun> runs;  // each one single-device run of the one training loop
     for (Recompute mode : kModes) {
       GPTConfig cfg = base;
