@@ -102,9 +102,11 @@ void print_traffic_formulas(std::ostream& out, const HybridRun& run) {
       mesh.cp == 1
           ? std::string()
           : fmt::format("\n  cp: ring attention per layer and micro-batch: K|V blocks "
-                        "B_micro*(T/cp)*2C/t, cp-1 hops forward ({}) and backward in {} B, cp "
+                        "B_micro*(T/cp)*{}/t, cp-1 hops forward ({}) and backward in {} B, cp "
                         "dK|dV hops in 4 B (fp32 accumulators); then 2(c-1)/c = {:.2f} x "
                         "gradient bytes (the cp all-reduce)",
+                        // grouped-query attention sends only the kv heads: 2 KV D per token
+                        run.cfg.kv_head_count() == run.cfg.heads ? "2C" : "2*KV*D",
                         c.recompute == "none" ? "once" : "twice: recompute reruns it", weight_bytes,
                         theory::ring_all_reduce_factor(mesh.cp)),
       c.precision == "fp16" ? "\n  (fp16: every group also all-reduces the loss scaler's "
