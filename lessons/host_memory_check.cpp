@@ -10,6 +10,7 @@
 #include "core/ops/cuda_emulation.h"
 #include "core/runtime/allocator.h"
 #include "core/runtime/host_memory.h"
+#include "core/theory/model_states.h"
 #include "exercises/exercises.h"
 
 namespace mgpu::lessons {
@@ -26,13 +27,12 @@ int local_ranks(const CommonOptions& c) {
 // An order of magnitude of the run, in double, only to keep the exact sums below in range.
 double rough_bytes(const GPTConfig& cfg, int64_t batch) {
   const double c = cfg.dim, t = cfg.seq_len, v = cfg.vocab, l = cfg.layers;
-  // GPT-2's 12 C^2 + 13 C per block with the block's own widths: qkv, proj, fc (2F under SwiGLU)
-  // and the MLP's projection.
-  const double w = double(cfg.qkv_width()), f = double(cfg.ffn_hidden()),
-               fc = double(cfg.fc_width(cfg.ffn_hidden()));
-  const double params = l * (c * w + c * c + c * fc + f * c + 13 * c) + 2 * v * c + t * c;
-  const double activations =
-      double(batch) * t * ((l + 2) * (5 * c + w + fc + f + cfg.heads * t + 16) + 2 * v);
+  // One block's parameters and kept values per token fit int64 for every valid config (they are
+  // products of two widths); the products with the batch and the layers are what need double.
+  const double block = double(theory::block_parameters(cfg).total());
+  const double kept = double(memory::block_kept_elements_per_token(cfg));
+  const double params = l * block + 2 * v * c + t * c;
+  const double activations = double(batch) * t * ((l + 2) * (kept + cfg.heads * t + 16) + 2 * v);
   return 20 * params + 4 * activations;
 }
 

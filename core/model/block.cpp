@@ -167,12 +167,6 @@ void Block::rotate_positions(Tensor& x, bool backward) const {
            : ops::rope_forward(x, pos, rotated, config.head_size(), theta);
 }
 
-// d fc from d of the activation's output: GELU's derivative in place, or SwiGLU's of gate | up.
-void Block::mlp_activation_backward(Tensor& d_fc, const Tensor& fc_in, const Tensor& d_act) const {
-  if (config.swiglu()) return ops::swiglu_backward(d_fc, fc_in, d_act);
-  ops::gelu_backward(d_fc, fc_in, d_act);
-}
-
 // ---------------------------------------------------------------------------------- Block
 
 void Block::forward(const Tensor& x, BlockActivations& a) const {
@@ -203,7 +197,7 @@ void Block::forward_math(const Tensor& x, BlockActivations& a, MoePass pass) con
     moe.forward(a.out, a.ln2, a.moe, comm, pass);
   } else {
     column_forward(fc, a.fc, a.ln2);
-    config.swiglu() ? ops::swiglu_forward(a.fc_gelu, a.fc) : ops::gelu_forward(a.fc_gelu, a.fc);
+    mlp_activation_forward(a.fc_gelu, a.fc, config.style.mlp);
     row_forward(mlp_proj, a.out, a.fc_gelu);
   }
   ops::add(a.out, a.out, a.res1);
@@ -281,7 +275,7 @@ void Block::backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations
     // writes gate | up [.., 2F], so its input gradient needs a buffer of its own.
     Tensor d_act = config.swiglu() ? workspace(a.fc_gelu.shape(), dt) : d_fc;
     row(mlp_proj, d_act, d_out, a.fc_gelu);
-    mlp_activation_backward(d_fc, a.fc, d_act);
+    mlp_activation_backward(d_fc, a.fc, d_act, config.style.mlp);
     column(fc, d_ln2, d_fc, a.ln2);
   }
   norm(ln2, d_res1, d_ln2, a.res1, a.ln2_mean, a.ln2_rstd);

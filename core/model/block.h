@@ -188,7 +188,6 @@ struct Block {
   // RoPE on qkv's q and k columns (in place), and its backward on their gradient; nothing under
   // learned positions.
   void rotate_positions(Tensor& qkv_or_grad, bool backward) const;
-  void mlp_activation_backward(Tensor& d_fc, const Tensor& fc, const Tensor& d_act) const;
   // The backward, written once: each layer's input and weight gradients together (deferred
   // null), or only the input gradients, keeping in *deferred what backward_weight needs.
   void backward_pass(Tensor& dx, const Tensor& dout, const BlockActivations& a,

@@ -38,6 +38,18 @@ void Linear::collect(ParamList& list) {
   if (!bias.name.empty()) list.push_back(&bias);
 }
 
+// ---------------------------------------------------------------------------------- activation
+
+void mlp_activation_forward(Tensor& out, const Tensor& fc, MlpKind kind) {
+  if (kind == MlpKind::swiglu) return ops::swiglu_forward(out, fc);
+  ops::gelu_forward(out, fc);
+}
+
+void mlp_activation_backward(Tensor& d_fc, const Tensor& fc, const Tensor& d_out, MlpKind kind) {
+  if (kind == MlpKind::swiglu) return ops::swiglu_backward(d_fc, fc, d_out);
+  ops::gelu_backward(d_fc, fc, d_out);
+}
+
 // ---------------------------------------------------------------------------------- LayerNorm
 
 LayerNorm::LayerNorm(const std::string& name, int64_t dim, Norm norm)

@@ -29,6 +29,13 @@ struct Linear {
   void collect(ParamList& list);
 };
 
+// The MLP's activation between fc and proj, for the dense MLP and the experts alike: GELU's
+// gelu(fc), or SwiGLU's silu(gate) * up where fc holds gate | up (Shazeer 2020). The backward
+// overwrites d_fc from d_out: GELU's is elementwise (d_out may be d_fc itself), SwiGLU's reads
+// [N, F] and writes [N, 2F] (d_out a buffer of its own).
+void mlp_activation_forward(Tensor& out, const Tensor& fc, MlpKind kind);
+void mlp_activation_backward(Tensor& d_fc, const Tensor& fc, const Tensor& d_out, MlpKind kind);
+
 // The block's norm: LayerNorm (Ba et al. 2016), or with rms RMSNorm (Zhang & Sennrich 2019),
 // which has no bias and no mean (`mean` stays undefined, only rstd is kept).
 struct LayerNorm {

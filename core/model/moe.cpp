@@ -25,7 +25,7 @@ MoeLayer::MoeLayer(const GPTConfig& cfg, int index, const BlockShard& shard)
       top_k(cfg.top_k),
       dim(cfg.dim),
       hidden(cfg.expert_hidden_size()),
-      gated(cfg.swiglu()),
+      mlp(cfg.style.mlp),
       capacity_factor(cfg.capacity_factor),
       aux_loss_coef(cfg.aux_loss_coef),
       route(cfg.route) {
@@ -138,7 +138,7 @@ Routing MoeLayer::route_probs(const Tensor& probs, int64_t group_tokens, int ran
 Tensor MoeLayer::experts_forward(MoeActivations& a, MemCategory out_category) const {
   const int64_t rows = a.expert_rows.dim(0);
   const DType dt = a.expert_rows.dtype();
-  a.fc = moe_tensor({rows, gated ? 2 * hidden : hidden}, MemCategory::activations, dt);
+  a.fc = moe_tensor({rows, fc_weight.shape[1]}, MemCategory::activations, dt);  // H, or 2H
   a.fc_gelu = moe_tensor({rows, hidden}, MemCategory::activations, dt);
   Tensor out = moe_tensor({rows, dim}, out_category, dt);
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
@@ -146,7 +146,7 @@ Tensor MoeLayer::experts_forward(MoeActivations& a, MemCategory out_category) co
     ops::linear_forward(fc_rows, a.expert_rows.rows(r0, r1), fc_weight.data.rows(e, e + 1),
                         expert_slice(fc_bias.data, e));
   });
-  gated ? ops::swiglu_forward(a.fc_gelu, a.fc) : ops::gelu_forward(a.fc_gelu, a.fc);
+  mlp_activation_forward(a.fc_gelu, a.fc, mlp);
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
     Tensor out_rows = out.rows(r0, r1);
     ops::linear_forward(out_rows, a.fc_gelu.rows(r0, r1), proj_weight.data.rows(e, e + 1),
@@ -208,12 +208,13 @@ Tensor MoeLayer::experts_backward(const Tensor& d_out, const MoeActivations& a,
   };
   Tensor d_fc = moe_tensor(a.fc.shape(), MemCategory::workspace, dt);
   // GELU's gradient in place; SwiGLU's from [rows, H] into gate | up [rows, 2H].
-  Tensor d_act = gated ? moe_tensor({rows, hidden}, MemCategory::workspace, dt) : d_fc;
+  Tensor d_act =
+      mlp == MlpKind::swiglu ? moe_tensor({rows, hidden}, MemCategory::workspace, dt) : d_fc;
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
     linear_backward(proj_weight, proj_bias, e, d_act.rows(r0, r1), d_out.rows(r0, r1),
                     a.fc_gelu.rows(r0, r1));
   });
-  gated ? ops::swiglu_backward(d_fc, a.fc, d_act) : ops::gelu_backward(d_fc, a.fc, d_act);
+  mlp_activation_backward(d_fc, a.fc, d_act, mlp);
   Tensor d_in = moe_tensor({rows, dim}, in_category, dt);
   for_each_expert_rows(a.plan, [&](int e, int64_t r0, int64_t r1) {
     linear_backward(fc_weight, fc_bias, e, d_in.rows(r0, r1), d_fc.rows(r0, r1),

@@ -133,9 +133,10 @@ class ExpertComm {
 
 // ---- the layer ----
 
-struct GPTConfig;   // core/model/config.h
-struct BlockShard;  // core/model/gpt.h
-struct BlockComm;   // core/model/gpt.h
+struct GPTConfig;              // core/model/config.h
+enum class MlpKind : uint8_t;  // core/model/config.h (gelu, swiglu)
+struct BlockShard;             // core/model/gpt.h
+struct BlockComm;              // core/model/gpt.h
 
 // What one MoE forward routed (counted over the tokens it saw): what a lesson prints.
 struct MoeStats {
@@ -170,7 +171,7 @@ struct MoeLayer {
   int local_experts = 0;  // experts held here
   int top_k = 1;
   int64_t dim = 0, hidden = 0;  // C and each expert's hidden width H
-  bool gated = false;           // SwiGLU experts (Mixtral's): fc is gate | up, [E, 2H, C]
+  MlpKind mlp{};                // gelu; swiglu: Mixtral's experts, fc is gate | up, [E, 2H, C]
   double capacity_factor = 0.0;
   float aux_loss_coef = 0.0f;
   RouteFn route = nullptr;
@@ -178,7 +179,7 @@ struct MoeLayer {
   // the aux loss's gradient carries it too, so accumulation and loss scaling treat it alike.
   float loss_grad_scale = 1.0f;
   Param router;       // [E, C]     blocks.{i}.moe.router.weight (no bias)
-  Param fc_weight;    // [E, H, C]  blocks.{i}.moe.fc.weight ([E, 2H, C] gated)
+  Param fc_weight;    // [E, H, C]  blocks.{i}.moe.fc.weight ([E, 2H, C] under SwiGLU)
   Param fc_bias;      // [E, H]     blocks.{i}.moe.fc.bias (undefined without biases)
   Param proj_weight;  // [E, C, H]  blocks.{i}.moe.proj.weight
   Param proj_bias;    // [E, C]     blocks.{i}.moe.proj.bias (undefined without biases)
