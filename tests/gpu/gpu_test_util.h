@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/model/gpt.h"
@@ -115,6 +117,20 @@ inline void require_close(const Tensor& gpu, const Tensor& cpu, const char* what
             << ", cpu " << c[worst] << "), max |cpu| = " << max_ref << ", tolerance "
             << rel * max_ref + kAbsTol);
   CHECK(max_err <= rel * max_ref + kAbsTol);
+}
+
+// The GPU's result has the CPU's bits, element for element (the first differing one is named).
+inline void require_same_bits(const Tensor& gpu, const Tensor& cpu, const char* what) {
+  const std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
+  REQUIRE(g.size() == c.size());
+  size_t differing = 0, first = g.size();
+  for (size_t i = 0; i < g.size(); ++i)
+    if (std::memcmp(&g[i], &c[i], sizeof(float)) != 0 && differing++ == 0) first = i;
+  INFO(what << ": " << differing << " of " << g.size() << " elements differ"
+            << (differing ? " (first at " + std::to_string(first) + ": gpu " +
+                                std::to_string(g[first]) + ", cpu " + std::to_string(c[first]) + ")"
+                          : std::string()));
+  CHECK(differing == 0);
 }
 
 inline void require_close(float gpu, float cpu, const char* what, double rel = kRelTol) {

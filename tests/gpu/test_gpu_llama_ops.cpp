@@ -7,7 +7,6 @@
 //  - RMSNorm's rows are reduced in a tree on the GPU, and attention is cuBLAS: within the fp32
 //    tolerance of gpu_test_util.h.
 // Without a GPU each test WARNs "no CUDA GPU: skipped" (and gpu_main.cpp exits 77 first).
-#include <cstring>
 #include <vector>
 
 #include "core/ops/ops.h"
@@ -16,17 +15,7 @@
 using namespace mgpu;
 using gpu_test::GpuRank;
 using gpu_test::require_close;
-
-namespace {
-void require_same_bits(const Tensor& gpu, const Tensor& cpu, const char* what) {
-  const std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
-  REQUIRE(g.size() == c.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < c.size(); ++i) differing += std::memcmp(&g[i], &c[i], sizeof(float)) != 0;
-  INFO(what << ": " << differing << " of " << c.size() << " elements differ");
-  CHECK(differing == 0);
-}
-}  // namespace
+using gpu_test::require_same_bits;
 
 TEST_CASE("gpu rmsnorm and swiglu match cpu", "[gpu]") {
   MGPU_REQUIRE_GPU();

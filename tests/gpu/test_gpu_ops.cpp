@@ -8,7 +8,6 @@
 // require_same_bits (both sides call the same functions, and neither fuses a multiply-add). The
 // ones that reduce a row in a block (layernorm, softmax, cross-entropy) add in another order and
 // call CUDA's expf/logf: within require_close's fp32 tolerance (gpu_test_util.h).
-#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -22,22 +21,7 @@ using namespace mgpu;
 using gpu_test::GpuRank;
 using gpu_test::random_ids;
 using gpu_test::require_close;
-
-namespace {
-// The GPU's result has the CPU's bits, element for element (the first differing one is named).
-void require_same_bits(const Tensor& gpu, const Tensor& cpu, const char* what) {
-  const std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
-  REQUIRE(g.size() == c.size());
-  size_t differing = 0, first = g.size();
-  for (size_t i = 0; i < g.size(); ++i)
-    if (std::memcmp(&g[i], &c[i], sizeof(float)) != 0 && differing++ == 0) first = i;
-  INFO(what << ": " << differing << " of " << g.size() << " elements differ"
-            << (differing ? " (first at " + std::to_string(first) + ": gpu " +
-                                std::to_string(g[first]) + ", cpu " + std::to_string(c[first]) + ")"
-                          : std::string()));
-  CHECK(differing == 0);
-}
-}  // namespace
+using gpu_test::require_same_bits;
 
 TEST_CASE("every CudaKernels entry is installed", "[gpu]") {
   MGPU_REQUIRE_GPU();

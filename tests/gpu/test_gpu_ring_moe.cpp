@@ -16,18 +16,9 @@
 using namespace mgpu;
 using gpu_test::GpuRank;
 using gpu_test::require_close;
+using gpu_test::require_same_bits;
 
 namespace {
-
-// Bit-for-bit equality of two tensors' values (NaN and -0.0 included).
-void require_same_bits(const Tensor& gpu, const Tensor& cpu, const char* what) {
-  const std::vector<float> g = gpu.to_vector(), c = cpu.to_vector();
-  REQUIRE(g.size() == c.size());
-  for (size_t i = 0; i < c.size(); ++i) {
-    INFO(what << " at " << i << ": gpu " << g[i] << ", cpu " << c[i]);
-    REQUIRE(std::memcmp(&g[i], &c[i], sizeof(float)) == 0);
-  }
-}
 
 // Scores: masked pairs must be -inf on both sides, the others close (inf - inf is no distance).
 void require_scores_close(GpuRank& rank, const Tensor& gpu, const Tensor& cpu) {

@@ -22,11 +22,10 @@
 namespace test_llama_model {
 
 using namespace mgpu;
-using gradcheck::check;
 using gradcheck::random_ids;
 using model_gradcheck::check_block;
+using model_gradcheck::check_model;
 using model_gradcheck::perturb;
-using model_gradcheck::require_close;
 
 namespace {
 // A Llama-shaped tiny model: 4 query heads sharing 2 kv heads, head size 4, F = 24.
@@ -69,19 +68,11 @@ TEST_CASE("the Llama-shaped model: every parameter's gradient matches finite dif
   GPTConfig cfg = llama_config();
   cfg.tie_embeddings = GENERATE(false, true);
   GPT model(cfg);
-  ParamList params = model.params();
-  for (const Param* p : params) {  // no position table, no biases, RMSNorm's weight only
+  for (const Param* p : model.params()) {  // no position table, no biases, RMSNorm's weight only
     CHECK(p->name != "embedding.wpe");
     CHECK(p->name.find(".bias") == std::string::npos);
   }
-  for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 300 + i);
-  const int64_t b = 2, t = 5;
-  auto tokens = random_ids(size_t(b * t), cfg.vocab, 4);
-  auto targets = random_ids(size_t(b * t), cfg.vocab, 5);
-  model.zero_grad();
-  model.forward_backward(tokens, targets, b, t);
-  auto loss = [&] { return double(model.loss(tokens, targets, b, t)); };
-  for (Param* p : params) require_close(check(p->data, p->grad.to_vector(), loss), p->name);
+  check_model(model);
 }
 
 TEST_CASE("rotary positions: a shift of every position leaves the loss unchanged, learned do not",

@@ -19,10 +19,9 @@ namespace test_model {
 using namespace mgpu;
 using gradcheck::check;
 using gradcheck::fill_randn;
-using gradcheck::project;
-using gradcheck::randn;
 using gradcheck::random_ids;
 using model_gradcheck::check_block;
+using model_gradcheck::check_model;
 using model_gradcheck::perturb;
 using model_gradcheck::require_close;
 
@@ -137,15 +136,7 @@ TEST_CASE("whole model: every parameter's gradient matches finite differences",
   cfg.tie_embeddings = GENERATE(false, true);
   INFO("tie_embeddings " << cfg.tie_embeddings);
   GPT model(cfg);
-  ParamList params = model.params();
-  for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 300 + i);
-  const int64_t b = 2, t = 5;
-  auto tokens = random_ids(size_t(b * t), cfg.vocab, 4);
-  auto targets = random_ids(size_t(b * t), cfg.vocab, 5);
-  model.zero_grad();
-  model.forward_backward(tokens, targets, b, t);
-  auto loss = [&] { return double(model.loss(tokens, targets, b, t)); };
-  for (Param* p : params) require_close(check(p->data, p->grad.to_vector(), loss), p->name);
+  check_model(model);
 }
 
 TEST_CASE("gradients accumulate until zero_grad", "[model]") {

@@ -7,12 +7,11 @@
 #include <string>
 
 #include "core/model/block.h"
+#include "core/model/gpt.h"
 #include "core/model/init.h"
 #include "test_ops_gradcheck.h"
 
 namespace model_gradcheck {
-
-inline constexpr double kTol = 1e-2;
 
 // GPT-2 init (std 0.02) makes gradients tiny, so float finite differences would be mostly
 // noise; for the gradient checks we add N(0, 0.3) to every parameter (layernorm weights stay
@@ -23,11 +22,7 @@ inline void perturb(mgpu::Param& p, uint64_t seed) {
   for (size_t i = 0; i < noise.size(); i++) d[i] += noise[i];
 }
 
-inline void require_close(const gradcheck::Result& r, const std::string& what) {
-  INFO(what << ": rel error " << r.rel_error << ", |numeric| " << r.numeric_norm);
-  CHECK(r.numeric_norm > 0);
-  CHECK(r.rel_error < kTol);
-}
+using gradcheck::require_close;
 
 // Block `index` of cfg (dense or MoE): dx and every parameter's gradient.
 inline void check_block(const mgpu::GPTConfig& cfg, int index) {
@@ -50,6 +45,21 @@ inline void check_block(const mgpu::GPTConfig& cfg, int index) {
   Tensor dx = Tensor::zeros({b, t, c}, MemCategory::workspace);
   block.backward(dx, Tensor::from({b, t, c}, r), acts);
   require_close(gradcheck::check(x, dx.to_vector(), loss), "block dx");
+  for (Param* p : params)
+    require_close(gradcheck::check(p->data, p->grad.to_vector(), loss), p->name);
+}
+
+// The whole model: every parameter's gradient of the mean loss over a random batch.
+inline void check_model(mgpu::GPT& model) {
+  using namespace mgpu;
+  ParamList params = model.params();
+  for (size_t i = 0; i < params.size(); i++) perturb(*params[i], 300 + i);
+  const int64_t b = 2, t = 5, vocab = model.config().vocab;
+  auto tokens = gradcheck::random_ids(size_t(b * t), vocab, 4);
+  auto targets = gradcheck::random_ids(size_t(b * t), vocab, 5);
+  model.zero_grad();
+  model.forward_backward(tokens, targets, b, t);
+  auto loss = [&] { return double(model.loss(tokens, targets, b, t)); };
   for (Param* p : params)
     require_close(gradcheck::check(p->data, p->grad.to_vector(), loss), p->name);
 }

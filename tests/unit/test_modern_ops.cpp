@@ -29,22 +29,14 @@ using gradcheck::check;
 using gradcheck::fill_randn;
 using gradcheck::project;
 using gradcheck::randn;
+using gradcheck::randt;
+using gradcheck::require_close;
+using gradcheck::vec;
+using gradcheck::ws;
 
 namespace {
-constexpr double kTol = 1e-2;
 constexpr float kTheta = 10000.0f;
 
-Tensor ws(const Shape& s, DType t = DType::f32) {
-  return Tensor::zeros(s, MemCategory::workspace, t);
-}
-Tensor randt(const Shape& s, uint64_t seed, float stddev = 1.0f) {
-  Tensor t = ws(s);
-  fill_randn(t, seed, stddev);
-  return t;
-}
-std::vector<float> vec(const Tensor& t) {
-  return t.to_vector();
-}
 Tensor copy_of(const Tensor& t) {
   return Tensor::from(t.shape(), t.to_vector());
 }
@@ -56,12 +48,6 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
   return worst;
-}
-
-void require_close(const gradcheck::Result& r, const std::string& what) {
-  INFO(what << ": rel error " << r.rel_error << ", |numeric| " << r.numeric_norm);
-  CHECK(r.numeric_norm > 0);
-  CHECK(r.rel_error < kTol);
 }
 
 // The numeric gradient of loss() w.r.t. every element of x (central differences, as

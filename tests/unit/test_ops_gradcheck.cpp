@@ -19,28 +19,10 @@ using gradcheck::check;
 using gradcheck::fill_randn;
 using gradcheck::project;
 using gradcheck::randn;
-
-namespace {
-constexpr double kTol = 1e-2;
-
-Tensor ws(const Shape& s) {
-  return Tensor::zeros(s, MemCategory::workspace);
-}
-Tensor randt(const Shape& s, uint64_t seed, float stddev = 1.0f) {
-  Tensor t = ws(s);
-  fill_randn(t, seed, stddev);
-  return t;
-}
-std::vector<float> vec(const Tensor& t) {
-  return t.to_vector();
-}
-
-void require_close(const gradcheck::Result& r, const char* what) {
-  INFO(what << ": rel error " << r.rel_error << ", |numeric| " << r.numeric_norm);
-  CHECK(r.numeric_norm > 0);
-  CHECK(r.rel_error < kTol);
-}
-}  // namespace
+using gradcheck::randt;
+using gradcheck::require_close;
+using gradcheck::vec;
+using gradcheck::ws;
 
 TEST_CASE("matmul matches a naive triple loop for all transpose combinations", "[ops]") {
   const int64_t m = 5, n = 7, k = 3;

@@ -8,10 +8,13 @@
 // term, wrong sign or wrong index gives errors of order 1). The perturbation actually applied is
 // (x+h) - (x-h) as rounded in float, so h's rounding does not bias the estimate.
 #pragma once
+#include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/tensor/tensor.h"
@@ -74,6 +77,28 @@ inline Result check(mgpu::Tensor& x, const std::vector<float>& analytic,
   }
   const double scale = std::max({std::sqrt(a2), std::sqrt(n2), 1e-12});
   return {std::sqrt(diff2) / scale, std::sqrt(n2)};
+}
+
+// The tolerance above; and a result within it, on a gradient that is not zero (a check whose
+// numeric gradient vanishes would pass any analytic one).
+inline constexpr double kTol = 1e-2;
+inline void require_close(const Result& r, const std::string& what) {
+  INFO(what << ": rel error " << r.rel_error << ", |numeric| " << r.numeric_norm);
+  CHECK(r.numeric_norm > 0);
+  CHECK(r.rel_error < kTol);
+}
+
+// The op tests' tensors: zeros (a workspace), and N(0, stddev) values.
+inline mgpu::Tensor ws(const mgpu::Shape& s, mgpu::DType t = mgpu::DType::f32) {
+  return mgpu::Tensor::zeros(s, mgpu::MemCategory::workspace, t);
+}
+inline mgpu::Tensor randt(const mgpu::Shape& s, uint64_t seed, float stddev = 1.0f) {
+  mgpu::Tensor t = ws(s);
+  fill_randn(t, seed, stddev);
+  return t;
+}
+inline std::vector<float> vec(const mgpu::Tensor& t) {
+  return t.to_vector();
 }
 
 }  // namespace gradcheck
