@@ -40,10 +40,14 @@ using mgpu::testing::temp_path;
 
 namespace {
 // llama-tiny (4 query heads sharing 2 kv heads, head size 16, RMSNorm, SwiGLU, RoPE) on sequences
-// every layout splits at cp 2 and 4 (16 = 2*4*2).
+// every layout splits at cp 2 and 4 (16 = 2*4*2). Trained with SGD, whose parity bound is 2e-5:
+// AdamW divides by sqrt(v) + eps, so where a gradient nearly cancels it turns the ring's other
+// order of sums into up to 3e-5 here under OpenBLAS's Haswell kernels (test_tensor_parallel's
+// kAdamWParity says why); SGD passes the same differences on at lr's scale.
 std::vector<std::string> llama_tiny(int steps) {
-  return {"--model", "llama-tiny", "--seq", "16", "--steps", std::to_string(steps),
-          "--batch", "4",          "-q"};
+  return {"--model", "llama-tiny", "--seq",       "16",  "--steps", std::to_string(steps),
+          "--batch", "4",          "--optimizer", "sgd", "--lr",    "0.05",
+          "-q"};
 }
 
 constexpr int kSeq = 16;
